@@ -1,0 +1,3 @@
+from imagegen.cli import main
+
+raise SystemExit(main())

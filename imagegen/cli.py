@@ -1,0 +1,278 @@
+"""Command line: ``imagegen plan | render | recipes | archs``.
+
+Every known failure is an :class:`~imagegen.errors.ImagegenError` and ends as one line on stderr
+with its exit code; an unexpected exception is reported the same way (with a hint to re-run with
+IMAGEGEN_DEBUG=1 for the traceback) so a user never gets a wall of Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from imagegen import __version__, compat
+from imagegen.arch import ArchList, parse_arch_list
+from imagegen.config import FLAVORS, Config, load_config
+from imagegen.errors import ImagegenError, NothingToDoError, UsageError
+from imagegen.plan import BUILDABLE, MatrixRequest, Plan, choose_cell, defaults, expand
+from imagegen.recipes import Catalogue, Recipe, RecipeVersion, load_catalogue, looks_like_path, recipe_from_source_tree
+from imagegen.render import render_dockerfile, write_output
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line (plus exit code 2) like every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="imagegen.toml or pyproject.toml to read (default: searched from the current directory)")
+    p.add_argument("--recipe-dir", type=Path, action="append", default=[], help="extra directory of recipe YAML files (repeatable)")
+
+
+def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
+    kw = {"action": "append"} if many else {}
+    p.add_argument("--arch", **kw, help="GPU archs: 12.0+PTX, 8.0;9.0, sm_90a, Hopper, H100 ... " + ("(repeat for several arch sets)" if many else ""))
+    p.add_argument("--torch", **kw, help="torch series or release: 2.8 or 2.8.0" + (" (repeatable)" if many else ""))
+    p.add_argument("--cuda", **kw, help="CUDA variant: 12.8 or cu128" + (" (repeatable)" if many else ""))
+    p.add_argument("--python", **kw, help="CPython version: 3.12" + (" (repeatable)" if many else ""))
+    p.add_argument("--flavor", choices=FLAVORS, help="builder base-image family (default: runpod)")
+    p.add_argument("--base-image", help="use this base image instead of the flavor's catalogue image")
+    p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default)")
+    p.add_argument("--source", type=Path, help="build a local project tree (setup.py / pyproject.toml) as the recipe")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="imagegen", description="Build CUDA-extension wheels for exact torch x CUDA x Python x GPU-arch cells.")
+    parser.add_argument("--version", action="version", version=f"imagegen {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("render", help="print a builder Dockerfile for one cell", description=(
+        "Render the builder Dockerfile for one recipe and cell. Unspecified torch/CUDA/Python are filled with"
+        " the newest combination that can build the requested archs."))
+    p.add_argument("recipe", nargs="?", help="recipe name or alias (sage, flash-attn, ...) or a path to a local project")
+    _add_cell_args(p, many=False)
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    _add_common(p)
+
+    p = sub.add_parser("plan", help="expand the matrix and explain every cell", description=(
+        "Expand recipes x torch x CUDA x Python x arch into cells and say, for each, whether it can build and why not."))
+    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
+    _add_cell_args(p, many=True)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--only", choices=("buildable", "rejected", "skipped"), help="show only cells with this status")
+    _add_common(p)
+
+    p = sub.add_parser("recipes", help="list the recipe catalogue", description="List every recipe with its versions, arch knob and supported archs.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_common(p)
+
+    p = sub.add_parser("archs", help="parse an arch list and show it in every consumer's format", description=(
+        "Normalise a GPU arch list and print it as TORCH_CUDA_ARCH_LIST, FLASH_ATTN_CUDA_ARCHS, NATTEN_CUDA_ARCH,"
+        " CMAKE_CUDA_ARCHITECTURES and -gencode flags; with --cuda/--torch, check it against them."))
+    p.add_argument("arch", help="arch list, e.g. '8.0 9.0a 12.0+PTX' or Hopper")
+    p.add_argument("--cuda", help="check against this nvcc version")
+    p.add_argument("--torch", help="check against this torch's TORCH_CUDA_ARCH_LIST parser")
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config, search_from=Path.cwd()) if args.config else load_config(search_from=Path.cwd())
+
+
+def _catalogue(args: argparse.Namespace, config: Config) -> Catalogue:
+    return load_catalogue(tuple(config.recipe_dirs) + tuple(args.recipe_dir))
+
+
+def _resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None) -> tuple[Recipe, RecipeVersion]:
+    if source is not None:
+        recipe = recipe_from_source_tree(source)
+    elif name is None:
+        raise UsageError("name a recipe (imagegen recipes lists them) or give --source PATH")
+    elif looks_like_path(name):
+        recipe = recipe_from_source_tree(Path(name))
+    else:
+        recipe = cat.get(name)
+    return recipe, recipe.version(wanted_version)
+
+
+def _command_line(argv: Sequence[str]) -> str:
+    return "imagegen " + " ".join(shlex.quote(a) for a in argv)
+
+
+def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    config = _config(args)
+    cat = _catalogue(args, config)
+    recipe, version = _resolve(cat, args.recipe, args.source, args.recipe_version)
+    archs = parse_arch_list(args.arch or config.matrix.arch or defaults()["matrix"]["arch"])
+    flavor = args.flavor or config.flavor or defaults()["flavor"]
+    cell = choose_cell(recipe, version, archs, torch=args.torch, cuda=args.cuda, python=args.python,
+                       flavor=flavor, base_image=args.base_image or config.base_image,
+                       torch_index_override=config.torch_index_url)
+    rendered = render_dockerfile(cell, command=_command_line(argv))
+    write_output(rendered.dockerfile, args.output)
+    if args.output not in (None, "-"):
+        print(f"wrote {args.output}: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
+    return 0
+
+
+def _matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
+    d = defaults()["matrix"]
+    names = args.recipes or list(config.matrix.recipes) or cat.names()
+    pairs = []
+    for n in names:
+        recipe, version = _resolve(cat, n, None, args.recipe_version)
+        pairs.append((recipe, version))
+    if args.source is not None:
+        pairs.append(_resolve(cat, None, args.source, None))
+    arch_values = args.arch or ([config.matrix.arch] if config.matrix.arch else [d["arch"]])
+    return MatrixRequest(
+        recipes=pairs,
+        torch=args.torch or list(config.matrix.torch) or d["torch"],
+        cuda=args.cuda or list(config.matrix.cuda) or d["cuda"],
+        python=args.python or list(config.matrix.python) or d["python"],
+        archs=[parse_arch_list(a) for a in arch_values],
+        flavor=args.flavor or config.flavor or defaults()["flavor"],
+        base_image=args.base_image or config.base_image,
+        torch_index_override=config.torch_index_url,
+    )
+
+
+def _cell_record(cell) -> dict:
+    return {
+        "name": cell.name,
+        "status": cell.status,
+        "recipe": cell.recipe.name,
+        "version": cell.version.version,
+        "torch": cell.torch_version,
+        "cuda": cell.cuda.name,
+        "python": cell.python,
+        "archs": str(cell.archs),
+        "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
+        "flavor": cell.flavor,
+        "base_image": cell.base.ref if cell.base else None,
+        "reasons": list(cell.problems),
+        "notes": list(cell.notes),
+        "wheel_dir": cell.wheel_dir,
+    }
+
+
+def _print_plan(plan: Plan, only: str | None) -> None:
+    cells = [c for c in plan.cells if only is None or c.status == only]
+    rows = [("STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", "ARCHS", "WHY")]
+    for c in cells:
+        why = "; ".join(c.problems) if c.problems else "; ".join(c.notes) or (c.base.ref if c.base else "")
+        rows.append((c.status, c.recipe.name, c.version.version, c.torch.series, c.cuda.name, c.python, str(c.archs), why))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    out = sys.stdout
+    for r in rows:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1] + "\n")
+    out.write(f"\n{len(plan.buildable)} buildable, {len(plan.rejected)} rejected, {len(plan.skipped)} skipped"
+              f" of {len(plan.cells)} cells\n")
+
+
+def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    config = _config(args)
+    cat = _catalogue(args, config)
+    plan = expand(_matrix(args, config, cat))
+    if args.json:
+        json.dump({"cells": [_cell_record(c) for c in plan.cells],
+                   "summary": {"buildable": len(plan.buildable), "rejected": len(plan.rejected),
+                               "skipped": len(plan.skipped), "total": len(plan.cells)}}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_plan(plan, args.only)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build; the reasons are listed above")
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    config = _config(args)
+    cat = _catalogue(args, config)
+    records = []
+    for name in cat.names():
+        r = cat.recipes[name]
+        records.append({
+            "name": r.name, "aliases": list(r.aliases), "description": r.description, "source": r.source_url or str(r.source_path),
+            "default_version": r.default_version,
+            "versions": {k: {"ref": v.ref, "commit": v.commit, "archs": str(v.archs), "arch_env": v.arch.env,
+                             "arch_style": v.arch.style, "ptx": v.arch.ptx, "notes": v.notes} for k, v in r.versions.items()},
+            "force_env": dict(r.force_env), "local_version_env": r.local_version_env, "path": r.path,
+        })
+    if args.json:
+        json.dump(records, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    for rec in records:
+        aliases = f" (aliases: {', '.join(rec['aliases'])})" if rec["aliases"] else ""
+        print(f"{rec['name']}{aliases}: {rec['description']}")
+        for k, v in rec["versions"].items():
+            default = " [default]" if k == rec["default_version"] else ""
+            knob = f"{v['arch_env']} ({v['arch_style']})" if v["arch_env"] else "fixed list"
+            print(f"  {k}{default}: archs {v['archs']}; knob {knob}; PTX {v['ptx']}")
+    return 0
+
+
+def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import arch as A
+
+    archs: ArchList = A.parse_arch_list(args.arch)
+    problems: list[str] = []
+    if args.cuda:
+        cuda = compat.cuda_variant(args.cuda) if not args.cuda.count(".") == 2 else None
+        problems += A.nvcc_problems(archs, A.parse_cuda_version(args.cuda) if cuda is None else cuda.version)
+    if args.torch:
+        series, tv = compat.torch_series(args.torch)
+        problems += A.torch_problems(archs, tv)
+    print(f"normalised               {archs}")
+    print(f"TORCH_CUDA_ARCH_LIST     {_try(lambda: A.to_torch_arch_list(archs))}")
+    print(f"FLASH_ATTN_CUDA_ARCHS    {A.to_numeric_list(archs)}")
+    print(f"NATTEN_CUDA_ARCH         {A.to_dotted_list(archs)}")
+    print(f"CMAKE_CUDA_ARCHITECTURES {A.to_cmake(archs)}")
+    print(f"nvcc                     {' '.join(A.to_gencode(archs))}")
+    print(f"minimum CUDA             {A.min_cuda_for(archs)}")
+    for p in problems:
+        print(f"problem: {p}", file=sys.stderr)
+    return 3 if problems else 0
+
+
+def _try(fn) -> str:
+    try:
+        return fn()
+    except ImagegenError as exc:
+        return f"(cannot express: {exc})"
+
+
+COMMANDS = {"render": cmd_render, "plan": cmd_plan, "recipes": cmd_recipes, "archs": cmd_archs}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args, argv)
+    except ImagegenError as exc:
+        print(f"imagegen: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("imagegen: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: still one line, with a way to get the details
+        if os.environ.get("IMAGEGEN_DEBUG"):
+            raise
+        print(f"imagegen: internal error: {exc.__class__.__name__}: {' '.join(str(exc).split())}"
+              " (re-run with IMAGEGEN_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return 70

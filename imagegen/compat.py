@@ -1,0 +1,353 @@
+"""The compatibility model: torch <-> CUDA <-> Python, and the builder base images per flavor.
+
+All facts live in ``imagegen/resources/compat/*.yaml`` (refreshed by scripts/refresh_compat.py);
+this module only loads them into types and answers questions about them. The arch side
+(nvcc <-> GPU arch) is in :mod:`imagegen.arch`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Mapping
+
+import yaml
+from packaging.version import InvalidVersion, Version
+
+from imagegen import safety
+from imagegen.errors import CompatError, UsageError
+
+
+def _load(name: str) -> dict[str, Any]:
+    path = resources.files("imagegen") / "resources" / "compat" / name
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------------------------
+# torch
+
+
+@dataclass(frozen=True)
+class TorchSeries:
+    series: str  # "2.8"
+    latest: str  # "2.8.0"
+    python: tuple[str, str]
+    cuda: tuple[str, ...]  # ("cu126", "cu128", "cu129")
+    pypi_default: str
+    cxx11_abi: bool
+    manylinux: str
+    cxx_std: str
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return _mm(self.series)
+
+    def supports_python(self, py: str) -> bool:
+        return _mm(self.python[0]) <= _mm(py) <= _mm(self.python[1])
+
+    @property
+    def pythons(self) -> list[str]:
+        lo, hi = _mm(self.python[0]), _mm(self.python[1])
+        return [f"3.{m}" for m in range(lo[1], hi[1] + 1)] if lo[0] == hi[0] == 3 else []
+
+
+@dataclass(frozen=True)
+class CudaVariant:
+    name: str  # "cu128"
+    toolkit: str  # "12.8.1"
+    pypi_toolkit: str | None
+    pypi_extras: tuple[str, ...]
+    ubuntu: tuple[str, ...]
+
+    @property
+    def version(self) -> Version:
+        return Version(f"{self.major}.{self.minor}")
+
+    @property
+    def major(self) -> int:
+        return int(self.name[2:-1])
+
+    @property
+    def minor(self) -> int:
+        return int(self.name[-1])
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _mm(text: str) -> tuple[int, int]:
+    parts = str(text).split(".")
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+
+
+@functools.cache
+def torch_table() -> dict[str, TorchSeries]:
+    raw = _load("torch.yaml")["series"]
+    out = {}
+    for series, row in raw.items():
+        out[str(series)] = TorchSeries(
+            series=str(series),
+            latest=str(row["latest"]),
+            python=(str(row["python"][0]), str(row["python"][1])),
+            cuda=tuple(row["cuda"]),
+            pypi_default=row["pypi_default"],
+            cxx11_abi=bool(row["cxx11_abi"]),
+            manylinux=row["manylinux"],
+            cxx_std=str(row["cxx_std"]),
+        )
+    return dict(sorted(out.items(), key=lambda kv: kv[1].key))
+
+
+@functools.cache
+def cuda_table() -> dict[str, CudaVariant]:
+    raw = _load("cuda.yaml")["variants"]
+    return {
+        name: CudaVariant(
+            name=name,
+            toolkit=str(row["toolkit"]),
+            pypi_toolkit=None if row.get("pypi_toolkit") is None else str(row["pypi_toolkit"]),
+            pypi_extras=tuple(row.get("pypi_extras") or ()),
+            ubuntu=tuple(str(u) for u in row.get("ubuntu") or ()),
+        )
+        for name, row in raw.items()
+    }
+
+
+_TORCH_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def torch_series(text: str) -> tuple[TorchSeries, str]:
+    """Resolve ``--torch`` (``2.8`` or ``2.8.0``) to its series and the exact release to install."""
+    t = str(text).strip()
+    m = _TORCH_RE.fullmatch(t)
+    table = torch_table()
+    if not m:
+        raise UsageError(f"--torch {t!r} is not a torch version like 2.8 or 2.8.0")
+    series = f"{m.group(1)}.{m.group(2)}"
+    if series not in table:
+        raise CompatError(
+            f"torch {series} is not in imagegen's compatibility table (known: {', '.join(table)});"
+            " run scripts/refresh_compat.py or pick a known series"
+        )
+    row = table[series]
+    return row, t if m.group(3) is not None else row.latest
+
+
+_CUDA_RE = re.compile(r"(?:cu)?(\d{2})(\d)|(\d{2})\.(\d)(?:\.\d+)?")
+
+
+def cuda_variant(text: str) -> CudaVariant:
+    """Resolve ``--cuda`` (``12.8``, ``12.8.1``, ``cu128``, ``128``) to a torch CUDA variant."""
+    t = str(text).strip().lower()
+    m = _CUDA_RE.fullmatch(t)
+    if not m:
+        raise UsageError(f"--cuda {text!r} is not a CUDA version like 12.8 or cu128")
+    major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    name = f"cu{int(major)}{minor}"
+    table = cuda_table()
+    if name not in table:
+        raise CompatError(f"CUDA {int(major)}.{minor} has no torch wheels (known: {', '.join(table)})")
+    return table[name]
+
+
+def check_python(text: str) -> str:
+    t = str(text).strip()
+    if t.startswith("py"):
+        t = t[2:]
+    if re.fullmatch(r"3\d{1,2}", t):
+        t = f"3.{t[1:]}"
+    if not re.fullmatch(r"3\.\d{1,2}", t):
+        raise UsageError(f"--python {text!r} is not a CPython version like 3.12")
+    return t
+
+
+def torch_index_url(series: TorchSeries, cuda: CudaVariant, override: str | None = None) -> str | None:
+    """Where pip gets this torch build: PyPI (None) for the series' default variant, else the
+    PyTorch index for that variant. ``override`` may contain ``{cuda}``."""
+    if override:
+        url = override.replace("{cuda}", cuda.name)
+        return safety.check(url, safety.URL, "torch index URL")
+    if cuda.name == series.pypi_default:
+        return None
+    return f"https://download.pytorch.org/whl/{cuda.name}"
+
+
+# --------------------------------------------------------------------------------------------
+# Base images
+
+
+@dataclass(frozen=True, eq=False)  # one instance per flavor (cached): identity is equality
+class Flavor:
+    name: str
+    description: str
+    os: str  # "apt" | "dnf"
+    toolkit: str  # "image" | "pypi"
+    python_template: str
+    pythons: tuple[str, ...]
+    stubs_in_library_path: bool
+    raw: Mapping[str, Any]
+
+    def python_path(self, py: str) -> str:
+        return self.python_template.format(py=py, pyd=py.replace(".", ""))
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """The image a builder starts FROM, and what imagegen knows about its contents."""
+
+    ref: str
+    flavor: Flavor
+    python: str  # interpreter inside the image
+    toolkit: str  # "image" | "pypi"
+    nvcc: Version | None  # nvcc in the image (None: from PyPI, or unknown for a custom image)
+    image_torch_cuda: str | None  # CUDA variant of a torch preinstalled in the image, if known
+    fallback: str | None = None
+    deadsnakes: bool = False  # Python must come from the deadsnakes PPA
+    custom: bool = False
+
+
+@functools.cache
+def flavors() -> dict[str, Flavor]:
+    raw = _load("base_images.yaml")["flavors"]
+    return {
+        name: Flavor(
+            name=name,
+            description=row["description"],
+            os=row["os"],
+            toolkit=row["toolkit"],
+            python_template=row["python"],
+            pythons=tuple(str(p) for p in row["pythons"]),
+            stubs_in_library_path=bool(row.get("stubs_in_library_path")),
+            raw=row,
+        )
+        for name, row in raw.items()
+    }
+
+
+def flavor(name: str) -> Flavor:
+    table = flavors()
+    if name not in table:
+        raise UsageError(f"--flavor {name!r} is not one of {', '.join(table)}")
+    return table[name]
+
+
+def _digits(version: str) -> str:
+    return version.replace(".", "")
+
+
+class NoBaseImage(Exception):
+    """Internal: no catalogue image fits; the message is a plan reason."""
+
+
+def resolve_base_image(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant,
+                       python: str, override: str | None = None) -> BaseImage:
+    """Pick the base image for a cell, or raise NoBaseImage with the reason."""
+    if python not in fl.pythons:
+        raise NoBaseImage(f"the {fl.name} flavor has no Python {python} (it has {', '.join(fl.pythons)})")
+    if override:
+        return _custom_base(fl, override, python)
+    builder = _BUILDERS[fl.name]
+    return builder(fl, series, torch_version, cuda, python)
+
+
+def _runpod(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
+    raw = fl.raw
+    matches = [img for img in raw["images"] if _mm(img["cuda"]) == (cuda.major, cuda.minor)]
+    if not matches:
+        have = ", ".join(img["cuda"] for img in raw["images"])
+        raise NoBaseImage(
+            f"runpod/pytorch has no CUDA {cuda.dotted} image (it has {have}); use --flavor cuda or"
+            f" manylinux, or a CUDA the runpod images carry"
+        )
+    img = matches[0]
+    torches = img["torch"]
+    # Same torch as asked when runpod ships it, else the newest torch of that CUDA image: the
+    # builder installs the requested torch on top either way.
+    tv = torch_version if torch_version in torches else sorted(torches, key=Version)[-1]
+    ubuntu = img["ubuntu"][-1]
+    ref = raw["template"].format(
+        release=raw["release"], cuda_digits=_digits(img["cuda"]), torch_digits=_digits(tv),
+        ubuntu_digits=_digits(ubuntu),
+    )
+    return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="image",
+                     nvcc=Version(img["cuda"]), image_torch_cuda=torches[tv])
+
+
+def _manylinux(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
+    raw = fl.raw
+    mm = cuda.dotted
+    primary = raw["template"].format(cuda_mm=mm) if mm in raw["cuda"] else None
+    fallback = raw["fallback_template"].format(cuda_mm=mm) if mm in raw["fallback_cuda"] else None
+    if primary is None and fallback is None:
+        raise NoBaseImage(
+            f"no manylinux builder image for CUDA {mm} (pytorch/manylinux2_28-builder has"
+            f" {', '.join(raw['cuda'])}; sameli has {', '.join(raw['fallback_cuda'])})"
+        )
+    ref = primary or fallback
+    return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="image",
+                     nvcc=Version(mm), image_torch_cuda=None,
+                     fallback=fallback if primary else None)
+
+
+def _cuda(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
+    raw = fl.raw
+    if not cuda.ubuntu:
+        raise NoBaseImage(f"no nvidia/cuda devel image is listed for {cuda.name}")
+    distro = raw["distro_python"]
+    native = [u for u in cuda.ubuntu if distro.get(u) == python]
+    ubuntu = native[0] if native else cuda.ubuntu[-1]
+    ref = raw["template"].format(cuda=cuda.toolkit, ubuntu=ubuntu)
+    return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="image",
+                     nvcc=Version(cuda.toolkit), image_torch_cuda=None, deadsnakes=not native)
+
+
+def _pypi(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
+    if cuda.pypi_toolkit is None:
+        raise NoBaseImage(f"PyPI has no cuda-toolkit wheels for {cuda.name}; use another flavor")
+    ref = fl.raw["template"].format(py=python)
+    return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="pypi",
+                     nvcc=Version(cuda.pypi_toolkit), image_torch_cuda=None)
+
+
+_BUILDERS = {"runpod": _runpod, "manylinux": _manylinux, "cuda": _cuda, "pypi": _pypi}
+
+# What a known tag scheme tells about a custom image: nvcc version, and a preinstalled torch's CUDA.
+_RUNPOD_NEW = re.compile(r"(?:docker\.io/)?runpod/pytorch:[\d.]+-cu(\d{2})(\d)(\d)?-torch(\d)(\d+)(\d)-ubuntu\d{4}")
+_RUNPOD_OLD = re.compile(r"(?:docker\.io/)?runpod/pytorch:(\d+\.\d+\.\d+)-py3\.\d+-cuda(\d+\.\d+)(?:\.\d+)?-(?:cudnn-)?devel-ubuntu[\d.]+")
+_NVIDIA = re.compile(r"(?:docker\.io/)?nvidia/cuda:(\d+\.\d+)(?:\.\d+)?-.*devel.*")
+_MANYLINUX = re.compile(r"(?:docker\.io/)?pytorch/manylinux2?_?\d*_?\d*-builder:cuda(\d+\.\d+).*")
+_SAMELI = re.compile(r"(?:docker\.io/)?sameli/manylinux[\w.]*_cuda_(\d+\.\d+).*")
+
+
+def _custom_base(fl: Flavor, ref: str, python: str) -> BaseImage:
+    safety.check(ref, safety.IMAGE_REF, "--base-image")
+    nvcc: Version | None = None
+    torch_cuda: str | None = None
+    tag = ref.split("@", 1)[0]
+    if m := _RUNPOD_NEW.fullmatch(tag):
+        nvcc = Version(f"{m.group(1)}.{m.group(2)}")
+        tv = f"{m.group(4)}.{int(m.group(5))}.{m.group(6)}"
+        for img in fl.raw.get("images", ()) if fl.name == "runpod" else flavors()["runpod"].raw["images"]:
+            if _mm(img["cuda"]) == (nvcc.major, nvcc.minor) and tv in img["torch"]:
+                torch_cuda = img["torch"][tv]
+    elif m := _RUNPOD_OLD.fullmatch(tag):
+        nvcc = Version(m.group(2))
+    elif m := (_NVIDIA.fullmatch(tag) or _MANYLINUX.fullmatch(tag) or _SAMELI.fullmatch(tag)):
+        nvcc = Version(m.group(1))
+    if fl.toolkit == "pypi":
+        nvcc = None
+    return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit=fl.toolkit,
+                     nvcc=nvcc, image_torch_cuda=torch_cuda, custom=True)
+
+
+def parse_version(text: str, what: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise UsageError(f"{what} {text!r} is not a version") from None

@@ -1,0 +1,159 @@
+"""Project configuration: ``[tool.imagegen]`` in pyproject.toml, or an ``imagegen.toml``.
+
+Example::
+
+    [tool.imagegen]
+    out = "wheelhouse"
+    registry = "127.0.0.1:5000/ml"
+    recipe-dirs = ["recipes"]
+    flavor = "runpod"
+
+    [tool.imagegen.matrix]
+    recipes = ["sage", "flash-attn"]
+    torch = ["2.8", "2.9"]
+    cuda = ["12.8"]
+    python = ["3.12"]
+    arch = "8.0;9.0;12.0+PTX"
+
+Command-line flags win over the file; the file wins over built-in defaults.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from imagegen import safety
+from imagegen.errors import ConfigError
+
+FLAVORS = ("runpod", "manylinux", "cuda", "pypi")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+@dataclass(frozen=True)
+class Matrix:
+    recipes: tuple[str, ...] = ()
+    torch: tuple[str, ...] = ()
+    cuda: tuple[str, ...] = ()
+    python: tuple[str, ...] = ()
+    arch: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None = None
+    out: Path = Path("wheelhouse")
+    registry: str | None = None
+    flavor: str | None = None
+    base_image: str | None = None
+    recipe_dirs: tuple[Path, ...] = ()
+    torch_index_url: str | None = None
+    matrix: Matrix = field(default_factory=Matrix)
+
+
+def _list(where: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return (str(value),)
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return tuple(str(v) for v in value)
+    raise ConfigError(f"{where}: expected a string or a list of strings, got {value!r}")
+
+
+def _section(path: Path) -> dict[str, Any] | None:
+    data = read_toml(path)
+    if path.name == "pyproject.toml":
+        return data.get("tool", {}).get("imagegen")
+    return data.get("tool", {}).get("imagegen", data)
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest imagegen.toml, or pyproject.toml with a [tool.imagegen] table, from ``start`` up."""
+    start = start.resolve()
+    for d in (start, *start.parents):
+        for name in ("imagegen.toml", "pyproject.toml"):
+            p = d / name
+            if p.is_file() and (name == "imagegen.toml" or _section(p) is not None):
+                return p
+    return None
+
+
+def load_config(path: Path | None = None, *, search_from: Path | None = None) -> Config:
+    """Load the project config; with no file, the defaults."""
+    if path is None and search_from is not None:
+        path = find_config(search_from)
+    if path is None:
+        return Config()
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    section = _section(path)
+    if section is None:
+        return Config(path=path)
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [tool.imagegen] must be a table")
+    where = f"{path}: tool.imagegen"
+    known = {"out", "registry", "flavor", "base-image", "recipe-dirs", "torch-index-url", "matrix"}
+    for key in section:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
+    flavor = section.get("flavor")
+    if flavor is not None and flavor not in FLAVORS:
+        raise ConfigError(f"{where}.flavor: {flavor!r} is not one of {', '.join(FLAVORS)}")
+    base = section.get("base-image")
+    if base is not None:
+        if not isinstance(base, str) or not safety.IMAGE_REF.fullmatch(base):
+            raise ConfigError(f"{where}.base-image: {base!r} is not an image reference")
+    registry = section.get("registry")
+    if registry is not None and (not isinstance(registry, str) or not safety.IMAGE_REF.fullmatch(registry)):
+        raise ConfigError(f"{where}.registry: {registry!r} is not a registry/namespace like 127.0.0.1:5000/ml")
+    index = section.get("torch-index-url")
+    if index is not None and (not isinstance(index, str) or not safety.URL.fullmatch(index)):
+        raise ConfigError(f"{where}.torch-index-url: {index!r} is not an http(s) URL")
+    out = section.get("out", "wheelhouse")
+    if not isinstance(out, str):
+        raise ConfigError(f"{where}.out: expected a path string")
+    m = section.get("matrix", {})
+    if not isinstance(m, dict):
+        raise ConfigError(f"{where}.matrix: must be a table")
+    for key in m:
+        if key not in ("recipes", "torch", "cuda", "python", "arch"):
+            raise ConfigError(f"{where}.matrix.{key}: unknown key (known: arch, cuda, python, recipes, torch)")
+    arch = m.get("arch")
+    if isinstance(arch, list):
+        arch = ";".join(str(a) for a in arch)
+    if arch is not None and not isinstance(arch, str):
+        raise ConfigError(f"{where}.matrix.arch: expected a string like '8.0;9.0+PTX'")
+    base_dir = path.parent
+    return Config(
+        path=path,
+        out=(base_dir / out),
+        registry=registry,
+        flavor=flavor,
+        base_image=base,
+        recipe_dirs=tuple(base_dir / d for d in _list(f"{where}.recipe-dirs", section.get("recipe-dirs"))),
+        torch_index_url=index,
+        matrix=Matrix(
+            recipes=_list(f"{where}.matrix.recipes", m.get("recipes")),
+            torch=_list(f"{where}.matrix.torch", m.get("torch")),
+            cuda=_list(f"{where}.matrix.cuda", m.get("cuda")),
+            python=_list(f"{where}.matrix.python", m.get("python")),
+            arch=arch,
+        ),
+    )

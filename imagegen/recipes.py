@@ -1,0 +1,592 @@
+"""The recipe catalogue: how to build one package, as data.
+
+A recipe is a YAML file (one per package) shipped in ``imagegen/resources/recipes/`` or found in a
+user's recipe directory. It is loaded into the typed :class:`Recipe` below and validated up front,
+so that a broken file fails with ``<file>: <key>: <problem>`` instead of a traceback halfway through
+a build. A local project (a directory with setup.py or pyproject.toml) becomes a recipe too, see
+:func:`recipe_from_source_tree`.
+
+Every string that later reaches a Dockerfile or a shell is checked here against a strict pattern
+(see :mod:`imagegen.safety`); the builder script receives recipe values as JSON, never through a
+shell, so a hostile value can at worst fail validation.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from imagegen import safety
+from imagegen.arch import ArchList, parse_arch_list
+from imagegen.errors import ArchError, ImagegenError, RecipeError
+
+RECIPE_SCHEMA = 1
+
+# How a package reads its target architectures (the "arch knob").
+ARCH_STYLES = ("torch", "numeric", "dotted", "cmake", "gencode", "fixed")
+# What a package does with a request for PTX: embeds it for the archs asked ("honoured"), only for
+# the newest arch it compiles ("newest"), or never ("none").
+PTX_POLICIES = ("honoured", "newest", "none")
+
+
+@dataclass(frozen=True)
+class ArchKnob:
+    """The environment variable a package reads its arch list from, and that variable's format."""
+
+    env: str | None
+    style: str
+    # For style "fixed": what the package always compiles, keyed by the first nvcc that adds it.
+    fixed: tuple[tuple[Version, ArchList], ...] = ()
+    # Archs dropped from the fixed set from this nvcc on (e.g. Pascal/Volta once CUDA 13 drops them).
+    fixed_dropped: tuple[tuple[Version, ArchList], ...] = ()
+    ptx: str = "honoured"
+    keep_variant: bool = False
+    # Who parses a torch-style list: torch's cpp_extension ("torch", which rejects what that torch
+    # release does not know) or the package's own setup.py ("package", e.g. SageAttention).
+    parser: str = "torch"
+
+    def fixed_for(self, cuda: Version) -> ArchList:
+        """The archs a fixed-arch package compiles with nvcc ``cuda``."""
+        out: list = []
+        for since, archs in self.fixed:
+            if cuda >= since:
+                out.extend(archs)
+        dropped = {a.cc for since, archs in self.fixed_dropped if cuda >= since for a in archs}
+        return ArchList([a for a in out if a.cc not in dropped])
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A patch file shipped with the recipe, applied with ``git apply`` before building."""
+
+    name: str
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecipeVersion:
+    """One pinned version of a package: the source ref and what that ref supports."""
+
+    version: str
+    ref: str
+    commit: str | None
+    archs: ArchList
+    # What the package compiles when asked for an arch, where that differs (9.0 -> 9.0a).
+    emits: Mapping[str, str]
+    env: Mapping[str, str]
+    patches: tuple[Patch, ...]
+    min_cuda_by_arch: Mapping[str, Version]
+    arch: ArchKnob
+    notes: str = ""
+
+    @property
+    def pinned_ref(self) -> str:
+        """What the build checks out: the full commit when known, else the ref."""
+        return self.commit or self.ref
+
+
+@dataclass(frozen=True)
+class SmokeTest:
+    """What proves a wheel works: modules to import (CPU), modules that need a driver, a GPU check."""
+
+    imports: tuple[str, ...]
+    driver_imports: tuple[str, ...] = ()
+    gpu_check: str = ""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+    distribution: str
+    homepage: str
+    source_kind: str  # "git" | "local"
+    source_url: str | None
+    source_path: Path | None
+    submodules: bool
+    subdir: str
+    default_version: str
+    versions: Mapping[str, RecipeVersion]
+    force_env: Mapping[str, str]
+    local_version_env: str | None
+    jobs_env: str
+    threads_env: str | None
+    env: Mapping[str, str]
+    build_requires: tuple[str, ...]
+    system_requires: tuple[str, ...]
+    min_cuda: Version
+    min_torch: Version | None
+    max_torch: Version | None
+    python: SpecifierSet
+    memory_per_thread_gb: float
+    default_nvcc_threads: int
+    links_libcuda: bool
+    abi3: bool
+    smoke: SmokeTest
+    obsolete_patches: tuple[Mapping[str, str], ...]
+    path: str  # where the recipe came from, for messages
+
+    def version(self, wanted: str | None) -> RecipeVersion:
+        key = wanted or self.default_version
+        if key not in self.versions:
+            known = ", ".join(self.versions)
+            raise RecipeError(f"{self.name} has no version {key!r}; known: {known}")
+        return self.versions[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and validation
+
+
+class _Reader:
+    """Reads one mapping of a recipe file, naming the file and the key path in every error."""
+
+    def __init__(self, path: str, data: Any, where: str = "") -> None:
+        self.path = path
+        self.where = where
+        if not isinstance(data, dict):
+            raise self.error(f"expected a mapping, got {type(data).__name__}")
+        self.data = data
+
+    def error(self, problem: str, key: str | None = None) -> RecipeError:
+        at = ".".join(p for p in (self.where, key) if p)
+        return RecipeError(f"{self.path}: {at or '<top>'}: {problem}")
+
+    def sub(self, key: str, required: bool = False) -> "_Reader":
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                raise self.error("missing", key)
+            value = {}
+        return _Reader(self.path, value, ".".join(p for p in (self.where, key) if p))
+
+    def str(self, key: str, default: str | None = None, *, required: bool = False,
+            pattern: re.Pattern[str] | None = None) -> str | None:
+        value = self.data.get(key, default)
+        if value is None:
+            if required:
+                raise self.error("missing", key)
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            raise self.error(f"expected a string, got {type(value).__name__}", key)
+        if pattern is not None and not pattern.fullmatch(value):
+            raise self.error(f"{value!r} is not allowed here (must match {pattern.pattern})", key)
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(f"expected true or false, got {value!r}", key)
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise self.error(f"expected a positive number, got {value!r}", key)
+        return float(value)
+
+    def str_list(self, key: str, *, pattern: re.Pattern[str] | None = None) -> tuple[str, ...]:
+        value = self.data.get(key) or []
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise self.error(f"expected a list, got {type(value).__name__}", key)
+        out = []
+        for item in value:
+            if isinstance(item, (int, float)) and not isinstance(item, bool):
+                item = str(item)
+            if not isinstance(item, str):
+                raise self.error(f"expected strings, got {item!r}", key)
+            if pattern is not None and not pattern.fullmatch(item):
+                raise self.error(f"{item!r} is not allowed here (must match {pattern.pattern})", key)
+            out.append(item)
+        return tuple(out)
+
+    def env(self, key: str) -> dict[str, str]:
+        value = self.data.get(key) or {}
+        if not isinstance(value, dict):
+            raise self.error("expected a mapping of VARIABLE: value", key)
+        out = {}
+        for name, val in value.items():
+            if not isinstance(name, str) or not safety.ENV_NAME.fullmatch(name):
+                raise self.error(f"bad environment variable name {name!r}", key)
+            if isinstance(val, bool):
+                val = "1" if val else "0"
+            if isinstance(val, (int, float)):
+                val = str(val)
+            if not isinstance(val, str) or not safety.ENV_VALUE.fullmatch(val):
+                raise self.error(f"bad value {val!r} for {name} (printable text, no quotes, $ or `)", key)
+            out[name] = val
+        return out
+
+    def version(self, key: str, default: str | None = None) -> Version | None:
+        text = self.str(key, default)
+        if text is None:
+            return None
+        try:
+            return Version(text)
+        except InvalidVersion:
+            raise self.error(f"{text!r} is not a version", key) from None
+
+    def archs(self, key: str) -> ArchList:
+        items = self.str_list(key)
+        try:
+            return parse_arch_list(list(items)) if items else ArchList([])
+        except ArchError as exc:
+            raise self.error(str(exc), key) from None
+
+
+def _load_patch(path: str, recipe_dir: Path, entry: Any, where: str) -> Patch:
+    r = _Reader(path, entry, where)
+    name = r.str("file", required=True, pattern=safety.RELATIVE_PATH)
+    reason = r.str("reason", "") or ""
+    file = recipe_dir / "patches" / name
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise r.error(f"cannot read patch {file}: {exc.__class__.__name__}", "file") from None
+    return Patch(name=name, text=text, reason=reason)
+
+
+def _load_knob(r: _Reader, base: ArchKnob | None = None) -> ArchKnob:
+    if base is not None and not r.data:
+        return base
+    style = r.str("style", base.style if base else None, required=True)
+    if style not in ARCH_STYLES:
+        raise r.error(f"unknown style {style!r}; one of {', '.join(ARCH_STYLES)}", "style")
+    env = r.str("env", base.env if base else None, pattern=safety.ENV_NAME)
+    if style != "fixed" and not env:
+        raise r.error(f"style {style} needs the variable the package reads", "env")
+    ptx = r.str("ptx", base.ptx if base else "honoured")
+    if ptx not in PTX_POLICIES:
+        raise r.error(f"unknown ptx policy {ptx!r}; one of {', '.join(PTX_POLICIES)}", "ptx")
+
+    def by_nvcc(key: str) -> tuple[tuple[Version, ArchList], ...]:
+        raw = r.data.get(key)
+        if raw is None:
+            return getattr(base, key) if base else ()
+        sub = _Reader(r.path, raw, f"{r.where}.{key}")
+        out = []
+        for since in sub.data:
+            try:
+                v = Version(str(since))
+            except InvalidVersion:
+                raise sub.error(f"{since!r} is not a CUDA version", str(since)) from None
+            out.append((v, sub.archs(since)))
+        return tuple(sorted(out))
+
+    fixed = by_nvcc("fixed")
+    if style == "fixed" and not fixed:
+        raise r.error("style fixed needs the `fixed` arch table (nvcc version -> archs)", "fixed")
+    return ArchKnob(
+        env=env,
+        style=style,
+        fixed=fixed,
+        fixed_dropped=by_nvcc("fixed_dropped"),
+        ptx=ptx,
+        keep_variant=r.bool("keep_variant", base.keep_variant if base else False),
+        parser=_parser(r, base),
+    )
+
+
+def _parser(r: _Reader, base: ArchKnob | None) -> str:
+    value = r.str("parser", base.parser if base else "torch")
+    if value not in ("torch", "package"):
+        raise r.error(f"unknown parser {value!r}; one of torch, package", "parser")
+    return value
+
+
+def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
+    """Load and validate one recipe file. Raises RecipeError naming the file, key and problem."""
+    shown = str(path)
+    try:
+        raw_text = text if text is not None else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"{shown}: cannot read: {exc.__class__.__name__}: {exc}") from None
+    try:
+        data = yaml.safe_load(raw_text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "?"
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise RecipeError(f"{shown}: {where}: not valid YAML ({problem})") from None
+    r = _Reader(shown, data)
+    schema = r.data.get("schema", RECIPE_SCHEMA)
+    if schema != RECIPE_SCHEMA:
+        raise r.error(f"schema {schema!r} is not supported (this imagegen reads {RECIPE_SCHEMA})", "schema")
+    known = {"schema", "name", "aliases", "description", "homepage", "distribution", "source",
+             "default_version", "versions", "arch", "build", "smoke", "obsolete_patches"}
+    for key in r.data:
+        if key not in known:
+            raise r.error(f"unknown key (known: {', '.join(sorted(known))})", str(key))
+
+    name = r.str("name", required=True, pattern=safety.RECIPE_NAME)
+    source = r.sub("source", required=True)
+    url = source.str("git", pattern=safety.GIT_URL)
+    local = source.str("path")
+    if bool(url) == bool(local):
+        raise source.error("give exactly one of git (a URL) or path (a local directory)")
+    if local is not None and not safety.LOCAL_PATH.fullmatch(local):
+        raise source.error(f"{local!r} is not an allowed path", "path")
+
+    arch = _load_knob(r.sub("arch", required=True))
+    build = r.sub("build")
+    smoke_r = r.sub("smoke", required=True)
+    smoke = SmokeTest(
+        imports=smoke_r.str_list("imports", pattern=safety.MODULE_NAME),
+        driver_imports=smoke_r.str_list("driver_imports", pattern=safety.MODULE_NAME),
+        gpu_check=smoke_r.str("gpu_check", "") or "",
+    )
+    if not smoke.imports:
+        raise smoke_r.error("list at least one module to import", "imports")
+
+    recipe_dir = path.parent
+    versions_raw = r.data.get("versions")
+    if not isinstance(versions_raw, dict) or not versions_raw:
+        raise r.error("expected a mapping of version -> {ref, commit, archs, ...}", "versions")
+    versions: dict[str, RecipeVersion] = {}
+    for key, entry in versions_raw.items():
+        key = str(key)
+        if not safety.VERSION_LABEL.fullmatch(key):
+            raise r.error(f"bad version label {key!r}", "versions")
+        v = _Reader(shown, entry, f"versions.{key}")
+        emits = _emits(v)
+        min_by_arch = {}
+        for cc, ver in (v.data.get("min_cuda_by_arch") or {}).items():
+            try:
+                min_by_arch[str(cc)] = Version(str(ver))
+            except InvalidVersion:
+                raise v.error(f"{ver!r} is not a CUDA version", f"min_cuda_by_arch.{cc}") from None
+        patches = tuple(
+            _load_patch(shown, recipe_dir, p, f"versions.{key}.patches[{i}]")
+            for i, p in enumerate(v.data.get("patches") or [])
+        )
+        archs = v.archs("archs")
+        if not archs:
+            raise v.error("list the archs this version supports", "archs")
+        versions[key] = RecipeVersion(
+            version=key,
+            ref=v.str("ref", required=url is not None, pattern=safety.GIT_REF) or "",
+            commit=v.str("commit", pattern=safety.GIT_SHA),
+            archs=archs,
+            emits=emits,
+            env=v.env("env"),
+            patches=patches,
+            min_cuda_by_arch=min_by_arch,
+            arch=_load_knob(v.sub("arch"), arch),
+            notes=v.str("notes", "") or "",
+        )
+    default_version = r.str("default_version", next(iter(versions)))
+    if default_version not in versions:
+        raise r.error(f"{default_version!r} is not one of the versions", "default_version")
+
+    try:
+        python = SpecifierSet(build.str("python", ">=3.9") or "")
+    except InvalidSpecifier:
+        raise build.error("not a version specifier like '>=3.9'", "python") from None
+    threads_env = build.str("threads_env", None, pattern=safety.ENV_NAME)
+    obsolete = []
+    for i, item in enumerate(r.data.get("obsolete_patches") or []):
+        o = _Reader(shown, item, f"obsolete_patches[{i}]")
+        obsolete.append({"name": o.str("name", required=True) or "", "reason": o.str("reason", required=True) or ""})
+
+    return Recipe(
+        name=name,
+        aliases=r.str_list("aliases", pattern=safety.RECIPE_NAME),
+        description=r.str("description", "") or "",
+        distribution=r.str("distribution", name, pattern=safety.DIST_NAME) or name,
+        homepage=r.str("homepage", url or "", pattern=safety.URL_OR_EMPTY) or "",
+        source_kind="git" if url else "local",
+        source_url=url,
+        source_path=(recipe_dir / local).resolve() if local else None,
+        submodules=source.bool("submodules", False),
+        subdir=source.str("subdir", "", pattern=safety.RELATIVE_PATH_OR_EMPTY) or "",
+        default_version=default_version,
+        versions=versions,
+        force_env=build.env("force_env"),
+        local_version_env=build.str("local_version_env", None, pattern=safety.ENV_NAME),
+        jobs_env=build.str("jobs_env", "MAX_JOBS", pattern=safety.ENV_NAME) or "MAX_JOBS",
+        threads_env=threads_env,
+        env=build.env("env"),
+        build_requires=build.str_list("requires", pattern=safety.PIP_REQUIREMENT),
+        system_requires=build.str_list("system_requires", pattern=safety.SYSTEM_PACKAGE),
+        min_cuda=build.version("min_cuda", "11.8") or Version("11.8"),
+        min_torch=build.version("min_torch"),
+        max_torch=build.version("max_torch"),
+        python=python,
+        memory_per_thread_gb=build.number("memory_per_thread_gb", 2.0),
+        default_nvcc_threads=int(build.number("default_nvcc_threads", 4)),
+        links_libcuda=build.bool("links_libcuda", False),
+        abi3=build.bool("abi3", False),
+        smoke=smoke,
+        obsolete_patches=tuple(obsolete),
+        path=shown,
+    )
+
+
+def _emits(v: _Reader) -> dict[str, str]:
+    raw = v.data.get("emits") or {}
+    if not isinstance(raw, dict):
+        raise v.error("expected a mapping of requested arch -> compiled arch", "emits")
+    out = {}
+    for want, got in raw.items():
+        try:
+            w = parse_arch_list(str(want))
+            g = parse_arch_list(str(got))
+        except ArchError as exc:
+            raise v.error(str(exc), f"emits.{want}") from None
+        if len(w) != 1 or len(g) != 1:
+            raise v.error("map one arch to one arch", f"emits.{want}")
+        out[next(iter(w)).cc] = str(next(iter(g)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The catalogue
+
+
+def builtin_recipe_dir() -> Path:
+    return Path(str(resources.files("imagegen") / "resources" / "recipes"))
+
+
+@dataclass
+class Catalogue:
+    """All recipes known to this run: the built-in ones plus the user's directories."""
+
+    recipes: dict[str, Recipe] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def add(self, recipe: Recipe) -> None:
+        # A user recipe with a built-in's name replaces it (that is how users patch a recipe).
+        self.recipes[recipe.name] = recipe
+        for alias in recipe.aliases:
+            self.aliases[alias] = recipe.name
+
+    def names(self) -> list[str]:
+        return sorted(self.recipes)
+
+    def get(self, name: str) -> Recipe:
+        key = name.strip().lower().replace("_", "-")
+        key = self.aliases.get(key, key)
+        if key in self.recipes:
+            return self.recipes[key]
+        raise RecipeError(
+            f"unknown recipe {name!r}: known recipes are {', '.join(self.names())}"
+            " (or give a path to a local project, or add a recipe directory with --recipe-dir)"
+        )
+
+
+def load_catalogue(extra_dirs: tuple[Path, ...] = ()) -> Catalogue:
+    cat = Catalogue()
+    for recipe in _builtin_recipes():
+        cat.add(recipe)
+    for d in extra_dirs:
+        if not d.is_dir():
+            raise RecipeError(f"recipe directory {d} does not exist")
+        for path in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")):
+            cat.add(load_recipe_file(path))
+    return cat
+
+
+@functools.cache
+def _builtin_recipes() -> tuple[Recipe, ...]:
+    return tuple(load_recipe_file(p) for p in sorted(builtin_recipe_dir().glob("*.yaml")))
+
+
+# --------------------------------------------------------------------------------------------
+# A local project as a recipe (seed 003: a setup.py/pyproject project with its own kernels)
+
+
+def looks_like_path(text: str) -> bool:
+    return text.startswith((".", "/", "~")) or "/" in text or Path(text).is_dir()
+
+
+def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -> Recipe:
+    """Treat a local setup.py / pyproject.toml project as a recipe.
+
+    The project is sent to the build as the named context ``source``; its arch knob is
+    TORCH_CUDA_ARCH_LIST (what torch's BuildExtension reads) unless the project passes its own
+    -gencode flags, in which case verification tells the user what really got compiled.
+    """
+    root = path.expanduser().resolve()
+    if not root.is_dir():
+        raise RecipeError(f"{path}: not a directory; give the root of a project with setup.py or pyproject.toml")
+    if not (root / "setup.py").is_file() and not (root / "pyproject.toml").is_file():
+        raise RecipeError(f"{path}: no setup.py or pyproject.toml here; is this the project root?")
+    name, version = _project_name_version(root)
+    safe_name = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "local-project"
+    if not safety.RECIPE_NAME.fullmatch(safe_name):
+        safe_name = "local-project"
+    modules = tuple(m for m in _top_level_modules(root) if safety.MODULE_NAME.fullmatch(m)) or (
+        safe_name.replace("-", "_"),
+    )
+    from imagegen.arch import known_ccs  # every cc the arch table knows; nvcc rules prune it
+
+    all_archs = parse_arch_list(list(known_ccs()))
+    knob = ArchKnob(env="TORCH_CUDA_ARCH_LIST", style="torch", ptx="honoured")
+    rv = RecipeVersion(
+        version=version, ref="", commit=None, archs=all_archs, emits={}, env={}, patches=(),
+        min_cuda_by_arch={}, arch=knob, notes="local source tree",
+    )
+    return Recipe(
+        name=safe_name, aliases=(), description=f"local project at {root}",
+        distribution=re.sub(r"[-_.]+", "_", safe_name),
+        homepage="", source_kind="local", source_url=None, source_path=root, submodules=False,
+        subdir="", default_version=version, versions={version: rv}, force_env={},
+        local_version_env=None, jobs_env="MAX_JOBS", threads_env=None, env={},
+        build_requires=("setuptools", "wheel", "ninja", "packaging"), system_requires=(),
+        min_cuda=Version("11.8"), min_torch=None, max_torch=None, python=SpecifierSet(">=3.9"),
+        memory_per_thread_gb=2.0, default_nvcc_threads=4, links_libcuda=False, abi3=False,
+        smoke=SmokeTest(imports=modules), obsolete_patches=(), path=str(root),
+    )
+
+
+def _project_name_version(root: Path) -> tuple[str, str]:
+    from imagegen.config import read_toml  # local import keeps tomllib optional here
+
+    name, version = root.name, "0.0.0"
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            project = read_toml(pyproject).get("project", {})
+        except ImagegenError:
+            project = {}
+        name = str(project.get("name") or name)
+        version = str(project.get("version") or version)
+    setup = root / "setup.py"
+    if setup.is_file():
+        text = setup.read_text(encoding="utf-8", errors="replace")
+        m = re.search(r"""name\s*=\s*["']([A-Za-z0-9_.\-]+)["']""", text)
+        if m and name == root.name:
+            name = m.group(1)
+        m = re.search(r"""version\s*=\s*["']([0-9][A-Za-z0-9_.+\-]*)["']""", text)
+        if m and version == "0.0.0":
+            version = m.group(1)
+    try:
+        version = str(Version(version))
+    except InvalidVersion:
+        version = "0.0.0"
+    return name, version
+
+
+def _top_level_modules(root: Path) -> list[str]:
+    found = []
+    for base in (root, root / "src"):
+        if not base.is_dir():
+            continue
+        for child in sorted(base.iterdir()):
+            if child.is_dir() and (child / "__init__.py").is_file() and child.name not in ("tests", "test"):
+                found.append(child.name)
+    return found

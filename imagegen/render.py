@@ -1,0 +1,229 @@
+"""Render: turn one validated cell into a builder Dockerfile (Jinja2 templates in the package).
+
+Every value the template places in an instruction passes a filter that either proves it safe or
+raises: ``dq`` (a double-quoted LABEL value), ``token`` (a bare word such as an image path or an
+arch list) and ``comment`` (text after ``#``: newlines and control characters are flattened, so a
+comment can never end early and start an instruction). Recipe data that the build needs travels as
+one line of JSON in a quoted heredoc, which Docker does not expand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from imagegen import __version__, safety
+from imagegen.errors import UnsafeValueError
+from imagegen.plan import Cell
+
+VENV = "/opt/imagegen/venv"
+SRC_DIR = "/imagegen/src"
+PYPI_CUDA_HOME = "/opt/imagegen/cuda"
+
+_TOKEN = re.compile(r"[A-Za-z0-9_.+:/@;=,%-]{1,400}")
+_UNSAFE_IN_QUOTES = re.compile(r'["\\$`\x00-\x1f\x7f]')
+
+
+def _dq(value: object) -> str:
+    text = str(value)
+    if _UNSAFE_IN_QUOTES.search(text) or len(text) > 1000:
+        raise UnsafeValueError(f"value {text[:60]!r} cannot be placed in the Dockerfile (quotes, $, ` or control characters)")
+    return f'"{text}"'
+
+
+def _token(value: object) -> str:
+    text = str(value)
+    if not _TOKEN.fullmatch(text):
+        raise UnsafeValueError(f"value {text[:60]!r} cannot be placed in the Dockerfile as a bare word")
+    return text
+
+
+def _comment(value: object) -> str:
+    # Flatten whitespace and drop control characters: the text stays on this comment line.
+    text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]+", " ", str(value))
+    return " ".join(text.split())
+
+
+class _Raw(str):
+    """Heredoc bodies: emitted verbatim (everything else is flattened by the finalize hook)."""
+
+
+def _finalize(value: object) -> str:
+    return str(value) if isinstance(value, _Raw) else _comment(value)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("imagegen", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+        finalize=_finalize,  # any {{ }} without an explicit filter is flattened to one line
+    )
+    env.filters["dq"] = _dq
+    env.filters["token"] = _token
+    env.filters["comment"] = _comment
+    return env
+
+
+def builder_script() -> str:
+    return (resources.files("imagegen") / "resources" / "builder" / "imagegen_build.py").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    cell: Cell
+    dockerfile: str
+    cell_json: dict
+    inputs_hash: str
+
+
+def cell_document(cell: Cell) -> dict:
+    """What the in-image build script needs to know, arch excluded (it comes from the ARG)."""
+    recipe, version = cell.recipe, cell.version
+    base = cell.base
+    assert base is not None
+    toolkit: dict = {"kind": base.toolkit}
+    if base.toolkit == "pypi":
+        toolkit.update(version=cell.cuda.pypi_toolkit, extras=list(cell.cuda.pypi_extras), home=PYPI_CUDA_HOME)
+    source = {
+        "kind": recipe.source_kind,
+        "url": recipe.source_url,
+        "ref": version.pinned_ref,
+        "commit": version.commit,
+        "submodules": recipe.submodules,
+        "subdir": recipe.subdir,
+    }
+    env = dict(recipe.env)
+    env.update(version.env)
+    return {
+        "schema": 1,
+        "recipe": recipe.name,
+        "distribution": recipe.distribution,
+        "version": version.version,
+        "source": source,
+        "src_dir": SRC_DIR,
+        "patches": [{"name": p.name, "reason": p.reason, "text": p.text} for p in version.patches],
+        "base_python": base.python,
+        "venv": VENV,
+        "torch": {
+            "version": cell.torch_version,
+            "cuda": cell.cuda.name,
+            "cuda_dotted": cell.cuda.dotted,
+            "index_url": cell.torch_index_url,
+        },
+        "toolkit": toolkit,
+        "cuda_home": PYPI_CUDA_HOME if base.toolkit == "pypi" else None,
+        "build_requires": list(recipe.build_requires),
+        "env": env,
+        "force_env": dict(recipe.force_env),
+        "knob": {
+            "env": version.arch.env,
+            "style": version.arch.style,
+            "keep_variant": version.arch.keep_variant,
+        },
+        "default_archs": str(cell.archs),
+        "jobs_env": recipe.jobs_env,
+        "threads_env": recipe.threads_env,
+        "default_nvcc_threads": recipe.default_nvcc_threads,
+        "memory_per_thread_gb": recipe.memory_per_thread_gb,
+        "local_version_env": recipe.local_version_env,
+        "local_version": cell.local_version,
+        "log_dir": "/imagegen/logs",
+        "smoke_imports": list(recipe.smoke.imports),
+    }
+
+
+def inputs_hash(cell: Cell, doc: dict) -> str:
+    """A digest of everything that decides the wheel: the cell document, archs and base image."""
+    assert cell.base is not None
+    payload = json.dumps({"cell": doc, "archs": str(cell.archs), "base": cell.base.ref,
+                          "script": hashlib.sha256(builder_script().encode()).hexdigest()}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _packages(cell: Cell) -> tuple[list[str], list[str]]:
+    base = cell.base
+    assert base is not None
+    extra = list(cell.recipe.system_requires)
+    py = cell.python
+    apt = ["ca-certificates", "git", "g++", "make"]
+    if base.flavor.name in ("runpod", "cuda"):
+        apt += [f"python{py}-venv", f"python{py}-dev"]
+        if base.deadsnakes:
+            apt += [f"python{py}"]
+    dnf = ["git"]
+    for pkg in extra:
+        safety.check(pkg, safety.SYSTEM_PACKAGE, "system package")
+    return sorted(set(apt + extra)), sorted(set(dnf + extra))
+
+
+def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
+    if not cell.buildable or cell.base is None:
+        raise UnsafeValueError("internal: render_dockerfile needs a buildable cell")
+    base = cell.base
+    safety.check(base.ref, safety.IMAGE_REF, "base image")
+    safety.check(base.python, safety.IMAGE_PATH, "Python path")
+    doc = cell_document(cell)
+    cell_json = json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+    if "\n" in cell_json or "\r" in cell_json:
+        raise UnsafeValueError("internal: the cell document must be one line")
+    script = builder_script().rstrip("\n")
+    digest = inputs_hash(cell, doc)
+    apt, dnf = _packages(cell)
+    recipe = cell.recipe
+    if recipe.source_kind == "git":
+        source_desc = f"{recipe.source_url} @ {cell.version.ref} ({cell.version.pinned_ref})"
+    else:
+        source_desc = f"local tree {recipe.source_path} (named build context `source`)"
+    image_name = f"imagegen-{recipe.name}:{cell.version.version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}"
+    image_name = image_name.replace("+", "_")
+    text = _environment().get_template("Dockerfile.j2").render(
+        imagegen_version=__version__,
+        command=command or f"imagegen render {recipe.name}",
+        cell=cell,
+        recipe=recipe,
+        version=cell.version,
+        base=base,
+        flavor=base.flavor,
+        archs=str(cell.archs),
+        source_desc=source_desc,
+        local_source=shlex.quote(str(recipe.source_path)) if recipe.source_kind == "local" else "",
+        image_name=image_name,
+        inputs_hash=digest,
+        cuda_home=PYPI_CUDA_HOME if base.toolkit == "pypi" else None,
+        stubs=recipe.links_libcuda and not base.flavor.stubs_in_library_path and base.toolkit == "image",
+        apt_packages=[_token(p) for p in apt],
+        dnf_packages=[_token(p) for p in dnf],
+        script_delimiter=safety.heredoc_delimiter(script, "IMAGEGEN_BUILD_PY"),
+        builder_script=_Raw(script),
+        cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
+        cell_json=_Raw(cell_json),
+    )
+    return Rendered(cell=cell, dockerfile=text, cell_json=doc, inputs_hash=digest)
+
+
+def write_output(text: str, out: str | None) -> None:
+    """Write to a file atomically, or to stdout when ``out`` is None or '-'."""
+    import os
+    import sys
+    import tempfile
+
+    if out in (None, "-"):
+        sys.stdout.write(text)
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""imagegen's in-builder script: one recipe's steps, run inside a builder image or on a host.
+
+This file is copied verbatim into every rendered Dockerfile (and run directly by native builds),
+so it uses the standard library only and runs on Python 3.8+. It reads what to build from a JSON
+cell file written by imagegen; recipe values therefore never pass through a shell.
+
+Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
+  deps    create the venv, install the exact torch asked for and the build requirements
+          (and the CUDA toolkit from PyPI for the `pypi` flavor); assert torch is the one asked for
+  fetch   check out the pinned source (git) and apply the recipe's patches
+  build   derive the package's arch knob from TORCH_CUDA_ARCH_LIST / MAX_JOBS / NVCC_THREADS, build
+          the wheel with --no-build-isolation, retag it with the local version, move it atomically
+          into --out, keep the log
+  smoke   import the recipe's modules (the wheel must be installed)
+"""
+
+import argparse
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+SECRETS = "/run/secrets"
+# Secret id -> environment variables that point at it. The CA bundle (corporate proxies) and index
+# credentials come in as BuildKit secrets: mounted for one RUN, never in a layer or the history.
+CA_VARS = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
+
+
+def log(msg):
+    print("[imagegen] " + msg, flush=True)
+
+
+def fail(msg, code=1):
+    print("[imagegen] error: " + msg, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def load_cell(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def secret_env(env):
+    """Point pip/git/requests at the secrets mounted for this step, if any."""
+    env = dict(env)
+    ca = os.path.join(SECRETS, "pip_cert")
+    if os.path.isfile(ca) and os.path.getsize(ca) > 0:
+        for var in CA_VARS:
+            env[var] = ca
+    for sid, var in (("pip_index_url", "PIP_INDEX_URL"), ("pip_extra_index_url", "PIP_EXTRA_INDEX_URL")):
+        p = os.path.join(SECRETS, sid)
+        if os.path.isfile(p):
+            with open(p, encoding="utf-8") as fh:
+                env[var] = fh.read().strip()
+    netrc = os.path.join(SECRETS, "netrc")
+    if os.path.isfile(netrc):
+        env["NETRC"] = netrc
+    return env
+
+
+def run(cmd, env=None, cwd=None, log_file=None):
+    log("$ " + " ".join(cmd))
+    if log_file is None:
+        rc = subprocess.call(cmd, env=env, cwd=cwd)
+    else:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for line in proc.stdout:
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+            log_file.write(line)
+        rc = proc.wait()
+    if rc != 0:
+        fail("command failed with exit code %d: %s" % (rc, " ".join(cmd)), rc)
+
+
+# ------------------------------------------------------------------------------------------------
+# deps
+
+
+def venv_python(cell):
+    return os.path.join(cell["venv"], "bin", "python")
+
+
+def cmd_deps(cell, args):
+    env = secret_env(os.environ)
+    venv = cell["venv"]
+    if not os.path.exists(venv_python(cell)):
+        run([cell["base_python"], "-m", "venv", venv], env=env)
+    py = venv_python(cell)
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
+    run(pip + ["--upgrade", "pip"], env=env)
+    torch = cell["torch"]
+    spec = ["torch==" + torch["version"]]
+    if torch.get("index_url"):
+        spec += ["--index-url", torch["index_url"]]
+    run(pip + spec, env=env)
+    if cell.get("build_requires"):
+        run(pip + list(cell["build_requires"]), env=env)
+    tk = cell.get("toolkit") or {}
+    if tk.get("kind") == "pypi":
+        extras = ",".join(tk["extras"])
+        run(pip + ["cuda-toolkit[%s]==%s" % (extras, tk["version"])], env=env)
+        assemble_cuda_home(py, tk["home"])
+    check_torch(cell, py)
+
+
+def assemble_cuda_home(py, home):
+    """Merge the nvidia/* PyPI wheel trees into one CUDA_HOME (bin, include, lib, lib64, nvvm)."""
+    out = subprocess.check_output([py, "-c", "import nvidia; print(list(nvidia.__path__)[0])"])
+    root = out.decode().strip()
+    os.makedirs(home, exist_ok=True)
+    for name in sorted(os.listdir(root)):
+        part = os.path.join(root, name)
+        if not os.path.isdir(part) or not os.path.isdir(os.path.join(part, "include")) and not os.path.isdir(os.path.join(part, "bin")):
+            continue
+        for sub in ("bin", "include", "lib", "nvvm"):
+            src = os.path.join(part, sub)
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(home, sub), symlinks=True, dirs_exist_ok=True)
+    lib = os.path.join(home, "lib")
+    os.makedirs(lib, exist_ok=True)
+    # The wheels ship only versioned libraries; the linker wants the plain names.
+    for f in sorted(os.listdir(lib)):
+        m = re.match(r"(lib[\w+-]+\.so)\.\d+$", f)
+        if m and not os.path.exists(os.path.join(lib, m.group(1))):
+            os.symlink(f, os.path.join(lib, m.group(1)))
+    if not os.path.exists(os.path.join(home, "lib64")):
+        os.symlink("lib", os.path.join(home, "lib64"))
+    nvcc = os.path.join(home, "bin", "nvcc")
+    if not os.path.exists(nvcc):
+        fail("the PyPI CUDA toolkit has no nvcc at %s" % nvcc)
+    run([nvcc, "--version"])
+
+
+def check_torch(cell, py):
+    """Fail unless the venv's torch is exactly the release and CUDA variant the cell asked for."""
+    want = cell["torch"]
+    code = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
+    got_version, got_cuda = json.loads(subprocess.check_output([py, "-c", code]).decode().strip().splitlines()[-1])
+    base = got_version.split("+")[0]
+    if base != want["version"] or (got_cuda or "") != want["cuda_dotted"]:
+        fail("torch %s (CUDA %s) is installed, but the cell asks for torch %s with CUDA %s: check the torch index URL"
+             % (got_version, got_cuda, want["version"], want["cuda_dotted"]))
+    log("torch %s (CUDA %s) as asked" % (got_version, got_cuda))
+
+
+# ------------------------------------------------------------------------------------------------
+# fetch
+
+
+def cmd_fetch(cell, args):
+    env = secret_env(os.environ)
+    src = cell["source"]
+    dest = cell["src_dir"]
+    if src["kind"] == "git":
+        if os.path.isdir(os.path.join(dest, ".git")):
+            log("source already present at %s" % dest)
+        else:
+            os.makedirs(dest, exist_ok=True)
+            run(["git", "init", "-q", dest], env=env)
+            run(["git", "-C", dest, "remote", "add", "origin", src["url"]], env=env)
+            run(["git", "-C", dest, "fetch", "--depth", "1", "origin", src["ref"]], env=env)
+            run(["git", "-C", dest, "checkout", "-q", "FETCH_HEAD"], env=env)
+            head = subprocess.check_output(["git", "-C", dest, "rev-parse", "HEAD"]).decode().strip()
+            if src.get("commit") and not head.startswith(src["commit"]):
+                fail("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], head, src["commit"]))
+            if src.get("submodules"):
+                run(["git", "-C", dest, "submodule", "update", "--init", "--recursive", "--depth", "1"], env=env)
+    elif not os.path.isdir(dest):
+        fail("local source expected at %s" % dest)
+    for patch in cell.get("patches", []):
+        log("applying patch %s: %s" % (patch["name"], patch.get("reason", "")))
+        proc = subprocess.run(["git", "apply", "--verbose", "-"], input=patch["text"].encode(), cwd=dest)
+        if proc.returncode != 0:
+            fail("patch %s does not apply to this source" % patch["name"])
+
+
+# ------------------------------------------------------------------------------------------------
+# arch knob
+
+_ENTRY = re.compile(r"(?:compute_(\d+)(\d)([af]?))|(?:(\d+)\.(\d)([af]?)(\+PTX)?)")
+
+
+def parse_archs(text):
+    """Parse imagegen's canonical arch list (8.0;9.0a;12.0+PTX;compute_120;10.0f) into tuples
+    (major, minor, variant, sass, ptx). imagegen writes this form; anything else is refused."""
+    out = []
+    for tok in re.split(r"[;\s,]+", text.strip()):
+        if not tok:
+            continue
+        m = _ENTRY.fullmatch(tok)
+        if not m:
+            fail("TORCH_CUDA_ARCH_LIST entry %r is not in imagegen's form (8.0, 9.0a, 12.0+PTX, compute_120)" % tok, 2)
+        if m.group(1):
+            out.append((int(m.group(1)), int(m.group(2)), m.group(3), False, True))
+        else:
+            out.append((int(m.group(4)), int(m.group(5)), m.group(6), True, bool(m.group(7))))
+    if not out:
+        fail("TORCH_CUDA_ARCH_LIST is empty: set the GPU archs to build for (no GPU is visible in a build)", 2)
+    return out
+
+
+def format_archs(archs, style, keep_variant=False):
+    """The same formats as imagegen.arch's formatters (tests keep the two in agreement)."""
+    def num(a, variant=True):
+        return "%d%d%s" % (a[0], a[1], a[2] if variant else "")
+
+    if style == "torch":
+        parts = []
+        for a in archs:
+            if not a[3]:
+                fail("a PTX-only target (compute_%s) cannot be written as TORCH_CUDA_ARCH_LIST" % num(a), 2)
+            parts.append("%d.%d%s%s" % (a[0], a[1], a[2], "+PTX" if a[4] else ""))
+        return ";".join(parts)
+    if style == "numeric":
+        return ";".join(dict.fromkeys(num(a, keep_variant) for a in archs))
+    if style == "dotted":
+        return ";".join(dict.fromkeys("%d.%d" % (a[0], a[1]) for a in archs))
+    if style == "cmake":
+        parts = []
+        for a in archs:
+            if a[3]:
+                parts.append(num(a) + "-real")
+            if a[4]:
+                parts.append(num(a) + "-virtual")
+        return ";".join(parts)
+    if style == "gencode":
+        parts = []
+        for a in archs:
+            if a[3]:
+                parts.append("-gencode=arch=compute_%s,code=sm_%s" % (num(a), num(a)))
+            if a[4]:
+                parts.append("-gencode=arch=compute_%s,code=compute_%s" % (num(a), num(a)))
+        return " ".join(parts)
+    fail("unknown arch style %r" % style, 2)
+
+
+def auto_jobs(cell, threads):
+    """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads of
+    `memory_per_thread_gb` each, and one job per core at most."""
+    cpus = os.cpu_count() or 1
+    avail_kb = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail_kb = int(line.split()[1])
+    except OSError:
+        pass
+    if avail_kb is None:
+        return max(1, cpus // 2)
+    per_job = max(0.5, float(cell["memory_per_thread_gb"]) * threads)
+    return max(1, min(cpus, int((avail_kb / 1024 / 1024) // per_job)))
+
+
+def build_env(cell):
+    env = dict(os.environ)
+    env.update(cell.get("env", {}))
+    env.update(cell.get("force_env", {}))
+    knob = cell["knob"]
+    archs = parse_archs(env.get("TORCH_CUDA_ARCH_LIST") or cell["default_archs"])
+    if knob["style"] != "fixed":
+        value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
+        env[knob["env"]] = value
+        log("%s=%s (from TORCH_CUDA_ARCH_LIST=%s)" % (knob["env"], value, env.get("TORCH_CUDA_ARCH_LIST", cell["default_archs"])))
+    threads = int(env.get("NVCC_THREADS") or cell["default_nvcc_threads"])
+    if cell.get("threads_env"):
+        env[cell["threads_env"]] = str(threads)
+    jobs = env.get("MAX_JOBS") or ""
+    jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads)
+    env[cell.get("jobs_env") or "MAX_JOBS"] = str(jobs)
+    env["MAX_JOBS"] = str(jobs)
+    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (jobs, threads, jobs * threads * float(cell["memory_per_thread_gb"])))
+    if cell.get("local_version_env"):
+        env[cell["local_version_env"]] = cell["local_version"]
+    if cell.get("cuda_home"):
+        env["CUDA_HOME"] = cell["cuda_home"]
+        env["PATH"] = os.path.join(cell["cuda_home"], "bin") + os.pathsep + env.get("PATH", "")
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# build
+
+
+def cmd_build(cell, args):
+    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    env = secret_env(build_env(cell))
+    check_torch(cell, py)
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(cell["log_dir"], exist_ok=True)
+    log_path = os.path.join(cell["log_dir"], "build.log")
+    work = tempfile.mkdtemp(prefix="imagegen-work-")
+    src = os.path.join(work, "src")
+    # Build from a copy: the pinned tree stays pristine, so a rebuild with other archs starts clean.
+    shutil.copytree(cell["src_dir"], src, symlinks=True)
+    tree = os.path.join(src, cell["source"].get("subdir") or "")
+    dist = os.path.join(work, "dist")
+    started = time.time()
+    with open(log_path, "wb") as lf:
+        run([py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", dist, tree],
+            env=env, log_file=lf)
+    wheels = [f for f in os.listdir(dist) if f.endswith(".whl")]
+    if len(wheels) != 1:
+        fail("expected one wheel, the build produced %r" % wheels)
+    check_torch(cell, py)  # the build must not have swapped torch
+    final = retag(os.path.join(dist, wheels[0]), cell["local_version"], work)
+    dest = os.path.join(out, os.path.basename(final))
+    # Copy beside the destination under a hidden name, then rename: readers never see half a wheel.
+    tmp = os.path.join(out, ".%s.partial" % os.path.basename(final))
+    shutil.copyfile(final, tmp)
+    os.replace(tmp, dest)
+    shutil.rmtree(work, ignore_errors=True)
+    log("built %s in %.0f s (log: %s)" % (dest, time.time() - started, log_path))
+
+
+def _wheel_name_parts(name):
+    stem = name[:-4]
+    parts = stem.split("-")
+    if len(parts) == 6:  # with a build tag
+        dist, version, build, py, abi, plat = parts
+        return dist, version, "-".join([build, py, abi, plat])
+    dist, version, py, abi, plat = parts
+    return dist, version, "-".join([py, abi, plat])
+
+
+def retag(path, label, work):
+    """Give the wheel the PEP 440 local version ``label`` (2.2.0 -> 2.2.0+cu128torch2.8).
+
+    The version lives in the file name, the .dist-info directory name, METADATA and RECORD; all
+    four must agree or pip refuses the wheel. A wheel whose build already set a local version
+    (through the package's own knob) is left as it is."""
+    name = os.path.basename(path)
+    dist, version, tags = _wheel_name_parts(name)
+    if "+" in version:
+        return path
+    new_version = version + "+" + label
+    old_info, new_info = "%s-%s.dist-info" % (dist, version), "%s-%s.dist-info" % (dist, new_version)
+    new_path = os.path.join(work, "%s-%s-%s.whl" % (dist, new_version, tags))
+    records = []
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(new_path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            fname = info.filename
+            if fname.startswith(old_info + "/"):
+                fname = new_info + fname[len(old_info):]
+            if fname == new_info + "/RECORD":
+                continue
+            if fname == new_info + "/METADATA":
+                data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new_version.encode(), data, count=1)
+            zi = zipfile.ZipInfo(fname, date_time=info.date_time)
+            zi.external_attr = info.external_attr
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(zi, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            records.append((fname, "sha256=" + digest, str(len(data))))
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerows(records)
+        writer.writerow((new_info + "/RECORD", "", ""))
+        zout.writestr(new_info + "/RECORD", buf.getvalue())
+    log("retagged %s -> %s" % (name, os.path.basename(new_path)))
+    return new_path
+
+
+# ------------------------------------------------------------------------------------------------
+# smoke
+
+
+def cmd_smoke(cell, args):
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n    print('import ' + m + ': ok')\n"
+    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    run([py, "-c", code] + list(cell["smoke_imports"]))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="imagegen_build.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cell", default=os.environ.get("IMAGEGEN_CELL", "/imagegen/cell.json"))
+    sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser("deps")
+    sub.add_parser("fetch")
+    b = sub.add_parser("build")
+    b.add_argument("--out", default="/out")
+    sub.add_parser("smoke")
+    args = parser.parse_args(argv)
+    cell = load_cell(args.cell)
+    {"deps": cmd_deps, "fetch": cmd_fetch, "build": cmd_build, "smoke": cmd_smoke}[args.step](cell, args)
+
+
+if __name__ == "__main__":
+    main()
