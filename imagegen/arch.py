@@ -401,20 +401,22 @@ def _split_tokens(text: str) -> list[str]:
                 raise ArchError(f"unknown GPU architecture {_quote(word)}: {_FORMS_HINT}")
         i = 0
         while i < len(words):
-            # Join only when the first word means nothing alone ("RTX"), so that "50 90"
-            # stays 5.0;9.0 and does not become an RTX 5090.
-            start_alone = _is_token(words[i])
-            for n in range(min(_MAX_GPU_WORDS, len(words) - i), 1, -1):
-                if start_alone:
-                    break
-                if _normalise_gpu("".join(words[i : i + n])) in data.gpus:
-                    tokens.append(" ".join(words[i : i + n]))
-                    i += n
-                    break
-            else:
-                tokens.append(words[i])
-                i += 1
+            n = _gpu_words_at(words, i, data.gpus)
+            tokens.append(" ".join(words[i : i + n]))
+            i += n
     return tokens
+
+
+def _gpu_words_at(words: list[str], i: int, gpus: Mapping[str, CudaArch]) -> int:
+    """How many words from ``words[i]`` form one token: >1 only for a spaced product name."""
+    # Join only when the first word means nothing alone ("RTX"), so that "50 90" stays
+    # 5.0;9.0 and does not become an RTX 5090.
+    if _is_token(words[i]):
+        return 1
+    for n in range(min(_MAX_GPU_WORDS, len(words) - i), 1, -1):
+        if _normalise_gpu("".join(words[i : i + n])) in gpus:
+            return n
+    return 1
 
 
 def _is_token(word: str) -> bool:

@@ -116,7 +116,11 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     recipe, version = _resolve(cat, args.recipe, args.source, args.recipe_version)
     archs = parse_arch_list(args.arch or config.matrix.arch or defaults()["matrix"]["arch"])
     flavor = args.flavor or config.flavor or defaults()["flavor"]
-    cell = choose_cell(recipe, version, archs, torch=args.torch, cuda=args.cuda, python=args.python,
+    m = config.matrix
+    # A config matrix narrows render's choice; its last entry (the newest listed) wins.
+    cell = choose_cell(recipe, version, archs, torch=args.torch or (m.torch[-1] if m.torch else None),
+                       cuda=args.cuda or (m.cuda[-1] if m.cuda else None),
+                       python=args.python or (m.python[-1] if m.python else None),
                        flavor=flavor, base_image=args.base_image or config.base_image,
                        torch_index_override=config.torch_index_url)
     rendered = render_dockerfile(cell, command=_command_line(argv))

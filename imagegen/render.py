@@ -131,7 +131,6 @@ def cell_document(cell: Cell) -> dict:
             "style": version.arch.style,
             "keep_variant": version.arch.keep_variant,
         },
-        "default_archs": str(cell.archs),
         "jobs_env": recipe.jobs_env,
         "threads_env": recipe.threads_env,
         "default_nvcc_threads": recipe.default_nvcc_threads,

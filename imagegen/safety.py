@@ -42,13 +42,21 @@ IMAGE_REF = re.compile(
 IMAGE_PATH = re.compile(r"/[A-Za-z0-9._/-]{1,200}|python3(\.[0-9]{1,2})?|python")
 
 
+HINTS = {
+    IMAGE_REF.pattern: "an image reference like registry:5000/name:tag or name@sha256:<digest>",
+    URL.pattern: "an http(s) URL without quotes, spaces or $",
+    IMAGE_PATH.pattern: "an absolute path of letters, digits, '.', '_', '-' and '/'",
+}
+
+
 def check(value: str, pattern: re.Pattern[str], what: str) -> str:
     """Return ``value`` if it fully matches ``pattern``; otherwise raise a one-line error."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
         shown = repr(value)
         if len(shown) > 80:
             shown = shown[:77] + "..."
-        raise UnsafeValueError(f"{what} {shown} is not allowed (it must match {pattern.pattern})")
+        hint = HINTS.get(pattern.pattern, f"it must match {pattern.pattern}")
+        raise UnsafeValueError(f"{what} {shown} is not allowed: use {hint}")
     return value
 
 

@@ -268,11 +268,11 @@ def build_env(cell):
     env.update(cell.get("env", {}))
     env.update(cell.get("force_env", {}))
     knob = cell["knob"]
-    archs = parse_archs(env.get("TORCH_CUDA_ARCH_LIST") or cell["default_archs"])
+    archs = parse_archs(env.get("TORCH_CUDA_ARCH_LIST") or "")
     if knob["style"] != "fixed":
         value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
         env[knob["env"]] = value
-        log("%s=%s (from TORCH_CUDA_ARCH_LIST=%s)" % (knob["env"], value, env.get("TORCH_CUDA_ARCH_LIST", cell["default_archs"])))
+        log("%s=%s (from TORCH_CUDA_ARCH_LIST=%s)" % (knob["env"], value, env["TORCH_CUDA_ARCH_LIST"]))
     threads = int(env.get("NVCC_THREADS") or cell["default_nvcc_threads"])
     if cell.get("threads_env"):
         env[cell["threads_env"]] = str(threads)

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Build a minimal Debian bookworm base image without any container registry:
+#   debootstrap --variant=minbase bookworm <tmpdir> <this machine's Debian mirror>
+#   tar -C <tmpdir> -c . | docker import - NAME:TAG
+# The image has what is needed to `python3 -m venv`, pip-install torch and compile a torch
+# C++/CUDA extension (python3, python3-venv, python3-dev, ca-certificates, git, g++, make).
+# Usage: bash scripts/make-base-image.sh [NAME:TAG]   (default imagegen-test/python:3.11-bookworm)
+# Skips the work if the image already exists. Needs root and a running engine
+# (scripts/install-engine.sh). The mirror is read from /etc/apt/sources.list.d/debian.sources.
+set -euo pipefail
+exec </dev/null
+
+IMAGE=${1:-imagegen-test/python:3.11-bookworm}
+SUITE=bookworm
+PACKAGES=python3,python3-venv,python3-dev,ca-certificates,git,g++,make
+SOURCES=/etc/apt/sources.list.d/debian.sources
+START=$SECONDS
+export DEBIAN_FRONTEND=noninteractive
+
+STEP_LOG=""
+die() {
+    if [ -n "$STEP_LOG" ] && [ -s "$STEP_LOG" ]; then
+        echo "--- tail of $STEP_LOG ---" >&2
+        tail -n 20 "$STEP_LOG" >&2
+    fi
+    echo "make-base-image: FAILED: $*" >&2
+    exit 1
+}
+say() { echo "make-base-image: $*"; }
+
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+    say "$IMAGE already exists"
+    exit 0
+fi
+docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/install-engine.sh first)"
+[ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap)"
+
+# Same parsing as install-engine.sh: the stanza whose Suites holds $SUITE, else the first URIs line.
+mirror_uri() {
+    local uri=""
+    if [ -r "$SOURCES" ]; then
+        uri=$(awk -v c="$SUITE" 'BEGIN { RS = ""; FS = "\n" }
+            { u = ""; s = 0
+              for (i = 1; i <= NF; i++) {
+                  if ($i ~ /^URIs:/) { split($i, a, /[ \t]+/); u = a[2] }
+                  if ($i ~ /^Suites:/) { n = split($i, b, /[ \t]+/); for (j = 2; j <= n; j++) if (b[j] == c) s = 1 }
+              }
+              if (u != "" && s) { print u; exit } }' "$SOURCES")
+        [ -n "$uri" ] || uri=$(awk '/^URIs:/ { print $2; exit }' "$SOURCES")
+    fi
+    if [ -z "$uri" ] && [ -r /etc/apt/sources.list ]; then
+        uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; exit } }' /etc/apt/sources.list)
+    fi
+    [ -n "$uri" ] || return 1
+    echo "$uri"
+}
+MIRROR=$(mirror_uri) || die "no Debian mirror URI found in $SOURCES"
+
+TMP=$(mktemp -d /var/tmp/imagegen-base.XXXXXX)
+STEP_LOG=$TMP.log
+cleanup() {
+    # debootstrap mounts proc/sys inside the target; never rm -rf through a mount point.
+    local m
+    for m in $(awk -v t="$TMP/" 'index($2, t) == 1 { print $2 }' /proc/mounts | sort -r); do
+        umount -l "$m" 2>/dev/null || true
+    done
+    rm -rf --one-file-system "$TMP" "$TMP.log"
+}
+trap cleanup EXIT
+
+if ! command -v debootstrap >/dev/null; then
+    say "installing debootstrap"
+    apt-get install -y -q --no-install-recommends debootstrap >"$STEP_LOG" 2>&1 \
+        || { apt-get update -q >"$STEP_LOG" 2>&1 && apt-get install -y -q --no-install-recommends debootstrap >"$STEP_LOG" 2>&1; } \
+        || die "apt-get install debootstrap failed"
+fi
+
+say "debootstrap $SUITE from $MIRROR"
+t0=$SECONDS
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$TMP/rootfs" "$MIRROR" >"$STEP_LOG" 2>&1 \
+    || die "debootstrap failed (see above)"
+R=$TMP/rootfs
+# Slim the tree: downloaded .debs and apt lists are not needed in the image (containers run
+# apt-get update themselves); device nodes come from the runtime.
+rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/* "$R"/dev/* "$R"/var/log/*.log \
+       "$R"/var/log/apt/* "$R"/debootstrap 2>/dev/null || true
+say "debootstrap done in $((SECONDS - t0))s ($(du -sh --one-file-system "$R" | cut -f1))"
+
+t0=$SECONDS
+tar --numeric-owner -C "$R" -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["/bin/bash"]' \
+    --message "imagegen base: debootstrap --variant=minbase $SUITE + $PACKAGES" \
+    - "$IMAGE" >/dev/null || die "docker import failed"
+say "imported $IMAGE in $((SECONDS - t0))s; total $((SECONDS - START))s"
+docker image ls --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' "$IMAGE"
