@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from importlib.resources import files
 from typing import Any, Callable
 
-import yaml
+from imagegen import yamlio
 from packaging.version import InvalidVersion, Version
 
 from imagegen.errors import ArchError, UsageError
@@ -230,8 +230,8 @@ class _ArchData:
 def _data() -> _ArchData:
     resource = files("imagegen") / "resources/compat/archs.yaml"
     try:
-        raw = yaml.safe_load(resource.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        raw = yamlio.load(resource.read_text(encoding="utf-8"))
+    except (OSError, yamlio.YAMLError) as exc:
         raise ArchError(f"cannot read the packaged archs.yaml: {exc}") from exc
     try:
         return _build_data(raw)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping
 
-import yaml
+from imagegen import yamlio
 from packaging.version import InvalidVersion, Version
 
 from imagegen import safety
@@ -22,7 +22,7 @@ from imagegen.errors import CompatError, UsageError
 
 def _load(name: str) -> dict[str, Any]:
     path = resources.files("imagegen") / "resources" / "compat" / name
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return yamlio.load(path.read_text(encoding="utf-8"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Iterable, Sequence
 
-import yaml
+from imagegen import yamlio
 from packaging.version import Version
 
 from imagegen import compat
@@ -28,7 +28,7 @@ BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"
 
 @functools.cache
 def defaults() -> dict:
-    return yaml.safe_load((resources.files("imagegen") / "resources" / "defaults.yaml").read_text())
+    return yamlio.load((resources.files("imagegen") / "resources" / "defaults.yaml").read_text())
 
 
 @dataclass(frozen=True)
@@ -240,9 +240,9 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
     problems += _python_problems(recipe, series, python)
     problems += _torch_cuda_problems(series, cuda)
     problems += _nvcc_problems(archs, nvcc, cuda)
-    nvcc_failed = {f"sm_{a.number}" for a in archs if nvcc_problems(ArchList([a]), nvcc)}
-    problems += [p for p in _recipe_problems(recipe, version, series, cuda, archs, nvcc)
-                 if not any(f"for {sm};" in p for sm in nvcc_failed)]
+    # An arch nvcc cannot compile is reported once, by the nvcc rule; the recipe checks see the rest.
+    compilable = ArchList([a for a in archs if not nvcc_problems(ArchList([a]), nvcc)])
+    problems += _recipe_problems(recipe, version, series, cuda, compilable, nvcc)
     if base is not None:
         problems += _base_problems(base, cuda)
         if base.fallback:

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
+from imagegen import yamlio
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -316,8 +316,8 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
     except (OSError, UnicodeDecodeError) as exc:
         raise RecipeError(f"{shown}: cannot read: {exc.__class__.__name__}: {exc}") from None
     try:
-        data = yaml.safe_load(raw_text)
-    except yaml.YAMLError as exc:
+        data = yamlio.load(raw_text)
+    except yamlio.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "?"
         problem = getattr(exc, "problem", None) or exc.__class__.__name__
@@ -510,7 +510,12 @@ def _builtin_recipes() -> tuple[Recipe, ...]:
 
 
 def looks_like_path(text: str) -> bool:
-    return text.startswith((".", "/", "~")) or "/" in text or Path(text).is_dir()
+    if text.startswith((".", "/", "~")) or "/" in text:
+        return True
+    try:
+        return Path(text).is_dir()
+    except (OSError, ValueError):  # a NUL byte or an over-long name: not a path we can use
+        return False
 
 
 def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -> Recipe:
@@ -520,8 +525,13 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
     TORCH_CUDA_ARCH_LIST (what torch's BuildExtension reads) unless the project passes its own
     -gencode flags, in which case verification tells the user what really got compiled.
     """
-    root = path.expanduser().resolve()
-    if not root.is_dir():
+    try:
+        root = path.expanduser().resolve()
+        is_dir = root.is_dir()
+    except (OSError, ValueError, RuntimeError):
+        is_dir = False
+        root = path
+    if not is_dir:
         raise RecipeError(f"{path}: not a directory; give the root of a project with setup.py or pyproject.toml")
     if not (root / "setup.py").is_file() and not (root / "pyproject.toml").is_file():
         raise RecipeError(f"{path}: no setup.py or pyproject.toml here; is this the project root?")

@@ -152,7 +152,7 @@ TOKENS = st.sampled_from(["8.0", "9.0a", "12.0+PTX", "sm_120", "10.0f", "Hopper"
     base=st.one_of(st.none(), TOKENS, st.text(max_size=30)),
 )
 def test_fuzzed_render_never_tracebacks(recipe, arch, torch, cuda, python, flavor, base):
-    if recipe.startswith("-") or "\x00" in recipe:
+    if recipe.startswith("-"):  # argparse would read it as an option
         recipe = "x" + recipe
     argv = ["render", recipe, "--arch", arch]
     for flag, value in (("--torch", torch), ("--cuda", cuda), ("--python", python), ("--flavor", flavor),
