@@ -338,6 +338,10 @@ def _custom_base(fl: Flavor, ref: str, python: str) -> BaseImage:
                 torch_cuda = img["torch"][tv]
     elif m := _RUNPOD_OLD.fullmatch(tag):
         nvcc = Version(m.group(2))
+        # The legacy scheme names the one Python the image carries.
+        image_py = re.search(r"-py(3\.\d+)-", tag)
+        if image_py and image_py.group(1) != python:
+            raise NoBaseImage(f"{ref} carries Python {image_py.group(1)}, not {python}: use --python {image_py.group(1)}")
     elif m := (_NVIDIA.fullmatch(tag) or _MANYLINUX.fullmatch(tag) or _SAMELI.fullmatch(tag)):
         nvcc = Version(m.group(1))
     if fl.toolkit == "pypi":

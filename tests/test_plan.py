@@ -144,3 +144,14 @@ def test_abi3_recipes_build_once_per_torch_and_cuda():
                                 archs=[archs], flavor="cuda"))
     statuses = [c.status for c in plan.cells]
     assert statuses.count(BUILDABLE) == 1 and statuses.count(SKIPPED) == 1, [c.problems for c in plan.cells]
+
+
+def test_runpod_legacy_tag_scheme_from_seed_004():
+    seed = "runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04"
+    ok = cell("sage", "8.0;9.0;12.0+PTX", torch="2.8", cuda="12.8", python="3.11", base_image=seed)
+    assert ok.status == BUILDABLE and str(ok.base.nvcc) == "12.8" and ok.base.python == "/usr/bin/python3.11"
+    bad = cell("sage", "9.0", torch="2.8", cuda="12.8", python="3.12", base_image=seed)
+    assert any("carries Python 3.11, not 3.12: use --python 3.11" in p for p in bad.problems)
+    old = cell("sage", "12.0", torch="2.8", cuda="12.8", python="3.11",
+               base_image="runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04")
+    assert any("sm_120 needs CUDA >= 12.8; CUDA 12.4 (cu128) selected" in p for p in old.problems)
