@@ -70,6 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", choices=("buildable", "rejected", "skipped"), help="show only cells with this status")
     _add_common(p)
 
+    p = sub.add_parser("bake", help="write docker buildx bake definitions for a matrix", description=(
+        "Render every buildable cell of the matrix into a Dockerfile and write a bake file with one target per"
+        " cell (local output per cell, CA secret, IMAGEGEN_-prefixed overrides). Paths are relative to the"
+        " current directory, where `docker buildx bake` must run."))
+    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
+    _add_cell_args(p, many=True)
+    p.add_argument("-f", "--file", default="docker-bake.hcl", help="bake file to write: .hcl or .json (default: docker-bake.hcl)")
+    p.add_argument("--out", help="wheel output folder (default: config out, else wheelhouse)")
+    p.add_argument("--dockerfiles", default="dockerfiles", help="folder for the rendered Dockerfiles (default: dockerfiles)")
+    p.add_argument("--print", dest="show", action="store_true", help="check the file with `docker buildx bake --print` and show what buildx will run")
+    p.add_argument("--repo", action="store_true", help="regenerate this repository's committed dockerfiles/, bake/ and docker-bake.hcl")
+    _add_common(p)
+
     p = sub.add_parser("recipes", help="list the recipe catalogue", description="List every recipe with its versions, arch knob and supported archs.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_common(p)
@@ -258,7 +271,34 @@ def _try(fn) -> str:
         return f"(cannot express: {exc})"
 
 
-COMMANDS = {"render": cmd_render, "plan": cmd_plan, "recipes": cmd_recipes, "archs": cmd_archs}
+def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import bakefiles
+
+    config = _config(args)
+    cat = _catalogue(args, config)
+    if args.repo:
+        written = bakefiles.write_repo_files(Path.cwd(), cat)
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
+    plan = expand(_matrix(args, config, cat))
+    for c in plan.rejected:
+        print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    out = args.out or os.path.relpath(config.out) if (args.out or config.path) else (args.out or "wheelhouse")
+    written, printed = bakefiles.write_bake(plan, Path.cwd(), Path(args.file), out_dir=str(out),
+                                            dockerfiles_dir=args.dockerfiles, command=_command_line(argv),
+                                            check=args.show)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if args.show and printed is not None:
+        json.dump(printed, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    return 0
+
+
+COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "recipes": cmd_recipes, "archs": cmd_archs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

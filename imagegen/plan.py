@@ -55,7 +55,7 @@ class Cell:
     def name(self) -> str:
         """Bake target name: only [a-zA-Z0-9_-] (bake rejects dots)."""
         ver = "".join(c if c.isalnum() else "_" for c in self.version.version)
-        short = self.recipe.aliases[0] if self.recipe.aliases else self.recipe.name
+        short = min((self.recipe.name, *self.recipe.aliases), key=len)  # sage, fa2, bsa, natten
         return (f"{short}-{ver}-torch{self.torch.series.replace('.', '_')}-{self.cuda.name}"
                 f"-py{self.python.replace('.', '')}")
 

@@ -1,0 +1,183 @@
+"""Render a matrix into docker buildx bake definitions.
+
+One target per buildable cell, named like ``sage-2_2_0-torch2_8-cu128-py312`` (bake allows only
+``[a-zA-Z0-9_-]``), each with its own Dockerfile, its own local output folder
+(``<out>/<pkg>-<ver>/torch<X.Y>/cu<XYZ>``: bake merges outputs that share a folder), the CA-bundle
+secret, a named context for local sources, and build args that the environment can override through
+``IMAGEGEN_``-prefixed variables (an unprefixed ``MAX_JOBS`` in a CI's environment would silently
+override a bake variable of that name). Groups: one per recipe, and ``default``.
+
+The definition is emitted both as JSON (``bake/*.json``, no quoting pitfalls) and as HCL (the root
+``docker-bake.hcl`` that a plain ``docker buildx bake`` in a clone of the repo picks up). Every value
+is validated before it gets here (see imagegen.safety), and strings are written with JSON escaping,
+which is also valid HCL string syntax once ``${`` and ``%{`` are escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagegen import safety
+from imagegen.plan import Cell, Plan
+from imagegen.render import render_dockerfile
+
+# Variables users may set in the environment to override every target's build args.
+VARIABLES = {
+    "IMAGEGEN_TORCH_CUDA_ARCH_LIST": ("TORCH_CUDA_ARCH_LIST", "GPU archs for every target, e.g. 8.0;9.0+PTX"),
+    "IMAGEGEN_MAX_JOBS": ("MAX_JOBS", "parallel compile jobs per target (empty: sized from free RAM)"),
+    "IMAGEGEN_NVCC_THREADS": ("NVCC_THREADS", "nvcc --threads per job"),
+}
+CA_VARIABLE = "IMAGEGEN_PIP_CERT"
+CA_DEFAULT = "/etc/ssl/certs/ca-certificates.crt"
+CONTEXT_DIR = "bake/context"
+
+
+@dataclass
+class BakeTarget:
+    name: str
+    recipe: str
+    dockerfile: str
+    output: str
+    cell: Cell
+    contexts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class BakeDefinition:
+    targets: list[BakeTarget]
+    dockerfiles: dict[str, str]  # path relative to the root -> content
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for t in self.targets:
+            groups.setdefault(t.recipe, []).append(t.name)
+        groups["default"] = [t.name for t in self.targets]
+        return groups
+
+    def as_dict(self, *, only_recipe: str | None = None) -> dict:
+        targets = [t for t in self.targets if only_recipe is None or t.recipe == only_recipe]
+        groups = {k: v for k, v in self.groups.items() if only_recipe is None or k in (only_recipe, "default")}
+        if only_recipe is not None:
+            groups["default"] = [t.name for t in targets]
+        variables = {name: {"default": ""} for name in VARIABLES}
+        variables[CA_VARIABLE] = {"default": CA_DEFAULT}
+        return {
+            "variable": variables,
+            "group": {name: {"targets": names} for name, names in sorted(groups.items())},
+            "target": {t.name: _target_dict(t) for t in targets},
+        }
+
+
+def _target_dict(t: BakeTarget) -> dict:
+    args = {arg: f'${{{var} != "" ? {var} : null}}' for var, (arg, _) in VARIABLES.items()}
+    d: dict = {
+        "context": CONTEXT_DIR,
+        "dockerfile": t.dockerfile,
+        "target": "wheels",
+        "args": args,
+        "secret": [f"id=pip_cert,src=${{{CA_VARIABLE}}}"],
+        "output": [f"type=local,dest={t.output}"],
+        "labels": {"io.imagegen.cell": t.name},
+    }
+    if t.contexts:
+        d["contexts"] = dict(t.contexts)
+    return d
+
+
+def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "dockerfiles",
+                     root: Path | None = None, command: str | None = None) -> BakeDefinition:
+    """Targets for every buildable cell of ``plan``; paths are relative to ``root`` (the folder
+    bake runs from: bake resolves context, dockerfile and output against its working directory)."""
+    root = (root or Path.cwd()).resolve()
+    targets, dockerfiles = [], {}
+    for cell in plan.buildable:
+        name = cell.name
+        safety.check(name, _TARGET_NAME, "bake target name")
+        path = f"{dockerfiles_dir}/{name}.Dockerfile"
+        dockerfiles[path] = render_dockerfile(cell, command=command).dockerfile
+        out = f"{out_dir}/{cell.wheel_dir}"
+        safety.check(out, safety.LOCAL_PATH, "output folder")
+        contexts = {}
+        if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
+            contexts["source"] = _relative(cell.recipe.source_path, root)
+        targets.append(BakeTarget(name=name, recipe=cell.recipe.name, dockerfile=path, output=out, cell=cell,
+                                  contexts=contexts))
+    return BakeDefinition(targets=targets, dockerfiles=dockerfiles)
+
+
+_TARGET_NAME = __import__("re").compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:
+        rel = str(path)
+    rel = rel if rel.startswith(("/", ".")) else "./" + rel
+    return safety.check(rel, safety.LOCAL_PATH, "local source path")
+
+
+# --------------------------------------------------------------------------------------------
+# Serialisation
+
+
+def to_json(definition: dict) -> str:
+    return json.dumps(definition, indent=2, sort_keys=False) + "\n"
+
+
+def _hcl_string(value: str) -> str:
+    # JSON escaping is HCL's too; an interpolation we did not write must not be evaluated.
+    text = json.dumps(value)
+    return text
+
+
+def _hcl_value(value, indent: str) -> str:
+    if isinstance(value, str):
+        return _hcl_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_hcl_value(v, indent) for v in value) + "]"
+    if isinstance(value, dict):
+        inner = indent + "  "
+        lines = [f"{inner}{_hcl_key(k)} = {_hcl_value(v, inner)}" for k, v in value.items()]
+        return "{\n" + "\n".join(lines) + f"\n{indent}}}"
+    raise TypeError(type(value))
+
+
+def _hcl_key(key: str) -> str:
+    return key if _TARGET_NAME.fullmatch(key) and not key[0].isdigit() and "." not in key else json.dumps(key)
+
+
+def to_hcl(definition: dict, header: str) -> str:
+    out = [f"# {line}" if line else "#" for line in header.splitlines()] + [""]
+    for name, body in definition["variable"].items():
+        desc = VARIABLES.get(name, (None, "CA bundle passed to builds as the pip_cert secret"))[1]
+        out += [f"# {desc}", f'variable "{name}" {{', f"  default = {_hcl_string(body['default'])}", "}", ""]
+    for name, body in definition["group"].items():
+        out += [f'group "{name}" {{', f"  targets = {_hcl_value(body['targets'], '  ')}", "}", ""]
+    for name, body in definition["target"].items():
+        out.append(f'target "{name}" {{')
+        for key, value in body.items():
+            if key == "args":
+                # Conditional expressions are written raw so bake evaluates them.
+                inner = "\n".join(f'    {k} = {_raw_expr(v)}' for k, v in value.items())
+                out.append(f"  args = {{\n{inner}\n  }}")
+            elif key == "secret":
+                out.append("  secret = [" + ", ".join(_hcl_interp(v) for v in value) + "]")
+            else:
+                out.append(f"  {_hcl_key(key)} = {_hcl_value(value, '  ')}")
+        out += ["}", ""]
+    return "\n".join(out)
+
+
+def _raw_expr(value: str) -> str:
+    assert value.startswith("${") and value.endswith("}")
+    return value[2:-1]
+
+
+def _hcl_interp(value: str) -> str:
+    # A string with one ${VAR} we wrote ourselves: keep the interpolation.
+    return '"' + value.replace('"', '\\"') + '"'

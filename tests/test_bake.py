@@ -1,0 +1,94 @@
+"""Generated bake definitions: checked by buildx itself (`docker buildx bake --print`) and read back.
+
+These tests need the docker CLI with the buildx plugin (no daemon): scripts/install-engine.sh
+installs both, and scripts/test.sh runs it first. A missing buildx fails the tests; it is not a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagegen.bakefiles import check_round_trip, print_bake, repo_files
+from imagegen.bake import build_definition
+from imagegen.cli import main
+from imagegen.recipes import load_catalogue
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_kernel"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def buildx():
+    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True) if shutil.which("docker") else None
+    if proc is None or proc.returncode != 0:
+        pytest.fail("docker buildx is required for these tests: run scripts/install-engine.sh (scripts/test.sh does)")
+
+
+def test_committed_generated_files_match_a_fresh_generation():
+    files = repo_files(load_catalogue())
+    for rel, text in files.items():
+        path = ROOT / rel
+        assert path.exists(), f"{rel} missing: run `imagegen bake --repo`"
+        assert path.read_text() == text, f"{rel} is stale or hand-edited: run `imagegen bake --repo`"
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "dockerfiles").glob("*")} | \
+              {str(p.relative_to(ROOT)) for p in (ROOT / "bake").glob("*.json")}
+    assert on_disk <= set(files), f"orphan generated files: {sorted(on_disk - set(files))}"
+
+
+@pytest.mark.parametrize("rel", ["docker-bake.hcl"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bake").glob("*.json")))
+def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
+    printed = print_bake(ROOT / rel, ROOT)
+    meant = json.loads((ROOT / rel).read_text()) if rel.endswith(".json") else None
+    if meant is None:
+        # The HCL says the same as the JSON union: compare with a fresh definition.
+        from imagegen.bakefiles import repo_plan
+        from imagegen.plan import defaults
+
+        meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT).as_dict()
+    check_round_trip(meant, printed)
+    for name, target in printed["target"].items():
+        assert target["target"] == "wheels" and target["output"][0].startswith("type=local,dest=wheelhouse/")
+        assert "args" not in target or not target["args"], "no override set: the Dockerfile defaults apply"
+        assert (ROOT / target["dockerfile"]).is_file()
+
+
+def test_prefixed_variables_override_and_generic_names_do_not_leak(tmp_path):
+    ca = tmp_path / "my-ca.pem"
+    ca.write_text("not a real CA, only its path is read by --print\n")
+    printed = print_bake(ROOT / "docker-bake.hcl", ROOT, ["sage-2_2_0-torch2_8-cu128-py312"],
+                         env={"IMAGEGEN_TORCH_CUDA_ARCH_LIST": "9.0;12.0+PTX", "IMAGEGEN_MAX_JOBS": "2",
+                              "MAX_JOBS": "64", "TORCH_CUDA_ARCH_LIST": "7.0", "IMAGEGEN_PIP_CERT": str(ca)})
+    t = printed["target"]["sage-2_2_0-torch2_8-cu128-py312"]
+    assert t["args"] == {"TORCH_CUDA_ARCH_LIST": "9.0;12.0+PTX", "MAX_JOBS": "2"}
+    assert t["secret"] == [f"id=pip_cert,src={ca}"]
+
+
+def test_bake_command_writes_checks_and_prints(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["bake", "sage", "flash-attn", "--torch", "2.8", "--cuda", "12.8", "--python", "3.11",
+                 "--python", "3.12", "--arch", "8.0;9.0", "-f", "out.json", "--out", "wh", "--print"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    names = sorted(printed["target"])
+    assert names == ["fa2-2_8_3-torch2_8-cu128-py311", "fa2-2_8_3-torch2_8-cu128-py312",
+                     "sage-2_2_0-torch2_8-cu128-py311", "sage-2_2_0-torch2_8-cu128-py312"]
+    assert printed["target"]["fa2-2_8_3-torch2_8-cu128-py311"]["output"] == ["type=local,dest=wh/flash-attn-2.8.3/torch2.8/cu128"]
+    assert (tmp_path / "dockerfiles" / "fa2-2_8_3-torch2_8-cu128-py311.Dockerfile").is_file()
+    assert (tmp_path / "bake" / "context" / "README").is_file()
+
+
+def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
+    project = tmp_path / "proj"
+    shutil.copytree(FIXTURE, project)
+    monkeypatch.chdir(tmp_path)
+    code = main(["bake", "--source", "proj", "--torch", "2.11", "--cuda", "13.0", "--python", "3.11",
+                 "--arch", "8.0;9.0+PTX", "--flavor", "pypi", "-f", "docker-bake.hcl", "--print", "nosuchrecipe"][:-1])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    local = [t for n, t in printed["target"].items() if n.startswith("tiny-kernel")]
+    assert local and local[0]["contexts"] == {"source": "./proj"}
