@@ -57,8 +57,8 @@ group "xformers" {
 }
 
 target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/bsa-0_0_2_post1-torch2_8-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "bsa-0_0_2_post1-torch2_8-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -73,8 +73,8 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
 }
 
 target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/bsa-0_0_2_post1-torch2_9-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "bsa-0_0_2_post1-torch2_9-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -89,8 +89,8 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
 }
 
 target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/causal-conv1d-1_6_1-torch2_8-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "causal-conv1d-1_6_1-torch2_8-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -105,8 +105,8 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
 }
 
 target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/causal-conv1d-1_6_1-torch2_9-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "causal-conv1d-1_6_1-torch2_9-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -121,8 +121,8 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
 }
 
 target "fa2-2_8_3-torch2_8-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/fa2-2_8_3-torch2_8-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "fa2-2_8_3-torch2_8-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -137,8 +137,8 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
 }
 
 target "fa2-2_8_3-torch2_9-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/fa2-2_8_3-torch2_9-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "fa2-2_8_3-torch2_9-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -153,8 +153,8 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
 }
 
 target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/mamba-2_3_2_post1-torch2_8-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "mamba-2_3_2_post1-torch2_8-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -169,8 +169,8 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
 }
 
 target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/mamba-2_3_2_post1-torch2_9-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "mamba-2_3_2_post1-torch2_9-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -185,8 +185,8 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
 }
 
 target "natten-0_21_6-torch2_8-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/natten-0_21_6-torch2_8-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "natten-0_21_6-torch2_8-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -201,8 +201,8 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
 }
 
 target "natten-0_21_6-torch2_9-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/natten-0_21_6-torch2_9-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "natten-0_21_6-torch2_9-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -217,8 +217,8 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
 }
 
 target "sage-2_2_0-torch2_8-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/sage-2_2_0-torch2_8-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "sage-2_2_0-torch2_8-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -233,8 +233,8 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
 }
 
 target "sage-2_2_0-torch2_9-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/sage-2_2_0-torch2_9-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "sage-2_2_0-torch2_9-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -249,8 +249,8 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
 }
 
 target "xf-0_0_35-torch2_8-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/xf-0_0_35-torch2_8-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "xf-0_0_35-torch2_8-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
@@ -265,8 +265,8 @@ target "xf-0_0_35-torch2_8-cu128-py312" {
 }
 
 target "xf-0_0_35-torch2_9-cu128-py312" {
-  context = "bake/context"
-  dockerfile = "dockerfiles/xf-0_0_35-torch2_9-cu128-py312.Dockerfile"
+  context = "dockerfiles"
+  dockerfile = "xf-0_0_35-torch2_9-cu128-py312.Dockerfile"
   target = "wheels"
   args = {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null

@@ -32,13 +32,13 @@ VARIABLES = {
 }
 CA_VARIABLE = "IMAGEGEN_PIP_CERT"
 CA_DEFAULT = "/etc/ssl/certs/ca-certificates.crt"
-CONTEXT_DIR = "bake/context"
 
 
 @dataclass
 class BakeTarget:
     name: str
     recipe: str
+    context: str  # bake resolves `dockerfile` inside the context: the Dockerfiles' own folder
     dockerfile: str
     output: str
     cell: Cell
@@ -75,7 +75,7 @@ class BakeDefinition:
 def _target_dict(t: BakeTarget) -> dict:
     args = {arg: f'${{{var} != "" ? {var} : null}}' for var, (arg, _) in VARIABLES.items()}
     d: dict = {
-        "context": CONTEXT_DIR,
+        "context": t.context,
         "dockerfile": t.dockerfile,
         "target": "wheels",
         "args": args,
@@ -104,8 +104,8 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         contexts = {}
         if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
             contexts["source"] = _relative(cell.recipe.source_path, root)
-        targets.append(BakeTarget(name=name, recipe=cell.recipe.name, dockerfile=path, output=out, cell=cell,
-                                  contexts=contexts))
+        targets.append(BakeTarget(name=name, recipe=cell.recipe.name, context=dockerfiles_dir,
+                                  dockerfile=f"{name}.Dockerfile", output=out, cell=cell, contexts=contexts))
     return BakeDefinition(targets=targets, dockerfiles=dockerfiles)
 
 

@@ -12,15 +12,10 @@ import tempfile
 from pathlib import Path
 
 from imagegen import __version__
-from imagegen.bake import CONTEXT_DIR, VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
+from imagegen.bake import VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
 from imagegen.errors import EngineError
 from imagegen.plan import MatrixRequest, Plan, defaults, expand
 from imagegen.arch import parse_arch_list
-
-CONTEXT_README = (
-    "The (deliberately empty) build context of imagegen's generated bake targets: the Dockerfiles\n"
-    "fetch their sources themselves or get them through the named context `source`.\n"
-)
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -62,9 +57,6 @@ def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_
 
 def _write_dockerfiles(definition: BakeDefinition, root: Path) -> list[Path]:
     written = []
-    ctx = root / CONTEXT_DIR / "README"
-    if not ctx.exists():
-        atomic_write(ctx, CONTEXT_README)
     for rel, text in definition.dockerfiles.items():
         p = root / rel
         if not p.exists() or p.read_text(encoding="utf-8") != text:
@@ -89,7 +81,6 @@ def repo_files(cat) -> dict[str, str]:
     command = "imagegen bake --repo"
     definition = build_definition(plan, out_dir=out, dockerfiles_dir="dockerfiles", command=command)
     files = dict(definition.dockerfiles)
-    files[f"{CONTEXT_DIR}/README"] = CONTEXT_README
     files["docker-bake.hcl"] = serialise(definition, Path("docker-bake.hcl"), command)
     for recipe in sorted({t.recipe for t in definition.targets}):
         files[f"bake/{recipe}.json"] = serialise(definition, Path(f"bake/{recipe}.json"), command, only_recipe=recipe)

@@ -145,7 +145,8 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
     d = defaults()["matrix"]
-    names = args.recipes or list(config.matrix.recipes) or cat.names()
+    # --source alone means just that project; otherwise the named recipes, the config's, or all.
+    names = args.recipes or ([] if args.source is not None else list(config.matrix.recipes) or cat.names())
     pairs = []
     for n in names:
         recipe, version = _resolve(cat, n, None, args.recipe_version)

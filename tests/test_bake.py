@@ -54,7 +54,7 @@ def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
     for name, target in printed["target"].items():
         assert target["target"] == "wheels" and target["output"][0].startswith("type=local,dest=wheelhouse/")
         assert "args" not in target or not target["args"], "no override set: the Dockerfile defaults apply"
-        assert (ROOT / target["dockerfile"]).is_file()
+        assert target["context"] == "dockerfiles" and (ROOT / "dockerfiles" / target["dockerfile"]).is_file()
 
 
 def test_prefixed_variables_override_and_generic_names_do_not_leak(tmp_path):
@@ -79,7 +79,6 @@ def test_bake_command_writes_checks_and_prints(tmp_path, monkeypatch, capsys):
                      "sage-2_2_0-torch2_8-cu128-py311", "sage-2_2_0-torch2_8-cu128-py312"]
     assert printed["target"]["fa2-2_8_3-torch2_8-cu128-py311"]["output"] == ["type=local,dest=wh/flash-attn-2.8.3/torch2.8/cu128"]
     assert (tmp_path / "dockerfiles" / "fa2-2_8_3-torch2_8-cu128-py311.Dockerfile").is_file()
-    assert (tmp_path / "bake" / "context" / "README").is_file()
 
 
 def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
@@ -87,8 +86,8 @@ def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
     shutil.copytree(FIXTURE, project)
     monkeypatch.chdir(tmp_path)
     code = main(["bake", "--source", "proj", "--torch", "2.11", "--cuda", "13.0", "--python", "3.11",
-                 "--arch", "8.0;9.0+PTX", "--flavor", "pypi", "-f", "docker-bake.hcl", "--print", "nosuchrecipe"][:-1])
+                 "--arch", "8.0;9.0+PTX", "--flavor", "pypi", "-f", "docker-bake.hcl", "--print"])
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
-    local = [t for n, t in printed["target"].items() if n.startswith("tiny-kernel")]
-    assert local and local[0]["contexts"] == {"source": "./proj"}
+    assert list(printed["target"]) == ["tiny-kernel-0_1_0-torch2_11-cu130-py311"]
+    assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {"source": "./proj"}
