@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", action="store_true", help="regenerate this repository's committed dockerfiles/, bake/ and docker-bake.hcl")
     _add_common(p)
 
+    p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
+        "Check a wheel: its file name parses, and every CUDA extension (.so) in it carries SASS for each"
+        " requested arch and PTX where +PTX was asked (read from the .nv_fatbin section; cuobjdump is used"
+        " too when installed)."))
+    p.add_argument("wheels", nargs="+", type=Path, help="wheel files")
+    p.add_argument("--arch", required=True, help="the archs the wheel must carry, e.g. '8.0;9.0a+PTX'")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("recipes", help="list the recipe catalogue", description="List every recipe with its versions, arch knob and supported archs.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_common(p)
@@ -299,7 +307,33 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "recipes": cmd_recipes, "archs": cmd_archs}
+def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.verify import VerifyError, verify_wheel
+
+    archs = parse_arch_list(args.arch)
+    reports = []
+    for wheel in args.wheels:
+        if not wheel.is_file():
+            raise UsageError(f"{wheel}: no such wheel file")
+        reports.append(verify_wheel(wheel, archs))
+    if args.json:
+        json.dump([r.as_dict() for r in reports], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for r in reports:
+            print(f"{'ok  ' if r.ok else 'FAIL'} {r.wheel}")
+            for so in r.extensions:
+                print(f"     {so.name}: {', '.join(map(str, so.entries))}")
+            for p in r.problems:
+                print(f"     problem: {p}")
+    bad = [r for r in reports if not r.ok]
+    if bad:
+        raise VerifyError(f"{len(bad)} of {len(reports)} wheels lack requested archs: " + "; ".join(bad[0].problems))
+    return 0
+
+
+COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "verify": cmd_verify, "recipes": cmd_recipes,
+            "archs": cmd_archs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -139,6 +139,7 @@ def cell_document(cell: Cell) -> dict:
         "local_version": cell.local_version,
         "log_dir": "/imagegen/logs",
         "smoke_imports": list(recipe.smoke.imports),
+        "smoke_driver_imports": list(recipe.smoke.driver_imports),
     }
 
 

@@ -35,7 +35,7 @@ def test_console_script_and_module_entry_points():
     assert proc.returncode == 0 and proc.stdout.strip() == f"imagegen {__version__}"
     proc = subprocess.run([sys.executable, "-m", "imagegen", "render", "sage", "--arch", "12.0+PTX"],
                           capture_output=True, text=True)
-    assert proc.returncode == 0 and "FROM ${BASE_IMAGE} AS builder" in proc.stdout
+    assert proc.returncode == 0 and "FROM base AS builder" in proc.stdout
 
 
 @pytest.mark.parametrize("command", [[], ["render"], ["plan"], ["recipes"], ["archs"]])

@@ -54,12 +54,15 @@ def check_structure(text: str, cell) -> None:
     names = [n for n, _ in cmds]
     assert "# syntax" not in text.split("\n", 1)[0], "a # syntax line needs a registry pull"
     assert not any(line.startswith("# syntax") for line in text.splitlines())
-    # Stages: builder first, wheels last (what bake exports), buildlog in between.
+    # Stages: base (torch env), builder (compile), smoke (install + import in a fresh base), buildlog,
+    # and wheels last (what bake exports): only wheels, taken from the smoke-tested stage.
     froms = [c for n, c in cmds if n == "FROM"]
-    assert [f.value[-1] for f in froms] == ["builder", "buildlog", "wheels"]
-    assert froms[-1].value[0] == "scratch"
+    assert [f.value[-1] for f in froms] == ["base", "builder", "smoke", "buildlog", "wheels"]
+    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "base", "base", "scratch", "scratch"]
     last_copy = cmds[-1][1]
-    assert cmds[-1][0] == "COPY" and "--from=builder" in last_copy.flags and last_copy.value[0] == "/imagegen/wheelhouse/"
+    assert cmds[-1][0] == "COPY" and "--from=smoke" in last_copy.flags and last_copy.value[0] == "/imagegen/wheelhouse/"
+    smoke_run = [c for n, c in cmds if n == "RUN" and "smoke" in c.value[0]]
+    assert len(smoke_run) == 1 and "--wheels" in smoke_run[0].value[0]
     # ARGs: the arch and job ARGs come after the dependency and source layers.
     arg_pos = {c.value[0].split("=")[0]: i for i, (n, c) in enumerate(cmds) if n == "ARG"}
     runs = [i for i, (n, c) in enumerate(cmds) if n == "RUN"]

@@ -378,10 +378,53 @@ def retag(path, label, work):
 # smoke
 
 
+_SMOKE = """
+import importlib, json, sys
+results = {}
+for name in sys.argv[2:]:
+    try:
+        importlib.import_module(name)
+        results[name] = "ok"
+    except Exception as exc:
+        results[name] = "error: %s: %s" % (type(exc).__name__, exc)
+json.dump(results, open(sys.argv[1], "w"))
+"""
+
+# What an import error looks like when the only thing missing is the GPU driver (libcuda).
+_NEEDS_DRIVER = re.compile(r"libcuda\.so|CUDA driver|no CUDA-capable device|NVIDIA driver")
+
+
 def cmd_smoke(cell, args):
-    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n    print('import ' + m + ': ok')\n"
+    """Install the built wheel(s) and import the recipe's modules, from / (not the source tree)."""
     py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
-    run([py, "-c", code] + list(cell["smoke_imports"]))
+    if args.wheels:
+        wheels = sorted(os.path.join(args.wheels, f) for f in os.listdir(args.wheels) if f.endswith(".whl"))
+        if not wheels:
+            fail("no wheel in %s to test" % args.wheels)
+        run([py, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall"] + wheels)
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    modules = list(cell["smoke_imports"]) + list(cell.get("smoke_driver_imports", []))
+    subprocess.call([py, "-c", _SMOKE, out] + modules, cwd="/")
+    with open(out) as fh:
+        results = json.load(fh)
+    os.unlink(out)
+    report, failed = {}, []
+    for name in modules:
+        got = results.get(name, "error: not run")
+        if got != "ok" and _NEEDS_DRIVER.search(got):
+            got = "skipped: needs a GPU driver (%s)" % got.split(": ", 1)[-1][:200]
+        elif got != "ok" and name in cell.get("smoke_driver_imports", []):
+            failed.append(name)
+        elif got != "ok":
+            failed.append(name)
+        report[name] = got
+        log("smoke: import %s: %s" % (name, got))
+    os.makedirs(cell["log_dir"], exist_ok=True)
+    with open(os.path.join(cell["log_dir"], "smoke.json"), "w") as fh:
+        json.dump({"imports": report, "ok": not failed}, fh, indent=2)
+    if failed:
+        fail("smoke test failed: cannot import %s" % ", ".join(failed))
 
 
 def main(argv=None):
@@ -392,7 +435,8 @@ def main(argv=None):
     sub.add_parser("fetch")
     b = sub.add_parser("build")
     b.add_argument("--out", default="/out")
-    sub.add_parser("smoke")
+    sm = sub.add_parser("smoke")
+    sm.add_argument("--wheels", help="install the wheels in this folder first")
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
     {"deps": cmd_deps, "fetch": cmd_fetch, "build": cmd_build, "smoke": cmd_smoke}[args.step](cell, args)

@@ -1,0 +1,229 @@
+"""Verify a wheel: its name parses, and every CUDA extension in it carries the requested archs.
+
+The archs are read from the fat binary that nvcc embeds in each shared object (the ``.nv_fatbin``
+ELF section): a container of entries, each a cubin (SASS for one ``sm_XY``) or PTX (for one
+``compute_XY``). When ``cuobjdump`` is available (PyPI ``nvidia-cuda-cuobjdump``) its listing is
+used as well and must agree; the reader below needs nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import struct
+import subprocess
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from imagegen.arch import ArchList, CudaArch
+from imagegen.errors import ImagegenError
+
+FATBIN_MAGIC = 0xBA55ED50
+KIND_PTX, KIND_ELF = 1, 2
+_COMPRESSED = 0x2000
+
+
+class VerifyError(ImagegenError):
+    exit_code = 6
+
+
+@dataclass(frozen=True)
+class FatbinEntry:
+    kind: str  # "sass" | "ptx"
+    arch: int  # 90, 120, ...
+    variant: str | None  # "a", "f", "" when known, None when the payload is compressed
+    compressed: bool
+
+    def __str__(self) -> str:
+        v = self.variant or ""
+        return f"sm_{self.arch}{v}" if self.kind == "sass" else f"compute_{self.arch}{v}"
+
+
+# --------------------------------------------------------------------------------------------
+# ELF and fatbin reading
+
+
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """Section name -> contents of a 64-bit little-endian ELF file."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise VerifyError("not a 64-bit little-endian ELF shared object")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = []
+    for i in range(shnum):
+        off = shoff + i * shentsize
+        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, off)
+        headers.append((name, _type, offset, size))
+    strtab = headers[shstrndx]
+    names = data[strtab[2]:strtab[2] + strtab[3]]
+    out = {}
+    for name, stype, offset, size in headers:
+        end = names.find(b"\0", name)
+        label = names[name:end].decode(errors="replace")
+        out[label] = b"" if stype == 8 else data[offset:offset + size]  # SHT_NOBITS holds no bytes
+    return out
+
+
+def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
+    """Every cubin/PTX entry of the fatbin containers in ``blob`` (a .nv_fatbin section)."""
+    entries = []
+    pos = 0
+    while pos + 16 <= len(blob):
+        magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", blob, pos)
+        if magic != FATBIN_MAGIC:
+            # Containers are aligned; skip padding between them.
+            pos += 8
+            continue
+        end = pos + header_size + fat_size
+        epos = pos + header_size
+        while epos + 64 <= end:
+            kind, _u1, eh_size, padded = struct.unpack_from("<HHIQ", blob, epos)
+            if kind not in (KIND_PTX, KIND_ELF) or eh_size < 64:
+                break
+            arch, = struct.unpack_from("<I", blob, epos + 28)
+            flags, = struct.unpack_from("<Q", blob, epos + 40)
+            compressed = bool(flags & _COMPRESSED)
+            payload = blob[epos + eh_size:epos + eh_size + padded]
+            variant = None if compressed else _variant(kind, payload)
+            entries.append(FatbinEntry("ptx" if kind == KIND_PTX else "sass", arch, variant, compressed))
+            epos += eh_size + padded
+        pos = max(end, pos + 16)
+    return entries
+
+
+def _variant(kind: int, payload: bytes) -> str | None:
+    if kind == KIND_PTX:
+        m = re.search(rb"\.target\s+sm_(\d+)([af]?)", payload)
+        return m.group(2).decode() if m else None
+    return None  # the cubin's e_flags encoding of `a` changed across CUDA releases: ask cuobjdump
+
+
+def cuobjdump_entries(so_path: Path, exe: str) -> list[FatbinEntry]:
+    proc = subprocess.run([exe, "--list-elf", "--list-ptx", str(so_path)], capture_output=True, text=True)
+    out = []
+    for m in re.finditer(r"(ELF|PTX) file\s+\d+:\s+\S+?\.sm_(\d+)([af]?)\.(?:cubin|ptx)", proc.stdout):
+        out.append(FatbinEntry("sass" if m.group(1) == "ELF" else "ptx", int(m.group(2)), m.group(3), False))
+    return out
+
+
+def find_cuobjdump() -> str | None:
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe
+    try:
+        import nvidia  # type: ignore[import-not-found]
+
+        for root in getattr(nvidia, "__path__", []):
+            for cand in Path(root).glob("*/bin/cuobjdump"):
+                return str(cand)
+    except ImportError:
+        pass
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Wheel verification
+
+
+@dataclass
+class SoReport:
+    name: str
+    entries: list[FatbinEntry]
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WheelReport:
+    wheel: str
+    distribution: str
+    version: str
+    tags: list[str]
+    extensions: list[SoReport]
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict:
+        return {
+            "wheel": self.wheel, "distribution": self.distribution, "version": self.version, "tags": self.tags,
+            "ok": self.ok, "problems": self.problems,
+            "extensions": [{"name": s.name, "archs": [str(e) for e in s.entries], "missing": s.missing}
+                           for s in self.extensions],
+        }
+
+
+def _satisfied(want: CudaArch, entries: list[FatbinEntry]) -> list[str]:
+    missing = []
+    if want.sass and not any(e.kind == "sass" and e.arch == want.number and e.variant in (None, want.variant)
+                             for e in entries):
+        missing.append(want.sm)
+    if want.ptx and not any(e.kind == "ptx" and e.arch == want.number and e.variant in (None, want.variant)
+                            for e in entries):
+        missing.append(want.compute)
+    return missing
+
+
+def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None = "auto") -> WheelReport:
+    """Check ``path``: a valid wheel name, and each CUDA .so carrying every arch in ``expected``."""
+    try:
+        dist, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        raise VerifyError(f"{path.name}: not a valid wheel file name ({exc})") from None
+    exe = find_cuobjdump() if cuobjdump == "auto" else cuobjdump
+    problems: list[str] = []
+    reports: list[SoReport] = []
+    try:
+        zf = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise VerifyError(f"{path}: not a readable wheel ({exc.__class__.__name__})") from None
+    with zf:
+        for info in zf.infolist():
+            if not re.search(r"\.so(\.\d+)*$", info.filename):
+                continue
+            data = zf.read(info)
+            try:
+                sections = elf_sections(data)
+            except (VerifyError, struct.error):
+                problems.append(f"{info.filename}: not an ELF shared object")
+                continue
+            if ".nv_fatbin" not in sections:
+                continue  # a CPU-only helper library
+            entries = fatbin_entries(sections[".nv_fatbin"])
+            if exe:
+                extracted = path.parent / f".{path.name}.{Path(info.filename).name}.check"
+                try:
+                    extracted.write_bytes(data)
+                    listed = cuobjdump_entries(extracted, exe)
+                finally:
+                    extracted.unlink(missing_ok=True)
+                if listed:
+                    # cuobjdump knows the a/f variants; the native reader knows compression.
+                    if sorted((e.kind, e.arch) for e in listed) != sorted((e.kind, e.arch) for e in entries):
+                        problems.append(f"{info.filename}: fatbin reader and cuobjdump disagree "
+                                        f"({', '.join(map(str, entries))} vs {', '.join(map(str, listed))})")
+                    entries = listed
+            report = SoReport(info.filename, entries)
+            if expected:
+                for want in expected:
+                    report.missing += _satisfied(want, entries)
+            if report.missing:
+                problems.append(f"{info.filename} lacks {', '.join(report.missing)} (has {', '.join(map(str, entries)) or 'nothing'})")
+            reports.append(report)
+    if expected and not reports:
+        problems.append("the wheel contains no CUDA extension (.so with a .nv_fatbin section)")
+    return WheelReport(wheel=path.name, distribution=str(dist), version=str(version),
+                       tags=sorted(str(t) for t in tags), extensions=reports, problems=problems)
+
+
+def read_so(data: bytes) -> list[FatbinEntry]:
+    """The fatbin entries of one shared object's bytes (for tools and tests)."""
+    return fatbin_entries(elf_sections(data).get(".nv_fatbin", b""))
+
+
+__all__ = ["FatbinEntry", "VerifyError", "WheelReport", "fatbin_entries", "read_so", "verify_wheel", "io"]
