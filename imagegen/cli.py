@@ -45,7 +45,8 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--flavor", choices=FLAVORS, help="builder base-image family (default: runpod)")
     p.add_argument("--base-image", help="use this base image instead of the flavor's catalogue image")
     p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default)")
-    p.add_argument("--source", type=Path, help="build a local project tree (setup.py / pyproject.toml) as the recipe")
+    p.add_argument("--source", type=Path, **kw, help="build a local project tree (setup.py / pyproject.toml) as a recipe"
+                   + (" (repeatable)" if many else ""))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dockerfiles", default="dockerfiles", help="folder for the rendered Dockerfiles (default: dockerfiles)")
     p.add_argument("--print", dest="show", action="store_true", help="check the file with `docker buildx bake --print` and show what buildx will run")
     p.add_argument("--repo", action="store_true", help="regenerate this repository's committed dockerfiles/, bake/ and docker-bake.hcl")
+    _add_common(p)
+
+    p = sub.add_parser("build", help="build wheels for a matrix (bake), collect and verify them", description=(
+        "Plan, render and bake every buildable cell, in batches sized by RAM and cores; keep going past"
+        " failures; verify each wheel's SASS/PTX and install+import it; publish wheels atomically into"
+        " OUT/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/ with manifest.json. Unchanged cells are skipped."))
+    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
+    _add_cell_args(p, many=True)
+    p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
+    p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging, logs and bake files (default: .imagegen)")
+    p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date")
+    p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from free RAM and cores)")
+    p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
+    p.add_argument("--builder", help="buildx builder to run on (default: the current one)")
+    p.add_argument("--ca-bundle", help="CA bundle for PyPI/git inside builds, passed as a BuildKit secret"
+                   " (default: PIP_CERT / REQUESTS_CA_BUNDLE / SSL_CERT_FILE, else the system bundle)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
     _add_common(p)
 
     p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
@@ -154,13 +172,14 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
     d = defaults()["matrix"]
     # --source alone means just that project; otherwise the named recipes, the config's, or all.
-    names = args.recipes or ([] if args.source is not None else list(config.matrix.recipes) or cat.names())
+    sources = args.source or []
+    names = args.recipes or ([] if sources else list(config.matrix.recipes) or cat.names())
     pairs = []
     for n in names:
         recipe, version = _resolve(cat, n, None, args.recipe_version)
         pairs.append((recipe, version))
-    if args.source is not None:
-        pairs.append(_resolve(cat, None, args.source, None))
+    for source in sources:
+        pairs.append(_resolve(cat, None, source, None))
     arch_values = args.arch or ([config.matrix.arch] if config.matrix.arch else [d["arch"]])
     return MatrixRequest(
         recipes=pairs,
@@ -307,6 +326,36 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import execute
+    from imagegen.errors import BuildError
+
+    config = _config(args)
+    cat = _catalogue(args, config)
+    plan = expand(_matrix(args, config, cat))
+    for c in plan.rejected:
+        print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+        if value is not None and not 1 <= value <= 1024:
+            raise UsageError(f"{flag} must be between 1 and 1024")
+    if args.ca_bundle and not Path(args.ca_bundle).is_file():
+        raise UsageError(f"--ca-bundle {args.ca_bundle}: no such file")
+    out = args.out or config.out
+    results = execute.build(plan, out=out, work=args.work, force=args.force, max_jobs=args.max_jobs,
+                            nvcc_threads=args.nvcc_threads, builder=args.builder, ca_bundle=args.ca_bundle)
+    if args.json:
+        print(execute.results_json(results))
+    else:
+        print(execute.summary(results))
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
+                         + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.verify import VerifyError, verify_wheel
 
@@ -332,7 +381,8 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "verify": cmd_verify, "recipes": cmd_recipes,
+COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "build": cmd_build, "verify": cmd_verify,
+            "recipes": cmd_recipes,
             "archs": cmd_archs}
 
 

@@ -1,0 +1,94 @@
+"""Collect: move built wheels into the output folder atomically and record them in manifest.json.
+
+Layout: ``<out>/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/<wheel>`` plus ``manifest.json`` in that folder,
+one entry per cell (cells that differ only by Python share a folder). A wheel is copied under a
+hidden ``.partial`` name and renamed, so no reader ever sees half a file; the manifest is rewritten
+the same way. The manifest's ``inputs`` hash is what makes a re-run skip an unchanged cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from imagegen.plan import Cell
+
+MANIFEST = "manifest.json"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cell_dir(out: Path, cell: Cell) -> Path:
+    return out / cell.wheel_dir
+
+
+def read_manifest(folder: Path) -> dict:
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+        return data if isinstance(data, dict) and isinstance(data.get("cells"), dict) else {"schema": 1, "cells": {}}
+    except (OSError, ValueError):
+        return {"schema": 1, "cells": {}}
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def up_to_date(out: Path, cell: Cell, inputs: str) -> Path | None:
+    """The wheel of an earlier build of exactly these inputs, if it is still there intact."""
+    folder = cell_dir(out, cell)
+    entry = read_manifest(folder)["cells"].get(cell.name)
+    if not entry or entry.get("inputs") != inputs:
+        return None
+    wheel = folder / entry.get("wheel", "")
+    if not wheel.is_file() or sha256(wheel) != entry.get("sha256"):
+        return None
+    return wheel
+
+
+def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) -> Path:
+    """Copy ``wheel`` into its cell folder atomically and record it in the manifest."""
+    folder = cell_dir(out, cell)
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / wheel.name
+    tmp = folder / f".{wheel.name}.partial"
+    shutil.copyfile(wheel, tmp)
+    os.replace(tmp, dest)
+    manifest = read_manifest(folder)
+    manifest["schema"] = 1
+    manifest["cells"][cell.name] = {
+        "inputs": inputs,
+        "wheel": dest.name,
+        "sha256": sha256(dest),
+        "recipe": cell.recipe.name,
+        "version": cell.version.version,
+        "source": {"url": cell.recipe.source_url, "ref": cell.version.ref, "commit": cell.version.commit,
+                   "path": str(cell.recipe.source_path) if cell.recipe.source_path else None},
+        "torch": cell.torch_version,
+        "cuda": cell.cuda.name,
+        "python": cell.python,
+        "archs": str(cell.archs),
+        "expected_archs": str(cell.expected_archs),
+        "flavor": cell.flavor,
+        "base_image": cell.base.ref if cell.base else None,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **record,
+    }
+    _write_json_atomic(folder / MANIFEST, manifest)
+    return dest

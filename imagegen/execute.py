@@ -1,0 +1,295 @@
+"""Execute: build the buildable cells of a plan with docker buildx bake, then collect and verify.
+
+bake cancels every target when one fails and starts all targets at once, so imagegen runs the
+cells in batches sized by RAM and cores, gives each target its share of MAX_JOBS x NVCC_THREADS,
+re-runs the targets a failure cancelled, and keeps going: one broken cell never costs the wheels of
+the others. Each target exports to its own staging folder under the work directory; only a wheel
+that passed verification is published (atomically) into the output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from imagegen import collect, jobs
+from imagegen.bake import build_definition, to_json
+from imagegen.errors import EngineError
+from imagegen.plan import Cell, Plan
+from imagegen.render import inputs_hash, cell_document
+from imagegen.verify import verify_wheel
+
+# "#12 [sage-2_2_0-torch2_8-cu128-py312 builder 8/8] RUN ..." names the target of vertex 12.
+_HEADER = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+) ([A-Za-z0-9_-]+ )?(\d+/\d+)?\]? ?(.*)$")
+_VERTEX = re.compile(r"^#(\d+) ")
+_VERTEX_ERROR = re.compile(r"^#\d+ ERROR: ")
+_TARGET_FAILED = re.compile(r"target ([A-Za-z0-9_-]+): failed to solve")
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str  # built | up-to-date | failed
+    wheel: Path | None = None
+    log: Path | None = None
+    seconds: float = 0.0
+    error: str = ""
+    log_tail: list[str] = field(default_factory=list)
+    verify: dict | None = None
+    smoke: dict | None = None
+
+    def as_dict(self) -> dict:
+        return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,
+                "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1), "error": self.error,
+                "verify": self.verify, "smoke": self.smoke}
+
+
+class TargetLogs:
+    """Splits bake's plain progress into one log per target (vertices are named in their header)."""
+
+    def __init__(self, folder: Path, targets: Iterable[str]) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.targets = set(targets)
+        self.owner: dict[str, str] = {}
+        self.files = {t: (folder / f"{t}.log").open("a", encoding="utf-8") for t in self.targets}
+        self.failed: set[str] = set()
+        self.last: dict[str, str] = {}
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        """Record one line; return (target, step) when a target starts a new step."""
+        m = _TARGET_FAILED.search(line)
+        if m and m.group(1) in self.targets:
+            self.failed.add(m.group(1))
+        h = _HEADER.match(line)
+        if h and h.group(2) in self.targets:
+            target = h.group(2)
+            self.owner[h.group(1)] = target
+            self.files[target].write(line + "\n")
+            stage = (h.group(3) or "").strip()
+            if stage in ("context", "internal") or not h.group(4):
+                return None
+            step = f"{stage} {h.group(4)} {' '.join(h.group(5).split())[:70]}"
+            if self.last.get(target) == step:  # BuildKit repeats a header when output interleaves
+                return None
+            self.last[target] = step
+            return target, step
+        v = _VERTEX.match(line)
+        if v and v.group(1) in self.owner:
+            self.files[self.owner[v.group(1)]].write(line + "\n")
+            if _VERTEX_ERROR.match(line):
+                self.failed.add(self.owner[v.group(1)])
+        return None
+
+    def close(self) -> None:
+        for fh in self.files.values():
+            fh.close()
+
+    def tail(self, target: str, n: int = 12) -> list[str]:
+        """The lines that say what went wrong: the last error lines, then the last few lines."""
+        try:
+            lines = (self.folder / f"{target}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        errors = [line for line in lines if _ERROR_LINE.search(line)][-(n - 3):]
+        last = [line for line in lines[-3:] if line not in errors]
+        return errors + last
+
+
+def _bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs,
+          on_step: Callable[[str, str], None], builder: str | None, ca: str) -> bool:
+    """Run one bake; True when it succeeded. Lines are split into per-target logs as they come."""
+    try:
+        from python_on_whales import DockerClient
+        from python_on_whales.exceptions import DockerException
+    except ImportError as exc:  # pragma: no cover - a broken install
+        raise EngineError(f"python-on-whales is not importable: {exc}") from None
+    docker = DockerClient()
+    try:
+        stream = docker.buildx.bake(targets=targets, files=[str(file)], set=sets, progress="plain",
+                                    stream_logs=True, builder=builder,
+                                    variables={"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca,
+                                               # the file's own defaults apply, not the caller's values
+                                               "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "",
+                                               "IMAGEGEN_NVCC_THREADS": ""})
+        for raw in stream:  # decoded lines, stdout and stderr interleaved
+            line = raw.rstrip("\n")
+            step = logs.feed(line)
+            if step:
+                on_step(*step)
+        return True
+    except DockerException as exc:
+        for line in (exc.stderr or "").splitlines():
+            m = _TARGET_FAILED.search(line)
+            if m:
+                logs.failed.add(m.group(1))
+        if "is not a docker command" in (exc.stderr or "") or "Cannot connect to the Docker daemon" in (exc.stderr or ""):
+            raise EngineError("no usable Docker engine with buildx: " + (exc.stderr or "").strip().splitlines()[-1]
+                              + " (start the daemon, or use --native)") from None
+        return False
+    except FileNotFoundError:
+        raise EngineError("the docker CLI is not installed (or use --native on a host without Docker)") from None
+    except Exception as exc:  # python-on-whales raises ClientNotFoundError for a missing binary
+        if exc.__class__.__name__ == "ClientNotFoundError":
+            raise EngineError("the docker CLI is not installed (or use --native on a host without Docker)") from None
+        raise
+
+
+def default_ca_bundle() -> str | None:
+    """The CA bundle builds trust for PyPI/git: the one pip on this host uses, else the system's."""
+    import os
+
+    for var in ("IMAGEGEN_PIP_CERT", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        if os.environ.get(var) and Path(os.environ[var]).is_file():
+            return os.environ[var]
+    for path in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"):
+        if Path(path).is_file():
+            return path
+    return None
+
+
+def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: int | None = None,
+          nvcc_threads: int | None = None, builder: str | None = None, ca_bundle: str | None = None,
+          say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
+    out = out.resolve()
+    work = work.resolve()
+    results: dict[str, CellResult] = {}
+    todo: list[Cell] = []
+    hashes: dict[str, str] = {}
+    for cell in plan.buildable:
+        h = inputs_hash(cell, cell_document(cell))
+        hashes[cell.name] = h
+        existing = None if force else collect.up_to_date(out, cell, h)
+        if existing:
+            results[cell.name] = CellResult(cell, "up-to-date", wheel=existing)
+            say(f"[{cell.name}] up to date: {existing}")
+        else:
+            todo.append(cell)
+    if not todo:
+        return [results[c.name] for c in plan.buildable]
+
+    run_dir = work / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    stage = run_dir / "stage"
+    definition = build_definition(Plan(cells=todo), out_dir=str(stage), dockerfiles_dir=str(run_dir / "dockerfiles"),
+                                  root=run_dir, command="imagegen build")
+    for rel, text in definition.dockerfiles.items():
+        p = Path(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    bake_file = run_dir / "docker-bake.json"
+    data = definition.as_dict()
+    # The CA bundle reaches builds only as the pip_cert secret (mounted per RUN, never in a layer).
+    ca = ca_bundle or default_ca_bundle()
+    if ca is None:
+        ca = str(run_dir / "no-ca-bundle.pem")
+        Path(ca).write_text("")
+    data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
+    for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
+        data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
+        data["target"][t.name]["context"] = str(run_dir / "dockerfiles")
+        if t.cell.recipe.source_path is not None and t.contexts:
+            data["target"][t.name]["contexts"] = {"source": str(t.cell.recipe.source_path)}
+    bake_file.write_text(to_json(data))
+    logs = TargetLogs(run_dir / "logs", [t.name for t in definition.targets])
+
+    h = jobs.host()
+    heaviest = max(c.recipe.memory_per_thread_gb for c in todo)
+    size = jobs.batch_size(len(todo), h, heaviest)
+    say(f"building {len(todo)} cell(s) on {h.describe()}, {size} at a time; logs in {logs.folder}")
+    queue = list(todo)
+    started: dict[str, float] = {}
+
+    def on_step(target: str, step: str) -> None:
+        say(f"[{target}] {step}")
+
+    try:
+        while queue:
+            batch, queue = queue[:size], queue[size:]
+            sets = {}
+            for c in batch:
+                s = jobs.settings_for(c.recipe.memory_per_thread_gb, c.recipe.default_nvcc_threads, h,
+                                      share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+                sets[f"{c.name}.args.MAX_JOBS"] = str(s.max_jobs)
+                sets[f"{c.name}.args.NVCC_THREADS"] = str(s.nvcc_threads)
+                say(f"[{c.name}] {s.describe()}")
+                started[c.name] = time.time()
+                shutil.rmtree(stage / c.name, ignore_errors=True)
+            ok = _bake(bake_file, [c.name for c in batch], sets, logs, on_step, builder, ca)
+            for c in batch:
+                wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
+                if wheels:
+                    results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name], run_dir)
+                elif ok or c.name in logs.failed or len(batch) == 1:
+                    results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
+                                                 seconds=time.time() - started[c.name],
+                                                 error="the build failed" if not ok else "the build produced no wheel",
+                                                 log_tail=logs.tail(c.name))
+                else:
+                    # Cancelled because another target of the batch failed: build it again, alone.
+                    say(f"[{c.name}] cancelled by a failing neighbour; queued again on its own")
+                    queue.append(c)
+                    size = 1
+    finally:
+        logs.close()
+    return [results[c.name] for c in plan.buildable]
+
+
+def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: TargetLogs, started: float,
+            run_dir: Path) -> CellResult:
+    log = logs.folder / f"{cell.name}.log"
+    seconds = time.time() - started
+    if len(wheels) != 1:
+        return CellResult(cell, "failed", log=log, seconds=seconds, error=f"expected one wheel, got {[w.name for w in wheels]}")
+    report = verify_wheel(wheels[0], cell.expected_archs)
+    smoke = _smoke_from_log(log)
+    if not report.ok:
+        return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(),
+                          error="verification failed: " + "; ".join(report.problems), smoke=smoke)
+    dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
+        "duration_s": round(seconds, 1), "log": str(log), "verify": report.as_dict(), "smoke": smoke,
+    })
+    keep = out / "logs"
+    keep.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(log, keep / f"{cell.name}.log")
+    return CellResult(cell, "built", wheel=dest, log=keep / f"{cell.name}.log", seconds=seconds,
+                      verify=report.as_dict(), smoke=smoke)
+
+
+_ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|Killed|out of memory", re.IGNORECASE)
+_SMOKE_LINE = re.compile(r"\[imagegen\] smoke: import (\S+): (.*)$")
+
+
+def _smoke_from_log(log: Path) -> dict | None:
+    found = {}
+    try:
+        for line in log.read_text(errors="replace").splitlines():
+            m = _SMOKE_LINE.search(line)
+            if m:
+                found[m.group(1)] = m.group(2)
+    except OSError:
+        return None
+    return found or None
+
+
+def summary(results: list[CellResult]) -> str:
+    rows = [("CELL", "STATUS", "TIME", "WHEEL / ERROR")]
+    for r in results:
+        what = str(r.wheel) if r.wheel else r.error
+        rows.append((r.cell.name, r.status, f"{r.seconds:.0f}s" if r.seconds else "-", what))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row[:3], widths)) + "  " + row[3] for row in rows]
+    for r in results:
+        if r.status == "failed":
+            lines.append(f"\n{r.cell.name} failed: {r.error}\n  full log: {r.log}")
+            lines += [f"  | {line}" for line in r.log_tail]
+    return "\n".join(lines)
+
+
+def results_json(results: list[CellResult]) -> str:
+    return json.dumps([r.as_dict() for r in results], indent=2)
