@@ -26,6 +26,7 @@ from imagegen.render import inputs_hash, cell_document
 from imagegen.verify import verify_wheel
 
 # "#12 [sage-2_2_0-torch2_8-cu128-py312 builder 8/8] RUN ..." names the target of vertex 12.
+LOG_SUFFIX = "--log"
 _HEADER = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+) ([A-Za-z0-9_-]+ )?(\d+/\d+)?\]? ?(.*)$")
 _VERTEX = re.compile(r"^#(\d+) ")
 _VERTEX_ERROR = re.compile(r"^#\d+ ERROR: ")
@@ -91,8 +92,10 @@ class TargetLogs:
         for fh in self.files.values():
             fh.close()
 
-    def tail(self, target: str, n: int = 12) -> list[str]:
+    def tail(self, target: str, n: int = 20) -> list[str]:
         """The lines that say what went wrong: the last error lines, then the last few lines."""
+        if target in self.files:
+            self.files[target].flush()
         try:
             lines = (self.folder / f"{target}.log").read_text(errors="replace").splitlines()
         except OSError:
@@ -190,6 +193,13 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
         ca = str(run_dir / "no-ca-bundle.pem")
         Path(ca).write_text("")
     data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
+    # A companion target per cell exports the `buildlog` stage (compile log + smoke report), so the
+    # wheels stage stays wheels-only and the reports are there even when every layer was cached.
+    for t in definition.targets:
+        log_target = dict(data["target"][t.name])
+        log_target["target"] = "buildlog"
+        log_target["output"] = [f"type=local,dest={stage / (t.name + LOG_SUFFIX)}"]
+        data["target"][t.name + LOG_SUFFIX] = log_target
     for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
         data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
         data["target"][t.name]["context"] = str(run_dir / "dockerfiles")
@@ -215,16 +225,20 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
             for c in batch:
                 s = jobs.settings_for(c.recipe.memory_per_thread_gb, c.recipe.default_nvcc_threads, h,
                                       share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads)
-                sets[f"{c.name}.args.MAX_JOBS"] = str(s.max_jobs)
-                sets[f"{c.name}.args.NVCC_THREADS"] = str(s.nvcc_threads)
+                for name in (c.name, c.name + LOG_SUFFIX):  # same args: the log target reuses the build
+                    sets[f"{name}.args.MAX_JOBS"] = str(s.max_jobs)
+                    sets[f"{name}.args.NVCC_THREADS"] = str(s.nvcc_threads)
                 say(f"[{c.name}] {s.describe()}")
                 started[c.name] = time.time()
                 shutil.rmtree(stage / c.name, ignore_errors=True)
-            ok = _bake(bake_file, [c.name for c in batch], sets, logs, on_step, builder, ca)
+                shutil.rmtree(stage / (c.name + LOG_SUFFIX), ignore_errors=True)
+            names = [c.name for c in batch]
+            ok = _bake(bake_file, names + [n + LOG_SUFFIX for n in names], sets, logs, on_step, builder, ca)
             for c in batch:
                 wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
                 if wheels:
-                    results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name], run_dir)
+                    results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name],
+                                              stage / (c.name + LOG_SUFFIX))
                 elif ok or c.name in logs.failed or len(batch) == 1:
                     results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
                                                  seconds=time.time() - started[c.name],
@@ -241,13 +255,14 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
 
 
 def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: TargetLogs, started: float,
-            run_dir: Path) -> CellResult:
-    log = logs.folder / f"{cell.name}.log"
+            reports: Path) -> CellResult:
+    # The compile log from the build itself (complete even when bake clipped or cached the step).
+    log = reports / "build.log" if (reports / "build.log").is_file() else logs.folder / f"{cell.name}.log"
     seconds = time.time() - started
     if len(wheels) != 1:
         return CellResult(cell, "failed", log=log, seconds=seconds, error=f"expected one wheel, got {[w.name for w in wheels]}")
     report = verify_wheel(wheels[0], cell.expected_archs)
-    smoke = _smoke_from_log(log)
+    smoke = _smoke_report(reports / "smoke.json")
     if not report.ok:
         return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(),
                           error="verification failed: " + "; ".join(report.problems), smoke=smoke)
@@ -262,19 +277,13 @@ def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: Target
 
 
 _ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|Killed|out of memory", re.IGNORECASE)
-_SMOKE_LINE = re.compile(r"\[imagegen\] smoke: import (\S+): (.*)$")
 
 
-def _smoke_from_log(log: Path) -> dict | None:
-    found = {}
+def _smoke_report(path: Path) -> dict | None:
     try:
-        for line in log.read_text(errors="replace").splitlines():
-            m = _SMOKE_LINE.search(line)
-            if m:
-                found[m.group(1)] = m.group(2)
-    except OSError:
+        return json.loads(path.read_text()).get("imports")
+    except (OSError, ValueError, AttributeError):
         return None
-    return found or None
 
 
 def summary(results: list[CellResult]) -> str:

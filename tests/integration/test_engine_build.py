@@ -1,0 +1,178 @@
+"""Real builds on a real Docker engine: a torch CUDA extension compiled into a wheel by
+`imagegen build` and by plain `docker buildx bake`, verified, installed and imported.
+
+Needs: a running Docker engine with buildx and the base image made by scripts/make-base-image.sh
+(scripts/test.sh provides both when run as root). Downloads torch 2.11 (cu130, PyPI's default) and
+the CUDA 13.0 toolkit from PyPI inside the build; a warm pip cache mount makes re-runs fast.
+These tests fail, not skip, when the engine is missing: they are what proves the product works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from imagegen.verify import read_so, verify_wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
+CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0;9.0+PTX",
+        "--flavor", "pypi", "--base-image", BASE_IMAGE]
+TINY = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
+BROKEN = "broken-kernel-0_1_0-torch2_11-cu130-py311"
+SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
+
+pytestmark = pytest.mark.integration
+
+
+def sh(*cmd: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    info = sh("docker", "info", "--format", "{{.ServerVersion}}") if shutil.which("docker") else None
+    if info is None or info.returncode != 0:
+        pytest.fail("a running Docker engine is required: run scripts/install-engine.sh (scripts/test.sh does)")
+    if sh("docker", "image", "inspect", BASE_IMAGE).returncode != 0:
+        pytest.fail(f"base image {BASE_IMAGE} missing: run scripts/make-base-image.sh {BASE_IMAGE}")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, engine):
+    root = tmp_path_factory.mktemp("engine")
+    # A CA bundle with a marker line: still a valid bundle (text outside PEM blocks is ignored),
+    # and the marker shows whether the secret ever reached an image layer or the history.
+    marker = f"IMAGEGEN-CA-MARKER-{uuid.uuid4().hex}"
+    ca = root / "ca.pem"
+    ca.write_text(f"# {marker}\n" + Path(SYSTEM_CA).read_text())
+    return {"root": root, "ca": ca, "marker": marker}
+
+
+@pytest.fixture(scope="module")
+def first_build(workspace):
+    """One `imagegen build` of two cells: the fixture kernel and a kernel that does not compile."""
+    root = workspace["root"]
+    t0 = time.time()
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), "--source", str(FIXTURES / "broken_kernel"),
+              *CELL, "--out", str(root / "out"), "--work", str(root / "work"), "--ca-bundle", str(workspace["ca"]),
+              cwd=root)
+    return {"proc": proc, "seconds": time.time() - t0, "out": root / "out"}
+
+
+def tiny_wheel(out: Path) -> Path:
+    wheels = sorted((out / "tiny-kernel-0.1.0" / "torch2.11" / "cu130").glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_failing_cell_keeps_the_other_cells_wheel(first_build):
+    proc = first_build["proc"]
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("imagegen: error: 1 of 2 cells failed: " + BROKEN) and ".log)" in last
+    # The summary names the failed cell, shows the compiler's error and the full log's path.
+    assert f"{BROKEN} failed" in proc.stdout, proc.stdout[-2000:]
+    assert "broken.cu(4): error: expected a declaration" in proc.stdout, proc.stdout[-2000:]
+    wheel = tiny_wheel(first_build["out"])
+    assert wheel.name == "tiny_kernel-0.1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+    assert not list(first_build["out"].rglob("*.partial")), "no half-written file may remain"
+    assert not (first_build["out"] / "broken-kernel-0.1.0").exists()
+
+
+def test_wheel_carries_requested_sass_and_ptx(first_build):
+    wheel = tiny_wheel(first_build["out"])
+    report = verify_wheel(wheel, None)
+    (so,) = report.extensions
+    assert sorted(map(str, so.entries)) == ["compute_90", "sm_80", "sm_90"]
+    proc = sh(IMAGEGEN, "verify", str(wheel), "--arch", "8.0;9.0+PTX")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = sh(IMAGEGEN, "verify", str(wheel), "--arch", "12.0")
+    assert proc.returncode == 6 and "lacks sm_120" in proc.stderr
+
+
+def test_manifest_records_inputs_hash_and_smoke_test(first_build):
+    wheel = tiny_wheel(first_build["out"])
+    manifest = json.loads((wheel.parent / "manifest.json").read_text())
+    entry = manifest["cells"][TINY]
+    import hashlib
+
+    assert entry["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert entry["wheel"] == wheel.name and entry["torch"] == "2.11.0" and entry["archs"] == "8.0;9.0+PTX"
+    assert entry["base_image"] == BASE_IMAGE and len(entry["inputs"]) == 16
+    # Installed into a fresh copy of the torch environment and imported there (smoke stage).
+    assert entry["smoke"] == {"tiny_kernel": "ok"}
+    assert Path(entry["log"]).is_file()
+
+
+def test_unchanged_cell_is_skipped_on_rerun(first_build, workspace):
+    root = workspace["root"]
+    t0 = time.time()
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "--out", str(root / "out"),
+              "--work", str(root / "work"), cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert f"[{TINY}] up to date" in proc.stderr and "building" not in proc.stderr
+    assert "up-to-date" in proc.stdout
+    print(f"no-op re-run: {time.time() - t0:.1f} s")
+
+
+def test_plain_docker_buildx_bake_of_a_generated_file(first_build, workspace):
+    root = workspace["root"] / "plain"
+    shutil.copytree(FIXTURES / "tiny_kernel", root / "tiny_kernel")
+    proc = sh(IMAGEGEN, "bake", "--source", "tiny_kernel", *CELL, "-f", "docker-bake.hcl", "--out", "wheels", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    proc = sh("docker", "buildx", "bake", "--progress", "plain", cwd=root,
+              env={"IMAGEGEN_PIP_CERT": str(workspace["ca"])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheel = tiny_wheel(root / "wheels")
+    assert verify_wheel(wheel, __import__("imagegen.arch").arch.parse_arch_list("8.0;9.0+PTX")).ok
+    # Same inputs as the imagegen build: its layers came from the cache.
+    assert "CACHED" in proc.stderr
+    # The export holds only the wheel (no root filesystem).
+    assert [p.name for p in (root / "wheels" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130").iterdir()] == [wheel.name]
+
+
+def test_ca_bundle_never_reaches_an_image_layer_or_history(first_build, workspace):
+    root = workspace["root"] / "plain"
+    tag = f"imagegen-ca-check:{uuid.uuid4().hex[:8]}"
+    proc = sh("docker", "buildx", "bake", "--progress", "plain", TINY, "--set", f"{TINY}.target=smoke",
+              "--set", f"{TINY}.output=type=docker,name={tag}", cwd=root,
+              env={"IMAGEGEN_PIP_CERT": str(workspace["ca"])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    try:
+        history = sh("docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", tag).stdout
+        assert history and workspace["marker"] not in history and "ca.pem" not in history
+        assert "BEGIN CERTIFICATE" not in history
+        # One pass over every layer and the config. The scan must find what is there (the build
+        # script imagegen copies in) and must not find the CA bundle's marker.
+        found = _stream_find(["docker", "save", tag], [workspace["marker"].encode(), b"in-builder script"])
+        assert b"in-builder script" in found, "the scan did not see the image's own files"
+        assert workspace["marker"].encode() not in found, "the CA bundle's marker is inside an image layer"
+    finally:
+        sh("docker", "image", "rm", "-f", tag)
+
+
+def _stream_find(cmd: list[str], needles: list[bytes]) -> set[bytes]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    found: set[bytes] = set()
+    keep = max(len(n) for n in needles)
+    tail = b""
+    assert proc.stdout is not None
+    for chunk in iter(lambda: proc.stdout.read(1 << 22), b""):
+        window = tail + chunk
+        found |= {n for n in needles if n in window}
+        tail = window[-keep:]
+    proc.stdout.close()
+    assert proc.wait() == 0
+    return found
