@@ -1,0 +1,179 @@
+"""Unit tests for the pieces of a build that need no engine: job sizing, bake-log splitting, the
+output folder and manifest, wheel verification on a real wheel, and the in-build script's own arch
+formatting and wheel retagging."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagegen import arch as A
+from imagegen import collect, jobs
+from imagegen.execute import TargetLogs
+from imagegen.plan import make_cell
+from imagegen.recipes import load_catalogue
+from imagegen.render import builder_script
+from imagegen.verify import VerifyError, read_so, verify_wheel
+
+WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
+
+
+def builder_module():
+    spec = importlib.util.spec_from_file_location("imagegen_build",
+                                                  Path(__file__).parent.parent / "imagegen/resources/builder/imagegen_build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+B = builder_module()
+
+
+# ---------------------------------------------------------------------------------------- jobs
+
+
+def test_small_machine_gets_seed_002_settings():
+    s = jobs.settings_for(5.0, 4, jobs.Host(cpus=16, mem_gb=6))
+    assert (s.max_jobs, s.nvcc_threads) == (1, 1)
+
+
+def test_jobs_follow_memory_and_cores():
+    assert jobs.settings_for(2.0, 4, jobs.Host(cpus=16, mem_gb=64)).max_jobs == 8
+    assert jobs.settings_for(2.0, 4, jobs.Host(cpus=4, mem_gb=256)).max_jobs == 4
+    shared = jobs.settings_for(2.0, 4, jobs.Host(cpus=16, mem_gb=64), share=2)
+    assert shared.max_jobs == 4 and shared.peak_gb == 32
+
+
+def test_explicit_values_win():
+    s = jobs.settings_for(5.0, 4, jobs.Host(cpus=2, mem_gb=4), max_jobs=3, nvcc_threads=2)
+    assert (s.max_jobs, s.nvcc_threads) == (3, 2)
+
+
+def test_batch_size_bounds():
+    assert jobs.batch_size(10, jobs.Host(cpus=2, mem_gb=24), 5.0) == 2
+    assert jobs.batch_size(1, jobs.Host(cpus=64, mem_gb=512), 5.0) == 1
+    assert jobs.batch_size(10, jobs.Host(cpus=64, mem_gb=4), 5.0) == 1
+
+
+# ------------------------------------------------------------------------------------ bake logs
+
+
+def test_target_logs_split_and_detect_failure(tmp_path):
+    logs = TargetLogs(tmp_path, ["a-1", "b-2"])
+    steps = [logs.feed(line) for line in [
+        "#5 [a-1 builder 3/3] RUN python x",
+        "#5 [a-1 builder 3/3] RUN python x",  # repeated header: no second progress line
+        "#5 12.0 foo.cu(4): error: expected a declaration",
+        "#6 [b-2 base 5/5] RUN pip install",
+        "#6 1.0 Collecting torch",
+        "#5 ERROR: process \"x\" did not complete successfully: exit code: 1",
+        "#6 CANCELED",
+    ]]
+    assert [s for s in steps if s] == [("a-1", "builder 3/3 RUN python x"), ("b-2", "base 5/5 RUN pip install")]
+    assert logs.failed == {"a-1"}
+    assert "foo.cu(4): error: expected a declaration" in "\n".join(logs.tail("a-1"))
+    logs.close()
+    assert (tmp_path / "b-2.log").read_text().count("\n") == 3
+
+
+# ------------------------------------------------------------------------------ output folder
+
+
+def _cell():
+    r = load_catalogue().get("sage")
+    return make_cell(r, r.version(None), "2.8", "12.8", "3.12", A.parse_arch_list("9.0"), "cuda")
+
+
+def test_publish_is_atomic_and_up_to_date_checks_hash(tmp_path):
+    cell = _cell()
+    out = tmp_path / "out"
+    dest = collect.publish(out, cell, WHEEL, inputs="abc", record={"duration_s": 1.0})
+    assert dest.parent == out / "sageattention-2.2.0" / "torch2.8" / "cu128"
+    assert not list(out.rglob("*.partial"))
+    manifest = json.loads((dest.parent / "manifest.json").read_text())
+    assert manifest["cells"][cell.name]["sha256"] == collect.sha256(WHEEL)
+    assert collect.up_to_date(out, cell, "abc") == dest
+    assert collect.up_to_date(out, cell, "other-inputs") is None
+    dest.write_bytes(b"tampered")
+    assert collect.up_to_date(out, cell, "abc") is None
+
+
+# ---------------------------------------------------------------------------------- verify
+
+
+def test_fatbin_reader_on_a_real_wheel():
+    with zipfile.ZipFile(WHEEL) as zf:
+        so = next(n for n in zf.namelist() if n.endswith(".so"))
+        entries = read_so(zf.read(so))
+    assert sorted(map(str, entries)) == ["compute_90", "sm_80", "sm_90"]
+    report = verify_wheel(WHEEL, A.parse_arch_list("8.0;9.0+PTX"), cuobjdump=None)
+    assert report.ok and report.version == "0.1.0+cu130torch2.11"
+
+
+def test_missing_arch_fails_verification():
+    report = verify_wheel(WHEEL, A.parse_arch_list("8.6;9.0;12.0+PTX"), cuobjdump=None)
+    assert not report.ok
+    assert "lacks sm_86, sm_120, compute_120" in report.problems[0]
+
+
+def test_bad_wheel_names_and_files(tmp_path):
+    bad = tmp_path / "not-a-wheel.whl"
+    bad.write_bytes(b"x")
+    with pytest.raises(VerifyError):
+        verify_wheel(bad, None)
+    junk = tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(VerifyError, match="not a readable wheel"):
+        verify_wheel(junk, None)
+
+
+# ------------------------------------------------------------------------- the in-build script
+
+
+def test_builder_script_is_what_render_embeds():
+    assert builder_script() == (Path(B.__file__)).read_text()
+
+
+CANONICAL = st.lists(st.sampled_from(["7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "12.0",
+                                      "12.0a", "12.1"]), min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(CANONICAL, st.lists(st.booleans(), min_size=5, max_size=5))
+def test_builder_formats_agree_with_the_arch_model(entries, ptx_flags):
+    text = ";".join(e + ("+PTX" if p else "") for e, p in zip(entries, ptx_flags))
+    archs = A.parse_arch_list(text)
+    canonical = str(archs)  # what the Dockerfile's ARG carries
+    parsed = B.parse_archs(canonical)
+    assert B.format_archs(parsed, "numeric") == A.to_numeric_list(archs)
+    assert B.format_archs(parsed, "numeric", keep_variant=True) == A.to_numeric_list(archs, keep_variant=True)
+    assert B.format_archs(parsed, "dotted") == A.to_dotted_list(archs)
+    assert B.format_archs(parsed, "cmake") == A.to_cmake(archs)
+    assert B.format_archs(parsed, "gencode") == " ".join(A.to_gencode(archs))
+    if not any(a.variant == "f" for a in archs):
+        assert B.format_archs(parsed, "torch") == A.to_torch_arch_list(archs)
+
+
+def test_retag_rewrites_name_metadata_and_record(tmp_path):
+    src = tmp_path / "demo-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(src, "w") as zf:
+        zf.writestr("demo/__init__.py", "")
+        zf.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+        zf.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+        zf.writestr("demo-1.0.dist-info/RECORD", "")
+    out = Path(B.retag(str(src), "cu128torch2.8", str(tmp_path)))
+    assert out.name == "demo-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        assert "demo-1.0+cu128torch2.8.dist-info/METADATA" in names
+        assert "Version: 1.0+cu128torch2.8" in zf.read("demo-1.0+cu128torch2.8.dist-info/METADATA").decode()
+        record = zf.read("demo-1.0+cu128torch2.8.dist-info/RECORD").decode()
+        assert "demo/__init__.py,sha256=" in record and not any(n.startswith("demo-1.0.dist-info") for n in names)
+    # A wheel that already has a local version (the package's own knob) is left alone.
+    assert B.retag(str(out), "x", str(tmp_path)) == str(out)
