@@ -39,7 +39,7 @@ def build(work: Path, arch: str) -> tuple[float, str]:
 def base_steps_executed(work: Path) -> tuple[int, int]:
     """(executed, total) `base` stage steps in the newest run's bake log."""
     run = sorted((work / "w" / "runs").iterdir())[-1]
-    text = "\n".join(p.read_text() for p in (run / "logs").glob("*.log") if "--log" not in p.name)
+    text = "\n".join(p.read_text() for p in (run / "logs").glob("*.log"))
     steps = {}
     for m in re.finditer(r"^#(\d+) \[[\w-]+ base (\d+)/\d+\]", text, re.M):
         steps[m.group(1)] = m.group(2)

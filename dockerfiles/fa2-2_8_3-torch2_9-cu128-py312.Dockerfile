@@ -134,6 +134,9 @@ def run(cmd, env=None, cwd=None, log_file=None):
 
 
 def venv_python(cell):
+    """The interpreter that builds: the builder venv in an image, the host's Python natively."""
+    if not cell.get("venv"):
+        return cell["base_python"]
     return os.path.join(cell["venv"], "bin", "python")
 
 
@@ -521,7 +524,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 RUN --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="1b7c458a3605b7c7"
+      io.imagegen.inputs="b7f7ba8cb23b3a90"
 
 # `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
 VOLUME ["/out"]

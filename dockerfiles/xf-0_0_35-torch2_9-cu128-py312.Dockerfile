@@ -134,6 +134,9 @@ def run(cmd, env=None, cwd=None, log_file=None):
 
 
 def venv_python(cell):
+    """The interpreter that builds: the builder venv in an image, the host's Python natively."""
+    if not cell.get("venv"):
+        return cell["base_python"]
     return os.path.join(cell["venv"], "bin", "python")
 
 
@@ -521,7 +524,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 RUN --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="b5baf2415e7477b4"
+      io.imagegen.inputs="48a4f911fb3b40de"
 
 # `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
 VOLUME ["/out"]

@@ -315,7 +315,11 @@ def _pypi(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant
                      nvcc=Version(cuda.pypi_toolkit), image_torch_cuda=None)
 
 
-_BUILDERS = {"runpod": _runpod, "manylinux": _manylinux, "cuda": _cuda, "pypi": _pypi}
+def _native(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
+    raise NoBaseImage("the native flavor builds on this host: use `imagegen build --native`")
+
+
+_BUILDERS = {"runpod": _runpod, "manylinux": _manylinux, "cuda": _cuda, "pypi": _pypi, "native": _native}
 
 # What a known tag scheme tells about a custom image: nvcc version, and a preinstalled torch's CUDA.
 _RUNPOD_NEW = re.compile(r"(?:docker\.io/)?runpod/pytorch:[\d.]+-cu(\d{2})(\d)(\d)?-torch(\d)(\d+)(\d)-ubuntu\d{4}")

@@ -57,9 +57,10 @@ class TargetLogs:
     def __init__(self, folder: Path, targets: Iterable[str]) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.targets = set(targets)
+        cells = [t for t in targets if not t.endswith(LOG_SUFFIX)]
+        self.targets = set(cells) | {t + LOG_SUFFIX for t in cells}
         self.owner: dict[str, str] = {}
-        self.files = {t: (folder / f"{t}.log").open("a", encoding="utf-8") for t in self.targets}
+        self.files = {t: (folder / f"{t}.log").open("a", encoding="utf-8") for t in cells}
         self.failed: set[str] = set()
         self.last: dict[str, str] = {}
 
@@ -67,10 +68,11 @@ class TargetLogs:
         """Record one line; return (target, step) when a target starts a new step."""
         m = _TARGET_FAILED.search(line)
         if m and m.group(1) in self.targets:
-            self.failed.add(m.group(1))
+            self.failed.add(m.group(1).removesuffix(LOG_SUFFIX))
         h = _HEADER.match(line)
         if h and h.group(2) in self.targets:
-            target = h.group(2)
+            # A cell's companion log target shares its vertices: one log per cell.
+            target = h.group(2).removesuffix(LOG_SUFFIX)
             self.owner[h.group(1)] = target
             self.files[target].write(line + "\n")
             stage = (h.group(3) or "").strip()
@@ -240,7 +242,7 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
                     results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name],
                                               stage / (c.name + LOG_SUFFIX))
                 elif ok or c.name in logs.failed or len(batch) == 1:
-                    results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
+                    results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",  # noqa: E501
                                                  seconds=time.time() - started[c.name],
                                                  error="the build failed" if not ok else "the build produced no wheel",
                                                  log_tail=logs.tail(c.name))

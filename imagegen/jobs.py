@@ -15,10 +15,16 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Host:
     cpus: int
-    mem_gb: float  # available, not total
+    mem_gb: float  # what builds may plan for (a share of the total)
 
     def describe(self) -> str:
-        return f"{self.cpus} cores, {self.mem_gb:.0f} GB RAM available"
+        return f"{self.cpus} cores, {self.mem_gb:.0f} GB RAM for builds"
+
+
+# Share of the machine's RAM a build may plan for. Total rather than momentarily free memory: the
+# job counts are build args, and a value that moved with the page cache would change the cache key
+# of the compile step on every run.
+RAM_SHARE = 0.8
 
 
 def host() -> Host:
@@ -27,8 +33,8 @@ def host() -> Host:
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
-                    mem_gb = int(line.split()[1]) / 1024 / 1024
+                if line.startswith("MemTotal:"):
+                    mem_gb = int(line.split()[1]) / 1024 / 1024 * RAM_SHARE
     except OSError:
         mem_gb = 8.0  # unknown: assume a small machine rather than risk an OOM kill
     return Host(cpus=max(1, cpus), mem_gb=mem_gb)

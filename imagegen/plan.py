@@ -225,16 +225,18 @@ def make_cell(recipe: Recipe, version: RecipeVersion, torch: str, cuda: str, pyt
 
 
 def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_version: str, cuda: CudaVariant,
-          python: str, archs: ArchList, flavor: str, base_image: str | None, torch_index_override: str | None) -> Cell:
+          python: str, archs: ArchList, flavor: str, base_image: str | None, torch_index_override: str | None,
+          host_base: BaseImage | None = None) -> Cell:
     problems: list[str] = []
     notes: list[str] = []
     fl = compat.flavor(flavor)
-    base: BaseImage | None = None
+    base: BaseImage | None = host_base
     base_problem: list[str] = []
-    try:
-        base = _resolve_base(fl, series, torch_version, cuda, python, base_image)
-    except NoBaseImage as exc:
-        base_problem.append(str(exc))
+    if host_base is None:
+        try:
+            base = _resolve_base(fl, series, torch_version, cuda, python, base_image)
+        except NoBaseImage as exc:
+            base_problem.append(str(exc))
     nvcc = base.nvcc if base is not None and base.nvcc is not None else Version(cuda.toolkit if fl.toolkit == "image" else (cuda.pypi_toolkit or cuda.toolkit))
     nvcc = Version(_fmt(nvcc))
     problems += _python_problems(recipe, series, python)
@@ -330,6 +332,16 @@ def _replace(cell: Cell, **kw) -> Cell:
     from dataclasses import replace
 
     return replace(cell, **kw)
+
+
+def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_base: BaseImage, torch_version: str,
+                torch_cuda: str | None, python: str) -> Cell:
+    """The cell of a native build: the torch, CUDA and Python of this host, checked the same way."""
+    series, _ = compat.torch_series(torch_version)
+    if not torch_cuda:
+        raise CompatError(f"the installed torch {torch_version} is a CPU-only build: install a CUDA build of torch")
+    cuda = compat.cuda_variant(torch_cuda)
+    return _cell(recipe, version, series, torch_version, cuda, python, archs, "native", None, None, host_base=host_base)
 
 
 def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch: str | None, cuda: str | None,

@@ -135,6 +135,9 @@ def run(cmd, env=None, cwd=None, log_file=None):
 
 
 def venv_python(cell):
+    """The interpreter that builds: the builder venv in an image, the host's Python natively."""
+    if not cell.get("venv"):
+        return cell["base_python"]
     return os.path.join(cell["venv"], "bin", "python")
 
 
@@ -522,7 +525,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 RUN --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="12.0+PTX" \
-      io.imagegen.inputs="043cdbef60f1a3b6"
+      io.imagegen.inputs="2d20d553f3c784ed"
 
 # `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
 VOLUME ["/out"]

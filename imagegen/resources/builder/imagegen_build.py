@@ -88,6 +88,9 @@ def run(cmd, env=None, cwd=None, log_file=None):
 
 
 def venv_python(cell):
+    """The interpreter that builds: the builder venv in an image, the host's Python natively."""
+    if not cell.get("venv"):
+        return cell["base_python"]
     return os.path.join(cell["venv"], "bin", "python")
 
 
