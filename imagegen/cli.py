@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ca-bundle", help="CA bundle for PyPI/git inside builds, passed as a BuildKit secret"
                    " (default: PIP_CERT / REQUESTS_CA_BUNDLE / SSL_CERT_FILE, else the system bundle)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--native", action="store_true", help="build on this host, without Docker (Colab, bare metal):"
+                   " the host's Python, torch and nvcc, checked against each other first")
+    p.add_argument("--flat", action="store_true", help="with --native: put the wheel directly in --out"
+                   " (e.g. a mounted Google Drive folder) instead of OUT/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/")
+    p.add_argument("--src-dir", type=Path, help="with --native: an existing checkout to build (default: clone into --work)")
+    p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")
     _add_common(p)
 
     p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
@@ -332,6 +338,8 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     config = _config(args)
     cat = _catalogue(args, config)
+    if args.native:
+        return _build_native(args, config, cat)
     plan = expand(_matrix(args, config, cat))
     for c in plan.rejected:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
@@ -354,6 +362,43 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
                          + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
     return 0
+
+
+def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+    from imagegen import native
+
+    sources = args.source or []
+    if len(args.recipes) + len(sources) != 1:
+        raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
+    if len(args.arch or []) > 1:
+        raise UsageError("--native takes one --arch list")
+    recipe, version = _resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
+                               args.recipe_version)
+    host = native.probe(args.python_exe)
+    # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
+    for flag, wanted, have in (("--torch", args.torch, host.torch), ("--cuda", args.cuda, host.torch_cuda),
+                               ("--python", args.python, host.python)):
+        for w in wanted or []:
+            if have is None or not (have == w or have.startswith(w + ".") or compat.cuda_variant(w).dotted == have
+                                    if flag == "--cuda" else have == w or have.startswith(w + ".")):
+                raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
+                                 " install the one you want, or build in a container")
+    archs = parse_arch_list((args.arch or [None])[0] or config.matrix.arch or _host_archs(host)
+                            or defaults()["matrix"]["arch"])
+    cell = native.preflight(recipe, version, archs, host)
+    out = args.out or config.out
+    dest = native.build_native(cell, host, out=out, work=args.work, flat=args.flat, max_jobs=args.max_jobs,
+                               nvcc_threads=args.nvcc_threads, src_dir=args.src_dir)
+    print(dest)
+    return 0
+
+
+def _host_archs(host) -> str | None:
+    """With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on)."""
+    import re as _re
+
+    ccs = sorted({m.group(1) for g in host.gpus for m in [_re.search(r"\((\d+\.\d+)\)$", g)] if m})
+    return ";".join(ccs) or None
 
 
 def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -50,44 +50,73 @@ class HostToolchain:
                 f" nvcc {self.nvcc or 'missing'}" + (f", GPUs: {', '.join(self.gpus)}" if self.gpus else ", no GPU"))
 
 
+# Reads torch's version and CUDA from its metadata and torch/version.py without importing torch
+# (importing it costs seconds, which the overhead budget of a native build does not have).
 _PROBE = r"""
-import json, sys
+import importlib.util, json, os, shutil, sys
 out = {"python": "%d.%d" % sys.version_info[:2]}
 try:
-    import torch
-    out["torch"] = torch.__version__.split("+")[0]
-    out["torch_cuda"] = torch.version.cuda
-    from torch.utils import cpp_extension
-    out["cuda_home"] = cpp_extension.CUDA_HOME
-    gpus = []
-    try:
-        if torch.cuda.is_available():
-            for i in range(torch.cuda.device_count()):
-                cap = torch.cuda.get_device_capability(i)
-                gpus.append("%s (%d.%d)" % (torch.cuda.get_device_name(i), cap[0], cap[1]))
-    except Exception:
-        pass
-    out["gpus"] = gpus
+    from importlib.metadata import version
+    out["torch"] = version("torch").split("+")[0]
+    spec = importlib.util.find_spec("torch")
+    ns = {}
+    with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as fh:
+        exec(fh.read(), ns)
+    out["torch_cuda"] = ns.get("cuda")
 except Exception as exc:
     out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+# CUDA_HOME candidates in torch.utils.cpp_extension's order, plus what a wrapper script on PATH
+# execs and /usr/local/cuda; the first that has nvcc and the runtime headers wins.
+cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+nvcc = shutil.which("nvcc")
+if nvcc:
+    cands.append(os.path.dirname(os.path.dirname(nvcc)))
+    cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    try:
+        import re
+        with open(nvcc, "rb") as fh:
+            head = fh.read(4096)
+        m = re.search(rb"(/[^\s\"']+)/bin/nvcc", head) if head.startswith(b"#!") else None
+        if m:
+            cands.append(m.group(1).decode())
+    except OSError:
+        pass
+cands.append("/usr/local/cuda")
+out["cuda_home_candidates"] = [c for c in cands if c]
+out["cuda_home"] = next((c for c in cands if c and os.path.isfile(os.path.join(c, "bin", "nvcc"))
+                         and os.path.isfile(os.path.join(c, "include", "cuda_runtime.h"))), None)
 print(json.dumps(out))
 """
+
+
+def gpus() -> tuple[str, ...]:
+    """'NAME (X.Y)' for each GPU nvidia-smi sees; empty without a driver."""
+    exe = shutil.which("nvidia-smi") or ("/usr/local/nvidia/bin/nvidia-smi" if Path("/usr/local/nvidia/bin/nvidia-smi").exists() else None)
+    if not exe:
+        return ()
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return tuple(f"{name.strip()} ({cap.strip()})" for name, cap in
+                 (line.rsplit(",", 1) for line in out.strip().splitlines() if "," in line))
 
 
 def probe(python_exe: str | None = None) -> HostToolchain:
     exe = python_exe or sys.executable
     try:
-        raw = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=300)
+        raw = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
         raise EngineError(f"Python interpreter {exe} not found") from None
     try:
         info = json.loads(raw.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise EngineError(f"cannot run {exe}: {raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else 'no output'}") from None
-    cuda_home = info.get("cuda_home") or os.environ.get("CUDA_HOME")
+    cuda_home = info.get("cuda_home")
     nvcc = nvcc_version(cuda_home)
     return HostToolchain(python_exe=exe, python=info["python"], torch=info.get("torch"), torch_cuda=info.get("torch_cuda"),
-                         cuda_home=cuda_home, nvcc=nvcc, gpus=tuple(info.get("gpus") or ()))
+                         cuda_home=cuda_home, nvcc=nvcc, gpus=gpus())
 
 
 def nvcc_version(cuda_home: str | None) -> Version | None:
@@ -131,6 +160,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     doc["base_python"] = host.python_exe
     doc["log_dir"] = str(work / "logs")
     doc["cuda_home"] = host.cuda_home
+    doc["torch_checked"] = True  # preflight read the same facts from torch's metadata
     if cell.recipe.source_kind == "local":
         doc["src_dir"] = str(cell.recipe.source_path)
     else:
@@ -178,24 +208,31 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
 
 
 def smoke_test(wheel: Path, cell: Cell, host: HostToolchain) -> dict:
-    """Install the wheel into a throwaway venv that sees the host's packages (torch) and import the
-    recipe's modules from outside the source tree. A module that needs the GPU driver on a machine
-    without one is reported as skipped."""
+    """Import the recipe's modules from the unpacked wheel, outside the source tree, with the host's
+    torch (nothing is installed into the host's environment). A module that needs the GPU driver on a
+    machine without one is reported as skipped, not as passed."""
+    import zipfile
+
     with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
-        venv = Path(tmp) / "venv"
-        subprocess.run([host.python_exe, "-m", "venv", "--system-site-packages", str(venv)], check=True,
-                       capture_output=True)
-        py = str(venv / "bin" / "python")
-        subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                       capture_output=True)
-        results = {}
-        for module in (*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports):
-            proc = subprocess.run([py, "-c", f"import {module}"], capture_output=True, text=True, cwd=tmp)
-            err = (proc.stderr.strip().splitlines() or [""])[-1]
-            if proc.returncode == 0:
-                results[module] = "ok"
-            elif re.search(r"libcuda\.so|CUDA driver|NVIDIA driver", err):
-                results[module] = f"skipped: needs a GPU driver ({err[:160]})"
-            else:
-                raise BuildError(f"{wheel.name}: `import {module}` failed: {err[:300]}")
-        return results
+        site = Path(tmp) / "site"
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(site)
+        modules = [*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports]
+        code = ("import importlib, json, sys\nres = {}\nfor m in sys.argv[1:]:\n    try:\n"
+                "        importlib.import_module(m); res[m] = 'ok'\n    except Exception as e:\n"
+                "        res[m] = '%s: %s' % (type(e).__name__, e)\nprint(json.dumps(res))")
+        env = dict(os.environ, PYTHONPATH=str(site))
+        proc = subprocess.run([host.python_exe, "-c", code, *modules], capture_output=True, text=True, cwd=tmp, env=env)
+        try:
+            raw = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise BuildError(f"{wheel.name}: the import test did not run: {proc.stderr.strip()[-300:]}") from None
+    results = {}
+    for module, got in raw.items():
+        if got == "ok":
+            results[module] = "ok"
+        elif re.search(r"libcuda\.so|CUDA driver|NVIDIA driver", got):
+            results[module] = f"skipped: needs a GPU driver ({got[:160]})"
+        else:
+            raise BuildError(f"{wheel.name}: `import {module}` failed: {got[:300]}")
+    return results

@@ -147,6 +147,8 @@ def assemble_cuda_home(py, home):
 
 def check_torch(cell, py):
     """Fail unless the venv's torch is exactly the release and CUDA variant the cell asked for."""
+    if cell.get("torch_checked"):
+        return  # a native build: imagegen checked the host's torch before it started
     want = cell["torch"]
     code = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
     got_version, got_cuda = json.loads(subprocess.check_output([py, "-c", code]).decode().strip().splitlines()[-1])
