@@ -32,6 +32,8 @@ cp -r "$src" "$work/plain-src"
    $py -m pip wheel --no-build-isolation --no-deps -w "$work/plain-dist" . > "$out/plain.log" 2>&1)
 t2=$(now)
 
+echo "{\"imagegen_s\": $(echo "$t1 - $t0" | bc), \"plain_pip_s\": $(echo "$t2 - $t1" | bc)}" > "$out/times.json"
+
 # 3. verify + GPU check with imagegen's wheel
 $py -m imagegen verify "$wheel" --arch "$(python3 -c "
 from imagegen.recipes import load_catalogue; from imagegen.arch import parse_arch_list; from imagegen.plan import expected_archs
@@ -39,9 +41,9 @@ from packaging.version import Version
 r = load_catalogue().get('$recipe'); v = r.version(None)
 print(expected_archs(v, parse_arch_list('$arch'), Version('13.0')))")" > "$out/verify.txt" 2>&1
 cuobjdump --list-elf --list-ptx "$work/plain-dist"/*.whl > /dev/null 2>&1 || true
-$py -m venv --system-site-packages "$work/venv"
-"$work/venv/bin/pip" install -q --no-deps --no-index "$wheel"
-(cd "$work" && "$work/venv/bin/python" "$here/scripts/gpu/check_recipe.py" "$recipe") > "$out/gpu_check.txt" 2>&1
+# The wheel unpacked onto PYTHONPATH: a venv made from a venv's python would not see its torch.
+mkdir -p "$work/site" && $py -m zipfile -e "$wheel" "$work/site"
+(cd "$work" && PYTHONPATH="$work/site:$here" $py "$here/scripts/gpu/check_recipe.py" "$recipe") > "$out/gpu_check.txt" 2>&1 || true
 
 python3 - "$t0" "$t1" "$t2" "$wheel" "$work/plain-dist" "$out" <<'PY'
 import json, sys, os, glob
@@ -52,7 +54,7 @@ res = {"imagegen_s": round(t1 - t0, 1), "plain_pip_s": round(t2 - t1, 1),
        "overhead_ratio": round((t1 - t0) / (t2 - t1), 4),
        "wheel": os.path.basename(wheel), "wheel_bytes": os.path.getsize(wheel),
        "plain_wheel": os.path.basename(pw), "plain_wheel_bytes": os.path.getsize(pw),
-       "gpu_check": open(out + "/gpu_check.txt").read().strip().splitlines()[-2:],
+       "gpu_check": open(out + "/gpu_check.txt").read().strip().splitlines()[-3:],
        "verify": open(out + "/verify.txt").read().strip().splitlines()}
 json.dump(res, open(out + "/result.json", "w"), indent=2)
 print(json.dumps(res, indent=2))
