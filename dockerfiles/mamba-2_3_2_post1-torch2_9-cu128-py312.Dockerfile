@@ -216,7 +216,13 @@ def cmd_fetch(cell, args):
     dest = cell["src_dir"]
     if src["kind"] == "git":
         if os.path.isdir(os.path.join(dest, ".git")):
-            log("source already present at %s" % dest)
+            head = subprocess.check_output(["git", "-C", dest, "rev-parse", "HEAD"]).decode().strip()
+            if src.get("commit") and not head.startswith(src["commit"]):
+                fail("the checkout at %s is at %s, not the pinned %s: check out the pinned commit" % (dest, head, src["commit"]))
+            log("source already present at %s (%s)" % (dest, head[:12]))
+        elif os.path.isdir(dest) and os.listdir(dest):
+            log("using the source tree at %s as given (no .git, so the pinned %s cannot be checked)"
+                % (dest, src.get("commit") or src["ref"]))
         else:
             os.makedirs(dest, exist_ok=True)
             run(["git", "init", "-q", dest], env=env)
@@ -527,7 +533,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 RUN --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="bd1dc70d5dd841f5"
+      io.imagegen.inputs="414b3fd78b6fb504"
 
 # `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
 VOLUME ["/out"]

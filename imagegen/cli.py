@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", required=True, help="the archs the wheel must carry, e.g. '8.0;9.0a+PTX'")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser("doctor", help="check this machine: torch, nvcc, GPUs, Docker/buildx, disk, RAM", description=(
+        "Check what this machine can build and say how to fix each problem: Python, torch and its CUDA, nvcc and"
+        " CUDA_HOME (nvcc's major must equal torch's CUDA major), GPUs and their archs, the Docker engine and buildx"
+        " (a real bake matrix with local export is tried), disk, RAM/cores and the job settings builds would use."))
+    p.add_argument("--python-exe", help="the interpreter whose torch to check (default: this one)")
+    p.add_argument("--no-engine", action="store_true", help="skip the Docker checks")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("recipes", help="list the recipe catalogue", description="List every recipe with its versions, arch knob and supported archs.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_common(p)
@@ -401,6 +409,16 @@ def _host_archs(host) -> str | None:
     return ";".join(ccs) or None
 
 
+def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import doctor
+
+    report = doctor.run(args.python_exe, Path.cwd(), engine=not args.no_engine)
+    print(report.as_json() if args.json else report.text())
+    if report.failed:
+        raise ImagegenError(f"{len(report.failed)} problem(s): " + "; ".join(f"{c.name}: {c.fix or c.detail}" for c in report.failed))
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.verify import VerifyError, verify_wheel
 
@@ -427,6 +445,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "build": cmd_build, "verify": cmd_verify,
+            "doctor": cmd_doctor,
             "recipes": cmd_recipes,
             "archs": cmd_archs}
 

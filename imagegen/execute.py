@@ -63,6 +63,7 @@ class TargetLogs:
         self.files = {t: (folder / f"{t}.log").open("a", encoding="utf-8") for t in cells}
         self.failed: set[str] = set()
         self.last: dict[str, str] = {}
+        self.bake_error = ""  # bake's own last ERROR line (a bad definition fails before any target runs)
 
     def feed(self, line: str) -> tuple[str, str] | None:
         """Record one line; return (target, step) when a target starts a new step."""
@@ -130,10 +131,12 @@ def _bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs
                 on_step(*step)
         return True
     except DockerException as exc:
-        for line in (exc.stderr or "").splitlines():
+        stderr = exc.stderr or ""
+        for line in stderr.splitlines():
             m = _TARGET_FAILED.search(line)
             if m:
-                logs.failed.add(m.group(1))
+                logs.failed.add(m.group(1).removesuffix(LOG_SUFFIX))
+        logs.bake_error = next((line for line in reversed(stderr.splitlines()) if line.startswith("ERROR")), "")
         if "is not a docker command" in (exc.stderr or "") or "Cannot connect to the Docker daemon" in (exc.stderr or ""):
             raise EngineError("no usable Docker engine with buildx: " + (exc.stderr or "").strip().splitlines()[-1]
                               + " (start the daemon, or use --native)") from None
@@ -195,6 +198,11 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
         ca = str(run_dir / "no-ca-bundle.pem")
         Path(ca).write_text("")
     data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
+    for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
+        data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
+        data["target"][t.name]["context"] = str(run_dir / "dockerfiles")
+        if t.cell.recipe.source_path is not None and t.contexts:
+            data["target"][t.name]["contexts"] = {"source": str(t.cell.recipe.source_path)}
     # A companion target per cell exports the `buildlog` stage (compile log + smoke report), so the
     # wheels stage stays wheels-only and the reports are there even when every layer was cached.
     for t in definition.targets:
@@ -202,11 +210,6 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
         log_target["target"] = "buildlog"
         log_target["output"] = [f"type=local,dest={stage / (t.name + LOG_SUFFIX)}"]
         data["target"][t.name + LOG_SUFFIX] = log_target
-    for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
-        data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
-        data["target"][t.name]["context"] = str(run_dir / "dockerfiles")
-        if t.cell.recipe.source_path is not None and t.contexts:
-            data["target"][t.name]["contexts"] = {"source": str(t.cell.recipe.source_path)}
     bake_file.write_text(to_json(data))
     logs = TargetLogs(run_dir / "logs", [t.name for t in definition.targets])
 
@@ -242,9 +245,11 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
                     results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name],
                                               stage / (c.name + LOG_SUFFIX))
                 elif ok or c.name in logs.failed or len(batch) == 1:
-                    results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",  # noqa: E501
-                                                 seconds=time.time() - started[c.name],
-                                                 error="the build failed" if not ok else "the build produced no wheel",
+                    error = "the build produced no wheel" if ok else "the build failed"
+                    if not ok and logs.bake_error and c.name not in logs.failed:
+                        error = f"bake failed before building: {logs.bake_error}"
+                    results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
+                                                 seconds=time.time() - started[c.name], error=error,
                                                  log_tail=logs.tail(c.name))
                 else:
                     # Cancelled because another target of the batch failed: build it again, alone.

@@ -166,7 +166,7 @@ def _recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries
             out.append(f"{recipe.name} {version.version} never embeds PTX ({knob.env} takes SASS targets only); drop +PTX")
         elif knob.ptx == "newest" and any(a.ptx for a in archs if a.key != archs.newest.key):
             out.append(f"{recipe.name} {version.version} embeds PTX only for the newest arch ({archs.newest.cc}); ask +PTX only there")
-    if knob.style == "torch" and knob.env == "TORCH_CUDA_ARCH_LIST" and knob.parser == "torch":
+    if archs and knob.style == "torch" and knob.env == "TORCH_CUDA_ARCH_LIST" and knob.parser == "torch":
         out.extend(torch_problems(archs, series.latest))
     return out
 

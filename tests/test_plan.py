@@ -155,3 +155,12 @@ def test_runpod_legacy_tag_scheme_from_seed_004():
     old = cell("sage", "12.0", torch="2.8", cuda="12.8", python="3.11",
                base_image="runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04")
     assert any("sm_120 needs CUDA >= 12.8; CUDA 12.4 (cu128) selected" in p for p in old.problems)
+
+
+def test_every_arch_beyond_nvcc_is_reported_once_not_crashed():
+    from imagegen.recipes import recipe_from_source_tree
+    from pathlib import Path
+
+    r = recipe_from_source_tree(Path(__file__).parent / "fixtures" / "tiny_kernel")
+    c = make_cell(r, r.version(None), "2.11", "13.0", "3.11", parse_arch_list("7.0"), "pypi")
+    assert c.status == REJECTED and c.problems[0].startswith("sm_70 was dropped in CUDA 13.0")

@@ -1,0 +1,155 @@
+"""`imagegen doctor`: what this machine can build, and what to fix first.
+
+Checks, each with its fix: Python; torch and its CUDA; nvcc and CUDA_HOME, and that nvcc's major
+equals torch's CUDA major; the GPUs and their compute capability (what --arch to ask for); the
+Docker engine and buildx, and whether a bake matrix and a local export really work here (a tiny
+bake run, no registry needed); disk; RAM, cores and the job settings builds would use.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from imagegen import jobs, native
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+
+    def add(self, name: str, status: str, detail: str, fix: str = "") -> None:
+        self.checks.append(Check(name, status, detail, fix))
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.status == FAIL]
+
+    def text(self) -> str:
+        width = max(len(c.name) for c in self.checks)
+        lines = []
+        for c in self.checks:
+            lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+            if c.fix:
+                lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+        return "\n".join(lines)
+
+    def as_json(self) -> str:
+        return json.dumps([c.__dict__ for c in self.checks], indent=2)
+
+
+def _run(cmd: list[str], timeout: int = 60, cwd: Path | None = None) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def check_toolchain(report: Report, python_exe: str | None) -> None:
+    report.add("python", OK if sys.version_info >= (3, 10) else FAIL, f"imagegen runs on {sys.version.split()[0]}",
+               "" if sys.version_info >= (3, 10) else "use Python >= 3.10")
+    host = native.probe(python_exe)
+    if host.torch:
+        report.add("torch", OK if host.torch_cuda else WARN,
+                   f"{host.torch} (CUDA {host.torch_cuda or 'none: a CPU build'}) in {host.python_exe}",
+                   "" if host.torch_cuda else "a native build needs a CUDA build of torch (pip install torch from the cuXXX index)")
+    else:
+        report.add("torch", WARN, f"not importable by {host.python_exe}",
+                   "only native builds need it: install the torch you build for (containers bring their own)")
+    if host.nvcc:
+        report.add("nvcc", OK, f"{host.nvcc} (CUDA_HOME {host.cuda_home})")
+        if host.torch_cuda:
+            try:
+                tmajor = Version(host.torch_cuda).major
+            except InvalidVersion:
+                tmajor = None
+            if tmajor is not None and tmajor != host.nvcc.major:
+                report.add("nvcc vs torch", FAIL, f"nvcc {host.nvcc} but torch is a CUDA {host.torch_cuda} build",
+                           f"nvcc's major must equal torch's CUDA major: install CUDA {tmajor}.x (or a torch built for CUDA"
+                           f" {host.nvcc.major}.x) and point CUDA_HOME at it")
+            else:
+                report.add("nvcc vs torch", OK, f"nvcc {host.nvcc.major}.x matches torch's CUDA {host.torch_cuda}")
+    else:
+        report.add("nvcc", WARN, "not found in CUDA_HOME, on PATH or in /usr/local/cuda",
+                   "only native builds need it: install the CUDA toolkit, or pip install 'cuda-toolkit[nvcc,cudart,cccl]'"
+                   " matching torch's CUDA, and set CUDA_HOME")
+    if host.gpus:
+        ccs = sorted({g.rsplit("(", 1)[-1].rstrip(")") for g in host.gpus})
+        report.add("gpus", OK, "; ".join(host.gpus), f"build for them with --arch '{';'.join(ccs)}'")
+    else:
+        report.add("gpus", OK, "none visible (fine: wheels build without a GPU; give --arch)")
+
+
+def check_engine(report: Report) -> None:
+    if not shutil.which("docker"):
+        report.add("docker", WARN, "the docker CLI is not installed",
+                   "install Docker with the buildx plugin, or build with --native (scripts/install-engine.sh on Debian)")
+        return
+    server = _run(["docker", "version", "--format", "{{.Server.Version}}"])
+    if server is None or server.returncode != 0:
+        last = (server.stderr.strip().splitlines() or ["no answer"])[-1] if server else "no answer"
+        report.add("docker engine", FAIL, f"not reachable: {last}", "start the daemon (dockerd), or build with --native")
+    else:
+        report.add("docker engine", OK, f"server {server.stdout.strip()}")
+    bx = _run(["docker", "buildx", "version"])
+    if bx is None or bx.returncode != 0:
+        report.add("buildx", FAIL, "the buildx plugin is missing", "install docker-buildx (scripts/install-engine.sh)")
+        return
+    words = bx.stdout.split()
+    report.add("buildx", OK, " ".join(words[1:2]) if len(words) > 1 else bx.stdout.strip())
+    if server is None or server.returncode != 0:
+        return
+    # A bake matrix (buildx >= 0.11) and a local export, end to end, with nothing to pull.
+    with tempfile.TemporaryDirectory(prefix="imagegen-doctor-") as tmp:
+        bake = {"target": {"probe": {"name": "probe-${n}", "matrix": {"n": ["a", "b"]},
+                                     "dockerfile-inline": "FROM scratch\nCOPY <<EOF /ok\nok\nEOF\n",
+                                     "output": ["type=local,dest=out/${n}"]}}}
+        (Path(tmp) / "probe.json").write_text(json.dumps(bake))
+        proc = _run(["docker", "buildx", "bake", "-f", "probe.json", "--progress", "plain", "probe"], timeout=120, cwd=Path(tmp))
+        exported = sorted(p.relative_to(tmp).as_posix() for p in Path(tmp, "out").rglob("*") if p.is_file()) \
+            if Path(tmp, "out").exists() else []
+    if proc is not None and proc.returncode == 0 and exported == ["out/a/ok", "out/b/ok"]:
+        report.add("bake matrix + local export", OK, "a 2-target matrix exported to local folders")
+    else:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1] if proc else "timed out"
+        report.add("bake matrix + local export", FAIL, f"did not work here: {last}",
+                   "use buildx >= 0.11 (matrix); on older buildx imagegen's generated files still work (no matrix)")
+
+
+def check_machine(report: Report, root: Path) -> None:
+    h = jobs.host()
+    free = shutil.disk_usage(root).free / 1e9
+    report.add("disk", OK if free > 30 else WARN, f"{free:.0f} GB free in {root}",
+               "" if free > 30 else "a CUDA builder image and its cache take 10-20 GB per CUDA version: free some space")
+    report.add("cpu / ram", OK, h.describe())
+    for label, per_thread, threads in (("jobs (SageAttention-like, 1.5 GB/thread)", 1.5, 8),
+                                       ("jobs (flash-attn, 5 GB/thread)", 5.0, 4)):
+        s = jobs.settings_for(per_thread, threads, h)
+        report.add(label, OK if s.max_jobs * s.nvcc_threads > 1 else WARN, s.describe(),
+                   "" if s.max_jobs * s.nvcc_threads > 1 else "little RAM: builds will be slow but will not be OOM-killed")
+
+
+def run(python_exe: str | None = None, root: Path | None = None, engine: bool = True) -> Report:
+    report = Report()
+    check_toolchain(report, python_exe)
+    if engine:
+        check_engine(report)
+    check_machine(report, root or Path.cwd())
+    return report

@@ -1,0 +1,103 @@
+"""Native builds on this host (no Docker): the fixture CUDA extension compiled with the host's nvcc
+against a real torch in a venv, verified and import-tested; mismatched torch/nvcc refused before any
+compile. Also `imagegen doctor` on the same toolchain.
+
+The venv gets torch 2.11.0 (CUDA 13.0, PyPI's default) and the build tools from PyPI; nvcc is the
+host's (/usr/local/cuda, CUDA 13.0 on the project's machines) or, for the mismatch test, nvcc 12.8
+from PyPI's cuda-toolkit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagegen.verify import verify_wheel
+from imagegen.arch import parse_arch_list
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "fixtures" / "tiny_kernel"
+IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
+
+pytestmark = pytest.mark.integration
+
+
+def sh(*cmd, env=None, cwd=None, timeout=3000):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def torch_venv(tmp_path_factory):
+    venv = tmp_path_factory.mktemp("native") / "venv"
+    assert sh(sys.executable, "-m", "venv", venv).returncode == 0
+    proc = sh(venv / "bin" / "pip", "install", "-q", "torch==2.11.0", "setuptools", "wheel", "ninja", "packaging")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return venv
+
+
+def host_cuda_home() -> str:
+    for cand in ("/usr/local/cuda", "/usr/local/cuda-13.0"):
+        if Path(cand, "bin", "nvcc").exists():
+            return cand
+    pytest.fail("the host's CUDA 13 toolkit (nvcc) is required for the native tests")
+
+
+def test_native_build_verify_and_import(torch_venv, tmp_path):
+    env = {"CUDA_HOME": host_cuda_home()}
+    proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
+              "--out", tmp_path / "drive", "--flat", "--work", tmp_path / "work", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheel = Path(proc.stdout.strip().splitlines()[-1])
+    assert wheel.parent == tmp_path / "drive" and wheel.name == "tiny_kernel-0.1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+    assert "jobs: MAX_JOBS=" in proc.stderr  # the RAM-aware settings are printed before the build
+    assert "smoke: {'tiny_kernel': 'ok'}" in proc.stderr
+    report = verify_wheel(wheel, parse_arch_list("8.0"))
+    assert report.ok and [str(e) for e in report.extensions[0].entries] == ["sm_80"]
+    assert not list((tmp_path / "drive").glob(".*partial"))
+
+
+def test_native_refuses_an_arch_the_host_nvcc_cannot_build(torch_venv, tmp_path):
+    proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "7.0", "--python-exe", torch_venv / "bin" / "python",
+              "--out", tmp_path, env={"CUDA_HOME": host_cuda_home()})
+    assert proc.returncode == 3
+    assert "sm_70 was dropped in CUDA 13.0" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_native_refuses_nvcc_major_mismatch(torch_venv, tmp_path):
+    # nvcc 12.8 from PyPI next to a CUDA 13.0 torch: torch's build would fail; imagegen says so first.
+    tk = tmp_path / "cu12"
+    proc = sh(torch_venv / "bin" / "pip", "install", "-q", "--target", tk, "nvidia-cuda-nvcc-cu12==12.8.93")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    home = tk / "nvidia" / "cuda_nvcc"
+    (home / "include").mkdir(exist_ok=True)
+    (home / "include" / "cuda_runtime.h").touch()
+    proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
+              "--out", tmp_path / "o", env={"CUDA_HOME": str(home)})
+    assert proc.returncode == 3, proc.stderr
+    assert "nvcc 12.8" in proc.stderr and "nvcc's major must equal torch's CUDA major" in proc.stderr
+    doctor = sh(IMAGEGEN, "doctor", "--python-exe", torch_venv / "bin" / "python", "--no-engine", "--json",
+                env={"CUDA_HOME": str(home)})
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert doctor.returncode == 1 and checks["nvcc vs torch"]["status"] == "FAIL"
+    assert "install CUDA 13.x" in checks["nvcc vs torch"]["fix"]
+
+
+def test_native_refuses_a_torch_the_host_does_not_have(torch_venv, tmp_path):
+    proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--torch", "2.8", "--python-exe", torch_venv / "bin" / "python",
+              "--out", tmp_path)
+    assert proc.returncode == 2 and "--torch 2.8 asked, but this host has 2.11.0" in proc.stderr
+
+
+def test_doctor_on_this_machine(torch_venv):
+    proc = sh(IMAGEGEN, "doctor", "--python-exe", torch_venv / "bin" / "python", "--json", env={"CUDA_HOME": host_cuda_home()})
+    checks = {c["name"]: c for c in json.loads(proc.stdout)}
+    assert checks["torch"]["detail"].startswith("2.11.0 (CUDA 13.0)")
+    assert checks["nvcc vs torch"]["status"] == "ok"
+    assert checks["bake matrix + local export"]["status"] == "ok", checks["bake matrix + local export"]
+    assert proc.returncode == 0, proc.stderr
