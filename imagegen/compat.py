@@ -309,7 +309,8 @@ def _cuda(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant
 
 def _pypi(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
     if cuda.pypi_toolkit is None:
-        raise NoBaseImage(f"PyPI has no cuda-toolkit wheels for {cuda.name}; use another flavor")
+        raise NoBaseImage(f"PyPI has no nvcc for {cuda.name} (the CUDA 12 wheels carry ptxas only): use --flavor"
+                          " cuda, runpod or manylinux, or CUDA 13 (--cuda 13.0)")
     ref = fl.raw["template"].format(py=python)
     return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="pypi",
                      nvcc=Version(cuda.pypi_toolkit), image_torch_cuda=None)

@@ -205,8 +205,9 @@ def _base_problems(base: BaseImage, cuda: CudaVariant) -> list[str]:
         extra = ""
         if base.image_torch_cuda and base.image_torch_cuda != cuda.name:
             extra = f" (its preinstalled torch is a {base.image_torch_cuda} build)"
+        where = "this host" if base.flavor.name == "native" else base.ref
         out.append(
-            f"{base.ref} has nvcc {_fmt(base.nvcc)}{extra}, but torch {cuda.name} needs nvcc {cuda.major}.x"
+            f"{where} has nvcc {_fmt(base.nvcc)}{extra}, but torch {cuda.name} needs nvcc {cuda.major}.x"
             f" (nvcc's major must equal torch's CUDA major); use a CUDA {cuda.major}.x image or --cuda {base.nvcc.major}.x"
         )
     return out

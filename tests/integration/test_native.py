@@ -70,17 +70,21 @@ def test_native_refuses_an_arch_the_host_nvcc_cannot_build(torch_venv, tmp_path)
 
 
 def test_native_refuses_nvcc_major_mismatch(torch_venv, tmp_path):
-    # nvcc 12.8 from PyPI next to a CUDA 13.0 torch: torch's build would fail; imagegen says so first.
-    tk = tmp_path / "cu12"
-    proc = sh(torch_venv / "bin" / "pip", "install", "-q", "--target", tk, "nvidia-cuda-nvcc-cu12==12.8.93")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    home = tk / "nvidia" / "cuda_nvcc"
-    (home / "include").mkdir(exist_ok=True)
+    # A CUDA 12 toolkit next to a CUDA 13.0 torch: torch's build would fail halfway; imagegen refuses
+    # before compiling. No nvcc 12 can be installed here (PyPI's CUDA 12 wheels carry ptxas only), so
+    # a stand-in nvcc that reports release 12.8 plays that toolkit: the refusal reads only its version.
+    home = tmp_path / "cuda-12.8"
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
     (home / "include" / "cuda_runtime.h").touch()
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
+    nvcc.chmod(0o755)
     proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
               "--out", tmp_path / "o", env={"CUDA_HOME": str(home)})
     assert proc.returncode == 3, proc.stderr
     assert "nvcc 12.8" in proc.stderr and "nvcc's major must equal torch's CUDA major" in proc.stderr
+    assert not (tmp_path / "o").exists()
     doctor = sh(IMAGEGEN, "doctor", "--python-exe", torch_venv / "bin" / "python", "--no-engine", "--json",
                 env={"CUDA_HOME": str(home)})
     checks = {c["name"]: c for c in json.loads(doctor.stdout)}
