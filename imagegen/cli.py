@@ -61,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", nargs="?", help="recipe name or alias (sage, flash-attn, ...) or a path to a local project")
     _add_cell_args(p, many=False)
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.add_argument("--shell", choices=("cmd", "powershell"), help="print a native Windows build script instead of a"
+                   " Dockerfile (vcvarsall, the recipe's variables, pip wheel)")
+    p.add_argument("--src-dir", help="with --shell: where the source is (cloned there if missing)")
+    p.add_argument("--python-exe", help="with --shell: the Python with torch, e.g. ..\\.venv\\Scripts\\python.exe")
+    p.add_argument("--vcvars", help="with --shell: path of vcvarsall.bat (default: VS 2022 Community)")
+    p.add_argument("--max-jobs", type=int, default=None, help="with --shell: MAX_JOBS (default 1: no OOM)")
+    p.add_argument("--nvcc-threads", type=int, default=None, help="with --shell: NVCC_THREADS (default 1)")
     _add_common(p)
 
     p = sub.add_parser("plan", help="expand the matrix and explain every cell", description=(
@@ -168,6 +175,8 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = _catalogue(args, config)
     recipe, version = _resolve(cat, args.recipe, args.source, args.recipe_version)
     archs = parse_arch_list(args.arch or config.matrix.arch or defaults()["matrix"]["arch"])
+    if args.shell:
+        return _render_windows(args, argv, recipe, version, archs)
     flavor = args.flavor or config.flavor or defaults()["flavor"]
     m = config.matrix
     # A config matrix narrows render's choice; its last entry (the newest listed) wins.
@@ -180,6 +189,30 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     write_output(rendered.dockerfile, args.output)
     if args.output not in (None, "-"):
         print(f"wrote {args.output}: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
+    return 0
+
+
+def _render_windows(args, argv, recipe, version, archs) -> int:
+    from imagegen import windows
+
+    if version.arch.style != "fixed":
+        supported = {a.cc for a in version.archs}
+        bad = [a for a in archs if a.cc not in supported]
+        if bad:
+            raise UsageError(f"{recipe.name} {version.version} does not support {', '.join(a.sm for a in bad)}"
+                             f" (it supports {', '.join(sorted(supported))})")
+    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+        if value is not None and not 1 <= value <= 1024:
+            raise UsageError(f"{flag} must be between 1 and 1024")
+    local = None
+    if args.torch and args.cuda:
+        series, _ = compat.torch_series(args.torch)
+        local = f"{compat.cuda_variant(args.cuda).name}torch{series.series}"
+    text = windows.render_script(
+        args.shell, recipe, version, archs, src=args.src_dir or recipe.name, python=args.python_exe or "python",
+        vcvars=args.vcvars or windows.DEFAULT_VCVARS, max_jobs=args.max_jobs or 1, nvcc_threads=args.nvcc_threads or 1,
+        local_version=local, command=_command_line(argv))
+    write_output(text, args.output)
     return 0
 
 

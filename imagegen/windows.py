@@ -1,0 +1,90 @@
+"""Windows: the native build as a cmd or PowerShell script (seed 002's one-liner, generated).
+
+The script does what the in-build script does on Linux, with Windows tools: clone the pinned source,
+load Visual Studio's x64 environment (vcvarsall), set the recipe's variables (arch knob, force-build,
+local version, MAX_JOBS/NVCC_THREADS, DISTUTILS_USE_SDK) with ``set "NAME=value"`` so no trailing
+space slips into a value, install the build requirements and run ``pip wheel --no-build-isolation``.
+Windows machines are often short of RAM for nvcc, so MAX_JOBS and NVCC_THREADS default to 1 (seed
+002's OOM workaround) unless given.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jinja2
+
+from imagegen import __version__
+from imagegen.arch import ArchList, format_for
+from imagegen.errors import UnsafeValueError
+from imagegen.recipes import Recipe, RecipeVersion
+
+SHELLS = ("cmd", "powershell")
+DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
+# Characters cmd or PowerShell would interpret inside our quoting.
+_CMD_UNSAFE = re.compile(r'["%!^&|<>\r\n\x00]')
+_PS_UNSAFE = re.compile(r"[`$\r\n\x00]")
+
+
+def _cmdq(value: object) -> str:
+    text = str(value)
+    if _CMD_UNSAFE.search(text):
+        raise UnsafeValueError(f"{text[:60]!r} cannot be placed in a cmd script (quotes, %, !, ^, &, |, <, >)")
+    return f'"{text}"'
+
+
+def _psq(value: object) -> str:
+    text = str(value)
+    if _PS_UNSAFE.search(text):
+        raise UnsafeValueError(f"{text[:60]!r} cannot be placed in a PowerShell script ($, backtick or a newline)")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _env_value(value: str) -> str:
+    # Used inside `set "N=V"` and PowerShell single quotes: neither may see these.
+    if _CMD_UNSAFE.search(value) or _PS_UNSAFE.search(value):
+        raise UnsafeValueError(f"value {value[:60]!r} cannot be set in a Windows script")
+    return value
+
+
+def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs: int, nvcc_threads: int,
+              local_version: str | None) -> list[tuple[str, str]]:
+    env: dict[str, str] = {"MAX_JOBS": str(max_jobs), "NVCC_THREADS": str(nvcc_threads), "DISTUTILS_USE_SDK": "1"}
+    env.update(recipe.env)
+    env.update(version.env)
+    env.update(recipe.force_env)
+    knob = version.arch
+    if knob.style != "fixed" and knob.env:
+        env[knob.env] = format_for(archs, knob.style, **({"keep_variant": True} if knob.keep_variant and knob.style == "numeric" else {}))
+    if recipe.jobs_env and recipe.jobs_env != "MAX_JOBS":
+        env[recipe.jobs_env] = str(max_jobs)
+    if recipe.threads_env and recipe.threads_env != "NVCC_THREADS":
+        env[recipe.threads_env] = str(nvcc_threads)
+    if recipe.local_version_env and local_version:
+        env[recipe.local_version_env] = local_version
+    return [(k, _env_value(v)) for k, v in env.items()]
+
+
+def render_script(shell: str, recipe: Recipe, version: RecipeVersion, archs: ArchList, *, src: str, python: str,
+                  vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1, nvcc_threads: int = 1,
+                  local_version: str | None = None, command: str = "") -> str:
+    if shell not in SHELLS:
+        raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
+    if recipe.source_kind != "git":
+        raise UnsafeValueError("a Windows script clones a git recipe; for a local project run pip wheel in it directly")
+    env = jinja2.Environment(loader=jinja2.PackageLoader("imagegen", "templates"), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters["cmdq"] = _cmdq
+    env.filters["psq"] = _psq
+    src_build = src + ("\\" + recipe.subdir.replace("/", "\\") if recipe.subdir else "")
+    template = "build.cmd.j2" if shell == "cmd" else "build.ps1.j2"
+    if shell == "powershell":
+        _env_value(vcvars)  # interpolated inside a cmd /c "..." string
+    text = env.get_template(template).render(
+        imagegen_version=__version__, command=re.sub(r"[^A-Za-z0-9 ._:/\\=+;,'-]", " ", " ".join(command.split())),
+        recipe=recipe, version=version,
+        src=src, src_build=src_build, python=python, vcvars=vcvars,
+        env=build_env(recipe, version, archs, max_jobs, nvcc_threads, local_version),
+        requires=list(recipe.build_requires),
+    )
+    return text.replace("\n", "\r\n") if shell == "cmd" else text
