@@ -59,27 +59,8 @@ command -v docker >/dev/null || die "no docker client on PATH"
 command -v apt-get >/dev/null || die "not a Debian/apt machine"
 mkdir -p "$CACHE" "$BIN_DIR" "$PLUGIN_DIR" "$(dirname "$LOG")"
 
-# The URI of the machine's own Debian mirror: the stanza of debian.sources whose Suites holds the
-# release's codename (not -security / -updates), else the first URIs line; sources.list as fallback.
-mirror_uri() {
-    local codename uri=""
-    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-    if [ -r "$SOURCES" ]; then
-        uri=$(awk -v c="$codename" 'BEGIN { RS = ""; FS = "\n" }
-            { u = ""; s = 0
-              for (i = 1; i <= NF; i++) {
-                  if ($i ~ /^URIs:/) { split($i, a, /[ \t]+/); u = a[2] }
-                  if ($i ~ /^Suites:/) { n = split($i, b, /[ \t]+/); for (j = 2; j <= n; j++) if (b[j] == c) s = 1 }
-              }
-              if (u != "" && s) { print u; exit } }' "$SOURCES")
-        [ -n "$uri" ] || uri=$(awk '/^URIs:/ { print $2; exit }' "$SOURCES")
-    fi
-    if [ -z "$uri" ] && [ -r /etc/apt/sources.list ]; then
-        uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; exit } }' /etc/apt/sources.list)
-    fi
-    [ -n "$uri" ] || return 1
-    echo "$uri"
-}
+# shellcheck source=lib/debian-mirror.sh
+. "$(dirname "$0")/lib/debian-mirror.sh"
 
 # 1. runc, containerd, iptables, tini from the machine's own release (trixie's runc needs GLIBC 2.38).
 need=()

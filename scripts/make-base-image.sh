@@ -35,26 +35,9 @@ fi
 docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/install-engine.sh first)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap)"
 
-# Same parsing as install-engine.sh: the stanza whose Suites holds $SUITE, else the first URIs line.
-mirror_uri() {
-    local uri=""
-    if [ -r "$SOURCES" ]; then
-        uri=$(awk -v c="$SUITE" 'BEGIN { RS = ""; FS = "\n" }
-            { u = ""; s = 0
-              for (i = 1; i <= NF; i++) {
-                  if ($i ~ /^URIs:/) { split($i, a, /[ \t]+/); u = a[2] }
-                  if ($i ~ /^Suites:/) { n = split($i, b, /[ \t]+/); for (j = 2; j <= n; j++) if (b[j] == c) s = 1 }
-              }
-              if (u != "" && s) { print u; exit } }' "$SOURCES")
-        [ -n "$uri" ] || uri=$(awk '/^URIs:/ { print $2; exit }' "$SOURCES")
-    fi
-    if [ -z "$uri" ] && [ -r /etc/apt/sources.list ]; then
-        uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; exit } }' /etc/apt/sources.list)
-    fi
-    [ -n "$uri" ] || return 1
-    echo "$uri"
-}
-MIRROR=$(mirror_uri) || die "no Debian mirror URI found in $SOURCES"
+# shellcheck source=lib/debian-mirror.sh
+. "$(dirname "$0")/lib/debian-mirror.sh"
+MIRROR=$(mirror_uri "$SUITE") || die "no Debian mirror URI found in $SOURCES"
 
 TMP=$(mktemp -d /var/tmp/imagegen-base.XXXXXX)
 STEP_LOG=$TMP.log
