@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         " too when installed)."))
     p.add_argument("wheels", nargs="+", type=Path, help="wheel files")
     p.add_argument("--arch", required=True, help="the archs the wheel must carry, e.g. '8.0;9.0a+PTX'")
+    p.add_argument("--python-exe", help="also import the wheel's modules with this interpreter (it must have the"
+                   " torch the wheel was built for); imports that need a GPU driver are reported as skipped")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("doctor", help="check this machine: torch, nvcc, GPUs, Docker/buildx, disk, RAM", description=(
@@ -460,7 +462,15 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for wheel in args.wheels:
         if not wheel.is_file():
             raise UsageError(f"{wheel}: no such wheel file")
-        reports.append(verify_wheel(wheel, archs))
+        report = verify_wheel(wheel, archs)
+        if args.python_exe:
+            from imagegen.native import import_test, wheel_modules
+
+            try:
+                report.imports = import_test(wheel, wheel_modules(wheel), args.python_exe)
+            except ImagegenError as exc:
+                report.problems.append(str(exc))
+        reports.append(report)
     if args.json:
         json.dump([r.as_dict() for r in reports], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -469,11 +479,13 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"{'ok  ' if r.ok else 'FAIL'} {r.wheel}")
             for so in r.extensions:
                 print(f"     {so.name}: {', '.join(map(str, so.entries))}")
+            for module, result in (r.imports or {}).items():
+                print(f"     import {module}: {result}")
             for p in r.problems:
                 print(f"     problem: {p}")
     bad = [r for r in reports if not r.ok]
     if bad:
-        raise VerifyError(f"{len(bad)} of {len(reports)} wheels lack requested archs: " + "; ".join(bad[0].problems))
+        raise VerifyError(f"{len(bad)} of {len(reports)} wheels failed verification: " + "; ".join(bad[0].problems))
     return 0
 
 

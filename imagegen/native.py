@@ -208,8 +208,34 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
 
 
 def smoke_test(wheel: Path, cell: Cell, host: HostToolchain) -> dict:
-    """Import the recipe's modules from the unpacked wheel, outside the source tree, with the host's
-    torch (nothing is installed into the host's environment). A module that needs the GPU driver on a
+    """Import the recipe's modules from the unpacked wheel (see import_test)."""
+    return import_test(wheel, [*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports], host.python_exe)
+
+
+def wheel_modules(wheel: Path) -> list[str]:
+    """The top-level packages and extension modules a wheel installs (what `verify` imports)."""
+    import zipfile
+
+    names = set()
+    with zipfile.ZipFile(wheel) as zf:
+        for n in zf.namelist():
+            top = n.split("/", 1)[0]
+            if ".dist-info" in top or ".data" in top:
+                continue
+            if n.endswith("/__init__.py") and n.count("/") == 1:
+                names.add(top)
+            elif "/" not in n and (n.endswith(".py") or ".so" in n):
+                names.add(n.split(".", 1)[0])
+            elif re.search(r"\.so(\.\d+)*$", n) and "/" in n:
+                # An extension inside a package: tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so -> tiny_kernel._C
+                folder, file = n.rsplit("/", 1)
+                names.add(folder.replace("/", ".") + "." + file.split(".", 1)[0])
+    return sorted(names)
+
+
+def import_test(wheel: Path, modules: list[str], python_exe: str) -> dict:
+    """Import ``modules`` from the unpacked wheel, outside any source tree, with ``python_exe`` and
+    its torch (nothing is installed into that environment). A module that needs the GPU driver on a
     machine without one is reported as skipped, not as passed."""
     import zipfile
 
@@ -217,12 +243,13 @@ def smoke_test(wheel: Path, cell: Cell, host: HostToolchain) -> dict:
         site = Path(tmp) / "site"
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(site)
-        modules = [*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports]
-        code = ("import importlib, json, sys\nres = {}\nfor m in sys.argv[1:]:\n    try:\n"
+        # torch first: an extension links against libc10/libtorch, which only `import torch` loads.
+        code = ("import importlib, json, sys\ntry:\n    import torch\nexcept ImportError:\n    pass\n"
+                "res = {}\nfor m in sys.argv[1:]:\n    try:\n"
                 "        importlib.import_module(m); res[m] = 'ok'\n    except Exception as e:\n"
                 "        res[m] = '%s: %s' % (type(e).__name__, e)\nprint(json.dumps(res))")
         env = dict(os.environ, PYTHONPATH=str(site))
-        proc = subprocess.run([host.python_exe, "-c", code, *modules], capture_output=True, text=True, cwd=tmp, env=env)
+        proc = subprocess.run([python_exe, "-c", code, *modules], capture_output=True, text=True, cwd=tmp, env=env)
         try:
             raw = json.loads(proc.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

@@ -144,6 +144,7 @@ class WheelReport:
     tags: list[str]
     extensions: list[SoReport]
     problems: list[str]
+    imports: dict | None = None  # module -> "ok" / "skipped: ..." when an import test ran
 
     @property
     def ok(self) -> bool:
@@ -152,7 +153,7 @@ class WheelReport:
     def as_dict(self) -> dict:
         return {
             "wheel": self.wheel, "distribution": self.distribution, "version": self.version, "tags": self.tags,
-            "ok": self.ok, "problems": self.problems,
+            "ok": self.ok, "problems": self.problems, "imports": self.imports,
             "extensions": [{"name": s.name, "archs": [str(e) for e in s.entries], "missing": s.missing}
                            for s in self.extensions],
         }

@@ -60,6 +60,10 @@ def test_native_build_verify_and_import(torch_venv, tmp_path):
     report = verify_wheel(wheel, parse_arch_list("8.0"))
     assert report.ok and [str(e) for e in report.extensions[0].entries] == ["sm_80"]
     assert not list((tmp_path / "drive").glob(".*partial"))
+    # `imagegen verify` does the same for any wheel, import test included.
+    proc = sh(IMAGEGEN, "verify", wheel, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python", "--json")
+    (got,) = json.loads(proc.stdout)
+    assert proc.returncode == 0 and got["ok"] and got["imports"] == {"tiny_kernel": "ok", "tiny_kernel._C": "ok"}
 
 
 def test_native_refuses_an_arch_the_host_nvcc_cannot_build(torch_venv, tmp_path):
