@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
     return BakeDefinition(targets=targets, dockerfiles=dockerfiles)
 
 
-_TARGET_NAME = __import__("re").compile(r"[A-Za-z0-9_-]{1,200}")
+_TARGET_NAME = re.compile(r"[A-Za-z0-9_-]{1,200}")
 
 
 def _relative(path: Path, root: Path) -> str:

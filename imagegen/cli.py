@@ -426,7 +426,8 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
                                     if flag == "--cuda" else have == w or have.startswith(w + ".")):
                 raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
                                  " install the one you want, or build in a container")
-    archs = parse_arch_list((args.arch or [None])[0] or config.matrix.arch or _host_archs(host)
+    # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
+    archs = parse_arch_list((args.arch or [None])[0] or config.matrix.arch or ";".join(host.ccs)
                             or defaults()["matrix"]["arch"])
     cell = native.preflight(recipe, version, archs, host)
     out = args.out or config.out
@@ -434,14 +435,6 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
                                nvcc_threads=args.nvcc_threads, src_dir=args.src_dir)
     print(dest)
     return 0
-
-
-def _host_archs(host) -> str | None:
-    """With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on)."""
-    import re as _re
-
-    ccs = sorted({m.group(1) for g in host.gpus for m in [_re.search(r"\((\d+\.\d+)\)$", g)] if m})
-    return ";".join(ccs) or None
 
 
 def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:

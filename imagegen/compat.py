@@ -338,7 +338,7 @@ def _custom_base(fl: Flavor, ref: str, python: str) -> BaseImage:
     if m := _RUNPOD_NEW.fullmatch(tag):
         nvcc = Version(f"{m.group(1)}.{m.group(2)}")
         tv = f"{m.group(4)}.{int(m.group(5))}.{m.group(6)}"
-        for img in fl.raw.get("images", ()) if fl.name == "runpod" else flavors()["runpod"].raw["images"]:
+        for img in flavors()["runpod"].raw["images"]:
             if _mm(img["cuda"]) == (nvcc.major, nvcc.minor) and tv in img["torch"]:
                 torch_cuda = img["torch"][tv]
     elif m := _RUNPOD_OLD.fullmatch(tag):

@@ -91,8 +91,7 @@ def check_toolchain(report: Report, python_exe: str | None) -> None:
                    "only native builds need it: install the CUDA toolkit, or pip install 'cuda-toolkit[nvcc,cudart,cccl]'"
                    " matching torch's CUDA, and set CUDA_HOME")
     if host.gpus:
-        ccs = sorted({g.rsplit("(", 1)[-1].rstrip(")") for g in host.gpus})
-        report.add("gpus", OK, "; ".join(host.gpus), f"build for them with --arch '{';'.join(ccs)}'")
+        report.add("gpus", OK, "; ".join(host.gpus), f"build for them with --arch '{';'.join(host.ccs)}'")
     else:
         report.add("gpus", OK, "none visible (fine: wheels build without a GPU; give --arch)")
 

@@ -6,7 +6,7 @@ recipe's environment (arch knob, force-build, local version, MAX_JOBS/NVCC_THREA
 `pip wheel --no-build-isolation`, retag. Before anything compiles, the host's torch, its CUDA and
 nvcc are checked against each other and against the requested archs, with the same one-line
 reasons as `imagegen plan`. The wheel is verified like a bake build's (SASS/PTX per arch, install +
-import in a throwaway venv that sees the host's torch) and copied atomically into the output folder.
+import from the unpacked wheel with the host's torch) and copied atomically into the output folder.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ class HostToolchain:
     cuda_home: str | None
     nvcc: Version | None
     gpus: tuple[str, ...]  # "NVIDIA H100 80GB HBM3 (9.0)"
+
+    @property
+    def ccs(self) -> list[str]:
+        """Compute capabilities of the visible GPUs ("9.0"), from their 'NAME (X.Y)' entries."""
+        return sorted({m.group(1) for g in self.gpus for m in [re.search(r"\((\d+\.\d+)\)$", g)] if m})
 
     def describe(self) -> str:
         return (f"Python {self.python}, torch {self.torch or 'missing'} (CUDA {self.torch_cuda or '-'}),"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Iterable, Sequence
 
@@ -320,19 +320,13 @@ def expand(req: MatrixRequest) -> Plan:
             cell = _cell(recipe, version, s, tv, cuda, py, archs, req.flavor, req.base_image, req.torch_index_override)
             if cell.buildable and recipe.abi3:
                 if built_for is not None:
-                    cell = _replace(cell, status=SKIPPED, notes=cell.notes + (
+                    cell = replace(cell, status=SKIPPED, notes=cell.notes + (
                         f"{recipe.name} {version.version} wheels do not depend on the Python version;"
                         f" built once with Python {built_for}",))
                 else:
                     built_for = py
             plan.cells.append(cell)
     return plan
-
-
-def _replace(cell: Cell, **kw) -> Cell:
-    from dataclasses import replace
-
-    return replace(cell, **kw)
 
 
 def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_base: BaseImage, torch_version: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from packaging.version import Version
 
 from imagegen.arch import parse_arch_list
 from imagegen.errors import CompatError
@@ -104,7 +105,7 @@ def test_pypi_flavor_gets_the_toolkit_from_pypi():
 def test_choose_cell_fills_newest_buildable_combination():
     r = CAT.get("sage")
     c = choose_cell(r, r.version(None), parse_arch_list("12.0+PTX"), torch=None, cuda=None, python=None, flavor="runpod")
-    assert c.status == BUILDABLE and c.cuda.version >= __import__("packaging.version").version.Version("12.8")
+    assert c.status == BUILDABLE and c.cuda.version >= Version("12.8")
     assert c.python == defaults()["python"]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dockerfile
 import pytest
+from packaging.version import Version
 
 from imagegen.arch import parse_arch_list
 from imagegen.plan import choose_cell
@@ -51,7 +52,6 @@ def instructions(text: str):
 
 def check_structure(text: str, cell) -> None:
     cmds = instructions(text)
-    names = [n for n, _ in cmds]
     assert "# syntax" not in text.split("\n", 1)[0], "a # syntax line needs a registry pull"
     assert not any(line.startswith("# syntax") for line in text.splitlines())
     # Stages: base (torch env), builder (compile), smoke (install + import in a fresh base), buildlog,
@@ -111,7 +111,7 @@ def test_every_recipe_and_flavor_renders_parses_and_lints(name, flavor, tmp_path
 
 def test_headline_render_sage_blackwell_on_runpod(tmp_path):
     cell, text = render("sage", "12.0+PTX", "runpod")
-    assert cell.base.ref.startswith("runpod/pytorch:") and cell.base.nvcc >= __import__("packaging.version").version.Version("12.8")
+    assert cell.base.ref.startswith("runpod/pytorch:") and cell.base.nvcc >= Version("12.8")
     assert "ARG TORCH_CUDA_ARCH_LIST=12.0+PTX" in text
     check_structure(text, cell)
     assert run_hadolint(text, tmp_path) == []

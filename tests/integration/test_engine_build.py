@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.verify import read_so, verify_wheel
+from imagegen.arch import parse_arch_list
+from imagegen.verify import verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -136,7 +137,7 @@ def test_plain_docker_buildx_bake_of_a_generated_file(first_build, workspace):
               env={"IMAGEGEN_PIP_CERT": str(workspace["ca"])})
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheel = tiny_wheel(root / "wheels")
-    assert verify_wheel(wheel, __import__("imagegen.arch").arch.parse_arch_list("8.0;9.0+PTX")).ok
+    assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
     # Same inputs as the imagegen build: its layers came from the cache.
     assert "CACHED" in proc.stderr
     # The export holds only the wheel (no root filesystem).
