@@ -236,10 +236,26 @@ def cmd_fetch(cell, args):
     elif not os.path.isdir(dest):
         fail("local source expected at %s" % dest)
     for patch in cell.get("patches", []):
+        apply_patch(patch, dest)
+
+
+def apply_patch(patch, dest):
+    """Apply a recipe patch once: a tree that already carries it (a second fetch into the same
+    --src-dir) is left alone, one it fits neither way is refused."""
+    text = patch["text"].encode()
+
+    def git_apply(*flags):
+        return subprocess.run(["git", "apply", *flags, "-"], input=text, cwd=dest,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+    if git_apply("--check"):
         log("applying patch %s: %s" % (patch["name"], patch.get("reason", "")))
-        proc = subprocess.run(["git", "apply", "--verbose", "-"], input=patch["text"].encode(), cwd=dest)
-        if proc.returncode != 0:
-            fail("patch %s does not apply to this source" % patch["name"])
+        if not git_apply():
+            fail("patch %s failed to apply in %s" % (patch["name"], dest))
+    elif git_apply("--reverse", "--check"):
+        log("patch %s is already applied in %s" % (patch["name"], dest))
+    else:
+        fail("patch %s does not apply to the source in %s: is it the pinned version?" % (patch["name"], dest))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -320,6 +336,12 @@ def auto_jobs(cell, threads):
     return max(1, min(cpus, int((avail_kb / 1024 / 1024) // per_job)))
 
 
+def split_extensions(total_jobs, ext_max):
+    """(EXT_PARALLEL, MAX_JOBS per extension) so that their product stays within total_jobs."""
+    parallel = max(1, min(ext_max, total_jobs))
+    return parallel, max(1, total_jobs // parallel)
+
+
 def build_env(cell):
     env = dict(os.environ)
     env.update(cell.get("env", {}))
@@ -335,9 +357,17 @@ def build_env(cell):
         env[cell["threads_env"]] = str(threads)
     jobs = env.get("MAX_JOBS") or ""
     jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads)
+    total = jobs
+    ext = cell.get("ext_parallel") or {}
+    if ext.get("env"):
+        # MAX_JOBS is the cell's whole budget: a package that builds several extensions at once
+        # (EXT_PARALLEL x MAX_JOBS jobs) gets it split between them (same rule as imagegen.jobs).
+        parallel, jobs = split_extensions(total, int(ext.get("max") or 1))
+        env[ext["env"]] = str(parallel)
+        log("%s=%d extensions at once, MAX_JOBS=%d each" % (ext["env"], parallel, jobs))
     env[cell.get("jobs_env") or "MAX_JOBS"] = str(jobs)
     env["MAX_JOBS"] = str(jobs)
-    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (jobs, threads, jobs * threads * float(cell["memory_per_thread_gb"])))
+    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * threads * float(cell["memory_per_thread_gb"])))
     if cell.get("local_version_env"):
         env[cell["local_version_env"]] = cell["local_version"]
     if cell.get("cuda_home"):
@@ -352,7 +382,12 @@ def build_env(cell):
 
 def cmd_build(cell, args):
     py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
-    env = secret_env(build_env(cell))
+    plain = build_env(cell)
+    env = secret_env(plain)
+    # What the build's variables are, in the log (before any secret is added): enough to repeat the
+    # build by hand with a plain `pip wheel`, as scripts/gpu/proof.sh does.
+    chosen = dict((k, v) for k, v in sorted(plain.items())
+                  if k != "PATH" and (os.environ.get(k) != v or k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")))
     check_torch(cell, py)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -366,6 +401,7 @@ def cmd_build(cell, args):
     dist = os.path.join(work, "dist")
     started = time.time()
     with open(log_path, "wb") as lf:
+        lf.write(("[imagegen] build env: %s\n" % json.dumps(chosen)).encode())
         run([py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", dist, tree],
             env=env, log_file=lf)
     wheels = [f for f in os.listdir(dist) if f.endswith(".whl")]
@@ -504,7 +540,7 @@ if __name__ == "__main__":
 IMAGEGEN_BUILD_PY
 
 COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.20"],"cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.9","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"0.21.6"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.20"],"cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"ext_parallel":null,"force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.9","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"0.21.6"}
 IMAGEGEN_CELL_JSON
 
 # torch 2.9.1 (cu128) and the build requirements, asserted.
@@ -532,7 +568,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 RUN --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="88d93fa952eb251e"
+      io.imagegen.inputs="dbbf3de3c9eab96c"
 
 # `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
 VOLUME ["/out"]

@@ -66,6 +66,15 @@ def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, 
     return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=jobs * threads * memory_per_thread_gb)
 
 
+def split_extensions(total_jobs: int, ext_max: int) -> tuple[int, int]:
+    """Share ``total_jobs`` compile jobs between extensions a package builds side by side
+    (SageAttention's EXT_PARALLEL): up to ``ext_max`` extensions at once, each with MAX_JOBS jobs, so
+    that EXT_PARALLEL x MAX_JOBS never exceeds the budget. Returns (ext_parallel, max_jobs per extension).
+    The in-build script (imagegen_build.py) has the same rule in stdlib form."""
+    parallel = max(1, min(ext_max, total_jobs))
+    return parallel, max(1, total_jobs // parallel)
+
+
 def batch_size(n_cells: int, h: Host, heaviest_gb_per_thread: float) -> int:
     """How many cells bake builds at once: each needs at least one job of one nvcc thread and a
     core, and the first minutes of a cell are downloads, which overlap well."""

@@ -121,6 +121,10 @@ class Recipe:
     local_version_env: str | None
     jobs_env: str
     threads_env: str | None
+    # Packages that compile several extensions at once (SageAttention's EXT_PARALLEL): the variable
+    # and the most extensions it builds side by side. imagegen splits one job budget between them.
+    ext_parallel_env: str | None
+    ext_parallel_max: int
     env: Mapping[str, str]
     build_requires: tuple[str, ...]
     system_requires: tuple[str, ...]
@@ -397,6 +401,11 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
     except InvalidSpecifier:
         raise build.error("not a version specifier like '>=3.9'", "python") from None
     threads_env = build.str("threads_env", None, pattern=safety.ENV_NAME)
+    ext_parallel = build.sub("ext_parallel")
+    ext_parallel_env = ext_parallel.str("env", None, pattern=safety.ENV_NAME)
+    ext_parallel_max = int(ext_parallel.number("max", 1))
+    if ext_parallel_max < 1:
+        raise ext_parallel.error("must be 1 or more", "max")
     obsolete = []
     for i, item in enumerate(r.data.get("obsolete_patches") or []):
         o = _Reader(shown, item, f"obsolete_patches[{i}]")
@@ -419,6 +428,8 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         local_version_env=build.str("local_version_env", None, pattern=safety.ENV_NAME),
         jobs_env=build.str("jobs_env", "MAX_JOBS", pattern=safety.ENV_NAME) or "MAX_JOBS",
         threads_env=threads_env,
+        ext_parallel_env=ext_parallel_env,
+        ext_parallel_max=ext_parallel_max if ext_parallel_env else 1,
         env=build.env("env"),
         build_requires=build.str_list("requires", pattern=safety.PIP_REQUIREMENT),
         system_requires=build.str_list("system_requires", pattern=safety.SYSTEM_PACKAGE),
@@ -555,7 +566,8 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
         distribution=re.sub(r"[-_.]+", "_", safe_name),
         homepage="", source_kind="local", source_url=None, source_path=root, submodules=False,
         subdir="", default_version=version, versions={version: rv}, force_env={},
-        local_version_env=None, jobs_env="MAX_JOBS", threads_env=None, env={},
+        local_version_env=None, jobs_env="MAX_JOBS", threads_env=None,
+        ext_parallel_env=None, ext_parallel_max=1, env={},
         build_requires=("setuptools", "wheel", "ninja", "packaging"), system_requires=(),
         min_cuda=Version("11.8"), min_torch=None, max_torch=None, python=SpecifierSet(">=3.9"),
         memory_per_thread_gb=2.0, default_nvcc_threads=4, links_libcuda=False, abi3=False,

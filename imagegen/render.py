@@ -133,6 +133,7 @@ def cell_document(cell: Cell) -> dict:
         },
         "jobs_env": recipe.jobs_env,
         "threads_env": recipe.threads_env,
+        "ext_parallel": {"env": recipe.ext_parallel_env, "max": recipe.ext_parallel_max} if recipe.ext_parallel_env else None,
         "default_nvcc_threads": recipe.default_nvcc_threads,
         "memory_per_thread_gb": recipe.memory_per_thread_gb,
         "local_version_env": recipe.local_version_env,

@@ -61,6 +61,56 @@ def test_batch_size_bounds():
     assert jobs.batch_size(10, jobs.Host(cpus=64, mem_gb=4), 5.0) == 1
 
 
+@given(st.integers(1, 256), st.integers(1, 8))
+def test_extension_split_stays_within_the_budget_and_agrees_with_the_builder(total, ext_max):
+    parallel, per_ext = jobs.split_extensions(total, ext_max)
+    assert 1 <= parallel <= ext_max and parallel * per_ext <= total
+    assert parallel == min(ext_max, total)  # as many extensions at once as the budget allows
+    assert B.split_extensions(total, ext_max) == (parallel, per_ext)
+
+
+def _sage_cell_doc(**extra):
+    from imagegen.render import cell_document
+    recipe = load_catalogue().get("sageattention")
+    doc = cell_document(make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", A.parse_arch_list("9.0"),
+                                  "pypi"))
+    doc.update(extra)
+    return doc
+
+
+def test_builder_splits_the_job_budget_between_sage_extensions(monkeypatch):
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    monkeypatch.setenv("MAX_JOBS", "16")
+    monkeypatch.delenv("EXT_PARALLEL", raising=False)
+    env = B.build_env(_sage_cell_doc())
+    assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("4", "4")
+    monkeypatch.setenv("MAX_JOBS", "1")  # seed 002's settings: one extension, one job
+    env = B.build_env(_sage_cell_doc())
+    assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("1", "1")
+
+
+def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
+    recipe = load_catalogue().get("sageattention")
+    patch = recipe.version("2.2.0").patches[0]
+    doc = {"name": patch.name, "reason": patch.reason, "text": patch.text}
+    tree = tmp_path / "src"
+    (tree / "sageattention").mkdir(parents=True)
+    # The patched region of v2.2.0's sm90_compile.py, enough context for the hunk to apply.
+    body = ["" for _ in range(73)] + [
+        "", "", '@torch.library.register_fake("sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf")',
+        "def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(",
+        "    query: torch.Tensor, ", "    key: torch.Tensor, ", "    value: torch.Tensor, "]
+    target = tree / "sageattention" / "sm90_compile.py"
+    target.write_text("\n".join(body[1:]) + "\n")
+    B.apply_patch(doc, str(tree))
+    assert "_fake_impl(" in target.read_text()
+    B.apply_patch(doc, str(tree))  # the same --src-dir fetched again: already applied, not an error
+    assert "already applied" in capsys.readouterr().out
+    target.write_text("something else\n")
+    with pytest.raises(SystemExit):
+        B.apply_patch(doc, str(tree))
+
+
 # ------------------------------------------------------------------------------------ bake logs
 
 

@@ -70,7 +70,10 @@ def test_sage_recipe_facts():
     assert "12.1" in [a.cc for a in main.archs] and "10.0" in [a.cc for a in main.archs]
     # The seed's sm_120 patch is obsolete for >= v2.2.0 and the recipe says so.
     assert any("obsolete for >= v2.2.0" in o["reason"] for o in sage.obsolete_patches)
-    assert sage.env["EXT_PARALLEL"] == "1"
+    # EXT_PARALLEL is sized from the job budget (not pinned), and v2.2.0 carries upstream's sm90 fix.
+    assert (sage.ext_parallel_env, sage.ext_parallel_max) == ("EXT_PARALLEL", 4) and "EXT_PARALLEL" not in sage.env
+    assert [p.name for p in sage.version("2.2.0").patches] == ["sageattention-2.2.0-sm90-fake-name.patch"]
+    assert not sage.version("main").patches  # main has the fix (d970424)
 
 
 def test_user_recipe_dir_adds_and_overrides(tmp_path):
