@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import __version__, compat
+from imagegen import __version__, ci, compat
 from imagegen.arch import ArchList, parse_arch_list
 from imagegen.config import FLAVORS, Config, load_config
 from imagegen.errors import ImagegenError, NothingToDoError, UsageError
@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("arch", help="arch list, e.g. '8.0 9.0a 12.0+PTX' or Hopper")
     p.add_argument("--cuda", help="check against this nvcc version")
     p.add_argument("--torch", help="check against this torch's TORCH_CUDA_ARCH_LIST parser")
+    ci.add_parser(sub)
     return parser
 
 
@@ -483,7 +484,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "build": cmd_build, "verify": cmd_verify,
-            "doctor": cmd_doctor,
+            "doctor": cmd_doctor, "ci": ci.run,
             "recipes": cmd_recipes,
             "archs": cmd_archs}
 

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   bash scripts/install-engine.sh
+  bash scripts/install-registry.sh
   bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm
 else
   echo "test.sh: not root, so no Docker engine is installed here; the engine tests need one" >&2
