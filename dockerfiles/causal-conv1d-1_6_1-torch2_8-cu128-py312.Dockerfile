@@ -56,6 +56,7 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
   deps    create the venv, install the exact torch asked for and the build requirements
           (and the CUDA toolkit from PyPI for the `pypi` flavor); assert torch is the one asked for
   fetch   check out the pinned source (git) and apply the recipe's patches
+  env     print, as JSON, the variables `build` would set (arch knob, jobs, force-build, ...)
   build   derive the package's arch knob from TORCH_CUDA_ARCH_LIST / MAX_JOBS / NVCC_THREADS, build
           the wheel with --no-build-isolation, retag it with the local version, move it atomically
           into --out, keep the log
@@ -319,9 +320,12 @@ def format_archs(archs, style, keep_variant=False):
     fail("unknown arch style %r" % style, 2)
 
 
-def auto_jobs(cell, threads):
-    """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads of
-    `memory_per_thread_gb` each, and one job per core at most."""
+def auto_jobs(cell, threads, targets=0):
+    """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads (at most one per
+    -gencode target, `targets`) of `memory_per_thread_gb` each, and one job per core at most
+    (imagegen.jobs.settings_for, the same rule)."""
+    if targets > 0:
+        threads = min(threads, targets)
     cpus = os.cpu_count() or 1
     avail_kb = None
     try:
@@ -357,7 +361,8 @@ def build_env(cell):
     if cell.get("threads_env"):
         env[cell["threads_env"]] = str(threads)
     jobs = env.get("MAX_JOBS") or ""
-    jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads)
+    targets = sum(int(a[3]) + int(a[4]) for a in archs)
+    jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads, targets)
     total = jobs
     ext = cell.get("ext_parallel") or {}
     if ext.get("env"):
@@ -368,7 +373,8 @@ def build_env(cell):
         log("%s=%d extensions at once, MAX_JOBS=%d each" % (ext["env"], parallel, jobs))
     env[cell.get("jobs_env") or "MAX_JOBS"] = str(jobs)
     env["MAX_JOBS"] = str(jobs)
-    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * threads * float(cell["memory_per_thread_gb"])))
+    busy = min(threads, targets) if targets else threads
+    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * busy * float(cell["memory_per_thread_gb"])))
     if cell.get("local_version_env"):
         env[cell["local_version_env"]] = cell["local_version"]
     if cell.get("cuda_home"):
@@ -381,14 +387,22 @@ def build_env(cell):
 # build
 
 
+def chosen_env(plain):
+    """The variables the build sets (before any secret is added): enough to repeat the build by hand
+    with a plain `pip wheel`, as scripts/gpu/proof.sh does."""
+    return dict((k, v) for k, v in sorted(plain.items())
+                if k != "PATH" and (os.environ.get(k) != v or k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")))
+
+
+def cmd_env(cell, args):
+    print(json.dumps(chosen_env(build_env(cell))))
+
+
 def cmd_build(cell, args):
     py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
     plain = build_env(cell)
     env = secret_env(plain)
-    # What the build's variables are, in the log (before any secret is added): enough to repeat the
-    # build by hand with a plain `pip wheel`, as scripts/gpu/proof.sh does.
-    chosen = dict((k, v) for k, v in sorted(plain.items())
-                  if k != "PATH" and (os.environ.get(k) != v or k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")))
+    chosen = chosen_env(plain)
     check_torch(cell, py)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -527,13 +541,14 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="step", required=True)
     sub.add_parser("deps")
     sub.add_parser("fetch")
+    sub.add_parser("env")
     b = sub.add_parser("build")
     b.add_argument("--out", default="/out")
     sm = sub.add_parser("smoke")
     sm.add_argument("--wheels", help="install the wheels in this folder first")
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
-    {"deps": cmd_deps, "fetch": cmd_fetch, "build": cmd_build, "smoke": cmd_smoke}[args.step](cell, args)
+    {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke}[args.step](cell, args)
 
 
 if __name__ == "__main__":
@@ -569,7 +584,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 RUN --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="f2108db323ba2458"
+      io.imagegen.inputs="590715db48ac2a43"
 
 # `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
 VOLUME ["/out"]

@@ -158,6 +158,11 @@ class ArchList:
         return self._entries
 
     @property
+    def gencode_targets(self) -> int:
+        """How many -gencode outputs (SASS + PTX) nvcc compiles: what its --threads work on."""
+        return sum(int(a.sass) + int(a.ptx) for a in self._entries)
+
+    @property
     def has_ptx(self) -> bool:
         return any(entry.ptx for entry in self._entries)
 

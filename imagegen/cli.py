@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flat", action="store_true", help="with --native: put the wheel directly in --out"
                    " (e.g. a mounted Google Drive folder) instead of OUT/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/")
     p.add_argument("--src-dir", type=Path, help="with --native: an existing checkout to build (default: clone into --work)")
+    p.add_argument("--print-env", action="store_true",
+                   help="with --native: print the variables the build would set (arch knob, MAX_JOBS, ...) as JSON; build nothing")
     p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")
     _add_common(p)
 
@@ -384,6 +386,8 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = _catalogue(args, config)
     if args.native:
         return _build_native(args, config, cat)
+    if args.print_env:
+        raise UsageError("--print-env goes with --native (a container build prints its variables in its log)")
     plan = expand(_matrix(args, config, cat))
     for c in plan.rejected:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
@@ -431,6 +435,10 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
     archs = parse_arch_list((args.arch or [None])[0] or config.matrix.arch or ";".join(host.ccs)
                             or defaults()["matrix"]["arch"])
     cell = native.preflight(recipe, version, archs, host)
+    if args.print_env:
+        print(json.dumps(native.build_env_native(cell, host, work=args.work, max_jobs=args.max_jobs,
+                                                 nvcc_threads=args.nvcc_threads, src_dir=args.src_dir)))
+        return 0
     out = args.out or config.out
     dest = native.build_native(cell, host, out=out, work=args.work, flat=args.flat, max_jobs=args.max_jobs,
                                nvcc_threads=args.nvcc_threads, src_dir=args.src_dir)

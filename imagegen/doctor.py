@@ -138,9 +138,13 @@ def check_machine(report: Report, root: Path) -> None:
     report.add("disk", OK if free > 30 else WARN, f"{free:.0f} GB free in {root}",
                "" if free > 30 else "a CUDA builder image and its cache take 10-20 GB per CUDA version: free some space")
     report.add("cpu / ram", OK, h.describe())
-    for label, per_thread, threads in (("jobs (SageAttention-like, 1.5 GB/thread)", 1.5, 8),
-                                       ("jobs (flash-attn, 5 GB/thread)", 5.0, 4)):
-        s = jobs.settings_for(per_thread, threads, h)
+    from imagegen.recipes import load_catalogue
+
+    catalogue = load_catalogue()
+    for name in ("sageattention", "flash-attn"):
+        r = catalogue.get(name)
+        label = f"jobs ({name}, {r.memory_per_thread_gb:g} GB per nvcc thread, one arch)"
+        s = jobs.settings_for(r.memory_per_thread_gb, r.default_nvcc_threads, h, targets=1)
         report.add(label, OK if s.max_jobs * s.nvcc_threads > 1 else WARN, s.describe(),
                    "" if s.max_jobs * s.nvcc_threads > 1 else "little RAM: builds will be slow but will not be OOM-killed")
 

@@ -229,7 +229,8 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
             sets = {}
             for c in batch:
                 s = jobs.settings_for(c.recipe.memory_per_thread_gb, c.recipe.default_nvcc_threads, h,
-                                      share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+                                      share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
+                                      targets=c.archs.gencode_targets)
                 for name in (c.name, c.name + LOG_SUFFIX):  # same args: the log target reuses the build
                     sets[f"{name}.args.MAX_JOBS"] = str(s.max_jobs)
                     sets[f"{name}.args.NVCC_THREADS"] = str(s.nvcc_threads)

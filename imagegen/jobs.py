@@ -51,9 +51,12 @@ class JobSettings:
 
 
 def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, share: int = 1,
-                 max_jobs: int | None = None, nvcc_threads: int | None = None) -> JobSettings:
+                 max_jobs: int | None = None, nvcc_threads: int | None = None, targets: int = 0) -> JobSettings:
     """One build's jobs when ``share`` builds run side by side on ``h``.
 
+    ``targets`` is how many -gencode targets (SASS + PTX) each nvcc call compiles: nvcc --threads
+    works on those in parallel, so a job never runs more busy threads than that (a 9.0-only build
+    of SageAttention, --threads=8 hard-coded, peaked at ~2.3 GB per job on an H100 host, not 8x).
     A machine with little RAM gets MAX_JOBS=1 and NVCC_THREADS=1 (seed 002's OOM workaround) rather
     than an OOM kill; an explicit value always wins.
     """
@@ -62,8 +65,9 @@ def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, 
     threads = nvcc_threads or default_threads
     if nvcc_threads is None and mem < memory_per_thread_gb * threads:
         threads = max(1, int(mem // memory_per_thread_gb))
-    jobs = max_jobs or max(1, min(cpus, int(mem // (memory_per_thread_gb * threads))))
-    return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=jobs * threads * memory_per_thread_gb)
+    busy = min(threads, targets) if targets > 0 else threads
+    jobs = max_jobs or max(1, min(cpus, int(mem // (memory_per_thread_gb * busy))))
+    return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=jobs * busy * memory_per_thread_gb)
 
 
 def split_extensions(total_jobs: int, ext_max: int) -> tuple[int, int]:

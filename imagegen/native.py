@@ -155,9 +155,10 @@ def preflight(recipe: Recipe, version: RecipeVersion, archs: ArchList, host: Hos
     return cell
 
 
-def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat: bool = False,
-                 max_jobs: int | None = None, nvcc_threads: int | None = None, src_dir: Path | None = None,
-                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
+def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,
+             nvcc_threads: int | None) -> tuple[dict, Path, Path, jobs.JobSettings, dict]:
+    """The cell file, the in-build script and the environment of a native build (one place, so that
+    --print-env shows exactly what a build would get)."""
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     doc = cell_document(cell)
@@ -175,11 +176,32 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     script = work / "imagegen_build.py"
     script.write_text(builder_script())
     settings = jobs.settings_for(cell.recipe.memory_per_thread_gb, cell.recipe.default_nvcc_threads, jobs.host(),
-                                 max_jobs=max_jobs, nvcc_threads=nvcc_threads)
-    say(f"building {cell.describe()} natively: {host.describe()}")
-    say(f"jobs: {settings.describe()} on {jobs.host().describe()} (override with --max-jobs / --nvcc-threads)")
+                                 max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=str(cell.archs), MAX_JOBS=str(settings.max_jobs),
                NVCC_THREADS=str(settings.nvcc_threads), PYTHONUNBUFFERED="1")
+    return doc, cell_file, script, settings, env
+
+
+def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int | None = None,
+                     nvcc_threads: int | None = None, src_dir: Path | None = None) -> dict[str, str]:
+    """The variables a native build of ``cell`` would set (arch knob, MAX_JOBS split, force-build...),
+    computed by the in-build script itself: `imagegen build --native --print-env`."""
+    _, cell_file, script, _, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    proc = subprocess.run([host.python_exe, str(script), "--cell", str(cell_file), "env"], env=env,
+                          capture_output=True, text=True)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError(f"could not compute the build environment: {(proc.stderr or proc.stdout).strip()[-300:]}") from None
+
+
+def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat: bool = False,
+                 max_jobs: int | None = None, nvcc_threads: int | None = None, src_dir: Path | None = None,
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
+    work = work.resolve()
+    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    say(f"building {cell.describe()} natively: {host.describe()}")
+    say(f"jobs: {settings.describe()} on {jobs.host().describe()} (override with --max-jobs / --nvcc-threads)")
     started = time.time()
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)

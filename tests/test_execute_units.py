@@ -50,6 +50,17 @@ def test_jobs_follow_memory_and_cores():
     assert shared.max_jobs == 4 and shared.peak_gb == 32
 
 
+def test_jobs_count_only_the_nvcc_threads_that_have_work():
+    # nvcc --threads runs one thread per -gencode target: a one-arch build of a recipe that pins
+    # 8 threads needs one thread's memory per job, a four-target build four threads' worth.
+    h = jobs.Host(cpus=16, mem_gb=100)
+    assert jobs.settings_for(2.5, 8, h, targets=1).max_jobs == 16
+    assert jobs.settings_for(2.5, 8, h, targets=4).max_jobs == 10
+    assert jobs.settings_for(2.5, 8, h).max_jobs == 5  # unknown: every thread counts
+    assert A.parse_arch_list("8.0;9.0+PTX").gencode_targets == 3
+    assert B.auto_jobs({"memory_per_thread_gb": 2.5}, 8, 1) >= B.auto_jobs({"memory_per_thread_gb": 2.5}, 8, 4)
+
+
 def test_explicit_values_win():
     s = jobs.settings_for(5.0, 4, jobs.Host(cpus=2, mem_gb=4), max_jobs=3, nvcc_threads=2)
     assert (s.max_jobs, s.nvcc_threads) == (3, 2)

@@ -30,27 +30,50 @@ sample_memory() {  # $1: file to write the peak into; runs until killed
   done
 }
 
-# 1. imagegen, native
-sample_memory "$out/imagegen_peak_mb" & sampler=$!
-t0=$(now)
-$py -m imagegen build "$recipe" --native --src-dir "$src" --arch "$arch" --out "$out/wheels" --flat \
-    --work "$work/imagegen" ${jobs:+--max-jobs "$jobs"} > "$out/imagegen.log" 2>&1 || { kill $sampler; echo "imagegen build failed: $out/imagegen.log"; tail -30 "$out/imagegen.log"; exit 1; }
-t1=$(now)
-kill $sampler
-echo "{\"imagegen_s\": $(echo "$t1 - $t0" | bc)}" > "$out/times.json"
-wheel=$(ls "$out"/wheels/*.whl)
+# The variables imagegen's in-build script will set (arch knob, force-build, MAX_JOBS split,
+# EXT_PARALLEL, NVCC_THREADS): the plain pip build gets exactly these.
+$py -m imagegen build "$recipe" --native --src-dir "$src" --arch "$arch" --work "$work/env" \
+    ${jobs:+--max-jobs "$jobs"} --print-env > "$out/plain_env.json"
 
-# 2. the same source (already patched by step 1 where the recipe has patches), plain pip wheel, and
-#    exactly the variables imagegen's in-build script set (arch knob, force-build, MAX_JOBS split,
-#    EXT_PARALLEL, NVCC_THREADS), read back from its log.
-grep -o '^\[imagegen\] build env: .*' "$work/imagegen/logs/build.log" | head -1 | sed 's/^\[imagegen\] build env: //' > "$out/plain_env.json"
-cp -r "$src" "$work/plain-src"
-sample_memory "$out/plain_peak_mb" & sampler=$!
-t1=$(now)
-(cd "$work/plain-src" && env $($py -c 'import json,sys; print(" ".join(f"{k}={v}" for k, v in json.load(open(sys.argv[1])).items()))' "$out/plain_env.json") \
-   $py -m pip wheel --no-build-isolation --no-deps -w "$work/plain-dist" . > "$out/plain.log" 2>&1)
-t2=$(now)
-kill $sampler
+run_imagegen() {
+  sample_memory "$out/imagegen_peak_mb" & local sampler=$!
+  local t0; t0=$(now)
+  $py -m imagegen build "$recipe" --native --src-dir "$src" --arch "$arch" --out "$out/wheels" --flat \
+      --work "$work/imagegen" ${jobs:+--max-jobs "$jobs"} > "$out/imagegen.log" 2>&1 \
+      || { kill $sampler; echo "imagegen build failed: $out/imagegen.log"; tail -30 "$out/imagegen.log"; exit 1; }
+  echo "$t0 $(now)" > "$out/imagegen_times"
+  kill $sampler
+}
+
+run_plain() {
+  # The same source (with the recipe's patches, applied below before either build), plain pip
+  # wheel, the same variables.
+  rm -rf "$work/plain-src" && cp -r "$src" "$work/plain-src"
+  sample_memory "$out/plain_peak_mb" & local sampler=$!
+  local t0; t0=$(now)
+  (cd "$work/plain-src" && $py -c 'import json, os, sys
+os.execvpe(sys.argv[2], sys.argv[2:], dict(os.environ, **json.load(open(sys.argv[1]))))' "$out/plain_env.json" \
+     $py -m pip wheel --no-build-isolation --no-deps -w "$work/plain-dist" . > "$out/plain.log" 2>&1)
+  echo "$t0 $(now)" > "$out/plain_times"
+  kill $sampler
+}
+
+# Patches first (imagegen's own fetch step, idempotent), so both builds compile the same tree.
+$py - "$recipe" "$src" <<'PY'
+import json, subprocess, sys, tempfile, os
+from imagegen.recipes import load_catalogue
+from imagegen.render import builder_script
+r = load_catalogue().get(sys.argv[1]); v = r.version(None)
+with tempfile.TemporaryDirectory() as tmp:
+    script = os.path.join(tmp, "b.py"); open(script, "w").write(builder_script())
+    sys.path.insert(0, tmp); import b
+    for p in v.patches:
+        b.apply_patch({"name": p.name, "reason": p.reason, "text": p.text}, sys.argv[2])
+PY
+
+# ORDER=plain-first puts the cold page cache on the plain build instead (run both orders: ABBA).
+if [ "${ORDER:-imagegen-first}" = plain-first ]; then run_plain; run_imagegen; else run_imagegen; run_plain; fi
+wheel=$(ls "$out"/wheels/*.whl)
 
 # 3. verify + GPU check with imagegen's wheel
 $py -m imagegen verify "$wheel" --arch "$($py -c "
@@ -62,14 +85,14 @@ print(expected_archs(v, parse_arch_list('$arch'), Version('13.0')))")" > "$out/v
 mkdir -p "$work/site" && $py -m zipfile -e "$wheel" "$work/site"
 (cd "$work" && PYTHONPATH="$work/site:$here" $py "$here/scripts/gpu/check_recipe.py" "$recipe") > "$out/gpu_check.txt" 2>&1 || true
 
-$py - "$t0" "$t1" "$t2" "$wheel" "$work/plain-dist" "$out" <<'PY'
+$py - "$wheel" "$work/plain-dist" "$out" "${ORDER:-imagegen-first}" <<'PY'
 import json, sys, os, glob
-t0, t1, t2 = map(float, sys.argv[1:4])
-wheel, plain, out = sys.argv[4], sys.argv[5], sys.argv[6]
+wheel, plain, out, order = sys.argv[1:5]
 pw = glob.glob(plain + "/*.whl")[0]
 read = lambda name: open(os.path.join(out, name)).read().strip()
-res = {"imagegen_s": round(t1 - t0, 1), "plain_pip_s": round(t2 - t1, 1),
-       "overhead_ratio": round((t1 - t0) / (t2 - t1), 4),
+span = lambda name: (lambda a, b: float(b) - float(a))(*read(name).split())
+ig, pl = span("imagegen_times"), span("plain_times")
+res = {"order": order, "imagegen_s": round(ig, 1), "plain_pip_s": round(pl, 1), "overhead_ratio": round(ig / pl, 4),
        "imagegen_peak_gb": round(int(read("imagegen_peak_mb")) / 1024, 1),
        "plain_peak_gb": round(int(read("plain_peak_mb")) / 1024, 1),
        "plain_env": json.loads(read("plain_env.json")),

@@ -57,6 +57,7 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
   deps    create the venv, install the exact torch asked for and the build requirements
           (and the CUDA toolkit from PyPI for the `pypi` flavor); assert torch is the one asked for
   fetch   check out the pinned source (git) and apply the recipe's patches
+  env     print, as JSON, the variables `build` would set (arch knob, jobs, force-build, ...)
   build   derive the package's arch knob from TORCH_CUDA_ARCH_LIST / MAX_JOBS / NVCC_THREADS, build
           the wheel with --no-build-isolation, retag it with the local version, move it atomically
           into --out, keep the log
@@ -320,9 +321,12 @@ def format_archs(archs, style, keep_variant=False):
     fail("unknown arch style %r" % style, 2)
 
 
-def auto_jobs(cell, threads):
-    """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads of
-    `memory_per_thread_gb` each, and one job per core at most."""
+def auto_jobs(cell, threads, targets=0):
+    """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads (at most one per
+    -gencode target, `targets`) of `memory_per_thread_gb` each, and one job per core at most
+    (imagegen.jobs.settings_for, the same rule)."""
+    if targets > 0:
+        threads = min(threads, targets)
     cpus = os.cpu_count() or 1
     avail_kb = None
     try:
@@ -358,7 +362,8 @@ def build_env(cell):
     if cell.get("threads_env"):
         env[cell["threads_env"]] = str(threads)
     jobs = env.get("MAX_JOBS") or ""
-    jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads)
+    targets = sum(int(a[3]) + int(a[4]) for a in archs)
+    jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads, targets)
     total = jobs
     ext = cell.get("ext_parallel") or {}
     if ext.get("env"):
@@ -369,7 +374,8 @@ def build_env(cell):
         log("%s=%d extensions at once, MAX_JOBS=%d each" % (ext["env"], parallel, jobs))
     env[cell.get("jobs_env") or "MAX_JOBS"] = str(jobs)
     env["MAX_JOBS"] = str(jobs)
-    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * threads * float(cell["memory_per_thread_gb"])))
+    busy = min(threads, targets) if targets else threads
+    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * busy * float(cell["memory_per_thread_gb"])))
     if cell.get("local_version_env"):
         env[cell["local_version_env"]] = cell["local_version"]
     if cell.get("cuda_home"):
@@ -382,14 +388,22 @@ def build_env(cell):
 # build
 
 
+def chosen_env(plain):
+    """The variables the build sets (before any secret is added): enough to repeat the build by hand
+    with a plain `pip wheel`, as scripts/gpu/proof.sh does."""
+    return dict((k, v) for k, v in sorted(plain.items())
+                if k != "PATH" and (os.environ.get(k) != v or k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")))
+
+
+def cmd_env(cell, args):
+    print(json.dumps(chosen_env(build_env(cell))))
+
+
 def cmd_build(cell, args):
     py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
     plain = build_env(cell)
     env = secret_env(plain)
-    # What the build's variables are, in the log (before any secret is added): enough to repeat the
-    # build by hand with a plain `pip wheel`, as scripts/gpu/proof.sh does.
-    chosen = dict((k, v) for k, v in sorted(plain.items())
-                  if k != "PATH" and (os.environ.get(k) != v or k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS")))
+    chosen = chosen_env(plain)
     check_torch(cell, py)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -528,13 +542,14 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="step", required=True)
     sub.add_parser("deps")
     sub.add_parser("fetch")
+    sub.add_parser("env")
     b = sub.add_parser("build")
     b.add_argument("--out", default="/out")
     sm = sub.add_parser("smoke")
     sm.add_argument("--wheels", help="install the wheels in this folder first")
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
-    {"deps": cmd_deps, "fetch": cmd_fetch, "build": cmd_build, "smoke": cmd_smoke}[args.step](cell, args)
+    {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke}[args.step](cell, args)
 
 
 if __name__ == "__main__":
@@ -542,7 +557,7 @@ if __name__ == "__main__":
 IMAGEGEN_BUILD_PY
 
 COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"python3.11","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":"/opt/imagegen/cuda","default_nvcc_threads":8,"distribution":"sageattention","env":{},"ext_parallel":{"env":"EXT_PARALLEL","max":4},"force_env":{},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu130torch2.11","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":1.5,"patches":[{"name":"sageattention-2.2.0-sm90-fake-name.patch","reason":"v2.2.0's sm90_compile.py registers the fake (meta) kernel under the same Python name as the real op, so sageattn on Hopper returns an output the sm90 kernel never wrote (cosine ~0 vs SDPA; thu-ml/SageAttention#288, #320). The patch is upstream's fix d970424 (PR #307, on main).","text":"diff --git a/sageattention/sm90_compile.py b/sageattention/sm90_compile.py\nindex c458af6..24e415c 100644\n--- a/sageattention/sm90_compile.py\n+++ b/sageattention/sm90_compile.py\n@@ -74,7 +74,7 @@ def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n \n \n @torch.library.register_fake(\"sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf\")\n-def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n+def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf_fake_impl(\n     query: torch.Tensor, \n     key: torch.Tensor, \n     value: torch.Tensor, \n"}],"recipe":"sageattention","schema":1,"smoke_driver_imports":["sageattention._qattn_sm90"],"smoke_imports":["sageattention","sageattention._qattn_sm80","sageattention._fused"],"source":{"commit":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","kind":"git","ref":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","subdir":"","submodules":false,"url":"https://github.com/thu-ml/SageAttention.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"extras":["nvcc","crt","cccl","cudart","nvvm"],"home":"/opt/imagegen/cuda","kind":"pypi","version":"13.0.2"},"torch":{"cuda":"cu130","cuda_dotted":"13.0","index_url":null,"version":"2.11.0"},"venv":"/opt/imagegen/venv","version":"2.2.0"}
+{"base_python":"python3.11","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":"/opt/imagegen/cuda","default_nvcc_threads":8,"distribution":"sageattention","env":{},"ext_parallel":{"env":"EXT_PARALLEL","max":4},"force_env":{},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu130torch2.11","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":2.5,"patches":[{"name":"sageattention-2.2.0-sm90-fake-name.patch","reason":"v2.2.0's sm90_compile.py registers the fake (meta) kernel under the same Python name as the real op, so sageattn on Hopper returns an output the sm90 kernel never wrote (cosine ~0 vs SDPA; thu-ml/SageAttention#288, #320). The patch is upstream's fix d970424 (PR #307, on main).","text":"diff --git a/sageattention/sm90_compile.py b/sageattention/sm90_compile.py\nindex c458af6..24e415c 100644\n--- a/sageattention/sm90_compile.py\n+++ b/sageattention/sm90_compile.py\n@@ -74,7 +74,7 @@ def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n \n \n @torch.library.register_fake(\"sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf\")\n-def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n+def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf_fake_impl(\n     query: torch.Tensor, \n     key: torch.Tensor, \n     value: torch.Tensor, \n"}],"recipe":"sageattention","schema":1,"smoke_driver_imports":["sageattention._qattn_sm90"],"smoke_imports":["sageattention","sageattention._qattn_sm80","sageattention._fused"],"source":{"commit":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","kind":"git","ref":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","subdir":"","submodules":false,"url":"https://github.com/thu-ml/SageAttention.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"extras":["nvcc","crt","cccl","cudart","nvvm"],"home":"/opt/imagegen/cuda","kind":"pypi","version":"13.0.2"},"torch":{"cuda":"cu130","cuda_dotted":"13.0","index_url":null,"version":"2.11.0"},"venv":"/opt/imagegen/venv","version":"2.2.0"}
 IMAGEGEN_CELL_JSON
 
 # torch 2.11.0 (cu130) and the build requirements and the CUDA toolkit from PyPI, asserted.
@@ -561,7 +576,7 @@ RUN --mount=type=secret,id=pip_cert \
 
 # Everything below depends on the archs and job settings.
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0+PTX
-# Empty: sized at build time from free RAM and cores (1.5 GB per nvcc thread for sageattention).
+# Empty: sized at build time from free RAM and cores (2.5 GB per nvcc thread for sageattention).
 ARG MAX_JOBS=
 ARG NVCC_THREADS=8
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
@@ -570,7 +585,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 RUN --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0+PTX" \
-      io.imagegen.inputs="cab2d8551d239455"
+      io.imagegen.inputs="5705d36bcc64255a"
 
 # `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
 VOLUME ["/out"]
