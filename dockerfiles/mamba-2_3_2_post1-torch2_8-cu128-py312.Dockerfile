@@ -9,9 +9,10 @@
 # Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy):
 #   docker buildx build --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt --output type=local,dest=out -f Dockerfile .
 # Other archs reuse every dependency layer:  --build-arg TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
-# Rebuild at run time with the GPU visible (seed 004's workflow), writing to ./out:
+# Or compile at run time with the GPU visible (seed 004's workflow; archs default to the GPUs seen):
 #   docker buildx build --target builder --load -t imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312 .
 #   docker run --rm --gpus all -v "$PWD/out:/out" imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312
+# (`imagegen push` publishes that builder image; `imagegen pull` fetches and runs it.)
 
 ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
 
@@ -41,7 +42,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
     && apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates g++ git make python3.12-dev python3.12-venv
+    && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
 
 # The build script and this cell's inputs (no arch in them: an arch change keeps these layers).
 COPY <<'IMAGEGEN_BUILD_PY' /imagegen/imagegen_build.py
@@ -347,11 +348,30 @@ def split_extensions(total_jobs, ext_max):
     return parallel, max(1, total_jobs // parallel)
 
 
+def visible_gpu_archs(cell):
+    """`docker run --gpus all IMAGE` without TORCH_CUDA_ARCH_LIST (seed 004): build for the GPUs the
+    container sees. Empty when there are none (parse_archs then says what to set)."""
+    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    code = ("import torch\nif torch.cuda.is_available():\n"
+            "    print(';'.join(sorted({'%d.%d' % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})))")
+    try:
+        found = subprocess.run([py, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               timeout=120).stdout.decode().strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        found = []
+    if found and found[-1]:
+        log("TORCH_CUDA_ARCH_LIST=%s (the GPUs this build can see)" % found[-1])
+        return found[-1]
+    return ""
+
+
 def build_env(cell):
     env = dict(os.environ)
     env.update(cell.get("env", {}))
     env.update(cell.get("force_env", {}))
     knob = cell["knob"]
+    if not (env.get("TORCH_CUDA_ARCH_LIST") or "").strip():
+        env["TORCH_CUDA_ARCH_LIST"] = visible_gpu_archs(cell)
     archs = parse_archs(env.get("TORCH_CUDA_ARCH_LIST") or "")
     if knob["style"] != "fixed":
         value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
@@ -408,7 +428,16 @@ def cmd_build(cell, args):
     os.makedirs(out, exist_ok=True)
     os.makedirs(cell["log_dir"], exist_ok=True)
     log_path = os.path.join(cell["log_dir"], "build.log")
-    work = tempfile.mkdtemp(prefix="imagegen-work-")
+    if cell.get("work_dir"):
+        # In an image: always the same path, so that a rebuild of the same inputs (bake, or
+        # `docker run` of a pulled builder image) compiles byte-identical .so files and ccache
+        # finds its objects again.
+        work = cell["work_dir"]
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+    else:
+        work = tempfile.mkdtemp(prefix="imagegen-work-")
+    stats_log = use_ccache(env, work, py)
     src = os.path.join(work, "src")
     # Build from a copy: the pinned tree stays pristine, so a rebuild with other archs starts clean.
     shutil.copytree(cell["src_dir"], src, symlinks=True)
@@ -428,9 +457,65 @@ def cmd_build(cell, args):
     # Copy beside the destination under a hidden name, then rename: readers never see half a wheel.
     tmp = os.path.join(out, ".%s.partial" % os.path.basename(final))
     shutil.copyfile(final, tmp)
+    give_to_folder_owner(tmp, out)
     os.replace(tmp, dest)
     shutil.rmtree(work, ignore_errors=True)
+    if stats_log:
+        report_ccache(stats_log, cell["log_dir"])
     log("built %s in %.0f s (log: %s)" % (dest, time.time() - started, log_path))
+
+
+def give_to_folder_owner(path, folder):
+    """`docker run -v "$PWD/out:/out"` runs as root: hand the wheel to whoever owns the folder, so
+    the user can move or delete it without sudo."""
+    try:
+        st = os.stat(folder)
+        if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+            os.chown(path, st.st_uid, st.st_gid)
+    except (OSError, AttributeError):
+        pass
+
+
+CCACHE_RESULTS = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+
+
+def use_ccache(env, work, py):
+    """Route nvcc (torch's PYTORCH_NVCC) and the host compiler through ccache when the image has it
+    and a cache folder is mounted (CCACHE_DIR): a rebuild after a small source change recompiles
+    only what changed. Returns the per-build stats log, or None when ccache is not in use."""
+    cache_dir = env.get("CCACHE_DIR")
+    ccache = shutil.which("ccache", path=env.get("PATH"))
+    if not cache_dir or not ccache or not os.path.isdir(cache_dir):
+        return None
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    if nvcc:
+        env["PYTORCH_NVCC"] = "%s %s" % (ccache, nvcc)
+    if os.path.isdir("/usr/lib/ccache"):  # Debian's masquerade folder: gcc, g++, c++ -> ccache
+        env["PATH"] = "/usr/lib/ccache" + os.pathsep + env.get("PATH", "")
+    stats_log = os.path.join(work, "ccache-stats.log")
+    env.update({"CCACHE_BASEDIR": work, "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
+                "CCACHE_STATSLOG": stats_log})
+    env.setdefault("CCACHE_MAXSIZE", "20G")
+    log("ccache %s in %s (nvcc and the host compiler)" % (ccache, cache_dir))
+    return stats_log
+
+
+def report_ccache(stats_log, log_dir):
+    counts = dict((k, 0) for k in CCACHE_RESULTS)
+    try:
+        with open(stats_log, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if line in counts:
+                    counts[line] += 1
+    except OSError:
+        pass
+    hits = counts["direct_cache_hit"] + counts["preprocessed_cache_hit"]
+    total = hits + counts["cache_miss"]
+    report = {"hits": hits, "misses": counts["cache_miss"], "hit_rate": round(hits / total, 3) if total else None}
+    with open(os.path.join(log_dir, "ccache.json"), "w", encoding="utf-8") as fh:
+        json.dump(report, fh)
+    log("ccache: %d of %d compilations from the cache" % (hits, total))
 
 
 def _wheel_name_parts(name):
@@ -556,7 +641,7 @@ if __name__ == "__main__":
 IMAGEGEN_BUILD_PY
 
 COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.8","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":2.0,"patches":[],"recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.8","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":2.0,"patches":[],"recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # torch 2.8.0 (cu128) and the build requirements, asserted.
@@ -567,13 +652,20 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_build.py deps
 
-# --- builder: the pinned source, then the compile ---
+# --- builder: the pinned source, no compile and no arch: the
+# prebuilt builder image (`imagegen push` / `imagegen pull`). `docker run` compiles into /out, for
+# the GPUs it sees or -e TORCH_CUDA_ARCH_LIST=... ---
 FROM base AS builder
 RUN --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=netrc \
     python /imagegen/imagegen_build.py fetch
+ENV CCACHE_DIR=/root/.cache/ccache
+VOLUME ["/out"]
+ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]
+CMD ["build", "--out", "/out"]
 
-# Everything below depends on the archs and job settings.
+# --- compile: everything below depends on the archs and job settings ---
+FROM builder AS compile
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 # Empty: sized at build time from free RAM and cores (2.0 GB per nvcc thread for mamba-ssm).
 ARG MAX_JOBS=
@@ -581,26 +673,24 @@ ARG NVCC_THREADS=4
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS}
-RUN --mount=type=secret,id=pip_cert \
+# ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
+# change recompiles only what changed; the hit rate is in the build log and ccache.json.
+RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=shared \
+    --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="a61410dad09739c2"
-
-# `docker run -v "$PWD/out:/out" IMAGE` rebuilds (GPU visible if given) into /out.
-VOLUME ["/out"]
-ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]
-CMD ["build", "--out", "/out"]
+      io.imagegen.inputs="728ff3937ee33f1f"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
 FROM base AS smoke
-COPY --from=builder /imagegen/wheelhouse/ /imagegen/wheelhouse/
+COPY --from=compile /imagegen/wheelhouse/ /imagegen/wheelhouse/
 WORKDIR /
 RUN python /imagegen/imagegen_build.py smoke --wheels /imagegen/wheelhouse
 
 # The build log and the smoke report, for `--target buildlog`.
 FROM scratch AS buildlog
-COPY --from=builder /imagegen/logs/ /
+COPY --from=compile /imagegen/logs/ /
 COPY --from=smoke /imagegen/logs/smoke.json /
 
 # Only the wheels, and only once they passed the smoke test: what `--output type=local` exports.

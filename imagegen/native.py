@@ -165,6 +165,7 @@ def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, 
     doc["venv"] = None  # build with the host's Python and its torch
     doc["base_python"] = host.python_exe
     doc["log_dir"] = str(work / "logs")
+    doc["work_dir"] = None  # a fresh temporary folder: native builds may run side by side
     doc["cuda_home"] = host.cuda_home
     doc["torch_checked"] = True  # preflight read the same facts from torch's metadata
     if cell.recipe.source_kind == "local":

@@ -26,6 +26,7 @@ from imagegen.plan import Cell
 VENV = "/opt/imagegen/venv"
 SRC_DIR = "/imagegen/src"
 PYPI_CUDA_HOME = "/opt/imagegen/cuda"
+WORK_DIR = "/imagegen/work"  # fixed: the same inputs compile to the same bytes (see imagegen_build.py)
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.+:/@;=,%-]{1,400}")
 _UNSAFE_IN_QUOTES = re.compile(r'["\\$`\x00-\x1f\x7f]')
@@ -139,6 +140,7 @@ def cell_document(cell: Cell) -> dict:
         "local_version_env": recipe.local_version_env,
         "local_version": cell.local_version,
         "log_dir": "/imagegen/logs",
+        "work_dir": WORK_DIR,
         "smoke_imports": list(recipe.smoke.imports),
         "smoke_driver_imports": list(recipe.smoke.driver_imports),
     }
@@ -157,7 +159,7 @@ def _packages(cell: Cell) -> tuple[list[str], list[str]]:
     assert base is not None
     extra = list(cell.recipe.system_requires)
     py = cell.python
-    apt = ["ca-certificates", "git", "g++", "make"]
+    apt = ["ca-certificates", "ccache", "git", "g++", "make"]
     if base.flavor.name in ("runpod", "cuda"):
         apt += [f"python{py}-venv", f"python{py}-dev"]
         if base.deadsnakes:

@@ -148,7 +148,7 @@ def test_hostile_free_text_stays_inside_comments(tmp_path):
     cmds = dockerfile.parse_string(text)
     assert all(c.cmd.upper() != "USER" for c in cmds)
     assert not any(c.cmd.upper() == "RUN" and "evil" in " ".join(c.value) for c in cmds)
-    assert sum(1 for c in cmds if c.cmd.upper() == "ENV") == 2  # the template's two ENV lines only
+    assert sum(1 for c in cmds if c.cmd.upper() == "ENV") == 3  # the template's three ENV instructions only
 
 
 def test_values_reach_the_build_only_as_json(tmp_path):

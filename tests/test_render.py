@@ -54,11 +54,17 @@ def check_structure(text: str, cell) -> None:
     cmds = instructions(text)
     assert "# syntax" not in text.split("\n", 1)[0], "a # syntax line needs a registry pull"
     assert not any(line.startswith("# syntax") for line in text.splitlines())
-    # Stages: base (torch env), builder (compile), smoke (install + import in a fresh base), buildlog,
-    # and wheels last (what bake exports): only wheels, taken from the smoke-tested stage.
+    # Stages: base (torch env), builder (source, no arch: the pushable builder image), compile,
+    # smoke (install + import in a fresh base), buildlog, and wheels last (what bake exports): only
+    # wheels, taken from the smoke-tested stage.
     froms = [c for n, c in cmds if n == "FROM"]
-    assert [f.value[-1] for f in froms] == ["base", "builder", "smoke", "buildlog", "wheels"]
-    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "base", "base", "scratch", "scratch"]
+    assert [f.value[-1] for f in froms] == ["base", "builder", "compile", "smoke", "buildlog", "wheels"]
+    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "base", "builder", "base", "scratch", "scratch"]
+    # The builder stage carries no arch: one pushed image serves every arch list.
+    start, end = froms[1].start_line, froms[2].start_line
+    assert not any(n == "ARG" and c.start_line > start and c.end_line < end for n, c in cmds)
+    compile_run = next(c for n, c in cmds if n == "RUN" and " build " in c.value[0])
+    assert any(f.startswith("--mount=type=cache,target=/root/.cache/ccache") for f in compile_run.flags)
     last_copy = cmds[-1][1]
     assert cmds[-1][0] == "COPY" and "--from=smoke" in last_copy.flags and last_copy.value[0] == "/imagegen/wheelhouse/"
     smoke_run = [c for n, c in cmds if n == "RUN" and "smoke" in c.value[0]]

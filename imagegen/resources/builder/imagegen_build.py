@@ -300,11 +300,30 @@ def split_extensions(total_jobs, ext_max):
     return parallel, max(1, total_jobs // parallel)
 
 
+def visible_gpu_archs(cell):
+    """`docker run --gpus all IMAGE` without TORCH_CUDA_ARCH_LIST (seed 004): build for the GPUs the
+    container sees. Empty when there are none (parse_archs then says what to set)."""
+    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    code = ("import torch\nif torch.cuda.is_available():\n"
+            "    print(';'.join(sorted({'%d.%d' % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})))")
+    try:
+        found = subprocess.run([py, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               timeout=120).stdout.decode().strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        found = []
+    if found and found[-1]:
+        log("TORCH_CUDA_ARCH_LIST=%s (the GPUs this build can see)" % found[-1])
+        return found[-1]
+    return ""
+
+
 def build_env(cell):
     env = dict(os.environ)
     env.update(cell.get("env", {}))
     env.update(cell.get("force_env", {}))
     knob = cell["knob"]
+    if not (env.get("TORCH_CUDA_ARCH_LIST") or "").strip():
+        env["TORCH_CUDA_ARCH_LIST"] = visible_gpu_archs(cell)
     archs = parse_archs(env.get("TORCH_CUDA_ARCH_LIST") or "")
     if knob["style"] != "fixed":
         value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
@@ -361,7 +380,16 @@ def cmd_build(cell, args):
     os.makedirs(out, exist_ok=True)
     os.makedirs(cell["log_dir"], exist_ok=True)
     log_path = os.path.join(cell["log_dir"], "build.log")
-    work = tempfile.mkdtemp(prefix="imagegen-work-")
+    if cell.get("work_dir"):
+        # In an image: always the same path, so that a rebuild of the same inputs (bake, or
+        # `docker run` of a pulled builder image) compiles byte-identical .so files and ccache
+        # finds its objects again.
+        work = cell["work_dir"]
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+    else:
+        work = tempfile.mkdtemp(prefix="imagegen-work-")
+    stats_log = use_ccache(env, work, py)
     src = os.path.join(work, "src")
     # Build from a copy: the pinned tree stays pristine, so a rebuild with other archs starts clean.
     shutil.copytree(cell["src_dir"], src, symlinks=True)
@@ -381,9 +409,65 @@ def cmd_build(cell, args):
     # Copy beside the destination under a hidden name, then rename: readers never see half a wheel.
     tmp = os.path.join(out, ".%s.partial" % os.path.basename(final))
     shutil.copyfile(final, tmp)
+    give_to_folder_owner(tmp, out)
     os.replace(tmp, dest)
     shutil.rmtree(work, ignore_errors=True)
+    if stats_log:
+        report_ccache(stats_log, cell["log_dir"])
     log("built %s in %.0f s (log: %s)" % (dest, time.time() - started, log_path))
+
+
+def give_to_folder_owner(path, folder):
+    """`docker run -v "$PWD/out:/out"` runs as root: hand the wheel to whoever owns the folder, so
+    the user can move or delete it without sudo."""
+    try:
+        st = os.stat(folder)
+        if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+            os.chown(path, st.st_uid, st.st_gid)
+    except (OSError, AttributeError):
+        pass
+
+
+CCACHE_RESULTS = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+
+
+def use_ccache(env, work, py):
+    """Route nvcc (torch's PYTORCH_NVCC) and the host compiler through ccache when the image has it
+    and a cache folder is mounted (CCACHE_DIR): a rebuild after a small source change recompiles
+    only what changed. Returns the per-build stats log, or None when ccache is not in use."""
+    cache_dir = env.get("CCACHE_DIR")
+    ccache = shutil.which("ccache", path=env.get("PATH"))
+    if not cache_dir or not ccache or not os.path.isdir(cache_dir):
+        return None
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    if nvcc:
+        env["PYTORCH_NVCC"] = "%s %s" % (ccache, nvcc)
+    if os.path.isdir("/usr/lib/ccache"):  # Debian's masquerade folder: gcc, g++, c++ -> ccache
+        env["PATH"] = "/usr/lib/ccache" + os.pathsep + env.get("PATH", "")
+    stats_log = os.path.join(work, "ccache-stats.log")
+    env.update({"CCACHE_BASEDIR": work, "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
+                "CCACHE_STATSLOG": stats_log})
+    env.setdefault("CCACHE_MAXSIZE", "20G")
+    log("ccache %s in %s (nvcc and the host compiler)" % (ccache, cache_dir))
+    return stats_log
+
+
+def report_ccache(stats_log, log_dir):
+    counts = dict((k, 0) for k in CCACHE_RESULTS)
+    try:
+        with open(stats_log, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if line in counts:
+                    counts[line] += 1
+    except OSError:
+        pass
+    hits = counts["direct_cache_hit"] + counts["preprocessed_cache_hit"]
+    total = hits + counts["cache_miss"]
+    report = {"hits": hits, "misses": counts["cache_miss"], "hit_rate": round(hits / total, 3) if total else None}
+    with open(os.path.join(log_dir, "ccache.json"), "w", encoding="utf-8") as fh:
+        json.dump(report, fh)
+    log("ccache: %d of %d compilations from the cache" % (hits, total))
 
 
 def _wheel_name_parts(name):
