@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Sequence
 from imagegen import __version__, ci, compat
 from imagegen.arch import ArchList, parse_arch_list
 from imagegen.config import FLAVORS, Config, load_config
-from imagegen.errors import ImagegenError, NothingToDoError, UsageError
+from imagegen.errors import BuildError, ImagegenError, NothingToDoError, UsageError
 from imagegen.plan import BUILDABLE, MatrixRequest, Plan, choose_cell, defaults, expand
 from imagegen.recipes import Catalogue, Recipe, RecipeVersion, load_catalogue, looks_like_path, recipe_from_source_tree
 from imagegen.render import render_dockerfile, write_output
@@ -32,6 +33,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lock", type=Path, help="lock file pinning images to digests (default: imagegen.lock here, if present)")
     p.add_argument("--config", type=Path, help="imagegen.toml or pyproject.toml to read (default: searched from the current directory)")
     p.add_argument("--recipe-dir", type=Path, action="append", default=[], help="extra directory of recipe YAML files (repeatable)")
 
@@ -47,6 +49,17 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default)")
     p.add_argument("--source", type=Path, **kw, help="build a local project tree (setup.py / pyproject.toml) as a recipe"
                    + (" (repeatable)" if many else ""))
+
+
+def _add_cache_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-from", action="append", default=[], help="layer cache to import, as for buildx:"
+                   " type=registry,ref=HOST/NS/cache:TAG (repeatable)")
+    p.add_argument("--cache-to", action="append", default=[], help="layer cache to export: type=inline on the docker"
+                   " driver; type=registry,ref=...,mode=max on docker-container / remote / kubernetes builders")
+
+
+def _add_registry_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--registry", help="HOST[:PORT]/NAMESPACE of the builder images (default: config registry)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date")
     p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from free RAM and cores)")
     p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
-    p.add_argument("--builder", help="buildx builder to run on (default: the current one)")
+    p.add_argument("--builder", action="append", default=[], help="buildx builder to run on (default: the current"
+                   " one); repeat to split the matrix across several builders (bake sends all of one run to one node)")
+    _add_cache_args(p)
     p.add_argument("--ca-bundle", help="CA bundle for PyPI/git inside builds, passed as a BuildKit secret"
                    " (default: PIP_CERT / REQUESTS_CA_BUNDLE / SSL_CERT_FILE, else the system bundle)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -144,6 +159,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("arch", help="arch list, e.g. '8.0 9.0a 12.0+PTX' or Hopper")
     p.add_argument("--cuda", help="check against this nvcc version")
     p.add_argument("--torch", help="check against this torch's TORCH_CUDA_ARCH_LIST parser")
+    p = sub.add_parser("push", help="build and push prebuilt builder images for a matrix", description=(
+        "Bake each cell's builder stage (OS packages, torch, build requirements, the pinned and patched source;"
+        " no arch) and push it as REGISTRY/imagegen-<recipe>:<ver>-torch<X.Y>-cu<XYZ>-py<XY>[-<flavor>], with OCI"
+        " labels. The pushed digests are written to the lock file, which pull then uses."))
+    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
+    _add_cell_args(p, many=True)
+    _add_registry_args(p)
+    p.add_argument("--work", type=Path, default=Path(".imagegen"), help="bake files and logs (default: .imagegen)")
+    p.add_argument("--builder", help="buildx builder to run on (default: the current one)")
+    _add_cache_args(p)
+    p.add_argument("--ca-bundle", help="CA bundle for PyPI/git inside builds (a BuildKit secret, never in a layer)")
+    _add_common(p)
+
+    p = sub.add_parser("pull", help="pull prebuilt builder images and run them to produce wheels", description=(
+        "For each cell: pull its builder image (pinned by the lock file when it has it), run it with the GPUs"
+        " visible when this host has any, verify the wheel and publish it into OUT like build. A missing image"
+        " is built locally from the same Dockerfile; wrong credentials or an unreachable registry stop."))
+    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
+    _add_cell_args(p, many=True)
+    _add_registry_args(p)
+    p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
+    p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging and logs (default: .imagegen)")
+    p.add_argument("--gpus", choices=("auto", "all", "none"), default="auto",
+                   help="give the container the GPUs (auto: when nvidia-smi works here)")
+    p.add_argument("--no-fallback", action="store_true", help="fail when the image is missing instead of building it locally")
+    p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date")
+    p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from RAM and cores)")
+    p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
+    p.add_argument("--ca-bundle", help="CA bundle for a local fallback build")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    _add_common(p)
+
+    p = sub.add_parser("lock", help="pin every base image of a matrix to its registry digest", description=(
+        "Resolve the base image of every buildable cell to the digest its registry serves now and write the lock"
+        " file; render, bake, build and pull then use FROM image@sha256:..., so a moved tag cannot change a build."))
+    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
+    _add_cell_args(p, many=True)
+    _add_common(p)
+
     ci.add_parser(sub)
     return parser
 
@@ -171,6 +225,39 @@ def _resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versi
     return recipe, recipe.version(wanted_version)
 
 
+def _lock(args: argparse.Namespace):
+    from imagegen.registry import LOCK_FILE, Lock
+
+    path = getattr(args, "lock", None)
+    if path is not None and not path.is_file() and args.command not in ("lock", "push"):
+        raise UsageError(f"--lock {path}: no such file (imagegen lock writes it)")
+    return Lock.load(path or Path(LOCK_FILE))
+
+
+def _planned(args: argparse.Namespace, config: Config, cat: Catalogue):
+    """The matrix expanded, with locked base images pinned to their digests."""
+    return _lock(args).pin_bases(expand(_matrix(args, config, cat)))
+
+
+def _registry(args: argparse.Namespace, config: Config) -> str:
+    from imagegen.registry import check_registry
+
+    value = args.registry or config.registry
+    if not value:
+        raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE or set registry in imagegen.toml")
+    return check_registry(value)
+
+
+def _check_cache_specs(values: Sequence[str]) -> list[str]:
+    for v in values:
+        if not _CACHE_SPEC.fullmatch(v):
+            raise UsageError(f"cache spec {v!r}: expected buildx's key=value,... form, e.g. type=registry,ref=HOST/NS/cache:TAG")
+    return list(values)
+
+
+_CACHE_SPEC = re.compile(r"type=[a-z]+(,[a-z-]+=[A-Za-z0-9._:/@=-]+)*|[a-z0-9.-]+(:[0-9]+)?/[A-Za-z0-9._/:@-]+")
+
+
 def _command_line(argv: Sequence[str]) -> str:
     return "imagegen " + " ".join(shlex.quote(a) for a in argv)
 
@@ -190,6 +277,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
                        python=args.python or (m.python[-1] if m.python else None),
                        flavor=flavor, base_image=args.base_image or config.base_image,
                        torch_index_override=config.torch_index_url)
+    cell = _lock(args).pin_bases(Plan(cells=[cell])).cells[0]
     rendered = render_dockerfile(cell, command=_command_line(argv))
     write_output(rendered.dockerfile, args.output)
     if args.output not in (None, "-"):
@@ -281,7 +369,7 @@ def _print_plan(plan: Plan, only: str | None) -> None:
 def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = _config(args)
     cat = _catalogue(args, config)
-    plan = expand(_matrix(args, config, cat))
+    plan = _planned(args, config, cat)
     if args.json:
         json.dump({"cells": [_cell_record(c) for c in plan.cells],
                    "summary": {"buildable": len(plan.buildable), "rejected": len(plan.rejected),
@@ -361,7 +449,7 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
         return 0
-    plan = expand(_matrix(args, config, cat))
+    plan = _planned(args, config, cat)
     for c in plan.rejected:
         print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
@@ -388,7 +476,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _build_native(args, config, cat)
     if args.print_env:
         raise UsageError("--print-env goes with --native (a container build prints its variables in its log)")
-    plan = expand(_matrix(args, config, cat))
+    plan = _planned(args, config, cat)
     for c in plan.rejected:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
@@ -400,7 +488,8 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError(f"--ca-bundle {args.ca_bundle}: no such file")
     out = args.out or config.out
     results = execute.build(plan, out=out, work=args.work, force=args.force, max_jobs=args.max_jobs,
-                            nvcc_threads=args.nvcc_threads, builder=args.builder, ca_bundle=args.ca_bundle)
+                            nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
+                            cache_from=_check_cache_specs(args.cache_from), cache_to=_check_cache_specs(args.cache_to))
     if args.json:
         print(execute.results_json(results))
     else:
@@ -491,7 +580,66 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"render": cmd_render, "plan": cmd_plan, "bake": cmd_bake, "build": cmd_build, "verify": cmd_verify,
+def _buildable(args, config, cat):
+    plan = _planned(args, config, cat)
+    for c in plan.rejected:
+        print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    return plan
+
+
+def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import prebuilt
+
+    config = _config(args)
+    cat = _catalogue(args, config)
+    registry = _registry(args, config)
+    plan = _buildable(args, config, cat)
+    results = prebuilt.push(plan, registry, work=args.work, lock=_lock(args), ca_bundle=args.ca_bundle,
+                            builder=args.builder, cache_from=_check_cache_specs(args.cache_from),
+                            cache_to=_check_cache_specs(args.cache_to))
+    for r in results:
+        print(f"{r.ref}@{r.digest}" if r.digest else r.ref)
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import execute, prebuilt
+
+    config = _config(args)
+    cat = _catalogue(args, config)
+    registry = _registry(args, config)
+    plan = _buildable(args, config, cat)
+    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+        if value is not None and not 1 <= value <= 1024:
+            raise UsageError(f"{flag} must be between 1 and 1024")
+    results = prebuilt.pull(plan, registry, out=args.out or config.out, work=args.work, lock=_lock(args),
+                            gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
+                            nvcc_threads=args.nvcc_threads, ca_bundle=args.ca_bundle, force=args.force)
+    print(execute.results_json(results) if args.json else execute.summary(results))
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
+                         + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.registry import lock_bases
+
+    config = _config(args)
+    cat = _catalogue(args, config)
+    plan = expand(_matrix(args, config, cat))
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    lock = lock_bases(plan, _lock(args), say=lambda m: print(m, file=sys.stderr))
+    lock.save()
+    print(f"wrote {lock.path}: {len(lock.base_images)} base image(s), {len(lock.builder_images)} builder image(s)")
+    return 0
+
+
+COMMANDS = {"render": cmd_render, "push": cmd_push, "pull": cmd_pull, "lock": cmd_lock, "plan": cmd_plan, "bake": cmd_bake, "build": cmd_build, "verify": cmd_verify,
             "doctor": cmd_doctor, "ci": ci.run,
             "recipes": cmd_recipes,
             "archs": cmd_archs}

@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from imagegen import collect, jobs
 from imagegen.bake import build_definition, to_json
-from imagegen.errors import EngineError
+from imagegen.errors import EngineError, UsageError
 from imagegen.plan import Cell, Plan
 from imagegen.render import inputs_hash, cell_document
 from imagegen.verify import verify_wheel
@@ -44,11 +45,12 @@ class CellResult:
     log_tail: list[str] = field(default_factory=list)
     verify: dict | None = None
     smoke: dict | None = None
+    ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
 
     def as_dict(self) -> dict:
         return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,
                 "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1), "error": self.error,
-                "verify": self.verify, "smoke": self.smoke}
+                "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache}
 
 
 class TargetLogs:
@@ -163,8 +165,12 @@ def default_ca_bundle() -> str | None:
 
 
 def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: int | None = None,
-          nvcc_threads: int | None = None, builder: str | None = None, ca_bundle: str | None = None,
+          nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
+          cache_from: Sequence[str] = (), cache_to: Sequence[str] = (),
           say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
+    """Build the plan's cells. With several ``builders`` the cells are dealt out between them and each
+    builder runs its share on its own (bake sends every same-platform target of one run to one node,
+    so spreading a matrix over a build farm has to happen here)."""
     out = out.resolve()
     work = work.resolve()
     results: dict[str, CellResult] = {}
@@ -210,13 +216,63 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
         log_target["target"] = "buildlog"
         log_target["output"] = [f"type=local,dest={stage / (t.name + LOG_SUFFIX)}"]
         data["target"][t.name + LOG_SUFFIX] = log_target
+    for name in list(data["target"]):
+        if cache_from:
+            data["target"][name]["cache-from"] = list(cache_from)
+        if cache_to and not name.endswith(LOG_SUFFIX):
+            data["target"][name]["cache-to"] = list(cache_to)
     bake_file.write_text(to_json(data))
-    logs = TargetLogs(run_dir / "logs", [t.name for t in definition.targets])
+    check_cache_support(list(builders) or [None], cache_to)
 
+    if len(builders) > 1:
+        shares = {b: [c for i, c in enumerate(todo) if i % len(builders) == k] for k, b in enumerate(builders)}
+        say(f"splitting {len(todo)} cell(s) over {len(builders)} builders: "
+            + ", ".join(f"{b} ({len(cs)})" for b, cs in shares.items()))
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(builders)) as pool:
+            futures = [pool.submit(_run_cells, cs, bake_file, stage, run_dir / "logs" / b, b, ca, hashes, out,
+                                   max_jobs, nvcc_threads, say) for b, cs in shares.items() if cs]
+            for f in futures:
+                results.update(f.result())
+    else:
+        results.update(_run_cells(todo, bake_file, stage, run_dir / "logs", builders[0] if builders else None, ca,
+                                  hashes, out, max_jobs, nvcc_threads, say))
+    return [results[c.name] for c in plan.buildable]
+
+
+def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> None:
+    """The docker driver exports inline cache only (anything else fails, or is dropped for gha/s3):
+    say so before a long build rather than after it."""
+    exported = [c for c in cache_to if "type=inline" not in c]
+    if not exported:
+        return
+    for b in builders:
+        cmd = ["docker", "buildx", "inspect"] + ([b] if b else [])
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            raise EngineError("docker buildx is not usable here (imagegen doctor checks it)") from None
+        if proc.returncode != 0:
+            raise EngineError(f"buildx builder {b or '(current)'}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        driver = next((line.split(":", 1)[1].strip() for line in proc.stdout.splitlines()
+                       if line.strip().startswith("Driver:")), "")
+        if driver == "docker":
+            raise UsageError(f"builder {b or '(current)'} uses the docker driver, which exports only inline cache:"
+                             " use --cache-to type=inline, or a docker-container / remote / kubernetes builder (--builder)")
+
+
+def _run_cells(todo: list[Cell], bake_file: Path, stage: Path, log_dir: Path, builder: str | None, ca: str,
+               hashes: dict[str, str], out: Path, max_jobs: int | None, nvcc_threads: int | None,
+               say: Callable[[str], None]) -> dict[str, CellResult]:
+    """Bake ``todo`` on one builder in RAM-sized batches, re-running what a failing neighbour cancelled."""
+    results: dict[str, CellResult] = {}
+    logs = TargetLogs(log_dir, [c.name for c in todo])
     h = jobs.host()
     heaviest = max(c.recipe.memory_per_thread_gb for c in todo)
     size = jobs.batch_size(len(todo), h, heaviest)
-    say(f"building {len(todo)} cell(s) on {h.describe()}, {size} at a time; logs in {logs.folder}")
+    say(f"building {len(todo)} cell(s){' on builder ' + builder if builder else ''} ({h.describe()}),"
+        f" {size} at a time; logs in {logs.folder}")
     queue = list(todo)
     started: dict[str, float] = {}
 
@@ -259,7 +315,7 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
                     size = 1
     finally:
         logs.close()
-    return [results[c.name] for c in plan.buildable]
+    return results
 
 
 def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: TargetLogs, started: float,
@@ -274,14 +330,24 @@ def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: Target
     if not report.ok:
         return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(),
                           error="verification failed: " + "; ".join(report.problems), smoke=smoke)
+    ccache = _json_or_none(reports / "ccache.json")
     dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
         "duration_s": round(seconds, 1), "log": str(log), "verify": report.as_dict(), "smoke": smoke,
+        "ccache": ccache,
     })
     keep = out / "logs"
     keep.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(log, keep / f"{cell.name}.log")
     return CellResult(cell, "built", wheel=dest, log=keep / f"{cell.name}.log", seconds=seconds,
-                      verify=report.as_dict(), smoke=smoke)
+                      verify=report.as_dict(), smoke=smoke, ccache=ccache)
+
+
+def _json_or_none(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 _ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|Killed|out of memory", re.IGNORECASE)
@@ -298,6 +364,8 @@ def summary(results: list[CellResult]) -> str:
     rows = [("CELL", "STATUS", "TIME", "WHEEL / ERROR")]
     for r in results:
         what = str(r.wheel) if r.wheel else r.error
+        if r.ccache and r.ccache.get("hit_rate") is not None:
+            what += f"  (ccache {r.ccache['hits']}/{r.ccache['hits'] + r.ccache['misses']} hits)"
         rows.append((r.cell.name, r.status, f"{r.seconds:.0f}s" if r.seconds else "-", what))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(row[:3], widths)) + "  " + row[3] for row in rows]

@@ -1,0 +1,225 @@
+"""Push and pull prebuilt builder images (see imagegen.registry for what they are).
+
+push: bake every cell's `builder` stage, tagged with its deterministic reference, and push it; the
+      digests the registry returned go into the lock file.
+pull: fetch a cell's builder image (pinned by the lock file when it has it) and run it, GPU visible
+      when the host has one, to compile the wheel into a staging folder; verify it and publish it
+      into the output folder like `imagegen build` does. A missing image is built locally from the
+      same Dockerfile (said so, in one line); wrong credentials or an unreachable registry stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from imagegen import __version__, collect, jobs
+from imagegen.bake import build_definition, to_json
+from imagegen.errors import BuildError, EngineError
+from imagegen.execute import CellResult, default_ca_bundle
+from imagegen.plan import Cell, Plan
+from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
+                               registry_host)
+from imagegen import registry as reg
+from imagegen.render import cell_document, inputs_hash
+from imagegen.verify import verify_wheel
+
+Say = Callable[[str], None]
+
+
+def _stderr_say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class PushResult:
+    cell: Cell
+    ref: str
+    digest: str | None
+    pushed: bool
+
+
+def builder_inputs(cell: Cell) -> str:
+    """What decides a builder image's content: the cell document (no arch) and the base image."""
+    import hashlib
+
+    doc = cell_document(cell)
+    payload = json.dumps({"cell": doc, "base": cell.base.ref if cell.base else None, "imagegen": __version__},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, ca_bundle: str | None,
+                   builder: str | None, cache_from: list[str], cache_to: list[str], say: Say) -> dict[str, str]:
+    """Bake the `builder` stage of ``cells``: pushed to the registry (push) or loaded into the local
+    engine (fallback). Returns target name -> image digest from bake's metadata (push only)."""
+    run_dir = work / "runs" / (time.strftime("%Y%m%d-%H%M%S") + ("-push" if push else "-builder"))
+    definition = build_definition(Plan(cells=cells), out_dir=str(run_dir / "stage"),
+                                  dockerfiles_dir=str(run_dir / "dockerfiles"), root=run_dir,
+                                  command="imagegen push" if push else "imagegen pull")
+    for rel, text in definition.dockerfiles.items():
+        Path(rel).parent.mkdir(parents=True, exist_ok=True)
+        Path(rel).write_text(text)
+    data = definition.as_dict()
+    ca = ca_bundle or default_ca_bundle()
+    if ca is None:
+        ca = str(run_dir / "no-ca-bundle.pem")
+        Path(ca).write_text("")
+    data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for t in definition.targets:
+        target = data["target"][t.name]
+        target["context"] = str(run_dir / "dockerfiles")
+        if t.cell.recipe.source_path is not None and t.contexts:
+            target["contexts"] = {"source": str(t.cell.recipe.source_path)}
+        target["target"] = "builder"
+        target["tags"] = [image_ref(t.cell, registry)]
+        target["output"] = ["type=image,push=true" if push else "type=docker"]
+        target["labels"] = {**target.get("labels", {}),
+                            **image_labels(t.cell, builder_inputs(t.cell), created, __version__)}
+        if cache_from:
+            target["cache-from"] = list(cache_from)
+        if cache_to:
+            target["cache-to"] = list(cache_to)
+    bake_file = run_dir / "docker-bake.json"
+    bake_file.write_text(to_json(data))
+    metadata = run_dir / "metadata.json"
+    log_path = run_dir / "bake.log"
+    cmd = ["docker", "buildx", "bake", "-f", str(bake_file), "--progress", "plain", "--metadata-file", str(metadata)]
+    if builder:
+        cmd += ["--builder", builder]
+    cmd += [t.name for t in definition.targets]
+    env = dict(os.environ, BUILDX_BAKE_ENTITLEMENTS_FS="0", IMAGEGEN_PIP_CERT=ca, IMAGEGEN_TORCH_CUDA_ARCH_LIST="",
+               IMAGEGEN_MAX_JOBS="", IMAGEGEN_NVCC_THREADS="")
+    say(f"{'pushing' if push else 'building'} {len(cells)} builder image(s); log: {log_path}")
+    try:
+        with log_path.open("w", encoding="utf-8") as log:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    except FileNotFoundError:
+        raise EngineError("the docker CLI is not installed (imagegen doctor says what is missing)") from None
+    text = log_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        low = text.lower()
+        ref = image_ref(cells[0], registry)
+        if push and any(k in low for k in ("unauthorized", "no basic auth", "authentication required", "denied",
+                                          "connection refused", "no such host", "i/o timeout")):
+            raise explain(text[-2000:], ref, registry_host(ref))
+        if "cannot connect to the docker daemon" in low or "is not a docker command" in low:
+            raise EngineError("no usable Docker engine with buildx (start the daemon; imagegen doctor checks it)")
+        tail = [line for line in text.splitlines() if "ERROR" in line or "error:" in line][-3:]
+        raise BuildError(f"baking the builder image(s) failed: {' | '.join(tail)[-400:]} (log: {log_path})")
+    digests = {}
+    if push:
+        try:
+            meta = json.loads(metadata.read_text())
+        except (OSError, ValueError):
+            meta = {}
+        for name, entry in meta.items():
+            digest = entry.get("containerimage.digest") if isinstance(entry, dict) else None
+            if digest:
+                digests[name] = digest
+    return digests
+
+
+def push(plan: Plan, registry: str, *, work: Path, lock: Lock, ca_bundle: str | None = None,
+         builder: str | None = None, cache_from: list[str] = (), cache_to: list[str] = (),
+         say: Say = _stderr_say) -> list[PushResult]:
+    cells = plan.buildable
+    digests = _bake_builders(cells, registry, work=work.resolve(), push=True, ca_bundle=ca_bundle, builder=builder,
+                             cache_from=list(cache_from), cache_to=list(cache_to), say=say)
+    results = []
+    for cell in cells:
+        ref = image_ref(cell, registry)
+        digest = digests.get(cell.name) or reg.repo_digest(ref)
+        if digest:
+            lock.builder_images[ref] = pinned(ref, digest)
+        results.append(PushResult(cell, ref, digest, True))
+        say(f"[{cell.name}] pushed {ref}" + (f" ({digest})" if digest else ""))
+    lock.save()
+    return results
+
+
+def gpu_flags(gpus: str) -> list[str]:
+    """`--gpus all` when asked, or (auto) when this host has a working NVIDIA driver."""
+    if gpus == "none":
+        return []
+    if gpus == "all":
+        return ["--gpus", "all"]
+    smi = shutil.which("nvidia-smi")
+    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
+        return ["--gpus", "all"]
+    return []
+
+
+def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, gpus: str = "auto", fallback: bool = True,
+         max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
+         force: bool = False, say: Say = _stderr_say) -> list[CellResult]:
+    out, work = out.resolve(), work.resolve()
+    results = []
+    for cell in plan.buildable:
+        inputs = inputs_hash(cell, cell_document(cell))
+        existing = None if force else collect.up_to_date(out, cell, inputs)
+        if existing:
+            say(f"[{cell.name}] up to date: {existing}")
+            results.append(CellResult(cell, "up-to-date", wheel=existing))
+            continue
+        ref = image_ref(cell, registry)
+        use = lock.builder_images.get(ref, ref)
+        try:
+            digest = reg.pull(use)
+            say(f"[{cell.name}] pulled {use} ({digest})")
+        except ImageMissing:
+            if not fallback:
+                raise
+            say(f"[{cell.name}] no prebuilt image {use} in the registry: building it locally from the same"
+                " Dockerfile (imagegen push publishes it for next time)")
+            _bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
+                           cache_from=[], cache_to=[], say=say)
+            use = ref
+        results.append(_run_builder(cell, use, out=out, work=work, inputs=inputs, gpus=gpus, max_jobs=max_jobs,
+                                    nvcc_threads=nvcc_threads, say=say))
+    return results
+
+
+def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, gpus: str, max_jobs: int | None,
+                 nvcc_threads: int | None, say: Say) -> CellResult:
+    stage = work / "pull" / cell.name
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{cell.name}.log"
+    settings = jobs.settings_for(cell.recipe.memory_per_thread_gb, cell.recipe.default_nvcc_threads, jobs.host(),
+                                 max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
+    cmd = ["docker", "run", "--rm", *gpu_flags(gpus), "-v", f"{stage}:/out",
+           "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
+           "-e", f"NVCC_THREADS={settings.nvcc_threads}", image, "build", "--out", "/out"]
+    say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if '--gpus' in cmd else ''}")
+    started = time.time()
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    seconds = time.time() - started
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-15:]
+        return CellResult(cell, "failed", log=log_path, seconds=seconds, log_tail=tail,
+                          error=f"the builder image {image} exited {proc.returncode}")
+    wheels = sorted(stage.glob("*.whl"))
+    if len(wheels) != 1:
+        return CellResult(cell, "failed", log=log_path, seconds=seconds, error=f"expected one wheel, got {[w.name for w in wheels]}")
+    report = verify_wheel(wheels[0], cell.expected_archs)
+    if not report.ok:
+        return CellResult(cell, "failed", log=log_path, seconds=seconds, verify=report.as_dict(),
+                          error="verification failed: " + "; ".join(report.problems))
+    dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
+        "duration_s": round(seconds, 1), "log": str(log_path), "verify": report.as_dict(), "image": image})
+    return CellResult(cell, "built", wheel=dest, log=log_path, seconds=seconds, verify=report.as_dict())
+
+
+__all__ = ["push", "pull", "PushResult", "RegistryError", "gpu_flags", "builder_inputs"]

@@ -1,0 +1,162 @@
+"""Prebuilt builder images against a real registry (Debian's docker-registry with htpasswd auth on
+127.0.0.1, see registry.py): lock a base image to its digest, push a builder image, remove it
+locally, pull it back and run it to get the wheel, which compiles to the same .so bytes as a bake
+build of the same cell; a wrong password, a missing image and an unreachable registry each give one
+clear line; the lock file pins what was pushed.
+
+Needs the engine and base image of test_engine_build.py, plus scripts/install-registry.sh (all
+provided by scripts/test.sh as root). Fails, never skips, when a part is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "fixtures" / "tiny_kernel"
+LOCAL_BASE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
+CELL = ["--source", str(TINY), "--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0;9.0+PTX",
+        "--flavor", "pypi"]
+NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
+
+pytestmark = pytest.mark.integration
+
+
+def run(*cmd: str, cwd: Path, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def so_digests(wheel: Path) -> dict[str, str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if ".so" in n}
+
+
+def one_wheel(folder: Path) -> Path:
+    wheels = sorted(folder.rglob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def project(registry, tmp_path_factory):
+    """A project folder whose base image lives in the registry: tagged and pushed from the local
+    test base image (made by scripts/make-base-image.sh)."""
+    if shutil.which("docker") is None or run("docker", "image", "inspect", LOCAL_BASE, cwd=ROOT).returncode != 0:
+        pytest.fail(f"the Docker engine and {LOCAL_BASE} are required: run scripts/test.sh as root")
+    root = tmp_path_factory.mktemp("prebuilt")
+    base = registry.ref("imagegen-test/python", "3.11-bookworm")
+    assert registry.docker("tag", LOCAL_BASE, base).returncode == 0
+    pushed = registry.docker("push", base, timeout=900)
+    assert pushed.returncode == 0, pushed.stderr
+    env = {**registry.env(), "IMAGEGEN_PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
+    yield {"root": root, "base": base, "env": env, "ns": f"{registry.host}/ml"}
+    registry.docker("rmi", base)
+
+
+@pytest.fixture(scope="module")
+def locked(project, registry):
+    proc = run(IMAGEGEN, "lock", *CELL, "--base-image", project["base"], cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((project["root"] / "imagegen.lock").read_text())
+
+
+@pytest.fixture(scope="module")
+def pushed(project, locked, registry):
+    proc = run(IMAGEGEN, "push", *CELL, "--base-image", project["base"], "--registry", project["ns"],
+               cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ref = f"{project['ns']}/imagegen-tiny-kernel:0.1.0-torch2.11-cu130-py311-pypi"
+    yield {"proc": proc, "ref": ref, "lock": json.loads((project["root"] / "imagegen.lock").read_text())}
+    registry.docker("rmi", ref)
+
+
+def test_lock_pins_the_base_image_to_the_registry_digest(project, locked, registry):
+    repo, tag = "imagegen-test/python", "3.11-bookworm"
+    assert locked["base_images"] == {project["base"]: f"{project['base']}@{registry.manifest_digest(repo, tag)}"}
+    # render (and bake/build/pull) read the lock file from the current folder: FROM image@sha256.
+    proc = run(IMAGEGEN, "render", *CELL, "--base-image", project["base"], cwd=project["root"])
+    assert proc.returncode == 0, proc.stderr
+    assert f"ARG BASE_IMAGE={locked['base_images'][project['base']]}\n" in proc.stdout
+
+
+def test_push_writes_a_deterministic_reference_labels_and_the_pushed_digest(project, pushed, registry):
+    ref = pushed["ref"]
+    repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    digest = registry.manifest_digest(repo, tag)
+    assert digest, registry.tags(repo)
+    assert pushed["lock"]["builder_images"] == {ref: f"{ref}@{digest}"}  # the lock pins what was pushed
+    assert pushed["proc"].stdout.strip() == f"{ref}@{digest}"
+    inspect = registry.docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref)
+    labels = json.loads(inspect.stdout)
+    assert labels["io.imagegen.recipe"] == "tiny-kernel" and labels["io.imagegen.torch"] == "2.11.0"
+    assert labels["org.opencontainers.image.created"].endswith("Z") and len(labels["io.imagegen.inputs"]) == 16
+    assert "io.imagegen.archs" not in labels  # the builder image is arch-neutral
+
+
+def test_pull_of_the_pushed_image_gives_the_same_so_as_a_bake_build(project, pushed, registry):
+    root, env = project["root"], project["env"]
+    # Not in the local engine any more: pull must fetch it (by the digest in the lock file).
+    assert registry.docker("rmi", pushed["ref"]).returncode == 0
+    pulled = run(IMAGEGEN, "pull", *CELL, "--base-image", project["base"], "--registry", project["ns"],
+                 "--out", str(root / "pulled"), "--work", str(root / "work-pull"), "--gpus", "none", cwd=root, env=env)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert f"pulled {pushed['lock']['builder_images'][pushed['ref']]}" in pulled.stderr
+    wheel = one_wheel(root / "pulled")
+    assert wheel.parent == root / "pulled" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130"
+    manifest = json.loads((wheel.parent / "manifest.json").read_text())
+    assert manifest["cells"][NAME]["image"] == pushed["lock"]["builder_images"][pushed["ref"]]
+
+    built = run(IMAGEGEN, "build", *CELL, "--base-image", project["base"], "--out", str(root / "baked"),
+                "--work", str(root / "work-bake"), cwd=root, env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    baked = one_wheel(root / "baked")
+    assert baked.name == wheel.name
+    assert so_digests(baked) == so_digests(wheel) and so_digests(wheel)
+
+
+def test_wrong_credentials_are_one_clear_line(project, pushed, registry, tmp_path):
+    config = tmp_path / "docker-config"
+    bad = registry.login_with("not-the-password", docker_config=str(config))
+    assert bad.returncode != 0
+    proc = run(IMAGEGEN, "pull", *CELL, "--base-image", project["base"], "--registry", project["ns"],
+               "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "none",
+               cwd=project["root"], env={"DOCKER_CONFIG": str(config)})
+    assert proc.returncode == 7, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{registry.host} refused the credentials" in lines[0] and "docker login" in lines[0]
+
+
+def test_missing_image_fails_clearly_or_falls_back_to_a_local_build(project, pushed, registry, tmp_path):
+    ns = f"{registry.host}/nothing-here"
+    args = [*CELL, "--base-image", project["base"], "--registry", ns, "--gpus", "none"]
+    strict = run(IMAGEGEN, "pull", *args, "--no-fallback", "--out", str(tmp_path / "strict"),
+                 "--work", str(tmp_path / "w1"), cwd=project["root"], env=project["env"])
+    assert strict.returncode == 7
+    assert strict.stderr.strip().splitlines()[-1] == (
+        f"imagegen: error: {ns}/imagegen-tiny-kernel:0.1.0-torch2.11-cu130-py311-pypi is not in the registry"
+        " (push it with imagegen push)")
+    fallback = run(IMAGEGEN, "pull", *args, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w2"),
+                   cwd=project["root"], env=project["env"])
+    assert fallback.returncode == 0, fallback.stdout + fallback.stderr
+    assert "no prebuilt image" in fallback.stderr and "building it locally" in fallback.stderr
+    assert one_wheel(tmp_path / "out").name.startswith("tiny_kernel-0.1.0+cu130torch2.11-")
+    registry.docker("rmi", f"{ns}/imagegen-tiny-kernel:0.1.0-torch2.11-cu130-py311-pypi")
+
+
+def test_unreachable_registry_is_one_clear_line(project, tmp_path):
+    proc = run(IMAGEGEN, "pull", *CELL, "--base-image", project["base"], "--registry", "127.0.0.1:9/ml",
+               "--out", str(tmp_path / "out"), "--gpus", "none", cwd=project["root"], env=project["env"])
+    assert proc.returncode == 7
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "registry 127.0.0.1:9 is not reachable" in lines[0]

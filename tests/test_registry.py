@@ -1,0 +1,113 @@
+"""Unit tests for prebuilt builder images: references, labels, the lock file and how it pins
+render's FROM, error wording, and the CLI's one-line refusals. The registry round trip against a
+real registry server is in tests/integration/test_prebuilt.py."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import dockerfile
+import pytest
+
+from imagegen import cli
+from imagegen.arch import parse_arch_list
+from imagegen.plan import Plan, make_cell
+from imagegen.recipes import load_catalogue
+from imagegen.registry import (ImageMissing, Lock, RegistryError, check_registry, explain, image_labels, image_ref,
+                               pinned)
+from imagegen.render import render_dockerfile
+
+CAT = load_catalogue()
+DIGEST = "sha256:" + "ab" * 32
+
+
+def cell(recipe="sageattention", flavor="runpod", torch="2.8", cuda="12.8", python="3.12", arch="8.0;9.0"):
+    r = CAT.get(recipe)
+    return make_cell(r, r.version(None), torch, cuda, python, parse_arch_list(arch), flavor)
+
+
+def test_reference_is_deterministic_and_follows_the_scheme():
+    ref = image_ref(cell(), "127.0.0.1:5000/ml")
+    assert ref == "127.0.0.1:5000/ml/imagegen-sageattention:2.2.0-torch2.8-cu128-py312"
+    # The default flavor has no suffix; others do. Archs are not in the tag: one image serves all.
+    assert image_ref(cell(flavor="cuda"), "ghcr.io/me").endswith(":2.2.0-torch2.8-cu128-py312-cuda")
+    assert image_ref(cell(arch="12.0"), "ghcr.io/me") == image_ref(cell(arch="8.0"), "ghcr.io/me")
+    assert image_ref(cell("block-sparse-attn"), "r.example:443/a/b") == \
+        "r.example:443/a/b/imagegen-block-sparse-attn:0.0.2.post1-torch2.8-cu128-py312"
+
+
+@pytest.mark.parametrize("bad", ["", "ghcr.io", "Ghcr.io/Me", "x; rm -rf /", "host/ns:tag", "host//ns", "$(id)/x"])
+def test_bad_registry_values_are_refused(bad):
+    with pytest.raises(RegistryError):
+        check_registry(bad)
+
+
+def test_labels_carry_source_revision_created_version_and_inputs():
+    labels = image_labels(cell(), "0123456789abcdef", "2026-11-22T10:00:00Z", "0.1.0")
+    assert labels["org.opencontainers.image.revision"] == "eb615cf6cf4d221338033340ee2de1c37fbdba4a"
+    assert labels["org.opencontainers.image.source"] == "https://github.com/thu-ml/SageAttention"
+    assert labels["org.opencontainers.image.created"] == "2026-11-22T10:00:00Z"
+    assert labels["io.imagegen.inputs"] == "0123456789abcdef" and labels["io.imagegen.version"] == "0.1.0"
+
+
+def test_lock_round_trip_and_pinned_from(tmp_path):
+    c = cell()
+    lock = Lock(tmp_path / "imagegen.lock")
+    lock.base_images[c.base.ref] = pinned(c.base.ref, DIGEST)
+    lock.save()
+    again = Lock.load(tmp_path / "imagegen.lock")
+    assert again.base_images == lock.base_images
+    pinned_cell = again.pin_bases(Plan(cells=[c])).cells[0]
+    text = render_dockerfile(pinned_cell).dockerfile
+    args = [cmd for cmd in dockerfile.parse_string(text) if cmd.cmd.upper() == "ARG" and cmd.value[0].startswith("BASE_IMAGE=")]
+    assert args[0].value[0] == f"BASE_IMAGE={c.base.ref}@{DIGEST}"
+
+
+@pytest.mark.parametrize("content", ["{", '{"schema": 9}', '{"schema": 1, "base_images": {"a:1": "a:1"}}',
+                                     '{"schema": 1, "base_images": {"a:1": "a@sha256:' + "0" * 64 + '; rm"}}'])
+def test_broken_lock_files_are_one_line_errors(tmp_path, content):
+    path = tmp_path / "imagegen.lock"
+    path.write_text(content)
+    with pytest.raises(RegistryError) as e:
+        Lock.load(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize(("stderr", "kind", "words"), [
+    ("Error response from daemon: manifest for 127.0.0.1:5/x:y not found: manifest unknown: manifest unknown",
+     ImageMissing, "not in the registry"),
+    ('Error response from daemon: Head "http://127.0.0.1:5/v2/x/manifests/y": no basic auth credentials',
+     RegistryError, "docker login"),
+    ("Error response from daemon: login attempt to http://127.0.0.1:5/v2/ failed with status: 401 Unauthorized",
+     RegistryError, "docker login"),
+    ('Error response from daemon: Get "http://127.0.0.1:5/v2/": dial tcp 127.0.0.1:5: connect: connection refused',
+     RegistryError, "not reachable"),
+])
+def test_docker_errors_become_one_actionable_line(stderr, kind, words):
+    err = explain(stderr, "127.0.0.1:5/x:y", "127.0.0.1:5")
+    assert type(err) is kind and words in str(err) and "\n" not in str(err)
+
+
+def test_cli_refuses_bad_registry_cache_and_lock_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["push", "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--registry", "x;y"]) == 7
+    assert cli.main(["pull", "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12"]) == 2  # no registry
+    assert cli.main(["build", "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+                     "--cache-to", "type=registry,ref=$(id)"]) == 2
+    assert cli.main(["render", "sage", "--lock", str(tmp_path / "missing.lock")]) == 2
+    (tmp_path / "imagegen.lock").write_text("not json")
+    assert cli.main(["render", "sage"]) == 7
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 5 and all(line.startswith("imagegen: error: ") for line in err), err
+    assert re.search(r"registry 'x;y' is not HOST\[:PORT\]/NAMESPACE", err[0])
+
+
+def test_render_uses_the_lock_file_found_in_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["render", "sage", "--arch", "12.0+PTX"]) == 0
+    plain = capsys.readouterr().out
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", plain, re.M).group(1)
+    (tmp_path / "imagegen.lock").write_text(json.dumps({"schema": 1, "base_images": {base: f"{base}@{DIGEST}"}}))
+    assert cli.main(["render", "sage", "--arch", "12.0+PTX"]) == 0
+    assert f"ARG BASE_IMAGE={base}@{DIGEST}\n" in capsys.readouterr().out
