@@ -569,7 +569,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for r in reports:
             print(f"{'ok  ' if r.ok else 'FAIL'} {r.wheel}")
             for so in r.extensions:
-                print(f"     {so.name}: {', '.join(map(str, so.entries))}")
+                print(f"     {so.name}: {so.summary()}")
             for module, result in (r.imports or {}).items():
                 print(f"     import {module}: {result}")
             for p in r.problems:

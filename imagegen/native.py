@@ -231,7 +231,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
         dest = collect.publish(out, cell, wheels[0], inputs=inputs_hash(cell, doc), record={
             "duration_s": round(seconds, 1), "log": str(work / "logs" / "build.log"), "verify": report.as_dict(),
             "smoke": smoke, "native": True, "nvcc": str(host.nvcc)})
-    say(f"built {dest} in {seconds:.0f} s; archs: {', '.join(str(e) for s in report.extensions for e in s.entries)}")
+    say(f"built {dest} in {seconds:.0f} s; archs: {'; '.join(s.summary() for s in report.extensions)}")
     return dest
 
 

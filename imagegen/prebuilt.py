@@ -32,6 +32,7 @@ from imagegen.render import cell_document, inputs_hash
 from imagegen.verify import verify_wheel
 
 Say = Callable[[str], None]
+CCACHE_VOLUME = "imagegen-ccache"
 
 
 def _stderr_say(message: str) -> None:
@@ -198,7 +199,9 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
     log_path = logs / f"{cell.name}.log"
     settings = jobs.settings_for(cell.recipe.memory_per_thread_gb, cell.recipe.default_nvcc_threads, jobs.host(),
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
-    cmd = ["docker", "run", "--rm", *gpu_flags(gpus), "-v", f"{stage}:/out",
+    # A named volume as the compile's ccache, like the bake build's cache mount: a second pull (other
+    # archs, a newer image) recompiles only what changed.
+    cmd = ["docker", "run", "--rm", *gpu_flags(gpus), "-v", f"{stage}:/out", "-v", f"{CCACHE_VOLUME}:/root/.cache/ccache",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
            "-e", f"NVCC_THREADS={settings.nvcc_threads}", image, "build", "--out", "/out"]
     say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if '--gpus' in cmd else ''}")

@@ -8,6 +8,7 @@ used as well and must agree; the reader below needs nothing but the standard lib
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import shutil
@@ -135,6 +136,14 @@ class SoReport:
     entries: list[FatbinEntry]
     missing: list[str] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """The entries once each, in order, with how many kernels' fatbins carry them: a package
+        with 24 kernel files lists `sm_90 x24` rather than sm_90 twenty-four times."""
+        counts: dict[str, int] = {}
+        for e in self.entries:
+            counts[str(e)] = counts.get(str(e), 0) + 1
+        return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in counts.items())
+
 
 @dataclass
 class WheelReport:
@@ -228,3 +237,16 @@ def read_so(data: bytes) -> list[FatbinEntry]:
 
 
 __all__ = ["FatbinEntry", "VerifyError", "WheelReport", "fatbin_entries", "read_so", "verify_wheel", "io"]
+
+
+_NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+
+
+def reproducible_digest(data: bytes) -> str:
+    """sha256 of a shared object with nvcc's temporary-file names blanked out.
+
+    nvcc names its intermediate files after its process id (tmpxft_<pid>_<n>-..cudafe1.cpp), and the
+    host compiler writes that name into the object (a local static-initialiser symbol and the source
+    file name): two builds of the same inputs differ in those bytes only, depending on how many
+    processes ran before nvcc. The names keep their length, so every other byte stays in place."""
+    return hashlib.sha256(_NVCC_TEMP_NAME.sub(b"tmpxft_" + b"0" * 8 + b"_" + b"0" * 8, data)).hexdigest()

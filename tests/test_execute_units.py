@@ -238,3 +238,23 @@ def test_retag_rewrites_name_metadata_and_record(tmp_path):
         assert "demo/__init__.py,sha256=" in record and not any(n.startswith("demo-1.0.dist-info") for n in names)
     # A wheel that already has a local version (the package's own knob) is left alone.
     assert B.retag(str(out), "x", str(tmp_path)) == str(out)
+
+
+def test_so_summary_counts_repeated_entries_once():
+    from imagegen.verify import FatbinEntry, SoReport
+
+    so = verify_wheel(WHEEL, A.parse_arch_list("8.0")).extensions[0]
+    doubled = SoReport(so.name, so.entries + so.entries)
+    assert doubled.summary() == ", ".join(f"{e} x2" for e in so.entries)
+    assert so.summary() == ", ".join(map(str, so.entries))
+    assert isinstance(so.entries[0], FatbinEntry)
+
+
+def test_reproducible_digest_ignores_only_nvcc_temp_names():
+    from imagegen.verify import reproducible_digest
+
+    a = b"\x7fELF..._GLOBAL__sub_I_tmpxft_0000001d_00000000_6_add_one.compute_90.cudafe1.cpp\x00rest"
+    b = a.replace(b"0000001d", b"0000001e")
+    assert a != b and reproducible_digest(a) == reproducible_digest(b)
+    assert reproducible_digest(a) != reproducible_digest(a.replace(b"rest", b"resT"))  # any other byte counts
+    assert reproducible_digest(a) != reproducible_digest(a.replace(b"add_one", b"add_two"))

@@ -411,9 +411,9 @@ def cmd_build(cell, args):
     shutil.copyfile(final, tmp)
     give_to_folder_owner(tmp, out)
     os.replace(tmp, dest)
-    shutil.rmtree(work, ignore_errors=True)
     if stats_log:
         report_ccache(stats_log, cell["log_dir"])
+    shutil.rmtree(work, ignore_errors=True)
     log("built %s in %.0f s (log: %s)" % (dest, time.time() - started, log_path))
 
 
@@ -445,8 +445,10 @@ def use_ccache(env, work, py):
     if os.path.isdir("/usr/lib/ccache"):  # Debian's masquerade folder: gcc, g++, c++ -> ccache
         env["PATH"] = "/usr/lib/ccache" + os.pathsep + env.get("PATH", "")
     stats_log = os.path.join(work, "ccache-stats.log")
-    env.update({"CCACHE_BASEDIR": work, "CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content",
-                "CCACHE_STATSLOG": stats_log})
+    # No CCACHE_BASEDIR: it would make ccache pass relative paths to the compiler, which then end up
+    # in the objects (__FILE__ in torch's checks): in an image the work dir is fixed anyway, so
+    # absolute paths hit the cache and keep the .so bytes independent of ccache.
+    env.update({"CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content", "CCACHE_STATSLOG": stats_log})
     env.setdefault("CCACHE_MAXSIZE", "20G")
     log("ccache %s in %s (nvcc and the host compiler)" % (ccache, cache_dir))
     return stats_log

@@ -1,0 +1,75 @@
+"""Scale-out and cache options on the real engine: `--builder` repeated deals the matrix out between
+two real buildx builders (the default one and a second docker context on the same daemon, which
+buildx lists as a builder of its own), and `--cache-to` is checked against the builder's driver
+before anything builds (the docker driver exports inline cache only).
+
+Needs the engine and base image of test_engine_build.py (scripts/test.sh provides both as root).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
+CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0;9.0+PTX", "--flavor", "pypi",
+        "--base-image", BASE_IMAGE]
+SECOND = "imagegen-second"
+
+pytestmark = pytest.mark.integration
+
+
+def sh(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=3600)
+
+
+@pytest.fixture(scope="module")
+def second_builder():
+    if sh("docker", "image", "inspect", BASE_IMAGE).returncode != 0:
+        pytest.fail(f"the Docker engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
+    sh("docker", "context", "rm", "-f", SECOND)
+    host = sh("docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}").stdout.strip()
+    made = sh("docker", "context", "create", SECOND, "--docker", f"host={host or 'unix:///var/run/docker.sock'}")
+    assert made.returncode == 0, made.stderr
+    listed = sh("docker", "buildx", "ls")
+    assert SECOND in listed.stdout, listed.stdout
+    yield SECOND
+    sh("docker", "context", "rm", "-f", SECOND)
+
+
+def test_matrix_is_split_across_two_builders(second_builder, tmp_path):
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), "--source", str(FIXTURES / "broken_kernel"),
+              *CELL, "--builder", "default", "--builder", second_builder, "--out", str(tmp_path / "out"),
+              "--work", str(tmp_path / "work"), cwd=tmp_path)
+    # broken_kernel fails to compile by design; tiny_kernel's wheel must still be there.
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert "splitting 2 cell(s) over 2 builders: default (1), imagegen-second (1)" in proc.stderr
+    assert f"on builder {second_builder}" in proc.stderr and "on builder default" in proc.stderr
+    logs = {p.parent.name for p in (tmp_path / "work" / "runs").glob("*/logs/*/*.log")}
+    assert logs == {"default", second_builder}
+    assert len(list((tmp_path / "out" / "tiny-kernel-0.1.0").rglob("*.whl"))) == 1
+
+
+def test_registry_cache_export_on_the_docker_driver_is_refused_before_building(tmp_path):
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "--out", str(tmp_path / "out"),
+              "--cache-to", "type=registry,ref=127.0.0.1:9/ml/cache:tiny,mode=max", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "imagegen: error: builder (current) uses the docker driver, which exports only inline cache: use --cache-to"
+        " type=inline, or a docker-container / remote / kubernetes builder (--builder)"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_inline_cache_is_accepted_on_the_docker_driver(tmp_path):
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "--out", str(tmp_path / "out"),
+              "--work", str(tmp_path / "work"), "--cache-to", "type=inline", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    bake = next((tmp_path / "work" / "runs").glob("*/docker-bake.json")).read_text()
+    assert '"cache-to": [\n        "type=inline"\n      ]' in bake
