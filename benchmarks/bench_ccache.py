@@ -6,9 +6,8 @@ flavor, arch 8.0). Then one kernel file is edited and the cell rebuilt twice:
 
   warm  the compile step's ccache mount (id imagegen-ccache) still holds the first build's objects:
         only the edited file should be compiled, the rest come from the cache;
-  cold  the ccache mount is pruned first (`docker builder prune --filter type=exec.cachemount`;
-        this also empties the pip cache mount, which the rebuild does not use: its dependency
-        layers are cached), so every file is compiled again.
+  cold  the ccache mount alone is pruned first (`docker builder prune --filter id=<its record>`,
+        found with `docker buildx du --verbose`), so every file is compiled again.
 
 Each rebuild re-runs only the `builder` stage's fetch and the compile step (the source changed);
 the times are imagegen build's wall time, and the hit rates are what the build itself reports.
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -77,6 +77,21 @@ def build(src: Path, work: Path) -> tuple[float, dict]:
     return seconds, json.loads(proc.stdout)[0].get("ccache") or {}
 
 
+def prune_ccache() -> None:
+    """Remove only the ccache cache mount (not the pip cache or any layer): its BuildKit record is
+    the one whose description names the id imagegen-ccache."""
+    du = subprocess.run(["docker", "buildx", "du", "--verbose"], capture_output=True, text=True, check=True).stdout
+    ids = [re.search(r"^ID:\s*(\S+)", block, re.M).group(1) for block in du.split("\n\n")
+           if 'id "/imagegen-ccache"' in block and re.search(r"^ID:", block, re.M)]
+    if not ids:
+        sys.exit("no imagegen-ccache cache mount found to prune")
+    for record in ids:
+        subprocess.run(["docker", "builder", "prune", "-f", "--filter", f"id={record}"], check=True, capture_output=True)
+    left = subprocess.run(["docker", "buildx", "du", "--verbose"], capture_output=True, text=True).stdout
+    if 'id "/imagegen-ccache"' in left:
+        sys.exit("the imagegen-ccache cache mount is still there after pruning")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", type=int, default=6)
@@ -89,8 +104,7 @@ def main() -> None:
         results = {}
         for label, prune in (("warm", False), ("cold", True)):
             if prune:
-                subprocess.run(["docker", "builder", "prune", "-f", "--filter", "type=exec.cachemount"],
-                               check=True, capture_output=True)
+                prune_ccache()
             # A real edit of one kernel (a new constant), different each time so the layer re-runs.
             edited = src / "csrc" / "k0.cu"
             edited.write_text(KERNEL.format(i=0, scale="3.0" if label == "warm" else "4.0"))
