@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-env", action="store_true",
                    help="with --native: print the variables the build would set (arch knob, MAX_JOBS, ...) as JSON; build nothing")
     p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")
+    p.add_argument("--verbose-build", action="store_true", help="with --native: run pip wheel -v, printing every"
+                   " compiler line as it comes (slows down chatty builds; without it pip prints them when the build fails)")
     _add_common(p)
 
     p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
@@ -476,6 +478,8 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _build_native(args, config, cat)
     if args.print_env:
         raise UsageError("--print-env goes with --native (a container build prints its variables in its log)")
+    if args.verbose_build:
+        raise UsageError("--verbose-build goes with --native (a container build prints the compiler output when it fails)")
     plan = _planned(args, config, cat)
     for c in plan.rejected:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
@@ -530,7 +534,7 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
         return 0
     out = args.out or config.out
     dest = native.build_native(cell, host, out=out, work=args.work, flat=args.flat, max_jobs=args.max_jobs,
-                               nvcc_threads=args.nvcc_threads, src_dir=args.src_dir)
+                               nvcc_threads=args.nvcc_threads, src_dir=args.src_dir, verbose_build=args.verbose_build)
     print(dest)
     return 0
 

@@ -198,9 +198,11 @@ def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: i
 
 def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat: bool = False,
                  max_jobs: int | None = None, nvcc_threads: int | None = None, src_dir: Path | None = None,
-                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
+                 verbose_build: bool = False, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
     work = work.resolve()
     doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    if verbose_build:  # pip -v: every compiler line live (slower for chatty builds, see imagegen_build.py)
+        env["IMAGEGEN_BUILD_VERBOSE"] = "1"
     say(f"building {cell.describe()} natively: {host.describe()}")
     say(f"jobs: {settings.describe()} on {jobs.host().describe()} (override with --max-jobs / --nvcc-threads)")
     started = time.time()

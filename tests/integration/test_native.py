@@ -66,6 +66,26 @@ def test_native_build_verify_and_import(torch_venv, tmp_path):
     assert proc.returncode == 0 and got["ok"] and got["imports"] == {"tiny_kernel": "ok", "tiny_kernel._C": "ok"}
 
 
+@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose-build"])
+def test_native_compile_error_is_shown_and_kept(torch_venv, tmp_path, verbose):
+    # pip runs without -v by default (its verbose console logging slows chatty builds down): the
+    # compiler's error must still reach the user, and the build log, when the build fails.
+    proc = sh(IMAGEGEN, "build", "--native", "--source", ROOT / "tests" / "fixtures" / "broken_kernel", "--arch", "8.0",
+              "--python-exe", torch_venv / "bin" / "python", "--out", tmp_path / "o", "--work", tmp_path / "work",
+              *(["--verbose-build"] if verbose else []), env={"CUDA_HOME": host_cuda_home()})
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("imagegen: error: ") and "the build step failed" in last and "build.log" in last
+    error = "broken.cu(4): error: expected a declaration"
+    assert error in proc.stdout + proc.stderr
+    log = (tmp_path / "work" / "logs" / "build.log").read_text()
+    assert error in log and log.startswith("[imagegen] build env: ")
+    # -v makes pip announce each command it runs; without it pip prints only its summary (and the
+    # failed command's whole output).
+    assert ("Running command" in log) == verbose
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").rglob("*.whl"))
+
+
 def test_native_refuses_an_arch_the_host_nvcc_cannot_build(torch_venv, tmp_path):
     proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "7.0", "--python-exe", torch_venv / "bin" / "python",
               "--out", tmp_path, env={"CUDA_HOME": host_cuda_home()})
