@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -206,23 +207,33 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     say(f"building {cell.describe()} natively: {host.describe()}")
     say(f"jobs: {settings.describe()} on {jobs.host().describe()} (override with --max-jobs / --nvcc-threads)")
     started = time.time()
+    steps: dict[str, float] = {}  # where the time went, so the overhead over `pip wheel` is visible
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     for step in (["fetch"], ["build", "--out", str(dist)]):
         if step == ["fetch"] and cell.recipe.source_kind == "local":
             continue
+        t0 = time.time()
         rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), *step], env=env)
+        steps[step[0]] = time.time() - t0
         if rc != 0:
             raise BuildError(f"{cell.describe()}: the {step[0]} step failed (exit {rc}); log: {work / 'logs' / 'build.log'}")
     wheels = sorted(dist.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
     seconds = time.time() - started
-    report = verify_wheel(wheels[0], cell.expected_archs)
-    if not report.ok:
-        raise BuildError(f"{wheels[0].name} failed verification: {'; '.join(report.problems)}")
-    smoke = smoke_test(wheels[0], cell, host)
+    t0 = time.time()
+    # The import test waits on a second interpreter loading torch (seconds): it runs while this
+    # one reads the fatbins.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        smoke_run = pool.submit(smoke_test, wheels[0], cell, host)
+        report = verify_wheel(wheels[0], cell.expected_archs)
+        if not report.ok:
+            raise BuildError(f"{wheels[0].name} failed verification: {'; '.join(report.problems)}")
+        smoke = smoke_run.result()
+    steps["verify+smoke"] = time.time() - t0
     say(f"smoke: {smoke}")
+    t0 = time.time()
     if flat:
         out.mkdir(parents=True, exist_ok=True)
         dest = out / wheels[0].name
@@ -232,7 +243,10 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     else:
         dest = collect.publish(out, cell, wheels[0], inputs=inputs_hash(cell, doc), record={
             "duration_s": round(seconds, 1), "log": str(work / "logs" / "build.log"), "verify": report.as_dict(),
-            "smoke": smoke, "native": True, "nvcc": str(host.nvcc)})
+            "smoke": smoke, "native": True, "nvcc": str(host.nvcc),
+            "steps_s": {k: round(v, 2) for k, v in steps.items()}})
+    steps["publish"] = time.time() - t0
+    say("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
     say(f"built {dest} in {seconds:.0f} s; archs: {'; '.join(s.summary() for s in report.extensions)}")
     return dest
 

@@ -4,7 +4,12 @@ formatting and wheel retagging."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
+import os
+import subprocess
+import sys
 import json
 import zipfile
 from pathlib import Path
@@ -238,6 +243,32 @@ def test_retag_rewrites_name_metadata_and_record(tmp_path):
         assert "demo/__init__.py,sha256=" in record and not any(n.startswith("demo-1.0.dist-info") for n in names)
     # A wheel that already has a local version (the package's own knob) is left alone.
     assert B.retag(str(out), "x", str(tmp_path)) == str(out)
+
+
+def test_retag_copies_compressed_entries_as_they_are_and_pip_installs_the_result(tmp_path):
+    """The .so files are copied without a second deflate (seconds on a CUDA wheel), and the result is
+    still a wheel that zip readers and pip accept."""
+    payload = os.urandom(1 << 16) * 8 + bytes(1 << 18)  # compressible, like a cubin
+    src = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("demo/__init__.py", "VALUE = 42\n")
+        zf.writestr("demo/_C.so", payload)
+        zf.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+        zf.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("demo-1.0.dist-info/RECORD", "")
+    out = Path(B.retag(str(src), "cu130torch2.11", str(tmp_path)))
+    with zipfile.ZipFile(src) as before, zipfile.ZipFile(out) as after:
+        assert after.testzip() is None
+        assert after.read("demo/_C.so") == payload
+        assert after.getinfo("demo/_C.so").compress_size == before.getinfo("demo/_C.so").compress_size < len(payload)
+        record = after.read("demo-1.0+cu130torch2.11.dist-info/RECORD").decode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(payload).digest()).rstrip(b"=").decode()
+        assert f"demo/_C.so,sha256={digest},{len(payload)}" in record
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(out)],
+                   check=True)
+    assert (target / "demo" / "_C.so").read_bytes() == payload
+    assert (target / "demo-1.0+cu130torch2.11.dist-info").is_dir()
 
 
 def test_so_summary_counts_repeated_entries_once():

@@ -70,6 +70,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -444,6 +445,7 @@ def cmd_build(cell, args):
     with open(log_path, "wb") as lf:
         lf.write(("[imagegen] build env: %s\n" % json.dumps(chosen)).encode())
         run(pip_wheel_command(py, dist, tree), env=env, log_file=lf)
+    log("pip wheel took %.1f s" % (time.time() - started))
     wheels = [f for f in os.listdir(dist) if f.endswith(".whl")]
     if len(wheels) != 1:
         fail("expected one wheel, the build produced %r" % wheels)
@@ -538,6 +540,38 @@ def _wheel_name_parts(name):
     return dist, version, "-".join([py, abi, plat])
 
 
+def _copy_compressed(raw_in, info, zout, name):
+    """Append the entry ``info`` to ``zout`` as ``name`` with its compressed bytes as they are.
+
+    A CUDA wheel is mostly .so files; deflating them again took seconds on every build (a 22 MB
+    SageAttention wheel: ~1 s), all of it imagegen overhead over a plain `pip wheel`. zipfile has no
+    public raw copy, so this writes the local header itself and registers the entry the way
+    ZipFile.open(mode="w") does; on a zipfile without those internals it returns False and the
+    caller recompresses."""
+    if not all(hasattr(zout, a) for a in ("fp", "filelist", "NameToInfo", "start_dir", "_didModify")) \
+            or info.flag_bits & 0x1:  # encrypted: never in a wheel, but not ours to copy
+        return False
+    raw_in.seek(info.header_offset)
+    header = raw_in.read(30)
+    if header[:4] != b"PK\x03\x04":
+        return False
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    raw_in.seek(info.header_offset + 30 + name_len + extra_len)
+    payload = raw_in.read(info.compress_size)
+    zi = zipfile.ZipInfo(name, date_time=info.date_time)
+    zi.external_attr = info.external_attr
+    zi.compress_type = info.compress_type
+    zi.CRC, zi.compress_size, zi.file_size = info.CRC, info.compress_size, info.file_size
+    zi.header_offset = zout.fp.tell()
+    zout.fp.write(zi.FileHeader(zi.file_size > zipfile.ZIP64_LIMIT or zi.compress_size > zipfile.ZIP64_LIMIT))
+    zout.fp.write(payload)
+    zout.filelist.append(zi)
+    zout.NameToInfo[zi.filename] = zi
+    zout.start_dir = zout.fp.tell()
+    zout._didModify = True
+    return True
+
+
 def retag(path, label, work):
     """Give the wheel the PEP 440 local version ``label`` (2.2.0 -> 2.2.0+cu128torch2.8).
 
@@ -552,9 +586,10 @@ def retag(path, label, work):
     old_info, new_info = "%s-%s.dist-info" % (dist, version), "%s-%s.dist-info" % (dist, new_version)
     new_path = os.path.join(work, "%s-%s-%s.whl" % (dist, new_version, tags))
     records = []
-    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(new_path, "w", zipfile.ZIP_DEFLATED) as zout:
+    with zipfile.ZipFile(path) as zin, open(path, "rb") as raw_in, \
+            zipfile.ZipFile(new_path, "w", zipfile.ZIP_DEFLATED) as zout:
         for info in zin.infolist():
-            data = zin.read(info.filename)
+            data = zin.read(info.filename)  # checks the CRC; RECORD needs the sha256 of the content
             fname = info.filename
             if fname.startswith(old_info + "/"):
                 fname = new_info + fname[len(old_info):]
@@ -562,11 +597,12 @@ def retag(path, label, work):
                 continue
             if fname == new_info + "/METADATA":
                 data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new_version.encode(), data, count=1)
-            zi = zipfile.ZipInfo(fname, date_time=info.date_time)
-            zi.external_attr = info.external_attr
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            zout.writestr(zi, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            if fname.startswith(new_info + "/") or not _copy_compressed(raw_in, info, zout, fname):
+                zi = zipfile.ZipInfo(fname, date_time=info.date_time)
+                zi.external_attr = info.external_attr
+                zi.compress_type = zipfile.ZIP_DEFLATED
+                zout.writestr(zi, data)
             records.append((fname, "sha256=" + digest, str(len(data))))
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
@@ -689,7 +725,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0" \
-      io.imagegen.inputs="364ea227b6417d7a"
+      io.imagegen.inputs="3b1fb91913657dad"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
