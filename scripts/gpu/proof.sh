@@ -92,6 +92,11 @@ pw = glob.glob(plain + "/*.whl")[0]
 read = lambda name: open(os.path.join(out, name)).read().strip()
 span = lambda name: (lambda a, b: float(b) - float(a))(*read(name).split())
 ig, pl = span("imagegen_times"), span("plain_times")
+import re
+log = read("imagegen.log")
+m = re.search(r"pip wheel took ([\d.]+) s", log)
+pip_s = float(m.group(1)) if m else None
+steps = next((l[len("time: "):] for l in log.splitlines() if l.startswith("time: ")), None)
 res = {"order": order, "imagegen_s": round(ig, 1), "plain_pip_s": round(pl, 1), "overhead_ratio": round(ig / pl, 4),
        "imagegen_peak_gb": round(int(read("imagegen_peak_mb")) / 1024, 1),
        "plain_peak_gb": round(int(read("plain_peak_mb")) / 1024, 1),
@@ -99,6 +104,9 @@ res = {"order": order, "imagegen_s": round(ig, 1), "plain_pip_s": round(pl, 1), 
        "wheel": os.path.basename(wheel), "wheel_bytes": os.path.getsize(wheel),
        "plain_wheel": os.path.basename(pw), "plain_wheel_bytes": os.path.getsize(pw),
        "gpu_check": read("gpu_check.txt").splitlines()[-3:],
+       # imagegen's own share: its wall time minus the `pip wheel` inside it (the compile itself)
+       "imagegen_pip_s": pip_s, "imagegen_own_s": round(ig - pip_s, 1) if pip_s else None,
+       "imagegen_steps": steps,
        "verify": read("verify.txt").splitlines()}
 json.dump(res, open(out + "/result.json", "w"), indent=2)
 print(json.dumps(res, indent=2))

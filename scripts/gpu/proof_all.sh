@@ -6,7 +6,7 @@
 #     scripts/gpu/proof_all.sh SAGE_SRC BSA_SRC RESULTS
 # PROOFS entries are RECIPE:ORDER (ORDER as in proof.sh: imagegen-first or plain-first); the default is
 # Block-Sparse-Attention imagegen first, then SageAttention plain pip first (the other half of an ABBA
-# timing). Results go to RESULTS/<n>-<recipe>-<order>/ (result.json, logs). MAX_JOBS, when set, is
+# timing), after a warm-up read of the toolchain. Results go to RESULTS/<n>-<recipe>-<order>/ (result.json, logs). MAX_JOBS, when set, is
 # passed to every proof.sh as its job budget.
 set -uo pipefail
 sage=$1 bsa=$2 results=$3
@@ -15,8 +15,18 @@ proofs=${PROOFS:-block-sparse-attn:imagegen-first sageattention:plain-first}
 mkdir -p "$results"
 src=$(mktemp -d)
 cp -r "$sage" "$src/sageattention" && cp -r "$bsa" "$src/block-sparse-attn"
+# The first build after boot paid 20-30 s more than the second, whichever tool ran it (cold page
+# cache for nvcc, cicc, ptxas and the CUDA/torch headers): read them all once before timing anything.
+warm_up() {
+  local cuda torch_dir
+  cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  find "$cuda/" "$torch_dir/" "$src/" -type f -print0 | xargs -0 cat > /dev/null 2>&1
+  echo "warm-up: read $(du -sh "$cuda/" "$torch_dir/" "$src/" | awk '{print $1}' | paste -sd+) in ${SECONDS} s"
+}
 {
   echo "start $(date -u +%FT%TZ) proofs: $proofs"
+  warm_up
   n=0
   for proof in $proofs; do
     n=$((n + 1))
