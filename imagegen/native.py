@@ -210,28 +210,30 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     steps: dict[str, float] = {}  # where the time went, so the overhead over `pip wheel` is visible
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    for step in (["fetch"], ["build", "--out", str(dist)]):
-        if step == ["fetch"] and cell.recipe.source_kind == "local":
-            continue
+    # The import test's interpreter loads torch (seconds) while the wheel compiles, not after.
+    with Importer(host.python_exe) as importer:
+        for step in (["fetch"], ["build", "--out", str(dist)]):
+            if step == ["fetch"] and cell.recipe.source_kind == "local":
+                continue
+            t0 = time.time()
+            rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), *step], env=env)
+            steps[step[0]] = time.time() - t0
+            if rc != 0:
+                raise BuildError(f"{cell.describe()}: the {step[0]} step failed (exit {rc}); log: {work / 'logs' / 'build.log'}")
+        wheels = sorted(dist.glob("*.whl"))
+        if len(wheels) != 1:
+            raise BuildError(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
+        seconds = time.time() - started
         t0 = time.time()
-        rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), *step], env=env)
-        steps[step[0]] = time.time() - t0
-        if rc != 0:
-            raise BuildError(f"{cell.describe()}: the {step[0]} step failed (exit {rc}); log: {work / 'logs' / 'build.log'}")
-    wheels = sorted(dist.glob("*.whl"))
-    if len(wheels) != 1:
-        raise BuildError(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
-    seconds = time.time() - started
-    t0 = time.time()
-    # The import test waits on a second interpreter loading torch (seconds): it runs while this
-    # one reads the fatbins.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        smoke_run = pool.submit(smoke_test, wheels[0], cell, host)
-        report = verify_wheel(wheels[0], cell.expected_archs)
-        if not report.ok:
-            raise BuildError(f"{wheels[0].name} failed verification: {'; '.join(report.problems)}")
-        smoke = smoke_run.result()
-    steps["verify+smoke"] = time.time() - t0
+        # The import test (the extensions load, some initialise the driver) runs while this
+        # interpreter reads the fatbins.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            smoke_run = pool.submit(smoke_test, wheels[0], cell, host, importer)
+            report = verify_wheel(wheels[0], cell.expected_archs)
+            if not report.ok:
+                raise BuildError(f"{wheels[0].name} failed verification: {'; '.join(report.problems)}")
+            smoke = smoke_run.result()
+        steps["verify+smoke"] = time.time() - t0
     say(f"smoke: {smoke}")
     t0 = time.time()
     if flat:
@@ -251,9 +253,10 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     return dest
 
 
-def smoke_test(wheel: Path, cell: Cell, host: HostToolchain) -> dict:
+def smoke_test(wheel: Path, cell: Cell, host: HostToolchain, importer: "Importer | None" = None) -> dict:
     """Import the recipe's modules from the unpacked wheel (see import_test)."""
-    return import_test(wheel, [*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports], host.python_exe)
+    return import_test(wheel, [*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports], host.python_exe,
+                       importer=importer)
 
 
 def wheel_modules(wheel: Path) -> list[str]:
@@ -277,27 +280,83 @@ def wheel_modules(wheel: Path) -> list[str]:
     return sorted(names)
 
 
-def import_test(wheel: Path, modules: list[str], python_exe: str) -> dict:
-    """Import ``modules`` from the unpacked wheel, outside any source tree, with ``python_exe`` and
-    its torch (nothing is installed into that environment). A module that needs the GPU driver on a
-    machine without one is reported as skipped, not as passed."""
-    import zipfile
+# The import test's interpreter: torch first (an extension links against libc10/libtorch, which only
+# `import torch` loads), then one line on stdin naming the unpacked wheel, then the modules. Reading the
+# wheel's path from stdin lets it start (and pay for `import torch`, seconds) while the wheel compiles.
+_IMPORTER = r"""
+import importlib, json, sys
+try:
+    import torch
+except ImportError:
+    pass
+request = sys.stdin.readline()
+if not request.strip():
+    sys.exit(0)
+request = json.loads(request)
+sys.path.insert(0, request["site"])
+res = {}
+for m in request["modules"]:
+    try:
+        importlib.import_module(m); res[m] = "ok"
+    except Exception as e:
+        res[m] = "%s: %s" % (type(e).__name__, e)
+print(json.dumps(res))
+"""
 
-    with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
-        site = Path(tmp) / "site"
+
+class Importer:
+    """A fresh interpreter of the host's Python, started before it is needed, that imports one
+    unpacked wheel's modules when asked. Its working directory is an empty folder, so nothing from a
+    source tree shadows the wheel; nothing is installed into the environment."""
+
+    def __init__(self, python_exe: str):
+        self.tmp = Path(tempfile.mkdtemp(prefix="imagegen-smoke-"))
+        try:
+            self.proc = subprocess.Popen([python_exe, "-c", _IMPORTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, cwd=self.tmp)
+        except OSError:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+
+    def run(self, wheel: Path, modules: list[str]) -> dict:
+        import zipfile
+
+        site = self.tmp / "site"
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(site)
-        # torch first: an extension links against libc10/libtorch, which only `import torch` loads.
-        code = ("import importlib, json, sys\ntry:\n    import torch\nexcept ImportError:\n    pass\n"
-                "res = {}\nfor m in sys.argv[1:]:\n    try:\n"
-                "        importlib.import_module(m); res[m] = 'ok'\n    except Exception as e:\n"
-                "        res[m] = '%s: %s' % (type(e).__name__, e)\nprint(json.dumps(res))")
-        env = dict(os.environ, PYTHONPATH=str(site))
-        proc = subprocess.run([python_exe, "-c", code, *modules], capture_output=True, text=True, cwd=tmp, env=env)
+        request = json.dumps({"site": str(site), "modules": modules}) + "\n"
         try:
-            raw = json.loads(proc.stdout.strip().splitlines()[-1])
+            out, err = self.proc.communicate(request)
+        except BrokenPipeError:  # the interpreter died while starting (a broken torch): report why
+            out, err = self.proc.communicate()
+        try:
+            return json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            raise BuildError(f"{wheel.name}: the import test did not run: {proc.stderr.strip()[-300:]}") from None
+            raise BuildError(f"{wheel.name}: the import test did not run: {err.strip()[-300:]}") from None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> "Importer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def import_test(wheel: Path, modules: list[str], python_exe: str, importer: Importer | None = None) -> dict:
+    """Import ``modules`` from the unpacked wheel, outside any source tree, with ``python_exe`` and
+    its torch (nothing is installed into that environment). A module that needs the GPU driver on a
+    machine without one is reported as skipped, not as passed. ``importer``: one started earlier
+    (a native build starts it when the compile starts); it is used up."""
+    if importer is None:
+        with Importer(python_exe) as fresh:
+            raw = fresh.run(wheel, modules)
+    else:
+        raw = importer.run(wheel, modules)
     results = {}
     for module, got in raw.items():
         if got == "ok":

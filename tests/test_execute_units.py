@@ -289,3 +289,47 @@ def test_reproducible_digest_ignores_only_nvcc_temp_names():
     assert a != b and reproducible_digest(a) == reproducible_digest(b)
     assert reproducible_digest(a) != reproducible_digest(a.replace(b"rest", b"resT"))  # any other byte counts
     assert reproducible_digest(a) != reproducible_digest(a.replace(b"add_one", b"add_two"))
+
+
+# ------------------------------------------------------------------------------- import test
+
+
+def _pure_wheel(path: Path, body: str) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("demo/__init__.py", body)
+        zf.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+    return path
+
+
+def test_import_test_loads_the_wheel_not_the_source_tree(tmp_path, monkeypatch):
+    """A started-early importer imports the unpacked wheel from an empty folder: a same-named package
+    in the caller's directory (the source tree) does not shadow it, and a failing import is an error."""
+    from imagegen.errors import BuildError
+    from imagegen.native import Importer, import_test
+
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "__init__.py").write_text("raise ImportError('the source tree, not the wheel')\n")
+    monkeypatch.chdir(tmp_path)
+    good = _pure_wheel(tmp_path / "demo-1.0-py3-none-any.whl", "import sys\nassert sys.modules\n")
+    with Importer(sys.executable) as started_early:
+        assert import_test(good, ["demo"], sys.executable, importer=started_early) == {"demo": "ok"}
+    assert import_test(good, ["demo", "json"], sys.executable) == {"demo": "ok", "json": "ok"}
+    (tmp_path / "bad").mkdir()
+    bad = _pure_wheel(tmp_path / "bad" / "demo-1.0-py3-none-any.whl", "raise RuntimeError('kernel image missing')\n")
+    with pytest.raises(BuildError, match=r"`import demo` failed: RuntimeError: kernel image missing"):
+        import_test(bad, ["demo"], sys.executable)
+    driverless = _pure_wheel(tmp_path / "bad" / "demo-1.0-py3-none-any.whl",
+                             "raise ImportError('libcuda.so.1: cannot open shared object file')\n")
+    assert import_test(driverless, ["demo"], sys.executable)["demo"].startswith("skipped: needs a GPU driver")
+
+
+def test_importer_that_dies_on_start_reports_why(tmp_path):
+    from imagegen.errors import BuildError
+    from imagegen.native import Importer
+
+    wheel = _pure_wheel(tmp_path / "demo-1.0-py3-none-any.whl", "")
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'torch: undefined symbol cudaGetDriverEntryPoint' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    with Importer(str(broken)) as importer, pytest.raises(BuildError, match="the import test did not run: .*undefined symbol"):
+        importer.run(wheel, ["demo"])

@@ -75,12 +75,15 @@ PY
 if [ "${ORDER:-imagegen-first}" = plain-first ]; then run_plain; run_imagegen; else run_imagegen; run_plain; fi
 wheel=$(ls "$out"/wheels/*.whl)
 
-# 3. verify + GPU check with imagegen's wheel
+# 3. verify + GPU check with imagegen's wheel (verify timed on its own: it is part of imagegen's own steps)
+t_verify=$(now)
 $py -m imagegen verify "$wheel" --arch "$($py -c "
 from imagegen.recipes import load_catalogue; from imagegen.arch import parse_arch_list; from imagegen.plan import expected_archs
 from packaging.version import Version
 r = load_catalogue().get('$recipe'); v = r.version(None)
 print(expected_archs(v, parse_arch_list('$arch'), Version('13.0')))")" > "$out/verify.txt" 2>&1 || true
+echo "$t_verify $(now)" > "$out/verify_times"
+t_torch=$(now); $py -c "import torch" && echo "$t_torch $(now)" > "$out/import_torch_times"
 # The wheel unpacked onto PYTHONPATH: a venv made from a venv's python would not see its torch.
 mkdir -p "$work/site" && $py -m zipfile -e "$wheel" "$work/site"
 (cd "$work" && PYTHONPATH="$work/site:$here" $py "$here/scripts/gpu/check_recipe.py" "$recipe") > "$out/gpu_check.txt" 2>&1 || true
@@ -107,6 +110,8 @@ res = {"order": order, "imagegen_s": round(ig, 1), "plain_pip_s": round(pl, 1), 
        # imagegen's own share: its wall time minus the `pip wheel` inside it (the compile itself)
        "imagegen_pip_s": pip_s, "imagegen_own_s": round(ig - pip_s, 1) if pip_s else None,
        "imagegen_steps": steps,
+       # standalone `imagegen verify` of the wheel and a bare `import torch`, for the own-steps breakdown
+       "verify_s": round(span("verify_times"), 2), "import_torch_s": round(span("import_torch_times"), 2),
        "verify": read("verify.txt").splitlines()}
 json.dump(res, open(out + "/result.json", "w"), indent=2)
 print(json.dumps(res, indent=2))
