@@ -184,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
     p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging and logs (default: .imagegen)")
     p.add_argument("--gpus", choices=("auto", "all", "none"), default="auto",
-                   help="give the container the GPUs (auto: when nvidia-smi works here)")
+                   help="give the container the GPUs (auto: when nvidia-smi works here and Docker has the NVIDIA"
+                   " Container Toolkit)")
     p.add_argument("--no-fallback", action="store_true", help="fail when the image is missing instead of building it locally")
     p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date")
     p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from RAM and cores)")

@@ -147,22 +147,36 @@ def push(plan: Plan, registry: str, *, work: Path, lock: Lock, ca_bundle: str | 
     return results
 
 
-def gpu_flags(gpus: str) -> list[str]:
-    """`--gpus all` when asked, or (auto) when this host has a working NVIDIA driver."""
+# What Docker needs on the host to honour `--gpus`: the NVIDIA Container Toolkit's hook (or its CLI).
+GPU_TOOLKIT_BINARIES = ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-cli")
+GPU_TOOLKIT_FIX = ("install the NVIDIA Container Toolkit on the Docker host (then `nvidia-ctk runtime configure"
+                   " --runtime=docker` and restart dockerd), or use --gpus none and name the archs with --arch")
+
+
+def gpu_flags(gpus: str, say: Say | None = None) -> list[str]:
+    """`--gpus all` when asked, or (auto) when this host has a working NVIDIA driver and the NVIDIA
+    Container Toolkit that lets Docker hand the GPUs to a container (without it `docker run --gpus`
+    fails: 'could not select device driver')."""
     if gpus == "none":
         return []
     if gpus == "all":
         return ["--gpus", "all"]
     smi = shutil.which("nvidia-smi")
-    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
-        return ["--gpus", "all"]
-    return []
+    if not smi or subprocess.run([smi, "-L"], capture_output=True).returncode != 0:
+        return []
+    if not any(shutil.which(b) for b in GPU_TOOLKIT_BINARIES):
+        if say:
+            say("this host has NVIDIA GPUs, but Docker cannot give them to containers (no NVIDIA Container Toolkit):"
+                " the builder runs without them and builds for --arch")
+        return []
+    return ["--gpus", "all"]
 
 
 def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, gpus: str = "auto", fallback: bool = True,
          max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
          force: bool = False, say: Say = _stderr_say) -> list[CellResult]:
     out, work = out.resolve(), work.resolve()
+    gpu_args = gpu_flags(gpus, say)  # once: the same host runs every cell
     results = []
     for cell in plan.buildable:
         inputs = inputs_hash(cell, cell_document(cell))
@@ -184,13 +198,13 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, gpus: 
             _bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
                            cache_from=[], cache_to=[], say=say)
             use = ref
-        results.append(_run_builder(cell, use, out=out, work=work, inputs=inputs, gpus=gpus, max_jobs=max_jobs,
-                                    nvcc_threads=nvcc_threads, say=say))
+        results.append(_run_builder(cell, use, out=out, work=work, inputs=inputs, gpu_args=gpu_args,
+                                    max_jobs=max_jobs, nvcc_threads=nvcc_threads, say=say))
     return results
 
 
-def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, gpus: str, max_jobs: int | None,
-                 nvcc_threads: int | None, say: Say) -> CellResult:
+def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, gpu_args: list[str],
+                 max_jobs: int | None, nvcc_threads: int | None, say: Say) -> CellResult:
     stage = work / "pull" / cell.name
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
@@ -201,7 +215,7 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     # A named volume as the compile's ccache, like the bake build's cache mount: a second pull (other
     # archs, a newer image) recompiles only what changed.
-    cmd = ["docker", "run", "--rm", *gpu_flags(gpus), "-v", f"{stage}:/out", "-v", f"{CCACHE_VOLUME}:/root/.cache/ccache",
+    cmd = ["docker", "run", "--rm", *gpu_args, "-v", f"{stage}:/out", "-v", f"{CCACHE_VOLUME}:/root/.cache/ccache",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
            "-e", f"NVCC_THREADS={settings.nvcc_threads}", image, "build", "--out", "/out"]
     say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if '--gpus' in cmd else ''}")
@@ -211,6 +225,9 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
     seconds = time.time() - started
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
+        if proc.returncode == 125 and "--gpus" in cmd and any("could not select device driver" in line for line in tail):
+            # The host, not the cell: every other cell would fail the same way.
+            raise EngineError(f"docker cannot give containers the GPUs (--gpus all): {GPU_TOOLKIT_FIX}")
         return CellResult(cell, "failed", log=log_path, seconds=seconds, log_tail=tail,
                           error=f"the builder image {image} exited {proc.returncode}")
     wheels = sorted(stage.glob("*.whl"))

@@ -111,3 +111,31 @@ def test_render_uses_the_lock_file_found_in_the_current_folder(tmp_path, capsys,
     (tmp_path / "imagegen.lock").write_text(json.dumps({"schema": 1, "base_images": {base: f"{base}@{DIGEST}"}}))
     assert cli.main(["render", "sage", "--arch", "12.0+PTX"]) == 0
     assert f"ARG BASE_IMAGE={base}@{DIGEST}\n" in capsys.readouterr().out
+
+
+def _fake_tools(folder, **rc):
+    """Executables named after the keys, exiting with the given code (nvidia-smi -L, the toolkit)."""
+    folder.mkdir(exist_ok=True)
+    for name, code in rc.items():
+        exe = folder / name.replace("_", "-")
+        exe.write_text(f"#!/bin/sh\nexit {code}\n")
+        exe.chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize("tools, asked, want, note", [
+    ({}, "auto", [], False),  # no driver: nothing to give
+    ({"nvidia_smi": 9}, "auto", [], False),  # nvidia-smi present but no working driver
+    ({"nvidia_smi": 0}, "auto", [], True),  # GPUs, but Docker could not pass them on: say so, build for --arch
+    ({"nvidia_smi": 0, "nvidia_container_runtime_hook": 0}, "auto", ["--gpus", "all"], False),
+    ({"nvidia_smi": 0, "nvidia_ctk": 0}, "auto", ["--gpus", "all"], False),
+    ({}, "all", ["--gpus", "all"], False),  # asked for: docker's own error says what is missing
+    ({"nvidia_smi": 0, "nvidia_ctk": 0}, "none", [], False),
+])
+def test_gpu_flags_follow_the_driver_and_the_container_toolkit(tmp_path, monkeypatch, tools, asked, want, note):
+    from imagegen.prebuilt import gpu_flags
+
+    monkeypatch.setenv("PATH", _fake_tools(tmp_path / "bin", **tools) + ":/usr/bin:/bin")
+    said = []
+    assert gpu_flags(asked, said.append) == want
+    assert bool(said) == note and all("NVIDIA Container Toolkit" in s for s in said)

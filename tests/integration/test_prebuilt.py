@@ -170,3 +170,19 @@ def test_unreachable_registry_is_one_clear_line(project, tmp_path):
     assert proc.returncode == 7
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "registry 127.0.0.1:9 is not reachable" in lines[0]
+
+
+def test_gpus_all_on_an_engine_without_the_nvidia_toolkit_is_one_clear_line(project, pushed, registry, tmp_path):
+    # This engine has no NVIDIA Container Toolkit (no GPU here): `docker run --gpus all` itself fails
+    # ('could not select device driver'); imagegen says what to install, once, instead of failing
+    # every cell.
+    assert subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True,
+                          text=True).stdout.find("nvidia") == -1
+    proc = run(IMAGEGEN, "pull", *CELL, "--base-image", project["base"], "--registry", project["ns"], "--no-fallback",
+               "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "all",
+               cwd=project["root"], env=project["env"])
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("imagegen: error: docker cannot give containers the GPUs (--gpus all)")
+    assert "NVIDIA Container Toolkit" in last and "--gpus none" in last
+    assert not list((tmp_path / "out").rglob("*.whl"))
