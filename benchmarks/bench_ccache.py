@@ -50,7 +50,8 @@ def make_project(root: Path, kernels: int) -> Path:
     src = root / "multi_kernel"
     (src / "csrc").mkdir(parents=True)
     (src / "multi_kernel").mkdir()
-    (src / "multi_kernel" / "__init__.py").write_text("from . import _C  # noqa: F401\n")
+    # torch first, as real packages do: the extension links against libc10, which `import torch` loads.
+    (src / "multi_kernel" / "__init__.py").write_text("import torch  # noqa: F401\n\nfrom . import _C  # noqa: F401\n")
     for i in range(kernels):
         (src / "csrc" / f"k{i}.cu").write_text(KERNEL.format(i=i, scale="2.0"))
     decls = "".join(f"torch::Tensor op{i}(torch::Tensor x);\n" for i in range(kernels))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -147,11 +148,40 @@ def cell_document(cell: Cell) -> dict:
 
 
 def inputs_hash(cell: Cell, doc: dict) -> str:
-    """A digest of everything that decides the wheel: the cell document, archs and base image."""
+    """A digest of everything that decides the wheel: the cell document, archs and base image, and
+    for a local source tree its content (a git source is pinned by its revision in the document)."""
     assert cell.base is not None
-    payload = json.dumps({"cell": doc, "archs": str(cell.archs), "base": cell.base.ref,
-                          "script": hashlib.sha256(builder_script().encode()).hexdigest()}, sort_keys=True)
+    inputs = {"cell": doc, "archs": str(cell.archs), "base": cell.base.ref,
+              "script": hashlib.sha256(builder_script().encode()).hexdigest()}
+    if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
+        inputs["source_tree"] = tree_digest(cell.recipe.source_path)
+    payload = json.dumps(inputs, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over a source tree's paths, executable bits, file contents and symlink targets, in a
+    fixed order; `.git` is left out (history that changes no file changes no wheel). An edited,
+    added, removed or renamed file changes it; timestamps do not."""
+    digest = hashlib.sha256()
+    entries = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in dirs + files:
+            entries.append(Path(folder, name))
+    for path in sorted(entries, key=lambda p: p.relative_to(root).as_posix()):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            digest.update(f"L {rel} -> {os.readlink(path)}\n".encode())
+        elif path.is_file():
+            st = path.stat()
+            digest.update(f"F {rel} {st.st_mode & 0o111:o} {st.st_size}\n".encode())
+            with path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        elif path.is_dir():
+            digest.update(f"D {rel}\n".encode())
+    return digest.hexdigest()
 
 
 def _packages(cell: Cell) -> tuple[list[str], list[str]]:

@@ -135,6 +135,37 @@ def test_local_project_renders_with_named_source_context(tmp_path):
     check_structure(text, cell)
 
 
+def test_a_local_source_edit_changes_the_inputs_hash(tmp_path):
+    """`imagegen build --source DIR` re-runs only when the inputs changed: for a local tree that
+    includes its content (an up-to-date check on the cell alone kept serving the old wheel)."""
+    from imagegen.render import cell_document, inputs_hash
+
+    tree = tmp_path / "tiny_kernel"
+    shutil.copytree(FIXTURE, tree)
+
+    def digest() -> str:
+        recipe = recipe_from_source_tree(tree)
+        cell = choose_cell(recipe, recipe.version(None), parse_arch_list("8.0"), torch="2.11", cuda=None,
+                           python="3.11", flavor="pypi")
+        return inputs_hash(cell, cell_document(cell))
+
+    seen = [digest()]
+    kernel = next(tree.rglob("*.cu"))
+    os.utime(kernel, (1, 1))  # timestamps alone: same inputs
+    (tree / ".git").mkdir()
+    (tree / ".git" / "HEAD").write_text("ref: refs/heads/main\n")  # history alone: same inputs
+    assert digest() == seen[0]
+    for change in (lambda: kernel.write_text(kernel.read_text() + "// edited\n"),
+                   lambda: (tree / "extra.h").write_text("#pragma once\n"),
+                   lambda: (tree / "extra.h").rename(tree / "other.h"),
+                   lambda: (tree / "other.h").chmod(0o755),
+                   lambda: (tree / "link.h").symlink_to("other.h"),
+                   lambda: (tree / "other.h").unlink()):
+        change()
+        seen.append(digest())
+        assert seen[-1] not in seen[:-1]
+
+
 def test_changing_only_the_arch_changes_nothing_before_the_arch_args():
     _, a = render("sage", "8.0", "runpod", torch="2.8")
     _, b = render("sage", "9.0;12.0+PTX", "runpod", torch="2.8")
