@@ -177,3 +177,37 @@ def _stream_find(cmd: list[str], needles: list[bytes]) -> set[bytes]:
     proc.stdout.close()
     assert proc.wait() == 0
     return found
+
+
+def test_edited_source_is_rebuilt_and_ccache_serves_what_did_not_change(first_build, workspace):
+    """A local tree edited after a build is not 'up to date' (its content is in the inputs hash); the
+    compile step runs again, and the shared ccache mount serves every compilation whose input did not
+    change (here: all of them, only a Python file was edited), with the hit rate in the manifest."""
+    from imagegen.verify import reproducible_digest
+    import hashlib
+    import zipfile
+
+    root = workspace["root"] / "edited"
+    tree = root / "tiny_kernel"
+    shutil.copytree(FIXTURES / "tiny_kernel", tree)
+    init = tree / "tiny_kernel" / "__init__.py"
+    args = ["build", "--source", str(tree), *CELL, "--out", str(root / "out"), "--work", str(root / "work"), "--json"]
+
+    def build_once() -> tuple[dict, dict]:
+        init.write_text(init.read_text() + f"# edit {uuid.uuid4().hex}\n")  # a new context: the compile step runs
+        proc = sh(IMAGEGEN, *args, cwd=root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "up to date" not in proc.stderr
+        (result,) = json.loads(proc.stdout)
+        with zipfile.ZipFile(result["wheel"]) as zf:
+            sos = {n: reproducible_digest(zf.read(n)) for n in zf.namelist() if ".so" in n}
+        return result, sos
+
+    first, first_sos = build_once()
+    second, second_sos = build_once()
+    assert second["status"] == "built" and first["ccache"]["hits"] + first["ccache"]["misses"] > 0
+    assert second["ccache"]["misses"] == 0 and second["ccache"]["hits"] > 0 and second["ccache"]["hit_rate"] == 1.0
+    assert second_sos == first_sos  # objects from the cache: the same extension
+    manifest = json.loads((Path(second["wheel"]).parent / "manifest.json").read_text())
+    assert manifest["cells"][TINY]["ccache"] == second["ccache"]
+    assert hashlib.sha256(Path(second["wheel"]).read_bytes()).hexdigest() == manifest["cells"][TINY]["sha256"]
