@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   bash scripts/install-engine.sh
   bash scripts/install-registry.sh
+  command -v ccache > /dev/null || apt-get install -y -q ccache > /dev/null  # the native ccache test
   bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm
 else
   echo "test.sh: not root, so no Docker engine is installed here; the engine tests need one" >&2

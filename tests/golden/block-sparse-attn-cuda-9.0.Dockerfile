@@ -437,7 +437,7 @@ def cmd_build(cell, args):
         os.makedirs(work)
     else:
         work = tempfile.mkdtemp(prefix="imagegen-work-")
-    stats_log = use_ccache(env, work, py)
+    stats_log = use_ccache(env, work, py, relative_paths=not cell.get("work_dir"))
     src = os.path.join(work, "src")
     # Build from a copy: the pinned tree stays pristine, so a rebuild with other archs starts clean.
     shutil.copytree(cell["src_dir"], src, symlinks=True)
@@ -491,10 +491,12 @@ def give_to_folder_owner(path, folder):
 CCACHE_RESULTS = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
 
 
-def use_ccache(env, work, py):
+def use_ccache(env, work, py, relative_paths=False):
     """Route nvcc (torch's PYTORCH_NVCC) and the host compiler through ccache when the image has it
     and a cache folder is mounted (CCACHE_DIR): a rebuild after a small source change recompiles
-    only what changed. Returns the per-build stats log, or None when ccache is not in use."""
+    only what changed. Returns the per-build stats log, or None when ccache is not in use.
+    ``relative_paths``: the work dir differs from build to build (native builds), so ccache must
+    see paths below it as relative ones to find its objects again."""
     cache_dir = env.get("CCACHE_DIR")
     ccache = shutil.which("ccache", path=env.get("PATH"))
     if not cache_dir or not ccache or not os.path.isdir(cache_dir):
@@ -509,6 +511,8 @@ def use_ccache(env, work, py):
     # in the objects (__FILE__ in torch's checks): in an image the work dir is fixed anyway, so
     # absolute paths hit the cache and keep the .so bytes independent of ccache.
     env.update({"CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content", "CCACHE_STATSLOG": stats_log})
+    if relative_paths:  # a native build's temporary work dir: the objects then name relative paths
+        env["CCACHE_BASEDIR"] = work
     env.setdefault("CCACHE_MAXSIZE", "20G")
     log("ccache %s in %s (nvcc and the host compiler)" % (ccache, cache_dir))
     return stats_log
@@ -727,7 +731,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="9.0" \
-      io.imagegen.inputs="973bd9659c79ca7b"
+      io.imagegen.inputs="88006bf08ab76519"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

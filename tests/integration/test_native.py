@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +131,25 @@ def test_doctor_on_this_machine(torch_venv):
     assert checks["nvcc vs torch"]["status"] == "ok"
     assert checks["bake matrix + local export"]["status"] == "ok", checks["bake matrix + local export"]
     assert proc.returncode == 0, proc.stderr
+
+
+def test_native_rebuild_takes_its_objects_from_ccache(torch_venv, tmp_path):
+    # Each native build compiles in a new temporary folder; with CCACHE_DIR set the in-build script
+    # routes nvcc and the host compiler through ccache with paths relative to that folder, so the
+    # second build of the same tree compiles nothing.
+    if not shutil.which("ccache"):
+        pytest.fail("ccache is required for this test: scripts/test.sh installs it (apt-get install ccache)")
+    env = {"CUDA_HOME": host_cuda_home(), "CCACHE_DIR": str(tmp_path / "ccache")}
+    (tmp_path / "ccache").mkdir()
+    counts = []
+    for n in range(2):
+        proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe",
+                  torch_venv / "bin" / "python", "--out", tmp_path / f"out{n}", "--flat", "--work", tmp_path / f"work{n}",
+                  env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        m = re.search(r"ccache: (\d+) of (\d+) compilations from the cache", proc.stdout + proc.stderr)
+        assert m, (proc.stdout + proc.stderr)[-3000:]
+        counts.append((int(m.group(1)), int(m.group(2))))
+    (first_hits, total), (second_hits, second_total) = counts
+    assert total > 0 and first_hits == 0
+    assert second_hits == second_total == total
