@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   bash scripts/install-engine.sh
   bash scripts/install-registry.sh
-  command -v ccache > /dev/null || apt-get install -y -q ccache > /dev/null  # the native ccache test
+  # ccache for the native ccache test (the images install their own)
+  command -v ccache > /dev/null || apt-get install -y -q --no-install-recommends ccache > /dev/null 2>&1 \
+    || { apt-get update -q > /dev/null && apt-get install -y -q --no-install-recommends ccache > /dev/null; }
   bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm
 else
   echo "test.sh: not root, so no Docker engine is installed here; the engine tests need one" >&2
