@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -159,29 +160,39 @@ def inputs_hash(cell: Cell, doc: dict) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+# tree_digest's results by (root, every entry's path, kind, mode, size, mtime and ctime): one `imagegen build`
+# hashes a local tree for the up-to-date check and again for each cell's Dockerfile, and a matrix
+# has several cells per tree; a stat walk tells whether the contents must be read again.
+_TREE_DIGESTS: dict[tuple, str] = {}
+
+
 def tree_digest(root: Path) -> str:
     """sha256 over a source tree's paths, executable bits, file contents and symlink targets, in a
     fixed order; `.git` is left out (history that changes no file changes no wheel). An edited,
     added, removed or renamed file changes it; timestamps do not."""
-    digest = hashlib.sha256()
-    entries = []
+    entries = []  # (path relative to root, absolute path, lstat)
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d != ".git"]
         for name in dirs + files:
-            entries.append(Path(folder, name))
-    for path in sorted(entries, key=lambda p: p.relative_to(root).as_posix()):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
+            path = Path(folder, name)
+            entries.append((path.relative_to(root).as_posix(), path, path.lstat()))
+    entries.sort(key=lambda e: e[0])
+    key = (str(root), tuple((rel, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for rel, _, st in entries))
+    if key in _TREE_DIGESTS:
+        return _TREE_DIGESTS[key]
+    digest = hashlib.sha256()
+    for rel, path, st in entries:
+        if stat.S_ISLNK(st.st_mode):
             digest.update(f"L {rel} -> {os.readlink(path)}\n".encode())
-        elif path.is_file():
-            st = path.stat()
+        elif stat.S_ISREG(st.st_mode):
             digest.update(f"F {rel} {st.st_mode & 0o111:o} {st.st_size}\n".encode())
             with path.open("rb") as fh:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(block)
-        elif path.is_dir():
+        elif stat.S_ISDIR(st.st_mode):
             digest.update(f"D {rel}\n".encode())
-    return digest.hexdigest()
+    _TREE_DIGESTS[key] = digest.hexdigest()
+    return _TREE_DIGESTS[key]
 
 
 def _packages(cell: Cell) -> tuple[list[str], list[str]]:
