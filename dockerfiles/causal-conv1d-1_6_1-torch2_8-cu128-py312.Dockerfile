@@ -400,8 +400,19 @@ def build_env(cell):
         env[cell["local_version_env"]] = cell["local_version"]
     if cell.get("cuda_home"):
         env["CUDA_HOME"] = cell["cuda_home"]
-        env["PATH"] = os.path.join(cell["cuda_home"], "bin") + os.pathsep + env.get("PATH", "")
+        env["PATH"] = path_with_nvcc(env.get("PATH", ""), cell["cuda_home"])
     return env
+
+
+def path_with_nvcc(path, cuda_home):
+    """PATH with CUDA_HOME's nvcc first: unchanged when it already is the first nvcc on it (the
+    usual host), so that a native build runs in the user's own environment plus the variables
+    `--print-env` names, and a plain `pip wheel` with those variables repeats it exactly."""
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    found = shutil.which("nvcc", path=path)
+    if found and os.path.realpath(found) == os.path.realpath(nvcc):
+        return path
+    return os.path.join(cuda_home, "bin") + os.pathsep + path if path else os.path.join(cuda_home, "bin")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -732,7 +743,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="05595d39b3a0ff77"
+      io.imagegen.inputs="6ef776287c7f0fc0"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -105,6 +105,26 @@ def test_builder_splits_the_job_budget_between_sage_extensions(monkeypatch):
     assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("1", "1")
 
 
+def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_path):
+    def toolkit(name):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        nvcc = tmp_path / name / "bin" / "nvcc"
+        nvcc.write_text("#!/bin/sh\n")
+        nvcc.chmod(0o755)
+        return tmp_path / name
+    home, other = toolkit("cuda-13.0"), toolkit("cuda-12.8")
+    (tmp_path / "cuda").symlink_to(home)  # /usr/local/cuda -> cuda-13.0, as on most hosts
+    user_path = os.pathsep.join([str(tmp_path / "cuda" / "bin"), "/usr/bin"])
+    # The user's nvcc is CUDA_HOME's (through the symlink): their PATH, untouched, so that a plain
+    # `pip wheel` with the --print-env variables repeats the build exactly.
+    assert B.path_with_nvcc(user_path, str(home)) == user_path
+    # Another toolkit's nvcc first, or none at all: CUDA_HOME's bin goes in front.
+    other_first = os.pathsep.join([str(other / "bin"), str(home / "bin")])
+    assert B.path_with_nvcc(other_first, str(home)).split(os.pathsep) == [str(home / "bin"), str(other / "bin"), str(home / "bin")]
+    assert B.path_with_nvcc("/usr/bin", str(home)).split(os.pathsep)[0] == str(home / "bin")
+    assert B.path_with_nvcc("", str(home)) == str(home / "bin")
+
+
 def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
     recipe = load_catalogue().get("sageattention")
     patch = recipe.version("2.2.0").patches[0]

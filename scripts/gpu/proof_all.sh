@@ -4,7 +4,8 @@
 # in turn, logging to RESULTS/run.log.
 #   PROOFS="sageattention:plain-first sageattention:imagegen-first" \
 #     scripts/gpu/proof_all.sh SAGE_SRC BSA_SRC RESULTS
-# PROOFS entries are RECIPE:ORDER (ORDER as in proof.sh: imagegen-first or plain-first); the default is
+# PROOFS entries are RECIPE:ORDER[:MODE] (ORDER and MODE as in proof.sh: imagegen-first or plain-first;
+# sequential, the default, or concurrent); the default is
 # Block-Sparse-Attention imagegen first, then SageAttention plain pip first (the other half of an ABBA
 # timing), after a warm-up read of the toolchain. Results go to RESULTS/<n>-<recipe>-<order>/ (result.json, logs). MAX_JOBS, when set, is
 # passed to every proof.sh as its job budget.
@@ -30,11 +31,13 @@ warm_up() {
   n=0
   for proof in $proofs; do
     n=$((n + 1))
-    recipe=${proof%%:*} order=${proof#*:}
+    IFS=: read -r recipe order mode <<< "$proof"
+    mode=${mode:-sequential}
     case $recipe in sageattention|block-sparse-attn) ;; *) echo "unknown recipe in PROOFS: $recipe"; continue ;; esac
     case $order in imagegen-first|plain-first) ;; *) echo "unknown order in PROOFS: $order"; continue ;; esac
-    ORDER=$order bash "$here/scripts/gpu/proof.sh" "$recipe" "$src/$recipe" 9.0 "$results/$n-$recipe-$order" ${MAX_JOBS:-}
-    echo "$n $recipe $order exit $? at $(date -u +%FT%TZ)"
+    case $mode in sequential|concurrent) ;; *) echo "unknown mode in PROOFS: $mode"; continue ;; esac
+    ORDER=$order MODE=$mode bash "$here/scripts/gpu/proof.sh" "$recipe" "$src/$recipe" 9.0 "$results/$n-$recipe-$order-$mode" ${MAX_JOBS:-}
+    echo "$n $recipe $order $mode exit $? at $(date -u +%FT%TZ)"
   done
   echo "all done $(date -u +%FT%TZ)"
 } > "$results/run.log" 2>&1
