@@ -125,19 +125,46 @@ def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_pat
     assert B.path_with_nvcc("", str(home)) == str(home / "bin")
 
 
-def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
-    recipe = load_catalogue().get("sageattention")
-    patch = recipe.version("2.2.0").patches[0]
-    doc = {"name": patch.name, "reason": patch.reason, "text": patch.text}
-    tree = tmp_path / "src"
+def _sm90_patch():
+    patch = load_catalogue().get("sageattention").version("2.2.0").patches[0]
+    return {"name": patch.name, "reason": patch.reason, "text": patch.text}
+
+
+def _sm90_tree(tree):
+    """The patched region of v2.2.0's sm90_compile.py, enough context for the hunk to apply."""
     (tree / "sageattention").mkdir(parents=True)
-    # The patched region of v2.2.0's sm90_compile.py, enough context for the hunk to apply.
     body = ["" for _ in range(73)] + [
         "", "", '@torch.library.register_fake("sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf")',
         "def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(",
         "    query: torch.Tensor, ", "    key: torch.Tensor, ", "    value: torch.Tensor, "]
     target = tree / "sageattention" / "sm90_compile.py"
     target.write_text("\n".join(body[1:]) + "\n")
+    return target
+
+
+@pytest.mark.parametrize("layout", ["vendored", "own-checkout"])
+def test_patches_apply_to_a_tree_inside_a_git_work_tree(tmp_path, layout):
+    # Found on the H100: a --src-dir inside the user's own repository got "applying patch" and an
+    # unpatched wheel, because `git apply` read the patch's paths from the outer repository's root
+    # and skipped them all with exit 0.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    outer = tmp_path / "project"
+    outer.mkdir()
+    subprocess.run([*git, "init", "-q", str(outer)], check=True)
+    tree = outer / "vendor" / "SageAttention"
+    target = _sm90_tree(tree)
+    if layout == "own-checkout":  # the tree is a clone of its own: its .git is the one that counts
+        subprocess.run([*git, "init", "-q", str(tree)], check=True)
+        subprocess.run([*git, "-C", str(tree), "add", "-A"], check=True)
+        subprocess.run([*git, "-C", str(tree), "commit", "-qm", "v2.2.0"], check=True)
+    B.apply_patch(_sm90_patch(), str(tree))
+    assert "_fake_impl(" in target.read_text()
+
+
+def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
+    doc = _sm90_patch()
+    tree = tmp_path / "src"
+    target = _sm90_tree(tree)
     B.apply_patch(doc, str(tree))
     assert "_fake_impl(" in target.read_text()
     B.apply_patch(doc, str(tree))  # the same --src-dir fetched again: already applied, not an error

@@ -248,14 +248,23 @@ def apply_patch(patch, dest):
     """Apply a recipe patch once: a tree that already carries it (a second fetch into the same
     --src-dir) is left alone, one it fits neither way is refused."""
     text = patch["text"].encode()
+    dest = os.path.abspath(dest)
+    # Inside another repository's work tree (a source tree vendored in the user's project, or the
+    # --src-dir of a checkout without .git), `git apply` takes the patch's paths from that
+    # repository's root and silently skips them all, exit 0. Stop git's search for a repository at
+    # dest: dest's own .git still counts, a parent's does not.
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(dest))
+    for var in ("GIT_DIR", "GIT_WORK_TREE"):
+        env.pop(var, None)
 
     def git_apply(*flags):
-        return subprocess.run(["git", "apply", *flags, "-"], input=text, cwd=dest,
+        return subprocess.run(["git", "apply", *flags, "-"], input=text, cwd=dest, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
     if git_apply("--check"):
         log("applying patch %s: %s" % (patch["name"], patch.get("reason", "")))
-        if not git_apply():
+        # Applied means it can now be taken back out: a no-op "success" is an error.
+        if not git_apply() or not git_apply("--reverse", "--check"):
             fail("patch %s failed to apply in %s" % (patch["name"], dest))
     elif git_apply("--reverse", "--check"):
         log("patch %s is already applied in %s" % (patch["name"], dest))
@@ -744,7 +753,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0+PTX" \
-      io.imagegen.inputs="99ab4f373b621825"
+      io.imagegen.inputs="4e923db36cbbf92e"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
