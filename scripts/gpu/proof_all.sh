@@ -22,6 +22,8 @@ warm_up() {
   local cuda torch_dir
   cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
   torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  # Without nvcc or torch the paths below would be "/": read nothing rather than the whole disk.
+  if ! command -v nvcc > /dev/null || [ "$cuda" = / ] || [ -z "$torch_dir" ]; then echo "warm-up skipped: no nvcc or no torch"; return; fi
   find "$cuda/" "$torch_dir/" "$src/" -type f -print0 | xargs -0 cat > /dev/null 2>&1
   echo "warm-up: read $(du -sh "$cuda/" "$torch_dir/" "$src/" | awk '{print $1}' | paste -sd+) in ${SECONDS} s"
 }
