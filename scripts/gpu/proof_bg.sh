@@ -6,8 +6,8 @@
 # exits 0; it then copies the results (without the wheels) to OUT/proofs.tgz and prints them.
 #   PROOFS="block-sparse-attn:imagegen-first" scripts/gpu/proof_bg.sh start SAGE_SRC BSA_SRC OUT [SECONDS]
 #   scripts/gpu/proof_bg.sh wait OUT [SECONDS]
-# SECONDS: how long this call may wait (default 560, for a 600 s call). Exit 0: done, 2: still
-# running (call `wait` again), 3: nothing running here (the machine was replaced: `start` again).
+# SECONDS: how long this call may wait (default 560, for a 600 s call). Exit 0: done, 1: the proofs
+# died, 2: still running (call `wait` again), 3: nothing started here (a replaced machine: `start` again).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 results=/tmp/imagegen-proofs
@@ -21,6 +21,11 @@ wait_for_proofs() {  # $1: OUT, $2: seconds
     exit 3
   fi
   while ! grep -q '^all done' "$results/run.log" && (( SECONDS < budget )); do
+    if ! pgrep -f "$here/proof_all.sh" > /dev/null && ! grep -q '^all done' "$results/run.log"; then
+      tail -n 20 "$results/run.log" | cut -c1-300
+      echo "the proofs stopped without finishing (see above)"
+      exit 1
+    fi
     sleep 10
   done
   tail -n 20 "$results/run.log" | cut -c1-300
