@@ -77,8 +77,8 @@ sample_memory() {  # $1: file to write the peak into; runs until killed
 
 # The variables imagegen's in-build script will set (arch knob, force-build, MAX_JOBS split,
 # EXT_PARALLEL, NVCC_THREADS): the plain pip build gets exactly these.
-# (Computed on imagegen's CPUs: the job settings follow the CPU count a build may use.)
-timed "$work/print_env_times" "$cpus_imagegen" $py -m imagegen build "$recipe" --native --src-dir "$src" --arch "$arch" \
+# (Computed on imagegen's CPUs: the job settings follow the CPU count a build may use; not timed.)
+timed /dev/null "$cpus_imagegen" $py -m imagegen build "$recipe" --native --src-dir "$src" --arch "$arch" \
     --work "$work/env" ${jobs:+--max-jobs "$jobs"} --print-env > "$out/plain_env.json"
 
 run_imagegen() {  # $1: file for the peak memory (empty: no sampler)
@@ -156,6 +156,7 @@ span = lambda name: (lambda a, b, *_: float(b) - float(a))(*read(name).split())
 cpu = lambda name: (lambda a, b, user, system: float(user) + float(system))(*read(name).split())
 ig, pl = span("imagegen_times"), span("plain_times")
 peak = lambda name: round(int(read(name)) / 1024, 1) if os.path.exists(os.path.join(out, name)) else None
+plain_env = json.loads(read("plain_env.json"))
 try:
     imagegen_env = json.loads(read("imagegen_env.json"))
 except ValueError:
@@ -171,9 +172,9 @@ res = {"mode": mode, "order": order, "imagegen_s": round(ig, 1), "plain_pip_s": 
        "cpu_ratio": round(cpu("imagegen_times") / cpu("plain_times"), 4),
        "cpus_imagegen": cpus_imagegen or "all", "cpus_plain": cpus_plain or "all",
        "imagegen_peak_gb": peak("imagegen_peak_mb"), "plain_peak_gb": peak("plain_peak_mb"), "both_peak_gb": peak("both_peak_mb"),
-       "plain_env": json.loads(read("plain_env.json")),
+       "plain_env": plain_env,
        # the variables imagegen's build ran with: the comparison holds only if they are plain pip's
-       "imagegen_env": imagegen_env, "same_env": imagegen_env == json.loads(read("plain_env.json")),
+       "imagegen_env": imagegen_env, "same_env": imagegen_env == plain_env,
        "wheel": os.path.basename(wheel), "wheel_bytes": os.path.getsize(wheel),
        "plain_wheel": os.path.basename(pw), "plain_wheel_bytes": os.path.getsize(pw),
        "gpu_check": read("gpu_check.txt").splitlines()[-3:],
