@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from imagegen import collect, jobs
-from imagegen.bake import build_definition, to_json
+from imagegen.bake import BakeDefinition, build_definition, to_json
 from imagegen.errors import EngineError, UsageError
 from imagegen.plan import Cell, Plan
 from imagegen.render import inputs_hash, cell_document
@@ -164,6 +164,22 @@ def default_ca_bundle() -> str | None:
     return None
 
 
+def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) -> dict:
+    """Write ``definition``'s Dockerfiles under ``run_dir`` and return its bake data with the pip_cert
+    secret pointing at the CA bundle. The bundle reaches builds only as that secret (mounted per RUN,
+    never in a layer); with none on the host an empty file stands in, so the secret always resolves."""
+    for rel, text in definition.dockerfiles.items():
+        Path(rel).parent.mkdir(parents=True, exist_ok=True)
+        Path(rel).write_text(text)
+    data = definition.as_dict()
+    ca = ca_bundle or default_ca_bundle()
+    if ca is None:
+        ca = str(run_dir / "no-ca-bundle.pem")
+        Path(ca).write_text("")
+    data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
+    return data
+
+
 def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: int | None = None,
           nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
           cache_from: Sequence[str] = (), cache_to: Sequence[str] = (),
@@ -192,18 +208,8 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
     stage = run_dir / "stage"
     definition = build_definition(Plan(cells=todo), out_dir=str(stage), dockerfiles_dir=str(run_dir / "dockerfiles"),
                                   root=run_dir, command="imagegen build")
-    for rel, text in definition.dockerfiles.items():
-        p = Path(rel)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
     bake_file = run_dir / "docker-bake.json"
-    data = definition.as_dict()
-    # The CA bundle reaches builds only as the pip_cert secret (mounted per RUN, never in a layer).
-    ca = ca_bundle or default_ca_bundle()
-    if ca is None:
-        ca = str(run_dir / "no-ca-bundle.pem")
-        Path(ca).write_text("")
-    data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
+    data = bake_data(definition, run_dir, ca_bundle)
     for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
         data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
         data["target"][t.name]["context"] = str(run_dir / "dockerfiles")

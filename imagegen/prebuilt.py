@@ -23,7 +23,7 @@ from typing import Callable
 from imagegen import __version__, collect, jobs
 from imagegen.bake import build_definition, to_json
 from imagegen.errors import BuildError, EngineError
-from imagegen.execute import CellResult, default_ca_bundle
+from imagegen.execute import CellResult, bake_data
 from imagegen.plan import Cell, Plan
 from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
                                registry_host)
@@ -65,15 +65,7 @@ def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, 
     definition = build_definition(Plan(cells=cells), out_dir=str(run_dir / "stage"),
                                   dockerfiles_dir=str(run_dir / "dockerfiles"), root=run_dir,
                                   command="imagegen push" if push else "imagegen pull")
-    for rel, text in definition.dockerfiles.items():
-        Path(rel).parent.mkdir(parents=True, exist_ok=True)
-        Path(rel).write_text(text)
-    data = definition.as_dict()
-    ca = ca_bundle or default_ca_bundle()
-    if ca is None:
-        ca = str(run_dir / "no-ca-bundle.pem")
-        Path(ca).write_text("")
-    data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
+    data = bake_data(definition, run_dir, ca_bundle)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for t in definition.targets:
         target = data["target"][t.name]
