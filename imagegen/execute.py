@@ -165,9 +165,10 @@ def default_ca_bundle() -> str | None:
 
 
 def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) -> dict:
-    """Write ``definition``'s Dockerfiles under ``run_dir`` and return its bake data with the pip_cert
-    secret pointing at the CA bundle. The bundle reaches builds only as that secret (mounted per RUN,
-    never in a layer); with none on the host an empty file stands in, so the secret always resolves."""
+    """Write ``definition``'s Dockerfiles (at the paths it was built with, under ``run_dir``) and return
+    its bake data with the pip_cert secret pointing at the CA bundle. The bundle reaches builds only
+    as that secret (mounted per RUN, never in a layer); with none on the host an empty file stands
+    in, so the secret always resolves."""
     for rel, text in definition.dockerfiles.items():
         Path(rel).parent.mkdir(parents=True, exist_ok=True)
         Path(rel).write_text(text)
