@@ -164,11 +164,11 @@ def default_ca_bundle() -> str | None:
     return None
 
 
-def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) -> dict:
+def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) -> tuple[dict, str]:
     """Write ``definition``'s Dockerfiles (at the paths it was built with, under ``run_dir``) and return
-    its bake data with the pip_cert secret pointing at the CA bundle. The bundle reaches builds only
-    as that secret (mounted per RUN, never in a layer); with none on the host an empty file stands
-    in, so the secret always resolves."""
+    its bake data with the pip_cert secret pointing at the CA bundle, and that bundle's path (bake
+    must also get it as a variable). The bundle reaches builds only as that secret (mounted per RUN,
+    never in a layer); with none on the host an empty file stands in, so the secret always resolves."""
     for rel, text in definition.dockerfiles.items():
         Path(rel).parent.mkdir(parents=True, exist_ok=True)
         Path(rel).write_text(text)
@@ -177,8 +177,9 @@ def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) 
     if ca is None:
         ca = str(run_dir / "no-ca-bundle.pem")
         Path(ca).write_text("")
-    data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = str(Path(ca).resolve())
-    return data
+    ca = str(Path(ca).resolve())
+    data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = ca
+    return data, ca
 
 
 def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: int | None = None,
@@ -210,7 +211,7 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
     definition = build_definition(Plan(cells=todo), out_dir=str(stage), dockerfiles_dir=str(run_dir / "dockerfiles"),
                                   root=run_dir, command="imagegen build")
     bake_file = run_dir / "docker-bake.json"
-    data = bake_data(definition, run_dir, ca_bundle)
+    data, ca = bake_data(definition, run_dir, ca_bundle)
     for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
         data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
         data["target"][t.name]["context"] = str(run_dir / "dockerfiles")

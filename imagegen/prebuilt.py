@@ -65,7 +65,7 @@ def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, 
     definition = build_definition(Plan(cells=cells), out_dir=str(run_dir / "stage"),
                                   dockerfiles_dir=str(run_dir / "dockerfiles"), root=run_dir,
                                   command="imagegen push" if push else "imagegen pull")
-    data = bake_data(definition, run_dir, ca_bundle)
+    data, ca = bake_data(definition, run_dir, ca_bundle)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for t in definition.targets:
         target = data["target"][t.name]
