@@ -44,7 +44,7 @@ def serialise(definition: BakeDefinition, file: Path, command: str | None, *, on
 def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_dir: str,
                command: str | None, check: bool) -> tuple[list[Path], dict | None]:
     definition = build_definition(plan, out_dir=out_dir, dockerfiles_dir=dockerfiles_dir, root=root, command=command)
-    written = _write_dockerfiles(definition, root)
+    written = write_dockerfiles(definition, root)
     path = file if file.is_absolute() else root / file
     atomic_write(path, serialise(definition, path, command))
     written.append(path)
@@ -63,7 +63,9 @@ def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_
     return written, printed
 
 
-def _write_dockerfiles(definition: BakeDefinition, root: Path) -> list[Path]:
+def write_dockerfiles(definition: BakeDefinition, root: Path) -> list[Path]:
+    """Write ``definition``'s Dockerfiles at their paths (relative ones under ``root``), each
+    atomically and only when its text changed."""
     written = []
     for rel, text in definition.dockerfiles.items():
         p = root / rel

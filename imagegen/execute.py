@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Sequence
 
 from imagegen import collect, jobs
 from imagegen.bake import BakeDefinition, build_definition, to_json
+from imagegen.bakefiles import write_dockerfiles
 from imagegen.errors import EngineError, UsageError
 from imagegen.plan import Cell, Plan
 from imagegen.render import inputs_hash, cell_document
@@ -169,9 +170,9 @@ def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) 
     its bake data with the pip_cert secret pointing at the CA bundle, and that bundle's path (bake
     must also get it as a variable). The bundle reaches builds only as that secret (mounted per RUN,
     never in a layer); with none on the host an empty file stands in, so the secret always resolves."""
-    for rel, text in definition.dockerfiles.items():
-        Path(rel).parent.mkdir(parents=True, exist_ok=True)
-        Path(rel).write_text(text)
+    # The Dockerfiles' paths start with the run's dockerfiles_dir as given (relative to the current
+    # folder when --work is).
+    write_dockerfiles(definition, Path.cwd())
     data = definition.as_dict()
     ca = ca_bundle or default_ca_bundle()
     if ca is None:
