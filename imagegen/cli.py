@@ -136,11 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
         "Check a wheel: its file name parses, and every CUDA extension (.so) in it carries SASS for each"
         " requested arch and PTX where +PTX was asked (read from the .nv_fatbin section; cuobjdump is used"
-        " too when installed)."))
+        " too when installed). Each extension's archs are listed once. Archs present but not requested"
+        " (the build ignored --arch or compiles a hard-coded list) are a warning, exit 0; with --strict a"
+        " failure. A missing arch fails (exit 6)."))
     p.add_argument("wheels", nargs="+", type=Path, help="wheel files")
     p.add_argument("--arch", required=True, help="the archs the wheel must carry, e.g. '8.0;9.0a+PTX'")
     p.add_argument("--python-exe", help="also import the wheel's modules with this interpreter (it must have the"
                    " torch the wheel was built for); imports that need a GPU driver are reported as skipped")
+    p.add_argument("--strict", action="store_true", help="fail (exit 6) when an extension carries archs not requested")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("doctor", help="check this machine: torch, nvcc, GPUs, Docker/buildx, disk, RAM", description=(
@@ -558,7 +561,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for wheel in args.wheels:
         if not wheel.is_file():
             raise UsageError(f"{wheel}: no such wheel file")
-        report = verify_wheel(wheel, archs)
+        report = verify_wheel(wheel, archs, strict=args.strict)
         if args.python_exe:
             from imagegen.native import import_test, wheel_modules
 
@@ -575,6 +578,8 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"{'ok  ' if r.ok else 'FAIL'} {r.wheel}")
             for so in r.extensions:
                 print(f"     {so.name}: {so.summary()}")
+            for w in r.warnings:
+                print(f"     warning: {w}")
             for module, result in (r.imports or {}).items():
                 print(f"     import {module}: {result}")
             for p in r.problems:
@@ -582,6 +587,10 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     bad = [r for r in reports if not r.ok]
     if bad:
         raise VerifyError(f"{len(bad)} of {len(reports)} wheels failed verification: " + "; ".join(bad[0].problems))
+    warned = [r for r in reports if r.warnings]
+    if warned:
+        print(f"imagegen: warning: {len(warned)} of {len(reports)} wheels carry archs not requested"
+              " (--strict makes that a failure)", file=sys.stderr)
     return 0
 
 

@@ -4,6 +4,24 @@ The archs are read from the fat binary that nvcc embeds in each shared object (t
 ELF section): a container of entries, each a cubin (SASS for one ``sm_XY``) or PTX (for one
 ``compute_XY``). When ``cuobjdump`` is available (PyPI ``nvidia-cuda-cuobjdump``) its listing is
 used as well and must agree; the reader below needs nothing but the standard library.
+
+What verify says about each extension:
+
+- its archs, each once: a fatbin holds one entry per arch *per translation unit* (24 kernel files
+  compiled for sm_90 give 24 sm_90 cubins), so the listing is deduplicated, SASS first, then PTX
+  (``sm_80, sm_90a, compute_90a``); a count is shown only where the archs' counts differ (one
+  file compiled for fewer archs than the others);
+- ``missing``: a requested arch without its SASS (or PTX, where +PTX was asked): a failure;
+- ``extra``: an arch present that no requested arch names, e.g. sm_80 and sm_86 in a wheel built
+  with ``--arch 9.0``: the build ignored the arch list or compiles a hard-coded one. A warning
+  (the wheel still runs where it was meant to run), a failure with ``strict=True`` (``imagegen
+  verify --strict``). PTX of a requested arch is not extra even without +PTX: packages such as
+  flash-attn always embed the newest requested arch's PTX (their recipes say ``ptx: newest``).
+
+Matching is exact by arch number and variant; a variant the reader could not see (a SASS entry
+without cuobjdump, a compressed PTX) matches any. Coverage (a plain sm_80 cubin also runs on 8.6,
+an ``f`` target on its family) is the caller's business: pass the archs the build should emit,
+as ``plan.expected_archs`` (``Cell.expected_archs``) computes them, not the GPUs to run on.
 """
 
 from __future__ import annotations
@@ -132,19 +150,42 @@ def find_cuobjdump() -> str | None:
 # Wheel verification
 
 
+def _order(e: FatbinEntry) -> tuple:
+    return (e.kind != "sass", e.arch, e.variant or "")
+
+
 @dataclass
 class SoReport:
     name: str
-    entries: list[FatbinEntry]
+    entries: list[FatbinEntry]  # every entry of the fatbin, repeats included
     missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # archs present that were not requested
+
+    def counts(self) -> dict[str, int]:
+        """Each arch once (SASS by arch, then PTX by arch) -> how many entries carry it."""
+        out: dict[str, int] = {}
+        for e in sorted(self.entries, key=_order):
+            out[str(e)] = out.get(str(e), 0) + 1
+        return out
+
+    @property
+    def archs(self) -> list[str]:
+        """The archs this extension carries, each once: ``['sm_80', 'sm_90a', 'compute_90a']``."""
+        return list(self.counts())
 
     def summary(self) -> str:
-        """The entries once each, in order, with how many kernels' fatbins carry them: a package
-        with 24 kernel files lists `sm_90 x24` rather than sm_90 twenty-four times."""
-        counts: dict[str, int] = {}
-        for e in self.entries:
-            counts[str(e)] = counts.get(str(e), 0) + 1
-        return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in counts.items())
+        """The archs once each. Counts only where they differ: every kernel file compiled for the
+        same archs gives ``sm_80, sm_90``; one file built for sm_80 only gives ``sm_80 x24, sm_90 x23``."""
+        counts = self.counts()
+        if len(set(counts.values())) <= 1:
+            return ", ".join(counts)
+        return ", ".join(f"{k} x{n}" for k, n in counts.items())
+
+    def extra_line(self) -> str | None:
+        if not self.extra:
+            return None
+        return (f"{self.name} also carries {', '.join(self.extra)}, not requested: the build ignored --arch"
+                " or compiles a hard-coded list")
 
 
 @dataclass
@@ -156,39 +197,66 @@ class WheelReport:
     extensions: list[SoReport]
     problems: list[str]
     imports: dict | None = None  # module -> "ok" / "skipped: ..." when an import test ran
+    warnings: list[str] = field(default_factory=list)  # one line per extension with extra archs (not strict)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def as_dict(self) -> dict:
+        """What `verify --json` prints and builds record in manifest.json. ``archs`` lists each
+        arch once; ``entries`` counts the fatbin entries behind each; ``extra`` the archs present
+        but not requested (also one line each in ``warnings``, or in ``problems`` when strict)."""
         return {
             "wheel": self.wheel, "distribution": self.distribution, "version": self.version, "tags": self.tags,
-            "ok": self.ok, "problems": self.problems, "imports": self.imports,
-            "extensions": [{"name": s.name, "archs": [str(e) for e in s.entries], "missing": s.missing}
-                           for s in self.extensions],
+            "ok": self.ok, "problems": self.problems, "warnings": self.warnings, "imports": self.imports,
+            "extensions": [{"name": s.name, "archs": s.archs, "entries": s.counts(), "missing": s.missing,
+                            "extra": s.extra} for s in self.extensions],
         }
+
+
+def _listing(entries: list[FatbinEntry]) -> str:
+    """Every arch with its count (``sm_80 x2, sm_90``): two listings of the same fatbin must agree on both."""
+    return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in SoReport("", entries).counts().items())
+
+
+def _matches(e: FatbinEntry, want: CudaArch) -> bool:
+    return e.arch == want.number and e.variant in (None, want.variant)
 
 
 def _satisfied(want: CudaArch, entries: list[FatbinEntry]) -> list[str]:
     missing = []
-    if want.sass and not any(e.kind == "sass" and e.arch == want.number and e.variant in (None, want.variant)
-                             for e in entries):
+    if want.sass and not any(e.kind == "sass" and _matches(e, want) for e in entries):
         missing.append(want.sm)
-    if want.ptx and not any(e.kind == "ptx" and e.arch == want.number and e.variant in (None, want.variant)
-                            for e in entries):
+    if want.ptx and not any(e.kind == "ptx" and _matches(e, want) for e in entries):
         missing.append(want.compute)
     return missing
 
 
-def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None = "auto") -> WheelReport:
-    """Check ``path``: a valid wheel name, and each CUDA .so carrying every arch in ``expected``."""
+def _extra(entries: list[FatbinEntry], expected: ArchList) -> list[str]:
+    """The archs in ``entries``, each once, that no requested arch names. SASS needs a request with
+    SASS; PTX any request of its arch (see the module docstring)."""
+    out: dict[str, None] = {}
+    for e in sorted(entries, key=_order):
+        wanted = any(_matches(e, w) and (w.sass or e.kind == "ptx") for w in expected)
+        if not wanted:
+            out[str(e)] = None
+    return list(out)
+
+
+def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None = "auto",
+                 strict: bool = False) -> WheelReport:
+    """Check ``path``: a valid wheel name, and each CUDA .so carrying every arch in ``expected``.
+
+    Archs present but not in ``expected`` are listed per extension (``SoReport.extra``) and said in
+    one line each: a warning, or a problem (the report is not ok) with ``strict``."""
     try:
         dist, version, _build, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         raise VerifyError(f"{path.name}: not a valid wheel file name ({exc})") from None
     exe = find_cuobjdump() if cuobjdump == "auto" else cuobjdump
     problems: list[str] = []
+    warnings: list[str] = []
     reports: list[SoReport] = []
     try:
         zf = zipfile.ZipFile(path)
@@ -225,19 +293,23 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
             # cuobjdump knows the a/f variants; the native reader knows compression.
             if sorted((e.kind, e.arch) for e in listed) != sorted((e.kind, e.arch) for e in entries):
                 problems.append(f"{name}: fatbin reader and cuobjdump disagree "
-                                f"({', '.join(map(str, entries))} vs {', '.join(map(str, listed))})")
+                                f"({_listing(entries)} vs {_listing(listed)})")
             entries = listed
         report = SoReport(name, entries)
         if expected:
             for want in expected:
                 report.missing += _satisfied(want, entries)
+            report.extra = _extra(entries, expected)
         if report.missing:
-            problems.append(f"{name} lacks {', '.join(report.missing)} (has {', '.join(map(str, entries)) or 'nothing'})")
+            problems.append(f"{name} lacks {', '.join(report.missing)} (has {', '.join(report.archs) or 'nothing'})")
+        line = report.extra_line()
+        if line:
+            (problems if strict else warnings).append(line)
         reports.append(report)
     if expected and not reports:
         problems.append("the wheel contains no CUDA extension (.so with a .nv_fatbin section)")
     return WheelReport(wheel=path.name, distribution=str(dist), version=str(version),
-                       tags=sorted(str(t) for t in tags), extensions=reports, problems=problems)
+                       tags=sorted(str(t) for t in tags), extensions=reports, problems=problems, warnings=warnings)
 
 
 def read_so(data: bytes) -> list[FatbinEntry]:
@@ -245,7 +317,7 @@ def read_so(data: bytes) -> list[FatbinEntry]:
     return fatbin_entries(elf_sections(data).get(".nv_fatbin", b""))
 
 
-__all__ = ["FatbinEntry", "VerifyError", "WheelReport", "fatbin_entries", "read_so", "verify_wheel", "io"]
+__all__ = ["FatbinEntry", "SoReport", "VerifyError", "WheelReport", "fatbin_entries", "read_so", "verify_wheel", "io"]
 
 
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")

@@ -1,0 +1,269 @@
+"""imagegen verify tells the truth: each arch once per extension however many translation units
+carry it, and archs present but not requested said in one line (a warning, or a failure with
+--strict). The shared objects are real ELF files with a .nv_fatbin section: nvcc's own fatbin
+containers from the fixture wheel, repeated as a linker concatenates one per translation unit, or
+containers written here for arbitrary archs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from imagegen import arch as A
+from imagegen.plan import expected_archs
+from imagegen.recipes import load_catalogue
+from imagegen.verify import (FATBIN_MAGIC, KIND_ELF, KIND_PTX, SoReport, elf_sections, find_cuobjdump, read_so,
+                             verify_wheel)
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE_WHEEL = next((ROOT / "tests" / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
+SO_NAME = "demo_kernel/_C.cpython-311-x86_64-linux-gnu.so"
+
+
+# ------------------------------------------------------------------------------ helpers (shared)
+
+
+def elf_so(sections: dict[str, bytes]) -> bytes:
+    """A 64-bit little-endian ELF shared object holding ``sections`` (plus .shstrtab)."""
+    names = [""] + list(sections) + [".shstrtab"]
+    shstrtab = b"".join(n.encode() + b"\0" for n in names)
+    offsets = [sum(len(n) + 1 for n in names[:i]) for i in range(len(names))]
+    body = bytearray(64)
+    placed = []  # (offset, size) of each section's bytes
+    for data in [*sections.values(), shstrtab]:
+        body += b"\0" * (-len(body) % 16)
+        placed.append((len(body), len(data)))
+        body += data
+    body += b"\0" * (-len(body) % 8)
+    shoff = len(body)
+    headers = bytearray(64)  # SHT_NULL
+    for i, (off, size) in enumerate(placed, start=1):
+        stype = 3 if i == len(placed) else 1  # SHT_STRTAB for .shstrtab, SHT_PROGBITS otherwise
+        headers += struct.pack("<IIQQQQIIQQ", offsets[i], stype, 0, 0, off, size, 0, 0, 16 if stype == 1 else 1, 0)
+    body += headers
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(names), len(names) - 1)
+    body[:64] = header
+    return bytes(body)
+
+
+def fatbin_container(*entries: str) -> bytes:
+    """One fatbin container (what nvcc embeds per translation unit) with an entry per name:
+    ``sm_80`` a cubin, ``compute_90a`` PTX whose ``.target`` carries the variant."""
+    blob = b""
+    for name in entries:
+        kind, code = name.split("_")
+        number = int(code.rstrip("af"))
+        if kind == "sm":
+            payload = b"\x7fELF" + b"\0" * 60  # stands in for the cubin; the reader does not parse it
+        else:
+            payload = f".version 8.8\n.target sm_{code}\n.address_size 64\n".encode()
+        payload += b"\0" * (-len(payload) % 8)
+        header = bytearray(64)
+        struct.pack_into("<HHIQ", header, 0, KIND_ELF if kind == "sm" else KIND_PTX, 0x0101, 64, len(payload))
+        struct.pack_into("<I", header, 28, number)
+        struct.pack_into("<Q", header, 40, 0)
+        blob += bytes(header) + payload
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(blob)) + blob
+
+
+def real_fatbin() -> bytes:
+    """The .nv_fatbin section nvcc wrote into the fixture wheel's extension (sm_80, sm_90, compute_90)."""
+    with zipfile.ZipFile(FIXTURE_WHEEL) as zf:
+        so = next(n for n in zf.namelist() if n.endswith(".so"))
+        return elf_sections(zf.read(so))[".nv_fatbin"]
+
+
+def make_wheel(folder: Path, fatbins: dict[str, bytes], *, dist: str = "demo_kernel", extra: dict[str, str] | None = None) -> Path:
+    """A wheel with one shared object per ``fatbins`` item (its path in the wheel -> .nv_fatbin bytes)."""
+    wheel = folder / f"{dist}-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, fatbin in fatbins.items():
+            zf.writestr(name, elf_so({".text": b"\x90" * 16, ".nv_fatbin": fatbin}))
+        for name, text in (extra or {}).items():
+            zf.writestr(name, text)
+        zf.writestr(f"{dist}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        zf.writestr(f"{dist}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
+    return wheel
+
+
+def imagegen(*argv, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m imagegen ...` in a fresh process (this checkout first on the path)."""
+    full = dict(os.environ, **(env or {}))
+    full["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([full["PYTHONPATH"]] if full.get("PYTHONPATH") else [])])
+    return subprocess.run([sys.executable, "-m", "imagegen", *map(str, argv)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=full, timeout=300)
+
+
+# The CLI reads cuobjdump's listing too when one is installed; the hand-written containers carry no
+# real cubins for it, so the CLI cases here need a machine without it (the library cases pass None).
+no_cuobjdump = pytest.mark.skipif(find_cuobjdump() is not None, reason="cuobjdump installed: it would read the stand-in cubins")
+
+
+# ---------------------------------------------------------------------------------- the helpers
+
+
+def test_the_helpers_write_what_the_reader_and_readelf_read():
+    so = elf_so({".nv_fatbin": fatbin_container("sm_80", "compute_90a")})
+    assert [(e.kind, e.arch, e.variant) for e in read_so(so)] == [("sass", 80, None), ("ptx", 90, "a")]
+    readelf = shutil.which("readelf")
+    if readelf:  # binutils agrees that it is an ELF shared object with that section
+        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"imagegen-test-{os.getpid()}.so"
+        path.write_bytes(so)
+        try:
+            out = subprocess.run([readelf, "-h", "-S", str(path)], capture_output=True, text=True).stdout
+        finally:
+            path.unlink()
+        assert "DYN (Shared object file)" in out and ".nv_fatbin" in out
+
+
+# ---------------------------------------------------------------------------------- the library
+
+
+def test_repeated_containers_list_each_arch_once(tmp_path):
+    # Three translation units, each with nvcc's real sm_80 + sm_90 + compute_90 container.
+    wheel = make_wheel(tmp_path, {SO_NAME: real_fatbin() * 3})
+    report = verify_wheel(wheel, A.parse_arch_list("8.0;9.0+PTX"), cuobjdump=None)
+    (so,) = report.extensions
+    assert len(so.entries) == 9
+    assert so.archs == ["sm_80", "sm_90", "compute_90"]
+    assert so.summary() == "sm_80, sm_90, compute_90"  # equal counts say nothing: left out
+    assert report.ok and not report.warnings and so.extra == [] and so.missing == []
+    ext = report.as_dict()["extensions"][0]
+    assert ext["archs"] == ["sm_80", "sm_90", "compute_90"]
+    assert ext["entries"] == {"sm_80": 3, "sm_90": 3, "compute_90": 3}
+
+
+def test_counts_are_shown_where_they_differ(tmp_path):
+    # One file compiled for sm_90 only (a hard-coded -gencode in one source file) among others.
+    fatbin = fatbin_container("sm_80", "sm_90") * 2 + fatbin_container("sm_90")
+    so = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin}), None, cuobjdump=None).extensions[0]
+    assert so.summary() == "sm_80 x2, sm_90 x3"
+
+
+def test_archs_not_requested_are_flagged_once_per_extension(tmp_path):
+    fatbin = (fatbin_container("sm_80", "sm_86", "sm_90a", "compute_90a") * 2)
+    wheel = make_wheel(tmp_path, {SO_NAME: fatbin, "demo_kernel/_fine.cpython-311-x86_64-linux-gnu.so":
+                                  fatbin_container("sm_90a", "compute_90a")})
+    report = verify_wheel(wheel, A.parse_arch_list("9.0a+PTX"), cuobjdump=None)
+    flagged, fine = report.extensions
+    assert flagged.archs == ["sm_80", "sm_86", "sm_90", "compute_90a"]  # SASS variants need cuobjdump
+    assert flagged.extra == ["sm_80", "sm_86"] and flagged.missing == []
+    assert fine.extra == [] and fine.missing == []
+    line = (f"{SO_NAME} also carries sm_80, sm_86, not requested: the build ignored --arch or compiles a"
+            " hard-coded list")
+    assert report.warnings == [line]
+    assert report.ok, "archs not requested are a warning by default"
+    d = report.as_dict()
+    assert d["ok"] and d["warnings"] == [line] and [e["extra"] for e in d["extensions"]] == [["sm_80", "sm_86"], []]
+    strict = verify_wheel(wheel, A.parse_arch_list("9.0a+PTX"), cuobjdump=None, strict=True)
+    assert not strict.ok and strict.problems == [line] and strict.warnings == []
+    assert strict.as_dict()["ok"] is False
+
+
+def test_missing_still_fails_and_variants_match_exactly(tmp_path):
+    wheel = make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_90", "compute_90a") * 2})
+    # +PTX for plain 9.0: the PTX is compute_90a (its .target says so): missing, and not what was asked.
+    report = verify_wheel(wheel, A.parse_arch_list("9.0+PTX"), cuobjdump=None)
+    (so,) = report.extensions
+    assert so.missing == ["compute_90"] and so.extra == ["compute_90a"] and not report.ok
+    assert report.problems == [f"{SO_NAME} lacks compute_90 (has sm_90, compute_90a)"]
+    # PTX of a requested arch without +PTX is not flagged (flash-attn & co. always embed the newest's).
+    assert verify_wheel(wheel, A.parse_arch_list("9.0a"), cuobjdump=None).warnings == []
+    # No coverage inside verify: a request for 8.6 is not met by sm_80 ...
+    wheel80 = make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_80")}, dist="other")
+    report = verify_wheel(wheel80, A.parse_arch_list("8.6"), cuobjdump=None)
+    assert report.extensions[0].missing == ["sm_86"] and report.extensions[0].extra == ["sm_80"]
+
+
+def test_a_hard_coded_list_is_flagged_against_the_plans_expected_archs(tmp_path):
+    # causal-conv1d compiles a fixed list whatever TORCH_CUDA_ARCH_LIST says; the plan expects, for
+    # a request of 8.6, the fixed entry that runs there (sm_80). Everything else is not requested.
+    version = load_catalogue().get("causal-conv1d").version(None)
+    fixed = version.arch.fixed_for(Version("12.8"))
+    expected = expected_archs(version, A.parse_arch_list("8.6"), Version("12.8"))
+    assert [a.sm for a in expected] == ["sm_80"]
+    fatbin = fatbin_container(*(a.sm for a in fixed)) * 4
+    report = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin}, dist="causal_conv1d"), expected, cuobjdump=None)
+    (so,) = report.extensions
+    assert report.ok and so.missing == []
+    assert so.extra == [a.sm for a in fixed if a.sm != "sm_80"] and len(so.extra) >= 2
+    assert report.warnings[0].startswith(f"{SO_NAME} also carries {', '.join(so.extra)}, not requested")
+
+
+def test_so_report_without_expectations_flags_nothing(tmp_path):
+    report = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_80")}), None, cuobjdump=None)
+    assert report.ok and report.extensions[0].extra == [] and report.warnings == []
+    assert SoReport("x", []).summary() == ""
+
+
+# -------------------------------------------------------------------------------------- the CLI
+
+
+@no_cuobjdump
+def test_cli_text_lists_archs_once_and_warns_with_exit_0(tmp_path):
+    wheel = make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_80", "sm_86", "sm_90a", "compute_90a") * 3})
+    proc = imagegen("verify", wheel, "--arch", "9.0a+PTX")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"ok   {wheel.name}"
+    assert lines[1] == f"     {SO_NAME}: sm_80, sm_86, sm_90, compute_90a"
+    assert lines[2] == (f"     warning: {SO_NAME} also carries sm_80, sm_86, not requested: the build ignored"
+                        " --arch or compiles a hard-coded list")
+    assert len(lines) == 3 and "x3" not in proc.stdout
+    assert proc.stderr.strip() == ("imagegen: warning: 1 of 1 wheels carry archs not requested"
+                                   " (--strict makes that a failure)")
+
+
+@no_cuobjdump
+def test_cli_strict_makes_extra_archs_a_failure(tmp_path):
+    wheel = make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_80", "sm_86", "sm_90a", "compute_90a") * 2})
+    proc = imagegen("verify", wheel, "--arch", "9.0a+PTX", "--strict")
+    assert proc.returncode == 6
+    assert proc.stdout.splitlines()[0] == f"FAIL {wheel.name}"
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imagegen: error: 1 of 1 wheels failed verification: ")
+    assert "also carries sm_80, sm_86, not requested" in err[0] and "Traceback" not in proc.stderr
+    # The same wheel with what it carries requested passes --strict.
+    assert imagegen("verify", wheel, "--arch", "8.0;8.6;9.0a+PTX", "--strict").returncode == 0
+
+
+@no_cuobjdump
+def test_cli_json_carries_archs_once_extra_and_warnings(tmp_path):
+    wheel = make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_80", "sm_86", "sm_90a", "compute_90a") * 2})
+    proc = imagegen("verify", wheel, "--arch", "9.0a+PTX", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (got,) = json.loads(proc.stdout)
+    (ext,) = got["extensions"]
+    assert got["ok"] is True and got["problems"] == [] and len(got["warnings"]) == 1
+    assert ext["archs"] == ["sm_80", "sm_86", "sm_90", "compute_90a"] and ext["extra"] == ["sm_80", "sm_86"]
+    assert ext["missing"] == [] and set(ext["entries"].values()) == {2}
+    proc = imagegen("verify", wheel, "--arch", "9.0a+PTX", "--json", "--strict")
+    (got,) = json.loads(proc.stdout)
+    assert proc.returncode == 6 and got["ok"] is False and got["warnings"] == [] and len(got["problems"]) == 1
+
+
+@no_cuobjdump
+def test_cli_missing_arch_still_exits_6(tmp_path):
+    wheel = make_wheel(tmp_path, {SO_NAME: real_fatbin() * 2})
+    proc = imagegen("verify", wheel, "--arch", "12.0")
+    assert proc.returncode == 6
+    assert f"{SO_NAME} lacks sm_120 (has sm_80, sm_90, compute_90)" in proc.stderr
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    proc = imagegen("verify", tmp_path / "nope.whl", "--arch", "9.0")
+    assert proc.returncode == 2 and proc.stderr.strip() == f"imagegen: error: {tmp_path / 'nope.whl'}: no such wheel file"
+    junk = tmp_path / "junk.whl"
+    junk.write_bytes(b"x")
+    proc = imagegen("verify", junk, "--arch", "9.0")
+    assert proc.returncode == 6 and "not a valid wheel file name" in proc.stderr and "Traceback" not in proc.stderr
