@@ -33,7 +33,7 @@ group "causal-conv1d" {
 }
 
 group "default" {
-  targets = ["bsa-0_0_2_post1-torch2_8-cu128-py312", "bsa-0_0_2_post1-torch2_9-cu128-py312", "causal-conv1d-1_6_1-torch2_8-cu128-py312", "causal-conv1d-1_6_1-torch2_9-cu128-py312", "fa2-2_8_3-torch2_8-cu128-py312", "fa2-2_8_3-torch2_9-cu128-py312", "mamba-2_3_2_post1-torch2_8-cu128-py312", "mamba-2_3_2_post1-torch2_9-cu128-py312", "natten-0_21_6-torch2_8-cu128-py312", "natten-0_21_6-torch2_9-cu128-py312", "sage-2_2_0-torch2_8-cu128-py312", "sage-2_2_0-torch2_9-cu128-py312", "xf-0_0_35-torch2_8-cu128-py312", "xf-0_0_35-torch2_9-cu128-py312"]
+  targets = ["bsa-0_0_2_post1-torch2_8-cu128-py312", "bsa-0_0_2_post1-torch2_9-cu128-py312", "causal-conv1d-1_6_1-torch2_8-cu128-py312", "causal-conv1d-1_6_1-torch2_9-cu128-py312", "fa2-2_8_3-torch2_8-cu128-py312", "fa2-2_8_3-torch2_9-cu128-py312", "mamba-2_3_2_post1-torch2_8-cu128-py312", "mamba-2_3_2_post1-torch2_9-cu128-py312", "natten-0_21_6-torch2_8-cu128-py312", "natten-0_21_6-torch2_9-cu128-py312", "sage-2_2_0-torch2_8-cu128-py312", "sage-2_2_0-torch2_9-cu128-py312"]
 }
 
 group "flash-attn" {
@@ -50,10 +50,6 @@ group "natten" {
 
 group "sageattention" {
   targets = ["sage-2_2_0-torch2_8-cu128-py312", "sage-2_2_0-torch2_9-cu128-py312"]
-}
-
-group "xformers" {
-  targets = ["xf-0_0_35-torch2_8-cu128-py312", "xf-0_0_35-torch2_9-cu128-py312"]
 }
 
 target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
@@ -245,37 +241,5 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-  }
-}
-
-target "xf-0_0_35-torch2_8-cu128-py312" {
-  context = "dockerfiles"
-  dockerfile = "xf-0_0_35-torch2_8-cu128-py312.Dockerfile"
-  target = "wheels"
-  args = {
-    TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
-    MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
-    NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
-  }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
-  output = ["type=local,dest=wheelhouse/xformers-0.0.35/torch2.8/cu128"]
-  labels = {
-    "io.imagegen.cell" = "xf-0_0_35-torch2_8-cu128-py312"
-  }
-}
-
-target "xf-0_0_35-torch2_9-cu128-py312" {
-  context = "dockerfiles"
-  dockerfile = "xf-0_0_35-torch2_9-cu128-py312.Dockerfile"
-  target = "wheels"
-  args = {
-    TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
-    MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
-    NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
-  }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
-  output = ["type=local,dest=wheelhouse/xformers-0.0.35/torch2.9/cu128"]
-  labels = {
-    "io.imagegen.cell" = "xf-0_0_35-torch2_9-cu128-py312"
   }
 }

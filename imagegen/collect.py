@@ -84,7 +84,10 @@ def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) ->
         "cuda": cell.cuda.name,
         "python": cell.python,
         "archs": str(cell.archs),
+        "requested_archs": str(cell.requested_archs or cell.archs),
         "expected_archs": str(cell.expected_archs),
+        # The plan's notes ("8.6, 8.9 run the sm_80 cubin", fallback base image, ...) travel with the wheel.
+        "notes": list(cell.notes),
         "flavor": cell.flavor,
         "base_image": cell.base.ref if cell.base else None,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -21,7 +21,7 @@ from imagegen import compat
 from imagegen.arch import ArchList, CudaArch, nvcc_problems, parse_arch_list, torch_problems
 from imagegen.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
 from imagegen.errors import ArchError, CompatError, NothingToDoError
-from imagegen.recipes import Recipe, RecipeVersion
+from imagegen.recipes import Recipe, RecipeVersion, Rule
 
 BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"
 
@@ -46,6 +46,9 @@ class Cell:
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     status: str = BUILDABLE
+    # What the user asked for when the package compiles something else for it (8.0;8.6;8.9;9.0 ->
+    # 8.0;9.0 for flash-attn: see compiled_archs); None when ``archs`` is the request itself.
+    requested_archs: ArchList | None = None
 
     @property
     def buildable(self) -> bool:
@@ -75,8 +78,38 @@ class Cell:
         return expected_archs(self.version, self.archs, self.cuda.version if self.base is None or self.base.nvcc is None else self.base.nvcc)
 
     def describe(self) -> str:
+        asked = self.requested_archs
+        archs = f"{asked} (compiled as {self.archs})" if asked is not None and asked != self.archs else str(self.archs)
         return (f"{self.recipe.name} {self.version.version} torch {self.torch_version} {self.cuda.name}"
-                f" py{self.python} arch {self.archs} [{self.flavor}]")
+                f" py{self.python} arch {archs} [{self.flavor}]")
+
+
+def compiled_archs(version: RecipeVersion, archs: ArchList) -> tuple[ArchList, str]:
+    """The list the package really compiles for ``archs``, and a note naming what was mapped.
+
+    A knob with ``runs_on`` (flash-attn, Block-Sparse-Attention: 80/90/100/120 only) silently
+    ignores 86/89; their GPUs run the sm_80 cubin. So 8.0;8.6;8.9;9.0 becomes 8.0;9.0 (the knob
+    gets 80;90, verify expects sm_80) with the note "8.6, 8.9 run the sm_80 cubin". Flags merge:
+    8.6+PTX becomes 8.0+PTX, which a package that never embeds PTX still refuses.
+    """
+    knob = version.arch
+    if knob.style == "fixed" or not knob.runs_on:
+        return archs, ""
+    moved: dict[str, list[str]] = {}
+    out = []
+    for a in archs:
+        cc = knob.compiles_for(a.cc)
+        if cc != a.cc and a.variant == "":
+            major, minor = (int(x) for x in cc.split("."))
+            out.append(CudaArch(major, minor, "", a.sass, a.ptx))
+            moved.setdefault(cc, []).append(a.cc)
+        else:
+            out.append(a)
+    if not moved:
+        return archs, ""
+    note = "; ".join(f"{', '.join(wants)} run{'s' if len(wants) == 1 else ''} the sm_{cc.replace('.', '')} cubin"
+                     for cc, wants in sorted(moved.items(), key=lambda kv: _cc_key(kv[0])))
+    return ArchList(out), note
 
 
 def expected_archs(version: RecipeVersion, archs: ArchList, nvcc: Version) -> ArchList:
@@ -112,14 +145,70 @@ def _covers(have: CudaArch, want: CudaArch) -> bool:
 # Checks. Each returns reasons; a reason says what is wrong and what to do instead.
 
 
-def _python_problems(recipe: Recipe, series: TorchSeries, python: str) -> list[str]:
-    out = []
+def _python_problems(series: TorchSeries, python: str) -> list[str]:
     if not series.supports_python(python):
         lo, hi = series.python
-        out.append(f"torch {series.series} supports Python {lo}-{hi}; Python {python} selected")
-    if not recipe.python.contains(python + ".0", prereleases=True):
-        out.append(f"{recipe.name} needs Python {recipe.python}; Python {python} selected")
+        return [f"torch {series.series} supports Python {lo}-{hi}; Python {python} selected"]
+    return []
+
+
+_SUBJECT = {"torch": "torch", "cuda": "CUDA", "python": "Python"}
+
+
+def _rule_value(subject: str, series: TorchSeries, torch_version: str, nvcc: Version,
+                python: str) -> tuple[Version, Version]:
+    """(series X.Y, exact release) of the cell for one rule subject."""
+    if subject == "torch":
+        return Version(series.series), Version(Version(torch_version).public)
+    if subject == "cuda":
+        return nvcc, nvcc
+    return Version(python), Version(python)
+
+
+def _rule_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_version: str,
+                   cuda: CudaVariant, nvcc: Version, python: str) -> list[str]:
+    """One reason per torch/CUDA/Python range (recipe-wide or the version's) the cell is outside of."""
+    out = []
+    shown = {"torch": f"torch {series.series}", "cuda": f"CUDA {_fmt(nvcc)} ({cuda.name})", "python": f"Python {python}"}
+    for rule in recipe.rules(version):
+        if rule.allows(*_rule_value(rule.subject, series, torch_version, nvcc, python)):
+            continue
+        why = f" ({rule.why})" if rule.why else ""
+        out.append(f"{recipe.name} {version.version} needs {_SUBJECT[rule.subject]} {rule.text}{why};"
+                   f" {shown[rule.subject]} selected: {_rule_fix(recipe, version, rule, series, torch_version, nvcc, python)}")
     return out
+
+
+def _rule_fix(recipe: Recipe, version: RecipeVersion, rule: Rule, series: TorchSeries, torch_version: str,
+              nvcc: Version, python: str) -> str:
+    """``use --torch 2.10 or newer, or --version 0.0.33.post2``: the values that pass, and another pin that takes this one."""
+    if rule.subject == "torch":
+        universe = [(s.series, Version(s.series), Version(s.latest)) for s in compat.torch_table().values()]
+    elif rule.subject == "cuda":
+        table = compat.cuda_table()
+        universe = [(c, table[c].version, table[c].version) for c in series.cuda if c in table]
+        if not any(rule.allows(v, e) for _, v, e in universe):  # none with this torch: any torch's
+            universe = [(c, v.version, v.version) for c, v in table.items()]
+        universe = [(str(v), v, e) for _, v, e in universe]
+    else:
+        universe = [(p, Version(p), Version(p)) for p in series.pythons]
+    ok = [label for label, v, e in universe if rule.allows(v, e)]
+    labels = [label for label, _, _ in universe]
+    parts = []
+    if ok:
+        flag = f"--{rule.subject}"
+        if len(ok) > 1 and labels[-len(ok):] == ok:
+            parts.append(f"use {flag} {ok[0]} or newer")
+        elif len(ok) > 1 and labels[:len(ok)] == ok:
+            parts.append(f"use {flag} {ok[-1]} or older")
+        else:
+            parts.append(f"use {flag} " + " or ".join(ok[:4]) + (" (or another listed by imagegen plan)" if len(ok) > 4 else ""))
+    value = _rule_value(rule.subject, series, torch_version, nvcc, python)
+    for other in recipe.versions.values():
+        if other is not version and all(r.allows(*value) for r in recipe.rules(other) if r.subject == rule.subject):
+            parts.append(("or " if parts else "use ") + f"--version {other.version}")
+            break
+    return ", ".join(parts) if parts else f"no {_SUBJECT[rule.subject]} in imagegen's tables satisfies it"
 
 
 def _torch_cuda_problems(series: TorchSeries, cuda: CudaVariant) -> list[str]:
@@ -130,14 +219,7 @@ def _torch_cuda_problems(series: TorchSeries, cuda: CudaVariant) -> list[str]:
 
 def _recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, cuda: CudaVariant,
                      archs: ArchList, nvcc: Version) -> list[str]:
-    out = []
-    tv = Version(series.series)
-    if recipe.min_torch and tv < Version(f"{recipe.min_torch.major}.{recipe.min_torch.minor}"):
-        out.append(f"{recipe.name} {version.version} needs torch >= {recipe.min_torch}; torch {series.series} selected")
-    if recipe.max_torch and tv > recipe.max_torch:
-        out.append(f"{recipe.name} {version.version} supports torch <= {recipe.max_torch}; torch {series.series} selected")
-    if nvcc < recipe.min_cuda:
-        out.append(f"{recipe.name} needs CUDA >= {recipe.min_cuda}; CUDA {_fmt(nvcc)} selected")
+    out: list[str] = []
     knob = version.arch
     if knob.style == "fixed":
         fixed = knob.fixed_for(nvcc)
@@ -240,8 +322,13 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
             base_problem.append(str(exc))
     nvcc = base.nvcc if base is not None and base.nvcc is not None else Version(cuda.toolkit if fl.toolkit == "image" else (cuda.pypi_toolkit or cuda.toolkit))
     nvcc = Version(_fmt(nvcc))
-    problems += _python_problems(recipe, series, python)
+    requested = archs
+    archs, mapped = compiled_archs(version, requested)
+    if mapped:
+        notes.append(mapped)
+    problems += _python_problems(series, python)
     problems += _torch_cuda_problems(series, cuda)
+    problems += _rule_problems(recipe, version, series, torch_version, cuda, nvcc, python)
     problems += _nvcc_problems(archs, nvcc, cuda)
     # An arch nvcc cannot compile is reported once, by the nvcc rule; the recipe checks see the rest.
     compilable = ArchList([a for a in archs if not nvcc_problems(ArchList([a]), nvcc)])
@@ -264,6 +351,7 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         recipe=recipe, version=version, torch=series, torch_version=torch_version, cuda=cuda, python=python,
         archs=archs, flavor=flavor, base=base, torch_index_url=index, problems=tuple(_dedupe(problems)),
         notes=tuple(notes), status=REJECTED if problems else BUILDABLE,
+        requested_archs=requested if requested != archs else None,
     )
 
 
@@ -381,6 +469,6 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 
 
 __all__ = [
-    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "defaults",
+    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
     "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

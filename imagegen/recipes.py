@@ -35,6 +35,46 @@ ARCH_STYLES = ("torch", "numeric", "dotted", "cmake", "gencode", "fixed")
 # What a package does with a request for PTX: embeds it for the archs asked ("honoured"), only for
 # the newest arch it compiles ("newest"), or never ("none").
 PTX_POLICIES = ("honoured", "newest", "none")
+# What a version's ``requires`` ranges constrain: the torch release, the cell's nvcc, the Python.
+RULE_SUBJECTS = ("torch", "cuda", "python")
+# Error messages quote at most this much of a bad value, so they stay one readable line.
+_MAX_QUOTED = 80
+
+
+def _quoted(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_QUOTED else text[:_MAX_QUOTED] + "..."
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A range one version (or the whole recipe) needs: torch, CUDA (the cell's nvcc) or Python.
+
+    A clause written with two components (``>=2.10``, ``<12.5``) compares the series ``X.Y``, so the
+    torch 2.10 series satisfies ``>=2.10`` and torch 2.9.1 does not satisfy ``>2.9``; a clause with
+    more components (``>=2.9.1``) or a wildcard compares the exact release.
+    """
+
+    subject: str
+    spec: SpecifierSet
+    # Where the fact comes from ("requirements.txt"), shown in the plan's reason.
+    why: str = ""
+
+    def allows(self, series: Version, exact: Version | None = None) -> bool:
+        exact = exact or series
+        for clause in self.spec:
+            wild = clause.version.endswith(".*")
+            short = not wild and len(Version(clause.version).release) <= 2
+            if not clause.contains(series if short else exact, prereleases=True):
+                return False
+        return True
+
+    @property
+    def text(self) -> str:
+        """``>= 2.8, < 2.10``: the spec as a reason shows it."""
+        order = {">=": 0, ">": 0, "~=": 0, "==": 1, "===": 1, "!=": 2, "<=": 3, "<": 3}
+        clauses = sorted(self.spec, key=lambda c: (order.get(c.operator, 1), Version(c.version.rstrip(".*"))))
+        return ", ".join(f"{c.operator} {c.version}" for c in clauses)
 
 
 @dataclass(frozen=True)
@@ -52,6 +92,14 @@ class ArchKnob:
     # Who parses a torch-style list: torch's cpp_extension ("torch", which rejects what that torch
     # release does not know) or the package's own setup.py ("package", e.g. SageAttention).
     parser: str = "torch"
+    # Requested cc -> the cc the package compiles for it, for knobs that accept only some values of a
+    # major and whose lowest cubin serves the rest (FLASH_ATTN_CUDA_ARCHS takes 80 but not 86/89;
+    # the sm_80 cubin runs on 8.6/8.7/8.9). Not used by style "fixed", which covers by itself.
+    runs_on: tuple[tuple[str, str], ...] = ()
+
+    def compiles_for(self, cc: str) -> str:
+        """The cc this knob compiles when asked for ``cc`` (itself unless ``runs_on`` maps it)."""
+        return dict(self.runs_on).get(cc, cc)
 
     def fixed_for(self, cuda: Version) -> ArchList:
         """The archs a fixed-arch package compiles with nvcc ``cuda``."""
@@ -87,6 +135,12 @@ class RecipeVersion:
     min_cuda_by_arch: Mapping[str, Version]
     arch: ArchKnob
     notes: str = ""
+    # Extension module -> the archs its kernels can target (SageAttention's _qattn_sm90: 9.0 only,
+    # wgmma). The gencode audit refuses a build that compiles a listed extension for any other arch,
+    # and does not count a requested arch it lacks as missing. Extensions not listed take any arch.
+    extensions: Mapping[str, ArchList] = field(default_factory=dict)
+    # Ranges this version needs beyond the recipe's (xformers 0.0.35: torch >= 2.10, CUDA >= 12.5).
+    requires: tuple[Rule, ...] = ()
 
     @property
     def pinned_ref(self) -> str:
@@ -139,6 +193,18 @@ class Recipe:
     smoke: SmokeTest
     obsolete_patches: tuple[Mapping[str, str], ...]
     path: str  # where the recipe came from, for messages
+
+    def rules(self, version: RecipeVersion) -> tuple[Rule, ...]:
+        """Every range a cell of ``version`` must fall in: the recipe-wide ones, then the version's."""
+        out = []
+        if self.min_torch is not None:
+            out.append(Rule("torch", SpecifierSet(f">={self.min_torch}"), "build.min_torch"))
+        if self.max_torch is not None:
+            out.append(Rule("torch", SpecifierSet(f"<={self.max_torch}"), "build.max_torch"))
+        out.append(Rule("cuda", SpecifierSet(f">={self.min_cuda}"), "build.min_cuda"))
+        if str(self.python):
+            out.append(Rule("python", self.python, "build.python"))
+        return tuple(out) + tuple(version.requires)
 
     def version(self, wanted: str | None) -> RecipeVersion:
         key = wanted or self.default_version
@@ -302,7 +368,37 @@ def _load_knob(r: _Reader, base: ArchKnob | None = None) -> ArchKnob:
         ptx=ptx,
         keep_variant=r.bool("keep_variant", base.keep_variant if base else False),
         parser=_parser(r, base),
+        runs_on=_runs_on(r, base),
     )
+
+
+def _single_cc(r: _Reader, text: Any, key: str) -> str:
+    try:
+        parsed = parse_arch_list(str(text))
+    except ArchError as exc:
+        raise r.error(str(exc), key) from None
+    if len(parsed) != 1 or parsed[0].variant or parsed[0].ptx or not parsed[0].sass:
+        raise r.error(f"{_quoted(text)}: give one plain compute capability such as 8.6", key)
+    return parsed[0].cc
+
+
+def _runs_on(r: _Reader, base: ArchKnob | None) -> tuple[tuple[str, str], ...]:
+    raw = r.data.get("runs_on")
+    if raw is None:
+        return base.runs_on if base else ()
+    if not isinstance(raw, dict):
+        raise r.error("expected a mapping of requested cc -> the cc compiled for it, e.g. {\"8.6\": \"8.0\"}", "runs_on")
+    out = {}
+    for want, got in raw.items():
+        key = f"runs_on.{want}"
+        w, g = _single_cc(r, want, key), _single_cc(r, got, key)
+        wm, wn = (int(x) for x in w.split("."))
+        gm, gn = (int(x) for x in g.split("."))
+        # A cubin runs only on GPUs of its own major with an equal or higher minor.
+        if wm != gm or gn >= wn:
+            raise r.error(f"an sm_{gm}{gn} cubin does not serve a {w} GPU (same major, lower minor only)", key)
+        out[w] = g
+    return tuple(sorted(out.items()))
 
 
 def _parser(r: _Reader, base: ArchKnob | None) -> str:
@@ -380,6 +476,8 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         archs = v.archs("archs")
         if not archs:
             raise v.error("list the archs this version supports", "archs")
+        knob = _load_knob(v.sub("arch"), arch)
+        _check_runs_on(v, knob, archs)
         versions[key] = RecipeVersion(
             version=key,
             ref=v.str("ref", required=url is not None, pattern=safety.GIT_REF) or "",
@@ -389,8 +487,10 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
             env=v.env("env"),
             patches=patches,
             min_cuda_by_arch=min_by_arch,
-            arch=_load_knob(v.sub("arch"), arch),
+            arch=knob,
             notes=v.str("notes", "") or "",
+            extensions=_extensions(v),
+            requires=_requires(v),
         )
     default_version = r.str("default_version", next(iter(versions)))
     if default_version not in versions:
@@ -445,6 +545,68 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         obsolete_patches=tuple(obsolete),
         path=shown,
     )
+
+
+def _check_runs_on(v: _Reader, knob: ArchKnob, archs: ArchList) -> None:
+    if knob.style == "fixed":
+        return  # a fixed list serves higher minors by itself (plan._covers)
+    supported = {a.cc for a in archs}
+    for want, got in knob.runs_on:
+        if got not in supported:
+            raise v.error(f"{want} runs on {got}, which is not in this version's archs", f"arch.runs_on.{want}")
+        if want in supported:
+            raise v.error(f"{want} is in this version's archs, so it cannot also run on {got}", f"arch.runs_on.{want}")
+
+
+def _requires(v: _Reader) -> tuple[Rule, ...]:
+    """``requires: {torch: ">=2.10", cuda: {spec: ">=12.5", why: "..."}, python: ">=3.10"}``."""
+    raw = v.data.get("requires")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise v.error(f"expected a mapping of {', '.join(RULE_SUBJECTS)} -> a version range such as '>=2.10'", "requires")
+    out = []
+    for subject, entry in raw.items():
+        key = f"requires.{subject}"
+        if subject not in RULE_SUBJECTS:
+            raise v.error(f"unknown subject {_quoted(subject)}; one of {', '.join(RULE_SUBJECTS)}", "requires")
+        why = ""
+        if isinstance(entry, dict):
+            e = _Reader(v.path, entry, f"{v.where}.{key}")
+            for k in e.data:
+                if k not in ("spec", "why"):
+                    raise e.error("unknown key (known: spec, why)", str(k)[:_MAX_QUOTED])
+            why = e.str("why", "") or ""
+            if "\n" in why or len(why) > 200:
+                raise e.error("one line of at most 200 characters, please", "why")
+            entry = e.data.get("spec")
+            key += ".spec"
+        if not isinstance(entry, str) or not entry.strip():
+            raise v.error(f"expected a version range such as '>=2.10', got {_quoted(entry)}", key)
+        try:
+            spec = SpecifierSet(entry)
+            for clause in spec:  # "===foo" parses but compares no version
+                Version(clause.version.rstrip(".*"))
+        except (InvalidSpecifier, InvalidVersion):
+            raise v.error(f"{_quoted(entry)} is not a version range such as '>=2.10' or '>=2.8,<2.10'", key) from None
+        out.append(Rule(subject, spec, why))
+    return tuple(out)
+
+
+def _extensions(v: _Reader) -> dict[str, ArchList]:
+    raw = v.data.get("extensions") or {}
+    if not isinstance(raw, dict):
+        raise v.error("expected a mapping of extension module -> {archs: [...]}", "extensions")
+    out = {}
+    for module, entry in raw.items():
+        if not isinstance(module, str) or not safety.MODULE_NAME.fullmatch(module):
+            raise v.error(f"bad extension module name {str(module)[:80]!r}", "extensions")
+        e = _Reader(v.path, entry, f"{v.where}.extensions.{module}")
+        archs = e.archs("archs")
+        if not archs:
+            raise e.error("list the archs this extension's kernels can target", "archs")
+        out[module] = archs
+    return out
 
 
 def _emits(v: _Reader) -> dict[str, str]:

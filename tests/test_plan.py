@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from packaging.version import Version
 
@@ -165,3 +167,175 @@ def test_every_arch_beyond_nvcc_is_reported_once_not_crashed():
     r = recipe_from_source_tree(Path(__file__).parent / "fixtures" / "tiny_kernel")
     c = make_cell(r, r.version(None), "2.11", "13.0", "3.11", parse_arch_list("7.0"), "pypi")
     assert c.status == REJECTED and c.problems[0].startswith("sm_70 was dropped in CUDA 13.0")
+
+
+# --------------------------------------------------------------------------------------------
+# Per-version torch / CUDA / Python ranges: the plan enforces every rule of every version
+
+
+def test_xformers_0_0_35_with_torch_2_9_is_rejected_naming_the_fix():
+    c = cell("xformers", "8.0;9.0", torch="2.9", cuda="12.8")
+    assert c.status == REJECTED
+    assert c.problems == ("xformers 0.0.35 needs torch >= 2.10 (requirements.txt; built against the torch 2.10"
+                          " stable ABI); torch 2.9 selected: use --torch 2.10 or newer, or --version 0.0.33.post2",)
+    assert cell("xformers", "8.0;9.0", torch="2.10", cuda="12.8").status == BUILDABLE
+    assert cell("xformers", "8.0;9.0", torch="2.9", cuda="12.8", version="0.0.33.post2").status == BUILDABLE
+    old = cell("xformers", "8.0;9.0", torch="2.8", cuda="12.8", version="0.0.33.post2")
+    assert old.problems[0].endswith("torch 2.8 selected: use --torch 2.9 or newer, or --version 0.0.32")
+
+
+def _cell_values(series, variant, python, nvcc):
+    return {"torch": (Version(series.series), Version(series.latest)), "cuda": (nvcc, nvcc),
+            "python": (Version(python), Version(python))}
+
+
+def _violating_cells(recipe, version, rule):
+    """Cells (from the compat tables; for CUDA also an older nvcc from a base image) outside ``rule``,
+    those inside more of the version's other rules first. Empty when no known value violates it."""
+    from imagegen import compat
+
+    cudas = compat.cuda_table()
+    others = [r for r in recipe.rules(version) if r is not rule]
+    found = []
+    for s in compat.torch_table().values():
+        for name in s.cuda:
+            variant = cudas[name]
+            nvccs = [variant.version]
+            if rule.subject == "cuda":  # a CUDA image older than any torch variant (nvcc's major must match)
+                nvccs += [Version(f"{variant.major}.{m}") for m in range(0, variant.minor)]
+            for nvcc in nvccs:
+                for py in s.pythons:
+                    values = _cell_values(s, variant, py, nvcc)
+                    if not rule.allows(*values[rule.subject]):
+                        broken = sum(not r.allows(*values[r.subject]) for r in others)
+                        found.append((broken, s.series, name, py, nvcc, nvcc != variant.version))
+    for _, torch, cuda, py, nvcc, override in sorted(found, key=lambda f: f[0]):
+        base = f"nvidia/cuda:{nvcc}.0-cudnn-devel-ubuntu22.04" if override else None
+        yield make_cell(recipe, version, torch, cuda, py, version.archs[:1], "cuda", base_image=base)
+
+
+def test_every_rule_of_every_version_rejects_a_cell_outside_it():
+    checked = vacuous = 0
+    for recipe in CAT.recipes.values():
+        for version in recipe.versions.values():
+            for rule in recipe.rules(version):
+                wanted = f"{recipe.name} {version.version} needs {dict(torch='torch', cuda='CUDA', python='Python')[rule.subject]} {rule.text}"
+                tried = list(itertools.islice(_violating_cells(recipe, version, rule), 20))
+                # The first of them the plan rejects for this rule (a cell whose base image cannot be
+                # had, say, is rejected for that first; the rule must still be named on the next).
+                c = next((c for c in tried if any(p.startswith(wanted) for p in c.problems)), tried[0] if tried else None)
+                if c is None:
+                    # Only a recipe-wide floor below everything imagegen knows (flash-attn's torch >= 2.2)
+                    # may be unviolable; a version's own rule that nothing violates is a data error.
+                    assert rule not in version.requires, f"{recipe.name} {version.version}: {rule} excludes nothing"
+                    vacuous += 1
+                    continue
+                assert c.status == REJECTED and any(p.startswith(wanted) for p in c.problems), (rule, c.describe(), c.problems)
+                assert all("\n" not in p and (": use --" in p or "imagegen's tables" in p) for p in c.problems if p.startswith(wanted))
+                checked += 1
+    assert checked > vacuous and checked >= sum(len(v.requires) for r in CAT.recipes.values() for v in r.versions.values())
+
+
+def test_natten_needs_torch_2_8_and_bsa_0_0_2_needs_cuda_11_7():
+    n = cell("natten", "8.0", torch="2.7", cuda="12.8", flavor="cuda")
+    assert any(p.startswith("natten 0.21.6 needs torch >= 2.8 (docs/install.md") for p in n.problems)
+    b = cell("bsa", "8.0", torch="2.7", cuda="11.8", flavor="cuda", base_image="nvidia/cuda:11.6.2-cudnn-devel-ubuntu22.04")
+    assert any(p.startswith("block-sparse-attn 0.0.2.post1 needs CUDA >= 11.7") and p.endswith("--version 0.0.1")
+               for p in b.problems), b.problems
+
+
+# --------------------------------------------------------------------------------------------
+# runs_on: flash-attn and Block-Sparse-Attention compile one sm_80 cubin for all of 8.x
+
+
+def test_flash_attn_maps_86_89_to_the_sm80_cubin():
+    from imagegen.arch import to_numeric_list
+
+    c = cell("flash-attn", "80;86;89;90", torch="2.8", cuda="12.8")
+    assert c.status == BUILDABLE, c.problems
+    assert str(c.archs) == "8.0;9.0" and str(c.requested_archs) == "8.0;8.6;8.9;9.0"
+    assert to_numeric_list(c.archs) == "80;90"  # FLASH_ATTN_CUDA_ARCHS, never 86
+    assert str(c.expected_archs) == "8.0;9.0"  # verify looks for sm_80, not sm_86
+    assert "8.6, 8.9 run the sm_80 cubin" in c.notes
+    assert "compiled as 8.0;9.0" in c.describe()
+    plain = cell("flash-attn", "8.0;9.0")
+    assert plain.requested_archs is None and not any("cubin" in n for n in plain.notes)
+
+
+def test_runs_on_for_every_numeric_flash_attn_and_bsa_version():
+    for name in ("flash-attn", "bsa"):
+        for v in CAT.get(name).versions.values():
+            c = cell(name, "8.6;8.7;8.9;9.0", torch="2.9", cuda="12.8", version=v.version)
+            assert c.status == BUILDABLE, (name, v.version, c.problems)
+            if v.arch.style != "fixed":
+                assert str(c.archs) == "8.0;9.0" and "8.6, 8.7, 8.9 run the sm_80 cubin" in c.notes
+
+
+def test_ptx_on_a_mapped_arch_is_still_refused_where_the_package_embeds_none():
+    c = cell("flash-attn", "8.0;8.6+PTX;9.0")
+    assert c.status == REJECTED and any("never embeds PTX" in p for p in c.problems)
+    bsa = cell("bsa", "8.6+PTX;9.0")  # BSA embeds PTX only for the newest arch
+    assert bsa.status == REJECTED and any("embeds PTX only for the newest arch" in p for p in bsa.problems)
+
+
+def test_the_rendered_arch_arg_is_the_compiled_list():
+    from imagegen.render import render_dockerfile
+
+    c = cell("flash-attn", "80;86;89;90", torch="2.8", cuda="12.8", flavor="cuda")
+    text = render_dockerfile(c).dockerfile
+    assert 'ARG TORCH_CUDA_ARCH_LIST="8.0;9.0"' in text or "ARG TORCH_CUDA_ARCH_LIST=8.0;9.0" in text
+
+
+def _seed_001_request(versions_of):
+    # Seed 001 builds FA 2.8.x for its compatibility table (torch 2.6: cu126; 2.7: cu126, cu128;
+    # 2.8: cu126, cu128, cu129), PY_LINUX cp312, TORCH_CUDA_ARCH_LIST="80;86;89;90", on
+    # pytorch/manylinux2_28-builder images. The catalogue's 2.8.x are 2.8.3, 2.8.3.post1 and main (2.8.4).
+    return MatrixRequest(recipes=versions_of, torch=["2.6", "2.7", "2.8"], cuda=["12.6", "12.8", "12.9"],
+                         python=["3.12"], archs=[parse_arch_list("80;86;89;90")], flavor="manylinux")
+
+
+def test_seed_001_matrix_gives_its_18_cells():
+    from dataclasses import replace
+
+    fa = CAT.get("flash-attn")
+    assert [v for v in fa.versions] == ["2.8.3", "2.8.3.post1", "main"]
+    plan = expand(_seed_001_request([(fa, v) for v in fa.versions.values()]))
+    assert len(plan.buildable) == 18, [c.problems for c in plan.rejected]
+    # The other 9 combinations are pairs the seed's own table does not have either.
+    assert all(len(c.problems) == 1 and "has no cu12" in c.problems[0] for c in plan.rejected)
+    assert all("8.6, 8.9 run the sm_80 cubin" in c.notes and str(c.archs) == "8.0;9.0" for c in plan.buildable)
+    # Without the mapping every cell of the seed's list is refused (what the issue reported).
+    unmapped = [(fa, replace(v, arch=replace(v.arch, runs_on=()))) for v in fa.versions.values()]
+    assert not expand(_seed_001_request(unmapped)).buildable
+
+
+def test_plan_json_and_manifest_carry_the_mapping_note(tmp_path, capsys):
+    from imagegen import collect
+    from imagegen.cli import main
+
+    code = main(["plan", "flash-attn", "--arch", "80;86;89;90", "--torch", "2.8", "--cuda", "12.8",
+                 "--python", "3.12", "--json"])
+    (rec,) = __import__("json").loads(capsys.readouterr().out)["cells"]
+    assert code == 0 and rec["archs"] == "8.0;9.0" and rec["requested_archs"] == "8.0;8.6;8.9;9.0"
+    assert rec["expected_archs"] == "8.0;9.0" and "8.6, 8.9 run the sm_80 cubin" in rec["notes"]
+    main(["plan", "flash-attn", "--arch", "80;86;89;90", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12"])
+    assert "8.6, 8.9 run the sm_80 cubin" in capsys.readouterr().out
+    c = cell("flash-attn", "80;86;89;90")
+    wheel = tmp_path / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
+    wheel.write_bytes(b"not really a wheel")
+    collect.publish(tmp_path / "out", c, wheel, inputs="x", record={})
+    entry = collect.read_manifest(collect.cell_dir(tmp_path / "out", c))["cells"][c.name]
+    assert entry["notes"] == list(c.notes) and entry["requested_archs"] == "8.0;8.6;8.9;9.0"
+    assert entry["expected_archs"] == "8.0;9.0"
+
+
+def test_archs_command_shows_what_flash_attn_and_bsa_really_get(capsys):
+    from imagegen.cli import main
+
+    assert main(["archs", "80;86;89;90"]) == 0
+    out = capsys.readouterr().out
+    fa = next(line for line in out.splitlines() if line.startswith("FLASH_ATTN_CUDA_ARCHS"))
+    bsa = next(line for line in out.splitlines() if line.startswith("BLOCK_SPARSE_ATTN_CUDA_ARCHS"))
+    for line in (fa, bsa):
+        assert line.split()[1] == "80;90" and "8.6, 8.9 run the sm_80 cubin" in line
+    assert "TORCH_CUDA_ARCH_LIST     8.0;8.6;8.9;9.0" in out  # torch-style packages compile 8.6 itself

