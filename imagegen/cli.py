@@ -144,7 +144,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python-exe", help="also import the wheel's modules with this interpreter (it must have the"
                    " torch the wheel was built for); imports that need a GPU driver are reported as skipped")
     p.add_argument("--strict", action="store_true", help="fail (exit 6) when an extension carries archs not requested")
+    p.add_argument("--gpu", action="store_true", help="then run the recipe's numerical GPU check (imagegen check)"
+                   " on each wheel that passed, with --python-exe (default: this Python)")
+    p.add_argument("--recipe-dir", type=Path, action="append", default=[], help="with --gpu: extra directory of"
+                   " recipe YAML files (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("check", help="run the recipe's numerical GPU check against a wheel", description=(
+        "Run the recipe's smoke.gpu_check (the kernel against torch SDPA on the GPU) against a wheel: the"
+        " recipe is found by the wheel's distribution name, the wheel is unpacked into a temporary folder"
+        " (nothing is installed) and the check runs in a fresh interpreter from an empty folder. Exit 0: it"
+        " passed; 6: it failed; 8: no torch or no CUDA GPU visible to that interpreter (nothing checked);"
+        " 2: bad input (no such wheel, unknown distribution, a recipe without a gpu_check)."))
+    p.add_argument("wheel", type=Path, help="wheel file")
+    p.add_argument("--recipe", help="recipe whose gpu_check to run (default: the one for the wheel's distribution)")
+    p.add_argument("--python", "--python-exe", dest="python_exe", metavar="EXE", help="interpreter to run the check"
+                   " with (it must have the torch the wheel was built for; default: this one)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds the check may take (default: 600)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_common(p)
 
     p = sub.add_parser("doctor", help="check this machine: torch, nvcc, GPUs, Docker/buildx, disk, RAM", description=(
         "Check what this machine can build and say how to fix each problem: Python, torch and its CUDA, nvcc and"
@@ -349,8 +367,6 @@ def _cell_record(cell) -> dict:
         "cuda": cell.cuda.name,
         "python": cell.python,
         "archs": str(cell.archs),
-        # What was asked, where the package compiles something else for it (flash-attn: 8.6 -> 8.0).
-        "requested_archs": str(cell.requested_archs or cell.archs),
         "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
         "flavor": cell.flavor,
         "base_image": cell.base.ref if cell.base else None,
@@ -430,8 +446,7 @@ def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
         problems += A.torch_problems(archs, tv)
     print(f"normalised               {archs}")
     print(f"TORCH_CUDA_ARCH_LIST     {_try(lambda: A.to_torch_arch_list(archs))}")
-    for line in _numeric_knob_lines(archs):
-        print(line)
+    print(f"FLASH_ATTN_CUDA_ARCHS    {A.to_numeric_list(archs)}")
     print(f"NATTEN_CUDA_ARCH         {A.to_dotted_list(archs)}")
     print(f"CMAKE_CUDA_ARCHITECTURES {A.to_cmake(archs)}")
     print(f"nvcc                     {' '.join(A.to_gencode(archs))}")
@@ -439,34 +454,6 @@ def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     return 3 if problems else 0
-
-
-def _numeric_knob_lines(archs: ArchList) -> list[str]:
-    """FLASH_ATTN_CUDA_ARCHS / BLOCK_SPARSE_ATTN_CUDA_ARCHS as the package really gets them.
-
-    Those knobs take 80 but not 86/89 (silently ignored); the plan maps such a request to the arch
-    whose cubin runs on it, so show that value (80;90 for 80;86;89;90) and say why.
-    """
-    from imagegen.arch import to_numeric_list
-    from imagegen.plan import compiled_archs
-
-    knobs: dict[str, tuple[Recipe, RecipeVersion]] = {}
-    for recipe in load_catalogue().recipes.values():
-        version = recipe.version(None)
-        knob = version.arch
-        if knob.style == "numeric" and knob.env:
-            knobs.setdefault(knob.env, (recipe, version))
-    lines = []
-    for env, (recipe, version) in sorted(knobs.items()):
-        compiled, mapped = compiled_archs(version, archs)
-        extra = [mapped] if mapped else []
-        supported = {a.cc for a in version.archs}
-        missing = [a.cc for a in compiled if a.cc not in supported]
-        if missing:
-            extra.append(f"does not build {', '.join(missing)}: imagegen plan rejects such a cell")
-        about = f"  ({recipe.name} {version.version}: {'; '.join(extra)})" if extra else ""
-        lines.append(f"{env:<24} {to_numeric_list(compiled, keep_variant=version.arch.keep_variant)}{about}")
-    return lines
 
 
 def _try(fn) -> str:
@@ -601,6 +588,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
             except ImagegenError as exc:
                 report.problems.append(str(exc))
         reports.append(report)
+    no_gpu = _verify_gpu(args, reports) if args.gpu else None
     if args.json:
         json.dump([r.as_dict() for r in reports], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -613,15 +601,55 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 print(f"     warning: {w}")
             for module, result in (r.imports or {}).items():
                 print(f"     import {module}: {result}")
+            if r.gpu_check and r.gpu_check.get("status") == "passed":
+                for line in r.gpu_check["output"]:
+                    print(f"     gpu_check: {line}")
+                print(f"     gpu_check passed on {r.gpu_check['device']} in {r.gpu_check['seconds']:.1f} s")
             for p in r.problems:
                 print(f"     problem: {p}")
     bad = [r for r in reports if not r.ok]
     if bad:
         raise VerifyError(f"{len(bad)} of {len(reports)} wheels failed verification: " + "; ".join(bad[0].problems))
+    if no_gpu is not None:
+        raise no_gpu
     warned = [r for r in reports if r.warnings]
     if warned:
         print(f"imagegen: warning: {len(warned)} of {len(reports)} wheels carry archs not requested"
               " (--strict makes that a failure)", file=sys.stderr)
+    return 0
+
+
+def _verify_gpu(args: argparse.Namespace, reports: list) -> ImagegenError | None:
+    """verify --gpu: `imagegen check` on each wheel that passed. Returns the NoGpuError (exit 8) to
+    raise once the reports are printed; a failed check is a problem of its wheel."""
+    from imagegen import check
+
+    cat = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
+    for wheel, report in zip(args.wheels, reports):
+        if not report.ok:
+            continue
+        try:
+            report.gpu_check = check.check_wheel(wheel, cat, python_exe=args.python_exe).as_dict()
+        except check.NoGpuError as exc:
+            return exc  # the same for every wheel: stop
+        except ImagegenError as exc:
+            report.gpu_check = {"status": "failed", "error": str(exc)}
+            report.problems.append(str(exc))
+    return None
+
+
+def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import check
+
+    cat = _catalogue(args, _config(args))
+    result = check.check_wheel(args.wheel, cat, recipe=args.recipe, python_exe=args.python_exe, timeout=args.timeout)
+    if args.json:
+        json.dump(result.as_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for line in result.output:
+            print(line)
+        print(result.summary(), file=sys.stderr)
     return 0
 
 
@@ -684,7 +712,7 @@ def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"render": cmd_render, "push": cmd_push, "pull": cmd_pull, "lock": cmd_lock, "plan": cmd_plan, "bake": cmd_bake, "build": cmd_build, "verify": cmd_verify,
+COMMANDS = {"render": cmd_render, "push": cmd_push, "pull": cmd_pull, "lock": cmd_lock, "plan": cmd_plan, "bake": cmd_bake, "build": cmd_build, "verify": cmd_verify, "check": cmd_check,
             "doctor": cmd_doctor, "ci": ci.run,
             "recipes": cmd_recipes,
             "archs": cmd_archs}

@@ -198,6 +198,7 @@ class WheelReport:
     problems: list[str]
     imports: dict | None = None  # module -> "ok" / "skipped: ..." when an import test ran
     warnings: list[str] = field(default_factory=list)  # one line per extension with extra archs (not strict)
+    gpu_check: dict | None = None  # what `imagegen verify --gpu` ran (imagegen.check.CheckResult.as_dict)
 
     @property
     def ok(self) -> bool:
@@ -212,6 +213,7 @@ class WheelReport:
             "ok": self.ok, "problems": self.problems, "warnings": self.warnings, "imports": self.imports,
             "extensions": [{"name": s.name, "archs": s.archs, "entries": s.counts(), "missing": s.missing,
                             "extra": s.extra} for s in self.extensions],
+            **({"gpu_check": self.gpu_check} if self.gpu_check is not None else {}),
         }
 
 

@@ -143,9 +143,9 @@ r = load_catalogue().get('$recipe'); v = r.version(None)
 print(expected_archs(v, parse_arch_list('$arch'), Version('13.0')))")" > "$out/verify.txt" 2>&1 || true
 echo "$t_verify $(now)" > "$out/verify_times"
 t_torch=$(now); $py -c "import torch" && echo "$t_torch $(now)" > "$out/import_torch_times"
-# The wheel unpacked onto PYTHONPATH: a venv made from a venv's python would not see its torch.
-mkdir -p "$work/site" && $py -m zipfile -e "$wheel" "$work/site"
-(cd "$work" && PYTHONPATH="$work/site:$here" $py "$here/scripts/gpu/check_recipe.py" "$recipe") > "$out/gpu_check.txt" 2>&1 || true
+# The recipe's gpu_check against the wheel: `imagegen check` unpacks it into a temporary folder (nothing
+# installed: a venv made from a venv's python would not see its torch) and runs it from an empty one.
+$py -m imagegen check "$wheel" --recipe "$recipe" > "$out/gpu_check.txt" 2>&1 || true
 
 $py - "$wheel" "$work/plain-dist" "$out" "$order" "$mode" "$cpus_imagegen" "$cpus_plain" <<'PY'
 import json, sys, os, glob
