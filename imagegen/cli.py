@@ -367,6 +367,8 @@ def _cell_record(cell) -> dict:
         "cuda": cell.cuda.name,
         "python": cell.python,
         "archs": str(cell.archs),
+        # What was asked, where the package compiles something else for it (flash-attn: 8.6 -> 8.0).
+        "requested_archs": str(cell.requested_archs or cell.archs),
         "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
         "flavor": cell.flavor,
         "base_image": cell.base.ref if cell.base else None,
@@ -446,7 +448,8 @@ def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
         problems += A.torch_problems(archs, tv)
     print(f"normalised               {archs}")
     print(f"TORCH_CUDA_ARCH_LIST     {_try(lambda: A.to_torch_arch_list(archs))}")
-    print(f"FLASH_ATTN_CUDA_ARCHS    {A.to_numeric_list(archs)}")
+    for line in _numeric_knob_lines(archs):
+        print(line)
     print(f"NATTEN_CUDA_ARCH         {A.to_dotted_list(archs)}")
     print(f"CMAKE_CUDA_ARCHITECTURES {A.to_cmake(archs)}")
     print(f"nvcc                     {' '.join(A.to_gencode(archs))}")
@@ -454,6 +457,34 @@ def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     return 3 if problems else 0
+
+
+def _numeric_knob_lines(archs: ArchList) -> list[str]:
+    """FLASH_ATTN_CUDA_ARCHS / BLOCK_SPARSE_ATTN_CUDA_ARCHS as the package really gets them.
+
+    Those knobs take 80 but not 86/89 (silently ignored); the plan maps such a request to the arch
+    whose cubin runs on it, so show that value (80;90 for 80;86;89;90) and say why.
+    """
+    from imagegen.arch import to_numeric_list
+    from imagegen.plan import compiled_archs
+
+    knobs: dict[str, tuple[Recipe, RecipeVersion]] = {}
+    for recipe in load_catalogue().recipes.values():
+        version = recipe.version(None)
+        knob = version.arch
+        if knob.style == "numeric" and knob.env:
+            knobs.setdefault(knob.env, (recipe, version))
+    lines = []
+    for env, (recipe, version) in sorted(knobs.items()):
+        compiled, mapped = compiled_archs(version, archs)
+        extra = [mapped] if mapped else []
+        supported = {a.cc for a in version.archs}
+        missing = [a.cc for a in compiled if a.cc not in supported]
+        if missing:
+            extra.append(f"does not build {', '.join(missing)}: imagegen plan rejects such a cell")
+        about = f"  ({recipe.name} {version.version}: {'; '.join(extra)})" if extra else ""
+        lines.append(f"{env:<24} {to_numeric_list(compiled, keep_variant=version.arch.keep_variant)}{about}")
+    return lines
 
 
 def _try(fn) -> str:
