@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cell_args(p, many=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--only", choices=("buildable", "rejected", "skipped"), help="show only cells with this status")
+    p.add_argument("--audit", action="store_true", help="run each buildable cell's own build with stand-in compilers"
+                   " (seconds, nothing compiles) and show what it would really compile: SASS/PTX per extension and"
+                   " the nvcc flags; refuse what would fail, warn about missing or unrequested archs")
+    p.add_argument("--native", action="store_true", help="with --audit: audit the build on this host (its Python,"
+                   " torch and nvcc), as `imagegen build --native` would run it")
+    p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")
+    p.add_argument("--src-dir", type=Path, help="with --native: an existing checkout (default: clone into --work)")
+    p.add_argument("--work", type=Path, default=Path(".imagegen"), help="with --audit: where sources and logs go (default: .imagegen)")
     _add_common(p)
 
     p = sub.add_parser("bake", help="write docker buildx bake definitions for a matrix", description=(
@@ -131,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")
     p.add_argument("--verbose-build", action="store_true", help="with --native: run pip wheel -v, printing every"
                    " compiler line as it comes (slows down chatty builds; without it pip prints them when the build fails)")
+    p.add_argument("--no-audit", action="store_true", help="skip the gencode audit before compiling (the package's"
+                   " own build run with stand-in compilers, which refuses a cell whose build would fail or miss an arch)")
     _add_common(p)
 
     p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
@@ -395,6 +405,10 @@ def _print_plan(plan: Plan, only: str | None) -> None:
 def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = _config(args)
     cat = _catalogue(args, config)
+    if args.audit:
+        return _plan_audit(args, config, cat)
+    if args.native:
+        raise UsageError("--native goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
     plan = _planned(args, config, cat)
     if args.json:
         json.dump({"cells": [_cell_record(c) for c in plan.cells],
@@ -558,10 +572,40 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+    """plan --audit: what the cell's own build would compile, judged before anything compiles."""
     from imagegen import native
 
-    sources = args.source or []
+    if not args.native:
+        raise UsageError("plan --audit runs the package's build where it would run: add --native to audit it on this"
+                         " host (its torch and nvcc); `imagegen build` audits every cell inside its builder image first")
+    cell, host = _native_cell(args, config, cat)
+    verdict = native.audit_native(cell, host, work=args.work, src_dir=args.src_dir, say=lambda m: None)
+    if args.json:
+        json.dump({"cell": _cell_record(cell), "audit": verdict.as_dict()}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"{cell.describe()}: {'buildable' if verdict.ok else 'REFUSED'} (audit {verdict.report.seconds:.1f} s)")
+        for line in verdict.table().splitlines():
+            print(f"  {line}")
+        for line in verdict.refusals:
+            print(f"  refused: {line}")
+        for line in verdict.warnings:
+            print(f"  warning: {line}")
+        for line in verdict.notes:
+            print(f"  note: {line}")
+    if not verdict.ok:
+        from imagegen.audit import refuse
+
+        raise refuse(cell, verdict)
+    return 0
+
+
+def _native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
+    """The one cell a native build (or audit) makes on this host, checked like plan's cells."""
+    from imagegen import native
+
+    sources = getattr(args, "source", None) or []
     if len(args.recipes) + len(sources) != 1:
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
     if len(args.arch or []) > 1:
@@ -580,14 +624,21 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
     archs = parse_arch_list((args.arch or [None])[0] or config.matrix.arch or ";".join(host.ccs)
                             or defaults()["matrix"]["arch"])
-    cell = native.preflight(recipe, version, archs, host)
+    return native.preflight(recipe, version, archs, host), host
+
+
+def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+    from imagegen import native
+
+    cell, host = _native_cell(args, config, cat)
     if args.print_env:
         print(json.dumps(native.build_env_native(cell, host, work=args.work, max_jobs=args.max_jobs,
                                                  nvcc_threads=args.nvcc_threads, src_dir=args.src_dir)))
         return 0
     out = args.out or config.out
     dest = native.build_native(cell, host, out=out, work=args.work, flat=args.flat, max_jobs=args.max_jobs,
-                               nvcc_threads=args.nvcc_threads, src_dir=args.src_dir, verbose_build=args.verbose_build)
+                               nvcc_threads=args.nvcc_threads, src_dir=args.src_dir, verbose_build=args.verbose_build,
+                               audit=not args.no_audit)
     print(dest)
     return 0
 

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from packaging.version import Version
 
@@ -32,8 +32,11 @@ from imagegen.compat import BaseImage
 from imagegen.errors import BuildError, CompatError, EngineError
 from imagegen.plan import Cell, native_cell
 from imagegen.recipes import Recipe, RecipeVersion
-from imagegen.render import builder_script, cell_document, inputs_hash
+from imagegen.render import audit_script, builder_script, cell_document, inputs_hash
 from imagegen.verify import verify_wheel
+
+if TYPE_CHECKING:
+    from imagegen.audit import Verdict
 
 
 @dataclass(frozen=True)
@@ -197,10 +200,43 @@ def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: i
         raise BuildError(f"could not compute the build environment: {(proc.stderr or proc.stdout).strip()[-300:]}") from None
 
 
+def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int | None = None,
+                 nvcc_threads: int | None = None, src_dir: Path | None = None,
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> "Verdict":
+    """The gencode audit of ``cell`` on this host: fetch the source, run the package's own build with
+    stand-in compilers and the exact environment a build would get, and judge what it would compile."""
+    from imagegen import audit
+
+    work = work.resolve()
+    doc, cell_file, script, _settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    (work / "imagegen_audit.py").write_text(audit_script())
+    if cell.recipe.source_kind != "local":
+        rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), "fetch"], env=env,
+                             stdout=sys.stderr)
+        if rc != 0:
+            raise BuildError(f"{cell.describe()}: the fetch step failed (exit {rc})")
+    report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env)
+    verdict = audit.judge_cell(report, cell)
+    say(f"audit ({report.seconds:.1f} s): what the build would compile\n" + verdict.table())
+    for line in verdict.warnings:
+        say(f"audit: warning: {line}")
+    for line in verdict.notes:
+        say(f"audit: note: {line}")
+    return verdict
+
+
 def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat: bool = False,
                  max_jobs: int | None = None, nvcc_threads: int | None = None, src_dir: Path | None = None,
-                 verbose_build: bool = False, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
+                 verbose_build: bool = False, audit: bool = True,
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
     work = work.resolve()
+    verdict = None
+    if audit:  # before anything compiles: refuse what the package's own build would get wrong
+        from imagegen.audit import refuse
+
+        verdict = audit_native(cell, host, work=work, max_jobs=max_jobs, nvcc_threads=nvcc_threads, src_dir=src_dir, say=say)
+        if not verdict.ok:
+            raise refuse(cell, verdict)
     doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
     if verbose_build:  # pip -v: every compiler line live (slower for chatty builds, see imagegen_build.py)
         env["IMAGEGEN_BUILD_VERBOSE"] = "1"
@@ -219,7 +255,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
             rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), *step], env=env)
             steps[step[0]] = time.time() - t0
             if rc != 0:
-                raise BuildError(f"{cell.describe()}: the {step[0]} step failed (exit {rc}); log: {work / 'logs' / 'build.log'}")
+                raise BuildError(_step_failure(cell, step[0], rc, work / "logs"))
         wheels = sorted(dist.glob("*.whl"))
         if len(wheels) != 1:
             raise BuildError(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
@@ -246,11 +282,32 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
         dest = collect.publish(out, cell, wheels[0], inputs=inputs_hash(cell, doc), record={
             "duration_s": round(seconds, 1), "log": str(work / "logs" / "build.log"), "verify": report.as_dict(),
             "smoke": smoke, "native": True, "nvcc": str(host.nvcc),
+            **({"audit": verdict.as_dict()} if verdict is not None else {}),
             "steps_s": {k: round(v, 2) for k, v in steps.items()}})
     steps["publish"] = time.time() - t0
     say("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
     say(f"built {dest} in {seconds:.0f} s; archs: {'; '.join(s.summary() for s in report.extensions)}")
     return dest
+
+
+def _step_failure(cell: Cell, step: str, rc: int, logs: Path) -> str:
+    """One line: the compiler's first error first (the in-build script's failure.json), then what
+    failed and where the log is."""
+    log = logs / "build.log"
+    what = f"{cell.describe()}: the {step} step failed (exit {rc}); log: {log}"
+    if step != "build":
+        return what
+    try:
+        failure = json.loads((logs / "failure.json").read_text())
+    except (OSError, ValueError):
+        return what
+    error = failure.get("error") if isinstance(failure, dict) else None
+    if not error:
+        return what
+    stopped = ""
+    if failure.get("error_at") and failure.get("stopped_at"):
+        stopped = f", stopped {max(0.0, failure['stopped_at'] - failure['error_at']):.1f} s after it"
+    return f"{error} ({what}{stopped})"
 
 
 def smoke_test(wheel: Path, cell: Cell, host: HostToolchain, importer: "Importer | None" = None) -> dict:

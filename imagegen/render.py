@@ -82,6 +82,11 @@ def builder_script() -> str:
     return (resources.files("imagegen") / "resources" / "builder" / "imagegen_build.py").read_text(encoding="utf-8")
 
 
+def audit_script() -> str:
+    """The gencode audit's stand-in compilers, shipped beside builder_script() (imagegen_audit.py)."""
+    return (resources.files("imagegen") / "resources" / "builder" / "imagegen_audit.py").read_text(encoding="utf-8")
+
+
 @dataclass(frozen=True)
 class Rendered:
     cell: Cell
@@ -222,6 +227,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
     if "\n" in cell_json or "\r" in cell_json:
         raise UnsafeValueError("internal: the cell document must be one line")
     script = builder_script().rstrip("\n")
+    audit = audit_script().rstrip("\n")
     digest = inputs_hash(cell, doc)
     apt, dnf = _packages(cell)
     recipe = cell.recipe
@@ -250,6 +256,8 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         dnf_packages=[_token(p) for p in dnf],
         script_delimiter=safety.heredoc_delimiter(script, "IMAGEGEN_BUILD_PY"),
         builder_script=_Raw(script),
+        audit_delimiter=safety.heredoc_delimiter(audit, "IMAGEGEN_AUDIT_PY"),
+        audit_script=_Raw(audit),
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),
     )

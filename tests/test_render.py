@@ -15,7 +15,7 @@ from packaging.version import Version
 from imagegen.arch import parse_arch_list
 from imagegen.plan import choose_cell
 from imagegen.recipes import load_catalogue, recipe_from_source_tree
-from imagegen.render import builder_script, render_dockerfile
+from imagegen.render import audit_script, builder_script, render_dockerfile
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -58,8 +58,8 @@ def check_structure(text: str, cell) -> None:
     # smoke (install + import in a fresh base), buildlog, and wheels last (what bake exports): only
     # wheels, taken from the smoke-tested stage.
     froms = [c for n, c in cmds if n == "FROM"]
-    assert [f.value[-1] for f in froms] == ["base", "builder", "compile", "smoke", "buildlog", "wheels"]
-    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "base", "builder", "base", "scratch", "scratch"]
+    assert [f.value[-1] for f in froms] == ["base", "builder", "audit", "audit-report", "compile", "smoke", "buildlog", "wheels"]
+    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "base", "builder", "scratch", "builder", "base", "scratch", "scratch"]
     # The builder stage carries no arch: one pushed image serves every arch list.
     start, end = froms[1].start_line, froms[2].start_line
     assert not any(n == "ARG" and c.start_line > start and c.end_line < end for n, c in cmds)
@@ -86,10 +86,11 @@ def check_structure(text: str, cell) -> None:
             assert "ca-certificates.crt" not in joined and "pip_cert" not in joined and "netrc" not in joined
     # The builder stage has an entrypoint for `docker run -v out:/out IMAGE`.
     assert any(n == "ENTRYPOINT" for n, _ in cmds) and any(n == "CMD" and c.value == ("build", "--out", "/out") for n, c in cmds)
-    # Heredocs carry the build script verbatim and the cell as one JSON line.
+    # Heredocs carry the build script and the audit's stand-in compilers verbatim and the cell as one JSON line.
     heredocs = [c for _, c in cmds if c.heredocs]
     assert heredocs[0].heredocs[0].content.rstrip("\n") == builder_script().rstrip("\n")
-    doc = json.loads(heredocs[1].heredocs[0].content)
+    assert heredocs[1].heredocs[0].content.rstrip("\n") == audit_script().rstrip("\n")
+    doc = json.loads(heredocs[2].heredocs[0].content)
     assert doc["torch"]["version"] == cell.torch_version and "default_archs" not in doc
 
 
@@ -131,7 +132,7 @@ def test_local_project_renders_with_named_source_context(tmp_path):
     cmds = instructions(text)
     copies = [c for n, c in cmds if n == "COPY" and "--from=source" in c.flags]
     assert len(copies) == 1 and copies[0].value[-1] == "/imagegen/src"
-    assert json.loads([c for _, c in cmds if c.heredocs][1].heredocs[0].content)["toolkit"]["kind"] == "pypi"
+    assert json.loads([c for _, c in cmds if c.heredocs][2].heredocs[0].content)["toolkit"]["kind"] == "pypi"
     check_structure(text, cell)
 
 

@@ -14,21 +14,133 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
           the wheel with --no-build-isolation, retag it with the local version, move it atomically
           into --out, keep the log
   smoke   import the recipe's modules (the wheel must be installed)
+  nvcc-guard N CMD... ARGS...
+          (internal) how `build` runs each nvcc: see nvcc_guard
 """
 
-import argparse
+import os
+import sys
+
+# ------------------------------------------------------------------------------------------------
+# nvcc guard: first in the file, so that the guard's start (once per compilation) imports nothing else
+
+# A compiler's error line: nvcc/cicc `foo.cu(12): error: ...`, gcc/clang `foo.cpp:3:1: error: ...`,
+# ptxas `ptxas /tmp/x.ptx, line 20; error   : ...`, `nvcc fatal   : ...`. Leading blanks allowed
+# (pip -v indents a build's output).
+_COMPILER_ERROR = (rb"(?m)^[ \t]*(?:\S[^\n]*?(?:\(\d+\): (?:catastrophic )?error\b|:\d+(?::\d+)?: (?:fatal )?error\b"
+                   rb"|; error\s*:)|(?:ptxas|nvcc|nvlink|cicc|fatbinary|cc1plus|cc1) (?:fatal|error)\s*:)[^\n]*")
+MARKER_ENV = "IMAGEGEN_NVCC_FAILED"  # the file a failing nvcc appends its first error lines to
+PROGRESS_ENV = "IMAGEGEN_NVCC_PROGRESS"  # the file each finished nvcc appends one line to
+GUARD_VARS = (MARKER_ENV, PROGRESS_ENV)
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _append(path, data):
+    """One write() with O_APPEND: lines of guards that finish together do not interleave."""
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _source_of(args):
+    """The file an nvcc command compiles (`-c foo.cu`; torch's flags hold a `-c` of their own), as
+    dir/name: enough to say which one."""
+    src = next((a for a in reversed(args) if a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c"))), None) \
+        or next((args[i + 1] for i in range(len(args) - 2, -1, -1) if args[i] == "-c"), "?")
+    return os.path.join(os.path.basename(os.path.dirname(src)), os.path.basename(src))
+
+
+def nvcc_guard(argv):
+    """`nvcc-guard N CMD(N words) ARGS...`: run CMD ARGS (nvcc, or `ccache nvcc`) with its output
+    unchanged, and tell the build's supervisor (cmd_build) about it through two files named in the
+    environment: a failure appends its first error lines to $IMAGEGEN_NVCC_FAILED (as soon as an
+    error line appears, and at a non-zero exit), a success one line to $IMAGEGEN_NVCC_PROGRESS.
+
+    stdout is nvcc's own; stderr (where nvcc, cicc, ptxas and the host compiler write errors) passes
+    through a pipe in 64 KiB chunks, forwarded at once and searched by one regex per chunk: nothing
+    per line, and nvcc never waits on the guard. Returns nvcc's exit status."""
+    import re
+    import subprocess
+    import time
+
+    if not argv or not argv[0].isdigit() or int(argv[0]) < 1 or len(argv) <= int(argv[0]):
+        sys.stderr.write("imagegen nvcc-guard: usage: nvcc-guard N CMD... ARGS...\n")
+        return 2
+    n = int(argv[0])
+    cmd = argv[1:]
+    marker = os.environ.get(MARKER_ENV)
+    started = time.time()
+    try:
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    except OSError as exc:
+        text = ("imagegen nvcc-guard: cannot run %s: %s\n" % (cmd[0], exc)).encode()
+        sys.stderr.buffer.write(text)
+        _append(marker, text)
+        return 127
+    error = re.compile(_COMPILER_ERROR)
+    fd = proc.stderr.fileno()
+    carry = tail = b""  # the start of a line split between chunks; the last lines, for a bare failure
+    reported = not marker
+    while True:
+        chunk = os.read(fd, 65536)
+        if chunk:
+            try:
+                _write_all(2, chunk)
+            except OSError:  # the reader (ninja) is gone: keep draining, nvcc must not block
+                pass
+            if reported:
+                continue
+            window = carry + chunk
+            cut = window.rfind(b"\n") + 1
+            lines, carry = window[:cut], window[cut:]
+        else:
+            lines, carry = carry, b""
+        if not reported and (b"rror" in lines or b"fatal" in lines):
+            found = error.findall(lines)
+            if found:
+                reported = True
+                _append(marker, b"\n".join(line.strip() for line in found[:5]) + b"\n  (compiling "
+                        + _source_of(cmd[n:]).encode() + b")\n")
+        tail = (tail + lines)[-2048:]
+        if not chunk:
+            break
+    rc = proc.wait()
+    if rc != 0 and not reported:
+        last = [ln.strip() for ln in tail.decode("utf-8", "replace").splitlines() if ln.strip()][-3:]
+        _append(marker, ("%s exited with status %d compiling %s%s\n" % (
+            os.path.basename(cmd[n - 1]), rc, _source_of(cmd[n:]), (": " + " | ".join(last)) if last else "")).encode())
+    elif rc == 0:
+        _append(os.environ.get(PROGRESS_ENV), ("nvcc %s: %.1f s\n" % (_source_of(cmd[n:]), time.time() - started)).encode())
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["nvcc-guard"]:
+    sys.exit(nvcc_guard(sys.argv[2:]))
+
+import argparse  # noqa: E402 (after the guard's fast path)
 import base64
 import csv
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
-import sys
 import tempfile
+import threading
 import time
 import zipfile
 
@@ -401,6 +513,8 @@ def cmd_build(cell, args):
     os.makedirs(out, exist_ok=True)
     os.makedirs(cell["log_dir"], exist_ok=True)
     log_path = os.path.join(cell["log_dir"], "build.log")
+    if os.path.exists(os.path.join(cell["log_dir"], "failure.json")):
+        os.unlink(os.path.join(cell["log_dir"], "failure.json"))  # a previous build's
     if cell.get("work_dir"):
         # In an image: always the same path, so that a rebuild of the same inputs (bake, or
         # `docker run` of a pulled builder image) compiles byte-identical .so files and ccache
@@ -411,15 +525,21 @@ def cmd_build(cell, args):
     else:
         work = tempfile.mkdtemp(prefix="imagegen-work-")
     stats_log = use_ccache(env, work, py, relative_paths=not cell.get("work_dir"))
+    guard = guard_nvcc(env, cell["log_dir"], work)
     src = os.path.join(work, "src")
     # Build from a copy: the pinned tree stays pristine, so a rebuild with other archs starts clean.
     shutil.copytree(cell["src_dir"], src, symlinks=True)
     tree = os.path.join(src, cell["source"].get("subdir") or "")
     dist = os.path.join(work, "dist")
     started = time.time()
-    with open(log_path, "wb") as lf:
+    # Unbuffered: the log grows while the build runs (a long compile can be followed with tail -f).
+    with open(log_path, "wb", buffering=0) as lf:
         lf.write(("[imagegen] build env: %s\n" % json.dumps(chosen)).encode())
-        run(pip_wheel_command(py, dist, tree), env=env, log_file=lf)
+        result = supervise(pip_wheel_command(py, dist, tree), env, lf, guard)
+    if result["error"]:
+        with open(os.path.join(cell["log_dir"], "failure.json"), "w", encoding="utf-8") as fh:
+            json.dump(dict(result, log=log_path), fh)
+        fail("%s (%s; log: %s)" % (result["error"], result["how"], log_path), result["rc"] or 1)
     log("pip wheel took %.1f s" % (time.time() - started))
     wheels = [f for f in os.listdir(dist) if f.endswith(".whl")]
     if len(wheels) != 1:
@@ -436,6 +556,249 @@ def cmd_build(cell, args):
         report_ccache(stats_log, cell["log_dir"])
     shutil.rmtree(work, ignore_errors=True)
     log("built %s in %.0f s (log: %s)" % (dest, time.time() - started, log_path))
+
+
+# ------------------------------------------------------------------------------------------------
+# build supervision: stop at the first compiler error, keep the log live
+
+HEARTBEAT_S = 30  # a "still compiling" line this often, so a long compile is never silent
+POLL_S = 0.2  # how often the supervisor looks at the guard's files and the build
+KILL_GRACE_S = 3.0  # between TERM and KILL
+
+
+def torch_nvcc(env):
+    """The nvcc command torch's ninja build would run (shell words): $PYTORCH_NVCC, else
+    CUDA_HOME/bin/nvcc found the way torch.utils.cpp_extension finds it, behind ccache/sccache when
+    this torch wraps its compilers itself (torch >= 2.13, unless TORCH_NO_COMPILER_WRAPPER)."""
+    if env.get("PYTORCH_NVCC"):
+        return env["PYTORCH_NVCC"]
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not home:
+        found = shutil.which("nvcc", path=env.get("PATH"))
+        home = os.path.dirname(os.path.dirname(found)) if found else "/usr/local/cuda"
+    nvcc = os.path.join(home, "bin", "nvcc")
+    if not os.path.isfile(nvcc):
+        return None
+    words = [nvcc]
+    if not env.get("TORCH_NO_COMPILER_WRAPPER") and _torch_wraps_compilers():
+        wrapper = shutil.which("ccache", path=env.get("PATH")) and "ccache" or shutil.which("sccache", path=env.get("PATH")) and "sccache"
+        if wrapper:
+            words.insert(0, shutil.which(wrapper, path=env.get("PATH")))
+    return " ".join(_shell_quote(w) for w in words)
+
+
+def _torch_wraps_compilers():
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("torch")
+        with open(os.path.join(os.path.dirname(spec.origin), "utils", "cpp_extension.py"), encoding="utf-8") as fh:
+            return "def _wrap_compiler(" in fh.read()
+    except (ImportError, AttributeError, TypeError, OSError, ValueError):
+        return False
+
+
+def _shell_quote(word):
+    import shlex
+    return shlex.quote(word)
+
+
+def guard_nvcc(env, log_dir, work):
+    """Route torch's nvcc (PYTORCH_NVCC, which torch's ninja builds honour; ccache's setting is kept
+    inside) through this script's nvcc-guard, which reports a failing compilation at once. Returns
+    the guard's files {marker, progress}, or None when there is no nvcc to guard. Neither these
+    variables nor PYTORCH_NVCC are in `env`'s printed form (chosen_env): a plain `pip wheel` with
+    those repeats the build without the guard."""
+    real = torch_nvcc(env)
+    if not real:
+        return None
+    import shlex
+    try:
+        words = len(shlex.split(real))
+    except ValueError:
+        return None
+    marker = os.path.join(log_dir, "nvcc-errors.txt")
+    progress = os.path.join(work, "nvcc-progress.txt")
+    for f in (marker, progress):
+        if os.path.exists(f):
+            os.unlink(f)
+    env["PYTORCH_NVCC"] = "%s -S %s nvcc-guard %d %s" % (_shell_quote(sys.executable), _shell_quote(os.path.abspath(__file__)),
+                                                         words, real)
+    env[MARKER_ENV] = marker
+    env[PROGRESS_ENV] = progress
+    return {"marker": marker, "progress": progress}
+
+
+def _first_error(data):
+    m = re.search(_COMPILER_ERROR, data)
+    return m.group(0).strip().decode("utf-8", "replace") if m else None
+
+
+def supervise(cmd, env, log_file, guard):
+    """Run the build (``cmd``, pip wheel) in a session of its own, its output to stdout and
+    ``log_file`` chunk by chunk as it comes. Stop it, every process of it (pip, setup.py, ninja,
+    nvcc, cicc, ptxas, the host compiler), at the first compiler error: the guard's marker file, or
+    an error line in the output when pip shows it (IMAGEGEN_BUILD_VERBOSE). Returns {rc, error
+    (its first line, or None), how, error_at, stopped_at}."""
+    log("$ " + " ".join(cmd))
+    started = time.time()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lock = threading.Lock()
+    stream_error = []
+    scan = os.environ.get("IMAGEGEN_BUILD_VERBOSE", "").lower() in ("1", "true", "yes")
+    out = getattr(sys.stdout, "buffer", None)
+
+    def emit(data):
+        with lock:
+            if out is not None:
+                try:
+                    out.write(data)
+                    out.flush()
+                except (OSError, ValueError):
+                    pass
+            log_file.write(data)
+
+    def reader():
+        fd = proc.stdout.fileno()
+        carry = b""
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            emit(chunk)
+            if scan and not stream_error:
+                window = carry + chunk
+                cut = window.rfind(b"\n") + 1
+                lines, carry = window[:cut], window[cut:][-65536:]
+                if b"rror" in lines or b"fatal" in lines:
+                    found = _first_error(lines)
+                    if found:
+                        stream_error.append((found, time.time()))
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    marker = guard and guard["marker"]
+    progress = guard and guard["progress"]
+    offset, compiled, last = 0, 0, ""
+    next_beat = started + HEARTBEAT_S
+    error = error_at = None
+    how = ""
+    while True:
+        rc = proc.poll()
+        if progress:
+            offset, lines = _read_new(progress, offset)
+            if lines:
+                compiled += len(lines)
+                last = lines[-1]
+                emit(b"".join(b"[imagegen] " + line.encode() + b"\n" for line in lines))
+        if marker and os.path.exists(marker) and os.path.getsize(marker) > 0:
+            error_at = time.time()
+            with open(marker, "rb") as fh:
+                text = fh.read()
+            error = text.decode("utf-8", "replace").splitlines()[0].strip()
+            how = "nvcc failed, so the build was stopped"
+        elif stream_error:
+            error, error_at = stream_error[0]
+            how = "the compiler failed, so the build was stopped"
+        if error:
+            emit(b"[imagegen] error: " + error.encode() + b"\n")
+            if marker and os.path.exists(marker):
+                with open(marker, "rb") as fh:
+                    emit(b"".join(b"[imagegen] | " + line + b"\n" for line in fh.read().splitlines()))
+            stop_session(proc)
+            rc = proc.wait()
+            break
+        if rc is not None:
+            break
+        now = time.time()
+        if now >= next_beat:
+            elapsed = int(now - started)
+            emit(("[imagegen] still compiling: %dm%02ds, %d compilation(s) done%s\n"
+                  % (elapsed // 60, elapsed % 60, compiled, ", last: " + last if last else "")).encode())
+            next_beat = now + HEARTBEAT_S
+        time.sleep(POLL_S)
+    thread.join(timeout=10)
+    stopped_at = time.time()
+    if rc != 0 and not error:
+        # pip prints a failed build's output at its end: name the first compiler error in it.
+        try:
+            with open(log_file.name, "rb") as fh:
+                error = _first_error(fh.read())
+        except (OSError, AttributeError, TypeError):
+            error = None
+        error = error or "the build failed (exit %d): %s" % (rc, " ".join(cmd))
+        how = "pip wheel exited with %d" % rc
+        log_file.write(b"[imagegen] error: " + error.encode() + b"\n")
+    if error:
+        log_file.write(("[imagegen] build stopped %.1f s after the first error was seen\n"
+                        % (stopped_at - (error_at or stopped_at))).encode())
+    return {"rc": rc if rc and rc > 0 else (1 if error else rc), "error": error, "how": how,
+            "error_at": error_at, "stopped_at": stopped_at}
+
+
+def _read_new(path, offset):
+    """Whole lines appended to ``path`` since ``offset``: (new offset, lines)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return offset, []
+    cut = data.rfind(b"\n") + 1
+    return offset + cut, data[:cut].decode("utf-8", "replace").splitlines()
+
+
+def session_pids(sid):
+    """Live processes (not zombies) of session ``sid``, from /proc; None without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    pids = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                stat = fh.read()
+            fields = stat[stat.rindex(b")") + 2:].split()
+            if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+                pids.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def stop_session(proc, grace=KILL_GRACE_S):
+    """TERM, then after ``grace`` seconds KILL, every process of the session ``proc`` leads. A
+    process group is not enough: ninja starts each compiler in a group of its own."""
+    sid = proc.pid
+
+    def signal_all(sig):
+        pids = session_pids(sid)
+        for pid in pids or []:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        try:
+            os.killpg(sid, sig)
+        except OSError:
+            pass
+        return pids if pids is not None else ([sid] if proc.poll() is None else [])
+
+    if not signal_all(signal.SIGTERM):
+        return
+    deadline = time.time() + grace
+    while time.time() < deadline:
+        proc.poll()  # reap the leader, so that it does not count as alive
+        if not session_pids(sid) and proc.poll() is not None:
+            return
+        time.sleep(0.05)
+    for _ in range(100):
+        proc.poll()
+        if not signal_all(signal.SIGKILL):
+            return
+        time.sleep(0.05)
 
 
 def pip_wheel_command(py, dist, tree):
@@ -645,6 +1008,70 @@ def cmd_smoke(cell, args):
         fail("smoke test failed: cannot import %s" % ", ".join(failed))
 
 
+# ------------------------------------------------------------------------------------------------
+# audit
+
+
+def cmd_audit(cell, args):
+    """Run the package's own build with stand-in compilers (imagegen_audit.py, beside this file) and
+    write what it would have compiled: per extension, the SASS/PTX targets and nvcc flags."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import imagegen_audit  # noqa: E402 (shipped beside this script)
+
+    started = time.time()
+    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    env = build_env(cell)
+    chosen = chosen_env(env)
+    work = tempfile.mkdtemp(prefix="imagegen-audit-")
+    try:
+        records = imagegen_audit.install_stubs(work, env, sys.executable, os.path.join(here, "imagegen_audit.py"),
+                                               nvcc_version=cell.get("nvcc"))
+        src = os.path.join(work, "src")
+        shutil.copytree(cell["src_dir"], src, symlinks=True)
+        tree = os.path.join(src, cell["source"].get("subdir") or "")
+        cmd = [py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", os.path.join(work, "dist"), tree]
+        log("audit: $ " + " ".join(cmd))
+        try:
+            proc = subprocess.run(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=args.timeout)
+            rc, output = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as exc:
+            rc, output = -1, (exc.stdout or b"") + b"\n[imagegen] audit: timed out"
+        text = output.decode("utf-8", "replace")
+        report = imagegen_audit.fold(imagegen_audit.read_records(records), os.path.realpath(src))
+        report.update({
+            "schema": 1,
+            "ok": rc == 0,
+            "exit": rc,
+            "seconds": round(time.time() - started, 2),
+            "env": chosen,
+            "error_lines": _error_lines(text) if rc != 0 else [],
+            "output_tail": text[-4000:] if rc != 0 else "",
+        })
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = os.path.abspath(args.out)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = out + ".partial"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2)
+    os.replace(tmp, out)
+    n = len(report["extensions"])
+    log("audit: %s in %.1f s: %d extension(s)%s" % ("ok" if report["ok"] else "the build failed", report["seconds"], n,
+                                                  "".join("; %s: %s" % (e["module"], " ".join(e["sass"] + e["ptx"]) or "no CUDA")
+                                                          for e in report["extensions"])))
+
+
+_ERROR_LINE = re.compile(r"(?i)(\berror\b|RuntimeError|AssertionError|Exception:|Traceback)")
+
+
+def _error_lines(text):
+    """The lines of a failed build's output that say why (the package's own RuntimeError, ...)."""
+    lines = [ln.strip() for ln in text.splitlines() if _ERROR_LINE.search(ln)]
+    return [ln[:300] for ln in lines if ln][-12:]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="imagegen_build.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cell", default=os.environ.get("IMAGEGEN_CELL", "/imagegen/cell.json"))
@@ -656,9 +1083,13 @@ def main(argv=None):
     b.add_argument("--out", default="/out")
     sm = sub.add_parser("smoke")
     sm.add_argument("--wheels", help="install the wheels in this folder first")
+    au = sub.add_parser("audit")
+    au.add_argument("--out", required=True, help="write the audit report (JSON) here")
+    au.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
-    {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke}[args.step](cell, args)
+    {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
+     "audit": cmd_audit}[args.step](cell, args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,370 @@
+"""The gencode audit: what a cell's build would really compile, read before anything compiles.
+
+The in-build script's ``audit`` step (resources/builder/imagegen_audit.py) runs the package's own
+build with stand-in compilers that record instead of compile, and reports per extension the SASS and
+PTX targets and the nvcc flags. This module reads that report and judges it against the request,
+the recipe and nvcc:
+
+- **refuse** a cell whose build would compile a kernel for an arch it cannot target (the recipe's
+  ``extensions`` knowledge, e.g. SageAttention's wgmma kernels only for sm_90a), hand nvcc an arch it
+  does not support (compute_70 on CUDA 13), stop in the package's own checks, compile no CUDA code
+  at all, or leave a requested arch out of every extension (the wheel could not run there);
+- **warn**, naming the extension, when an extension lacks a requested arch it could take, or the
+  build compiles archs nobody asked for (a hard-coded list that ignores ``--arch``).
+
+The verdict and the table go into ``imagegen plan --audit`` and the cell's manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from packaging.version import Version
+
+from imagegen.arch import ArchList, CudaArch, nvcc_problems
+from imagegen.errors import BuildError, CompatError
+
+# Bounds on what a report (written by a stranger's build) may make us hold or print.
+_MAX_EXTENSIONS = 500
+_MAX_TARGETS = 200
+_MAX_TEXT = 300
+
+_TARGET = re.compile(r"(sm|compute)_(\d{1,2})(\d)([af]?)")
+
+
+def parse_target(text: str) -> CudaArch | None:
+    """``sm_90a`` -> SASS 9.0a; ``compute_120`` -> PTX 12.0; None for anything else."""
+    m = _TARGET.fullmatch(text.strip())
+    if not m:
+        return None
+    try:
+        sass = m.group(1) == "sm"
+        return CudaArch(int(m.group(2)), int(m.group(3)), m.group(4), sass=sass, ptx=not sass)
+    except Exception:  # out of range: not a target nvcc knows either
+        return None
+
+
+def _text(value: Any) -> str:
+    return " ".join(str(value).split())[:_MAX_TEXT]
+
+
+def _strs(value: Any, limit: int = _MAX_TARGETS) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(_text(v) for v in value[:limit] if isinstance(v, (str, int, float)))
+
+
+@dataclass(frozen=True)
+class ExtensionAudit:
+    """One extension the build links: its module name and what nvcc was asked to produce for it."""
+
+    module: str
+    sass: tuple[str, ...]  # sm_80, sm_90a
+    ptx: tuple[str, ...]  # compute_120
+    other: tuple[str, ...]  # "default:" (no arch flag: nvcc's own default), "special:native"
+    sources: int
+    cuda_sources: int
+    nvcc_flags: tuple[str, ...]
+
+    @property
+    def targets(self) -> list[CudaArch]:
+        return [t for t in (parse_target(x) for x in (*self.sass, *self.ptx)) if t is not None]
+
+    @property
+    def compiles_cuda(self) -> bool:
+        return bool(self.sass or self.ptx or self.other)
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    ok: bool
+    exit: int
+    seconds: float
+    env: Mapping[str, str]
+    error_lines: tuple[str, ...]
+    extensions: tuple[ExtensionAudit, ...]
+    unlinked: int  # nvcc compiles no extension links (a custom build step): their targets are not judged
+
+    @classmethod
+    def from_json(cls, data: Any) -> "AuditReport":
+        if not isinstance(data, dict):
+            raise BuildError("the audit report is not a JSON object")
+        exts = []
+        for e in (data.get("extensions") or [])[:_MAX_EXTENSIONS]:
+            if not isinstance(e, dict):
+                continue
+            cuda_sources = e.get("cuda_sources") if isinstance(e.get("cuda_sources"), list) else []
+            exts.append(ExtensionAudit(
+                module=_text(e.get("module") or "?"),
+                sass=_strs(e.get("sass")), ptx=_strs(e.get("ptx")), other=_strs(e.get("other_targets")),
+                sources=len(e.get("sources") or []) if isinstance(e.get("sources"), list) else 0,
+                cuda_sources=len(cuda_sources),
+                nvcc_flags=_strs(e.get("nvcc_flags"), 60),
+            ))
+        env = data.get("env") if isinstance(data.get("env"), dict) else {}
+        return cls(
+            ok=data.get("ok") is True,
+            exit=int(data["exit"]) if isinstance(data.get("exit"), int) else -1,
+            seconds=float(data["seconds"]) if isinstance(data.get("seconds"), (int, float)) else 0.0,
+            env={_text(k): _text(v) for k, v in list(env.items())[:100]},
+            error_lines=_strs(data.get("error_lines"), 12),
+            extensions=tuple(exts),
+            unlinked=len(data.get("unlinked_cuda_compiles") or []) if isinstance(data.get("unlinked_cuda_compiles"), list) else 0,
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> "AuditReport":
+        try:
+            raw = path.read_bytes()[: 64 * 1024 * 1024]
+            return cls.from_json(json.loads(raw.decode("utf-8", "replace")))
+        except (OSError, ValueError) as exc:
+            raise BuildError(f"cannot read the audit report {path}: {exc.__class__.__name__}") from None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The audit's judgement of one cell: refusals (it cannot build as asked) and warnings."""
+
+    report: AuditReport
+    refusals: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusals
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """(extension, SASS, PTX, nvcc flags) per extension: the audit table."""
+        out = []
+        for e in self.report.extensions:
+            sass = " ".join(e.sass) or ("nvcc default" if any(o.startswith("default") for o in e.other) else "-")
+            out.append((e.module, sass, " ".join(e.ptx) or "-", " ".join(e.nvcc_flags) or "-"))
+        return out
+
+    def table(self) -> str:
+        rows = [("extension", "SASS", "PTX", "nvcc flags"), *self.rows()]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = []
+        for r in rows:
+            lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        """What the manifest and `plan --audit --json` record."""
+        return {
+            "verdict": "ok" if self.ok else "refused",
+            "refusals": list(self.refusals),
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "seconds": self.report.seconds,
+            "build_exit": self.report.exit,
+            "env": dict(self.report.env),
+            "extensions": [
+                {"module": e.module, "sass": list(e.sass), "ptx": list(e.ptx), "other": list(e.other),
+                 "sources": e.sources, "cuda_sources": e.cuda_sources, "nvcc_flags": list(e.nvcc_flags)}
+                for e in self.report.extensions
+            ],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Judging
+
+
+def _covers(have: CudaArch, want: CudaArch) -> bool:
+    """Does compiled SASS ``have`` run on a GPU of ``want``'s compute capability? (Same rule as the
+    plan: plain SASS runs on the same major with an equal or higher minor, ``a`` only on its exact
+    cc, ``f`` within the family.)"""
+    if want.variant == "f":
+        return have.major == want.major and have.variant in ("f", "")
+    if have.variant == "a":
+        return (have.major, have.minor) == (want.major, want.minor)
+    return have.major == want.major and have.minor <= want.minor
+
+
+def _ccs(archs: ArchList) -> set[str]:
+    return {a.cc for a in archs}
+
+
+def _fmt(v: Version) -> str:
+    return f"{v.major}.{v.minor}"
+
+
+def judge(report: AuditReport, *, recipe_name: str, version_label: str, requested: ArchList, nvcc: Version,
+          extension_archs: Mapping[str, ArchList] | None = None, force_hint: str | None = None) -> Verdict:
+    """Judge what the build would compile (``report``) against the request.
+
+    ``requested``: what the built .so must carry (the request mapped through the recipe's ``emits``
+    and arch families: plan.Cell.expected_archs). ``extension_archs``: the recipe's per-extension
+    arch knowledge. ``nvcc``: the toolkit the build uses.
+    """
+    name = f"{recipe_name} {version_label}"
+    extension_archs = extension_archs or {}
+    refusals: list[str] = []
+    warnings: list[str] = []
+    notes: list[str] = []
+    if not report.ok:
+        why = _best_error(report.error_lines)
+        refusals.append(f"{name}: its own build stops before compiling anything (exit {report.exit}): {why}"
+                        " (this is the package's build with the flags imagegen would pass; --no-audit skips the audit)")
+        return Verdict(report, tuple(refusals), tuple(warnings), tuple(notes))
+    cuda_exts = [e for e in report.extensions if e.compiles_cuda]
+    if not cuda_exts:
+        hint = f" ({force_hint})" if force_hint else ""
+        refusals.append(f"{name}: the build compiles no CUDA code: every extension is host-only or none is built"
+                        f"{hint}; the wheel would have no kernels")
+        return Verdict(report, tuple(refusals), tuple(warnings), tuple(notes))
+    if report.unlinked:
+        notes.append(f"{report.unlinked} nvcc compile(s) not linked into any extension were not judged")
+
+    covered: dict[str, list[str]] = {}  # requested target -> extensions that carry it
+    for ext in cuda_exts:
+        targets = ext.targets
+        # 1. nvcc must support every target it is handed.
+        bad_nvcc = []
+        for t in targets:
+            for p in nvcc_problems(ArchList([t]), nvcc):
+                bad_nvcc.append(p)
+        for p in dict.fromkeys(bad_nvcc):
+            refusals.append(f"{ext.module}: the build hands nvcc {_fmt(nvcc)} a target it cannot compile: {p}")
+        # 2. The recipe's knowledge of what this extension's kernels can target.
+        allowed = extension_archs.get(ext.module)
+        if allowed is not None:
+            outside = [str_target(t) for t in targets if t.cc not in _ccs(allowed)]
+            if outside:
+                refusals.append(
+                    f"{ext.module} would be compiled for {', '.join(outside)}: its kernels target only"
+                    f" {', '.join(sorted(_ccs(allowed), key=_cc_key))} ({recipe_name}'s recipe), so nvcc/ptxas would fail;"
+                    f" the recipe's per-extension arch routing is missing for this version")
+        for o in ext.other:
+            if o.startswith("default"):
+                warnings.append(f"{ext.module}: nvcc gets no arch flag and compiles its own default arch, ignoring --arch")
+            elif o.startswith("special"):
+                warnings.append(f"{ext.module}: nvcc is asked for {o.split(':', 1)[1]!r} archs, not the requested list")
+        # 3. Requested archs this extension carries, or should.
+        for want in requested:
+            if allowed is not None and want.cc not in _ccs(allowed):
+                continue  # this extension's kernels do not exist for that arch: not missing
+            have = _carries(ext, want)
+            for label, ok in have.items():
+                covered.setdefault(label, [])
+                if ok:
+                    covered[label].append(ext.module)
+        # 4. Archs nobody asked for.
+        extra = [str_target(t) for t in targets if not _requested(t, requested)]
+        if extra:
+            warnings.append(f"{ext.module} compiles {', '.join(dict.fromkeys(extra))}, not requested:"
+                            " a hard-coded arch list that ignores --arch")
+    for want in requested:
+        for label, ok_exts in ((lbl, covered.get(lbl, [])) for lbl in _labels(want)):
+            eligible = [e for e in cuda_exts
+                        if extension_archs.get(e.module) is None or want.cc in _ccs(extension_archs[e.module])]
+            missing = [e.module for e in eligible if e.module not in ok_exts]
+            if not ok_exts:
+                refusals.append(f"{name}: no extension would carry {label} (requested): the build ignores --arch"
+                                f" for it; it compiles {_all_targets(cuda_exts) or 'nothing'}")
+            elif missing:
+                warnings.append(f"{', '.join(missing)} would not carry {label} (requested); "
+                                f"{', '.join(ok_exts)} would")
+    return Verdict(report, tuple(dict.fromkeys(refusals)), tuple(dict.fromkeys(warnings)), tuple(notes))
+
+
+def str_target(t: CudaArch) -> str:
+    return t.sm if t.sass else t.compute
+
+
+def _cc_key(cc: str) -> tuple[int, int]:
+    major, minor = cc.split(".")
+    return int(major), int(minor)
+
+
+def _labels(want: CudaArch) -> list[str]:
+    out = []
+    if want.sass:
+        out.append(want.sm)
+    if want.ptx:
+        out.append(want.compute)
+    return out
+
+
+def _carries(ext: ExtensionAudit, want: CudaArch) -> dict[str, bool]:
+    targets = ext.targets
+    out = {}
+    if want.sass:
+        out[want.sm] = any(t.sass and _covers(t, want) for t in targets)
+    if want.ptx:
+        out[want.compute] = any(t.ptx and t.number == want.number and t.variant == want.variant for t in targets)
+    return out
+
+
+def _requested(t: CudaArch, requested: ArchList) -> bool:
+    if t.sass:
+        return any(w.sass and t.number == w.number and t.variant == w.variant for w in requested) \
+            or any(w.sass and _covers(t, w) for w in requested)
+    return any(w.ptx and t.number == w.number for w in requested) or any(t.number == w.number for w in requested)
+
+
+def _all_targets(exts: Sequence[ExtensionAudit]) -> str:
+    seen: dict[str, None] = {}
+    for e in exts:
+        for x in (*e.sass, *e.ptx):
+            seen[x] = None
+    return ", ".join(seen)
+
+
+_PY_EXC = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$")
+_PIP_NOISE = re.compile(r"subprocess-exited-with-error|metadata-generation-failed|Encountered error|"
+                        r"originates from a subprocess|^Traceback|finished with status|See above")
+
+
+def _best_error(lines: Sequence[str]) -> str:
+    """The line that says why: the package's own exception (RuntimeError: CUDA 12.8 or higher is
+    required ...) before pip's wrapping lines."""
+    for line in reversed(lines):
+        m = _PY_EXC.match(line)
+        if m:
+            return f"{m.group(1)}: {m.group(2)}"[:_MAX_TEXT]
+    useful = [ln for ln in lines if not _PIP_NOISE.search(ln)]
+    return (useful[-1] if useful else (lines[-1] if lines else "no output"))[:_MAX_TEXT]
+
+
+# --------------------------------------------------------------------------------------------
+# Running it
+
+
+def run_script_audit(python_exe: str, script: Path, cell_file: Path, out: Path, env: Mapping[str, str],
+                     timeout: float = 900) -> AuditReport:
+    """Run the in-build script's audit step (native builds: this host's Python and toolkit)."""
+    try:
+        proc = subprocess.run([python_exe, str(script), "--cell", str(cell_file), "audit", "--out", str(out)],
+                              env=dict(env), capture_output=True, text=True, timeout=timeout + 60)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"the gencode audit did not finish in {timeout:.0f} s (skip it with --no-audit)") from None
+    if proc.returncode != 0 or not out.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BuildError(f"the gencode audit could not run: {tail[-1][:300] if tail else 'no output'} (skip it with --no-audit)")
+    return AuditReport.load(out)
+
+
+def judge_cell(report: AuditReport, cell: Any) -> Verdict:
+    """judge() with everything taken from a plan cell."""
+    base = cell.base
+    nvcc = base.nvcc if base is not None and base.nvcc is not None else cell.cuda.version
+    force = ", ".join(f"{k}={v}" for k, v in cell.recipe.force_env.items())
+    hint = f"the recipe sets {force}" if force else "a CUDA build usually needs FORCE_CUDA=1 or the package's force-build variable"
+    return judge(report, recipe_name=cell.recipe.name, version_label=cell.version.version, requested=cell.expected_archs,
+                 nvcc=Version(_fmt(Version(str(nvcc)))), extension_archs=cell.version.extensions, force_hint=hint)
+
+
+def refuse(cell: Any, verdict: Verdict) -> CompatError:
+    return CompatError(f"cannot build {cell.describe()}: the gencode audit refuses it: " + "; ".join(verdict.refusals))
+
+
+__all__ = ["AuditReport", "ExtensionAudit", "Verdict", "judge", "judge_cell", "parse_target", "refuse",
+           "run_script_audit"]

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""imagegen's gencode audit: run a package's own build with compilers that record instead of compile.
+
+Shipped beside imagegen_build.py (same rules: standard library only, Python 3.8+, copied verbatim
+into every rendered Dockerfile and run directly by native builds).
+
+`imagegen_build.py audit` runs the package's real `pip wheel --no-build-isolation` with exactly the
+environment `build` would give it (build_env: arch knob, force-build, jobs), except that nvcc, the
+host C/C++ compilers and the shared-object linker are stand-ins:
+
+- a shadow CUDA_HOME whose bin/nvcc is this script (every other entry links to the real toolkit,
+  so headers, libraries and `nvcc -V` are the real ones); PYTORCH_NVCC points at it as well;
+- CC, CXX and LDSHARED point at this script too.
+
+A stand-in that is asked to produce something (`-c`, `-o`, `-shared`) appends its command line to a
+JSON-lines log and writes empty outputs (and the dependency files ninja expects); anything else
+(`nvcc -V`, `c++ --version`, `-dumpversion`, CMake's compiler checks) runs the real tool. The log is
+then folded into a report: per extension (the .so the linker was asked for), its sources and, per
+nvcc call, the SASS and PTX targets and flags. imagegen (audit.py) judges that report against the
+request, the recipe and nvcc; this script only records.
+
+Nothing compiles, so an audit takes seconds, needs no GPU, and cannot fail the way the real build
+fails: what it shows is what the real build would have asked nvcc for.
+"""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+LOG_ENV = "IMAGEGEN_AUDIT_LOG"
+REAL_ENV = "IMAGEGEN_AUDIT_REAL"  # JSON: tool -> the real executable (argv list)
+NVCC_VERSION_ENV = "IMAGEGEN_AUDIT_NVCC_VERSION"  # answer `nvcc -V` with this when no real nvcc exists
+STUB_TOOLS = ("nvcc", "cc", "cxx", "ld")
+
+# ------------------------------------------------------------------------------------------------
+# The stand-in compilers
+
+
+def _producing(tool, argv):
+    """Would the real tool write a build product? (Else it is a query the real tool answers.)"""
+    if tool == "ld":
+        return True
+    if any(a in ("-E", "-M", "-MM") for a in argv) and "-c" not in argv:
+        return False
+    return "-c" in argv or "-shared" in argv or "-o" in argv or "-dlink" in argv or "--device-link" in argv \
+        or any(a.startswith("-o") and len(a) > 2 and not a.startswith("-opt") for a in argv)
+
+
+def _in_cmake_check(argv):
+    """CMake compiles and runs small programs to learn about a compiler: let the real one do that."""
+    here = os.getcwd()
+    return any(m in here for m in ("CMakeScratch", "CMakeTmp", "CompilerIdC", "CMakeFiles/CheckTypeSize")) \
+        or any("CMakeFiles" in a and ("CompilerId" in a or "CMakeScratch" in a) for a in argv)
+
+
+def _outputs(argv):
+    """The files a compiler call would write: -o FILE, dependency files (ninja reads them)."""
+    out, deps = [], []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if a in ("-o", "--output-file") and nxt is not None:
+            out.append(nxt)
+            i += 1
+        elif a.startswith("--output-file="):
+            out.append(a.split("=", 1)[1])
+        elif a.startswith("-o") and len(a) > 2 and not a.startswith("-opt"):
+            out.append(a[2:])
+        elif a in ("-MF", "--dependency-output", "-MQ-file") and nxt is not None:
+            deps.append(nxt)
+            i += 1
+        elif a.startswith("--dependency-output="):
+            deps.append(a.split("=", 1)[1])
+        elif a.startswith("-MF") and len(a) > 3:
+            deps.append(a[3:])
+        i += 1
+    if not deps and any(a in ("-MD", "-MMD") for a in argv) and out:
+        deps.append(os.path.splitext(out[0])[0] + ".d")
+    return out, deps
+
+
+def _fake_nvcc_version():
+    v = os.environ.get(NVCC_VERSION_ENV) or "12.8"
+    major, minor = (v.split(".") + ["0"])[:2]
+    sys.stdout.write("nvcc: NVIDIA (R) Cuda compiler driver\n"
+                     "Cuda compilation tools, release %s.%s, V%s.%s.0\n" % (major, minor, major, minor))
+    return 0
+
+
+def stub_main(tool, argv):
+    """Entry point of a stand-in (`imagegen_audit.py stub TOOL ARGS...`)."""
+    real = json.loads(os.environ.get(REAL_ENV) or "{}").get(tool)
+    if not _producing(tool, argv) or _in_cmake_check(argv):
+        if real:
+            try:
+                return subprocess.call(list(real) + list(argv))
+            except OSError:
+                pass
+        if tool == "nvcc" and any(a in ("-V", "--version") for a in argv):
+            return _fake_nvcc_version()
+        if tool == "nvcc" and "--list-gpu-arch" in argv:
+            return 0
+        sys.stderr.write("imagegen audit: no real %s to answer %s\n" % (tool, " ".join(argv)[:200]))
+        return 1
+    outs, deps = _outputs(argv)
+    record = {"tool": tool, "cwd": os.getcwd(), "argv": list(argv), "t": round(time.time(), 3)}
+    line = (json.dumps(record) + "\n").encode()
+    log = os.environ.get(LOG_ENV)
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write per record: O_APPEND keeps concurrent stand-ins apart
+        finally:
+            os.close(fd)
+    for path in outs:
+        _touch(path, b"")
+    for path in deps:
+        target = outs[0] if outs else "out.o"
+        _touch(path, ("%s:\n" % target.replace(" ", "\\ ")).encode())
+    return 0
+
+
+def _touch(path, data):
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+# ------------------------------------------------------------------------------------------------
+# Setting the stand-ins up
+
+
+def real_cuda_home(env):
+    """The toolkit the real build would use: CUDA_HOME/CUDA_PATH, else nvcc on PATH, else /usr/local/cuda."""
+    for cand in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
+        if cand and os.path.isdir(cand):
+            return cand
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    if nvcc:
+        return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    return "/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None
+
+
+def install_stubs(work, env, python, script, nvcc_version=None):
+    """Point ``env`` at stand-ins under ``work``; return the path of the record log."""
+    real_home = real_cuda_home(env)
+    shadow = os.path.join(work, "cuda")
+    bindir = os.path.join(shadow, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    if real_home:
+        for name in sorted(os.listdir(real_home)):
+            if name != "bin":
+                os.symlink(os.path.join(real_home, name), os.path.join(shadow, name))
+        real_bin = os.path.join(real_home, "bin")
+        if os.path.isdir(real_bin):
+            for name in sorted(os.listdir(real_bin)):
+                if name != "nvcc":
+                    os.symlink(os.path.join(real_bin, name), os.path.join(bindir, name))
+    for sub in ("include", "lib64"):
+        if not os.path.exists(os.path.join(shadow, sub)):
+            os.makedirs(os.path.join(shadow, sub))
+    stubs = {}
+    for tool in STUB_TOOLS:
+        path = os.path.join(work, "stubs", tool) if tool != "nvcc" else os.path.join(bindir, "nvcc")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write("#!/bin/sh\nexec %s %s stub %s \"$@\"\n" % (shlex.quote(python), shlex.quote(script), tool))
+        os.chmod(path, 0o755)
+        stubs[tool] = path
+    real_nvcc = os.path.join(real_home, "bin", "nvcc") if real_home else None
+    real = {
+        "nvcc": [real_nvcc] if real_nvcc and os.path.isfile(real_nvcc) else None,
+        "cc": shlex.split(env.get("CC") or "cc"),
+        "cxx": shlex.split(env.get("CXX") or "c++"),
+        "ld": None,
+    }
+    log = os.path.join(work, "records.jsonl")
+    open(log, "w").close()
+    env.update({
+        "CUDA_HOME": shadow,
+        "CUDA_PATH": shadow,
+        "PYTORCH_NVCC": stubs["nvcc"],
+        "PATH": bindir + os.pathsep + env.get("PATH", ""),
+        "CC": stubs["cc"],
+        "CXX": stubs["cxx"],
+        "LDSHARED": stubs["ld"] + " -shared",
+        LOG_ENV: log,
+        REAL_ENV: json.dumps(real),
+    })
+    if nvcc_version:
+        env[NVCC_VERSION_ENV] = nvcc_version
+    env.pop("CCACHE_DIR", None)  # nothing compiles: keep ccache out of the picture
+    return log
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading the records
+
+_GENCODE = re.compile(r"arch=(compute_\w+|sm_\w+),code=\[?([\w,]+)\]?")
+
+
+def nvcc_targets(argv):
+    """The (kind, arch) targets of one nvcc call: ("sass", "sm_90a"), ("ptx", "compute_90a").
+
+    -gencode arch=A,code=C[,C...]; --generate-code; -arch/-code pairs; -arch=sm_X alone
+    (shorthand for SASS sm_X + PTX compute_X); -arch=compute_X alone (PTX only); -arch=native/all.
+    With no arch option at all, nvcc compiles its own default: ("default", "").
+    """
+    targets = []
+    arch = code = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        val = None
+        for opt in ("-gencode", "--generate-code"):
+            if a == opt:
+                val, i = nxt, i + 1
+            elif a.startswith(opt + "="):
+                val = a[len(opt) + 1:]
+        if val is not None:
+            m = _GENCODE.search(val.replace(" ", "").replace('"', ""))
+            if m:
+                for c in m.group(2).split(","):
+                    targets.append(("ptx" if c.startswith("compute_") else "sass", c))
+            i += 1
+            continue
+        for opt in ("-arch", "--gpu-architecture"):
+            if a == opt:
+                arch, i = nxt, i + 1
+            elif a.startswith(opt + "="):
+                arch = a[len(opt) + 1:]
+        for opt in ("-code", "--gpu-code"):
+            if a == opt:
+                code, i = nxt, i + 1
+            elif a.startswith(opt + "="):
+                code = a[len(opt) + 1:]
+        i += 1
+    if arch:
+        if arch in ("native", "all", "all-major"):
+            targets.append(("special", arch))
+        elif code:
+            for c in code.split(","):
+                targets.append(("ptx" if c.startswith("compute_") else "sass", c))
+        elif arch.startswith("sm_"):
+            targets += [("sass", arch), ("ptx", "compute_" + arch[3:])]
+        else:
+            targets.append(("ptx", arch))
+    if not targets:
+        targets.append(("default", ""))
+    return list(dict.fromkeys(targets))
+
+
+_SOURCE = re.compile(r"\.(cu|cpp|cc|cxx|c)$")
+_SKIP_FLAG_PREFIX = ("-I", "-D", "-U", "-isystem", "-o", "-MF", "-MD", "-MMD", "--dependency-output",
+                     "--generate-dependencies", "-c", "-gencode", "--generate-code", "-arch", "-code",
+                     "--gpu-architecture", "--gpu-code")
+
+
+def _flags(argv):
+    """The flags of an nvcc call that shape code generation (no paths, defines or targets)."""
+    out = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("-I", "-isystem", "-o", "-MF", "--dependency-output", "-gencode", "--generate-code", "-arch",
+                 "-code", "-x", "-ccbin", "--compiler-bindir"):
+            skip = True
+            continue
+        if a.startswith(_SKIP_FLAG_PREFIX) or _SOURCE.search(a) or a.endswith((".o", ".so")):
+            continue
+        out.append(a)
+    return out
+
+
+def _module_of(so_path):
+    """sageattention/_qattn_sm90.cpython-312-x86_64-linux-gnu.so -> sageattention._qattn_sm90."""
+    parts = so_path.replace("\\", "/").split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "lib" or parts[i].startswith("lib.") or parts[i] == "build_lib":
+            parts = parts[i + 1:]
+            break
+    else:
+        parts = parts[-1:]
+    parts[-1] = parts[-1].split(".", 1)[0]
+    return ".".join(p for p in parts if p)
+
+
+def fold(records, src_root):
+    """Group compile records into extensions through the link records that consume their objects."""
+    compiles = {}  # object path -> entry
+    links = []
+    for r in records:
+        argv, cwd = r["argv"], r["cwd"]
+        outs, _ = _outputs(argv)
+        absolute = [os.path.normpath(os.path.join(cwd, o)) for o in outs]
+        if r["tool"] == "ld" or ("-shared" in argv and r["tool"] in ("cc", "cxx")):
+            objs = [os.path.normpath(os.path.join(cwd, a)) for a in argv if a.endswith(".o")]
+            links.append({"output": absolute[0] if absolute else "", "objects": objs})
+            continue
+        sources = [a for a in argv if _SOURCE.search(a) and not a.startswith("-")]
+        src = sources[-1] if sources else ""
+        src_abs = os.path.normpath(os.path.join(cwd, src)) if src else ""
+        shown = os.path.relpath(src_abs, src_root) if src_abs.startswith(src_root + os.sep) else src
+        entry = {"tool": r["tool"], "source": shown}
+        if r["tool"] == "nvcc":
+            entry["targets"] = ["%s:%s" % t for t in nvcc_targets(argv)]
+            entry["flags"] = _flags(argv)
+        for o in absolute:
+            compiles[o] = entry
+    extensions, used = [], set()
+    for link in links:
+        parts = [compiles[o] for o in link["objects"] if o in compiles]
+        used.update(o for o in link["objects"] if o in compiles)
+        nvcc_parts = [p for p in parts if p["tool"] == "nvcc"]
+        sass = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("sass:")})
+        ptx = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("ptx:")})
+        other = sorted({t for p in nvcc_parts for t in p["targets"] if not t.startswith(("sass:", "ptx:"))})
+        common = None
+        for p in nvcc_parts:
+            common = list(p["flags"]) if common is None else [f for f in common if f in p["flags"]]
+        extensions.append({
+            "module": _module_of(link["output"]),
+            "output": os.path.basename(link["output"]),
+            "sources": [p["source"] for p in parts],
+            "cuda_sources": [{"source": p["source"], "targets": p["targets"]} for p in nvcc_parts],
+            "sass": sass,
+            "ptx": ptx,
+            "other_targets": other,
+            "nvcc_flags": common or [],
+        })
+    loose = [dict(e, object=o) for o, e in compiles.items() if o not in used and e["tool"] == "nvcc"]
+    return {"extensions": extensions, "unlinked_cuda_compiles": loose}
+
+
+def read_records(log):
+    out = []
+    try:
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh):
+                if n >= 200000:  # bound what a hostile build can make us hold
+                    break
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "stub":
+    sys.exit(stub_main(sys.argv[2], sys.argv[3:]))
