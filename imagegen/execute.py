@@ -54,19 +54,41 @@ class CellResult:
                 "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache}
 
 
-class TargetLogs:
-    """Splits bake's plain progress into one log per target (vertices are named in their header)."""
+_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # "#12 61.30 text": a vertex's output line
+_DONE = re.compile(r"^#(\d+) DONE (\d+(?:\.\d+)?)s")
+COMPILE_STEP = "imagegen_build.py build"  # the RUN of the compile stage
+PROGRESS_EVERY_S = 45.0  # a compiling cell's console line at most this often
 
-    def __init__(self, folder: Path, targets: Iterable[str]) -> None:
+
+def _minutes(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class TargetLogs:
+    """Splits bake's plain progress into one log per target (vertices are named in their header).
+
+    The logs are line-buffered: each grows while its target builds. With ``say``, the console also
+    gets per-cell progress of the compile step: when it starts, a line at most every
+    PROGRESS_EVERY_S seconds with the time so far and the last compiler line (the in-build script
+    reports each finished nvcc and a heartbeat, so a long compile is never silent), and when it is
+    done or failed (with the compiler's first error)."""
+
+    def __init__(self, folder: Path, targets: Iterable[str], say: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         cells = [t for t in targets if not t.endswith(LOG_SUFFIX)]
         self.targets = set(cells) | {t + LOG_SUFFIX for t in cells}
         self.owner: dict[str, str] = {}
-        self.files = {t: (folder / f"{t}.log").open("a", encoding="utf-8") for t in cells}
+        self.files = {t: (folder / f"{t}.log").open("a", encoding="utf-8", buffering=1) for t in cells}
         self.failed: set[str] = set()
         self.last: dict[str, str] = {}
         self.bake_error = ""  # bake's own last ERROR line (a bad definition fails before any target runs)
+        self.errors: dict[str, str] = {}  # target -> the in-build script's "[imagegen] error: ..." text
+        self.say = say
+        self.clock = clock
+        self.compiling: dict[str, list] = {}  # vertex -> [target, started, last line, last said, announced]
 
     def feed(self, line: str) -> tuple[str, str] | None:
         """Record one line; return (target, step) when a target starts a new step."""
@@ -79,6 +101,9 @@ class TargetLogs:
             target = h.group(2).removesuffix(LOG_SUFFIX)
             self.owner[h.group(1)] = target
             self.files[target].write(line + "\n")
+            if COMPILE_STEP in line and h.group(1) not in self.compiling:
+                now = self.clock()
+                self.compiling[h.group(1)] = [target, now, "", now, False]  # says "compiling" at its first output
             stage = (h.group(3) or "").strip()
             if stage in ("context", "internal") or not h.group(4):
                 return None
@@ -89,10 +114,50 @@ class TargetLogs:
             return target, step
         v = _VERTEX.match(line)
         if v and v.group(1) in self.owner:
-            self.files[self.owner[v.group(1)]].write(line + "\n")
+            target = self.owner[v.group(1)]
+            self.files[target].write(line + "\n")
             if _VERTEX_ERROR.match(line):
-                self.failed.add(self.owner[v.group(1)])
+                self.failed.add(target)
+            self._progress(v.group(1), target, line)
         return None
+
+    def _say(self, message: str) -> None:
+        if self.say is not None:
+            self.say(message)
+
+    def _progress(self, vertex: str, target: str, line: str) -> None:
+        """Per-cell console progress of the compile step (vertex ``vertex``)."""
+        state = self.compiling.get(vertex)
+        if state is None:
+            return
+        out = _OUTPUT.match(line)
+        if out:
+            if not state[4]:
+                state[4] = True
+                self._say(f"[{target}] compiling")
+            text = out.group(2).strip()
+            if text.startswith("[imagegen] error: ") and target not in self.errors:
+                self.errors[target] = text[len("[imagegen] error: "):]
+            elif text and not text.startswith("[imagegen] still compiling"):
+                state[2] = text
+            now = self.clock()
+            if now - state[3] >= PROGRESS_EVERY_S:
+                state[3] = now
+                self._say(f"[{target}] compiling, {_minutes(now - state[1])}"
+                          + (f", last: {state[2][:160]}" if state[2] else ""))
+            return
+        done = _DONE.match(line)
+        if done or line.startswith(f"#{vertex} CACHED"):
+            del self.compiling[vertex]
+            if done and state[4]:
+                self._say(f"[{target}] compiled in {_minutes(float(done.group(2)))}")
+        elif _VERTEX_ERROR.match(line) or line.startswith(f"#{vertex} CANCELED"):
+            del self.compiling[vertex]
+            if line.startswith(f"#{vertex} CANCELED"):
+                self._say(f"[{target}] compile cancelled after {_minutes(self.clock() - state[1])}")
+            else:
+                self._say(f"[{target}] compile failed after {_minutes(self.clock() - state[1])}: "
+                          + (self.errors.get(target) or line.split(": ", 1)[-1])[:300])
 
     def close(self) -> None:
         for fh in self.files.values():
@@ -276,7 +341,7 @@ def _run_cells(todo: list[Cell], bake_file: Path, stage: Path, log_dir: Path, bu
                say: Callable[[str], None]) -> dict[str, CellResult]:
     """Bake ``todo`` on one builder in RAM-sized batches, re-running what a failing neighbour cancelled."""
     results: dict[str, CellResult] = {}
-    logs = TargetLogs(log_dir, [c.name for c in todo])
+    logs = TargetLogs(log_dir, [c.name for c in todo], say=say)
     h = jobs.host()
     heaviest = max(c.recipe.memory_per_thread_gb for c in todo)
     size = jobs.batch_size(len(todo), h, heaviest)
@@ -312,6 +377,8 @@ def _run_cells(todo: list[Cell], bake_file: Path, stage: Path, log_dir: Path, bu
                                               stage / (c.name + LOG_SUFFIX))
                 elif ok or c.name in logs.failed or len(batch) == 1:
                     error = "the build produced no wheel" if ok else "the build failed"
+                    if logs.errors.get(c.name):  # the compiler's first error leads
+                        error = f"{logs.errors[c.name]} ({error})"
                     if not ok and logs.bake_error and c.name not in logs.failed:
                         error = f"bake failed before building: {logs.bake_error}"
                     results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
@@ -334,7 +401,7 @@ def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: Target
     seconds = time.time() - started
     if len(wheels) != 1:
         return CellResult(cell, "failed", log=log, seconds=seconds, error=f"expected one wheel, got {[w.name for w in wheels]}")
-    report = verify_wheel(wheels[0], cell.expected_archs)
+    report = verify_wheel(wheels[0], cell.expected_archs, extension_archs=cell.version.extensions)
     smoke = _smoke_report(reports / "smoke.json")
     if not report.ok:
         return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(),
