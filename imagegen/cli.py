@@ -661,7 +661,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for wheel in args.wheels:
         if not wheel.is_file():
             raise UsageError(f"{wheel}: no such wheel file")
-        report = verify_wheel(wheel, archs, strict=args.strict)
+        report = verify_wheel(wheel, archs, strict=args.strict, extension_archs=_extension_knowledge(args, wheel))
         if args.python_exe:
             from imagegen.native import import_test, wheel_modules
 
@@ -699,6 +699,25 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"imagegen: warning: {len(warned)} of {len(reports)} wheels carry archs not requested"
               " (--strict makes that a failure)", file=sys.stderr)
     return 0
+
+
+def _extension_knowledge(args: argparse.Namespace, wheel: Path) -> dict:
+    """The recipe's per-extension arch knowledge for ``wheel`` (SageAttention's _qattn_sm90: 9.0a only),
+    when a recipe builds its distribution: the version whose label is the wheel's version, else the
+    default one. Empty for wheels no recipe knows (every extension must then carry every arch)."""
+    from packaging.utils import parse_wheel_filename
+
+    from imagegen import check
+
+    try:
+        cat = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
+        dist, version, _, _ = parse_wheel_filename(wheel.name)
+        recipe = check.recipe_for(cat, str(dist))
+    except (ImagegenError, ValueError):
+        return {}
+    public = version.public
+    chosen = next((v for k, v in recipe.versions.items() if k == public), recipe.version(None))
+    return dict(chosen.extensions)
 
 
 def _verify_gpu(args: argparse.Namespace, reports: list) -> ImagegenError | None:

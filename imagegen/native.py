@@ -265,7 +265,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
         # interpreter reads the fatbins.
         with ThreadPoolExecutor(max_workers=1) as pool:
             smoke_run = pool.submit(smoke_test, wheels[0], cell, host, importer)
-            report = verify_wheel(wheels[0], cell.expected_archs)
+            report = verify_wheel(wheels[0], cell.expected_archs, extension_archs=cell.version.extensions)
             if not report.ok:
                 raise BuildError(f"{wheels[0].name} failed verification: {'; '.join(report.problems)}")
             smoke = smoke_run.result()

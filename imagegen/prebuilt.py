@@ -225,7 +225,7 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
     wheels = sorted(stage.glob("*.whl"))
     if len(wheels) != 1:
         return CellResult(cell, "failed", log=log_path, seconds=seconds, error=f"expected one wheel, got {[w.name for w in wheels]}")
-    report = verify_wheel(wheels[0], cell.expected_archs)
+    report = verify_wheel(wheels[0], cell.expected_archs, extension_archs=cell.version.extensions)
     if not report.ok:
         return CellResult(cell, "failed", log=log_path, seconds=seconds, verify=report.as_dict(),
                           error="verification failed: " + "; ".join(report.problems))

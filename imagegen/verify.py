@@ -37,6 +37,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -246,10 +247,21 @@ def _extra(entries: list[FatbinEntry], expected: ArchList) -> list[str]:
     return list(out)
 
 
+def so_module(name: str) -> str:
+    """The module an extension file in a wheel is: ``sageattention/_qattn_sm90.cpython-312-x86_64-linux-gnu.so``
+    -> ``sageattention._qattn_sm90``."""
+    parts = name.replace("\\", "/").split("/")
+    parts[-1] = parts[-1].split(".", 1)[0]
+    return ".".join(p for p in parts if p)
+
+
 def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None = "auto",
-                 strict: bool = False) -> WheelReport:
+                 strict: bool = False, extension_archs: Mapping[str, ArchList] | None = None) -> WheelReport:
     """Check ``path``: a valid wheel name, and each CUDA .so carrying every arch in ``expected``.
 
+    ``extension_archs`` (the recipe's per-extension knowledge, RecipeVersion.extensions): an extension
+    listed there must carry only the requested archs its kernels can target (SageAttention's
+    _qattn_sm90 carries sm_90a alone in a multi-arch wheel, and that is right).
     Archs present but not in ``expected`` are listed per extension (``SoReport.extra``) and said in
     one line each: a warning, or a problem (the report is not ok) with ``strict``."""
     try:
@@ -299,7 +311,10 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
             entries = listed
         report = SoReport(name, entries)
         if expected:
+            allowed = (extension_archs or {}).get(so_module(name))
             for want in expected:
+                if allowed is not None and want.cc not in {a.cc for a in allowed}:
+                    continue  # this extension has no kernels for that arch (the recipe says so)
                 report.missing += _satisfied(want, entries)
             report.extra = _extra(entries, expected)
         if report.missing:

@@ -267,3 +267,24 @@ def test_cli_bad_input_is_one_line(tmp_path):
     junk.write_bytes(b"x")
     proc = imagegen("verify", junk, "--arch", "9.0")
     assert proc.returncode == 6 and "not a valid wheel file name" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_extension_is_held_only_to_the_archs_its_kernels_target(tmp_path):
+    # SageAttention's multi-arch wheel: _qattn_sm90 (wgmma) carries sm_90a alone, and that is right
+    # when the recipe says its kernels target 9.0a only; without that knowledge it is a missing arch.
+    wheel = make_wheel(tmp_path, {"demo_kernel/_all.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_80", "sm_90a"),
+                                  "demo_kernel/_hopper.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_90a")})
+    expected = A.parse_arch_list("8.0;9.0a")
+    plain = verify_wheel(wheel, expected, cuobjdump=None)
+    assert not plain.ok and any("_hopper" in p and "sm_80" in p for p in plain.problems)
+    knowledge = {"demo_kernel._hopper": A.parse_arch_list("9.0a")}
+    routed = verify_wheel(wheel, expected, cuobjdump=None, extension_archs=knowledge)
+    assert routed.ok, routed.problems
+    # The knowledge narrows what is required, not what counts: the routed extension must still carry
+    # the requested archs its kernels do target.
+    other = tmp_path / "other"
+    other.mkdir()
+    lacking = make_wheel(other, {"demo_kernel/_all.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_80", "sm_90a"),
+                                 "demo_kernel/_hopper.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_80")})
+    bad = verify_wheel(lacking, expected, cuobjdump=None, extension_archs=knowledge)
+    assert not bad.ok and any("_hopper" in p and "sm_90a" in p for p in bad.problems)
