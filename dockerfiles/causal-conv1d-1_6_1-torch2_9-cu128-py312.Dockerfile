@@ -1443,6 +1443,12 @@ def _module_of(so_path):
     return ".".join(p for p in parts if p)
 
 
+def _arch_order(name):
+    """sm_80 < sm_90a < sm_120 (numbers, not text)."""
+    m = re.search(r"(\d+)([a-z]*)$", name)
+    return (int(m.group(1)), m.group(2)) if m else (0, name)
+
+
 def fold(records, src_root):
     """Group compile records into extensions through the link records that consume their objects."""
     compiles = {}  # object path -> entry
@@ -1470,8 +1476,8 @@ def fold(records, src_root):
         parts = [compiles[o] for o in link["objects"] if o in compiles]
         used.update(o for o in link["objects"] if o in compiles)
         nvcc_parts = [p for p in parts if p["tool"] == "nvcc"]
-        sass = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("sass:")})
-        ptx = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("ptx:")})
+        sass = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("sass:")}, key=_arch_order)
+        ptx = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("ptx:")}, key=_arch_order)
         other = sorted({t for p in nvcc_parts for t in p["targets"] if not t.startswith(("sass:", "ptx:"))})
         common = None
         for p in nvcc_parts:

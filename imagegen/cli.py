@@ -661,7 +661,8 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for wheel in args.wheels:
         if not wheel.is_file():
             raise UsageError(f"{wheel}: no such wheel file")
-        report = verify_wheel(wheel, archs, strict=args.strict, extension_archs=_extension_knowledge(args, wheel))
+        expected, knowledge = _recipe_view(args, wheel, archs)
+        report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:
             from imagegen.native import import_test, wheel_modules
 
@@ -701,23 +702,29 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _extension_knowledge(args: argparse.Namespace, wheel: Path) -> dict:
-    """The recipe's per-extension arch knowledge for ``wheel`` (SageAttention's _qattn_sm90: 9.0a only),
-    when a recipe builds its distribution: the version whose label is the wheel's version, else the
-    default one. Empty for wheels no recipe knows (every extension must then carry every arch)."""
+def _recipe_view(args: argparse.Namespace, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
+    """What ``wheel`` must carry for the request ``archs``, seen through the recipe that builds its
+    distribution (the version whose label is the wheel's version, else the default one): the
+    request mapped the way the package compiles it (SageAttention builds 9.0 as sm_90a; flash-attn's
+    8.6 runs the sm_80 cubin), and the per-extension knowledge (_qattn_sm90: 9.0a only). A wheel no
+    recipe knows is held to the request as written, in every extension."""
     from packaging.utils import parse_wheel_filename
+    from packaging.version import Version
 
     from imagegen import check
+    from imagegen.plan import compiled_archs, expected_archs
 
     try:
         cat = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
         dist, version, _, _ = parse_wheel_filename(wheel.name)
         recipe = check.recipe_for(cat, str(dist))
     except (ImagegenError, ValueError):
-        return {}
-    public = version.public
-    chosen = next((v for k, v in recipe.versions.items() if k == public), recipe.version(None))
-    return dict(chosen.extensions)
+        return archs, {}
+    chosen = next((v for k, v in recipe.versions.items() if k == version.public), recipe.version(None))
+    if chosen.arch.style == "fixed":  # what it compiles depends on the nvcc that built it: take the request
+        return archs, dict(chosen.extensions)
+    compiled, _ = compiled_archs(chosen, archs)
+    return expected_archs(chosen, compiled, Version("99.0")), dict(chosen.extensions)
 
 
 def _verify_gpu(args: argparse.Namespace, reports: list) -> ImagegenError | None:

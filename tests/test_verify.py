@@ -288,3 +288,28 @@ def test_an_extension_is_held_only_to_the_archs_its_kernels_target(tmp_path):
                                  "demo_kernel/_hopper.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_80")})
     bad = verify_wheel(lacking, expected, cuobjdump=None, extension_archs=knowledge)
     assert not bad.ok and any("_hopper" in p and "sm_90a" in p for p in bad.problems)
+
+
+def test_cli_verify_reads_the_request_the_way_the_recipe_builds_it(tmp_path):
+    # Seed 004's request on the wheel imagegen built on the H100 (docs/gpu-results/2026-11-24):
+    # SageAttention compiles 9.0 as sm_90a, and its routed extensions carry only their archs.
+    full = fatbin_container("sm_80", "sm_86", "sm_90a", "sm_120", "compute_120")
+    wheel = make_wheel(tmp_path, {
+        "sageattention/_fused.cpython-311-x86_64-linux-gnu.so": full,
+        "sageattention/_qattn_sm80.cpython-311-x86_64-linux-gnu.so": full,
+        "sageattention/_qattn_sm89.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_90a", "sm_120", "compute_120"),
+        "sageattention/_qattn_sm90.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_90a"),
+    }, dist="sageattention")
+    proc = imagegen("verify", str(wheel), "--arch", "8.0 8.6 9.0 12.0+PTX", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (got,) = json.loads(proc.stdout)
+    assert got["ok"] and not got["problems"] and not got["warnings"]
+    # A wheel whose _qattn_sm89 lost sm_120 still fails: the knowledge never excuses a missing arch.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    bad = make_wheel(broken, {
+        "sageattention/_qattn_sm80.cpython-311-x86_64-linux-gnu.so": full,
+        "sageattention/_qattn_sm89.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_90a"),
+    }, dist="sageattention")
+    proc = imagegen("verify", str(bad), "--arch", "8.0 8.6 9.0 12.0+PTX", cwd=tmp_path)
+    assert proc.returncode == 6 and "_qattn_sm89" in proc.stderr and "sm_120" in proc.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from registry import INSTALL_HINT, LocalRegistry, missing_tools
@@ -18,3 +21,16 @@ def registry(tmp_path_factory):
     with LocalRegistry(tmp_path_factory.mktemp("registry")) as reg:
         reg.login()
         yield reg
+
+
+@pytest.fixture(scope="session")
+def torch_venv(tmp_path_factory):
+    """A venv with torch 2.11.0 (CUDA 13.0, PyPI's default) and the build tools: what the native
+    build, fail-fast and audit tests build against with the host's nvcc. One per session: installing
+    torch costs minutes."""
+    venv = tmp_path_factory.mktemp("torch") / "venv"
+    assert subprocess.run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
+    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "torch==2.11.0", "setuptools", "wheel", "ninja",
+                           "packaging"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return venv

@@ -23,16 +23,6 @@ COMPILERS = ("nvcc", "cicc", "ptxas", "cudafe++", "cc1plus", "gcc", "g++", "c++"
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def torch_venv(tmp_path_factory):
-    venv = tmp_path_factory.mktemp("failfast") / "venv"
-    assert subprocess.run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
-    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "torch==2.11.0", "setuptools", "wheel", "ninja",
-                           "packaging"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return venv
-
-
 def cuda_home() -> str:
     for cand in ("/usr/local/cuda", "/usr/local/cuda-13.0"):
         if Path(cand, "bin", "nvcc").exists():

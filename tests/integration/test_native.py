@@ -34,15 +34,6 @@ def sh(*cmd, env=None, cwd=None, timeout=3000):
                           cwd=cwd, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def torch_venv(tmp_path_factory):
-    venv = tmp_path_factory.mktemp("native") / "venv"
-    assert sh(sys.executable, "-m", "venv", venv).returncode == 0
-    proc = sh(venv / "bin" / "pip", "install", "-q", "torch==2.11.0", "setuptools", "wheel", "ninja", "packaging")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return venv
-
-
 def host_cuda_home() -> str:
     for cand in ("/usr/local/cuda", "/usr/local/cuda-13.0"):
         if Path(cand, "bin", "nvcc").exists():

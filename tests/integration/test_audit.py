@@ -1,0 +1,65 @@
+"""The gencode audit on real projects: the package's own setup.py, a real torch (2.11, CUDA 13.0)
+and pip, with the stand-in compilers, on the host (nvcc 13.0 at /usr/local/cuda answers the
+version queries). Seed 003's hard-coded gencode list and SageAttention's per-extension layout in
+miniature (tests/fixtures/hardcoded_gencode, tests/fixtures/routed_kernels)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
+
+pytestmark = pytest.mark.integration
+
+
+def imagegen(*argv, cwd):
+    env = dict(os.environ, CUDA_HOME="/usr/local/cuda")
+    return subprocess.run([IMAGEGEN, *map(str, argv)], capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+
+
+def test_audit_sees_a_hard_coded_list_and_refuses_it_on_cuda_13(torch_venv, tmp_path):
+    t0 = time.time()
+    proc = imagegen("plan", "--audit", "--native", "--source", FIXTURES / "hardcoded_gencode", "--arch", "9.0",
+                    "--python-exe", torch_venv / "bin" / "python", "--work", tmp_path / "w", "--json", cwd=tmp_path)
+    seconds = time.time() - t0
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)["audit"]
+    assert got["verdict"] == "refused"
+    (ext,) = got["extensions"]
+    assert ext["module"] == "hardcoded_gencode._C" and ext["sass"] == ["sm_70", "sm_80", "sm_86"] and ext["ptx"] == []
+    assert "-O3" in ext["nvcc_flags"] and "--use_fast_math" in ext["nvcc_flags"]
+    assert any("sm_70 was dropped in CUDA 13.0" in r for r in got["refusals"])
+    assert any("no extension would carry sm_90" in r for r in got["refusals"])
+    assert any("not requested" in w for w in got["warnings"])
+    assert proc.stderr.strip().splitlines()[-1].startswith("imagegen: error: cannot build hardcoded-gencode")
+    assert seconds < 60, f"the audit took {seconds:.0f} s"  # seconds, not a compile (a bound, not a benchmark)
+
+
+def test_audit_knows_which_archs_each_extension_may_take(torch_venv, tmp_path):
+    common = ["--native", "routed-kernels", "--recipe-dir", FIXTURES / "routed_kernels", "--arch", "8.0 8.6 9.0 12.0+PTX",
+              "--python-exe", torch_venv / "bin" / "python"]
+    routed = imagegen("plan", "--audit", *common, "--version", "routed", "--work", tmp_path / "a", "--json", cwd=tmp_path)
+    assert routed.returncode == 0, routed.stderr[-2000:]
+    exts = {e["module"]: e for e in json.loads(routed.stdout)["audit"]["extensions"]}
+    assert exts["routed_kernels._portable"]["sass"] == ["sm_80", "sm_86", "sm_90a", "sm_120"]
+    assert exts["routed_kernels._portable"]["ptx"] == ["compute_120"]
+    assert exts["routed_kernels._hopper"]["sass"] == ["sm_90a"] and exts["routed_kernels._hopper"]["ptx"] == []
+    # Upstream's layout (every extension gets every pair): refused before anything compiles, and
+    # `build --native` says the same in seconds instead of failing in ptxas minutes later.
+    unrouted = imagegen("plan", "--audit", *common, "--version", "unrouted", "--work", tmp_path / "b", cwd=tmp_path)
+    assert unrouted.returncode == 3
+    assert "routed_kernels._hopper would be compiled for sm_80, sm_86, sm_120, compute_120" in unrouted.stdout
+    t0 = time.time()
+    build = imagegen("build", *common, "--version", "unrouted", "--work", tmp_path / "c", "--out", tmp_path / "out",
+                     cwd=tmp_path)
+    assert build.returncode == 3 and "the gencode audit refuses it" in build.stderr
+    assert not list((tmp_path / "out").rglob("*.whl")) and time.time() - t0 < 120

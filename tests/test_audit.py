@@ -1,0 +1,153 @@
+"""The gencode audit's parts that need no torch: the stand-in compiler (a real subprocess), reading
+nvcc command lines, folding records into extensions, and the judgement. The whole audit, run on real
+setup.py projects with a real torch, is in tests/integration/test_audit.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from imagegen.arch import parse_arch_list
+from imagegen.audit import AuditReport, judge
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILDER = ROOT / "imagegen" / "resources" / "builder"
+sys.path.insert(0, str(BUILDER))
+import imagegen_audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
+
+
+@pytest.mark.parametrize("argv, want", [
+    (["-gencode", "arch=compute_90a,code=sm_90a"], [("sass", "sm_90a")]),
+    (["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_120,code=compute_120"],
+     [("sass", "sm_80"), ("ptx", "compute_120")]),
+    (["--generate-code=arch=compute_80,code=[sm_80,compute_80]"], [("sass", "sm_80"), ("ptx", "compute_80")]),
+    (["-arch=sm_86"], [("sass", "sm_86"), ("ptx", "compute_86")]),
+    (["-arch", "compute_75"], [("ptx", "compute_75")]),
+    (["-arch=compute_90", "-code=sm_90,compute_90"], [("sass", "sm_90"), ("ptx", "compute_90")]),
+    (["-arch=native"], [("special", "native")]),
+    (["-O3", "-c", "x.cu"], [("default", "")]),
+    (["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_80,code=sm_80"], [("sass", "sm_80")]),
+])
+def test_nvcc_targets_reads_every_form(argv, want):
+    assert imagegen_audit.nvcc_targets(argv) == want
+
+
+def run_stub(tmp_path, tool, *argv, real=None, version=None):
+    log = tmp_path / "records.jsonl"
+    env = dict(os.environ, IMAGEGEN_AUDIT_LOG=str(log), IMAGEGEN_AUDIT_REAL=json.dumps(real or {}))
+    if version:
+        env["IMAGEGEN_AUDIT_NVCC_VERSION"] = version
+    proc = subprocess.run([sys.executable, str(BUILDER / "imagegen_audit.py"), "stub", tool, *argv], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return proc, records
+
+
+def test_the_stand_in_records_and_writes_what_ninja_expects(tmp_path):
+    proc, records = run_stub(tmp_path, "nvcc", "--generate-dependencies-with-compile", "--dependency-output", "obj/a.o.d",
+                             "-c", "csrc/a.cu", "-o", "obj/a.o", "-gencode", "arch=compute_90a,code=sm_90a")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "obj" / "a.o").read_bytes() == b""
+    assert (tmp_path / "obj" / "a.o.d").read_text().startswith("obj/a.o:")
+    assert len(records) == 1 and records[0]["tool"] == "nvcc" and "arch=compute_90a,code=sm_90a" in records[0]["argv"]
+    # gcc-style dependency files too (torch's ninja rule for .cpp: -MMD -MF $out.d).
+    proc, _ = run_stub(tmp_path, "cxx", "-MMD", "-MF", "obj/b.o.d", "-c", "b.cpp", "-o", "obj/b.o")
+    assert proc.returncode == 0 and (tmp_path / "obj" / "b.o.d").exists()
+
+
+def test_the_stand_in_hands_queries_to_the_real_tool(tmp_path):
+    # A query produces nothing: the real tool answers it, and nothing is recorded.
+    proc, records = run_stub(tmp_path, "cxx", "--version", real={"cxx": ["/bin/echo", "real-c++"]})
+    assert proc.stdout.strip() == "real-c++ --version" and records == []
+    # No real nvcc (auditing away from a toolkit): `nvcc -V` answers with the cell's version.
+    proc, _ = run_stub(tmp_path, "nvcc", "-V", version="12.8")
+    assert proc.returncode == 0 and "release 12.8, V12.8.0" in proc.stdout
+
+
+def test_fold_attributes_compiles_to_the_extension_that_links_them(tmp_path):
+    src = str(tmp_path / "src")
+    build = f"{src}/build/temp"
+    rec = lambda tool, *argv: {"tool": tool, "cwd": build, "argv": list(argv)}  # noqa: E731
+    records = [
+        rec("nvcc", "-c", f"{src}/csrc/all.cu", "-o", f"{build}/all.o", "-gencode", "arch=compute_80,code=sm_80",
+            "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-I/x"),
+        rec("cxx", "-c", f"{src}/csrc/bind.cpp", "-o", f"{build}/bind.o"),
+        rec("nvcc", "-c", f"{src}/csrc/hopper.cu", "-o", f"{build}/hopper.o", "-gencode", "arch=compute_90a,code=sm_90a"),
+        rec("ld", "-shared", f"{build}/all.o", f"{build}/bind.o", "-o", f"{src}/build/lib.linux-x86_64-cpython-311/pkg/_all.cpython-311-x86_64-linux-gnu.so"),
+        rec("ld", "-shared", f"{build}/hopper.o", "-o", f"{src}/build/lib.linux-x86_64-cpython-311/pkg/_hopper.cpython-311-x86_64-linux-gnu.so"),
+        rec("nvcc", "-c", f"{src}/tools/probe.cu", "-o", f"{build}/probe.o", "-arch=sm_75"),
+    ]
+    out = imagegen_audit.fold(records, src)
+    exts = {e["module"]: e for e in out["extensions"]}
+    assert set(exts) == {"pkg._all", "pkg._hopper"}
+    assert exts["pkg._all"]["sass"] == ["sm_80", "sm_90a"] and exts["pkg._all"]["sources"] == ["csrc/all.cu", "csrc/bind.cpp"]
+    assert exts["pkg._all"]["nvcc_flags"] == ["-O3"]
+    assert exts["pkg._hopper"]["sass"] == ["sm_90a"]
+    assert [e["source"] for e in out["unlinked_cuda_compiles"]] == ["tools/probe.cu"]
+
+
+def report(*exts, ok=True, error_lines=()):
+    return AuditReport.from_json({"ok": ok, "exit": 0 if ok else 1, "seconds": 1.0, "error_lines": list(error_lines),
+                                  "extensions": [{"module": m, "sass": s, "ptx": p} for m, s, p in exts]})
+
+
+def test_judge_refuses_a_kernel_compiled_for_an_arch_it_cannot_target():
+    r = report(("sageattention._qattn_sm80", ["sm_80", "sm_90a", "sm_120"], ["compute_120"]),
+               ("sageattention._qattn_sm90", ["sm_80", "sm_90a", "sm_120"], ["compute_120"]))
+    v = judge(r, recipe_name="sageattention", version_label="2.2.0", requested=parse_arch_list("8.0;9.0a;12.0+PTX"),
+              nvcc=Version("13.0"), extension_archs={"sageattention._qattn_sm90": parse_arch_list("9.0a")})
+    assert not v.ok and len(v.refusals) == 1
+    assert "_qattn_sm90 would be compiled for sm_80, sm_120, compute_120" in v.refusals[0]
+    routed = report(("sageattention._qattn_sm80", ["sm_80", "sm_90a", "sm_120"], ["compute_120"]),
+                    ("sageattention._qattn_sm90", ["sm_90a"], []))
+    v = judge(routed, recipe_name="sageattention", version_label="2.2.0", requested=parse_arch_list("8.0;9.0a;12.0+PTX"),
+              nvcc=Version("13.0"), extension_archs={"sageattention._qattn_sm90": parse_arch_list("9.0a")})
+    assert v.ok and not v.warnings, (v.refusals, v.warnings)  # _qattn_sm90 lacking sm_80 is right, not missing
+
+
+def test_judge_a_hard_coded_list_seed_003():
+    r = report(("k._C", ["sm_70", "sm_80", "sm_86"], []))
+    v = judge(r, recipe_name="k", version_label="0.3.0", requested=parse_arch_list("9.0"), nvcc=Version("13.0"))
+    assert any("sm_70 was dropped in CUDA 13.0" in x for x in v.refusals)
+    assert any("no extension would carry sm_90" in x for x in v.refusals)
+    assert any("compiles sm_70, sm_80, sm_86, not requested" in x for x in v.warnings)
+    # The same list on CUDA 12.8 for --arch 8.0: buildable, with the unrequested archs named.
+    v = judge(r, recipe_name="k", version_label="0.3.0", requested=parse_arch_list("8.0"), nvcc=Version("12.8"))
+    assert v.ok and v.warnings == ("k._C compiles sm_70, sm_86, not requested: a hard-coded arch list that ignores --arch",)
+
+
+def test_judge_warns_about_an_extension_missing_an_arch_the_others_carry():
+    r = report(("p._a", ["sm_80", "sm_90"], []), ("p._b", ["sm_80"], []))
+    v = judge(r, recipe_name="p", version_label="1", requested=parse_arch_list("8.0;9.0"), nvcc=Version("12.8"))
+    assert v.ok and v.warnings == ("p._b would not carry sm_90 (requested); p._a would",)
+
+
+def test_judge_a_family_cubin_covers_its_minor_versions():
+    # flash-attn's sm_80 cubin runs on 8.6: a request the plan mapped is carried.
+    v = judge(report(("flash_attn_2_cuda", ["sm_80", "sm_90"], [])), recipe_name="flash-attn", version_label="2.8.3",
+              requested=parse_arch_list("8.6;9.0"), nvcc=Version("12.8"))
+    assert v.ok and not v.refusals
+
+
+def test_judge_refuses_a_cpu_only_build_and_a_build_that_stops():
+    v = judge(report(("xformers._C", [], [])), recipe_name="xformers", version_label="0.0.35",
+              requested=parse_arch_list("9.0"), nvcc=Version("12.8"), force_hint="the recipe sets FORCE_CUDA=1")
+    assert not v.ok and "compiles no CUDA code" in v.refusals[0] and "FORCE_CUDA=1" in v.refusals[0]
+    lines = ["error: subprocess-exited-with-error", "RuntimeError: CUDA 12.8 or higher is required for compute capability 12.0.",
+             "error: metadata-generation-failed"]
+    v = judge(report(ok=False, error_lines=lines), recipe_name="sageattention", version_label="2.2.0",
+              requested=parse_arch_list("12.0"), nvcc=Version("12.6"))
+    assert not v.ok and "RuntimeError: CUDA 12.8 or higher is required for compute capability 12.0." in v.refusals[0]
+
+
+def test_a_hostile_report_is_bounded():
+    data = {"ok": True, "exit": 0, "extensions": [{"module": "x" * 10_000, "sass": ["sm_80"] * 100_000, "ptx": "nope"}] * 1000}
+    r = AuditReport.from_json(data)
+    assert len(r.extensions) <= 500 and len(r.extensions[0].module) <= 300 and len(r.extensions[0].sass) <= 200
+    assert r.extensions[0].ptx == ()
