@@ -614,17 +614,23 @@ POLL_S = 0.2  # how often the supervisor looks at the guard's files and the buil
 KILL_GRACE_S = 3.0  # between TERM and KILL
 
 
+def torch_cuda_home(env):
+    """CUDA_HOME as torch.utils.cpp_extension finds it: $CUDA_HOME or $CUDA_PATH, else the folder
+    above the first nvcc on PATH, else /usr/local/cuda (the build and the audit both ask this)."""
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not home:
+        found = shutil.which("nvcc", path=env.get("PATH"))
+        home = os.path.dirname(os.path.dirname(found)) if found else "/usr/local/cuda"
+    return home
+
+
 def torch_nvcc(env):
     """The nvcc command torch's ninja build would run (shell words): $PYTORCH_NVCC, else
     CUDA_HOME/bin/nvcc found the way torch.utils.cpp_extension finds it, behind ccache/sccache when
     this torch wraps its compilers itself (torch >= 2.13, unless TORCH_NO_COMPILER_WRAPPER)."""
     if env.get("PYTORCH_NVCC"):
         return env["PYTORCH_NVCC"]
-    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
-    if not home:
-        found = shutil.which("nvcc", path=env.get("PATH"))
-        home = os.path.dirname(os.path.dirname(found)) if found else "/usr/local/cuda"
-    nvcc = os.path.join(home, "bin", "nvcc")
+    nvcc = os.path.join(torch_cuda_home(env), "bin", "nvcc")
     if not os.path.isfile(nvcc):
         return None
     words = [nvcc]
@@ -1074,11 +1080,11 @@ def cmd_audit(cell, args):
     work = tempfile.mkdtemp(prefix="imagegen-audit-")
     try:
         records = imagegen_audit.install_stubs(work, env, sys.executable, os.path.join(here, "imagegen_audit.py"),
-                                               nvcc_version=cell.get("nvcc"))
+                                               torch_cuda_home(env))
         src = os.path.join(work, "src")
         shutil.copytree(cell["src_dir"], src, symlinks=True)
         tree = os.path.join(src, cell["source"].get("subdir") or "")
-        cmd = [py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", os.path.join(work, "dist"), tree]
+        cmd = pip_wheel_command(py, os.path.join(work, "dist"), tree)  # exactly the build's command
         log("audit: $ " + " ".join(cmd))
         try:
             proc = subprocess.run(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -1174,14 +1180,13 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 
 LOG_ENV = "IMAGEGEN_AUDIT_LOG"
 REAL_ENV = "IMAGEGEN_AUDIT_REAL"  # JSON: tool -> the real executable (argv list)
-NVCC_VERSION_ENV = "IMAGEGEN_AUDIT_NVCC_VERSION"  # answer `nvcc -V` with this when no real nvcc exists
+NVCC_VERSION_ENV = "IMAGEGEN_AUDIT_NVCC_VERSION"  # answer `nvcc -V` with this when no real nvcc exists (else 12.8)
 STUB_TOOLS = ("nvcc", "cc", "cxx", "ld")
 
 # ------------------------------------------------------------------------------------------------
@@ -1285,20 +1290,10 @@ def _touch(path, data):
 # Setting the stand-ins up
 
 
-def real_cuda_home(env):
-    """The toolkit the real build would use: CUDA_HOME/CUDA_PATH, else nvcc on PATH, else /usr/local/cuda."""
-    for cand in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
-        if cand and os.path.isdir(cand):
-            return cand
-    nvcc = shutil.which("nvcc", path=env.get("PATH"))
-    if nvcc:
-        return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
-    return "/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None
-
-
-def install_stubs(work, env, python, script, nvcc_version=None):
-    """Point ``env`` at stand-ins under ``work``; return the path of the record log."""
-    real_home = real_cuda_home(env)
+def install_stubs(work, env, python, script, cuda_home):
+    """Point ``env`` at stand-ins under ``work`` that shadow the toolkit at ``cuda_home`` (where torch
+    would find it: imagegen_build.torch_cuda_home); return the path of the record log."""
+    real_home = cuda_home if cuda_home and os.path.isdir(cuda_home) else None
     shadow = os.path.join(work, "cuda")
     bindir = os.path.join(shadow, "bin")
     os.makedirs(bindir, exist_ok=True)
@@ -1342,8 +1337,6 @@ def install_stubs(work, env, python, script, nvcc_version=None):
         LOG_ENV: log,
         REAL_ENV: json.dumps(real),
     })
-    if nvcc_version:
-        env[NVCC_VERSION_ENV] = nvcc_version
     env.pop("CCACHE_DIR", None)  # nothing compiles: keep ccache out of the picture
     return log
 
@@ -1570,7 +1563,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="4ef99d5dbf9db7ec"
+      io.imagegen.inputs="f3a692d29fe59bd8"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

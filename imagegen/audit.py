@@ -28,6 +28,7 @@ from packaging.version import Version
 
 from imagegen.arch import ArchList, CudaArch, nvcc_problems
 from imagegen.errors import BuildError, CompatError
+from imagegen.plan import cc_key, covers
 
 # Bounds on what a report (written by a stranger's build) may make us hold or print.
 _MAX_EXTENSIONS = 500
@@ -177,17 +178,6 @@ class Verdict:
 # Judging
 
 
-def _covers(have: CudaArch, want: CudaArch) -> bool:
-    """Does compiled SASS ``have`` run on a GPU of ``want``'s compute capability? (Same rule as the
-    plan: plain SASS runs on the same major with an equal or higher minor, ``a`` only on its exact
-    cc, ``f`` within the family.)"""
-    if want.variant == "f":
-        return have.major == want.major and have.variant in ("f", "")
-    if have.variant == "a":
-        return (have.major, have.minor) == (want.major, want.minor)
-    return have.major == want.major and have.minor <= want.minor
-
-
 def _ccs(archs: ArchList) -> set[str]:
     return {a.cc for a in archs}
 
@@ -240,7 +230,7 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
             if outside:
                 refusals.append(
                     f"{ext.module} would be compiled for {', '.join(outside)}: its kernels target only"
-                    f" {', '.join(sorted(_ccs(allowed), key=_cc_key))} ({recipe_name}'s recipe), so nvcc/ptxas would fail;"
+                    f" {', '.join(sorted(_ccs(allowed), key=cc_key))} ({recipe_name}'s recipe), so nvcc/ptxas would fail;"
                     f" the recipe's per-extension arch routing is missing for this version")
         for o in ext.other:
             if o.startswith("default"):
@@ -279,11 +269,6 @@ def str_target(t: CudaArch) -> str:
     return t.sm if t.sass else t.compute
 
 
-def _cc_key(cc: str) -> tuple[int, int]:
-    major, minor = cc.split(".")
-    return int(major), int(minor)
-
-
 def _labels(want: CudaArch) -> list[str]:
     out = []
     if want.sass:
@@ -297,7 +282,7 @@ def _carries(ext: ExtensionAudit, want: CudaArch) -> dict[str, bool]:
     targets = ext.targets
     out = {}
     if want.sass:
-        out[want.sm] = any(t.sass and _covers(t, want) for t in targets)
+        out[want.sm] = any(t.sass and covers(t, want) for t in targets)
     if want.ptx:
         out[want.compute] = any(t.ptx and t.number == want.number and t.variant == want.variant for t in targets)
     return out
@@ -306,7 +291,7 @@ def _carries(ext: ExtensionAudit, want: CudaArch) -> dict[str, bool]:
 def _requested(t: CudaArch, requested: ArchList) -> bool:
     if t.sass:
         return any(w.sass and t.number == w.number and t.variant == w.variant for w in requested) \
-            or any(w.sass and _covers(t, w) for w in requested)
+            or any(w.sass and covers(t, w) for w in requested)
     return any(w.ptx and t.number == w.number for w in requested) or any(t.number == w.number for w in requested)
 
 
@@ -342,7 +327,8 @@ def run_script_audit(python_exe: str, script: Path, cell_file: Path, out: Path, 
                      timeout: float = 900) -> AuditReport:
     """Run the in-build script's audit step (native builds: this host's Python and toolkit)."""
     try:
-        proc = subprocess.run([python_exe, str(script), "--cell", str(cell_file), "audit", "--out", str(out)],
+        proc = subprocess.run([python_exe, str(script), "--cell", str(cell_file), "audit", "--out", str(out),
+                               "--timeout", str(timeout)],
                               env=dict(env), capture_output=True, text=True, timeout=timeout + 60)
     except subprocess.TimeoutExpired:
         raise BuildError(f"the gencode audit did not finish in {timeout:.0f} s (skip it with --no-audit)") from None

@@ -658,10 +658,16 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     archs = parse_arch_list(args.arch)
     reports = []
+    try:  # the recipes tell how a package compiles a request; --gpu needs them, plain verify does without
+        cat: Catalogue | None = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
+    except ImagegenError:
+        if args.gpu:
+            raise
+        cat = None
     for wheel in args.wheels:
         if not wheel.is_file():
             raise UsageError(f"{wheel}: no such wheel file")
-        expected, knowledge = _recipe_view(args, wheel, archs)
+        expected, knowledge = _recipe_view(cat, wheel, archs)
         report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:
             from imagegen.native import import_test, wheel_modules
@@ -671,7 +677,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
             except ImagegenError as exc:
                 report.problems.append(str(exc))
         reports.append(report)
-    no_gpu = _verify_gpu(args, reports) if args.gpu else None
+    no_gpu = _verify_gpu(args, cat, reports) if args.gpu and cat is not None else None
     if args.json:
         json.dump([r.as_dict() for r in reports], sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -702,7 +708,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _recipe_view(args: argparse.Namespace, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
+def _recipe_view(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
     """What ``wheel`` must carry for the request ``archs``, seen through the recipe that builds its
     distribution (the version whose label is the wheel's version, else the default one): the
     request mapped the way the package compiles it (SageAttention builds 9.0 as sm_90a; flash-attn's
@@ -714,8 +720,9 @@ def _recipe_view(args: argparse.Namespace, wheel: Path, archs: ArchList) -> tupl
     from imagegen import check
     from imagegen.plan import compiled_archs, expected_archs
 
+    if cat is None:
+        return archs, {}
     try:
-        cat = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
         dist, version, _, _ = parse_wheel_filename(wheel.name)
         recipe = check.recipe_for(cat, str(dist))
     except (ImagegenError, ValueError):
@@ -727,12 +734,11 @@ def _recipe_view(args: argparse.Namespace, wheel: Path, archs: ArchList) -> tupl
     return expected_archs(chosen, compiled, Version("99.0")), dict(chosen.extensions)
 
 
-def _verify_gpu(args: argparse.Namespace, reports: list) -> ImagegenError | None:
+def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> ImagegenError | None:
     """verify --gpu: `imagegen check` on each wheel that passed. Returns the NoGpuError (exit 8) to
     raise once the reports are printed; a failed check is a problem of its wheel."""
     from imagegen import check
 
-    cat = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
     for wheel, report in zip(args.wheels, reports):
         if not report.ok:
             continue

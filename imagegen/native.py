@@ -200,21 +200,22 @@ def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: i
         raise BuildError(f"could not compute the build environment: {(proc.stderr or proc.stdout).strip()[-300:]}") from None
 
 
-def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int | None = None,
-                 nvcc_threads: int | None = None, src_dir: Path | None = None,
-                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> "Verdict":
-    """The gencode audit of ``cell`` on this host: fetch the source, run the package's own build with
-    stand-in compilers and the exact environment a build would get, and judge what it would compile."""
+def _run_step(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: dict, work: Path, *step: str,
+              stdout=None) -> float:
+    """Run one step of the in-build script (fetch, build); its seconds, or a one-line BuildError."""
+    t0 = time.time()
+    rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), *step], env=env, stdout=stdout)
+    if rc != 0:
+        raise BuildError(_step_failure(cell, step[0], rc, work / "logs"))
+    return time.time() - t0
+
+
+def _audit(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: dict, work: Path,
+           say: Callable[[str], None]) -> "Verdict":
+    """The audit step on a fetched source, judged, its table and warnings said."""
     from imagegen import audit
 
-    work = work.resolve()
-    doc, cell_file, script, _settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
     (work / "imagegen_audit.py").write_text(audit_script())
-    if cell.recipe.source_kind != "local":
-        rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), "fetch"], env=env,
-                             stdout=sys.stderr)
-        if rc != 0:
-            raise BuildError(f"{cell.describe()}: the fetch step failed (exit {rc})")
     report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env)
     verdict = audit.judge_cell(report, cell)
     say(f"audit ({report.seconds:.1f} s): what the build would compile\n" + verdict.table())
@@ -225,41 +226,49 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
     return verdict
 
 
+def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int | None = None,
+                 nvcc_threads: int | None = None, src_dir: Path | None = None,
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> "Verdict":
+    """The gencode audit of ``cell`` on this host: fetch the source, run the package's own build with
+    stand-in compilers and the exact environment a build would get, and judge what it would compile."""
+    work = work.resolve()
+    _, cell_file, script, _, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    if cell.recipe.source_kind != "local":  # stdout to stderr: `plan --audit --json` prints only JSON
+        _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
+    return _audit(cell, host, script, cell_file, env, work, say)
+
+
 def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat: bool = False,
                  max_jobs: int | None = None, nvcc_threads: int | None = None, src_dir: Path | None = None,
                  verbose_build: bool = False, audit: bool = True,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
     work = work.resolve()
+    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    steps: dict[str, float] = {}  # where the time went, so the overhead over `pip wheel` is visible
+    if cell.recipe.source_kind != "local":
+        steps["fetch"] = _run_step(cell, host, script, cell_file, env, work, "fetch")
     verdict = None
     if audit:  # before anything compiles: refuse what the package's own build would get wrong
         from imagegen.audit import refuse
 
-        verdict = audit_native(cell, host, work=work, max_jobs=max_jobs, nvcc_threads=nvcc_threads, src_dir=src_dir, say=say)
+        t0 = time.time()
+        verdict = _audit(cell, host, script, cell_file, env, work, say)
+        steps["audit"] = time.time() - t0
         if not verdict.ok:
             raise refuse(cell, verdict)
-    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
     if verbose_build:  # pip -v: every compiler line live (slower for chatty builds, see imagegen_build.py)
         env["IMAGEGEN_BUILD_VERBOSE"] = "1"
     say(f"building {cell.describe()} natively: {host.describe()}")
     say(f"jobs: {settings.describe()} on {jobs.host().describe()} (override with --max-jobs / --nvcc-threads)")
-    started = time.time()
-    steps: dict[str, float] = {}  # where the time went, so the overhead over `pip wheel` is visible
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     # The import test's interpreter loads torch (seconds) while the wheel compiles, not after.
     with Importer(host.python_exe) as importer:
-        for step in (["fetch"], ["build", "--out", str(dist)]):
-            if step == ["fetch"] and cell.recipe.source_kind == "local":
-                continue
-            t0 = time.time()
-            rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), *step], env=env)
-            steps[step[0]] = time.time() - t0
-            if rc != 0:
-                raise BuildError(_step_failure(cell, step[0], rc, work / "logs"))
+        steps["build"] = _run_step(cell, host, script, cell_file, env, work, "build", "--out", str(dist))
         wheels = sorted(dist.glob("*.whl"))
         if len(wheels) != 1:
             raise BuildError(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
-        seconds = time.time() - started
+        seconds = steps.get("fetch", 0.0) + steps["build"]  # the build's own time: fetch and compile
         t0 = time.time()
         # The import test (the extensions load, some initialise the driver) runs while this
         # interpreter reads the fatbins.

@@ -108,7 +108,7 @@ def compiled_archs(version: RecipeVersion, archs: ArchList) -> tuple[ArchList, s
     if not moved:
         return archs, ""
     note = "; ".join(f"{', '.join(wants)} run{'s' if len(wants) == 1 else ''} the sm_{cc.replace('.', '')} cubin"
-                     for cc, wants in sorted(moved.items(), key=lambda kv: _cc_key(kv[0])))
+                     for cc, wants in sorted(moved.items(), key=lambda kv: cc_key(kv[0])))
     return ArchList(out), note
 
 
@@ -116,7 +116,7 @@ def expected_archs(version: RecipeVersion, archs: ArchList, nvcc: Version) -> Ar
     knob = version.arch
     if knob.style == "fixed":
         fixed = knob.fixed_for(nvcc)
-        return ArchList([a for a in fixed if any(_covers(a, want) for want in archs)])
+        return ArchList([a for a in fixed if any(covers(a, want) for want in archs)])
     out = []
     for a in archs:
         got = version.emits.get(a.cc)
@@ -128,7 +128,7 @@ def expected_archs(version: RecipeVersion, archs: ArchList, nvcc: Version) -> Ar
     return ArchList(out)
 
 
-def _covers(have: CudaArch, want: CudaArch) -> bool:
+def covers(have: CudaArch, want: CudaArch) -> bool:
     """Does compiled target ``have`` run on a GPU of ``want``'s compute capability?
 
     Plain SASS runs on the same major with an equal or higher minor; ``a`` targets only on
@@ -224,7 +224,7 @@ def _recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries
     if knob.style == "fixed":
         fixed = knob.fixed_for(nvcc)
         for a in archs:
-            if not any(_covers(f, a) for f in fixed):
+            if not any(covers(f, a) for f in fixed):
                 out.append(f"{recipe.name} {version.version} does not compile sm_{a.code} with CUDA {_fmt(nvcc)}"
                            f" (it always builds its own list: {fixed or 'nothing'})")
         if archs.has_ptx and knob.ptx == "none":
@@ -235,7 +235,7 @@ def _recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries
         s = supported.get(a.cc)
         if s is None:
             out.append(f"{recipe.name} {version.version} does not support sm_{a.number}"
-                       f" (it supports {', '.join(sorted(supported, key=_cc_key))}){_other_versions_hint(recipe, version, a)}")
+                       f" (it supports {', '.join(sorted(supported, key=cc_key))}){_other_versions_hint(recipe, version, a)}")
         elif a.variant == "f" and s.variant != "f":
             out.append(f"{recipe.name} {version.version} cannot build family target {a}; ask for {a.cc} instead")
         if a.sass is False and a.ptx and knob.style in ("numeric", "dotted"):
@@ -258,7 +258,7 @@ def _other_versions_hint(recipe: Recipe, version: RecipeVersion, a: CudaArch) ->
     return f"; version {others[0]} does (--version {others[0]})" if others else ""
 
 
-def _cc_key(cc: str) -> tuple[int, int]:
+def cc_key(cc: str) -> tuple[int, int]:
     major, minor = cc.split(".")
     return int(major), int(minor)
 

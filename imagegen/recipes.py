@@ -549,7 +549,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
 
 def _check_runs_on(v: _Reader, knob: ArchKnob, archs: ArchList) -> None:
     if knob.style == "fixed":
-        return  # a fixed list serves higher minors by itself (plan._covers)
+        return  # a fixed list serves higher minors by itself (plan.covers)
     supported = {a.cc for a in archs}
     for want, got in knob.runs_on:
         if got not in supported:

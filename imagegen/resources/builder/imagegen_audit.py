@@ -27,14 +27,13 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 
 LOG_ENV = "IMAGEGEN_AUDIT_LOG"
 REAL_ENV = "IMAGEGEN_AUDIT_REAL"  # JSON: tool -> the real executable (argv list)
-NVCC_VERSION_ENV = "IMAGEGEN_AUDIT_NVCC_VERSION"  # answer `nvcc -V` with this when no real nvcc exists
+NVCC_VERSION_ENV = "IMAGEGEN_AUDIT_NVCC_VERSION"  # answer `nvcc -V` with this when no real nvcc exists (else 12.8)
 STUB_TOOLS = ("nvcc", "cc", "cxx", "ld")
 
 # ------------------------------------------------------------------------------------------------
@@ -138,20 +137,10 @@ def _touch(path, data):
 # Setting the stand-ins up
 
 
-def real_cuda_home(env):
-    """The toolkit the real build would use: CUDA_HOME/CUDA_PATH, else nvcc on PATH, else /usr/local/cuda."""
-    for cand in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
-        if cand and os.path.isdir(cand):
-            return cand
-    nvcc = shutil.which("nvcc", path=env.get("PATH"))
-    if nvcc:
-        return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
-    return "/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None
-
-
-def install_stubs(work, env, python, script, nvcc_version=None):
-    """Point ``env`` at stand-ins under ``work``; return the path of the record log."""
-    real_home = real_cuda_home(env)
+def install_stubs(work, env, python, script, cuda_home):
+    """Point ``env`` at stand-ins under ``work`` that shadow the toolkit at ``cuda_home`` (where torch
+    would find it: imagegen_build.torch_cuda_home); return the path of the record log."""
+    real_home = cuda_home if cuda_home and os.path.isdir(cuda_home) else None
     shadow = os.path.join(work, "cuda")
     bindir = os.path.join(shadow, "bin")
     os.makedirs(bindir, exist_ok=True)
@@ -195,8 +184,6 @@ def install_stubs(work, env, python, script, nvcc_version=None):
         LOG_ENV: log,
         REAL_ENV: json.dumps(real),
     })
-    if nvcc_version:
-        env[NVCC_VERSION_ENV] = nvcc_version
     env.pop("CCACHE_DIR", None)  # nothing compiles: keep ccache out of the picture
     return log
 

@@ -566,17 +566,23 @@ POLL_S = 0.2  # how often the supervisor looks at the guard's files and the buil
 KILL_GRACE_S = 3.0  # between TERM and KILL
 
 
+def torch_cuda_home(env):
+    """CUDA_HOME as torch.utils.cpp_extension finds it: $CUDA_HOME or $CUDA_PATH, else the folder
+    above the first nvcc on PATH, else /usr/local/cuda (the build and the audit both ask this)."""
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not home:
+        found = shutil.which("nvcc", path=env.get("PATH"))
+        home = os.path.dirname(os.path.dirname(found)) if found else "/usr/local/cuda"
+    return home
+
+
 def torch_nvcc(env):
     """The nvcc command torch's ninja build would run (shell words): $PYTORCH_NVCC, else
     CUDA_HOME/bin/nvcc found the way torch.utils.cpp_extension finds it, behind ccache/sccache when
     this torch wraps its compilers itself (torch >= 2.13, unless TORCH_NO_COMPILER_WRAPPER)."""
     if env.get("PYTORCH_NVCC"):
         return env["PYTORCH_NVCC"]
-    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
-    if not home:
-        found = shutil.which("nvcc", path=env.get("PATH"))
-        home = os.path.dirname(os.path.dirname(found)) if found else "/usr/local/cuda"
-    nvcc = os.path.join(home, "bin", "nvcc")
+    nvcc = os.path.join(torch_cuda_home(env), "bin", "nvcc")
     if not os.path.isfile(nvcc):
         return None
     words = [nvcc]
@@ -1026,11 +1032,11 @@ def cmd_audit(cell, args):
     work = tempfile.mkdtemp(prefix="imagegen-audit-")
     try:
         records = imagegen_audit.install_stubs(work, env, sys.executable, os.path.join(here, "imagegen_audit.py"),
-                                               nvcc_version=cell.get("nvcc"))
+                                               torch_cuda_home(env))
         src = os.path.join(work, "src")
         shutil.copytree(cell["src_dir"], src, symlinks=True)
         tree = os.path.join(src, cell["source"].get("subdir") or "")
-        cmd = [py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", os.path.join(work, "dist"), tree]
+        cmd = pip_wheel_command(py, os.path.join(work, "dist"), tree)  # exactly the build's command
         log("audit: $ " + " ".join(cmd))
         try:
             proc = subprocess.run(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
