@@ -443,6 +443,38 @@ def format_archs(archs, style, keep_variant=False):
     fail("unknown arch style %r" % style, 2)
 
 
+def apply_runs_on(archs, runs_on, package="the package"):
+    """The archs the knob really compiles (plan.compiled_archs, the same rule): a requested cc the
+    recipe maps (``runs_on``, e.g. {"8.6": "8.0"} for flash-attn, whose knob takes 80 but silently
+    ignores 86) becomes the cc whose cubin serves it; entries that meet are merged (8.0 and 8.6+PTX:
+    8.0+PTX). Variant targets (9.0a) are never mapped. Returns (archs, a log line or "")."""
+    if not runs_on:
+        return archs, ""
+    merged = {}  # (major, minor, variant) -> [sass, ptx], in the order first seen
+    moved = {}  # the cc compiled -> the requested ccs it serves
+    for a in archs:
+        key = a[:3]
+        cc = "%d.%d" % (a[0], a[1])
+        got = runs_on.get(cc) if not a[2] else None
+        if got and got != cc:
+            major, minor = (int(x) for x in got.split("."))
+            key = (major, minor, "")
+            moved.setdefault(got, [])
+            if cc not in moved[got]:
+                moved[got].append(cc)
+        flags = merged.setdefault(key, [False, False])
+        flags[0] = flags[0] or a[3]
+        flags[1] = flags[1] or a[4]
+    if not moved:
+        return archs, ""
+    out = [k + (v[0], v[1]) for k, v in merged.items()]
+    note = "; ".join("%s run%s the sm_%s cubin (%s builds one cubin for the %s.x family)"
+                     % (", ".join(wants), "s" if len(wants) == 1 else "", got.replace(".", ""), package,
+                        got.split(".")[0])
+                     for got, wants in sorted(moved.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))))
+    return out, note
+
+
 def auto_jobs(cell, threads, targets=0):
     """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads (at most one per
     -gencode target, `targets`) of `memory_per_thread_gb` each, and one job per core at most
@@ -496,6 +528,9 @@ def build_env(cell):
         env["TORCH_CUDA_ARCH_LIST"] = visible_gpu_archs(cell)
     archs = parse_archs(env.get("TORCH_CUDA_ARCH_LIST") or "")
     if knob["style"] != "fixed":
+        archs, note = apply_runs_on(archs, knob.get("runs_on"), cell.get("recipe") or "the package")
+        if note:
+            log(note)
         value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
         env[knob["env"]] = value
         log("%s=%s (from TORCH_CUDA_ARCH_LIST=%s)" % (knob["env"], value, env["TORCH_CUDA_ARCH_LIST"]))
@@ -1563,7 +1598,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="f3a692d29fe59bd8"
+      io.imagegen.inputs="ae51521ce5b8751e"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
