@@ -19,7 +19,7 @@ from typing import Sequence
 from imagegen import __version__, ci, compat
 from imagegen.arch import ArchList, parse_arch_list
 from imagegen.config import FLAVORS, Config, load_config
-from imagegen.errors import BuildError, ImagegenError, NothingToDoError, UsageError
+from imagegen.errors import BuildError, CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.plan import BUILDABLE, MatrixRequest, Plan, choose_cell, defaults, expand
 from imagegen.recipes import Catalogue, Recipe, RecipeVersion, load_catalogue, looks_like_path, recipe_from_source_tree
 from imagegen.render import render_dockerfile, write_output
@@ -90,8 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--only", choices=("buildable", "rejected", "skipped"), help="show only cells with this status")
     p.add_argument("--audit", action="store_true", help="run each buildable cell's own build with stand-in compilers"
-                   " (seconds, nothing compiles) and show what it would really compile: SASS/PTX per extension and"
-                   " the nvcc flags; refuse what would fail, warn about missing or unrequested archs")
+                   " (nothing compiles) and show what it would really compile: SASS/PTX per extension and"
+                   " the nvcc flags; refuse what would fail, warn about missing or unrequested archs. Runs in each"
+                   " cell's builder image on the Docker engine (its base layers are the build's: minutes the first"
+                   " time, seconds after), or with --native on this host")
     p.add_argument("--native", action="store_true", help="with --audit: audit the build on this host (its Python,"
                    " torch and nvcc), as `imagegen build --native` would run it")
     p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")
@@ -218,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give the container the GPUs (auto: when nvidia-smi works here and Docker has the NVIDIA"
                    " Container Toolkit)")
     p.add_argument("--no-fallback", action="store_true", help="fail when the image is missing instead of building it locally")
+    p.add_argument("--no-audit", action="store_true", help="skip the gencode audit the image runs before compiling"
+                   " (the package's own build with stand-in compilers, which refuses a cell whose build would fail or miss an arch)")
     p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date")
     p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from RAM and cores)")
     p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
@@ -560,7 +564,8 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out = args.out or config.out
     results = execute.build(plan, out=out, work=args.work, force=args.force, max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
-                            cache_from=_check_cache_specs(args.cache_from), cache_to=_check_cache_specs(args.cache_to))
+                            cache_from=_check_cache_specs(args.cache_from), cache_to=_check_cache_specs(args.cache_to),
+                            audit=not args.no_audit)
     if args.json:
         print(execute.results_json(results))
     else:
@@ -573,31 +578,55 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
-    """plan --audit: what the cell's own build would compile, judged before anything compiles."""
+    """plan --audit: what each cell's own build would compile, judged before anything compiles; on
+    this host (--native) or in each cell's builder image (the engine), where `imagegen build` runs it."""
     from imagegen import native
+    from imagegen.audit import refuse
 
-    if not args.native:
-        raise UsageError("plan --audit runs the package's build where it would run: add --native to audit it on this"
-                         " host (its torch and nvcc); `imagegen build` audits every cell inside its builder image first")
-    cell, host = _native_cell(args, config, cat)
-    verdict = native.audit_native(cell, host, work=args.work, src_dir=args.src_dir, say=lambda m: None)
+    if args.native:
+        cell, host = _native_cell(args, config, cat)
+        verdict = native.audit_native(cell, host, work=args.work, src_dir=args.src_dir, say=lambda m: None)
+        audited = [(cell, verdict, "")]
+    else:
+        for flag, value in (("--python-exe", args.python_exe), ("--src-dir", args.src_dir)):
+            if value:
+                raise UsageError(f"{flag} goes with --native (the builder image has its own Python and source)")
+        from imagegen import execute
+
+        plan = _planned(args, config, cat)
+        for c in plan.rejected:
+            print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
+        if not plan.buildable:
+            raise NothingToDoError("no cell of this matrix can build, so there is nothing to audit (imagegen plan explains each)")
+        audited = [(o.cell, o.verdict, o.error + (f" (log: {o.log})" if o.log else ""))
+                   for o in execute.audit(plan, work=args.work, say=lambda m: print(m, file=sys.stderr, flush=True))]
     if args.json:
-        json.dump({"cell": _cell_record(cell), "audit": verdict.as_dict()}, sys.stdout, indent=2)
+        records = [{"cell": _cell_record(cell), "audit": verdict.as_dict() if verdict else None,
+                    **({"error": error} if verdict is None else {})} for cell, verdict, error in audited]
+        json.dump(records[0] if args.native else records, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(f"{cell.describe()}: {'buildable' if verdict.ok else 'REFUSED'} (audit {verdict.report.seconds:.1f} s)")
-        for line in verdict.table().splitlines():
-            print(f"  {line}")
-        for line in verdict.refusals:
-            print(f"  refused: {line}")
-        for line in verdict.warnings:
-            print(f"  warning: {line}")
-        for line in verdict.notes:
-            print(f"  note: {line}")
-    if not verdict.ok:
-        from imagegen.audit import refuse
-
-        raise refuse(cell, verdict)
+        for cell, verdict, error in audited:
+            if verdict is None:
+                print(f"{cell.describe()}: AUDIT FAILED: {error}")
+                continue
+            print(f"{cell.describe()}: {'buildable' if verdict.ok else 'REFUSED'} (audit {verdict.report.seconds:.1f} s)")
+            for line in verdict.table().splitlines():
+                print(f"  {line}")
+            for line in verdict.refusals:
+                print(f"  refused: {line}")
+            for line in verdict.warnings:
+                print(f"  warning: {line}")
+            for line in verdict.notes:
+                print(f"  note: {line}")
+    refused = [(cell, verdict) for cell, verdict, _ in audited if verdict is not None and not verdict.ok]
+    failed = [cell for cell, verdict, _ in audited if verdict is None]
+    if len(audited) == 1 and refused:
+        raise refuse(*refused[0])
+    if refused or failed:
+        raise CompatError(f"the gencode audit refuses {len(refused)} and could not run {len(failed)} of {len(audited)}"
+                          f" cell(s): {', '.join(c.name for c, _ in refused)}{', ' if refused and failed else ''}"
+                          f"{', '.join(c.name for c in failed)}")
     return 0
 
 
@@ -803,7 +832,8 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise UsageError(f"{flag} must be between 1 and 1024")
     results = prebuilt.pull(plan, registry, out=args.out or config.out, work=args.work, lock=_lock(args),
                             gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
-                            nvcc_threads=args.nvcc_threads, ca_bundle=args.ca_bundle, force=args.force)
+                            nvcc_threads=args.nvcc_threads, ca_bundle=args.ca_bundle, force=args.force,
+                            audit=not args.no_audit)
     print(execute.results_json(results) if args.json else execute.summary(results))
     failed = [r for r in results if r.status == "failed"]
     if failed:

@@ -1,5 +1,10 @@
 """Execute: build the buildable cells of a plan with docker buildx bake, then collect and verify.
 
+Before anything compiles, every cell's ``audit-report`` stage runs the package's own build with
+stand-in compilers inside its builder image (imagegen.audit): a cell whose build would fail or miss
+a requested arch is refused there, in seconds once the image's layers exist, with the audit's table
+in the log; the verdict of a cell that builds goes into its manifest.
+
 bake cancels every target when one fails and starts all targets at once, so imagegen runs the
 cells in batches sized by RAM and cores, gives each target its share of MAX_JOBS x NVCC_THREADS,
 re-runs the targets a failure cancelled, and keeps going: one broken cell never costs the wheels of
@@ -17,18 +22,23 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from imagegen import collect, jobs
 from imagegen.bake import BakeDefinition, build_definition, to_json
 from imagegen.bakefiles import write_dockerfiles
-from imagegen.errors import EngineError, UsageError
+from imagegen.errors import EngineError, ImagegenError, UsageError
 from imagegen.plan import Cell, Plan
 from imagegen.render import inputs_hash, cell_document
 from imagegen.verify import verify_wheel
 
+if TYPE_CHECKING:
+    from imagegen.audit import Verdict
+
 # "#12 [sage-2_2_0-torch2_8-cu128-py312 builder 8/8] RUN ..." names the target of vertex 12.
-LOG_SUFFIX = "--log"
+LOG_SUFFIX = "--log"  # the companion target exporting a cell's build log and reports
+AUDIT_SUFFIX = "--audit"  # the companion target exporting a cell's gencode audit report
+AUDIT_BATCH = 8  # audit targets baked at once (no compiling; the deps layers download in parallel)
 _HEADER = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+) ([A-Za-z0-9_-]+ )?(\d+/\d+)?\]? ?(.*)$")
 _VERTEX = re.compile(r"^#(\d+) ")
 _VERTEX_ERROR = re.compile(r"^#\d+ ERROR: ")
@@ -47,11 +57,20 @@ class CellResult:
     verify: dict | None = None
     smoke: dict | None = None
     ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
+    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.audit.Verdict.as_dict)
 
     def as_dict(self) -> dict:
         return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,
                 "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1), "error": self.error,
-                "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache}
+                "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache, "audit": self.audit}
+
+
+def cell_of(target: str) -> str:
+    """The cell a bake target belongs to (its companion log and audit targets included)."""
+    for suffix in (LOG_SUFFIX, AUDIT_SUFFIX):
+        if target.endswith(suffix):
+            return target[: -len(suffix)]
+    return target
 
 
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")  # "#12 61.30 text": a vertex's output line
@@ -78,8 +97,8 @@ class TargetLogs:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        cells = [t for t in targets if not t.endswith(LOG_SUFFIX)]
-        self.targets = set(cells) | {t + LOG_SUFFIX for t in cells}
+        cells = [t for t in targets if cell_of(t) == t]
+        self.targets = set(cells) | {t + suffix for t in cells for suffix in (LOG_SUFFIX, AUDIT_SUFFIX)}
         self.owner: dict[str, str] = {}
         self.files = {t: (folder / f"{t}.log").open("a", encoding="utf-8", buffering=1) for t in cells}
         self.failed: set[str] = set()
@@ -89,22 +108,25 @@ class TargetLogs:
         self.say = say
         self.clock = clock
         self.compiling: dict[str, list] = {}  # vertex -> [target, started, last line, last said, announced]
+        self.sole: str | None = None  # the cell of the one target a bake runs (its lines name no target)
 
     def feed(self, line: str) -> tuple[str, str] | None:
         """Record one line; return (target, step) when a target starts a new step."""
         m = _TARGET_FAILED.search(line)
         if m and m.group(1) in self.targets:
-            self.failed.add(m.group(1).removesuffix(LOG_SUFFIX))
+            self.failed.add(cell_of(m.group(1)))
         h = _HEADER.match(line)
-        if h and h.group(2) in self.targets:
-            # A cell's companion log target shares its vertices: one log per cell.
-            target = h.group(2).removesuffix(LOG_SUFFIX)
+        if h and (h.group(2) in self.targets or (self.sole and h.group(4))):
+            if h.group(2) in self.targets:
+                # A cell's companion log and audit targets share its vertices: one log per cell.
+                target, stage = cell_of(h.group(2)), (h.group(3) or "").strip()
+            else:  # "#11 [base 6/6] RUN ...": bake names a vertex's target only when it runs several
+                target, stage = self.sole, h.group(2)
             self.owner[h.group(1)] = target
             self.files[target].write(line + "\n")
             if COMPILE_STEP in line and h.group(1) not in self.compiling:
                 now = self.clock()
                 self.compiling[h.group(1)] = [target, now, "", now, False]  # says "compiling" at its first output
-            stage = (h.group(3) or "").strip()
             if stage in ("context", "internal") or not h.group(4):
                 return None
             step = f"{stage} {h.group(4)} {' '.join(h.group(5).split())[:70]}"
@@ -185,6 +207,7 @@ def _bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs
     except ImportError as exc:  # pragma: no cover - a broken install
         raise EngineError(f"python-on-whales is not importable: {exc}") from None
     docker = DockerClient()
+    logs.sole = cell_of(targets[0]) if len(targets) == 1 else None
     try:
         stream = docker.buildx.bake(targets=targets, files=[str(file)], set=sets, progress="plain",
                                     stream_logs=True, builder=builder,
@@ -203,7 +226,7 @@ def _bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs
         for line in stderr.splitlines():
             m = _TARGET_FAILED.search(line)
             if m:
-                logs.failed.add(m.group(1).removesuffix(LOG_SUFFIX))
+                logs.failed.add(cell_of(m.group(1)))
         logs.bake_error = next((line for line in reversed(stderr.splitlines()) if line.startswith("ERROR")), "")
         if "is not a docker command" in (exc.stderr or "") or "Cannot connect to the Docker daemon" in (exc.stderr or ""):
             raise EngineError("no usable Docker engine with buildx: " + (exc.stderr or "").strip().splitlines()[-1]
@@ -248,13 +271,56 @@ def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) 
     return data, ca
 
 
+@dataclass
+class Run:
+    """One run's folder: Dockerfiles, the bake file (cell, log and audit targets), staging, logs."""
+
+    dir: Path
+    stage: Path
+    bake_file: Path
+    ca: str
+
+
+def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, cache_from: Sequence[str] = (),
+                cache_to: Sequence[str] = (), command: str = "imagegen build", tag: str = "") -> Run:
+    """Render ``cells`` into a run folder under ``work``: their Dockerfiles and one bake file with,
+    per cell, the wheel target, its log companion (the ``buildlog`` stage: compile log + smoke report,
+    so the wheels stage stays wheels-only and the reports are there even when every layer was cached)
+    and its audit companion (the ``audit-report`` stage)."""
+    run_dir = work / "runs" / (time.strftime("%Y%m%d-%H%M%S") + tag)
+    stage = run_dir / "stage"
+    definition = build_definition(Plan(cells=cells), out_dir=str(stage), dockerfiles_dir=str(run_dir / "dockerfiles"),
+                                  root=run_dir, command=command)
+    bake_file = run_dir / "docker-bake.json"
+    data, ca = bake_data(definition, run_dir, ca_bundle)
+    for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
+        data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
+        data["target"][t.name]["context"] = str(run_dir / "dockerfiles")
+        if t.cell.recipe.source_path is not None and t.contexts:
+            data["target"][t.name]["contexts"] = {"source": str(t.cell.recipe.source_path)}
+    for t in definition.targets:
+        for suffix, stage_name in ((LOG_SUFFIX, "buildlog"), (AUDIT_SUFFIX, "audit-report")):
+            companion = dict(data["target"][t.name])
+            companion["target"] = stage_name
+            companion["output"] = [f"type=local,dest={stage / (t.name + suffix)}"]
+            data["target"][t.name + suffix] = companion
+    for name in list(data["target"]):
+        if cache_from:
+            data["target"][name]["cache-from"] = list(cache_from)
+        if cache_to and cell_of(name) == name:
+            data["target"][name]["cache-to"] = list(cache_to)
+    bake_file.write_text(to_json(data))
+    return Run(dir=run_dir, stage=stage, bake_file=bake_file, ca=ca)
+
+
 def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: int | None = None,
           nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
-          cache_from: Sequence[str] = (), cache_to: Sequence[str] = (),
+          cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True,
           say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
-    """Build the plan's cells. With several ``builders`` the cells are dealt out between them and each
-    builder runs its share on its own (bake sends every same-platform target of one run to one node,
-    so spreading a matrix over a build farm has to happen here)."""
+    """Build the plan's cells, each audited first (``audit``). With several ``builders`` the cells are
+    dealt out between them and each builder runs its share on its own (bake sends every
+    same-platform target of one run to one node, so spreading a matrix over a build farm has to
+    happen here)."""
     out = out.resolve()
     work = work.resolve()
     results: dict[str, CellResult] = {}
@@ -272,30 +338,7 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
-    run_dir = work / "runs" / time.strftime("%Y%m%d-%H%M%S")
-    stage = run_dir / "stage"
-    definition = build_definition(Plan(cells=todo), out_dir=str(stage), dockerfiles_dir=str(run_dir / "dockerfiles"),
-                                  root=run_dir, command="imagegen build")
-    bake_file = run_dir / "docker-bake.json"
-    data, ca = bake_data(definition, run_dir, ca_bundle)
-    for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
-        data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
-        data["target"][t.name]["context"] = str(run_dir / "dockerfiles")
-        if t.cell.recipe.source_path is not None and t.contexts:
-            data["target"][t.name]["contexts"] = {"source": str(t.cell.recipe.source_path)}
-    # A companion target per cell exports the `buildlog` stage (compile log + smoke report), so the
-    # wheels stage stays wheels-only and the reports are there even when every layer was cached.
-    for t in definition.targets:
-        log_target = dict(data["target"][t.name])
-        log_target["target"] = "buildlog"
-        log_target["output"] = [f"type=local,dest={stage / (t.name + LOG_SUFFIX)}"]
-        data["target"][t.name + LOG_SUFFIX] = log_target
-    for name in list(data["target"]):
-        if cache_from:
-            data["target"][name]["cache-from"] = list(cache_from)
-        if cache_to and not name.endswith(LOG_SUFFIX):
-            data["target"][name]["cache-to"] = list(cache_to)
-    bake_file.write_text(to_json(data))
+    run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to)
     check_cache_support(list(builders) or [None], cache_to)
 
     if len(builders) > 1:
@@ -305,14 +348,95 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=len(builders)) as pool:
-            futures = [pool.submit(_run_cells, cs, bake_file, stage, run_dir / "logs" / b, b, ca, hashes, out,
-                                   max_jobs, nvcc_threads, say) for b, cs in shares.items() if cs]
+            futures = [pool.submit(_run_cells, cs, run, run.dir / "logs" / b, b, hashes, out,
+                                   max_jobs, nvcc_threads, audit, say) for b, cs in shares.items() if cs]
             for f in futures:
                 results.update(f.result())
     else:
-        results.update(_run_cells(todo, bake_file, stage, run_dir / "logs", builders[0] if builders else None, ca,
-                                  hashes, out, max_jobs, nvcc_threads, say))
+        results.update(_run_cells(todo, run, run.dir / "logs", builders[0] if builders else None,
+                                  hashes, out, max_jobs, nvcc_threads, audit, say))
     return [results[c.name] for c in plan.buildable]
+
+
+@dataclass
+class AuditOutcome:
+    """One cell's audit in its builder image: a verdict, or why the audit could not run."""
+
+    cell: Cell
+    verdict: "Verdict | None"
+    error: str = ""
+    log: Path | None = None
+    log_tail: list[str] = field(default_factory=list)
+
+
+def audit(plan: Plan, *, work: Path, builder: str | None = None, ca_bundle: str | None = None,
+          say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[AuditOutcome]:
+    """`imagegen plan --audit`: each buildable cell's audit in its builder image, nothing compiled."""
+    cells = list(plan.buildable)
+    if not cells:
+        return []
+    run = prepare_run(cells, work.resolve(), ca_bundle=ca_bundle, command="imagegen plan --audit", tag="-audit")
+    logs = TargetLogs(run.dir / "logs", [c.name for c in cells], say=say)
+    try:
+        outcomes = _audit_cells(cells, run, logs, builder, say)
+    finally:
+        logs.close()
+    return [outcomes[c.name] for c in cells]
+
+
+def _audit_cells(cells: list[Cell], run: Run, logs: TargetLogs, builder: str | None,
+                 say: Callable[[str], None]) -> dict[str, AuditOutcome]:
+    """Bake the cells' audit-report targets (AUDIT_BATCH at once, a cancelled one again alone) and
+    judge each report."""
+    from imagegen.audit import AuditReport, judge_cell
+
+    outcomes: dict[str, AuditOutcome] = {}
+    queue = list(cells)
+    size = min(len(cells), AUDIT_BATCH)
+    say(f"auditing {len(cells)} cell(s): each package's own build with stand-in compilers, in its builder image")
+
+    def on_step(target: str, step: str) -> None:
+        say(f"[{target}] audit: {step}")
+
+    while queue:
+        batch, queue = queue[:size], queue[size:]
+        for c in batch:
+            shutil.rmtree(run.stage / (c.name + AUDIT_SUFFIX), ignore_errors=True)
+        ok = _bake(run.bake_file, [c.name + AUDIT_SUFFIX for c in batch], {}, logs, on_step, builder, run.ca)
+        for c in batch:
+            report_file = run.stage / (c.name + AUDIT_SUFFIX) / "audit.json"
+            log = logs.folder / f"{c.name}.log"
+            if report_file.is_file():
+                try:
+                    verdict = judge_cell(AuditReport.load(report_file), c)
+                except ImagegenError as exc:
+                    outcomes[c.name] = AuditOutcome(c, None, error=str(exc), log=log)
+                    continue
+                outcomes[c.name] = AuditOutcome(c, verdict, log=log)
+                say_verdict(c, verdict, say)
+            elif ok or c.name in logs.failed or len(batch) == 1:
+                error = logs.errors.get(c.name) or ("bake failed before building: " + logs.bake_error
+                                                    if logs.bake_error and c.name not in logs.failed else
+                                                    "its builder image or the audit step failed")
+                outcomes[c.name] = AuditOutcome(c, None, error=error, log=log, log_tail=logs.tail(c.name))
+            else:
+                say(f"[{c.name}] audit cancelled by a failing neighbour; queued again on its own")
+                queue.append(c)
+                size = 1
+    return outcomes
+
+
+def say_verdict(cell: Cell, verdict: "Verdict", say: Callable[[str], None]) -> None:
+    seconds = verdict.report.seconds
+    say(f"[{cell.name}] audit ({seconds:.1f} s): {'ok' if verdict.ok else 'REFUSED'}; what the build would compile:")
+    for line in verdict.table().splitlines():
+        say(f"[{cell.name}]   {line}")
+    for line in verdict.refusals:
+        say(f"[{cell.name}] audit: refused: {line}")
+    for line in verdict.warnings:
+        say(f"[{cell.name}] audit: warning: {line}")
+    for line in verdict.notes:
+        say(f"[{cell.name}] audit: note: {line}")
 
 
 def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> None:
@@ -336,12 +460,50 @@ def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> 
                              " use --cache-to type=inline, or a docker-container / remote / kubernetes builder (--builder)")
 
 
-def _run_cells(todo: list[Cell], bake_file: Path, stage: Path, log_dir: Path, builder: str | None, ca: str,
-               hashes: dict[str, str], out: Path, max_jobs: int | None, nvcc_threads: int | None,
+def _run_cells(todo: list[Cell], run: Run, log_dir: Path, builder: str | None,
+               hashes: dict[str, str], out: Path, max_jobs: int | None, nvcc_threads: int | None, audit: bool,
                say: Callable[[str], None]) -> dict[str, CellResult]:
-    """Bake ``todo`` on one builder in RAM-sized batches, re-running what a failing neighbour cancelled."""
+    """Audit ``todo`` on one builder, then compile what the audit lets through."""
     results: dict[str, CellResult] = {}
     logs = TargetLogs(log_dir, [c.name for c in todo], say=say)
+    try:
+        verdicts: dict[str, dict] = {}
+        if audit:
+            todo = _audit_gate(todo, run, logs, builder, results, verdicts, say)
+        if todo:
+            _compile_cells(todo, run, logs, builder, hashes, out, max_jobs, nvcc_threads, verdicts, results, say)
+    finally:
+        logs.close()
+    return results
+
+
+def _audit_gate(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | None, results: dict[str, CellResult],
+                verdicts: dict[str, dict], say: Callable[[str], None]) -> list[Cell]:
+    """The cells whose audit passed; a refused cell (or one whose audit could not run) fails here,
+    before anything compiles, with the audit's reasons."""
+    from imagegen.audit import refuse
+
+    passed = []
+    audited = _audit_cells(todo, run, logs, builder, say)
+    for c in todo:
+        a = audited[c.name]
+        if a.verdict is not None and a.verdict.ok:
+            verdicts[c.name] = a.verdict.as_dict()
+            passed.append(c)
+        elif a.verdict is not None:
+            results[c.name] = CellResult(c, "failed", log=a.log, error=str(refuse(c, a.verdict)),
+                                         audit=a.verdict.as_dict())
+        else:
+            results[c.name] = CellResult(c, "failed", log=a.log, log_tail=a.log_tail,
+                                         error=f"the gencode audit could not run: {a.error} (--no-audit skips it)")
+    return passed
+
+
+def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | None, hashes: dict[str, str],
+                   out: Path, max_jobs: int | None, nvcc_threads: int | None, verdicts: dict[str, dict],
+                   results: dict[str, CellResult], say: Callable[[str], None]) -> None:
+    """Bake ``todo`` in RAM-sized batches, re-running what a failing neighbour cancelled."""
+    stage = run.stage
     h = jobs.host()
     heaviest = max(c.recipe.memory_per_thread_gb for c in todo)
     size = jobs.batch_size(len(todo), h, heaviest)
@@ -353,49 +515,45 @@ def _run_cells(todo: list[Cell], bake_file: Path, stage: Path, log_dir: Path, bu
     def on_step(target: str, step: str) -> None:
         say(f"[{target}] {step}")
 
-    try:
-        while queue:
-            batch, queue = queue[:size], queue[size:]
-            sets = {}
-            for c in batch:
-                s = jobs.settings_for(c.recipe.memory_per_thread_gb, c.recipe.default_nvcc_threads, h,
-                                      share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
-                                      targets=c.archs.gencode_targets)
-                for name in (c.name, c.name + LOG_SUFFIX):  # same args: the log target reuses the build
-                    sets[f"{name}.args.MAX_JOBS"] = str(s.max_jobs)
-                    sets[f"{name}.args.NVCC_THREADS"] = str(s.nvcc_threads)
-                say(f"[{c.name}] {s.describe()}")
-                started[c.name] = time.time()
-                shutil.rmtree(stage / c.name, ignore_errors=True)
-                shutil.rmtree(stage / (c.name + LOG_SUFFIX), ignore_errors=True)
-            names = [c.name for c in batch]
-            ok = _bake(bake_file, names + [n + LOG_SUFFIX for n in names], sets, logs, on_step, builder, ca)
-            for c in batch:
-                wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
-                if wheels:
-                    results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name],
-                                              stage / (c.name + LOG_SUFFIX))
-                elif ok or c.name in logs.failed or len(batch) == 1:
-                    error = "the build produced no wheel" if ok else "the build failed"
-                    if logs.errors.get(c.name):  # the compiler's first error leads
-                        error = f"{logs.errors[c.name]} ({error})"
-                    if not ok and logs.bake_error and c.name not in logs.failed:
-                        error = f"bake failed before building: {logs.bake_error}"
-                    results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
-                                                 seconds=time.time() - started[c.name], error=error,
-                                                 log_tail=logs.tail(c.name))
-                else:
-                    # Cancelled because another target of the batch failed: build it again, alone.
-                    say(f"[{c.name}] cancelled by a failing neighbour; queued again on its own")
-                    queue.append(c)
-                    size = 1
-    finally:
-        logs.close()
-    return results
+    while queue:
+        batch, queue = queue[:size], queue[size:]
+        sets = {}
+        for c in batch:
+            s = jobs.settings_for(c.recipe.memory_per_thread_gb, c.recipe.default_nvcc_threads, h,
+                                  share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
+                                  targets=c.archs.gencode_targets)
+            for name in (c.name, c.name + LOG_SUFFIX):  # same args: the log target reuses the build
+                sets[f"{name}.args.MAX_JOBS"] = str(s.max_jobs)
+                sets[f"{name}.args.NVCC_THREADS"] = str(s.nvcc_threads)
+            say(f"[{c.name}] {s.describe()}")
+            started[c.name] = time.time()
+            shutil.rmtree(stage / c.name, ignore_errors=True)
+            shutil.rmtree(stage / (c.name + LOG_SUFFIX), ignore_errors=True)
+        names = [c.name for c in batch]
+        ok = _bake(run.bake_file, names + [n + LOG_SUFFIX for n in names], sets, logs, on_step, builder, run.ca)
+        for c in batch:
+            wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
+            if wheels:
+                results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name],
+                                          stage / (c.name + LOG_SUFFIX), verdicts.get(c.name))
+            elif ok or c.name in logs.failed or len(batch) == 1:
+                error = "the build produced no wheel" if ok else "the build failed"
+                if logs.errors.get(c.name):  # the compiler's first error leads
+                    error = f"{logs.errors[c.name]} ({error})"
+                if not ok and logs.bake_error and c.name not in logs.failed:
+                    error = f"bake failed before building: {logs.bake_error}"
+                results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
+                                             seconds=time.time() - started[c.name], error=error,
+                                             log_tail=logs.tail(c.name), audit=verdicts.get(c.name))
+            else:
+                # Cancelled because another target of the batch failed: build it again, alone.
+                say(f"[{c.name}] cancelled by a failing neighbour; queued again on its own")
+                queue.append(c)
+                size = 1
 
 
 def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: TargetLogs, started: float,
-            reports: Path) -> CellResult:
+            reports: Path, audit: dict | None = None) -> CellResult:
     # The compile log from the build itself (complete even when bake clipped or cached the step).
     log = reports / "build.log" if (reports / "build.log").is_file() else logs.folder / f"{cell.name}.log"
     seconds = time.time() - started
@@ -409,13 +567,13 @@ def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: Target
     ccache = _json_or_none(reports / "ccache.json")
     dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
         "duration_s": round(seconds, 1), "log": str(log), "verify": report.as_dict(), "smoke": smoke,
-        "ccache": ccache,
+        "ccache": ccache, **({"audit": audit} if audit is not None else {}),
     })
     keep = out / "logs"
     keep.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(log, keep / f"{cell.name}.log")
     return CellResult(cell, "built", wheel=dest, log=keep / f"{cell.name}.log", seconds=seconds,
-                      verify=report.as_dict(), smoke=smoke, ccache=ccache)
+                      verify=report.as_dict(), smoke=smoke, ccache=ccache, audit=audit)
 
 
 def _json_or_none(path: Path) -> dict | None:

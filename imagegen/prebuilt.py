@@ -2,9 +2,11 @@
 
 push: bake every cell's `builder` stage, tagged with its deterministic reference, and push it; the
       digests the registry returned go into the lock file.
-pull: fetch a cell's builder image (pinned by the lock file when it has it) and run it, GPU visible
-      when the host has one, to compile the wheel into a staging folder; verify it and publish it
-      into the output folder like `imagegen build` does. A missing image is built locally from the
+pull: fetch a cell's builder image (pinned by the lock file when it has it), run its gencode audit
+      (the package's own build with stand-in compilers: a cell that would fail or miss an arch is
+      refused before compiling), then run it, GPU visible when the host has one, to compile the
+      wheel into a staging folder; verify it and publish it into the output folder like
+      `imagegen build` does. A missing image is built locally from the
       same Dockerfile (said so, in one line); wrong credentials or an unreachable registry stop.
 """
 
@@ -18,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from imagegen import __version__, collect, jobs
 from imagegen.bake import build_definition, to_json
@@ -30,6 +32,9 @@ from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image
 from imagegen import registry as reg
 from imagegen.render import cell_document, inputs_hash
 from imagegen.verify import verify_wheel
+
+if TYPE_CHECKING:
+    from imagegen.audit import Verdict
 
 Say = Callable[[str], None]
 CCACHE_VOLUME = "imagegen-ccache"
@@ -166,7 +171,7 @@ def gpu_flags(gpus: str, say: Say | None = None) -> list[str]:
 
 def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, gpus: str = "auto", fallback: bool = True,
          max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
-         force: bool = False, say: Say = _stderr_say) -> list[CellResult]:
+         force: bool = False, audit: bool = True, say: Say = _stderr_say) -> list[CellResult]:
     out, work = out.resolve(), work.resolve()
     gpu_args = gpu_flags(gpus, say)  # once: the same host runs every cell
     results = []
@@ -190,13 +195,58 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, gpus: 
             _bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
                            cache_from=[], cache_to=[], say=say)
             use = ref
+        verdict = None
+        if audit:
+            verdict, refused = _audit_in_image(cell, use, work=work, gpu_args=gpu_args, say=say)
+            if refused is not None:
+                results.append(refused)
+                continue
         results.append(_run_builder(cell, use, out=out, work=work, inputs=inputs, gpu_args=gpu_args,
-                                    max_jobs=max_jobs, nvcc_threads=nvcc_threads, say=say))
+                                    max_jobs=max_jobs, nvcc_threads=nvcc_threads, say=say,
+                                    audit=verdict.as_dict() if verdict is not None else None))
     return results
 
 
+def _audit_in_image(cell: Cell, image: str, *, work: Path, gpu_args: list[str],
+                    say: Say) -> "tuple[Verdict | None, CellResult | None]":
+    """Run the image's audit step (the package's own build with stand-in compilers, seconds) for the
+    cell's archs and judge it: (verdict, None) when the build may go on, (verdict or None, failed
+    result) when it is refused or the audit could not run."""
+    from imagegen.audit import AuditReport, judge_cell, refuse
+    from imagegen.execute import say_verdict
+
+    stage = work / "pull" / f"{cell.name}--audit"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{cell.name}.audit.log"
+    cmd = ["docker", "run", "--rm", *gpu_args, "-v", f"{stage}:/out", "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}",
+           image, "audit", "--out", "/out/audit.json"]
+    say(f"[{cell.name}] auditing in {image}: the package's own build with stand-in compilers")
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    report_file = stage / "audit.json"
+    if proc.returncode != 0 or not report_file.is_file():
+        tail = log_path.read_text(errors="replace").splitlines()[-15:]
+        why = f"exit {proc.returncode}"
+        if any("invalid choice: 'audit'" in line for line in tail):
+            why = "the image predates imagegen's audit step (push it again with this imagegen)"
+        return None, CellResult(cell, "failed", log=log_path, log_tail=tail,
+                                error=f"the gencode audit could not run in {image}: {why} (--no-audit skips it)")
+    try:
+        verdict = judge_cell(AuditReport.load(report_file), cell)
+    except BuildError as exc:
+        return None, CellResult(cell, "failed", log=log_path, error=f"{exc} (--no-audit skips the audit)")
+    say_verdict(cell, verdict, say)
+    if not verdict.ok:
+        return verdict, CellResult(cell, "failed", log=log_path, error=str(refuse(cell, verdict)),
+                                   audit=verdict.as_dict())
+    return verdict, None
+
+
 def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, gpu_args: list[str],
-                 max_jobs: int | None, nvcc_threads: int | None, say: Say) -> CellResult:
+                 max_jobs: int | None, nvcc_threads: int | None, say: Say, audit: dict | None = None) -> CellResult:
     stage = work / "pull" / cell.name
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
@@ -220,7 +270,7 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
         if proc.returncode == 125 and "--gpus" in cmd and any("could not select device driver" in line for line in tail):
             # The host, not the cell: every other cell would fail the same way.
             raise EngineError(f"docker cannot give containers the GPUs (--gpus all): {GPU_TOOLKIT_FIX}")
-        return CellResult(cell, "failed", log=log_path, seconds=seconds, log_tail=tail,
+        return CellResult(cell, "failed", log=log_path, seconds=seconds, log_tail=tail, audit=audit,
                           error=f"the builder image {image} exited {proc.returncode}")
     wheels = sorted(stage.glob("*.whl"))
     if len(wheels) != 1:
@@ -230,8 +280,9 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
         return CellResult(cell, "failed", log=log_path, seconds=seconds, verify=report.as_dict(),
                           error="verification failed: " + "; ".join(report.problems))
     dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
-        "duration_s": round(seconds, 1), "log": str(log_path), "verify": report.as_dict(), "image": image})
-    return CellResult(cell, "built", wheel=dest, log=log_path, seconds=seconds, verify=report.as_dict())
+        "duration_s": round(seconds, 1), "log": str(log_path), "verify": report.as_dict(), "image": image,
+        **({"audit": audit} if audit is not None else {})})
+    return CellResult(cell, "built", wheel=dest, log=log_path, seconds=seconds, verify=report.as_dict(), audit=audit)
 
 
 __all__ = ["push", "pull", "PushResult", "RegistryError", "gpu_flags", "builder_inputs"]

@@ -381,3 +381,53 @@ def test_importer_that_dies_on_start_reports_why(tmp_path):
     broken.chmod(0o755)
     with Importer(str(broken)) as importer, pytest.raises(BuildError, match="the import test did not run: .*undefined symbol"):
         importer.run(wheel, ["demo"])
+
+
+# ------------------------------------------------------------------------- audit pre-flight (engine)
+
+
+def test_every_cell_gets_log_and_audit_companion_targets(tmp_path, monkeypatch):
+    from imagegen.execute import AUDIT_SUFFIX, LOG_SUFFIX, cell_of, prepare_run
+    from imagegen.plan import Plan
+
+    monkeypatch.chdir(tmp_path)
+    cell = _cell()
+    run = prepare_run([cell], tmp_path / "work", ca_bundle=None, cache_from=["type=local,src=/c"],
+                      cache_to=["type=inline"])
+    data = json.loads(run.bake_file.read_text())
+    wheel, log, audit = (data["target"][cell.name + s] for s in ("", LOG_SUFFIX, AUDIT_SUFFIX))
+    assert (wheel["target"], log["target"], audit["target"]) == ("wheels", "buildlog", "audit-report")
+    assert audit["output"] == [f"type=local,dest={run.stage / (cell.name + AUDIT_SUFFIX)}"]
+    # The companions build the same Dockerfile with the same args, so they share the cell's layers.
+    assert audit["dockerfile"] == wheel["dockerfile"] and audit["args"] == wheel["args"]
+    assert all(t["cache-from"] == ["type=local,src=/c"] for t in (wheel, log, audit))
+    assert "cache-to" in wheel and "cache-to" not in log and "cache-to" not in audit
+    # The Dockerfile has the stage the audit target names.
+    dockerfile = (Path(wheel["context"]) / wheel["dockerfile"]).read_text()
+    assert "FROM scratch AS audit-report" in dockerfile and "FROM builder AS audit" in dockerfile
+    assert {cell_of(n) for n in data["target"]} == {cell.name}
+    assert cell_of("x--audit--log") == "x--audit" and Plan(cells=[cell]).buildable == [cell]
+
+
+def test_audit_target_lines_go_to_the_cells_log(tmp_path):
+    logs = TargetLogs(tmp_path, ["a-1"])
+    step = logs.feed("#7 [a-1--audit audit 1/1] RUN python /imagegen/imagegen_build.py audit --out /imagegen/audit/audit.json")
+    assert step is not None and step[0] == "a-1" and step[1].startswith("audit 1/1 RUN python /imagegen/imagegen_build.py audit")
+    logs.feed("#7 3.2 [imagegen] audit: ok in 3.1 s: 1 extension(s)")
+    logs.feed("ERROR: target a-1--audit: failed to solve: boom")
+    assert logs.failed == {"a-1"}
+    logs.close()
+    assert "audit: ok in 3.1 s" in (tmp_path / "a-1.log").read_text()
+
+
+def test_a_sole_targets_unnamed_vertices_are_its_own(tmp_path):
+    # bake prefixes vertex names with the target only when it runs several targets.
+    logs = TargetLogs(tmp_path, ["a-1", "b-2"])
+    logs.sole = "a-1"
+    assert logs.feed("#3 [internal] load metadata for docker.io/x") is None
+    assert logs.feed("#11 [audit 1/1] RUN python /imagegen/imagegen_build.py audit --out x")[0] == "a-1"
+    logs.feed("#11 0.5 [imagegen] audit: ok in 0.4 s")
+    logs.close()
+    text = (tmp_path / "a-1.log").read_text()
+    assert "imagegen_build.py audit" in text and "audit: ok" in text and "load metadata" not in text
+    assert (tmp_path / "b-2.log").read_text() == ""

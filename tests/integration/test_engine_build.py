@@ -115,6 +115,10 @@ def test_manifest_records_inputs_hash_and_smoke_test(first_build):
     # Installed into a fresh copy of the torch environment and imported there (smoke stage).
     assert entry["smoke"] == {"tiny_kernel": "ok"}
     assert Path(entry["log"]).is_file()
+    # The gencode audit ran in the builder image before the compile; its verdict and table are kept.
+    assert entry["audit"]["verdict"] == "ok" and entry["audit"]["refusals"] == []
+    (ext,) = entry["audit"]["extensions"]
+    assert ext["module"] == "tiny_kernel._C" and ext["sass"] == ["sm_80", "sm_90"] and ext["ptx"] == ["compute_90"]
 
 
 def test_unchanged_cell_is_skipped_on_rerun(first_build, workspace):

@@ -118,6 +118,12 @@ def test_pull_of_the_pushed_image_gives_the_same_so_as_a_bake_build(project, pus
     assert wheel.parent == root / "pulled" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130"
     manifest = json.loads((wheel.parent / "manifest.json").read_text())
     assert manifest["cells"][NAME]["image"] == pushed["lock"]["builder_images"][pushed["ref"]]
+    # The image's gencode audit ran before the compile, and its verdict is in the manifest.
+    assert f"[{NAME}] auditing in" in pulled.stderr and f"[{NAME}] audit (" in pulled.stderr
+    audit = manifest["cells"][NAME]["audit"]
+    assert audit["verdict"] == "ok", audit
+    assert [e["module"] for e in audit["extensions"]] == ["tiny_kernel._C"]
+    assert audit["extensions"][0]["sass"] == ["sm_80", "sm_90"] and audit["extensions"][0]["ptx"] == ["compute_90"]
 
     built = run(IMAGEGEN, "build", *CELL, "--base-image", project["base"], "--out", str(root / "baked"),
                 "--work", str(root / "work-bake"), cwd=root, env=env)
