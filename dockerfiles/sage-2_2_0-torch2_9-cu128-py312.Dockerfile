@@ -478,9 +478,13 @@ def apply_runs_on(archs, runs_on, package="the package"):
 def auto_jobs(cell, threads, targets=0):
     """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads (at most one per
     -gencode target, `targets`) of `memory_per_thread_gb` each, and one job per core at most
-    (imagegen.jobs.settings_for, the same rule)."""
+    (imagegen.jobs.settings_for, the same rule); with the audit's load (cell["load_profile"]), the
+    most jobs whose peak_estimate fits."""
+    load = cell.get("load_profile")
     if targets > 0:
-        threads = min(threads, targets)
+        threads_busy = min(threads, targets)
+    else:
+        threads_busy = threads
     cpus = os.cpu_count() or 1
     avail_kb = None
     try:
@@ -492,14 +496,43 @@ def auto_jobs(cell, threads, targets=0):
         pass
     if avail_kb is None:
         return max(1, cpus // 2)
-    per_job = max(0.5, float(cell["memory_per_thread_gb"]) * threads)
-    return max(1, min(cpus, int((avail_kb / 1024 / 1024) // per_job)))
+    avail_gb = avail_kb / 1024 / 1024
+    if load:
+        ext_max = int(((cell.get("ext_parallel") or {}).get("max")) or 0) if (cell.get("ext_parallel") or {}).get("env") else 0
+        for jobs in range(cpus, 0, -1):
+            if peak_estimate(load, jobs, threads, float(cell["memory_per_thread_gb"]), ext_max)[0] <= avail_gb:
+                return jobs
+        return 1
+    per_job = max(0.5, float(cell["memory_per_thread_gb"]) * threads_busy)
+    return max(1, min(cpus, int(avail_gb // per_job)))
 
 
 def split_extensions(total_jobs, ext_max):
     """(EXT_PARALLEL, MAX_JOBS per extension) so that their product stays within total_jobs."""
     parallel = max(1, min(ext_max, total_jobs))
     return parallel, max(1, total_jobs // parallel)
+
+
+def peak_estimate(load, total_jobs, nvcc_threads, per_thread_gb, ext_max=0):
+    """imagegen.jobs.peak_estimate in stdlib form (tests keep the two in agreement): the peak RAM of
+    the build whose gencode audit found ``load`` (the cell's load_profile: per extension the compile
+    chains of each CUDA source and the --threads its flags fix). Returns (GB, nvcc at once, busy threads)."""
+    host_gb = float(load.get("host_gb") or 0)
+
+    def one(ext, jobs_each):
+        threads = max(1, int(ext.get("threads") or nvcc_threads))
+        running = sorted((int(c) for c in ext["chains"]), reverse=True)[:max(1, jobs_each)]
+        busy = sum(min(threads, c) for c in running)
+        return len(running) * host_gb + busy * per_thread_gb, len(running), busy
+
+    exts = [e for e in load.get("extensions") or [] if e.get("chains")]
+    if not exts:
+        return 0.0, 0, 0
+    if ext_max > 0:
+        parallel, each = split_extensions(total_jobs, ext_max)
+        loads = sorted((one(e, each) for e in exts), reverse=True)[:parallel]
+        return sum(x[0] for x in loads), sum(x[1] for x in loads), sum(x[2] for x in loads)
+    return max(one(e, max(1, total_jobs)) for e in exts)
 
 
 def visible_gpu_archs(cell):
@@ -550,8 +583,15 @@ def build_env(cell):
         log("%s=%d extensions at once, MAX_JOBS=%d each" % (ext["env"], parallel, jobs))
     env[cell.get("jobs_env") or "MAX_JOBS"] = str(jobs)
     env["MAX_JOBS"] = str(jobs)
-    busy = min(threads, targets) if targets else threads
-    log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * busy * float(cell["memory_per_thread_gb"])))
+    per_thread = float(cell["memory_per_thread_gb"])
+    if cell.get("load_profile"):
+        gb, nvcc, busy = peak_estimate(cell["load_profile"], total, threads, per_thread,
+                                       int(ext.get("max") or 1) if ext.get("env") else 0)
+        log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak: %d nvcc at once, %d busy threads,"
+            " from the audit)" % (total, threads, gb, nvcc, busy))
+    else:
+        busy = min(threads, targets) if targets else threads
+        log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * busy * per_thread))
     if cell.get("local_version_env"):
         env[cell["local_version_env"]] = cell["local_version"]
     if cell.get("cuda_home"):
@@ -1598,7 +1638,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="488685c914f82f2b"
+      io.imagegen.inputs="b75f22425d175a75"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

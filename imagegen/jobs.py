@@ -1,15 +1,43 @@
 """How much to compile at once: MAX_JOBS x NVCC_THREADS from free RAM and cores.
 
-nvcc's peak memory is roughly (jobs) x (threads per job) x (memory per thread), and the per-thread
-figure depends on the package (recipes carry it: FA2 ~5 GB, SageAttention ~1.5 GB). Bake starts
-every target of a run at once and has no limit of its own, so when several cells build together
-they share one budget: imagegen sizes the batch and gives each target its share.
+Bake starts every target of a run at once and has no limit of its own, so when several cells build
+together they share one budget: imagegen sizes the batch and gives each target its share.
+
+Two estimates of a build's peak RAM:
+
+- without an audit, roughly (jobs) x (busy threads per job) x (memory per thread), every job
+  assumed to compile the whole arch list; the per-thread figure is the recipe's
+  (``memory_per_thread_gb``: FA2 ~5 GB, SageAttention ~2.5 GB);
+- with the gencode audit (``build --native`` runs it before compiling), from what really runs at
+  once (``peak_estimate``): each extension's nvcc processes (min(MAX_JOBS, its CUDA sources), its
+  heaviest sources first; EXT_PARALLEL extensions side by side, the heaviest ones), each nvcc with
+  a host part (``NVCC_HOST_GB``: nvcc, cudafe++, the host compiler on torch's headers) plus one
+  recipe figure per busy thread, min(--threads, its compile chains). A chain is one virtual arch
+  (cicc, then ptxas for its SASS): sm_120 + compute_120 is one chain, sm_80 + sm_86 two.
+
+Calibration (H100 host, 16 cores, 125 GiB, torch 2.11 cu130, nvcc 13.0; peaks over the idle baseline,
+sampled every 0.5-1 s; docs/gpu-results/, benchmarks/RESULTS.md "Peak-RAM estimate"):
+
+  SageAttention 2.2.0 `9.0`, EXT_PARALLEL 4 x MAX_JOBS 2:  5 nvcc x 1 chain    16.8-17.6 GiB (3.5 per nvcc)
+  SageAttention 2.2.0 `9.0`, EXT_PARALLEL 4 x MAX_JOBS 4:  7 nvcc x 1 chain    20.8-24.1 GiB (3.0-3.5)
+  SageAttention 2.2.0 `8.0 8.6 9.0 12.0+PTX`, 4 x 2:        5 nvcc, 13 busy threads  37.8 GiB
+  -> per nvcc host part + per thread: H + T = 3.5 and 5 H + 13 T = 37.8: T = 2.5 (the recipe's
+     figure), H = 1.0 (NVCC_HOST_GB); predicted 17.5 / 24.5 / 37.5 GiB
+  causal-conv1d 1.6.1 `8.0;9.0;12.0` (compiles 9 archs), MAX_JOBS 16, --threads 4: 3 nvcc x 4 busy
+  threads, 8.6 GiB: 3 H + 12 T = 8.6 gives T = 0.47 as if all three files peaked together. They do
+  not: bwd.cu's ptxas alone peaks at 3.1 GiB per arch, fwd.cu and update.cu whole at 0.3-0.5 GiB
+  and they finish in seconds, so the peak is bwd's 4 threads. 0.75 per thread fits this build
+  (12.0 GiB, 1.39x) as an effective figure; a per-source figure would be the honest one.
+  Block-Sparse-Attention 0.0.2.post1 `9.0` (sm_90 + compute_90: one chain), MAX_JOBS 16: 16 nvcc,
+  51-56 GiB total: H + T = 3.4 (the recipe's 5.0 per thread over-estimates it 1.8x: safe side)
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -45,13 +73,111 @@ class JobSettings:
     max_jobs: int
     nvcc_threads: int
     peak_gb: float
+    estimate: "PeakEstimate | None" = None  # from the audit's per-extension load, when there was one
 
     def describe(self) -> str:
+        if self.estimate is not None:  # same start as below: scripts/gpu/proof_multiarch.sh reads "(~N GB peak)"
+            e = self.estimate
+            return (f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads} (~{e.gb:.0f} GB peak) from the audit:"
+                    f" {e.nvcc} nvcc at once, {e.threads} busy threads")
         return f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads} (~{self.peak_gb:.0f} GB peak)"
 
 
+# Memory of one nvcc process apart from its device threads (nvcc itself, cudafe++ and the host compiler
+# over torch's headers): calibrated on SageAttention's H100 builds (see the module's docstring).
+NVCC_HOST_GB = 1.0
+
+
+@dataclass(frozen=True)
+class ExtensionLoad:
+    """What one extension's build runs, from the gencode audit: per CUDA source the number of compile
+    chains (virtual archs) nvcc works on, and the nvcc --threads its flags fix (None: not given)."""
+
+    module: str
+    chains: tuple[int, ...]
+    threads: int | None = None
+
+
+_CHAIN = re.compile(r"(?:sass|ptx):(?:sm|compute)_(\d+[af]?)$")
+_MAX_LOAD_EXTENSIONS = 500
+_MAX_LOAD_SOURCES = 5000
+
+
+def compile_chains(targets: Sequence[str]) -> int:
+    """Independent chains nvcc --threads can run for one source: the distinct archs among its
+    targets ("sass:sm_120" and "ptx:compute_120" share one cicc run; nvcc --dryrun shows it).
+    At least 1: a source without an arch flag still compiles nvcc's default target."""
+    return max(1, len({m.group(1) for m in (_CHAIN.match(str(t)) for t in targets) if m}))
+
+
+def _flag_threads(flags: Sequence[str]) -> int | None:
+    """nvcc's --threads from an extension's recorded flags (--threads=8, --threads 8, -t8, -t 8)."""
+    flags = [str(f) for f in flags]
+    for i, f in enumerate(flags):
+        m = re.fullmatch(r"(?:--threads|-t)=?(\d+)", f)
+        value = m.group(1) if m else (flags[i + 1] if f in ("--threads", "-t") and i + 1 < len(flags) else None)
+        if value is not None and str(value).isdigit():
+            return int(value) if int(value) > 0 else None  # --threads 0: as many as nvcc likes
+    return None
+
+
+def load_profile(report: object) -> tuple[ExtensionLoad, ...]:
+    """Each extension's compile load from an audit report (the in-build script's JSON, as written;
+    bounded, since a package's build wrote what is in it). Empty when the report says nothing."""
+    if not isinstance(report, dict) or not isinstance(report.get("extensions"), list):
+        return ()
+    out = []
+    for ext in report["extensions"][:_MAX_LOAD_EXTENSIONS]:
+        if not isinstance(ext, dict) or not isinstance(ext.get("cuda_sources"), list):
+            continue
+        chains = tuple(compile_chains(src.get("targets") if isinstance(src.get("targets"), list) else [])
+                       for src in ext["cuda_sources"][:_MAX_LOAD_SOURCES] if isinstance(src, dict))
+        if chains:
+            flags = ext.get("nvcc_flags") if isinstance(ext.get("nvcc_flags"), list) else []
+            out.append(ExtensionLoad(str(ext.get("module") or "?")[:200], chains, _flag_threads(flags[:200])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PeakEstimate:
+    gb: float
+    nvcc: int  # nvcc processes at once
+    threads: int  # their busy device threads
+
+    def describe(self) -> str:
+        return f"~{self.gb:.0f} GB peak: {self.nvcc} nvcc at once, {self.threads} busy threads"
+
+
+def peak_estimate(profile: Sequence[ExtensionLoad], total_jobs: int, nvcc_threads: int, memory_per_thread_gb: float,
+                  ext_parallel_max: int = 0, host_gb: float = NVCC_HOST_GB) -> PeakEstimate:
+    """The peak RAM of a build whose audit found ``profile``, with MAX_JOBS ``total_jobs`` (the
+    whole budget: split between EXT_PARALLEL extensions as split_extensions does when the recipe
+    builds ``ext_parallel_max`` > 0 of them at once; else setuptools builds them one after another).
+
+    Each extension runs min(its jobs, its CUDA sources) nvcc at once, the heaviest sources first;
+    each nvcc takes ``host_gb`` plus ``memory_per_thread_gb`` per busy thread (min(--threads, its
+    chains); --threads from the extension's flags, else ``nvcc_threads``). Upper-bound-minded: all
+    of them are assumed at their peak together (a short kernel file that finishes early makes the
+    real peak lower, as causal-conv1d's shows)."""
+    def load(ext: ExtensionLoad, jobs_each: int) -> tuple[float, int, int]:
+        threads = ext.threads or nvcc_threads
+        running = sorted(ext.chains, reverse=True)[:max(1, jobs_each)]
+        busy = sum(min(max(1, threads), c) for c in running)
+        return len(running) * host_gb + busy * memory_per_thread_gb, len(running), busy
+
+    if not profile:
+        return PeakEstimate(0.0, 0, 0)
+    if ext_parallel_max > 0:
+        parallel, each = split_extensions(total_jobs, ext_parallel_max)
+        loads = sorted((load(e, each) for e in profile), reverse=True)[:parallel]
+        return PeakEstimate(sum(x[0] for x in loads), sum(x[1] for x in loads), sum(x[2] for x in loads))
+    gb, n, busy = max(load(e, max(1, total_jobs)) for e in profile)
+    return PeakEstimate(gb, n, busy)
+
+
 def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, share: int = 1,
-                 max_jobs: int | None = None, nvcc_threads: int | None = None, targets: int = 0) -> JobSettings:
+                 max_jobs: int | None = None, nvcc_threads: int | None = None, targets: int = 0,
+                 profile: Sequence[ExtensionLoad] = (), ext_parallel_max: int = 0) -> JobSettings:
     """One build's jobs when ``share`` builds run side by side on ``h``.
 
     ``targets`` is how many -gencode targets (SASS + PTX) each nvcc call compiles: nvcc --threads
@@ -65,6 +191,13 @@ def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, 
     threads = nvcc_threads or default_threads
     if nvcc_threads is None and mem < memory_per_thread_gb * threads:
         threads = max(1, int(mem // memory_per_thread_gb))
+    if profile:
+        # From the audit: the most jobs (one per core at most) whose estimated peak fits.
+        def peak(j: int) -> PeakEstimate:
+            return peak_estimate(profile, j, threads, memory_per_thread_gb, ext_parallel_max)
+        jobs = max_jobs or next((j for j in range(cpus, 0, -1) if peak(j).gb <= mem), 1)
+        est = peak(jobs)
+        return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=est.gb, estimate=est)
     busy = min(threads, targets) if targets > 0 else threads
     jobs = max_jobs or max(1, min(cpus, int(mem // (memory_per_thread_gb * busy))))
     return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=jobs * busy * memory_per_thread_gb)

@@ -256,6 +256,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
         steps["audit"] = time.time() - t0
         if not verdict.ok:
             raise refuse(cell, verdict)
+        settings = _settings_from_audit(cell, doc, cell_file, env, settings, work / "logs" / "audit.json", max_jobs)
     if verbose_build:  # pip -v: every compiler line live (slower for chatty builds, see imagegen_build.py)
         env["IMAGEGEN_BUILD_VERBOSE"] = "1"
     say(f"building {cell.describe()} natively: {host.describe()}")
@@ -290,13 +291,44 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     else:
         dest = collect.publish(out, cell, wheels[0], inputs=inputs_hash(cell, doc), record={
             "duration_s": round(seconds, 1), "log": str(work / "logs" / "build.log"), "verify": report.as_dict(),
-            "smoke": smoke, "native": True, "nvcc": str(host.nvcc),
+            "smoke": smoke, "native": True, "nvcc": str(host.nvcc), "jobs": _jobs_record(settings),
             **({"audit": verdict.as_dict()} if verdict is not None else {}),
             "steps_s": {k: round(v, 2) for k, v in steps.items()}})
     steps["publish"] = time.time() - t0
     say("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
     say(f"built {dest} in {seconds:.0f} s; archs: {'; '.join(s.summary() for s in report.extensions)}")
     return dest
+
+
+def _settings_from_audit(cell: Cell, doc: dict, cell_file: Path, env: dict, settings: jobs.JobSettings,
+                         report_path: Path, max_jobs: int | None) -> jobs.JobSettings:
+    """MAX_JOBS from the audit's per-extension load (jobs.peak_estimate) rather than from the whole
+    arch list, and that load in the cell file so that the in-build script prints the same estimate.
+    NVCC_THREADS stays what the audit ran with (a package's recorded --threads may come from it)."""
+    try:
+        profile = jobs.load_profile(json.loads(report_path.read_text(encoding="utf-8", errors="replace")))
+    except (OSError, ValueError):
+        profile = ()
+    if not profile:
+        return settings
+    recipe = cell.recipe
+    ext_max = recipe.ext_parallel_max if recipe.ext_parallel_env else 0
+    better = jobs.settings_for(recipe.memory_per_thread_gb, recipe.default_nvcc_threads, jobs.host(), max_jobs=max_jobs,
+                               nvcc_threads=settings.nvcc_threads, profile=profile, ext_parallel_max=ext_max)
+    load = {"host_gb": jobs.NVCC_HOST_GB,
+            "extensions": [{"module": e.module, "chains": list(e.chains), "threads": e.threads} for e in profile]}
+    cell_file.write_text(json.dumps({**doc, "load_profile": load}, indent=2))  # doc itself (the inputs hash) unchanged
+    env["MAX_JOBS"] = str(better.max_jobs)
+    return better
+
+
+def _jobs_record(settings: jobs.JobSettings) -> dict:
+    """The job settings and the peak RAM they were chosen for (manifest.json): what a measured peak
+    is compared with."""
+    e = settings.estimate
+    return {"max_jobs": settings.max_jobs, "nvcc_threads": settings.nvcc_threads,
+            "predicted_peak_gb": round(settings.peak_gb, 1), "from_audit": e is not None,
+            **({"nvcc_at_once": e.nvcc, "busy_threads": e.threads} if e is not None else {})}
 
 
 def _step_failure(cell: Cell, step: str, rc: int, logs: Path) -> str:

@@ -1,0 +1,171 @@
+"""The peak-RAM model behind MAX_JOBS when the gencode audit has run (imagegen.jobs.peak_estimate and
+the in-build script's copy): what runs at once per extension, checked against the H100 builds
+recorded in docs/gpu-results/2026-11-24 (audit reports + measured peaks)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagegen import arch as A
+from imagegen import jobs
+from imagegen.plan import make_cell
+from imagegen.recipes import load_catalogue
+from imagegen.render import cell_document
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
+
+
+def builder_module():
+    spec = importlib.util.spec_from_file_location("imagegen_build_jobs_model",
+                                                  ROOT / "imagegen" / "resources" / "builder" / "imagegen_build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+B = builder_module()
+
+
+def recorded(case: str) -> tuple[tuple[jobs.ExtensionLoad, ...], float]:
+    report = json.loads((RESULTS / case / "audit.json").read_text())
+    measured = json.loads((RESULTS / case / "mem.json").read_text())["peak_over_baseline_gib"]
+    return jobs.load_profile(report), measured
+
+
+def test_chains_are_distinct_virtual_archs():
+    assert jobs.compile_chains(["sass:sm_120", "ptx:compute_120"]) == 1  # one cicc run feeds both
+    assert jobs.compile_chains(["sass:sm_80", "sass:sm_86", "sass:sm_90a", "sass:sm_120", "ptx:compute_120"]) == 4
+    assert jobs.compile_chains(["sass:sm_90", "sass:sm_90a"]) == 2
+    assert jobs.compile_chains([]) == 1  # nvcc's default target still compiles
+
+
+@pytest.mark.parametrize("flags, threads", [
+    (["-O3", "--threads=8"], 8), (["--threads", "4", "-std=c++17"], 4), (["-t8"], 8), (["-t", "2"], 2),
+    (["-O3"], None), (["--threads", "0"], None), (["--threads"], None),
+])
+def test_threads_from_the_recorded_flags(flags, threads):
+    assert jobs._flag_threads(flags) == threads
+
+
+def test_profiles_of_the_recorded_builds():
+    sage, _ = recorded("proof1")
+    assert {e.module.rsplit(".", 1)[-1]: e.chains for e in sage} == {
+        "_qattn_sm90": (1,), "_fused": (4,), "_qattn_sm80": (4,), "_qattn_sm89": (2,) * 7}
+    assert {e.threads for e in sage} == {8}
+    conv, _ = recorded("proof2")
+    assert [(e.chains, e.threads) for e in conv] == [((9, 9, 9), 4)]
+
+
+def test_reports_a_package_build_wrote_are_read_defensively():
+    assert jobs.load_profile(None) == () and jobs.load_profile({"extensions": "x"}) == ()
+    assert jobs.load_profile({"extensions": [1, {"module": "m"}, {"module": "n", "cuda_sources": [{"targets": 7}, "x"]}]}) \
+        == (jobs.ExtensionLoad("n", (1,), None),)
+
+
+def test_sage_four_arch_build_what_ran_at_once():
+    # EXT_PARALLEL 4 x MAX_JOBS 2, --threads=8: _qattn_sm90 1 nvcc x 1 chain, _fused and _qattn_sm80
+    # 1 x 4, _qattn_sm89 2 of its 7 files x 2 chains: 5 nvcc, 13 busy threads.
+    profile, measured = recorded("proof1")
+    est = jobs.peak_estimate(profile, 8, 8, 2.5, ext_parallel_max=4)
+    assert (est.nvcc, est.threads) == (5, 13)
+    assert est.gb == pytest.approx(5 * jobs.NVCC_HOST_GB + 13 * 2.5)
+    assert measured / 1.5 <= est.gb <= measured * 1.5
+
+
+def test_causal_conv1d_build_what_ran_at_once():
+    # one extension, 3 .cu files (MAX_JOBS 16 leaves all three at once), 9 chains each, --threads 4
+    profile, measured = recorded("proof2")
+    est = jobs.peak_estimate(profile, 16, 4, 0.75)
+    assert (est.nvcc, est.threads) == (3, 12)
+    assert measured <= est.gb <= measured * 1.5  # with the figure calibrated on this build (RESULTS.md)
+
+
+def test_extensions_without_ext_parallel_build_one_after_another():
+    profile = (jobs.ExtensionLoad("a", (2, 2, 2)), jobs.ExtensionLoad("b", (4,)))
+    est = jobs.peak_estimate(profile, 8, 8, 1.0, host_gb=0.5)
+    assert (est.nvcc, est.threads, est.gb) == (3, 6, 7.5)  # the heavier one alone, not both
+
+
+def test_sage_on_the_h100_gets_more_jobs_from_the_audit():
+    profile, _ = recorded("proof1")
+    h100 = jobs.Host(cpus=16, mem_gb=125.8 * jobs.RAM_SHARE)
+    old = jobs.settings_for(2.5, 8, h100, targets=5)
+    new = jobs.settings_for(2.5, 8, h100, profile=profile, ext_parallel_max=4)
+    assert old.max_jobs == 8 and old.peak_gb == 100
+    assert (new.max_jobs, new.nvcc_threads) == (16, 8)
+    assert jobs.split_extensions(new.max_jobs, 4) == (4, 4)
+    # 7 nvcc (sm89: 4 of its 7 files): 7 x 1.0 + (1 + 4 + 4 + 4 x 2) x 2.5
+    assert (new.estimate.nvcc, new.estimate.threads, new.peak_gb) == (7, 17, 49.5)
+    assert "MAX_JOBS=16 NVCC_THREADS=8 (~50 GB peak) from the audit: 7 nvcc at once, 17 busy threads" == new.describe()
+
+
+def test_a_small_machine_still_gets_one_job():
+    profile, _ = recorded("proof1")
+    s = jobs.settings_for(2.5, 8, jobs.Host(cpus=16, mem_gb=6), profile=profile, ext_parallel_max=4)
+    assert s.max_jobs == 1
+    assert jobs.settings_for(2.5, 8, jobs.Host(cpus=16, mem_gb=6), max_jobs=5, profile=profile).max_jobs == 5
+
+
+_loads = st.lists(st.builds(jobs.ExtensionLoad, st.sampled_from(["a", "b", "c"]),
+                            st.lists(st.integers(1, 9), min_size=1, max_size=12).map(tuple),
+                            st.one_of(st.none(), st.integers(1, 16))), min_size=1, max_size=5)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_loads, st.integers(1, 40), st.integers(1, 16), st.sampled_from([0, 1, 2, 4]))
+def test_more_jobs_never_lower_the_estimate_and_the_builder_agrees(profile, total, threads, ext_max):
+    est = jobs.peak_estimate(profile, total, threads, 2.5, ext_max)
+    more = jobs.peak_estimate(profile, total + 1, threads, 2.5, ext_max)
+    assert more.gb >= est.gb
+    load = {"host_gb": jobs.NVCC_HOST_GB,
+            "extensions": [{"module": e.module, "chains": list(e.chains), "threads": e.threads} for e in profile]}
+    gb, nvcc, busy = B.peak_estimate(load, total, threads, 2.5, ext_max)
+    assert (round(gb, 6), nvcc, busy) == (round(est.gb, 6), est.nvcc, est.threads)
+
+
+def test_the_in_build_script_prints_the_audit_estimate(monkeypatch, capsys):
+    profile, _ = recorded("proof1")
+    recipe = load_catalogue().get("sageattention")
+    doc = cell_document(make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11",
+                                  A.parse_arch_list("8.0;8.6;9.0;12.0+PTX"), "pypi"))
+    doc["load_profile"] = {"host_gb": jobs.NVCC_HOST_GB,
+                           "extensions": [{"module": e.module, "chains": list(e.chains), "threads": e.threads}
+                                          for e in profile]}
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;8.6;9.0;12.0+PTX")
+    monkeypatch.setenv("MAX_JOBS", "16")
+    monkeypatch.setenv("NVCC_THREADS", "8")
+    env = B.build_env(doc)
+    assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("4", "4")
+    assert ("MAX_JOBS=16 NVCC_THREADS=8 (about 50 GB of RAM at the peak: 7 nvcc at once, 17 busy threads, from the audit)"
+            in capsys.readouterr().out)
+    monkeypatch.delenv("MAX_JOBS")  # no MAX_JOBS (docker run of a builder image): chosen by the same rule
+    monkeypatch.setattr(B.os, "cpu_count", lambda: 16)
+    assert B.auto_jobs(doc, 8) in range(1, 17)
+
+
+def test_native_build_takes_jobs_from_the_audit(tmp_path, monkeypatch):
+    from imagegen import native
+
+    recipe = load_catalogue().get("sageattention")
+    cell = make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", A.parse_arch_list("8.0;8.6;9.0;12.0+PTX"), "pypi")
+    doc = {"recipe": "sageattention"}
+    cell_file = tmp_path / "cell.json"
+    cell_file.write_text(json.dumps(doc))
+    monkeypatch.setattr(jobs, "host", lambda: jobs.Host(cpus=16, mem_gb=100.6))
+    first = jobs.settings_for(2.5, 8, jobs.host(), targets=5)
+    env = {"MAX_JOBS": str(first.max_jobs)}
+    s = native._settings_from_audit(cell, doc, cell_file, env, first, RESULTS / "proof1" / "audit.json", None)
+    assert (s.max_jobs, env["MAX_JOBS"], round(s.peak_gb)) == (16, "16", 50)
+    written = json.loads(cell_file.read_text())
+    assert written["load_profile"]["host_gb"] == jobs.NVCC_HOST_GB and "load_profile" not in doc
+    assert native._jobs_record(s) == {"max_jobs": 16, "nvcc_threads": 8, "predicted_peak_gb": 49.5, "from_audit": True,
+                                      "nvcc_at_once": 7, "busy_threads": 17}
+    # no report (--no-audit, or an audit that found nothing): the settings stay
+    assert native._settings_from_audit(cell, doc, cell_file, env, first, tmp_path / "none.json", None) is first
