@@ -41,13 +41,50 @@ def read_manifest(folder: Path) -> dict:
         return {"schema": 1, "cells": {}}
 
 
+def _umask_mode() -> int:
+    """The mode a plain open() would give a new file (0644 under the usual umask): mkstemp's 0600
+    would hide a manifest from the web server or team that serves the wheelhouse."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _write_json_atomic(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.chmod(tmp, _umask_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def replaced(out: Path, cell: Cell) -> str | None:
+    """What building ``cell`` into ``out`` would silently replace: a wheel of the same cell built for
+    other archs (its file name is the same: archs are not part of a wheel's name). None if nothing.
+    A build refuses that unless --force, which replaces it and says so."""
+    entry = read_manifest(cell_dir(out, cell))["cells"].get(cell.name)
+    if not isinstance(entry, dict) or not isinstance(entry.get("wheel"), str):
+        return None
+    wheel = cell_dir(out, cell) / Path(entry["wheel"]).name
+    if not wheel.is_file() or entry.get("archs") == str(cell.archs):
+        return None
+    return f"{wheel} (built for archs {str(entry.get('archs'))[:200]})"
+
+
+def keep_log(out: Path, cell: Cell, log: Path) -> Path:
+    """Copy a cell's build log into ``out/logs`` (the work folder is temporary) and return the copy."""
+    keep = out / "logs"
+    keep.mkdir(parents=True, exist_ok=True)
+    dest = keep / f"{cell.name}.log"
+    tmp = keep / f".{cell.name}.log.partial"
+    shutil.copyfile(log, tmp)
+    os.replace(tmp, dest)
+    return dest
 
 
 def up_to_date(out: Path, cell: Cell, inputs: str) -> Path | None:
@@ -67,9 +104,13 @@ def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) ->
     folder = cell_dir(out, cell)
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / wheel.name
-    tmp = folder / f".{wheel.name}.partial"
-    shutil.copyfile(wheel, tmp)
-    os.replace(tmp, dest)
+    tmp = folder / f".{wheel.name}.{os.getpid()}.partial"  # two runs publishing at once: no shared temp file
+    try:
+        shutil.copyfile(wheel, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     manifest = read_manifest(folder)
     manifest["schema"] = 1
     manifest["cells"][cell.name] = {

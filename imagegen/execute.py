@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from imagegen import collect, jobs
+from imagegen import collect, interrupt, jobs
 from imagegen.bake import BakeDefinition, build_definition, to_json
 from imagegen.bakefiles import write_dockerfiles
 from imagegen.errors import EngineError, ImagegenError, UsageError
@@ -271,6 +271,11 @@ def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) 
     return data, ca
 
 
+def replace_refusal(cell: Cell, other: str) -> str:
+    return (f"{other} would be replaced by the wheel for archs {cell.archs} (same file name): build into"
+            " another --out to keep both, or --force to replace it")
+
+
 @dataclass
 class Run:
     """One run's folder: Dockerfiles, the bake file (cell, log and audit targets), staging, logs."""
@@ -281,13 +286,23 @@ class Run:
     ca: str
 
 
+def new_run_dir(work: Path, tag: str = "") -> Path:
+    """A run folder of its own: two runs started in one folder in the same second (two terminals, two
+    CI steps) must not share Dockerfiles, bake file or staging."""
+    import tempfile
+
+    runs = work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S") + tag + "-", dir=runs))
+
+
 def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, cache_from: Sequence[str] = (),
                 cache_to: Sequence[str] = (), command: str = "imagegen build", tag: str = "") -> Run:
     """Render ``cells`` into a run folder under ``work``: their Dockerfiles and one bake file with,
     per cell, the wheel target, its log companion (the ``buildlog`` stage: compile log + smoke report,
     so the wheels stage stays wheels-only and the reports are there even when every layer was cached)
     and its audit companion (the ``audit-report`` stage)."""
-    run_dir = work / "runs" / (time.strftime("%Y%m%d-%H%M%S") + tag)
+    run_dir = new_run_dir(work, tag)
     stage = run_dir / "stage"
     definition = build_definition(Plan(cells=cells), out_dir=str(stage), dockerfiles_dir=str(run_dir / "dockerfiles"),
                                   root=run_dir, command=command)
@@ -333,8 +348,15 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
         if existing:
             results[cell.name] = CellResult(cell, "up-to-date", wheel=existing)
             say(f"[{cell.name}] up to date: {existing}")
-        else:
-            todo.append(cell)
+            continue
+        other = collect.replaced(out, cell)
+        if other and not force:
+            results[cell.name] = CellResult(cell, "failed", error=replace_refusal(cell, other))
+            say(f"[{cell.name}] {results[cell.name].error}")
+            continue
+        if other:
+            say(f"[{cell.name}] --force: the new wheel replaces {other}")
+        todo.append(cell)
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
@@ -347,14 +369,16 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
             + ", ".join(f"{b} ({len(cs)})" for b, cs in shares.items()))
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=len(builders)) as pool:
+        # The pool outermost: on a signal the children are stopped first, so its threads can end.
+        with ThreadPoolExecutor(max_workers=len(builders)) as pool, interrupt.stopping_children():
             futures = [pool.submit(_run_cells, cs, run, run.dir / "logs" / b, b, hashes, out,
                                    max_jobs, nvcc_threads, audit, say) for b, cs in shares.items() if cs]
             for f in futures:
                 results.update(f.result())
     else:
-        results.update(_run_cells(todo, run, run.dir / "logs", builders[0] if builders else None,
-                                  hashes, out, max_jobs, nvcc_threads, audit, say))
+        with interrupt.stopping_children():
+            results.update(_run_cells(todo, run, run.dir / "logs", builders[0] if builders else None,
+                                      hashes, out, max_jobs, nvcc_threads, audit, say))
     return [results[c.name] for c in plan.buildable]
 
 
@@ -378,7 +402,8 @@ def audit(plan: Plan, *, work: Path, builder: str | None = None, ca_bundle: str 
     run = prepare_run(cells, work.resolve(), ca_bundle=ca_bundle, command="imagegen plan --audit", tag="-audit")
     logs = TargetLogs(run.dir / "logs", [c.name for c in cells], say=say)
     try:
-        outcomes = _audit_cells(cells, run, logs, builder, say)
+        with interrupt.stopping_children():
+            outcomes = _audit_cells(cells, run, logs, builder, say)
     finally:
         logs.close()
     return [outcomes[c.name] for c in cells]
@@ -565,14 +590,12 @@ def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: Target
         return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(),
                           error="verification failed: " + "; ".join(report.problems), smoke=smoke)
     ccache = _json_or_none(reports / "ccache.json")
+    kept = collect.keep_log(out, cell, log)  # the manifest points at the copy in OUT, not the work folder
     dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
-        "duration_s": round(seconds, 1), "log": str(log), "verify": report.as_dict(), "smoke": smoke,
+        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), "smoke": smoke,
         "ccache": ccache, **({"audit": audit} if audit is not None else {}),
     })
-    keep = out / "logs"
-    keep.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(log, keep / f"{cell.name}.log")
-    return CellResult(cell, "built", wheel=dest, log=keep / f"{cell.name}.log", seconds=seconds,
+    return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds,
                       verify=report.as_dict(), smoke=smoke, ccache=ccache, audit=audit)
 
 
@@ -605,7 +628,7 @@ def summary(results: list[CellResult]) -> str:
     lines = ["  ".join(v.ljust(w) for v, w in zip(row[:3], widths)) + "  " + row[3] for row in rows]
     for r in results:
         if r.status == "failed":
-            lines.append(f"\n{r.cell.name} failed: {r.error}\n  full log: {r.log}")
+            lines.append(f"\n{r.cell.name} failed: {r.error}" + (f"\n  full log: {r.log}" if r.log else ""))
             lines += [f"  | {line}" for line in r.log_tail]
     return "\n".join(lines)
 

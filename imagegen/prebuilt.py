@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagegen import __version__, collect, jobs
+from imagegen import __version__, collect, interrupt, jobs
 from imagegen.bake import build_definition, to_json
-from imagegen.errors import BuildError, EngineError
-from imagegen.execute import CellResult, bake_data
+from imagegen.errors import BuildError, EngineError, UsageError
+from imagegen.execute import CellResult, bake_data, new_run_dir, replace_refusal
 from imagegen.plan import Cell, Plan
 from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
                                registry_host)
@@ -66,7 +67,7 @@ def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, 
                    builder: str | None, cache_from: list[str], cache_to: list[str], say: Say) -> dict[str, str]:
     """Bake the `builder` stage of ``cells``: pushed to the registry (push) or loaded into the local
     engine (fallback). Returns target name -> image digest from bake's metadata (push only)."""
-    run_dir = work / "runs" / (time.strftime("%Y%m%d-%H%M%S") + ("-push" if push else "-builder"))
+    run_dir = new_run_dir(work, "-push" if push else "-builder")
     definition = build_definition(Plan(cells=cells), out_dir=str(run_dir / "stage"),
                                   dockerfiles_dir=str(run_dir / "dockerfiles"), root=run_dir,
                                   command="imagegen push" if push else "imagegen pull")
@@ -174,37 +175,74 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, gpus: 
          force: bool = False, audit: bool = True, say: Say = _stderr_say) -> list[CellResult]:
     out, work = out.resolve(), work.resolve()
     gpu_args = gpu_flags(gpus, say)  # once: the same host runs every cell
-    results = []
-    for cell in plan.buildable:
-        inputs = inputs_hash(cell, cell_document(cell))
-        existing = None if force else collect.up_to_date(out, cell, inputs)
-        if existing:
-            say(f"[{cell.name}] up to date: {existing}")
-            results.append(CellResult(cell, "up-to-date", wheel=existing))
-            continue
-        ref = image_ref(cell, registry)
-        use = lock.builder_images.get(ref, ref)
-        try:
-            digest = reg.pull(use)
-            say(f"[{cell.name}] pulled {use} ({digest})")
-        except ImageMissing:
-            if not fallback:
-                raise
-            say(f"[{cell.name}] no prebuilt image {use} in the registry: building it locally from the same"
-                " Dockerfile (imagegen push publishes it for next time)")
-            _bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
-                           cache_from=[], cache_to=[], say=say)
-            use = ref
-        verdict = None
-        if audit:
-            verdict, refused = _audit_in_image(cell, use, work=work, gpu_args=gpu_args, say=say)
-            if refused is not None:
-                results.append(refused)
-                continue
-        results.append(_run_builder(cell, use, out=out, work=work, inputs=inputs, gpu_args=gpu_args,
-                                    max_jobs=max_jobs, nvcc_threads=nvcc_threads, say=say,
-                                    audit=verdict.as_dict() if verdict is not None else None))
-    return results
+    run_dir = new_run_dir(work, "-pull")  # its own: another pull in this folder must not share it
+    with interrupt.stopping_children():  # a signal to imagegen stops the containers it runs
+        return [_pull_cell(cell, registry, out=out, run_dir=run_dir, work=work, lock=lock, gpu_args=gpu_args,
+                           fallback=fallback, max_jobs=max_jobs, nvcc_threads=nvcc_threads, ca_bundle=ca_bundle,
+                           force=force, audit=audit, say=say) for cell in plan.buildable]
+
+
+def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Path, lock: Lock, gpu_args: list[str],
+               fallback: bool, max_jobs: int | None, nvcc_threads: int | None, ca_bundle: str | None, force: bool,
+               audit: bool, say: Say) -> CellResult:
+    """One cell: up to date, refused, or pulled (built locally as a fallback), audited and run."""
+    inputs = inputs_hash(cell, cell_document(cell))
+    existing = None if force else collect.up_to_date(out, cell, inputs)
+    if existing:
+        say(f"[{cell.name}] up to date: {existing}")
+        return CellResult(cell, "up-to-date", wheel=existing)
+    other = collect.replaced(out, cell)
+    if other and not force:
+        say(f"[{cell.name}] {replace_refusal(cell, other)}")
+        return CellResult(cell, "failed", error=replace_refusal(cell, other))
+    if other:
+        say(f"[{cell.name}] --force: the new wheel replaces {other}")
+    ref = image_ref(cell, registry)
+    use = lock.builder_images.get(ref, ref)
+    try:
+        digest = reg.pull(use)
+        say(f"[{cell.name}] pulled {use} ({digest})")
+    except ImageMissing:
+        if not fallback:
+            raise
+        say(f"[{cell.name}] no prebuilt image {use} in the registry: building it locally from the same"
+            " Dockerfile (imagegen push publishes it for next time)")
+        _bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
+                       cache_from=[], cache_to=[], say=say)
+        use = ref
+    verdict = None
+    if audit:
+        verdict, refused = _audit_in_image(cell, use, work=run_dir, gpu_args=gpu_args, say=say)
+        if refused is not None:
+            return refused
+    return _run_builder(cell, use, out=out, work=run_dir, inputs=inputs, gpu_args=gpu_args,
+                        max_jobs=max_jobs, nvcc_threads=nvcc_threads, say=say,
+                        audit=verdict.as_dict() if verdict is not None else None)
+
+
+def ccache_volume() -> str:
+    """The named volume that is the compile's ccache (IMAGEGEN_CCACHE_VOLUME overrides: a test suite
+    or a CI job uses its own and removes it afterwards)."""
+    name = os.environ.get("IMAGEGEN_CCACHE_VOLUME") or CCACHE_VOLUME
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", name):
+        raise UsageError("IMAGEGEN_CCACHE_VOLUME must be a Docker volume name: letters, digits, '_', '.', '-'")
+    return name
+
+
+def container_args(cell: Cell) -> list[str]:
+    """A name of its own (so that a stopped imagegen can remove the container whose client is gone)
+    and an init process (PID 1 in a container ignores SIGTERM otherwise: `docker stop` would wait)."""
+    import uuid
+
+    return ["--init", "--name", f"imagegen-{cell.name[:80]}-{uuid.uuid4().hex[:8]}"]
+
+
+def _run_container(cmd: list[str], log_path: Path) -> subprocess.CompletedProcess:
+    """`docker run ...` into ``log_path``; when imagegen is stopped meanwhile, the container goes too."""
+    name = cmd[cmd.index("--name") + 1]
+    with interrupt.cleanup(lambda: subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)):
+        with log_path.open("w", encoding="utf-8") as log:
+            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 def _audit_in_image(cell: Cell, image: str, *, work: Path, gpu_args: list[str],
@@ -221,11 +259,10 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path, gpu_args: list[str],
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{cell.name}.audit.log"
-    cmd = ["docker", "run", "--rm", *gpu_args, "-v", f"{stage}:/out", "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}",
-           image, "audit", "--out", "/out/audit.json"]
+    cmd = ["docker", "run", "--rm", *container_args(cell), *gpu_args, "-v", f"{stage}:/out",
+           "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", image, "audit", "--out", "/out/audit.json"]
     say(f"[{cell.name}] auditing in {image}: the package's own build with stand-in compilers")
-    with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = _run_container(cmd, log_path)
     report_file = stage / "audit.json"
     if proc.returncode != 0 or not report_file.is_file():
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
@@ -257,13 +294,13 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     # A named volume as the compile's ccache, like the bake build's cache mount: a second pull (other
     # archs, a newer image) recompiles only what changed.
-    cmd = ["docker", "run", "--rm", *gpu_args, "-v", f"{stage}:/out", "-v", f"{CCACHE_VOLUME}:/root/.cache/ccache",
+    cmd = ["docker", "run", "--rm", *container_args(cell), *gpu_args, "-v", f"{stage}:/out",
+           "-v", f"{ccache_volume()}:/root/.cache/ccache",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
            "-e", f"NVCC_THREADS={settings.nvcc_threads}", image, "build", "--out", "/out"]
     say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if '--gpus' in cmd else ''}")
     started = time.time()
-    with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = _run_container(cmd, log_path)
     seconds = time.time() - started
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
@@ -279,10 +316,11 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
     if not report.ok:
         return CellResult(cell, "failed", log=log_path, seconds=seconds, verify=report.as_dict(),
                           error="verification failed: " + "; ".join(report.problems))
+    kept = collect.keep_log(out, cell, log_path)  # the manifest points at the copy in OUT, not the work folder
     dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
-        "duration_s": round(seconds, 1), "log": str(log_path), "verify": report.as_dict(), "image": image,
+        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), "image": image,
         **({"audit": audit} if audit is not None else {})})
-    return CellResult(cell, "built", wheel=dest, log=log_path, seconds=seconds, verify=report.as_dict(), audit=audit)
+    return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds, verify=report.as_dict(), audit=audit)
 
 
 __all__ = ["push", "pull", "PushResult", "RegistryError", "gpu_flags", "builder_inputs"]

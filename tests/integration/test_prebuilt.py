@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -61,9 +62,25 @@ def project(registry, tmp_path_factory):
     assert registry.docker("tag", LOCAL_BASE, base).returncode == 0
     pushed = registry.docker("push", base, timeout=900)
     assert pushed.returncode == 0, pushed.stderr
-    env = {**registry.env(), "IMAGEGEN_PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
+    # A ccache volume of its own, removed afterwards (users keep theirs: imagegen-ccache).
+    volume = f"imagegen-test-ccache-{uuid.uuid4().hex[:8]}"
+    env = {**registry.env(), "IMAGEGEN_PIP_CERT": "/etc/ssl/certs/ca-certificates.crt", "IMAGEGEN_CCACHE_VOLUME": volume}
     yield {"root": root, "base": base, "env": env, "ns": f"{registry.host}/ml"}
     registry.docker("rmi", base)
+    # Every image this module pulled or built from the registry, tags and digests (a pull by digest
+    # leaves an untagged 9 GB image that `rmi TAG` does not remove). By reference, never by ID: the
+    # base image shares its ID with the local test base image.
+    listed = run("docker", "images", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}", cwd=ROOT).stdout
+    for line in listed.splitlines():
+        repo, tag, digest = (line.split() + ["", "", ""])[:3]
+        if repo.startswith(registry.host + "/"):
+            if tag and tag != "<none>":
+                run("docker", "rmi", f"{repo}:{tag}", cwd=ROOT)
+            if digest and digest != "<none>":
+                run("docker", "rmi", f"{repo}@{digest}", cwd=ROOT)
+    run("docker", "volume", "rm", "-f", volume, cwd=ROOT)
+    left = run("docker", "images", "--format", "{{.Repository}}", cwd=ROOT).stdout.split()
+    assert not [r for r in left if r.startswith(registry.host + "/")], "the test left images behind"
 
 
 @pytest.fixture(scope="module")
