@@ -151,3 +151,84 @@ def test_a_hostile_report_is_bounded():
     r = AuditReport.from_json(data)
     assert len(r.extensions) <= 500 and len(r.extensions[0].module) <= 300 and len(r.extensions[0].sass) <= 200
     assert r.extensions[0].ptx == ()
+
+
+# ------------------------------------------------------------------ the audit's own speed (issue 15)
+
+
+@pytest.mark.parametrize("arg", ['plain', 'with "quotes" and \\ backslash', "new\nline\ttab\x01", "ünïcode ✓",
+                                 "bad byte \udcff", ""])
+def test_the_stand_ins_hand_written_json_is_json(arg):
+    # The stand-in writes its record without importing json (milliseconds per compiled file).
+    assert json.loads(imagegen_audit._json_str(arg)) == arg
+    assert imagegen_audit._json_str(arg) == json.dumps(arg, ensure_ascii=False) or "\udcff" in arg
+
+
+def test_a_record_with_odd_arguments_reads_back(tmp_path):
+    odd = ['-DNAME="a b"', "-Xcompiler=-O3\\x", "ü"]
+    proc, records = run_stub(tmp_path, "cxx", "-c", "a.cpp", "-o", "a.o", *odd)
+    assert proc.returncode == 0, proc.stderr
+    assert records[0]["argv"] == ["-c", "a.cpp", "-o", "a.o", *odd] and records[0]["cwd"] == str(tmp_path)
+
+
+def test_version_queries_ask_the_real_tool_once_per_audit(tmp_path):
+    counter = tmp_path / "asked"
+    tool = tmp_path / "real-c++"
+    tool.write_text(f"#!/bin/sh\necho x >> {counter}\necho \"version 1.2.3 $*\"\necho to-stderr >&2\nexit 0\n")
+    tool.chmod(0o755)
+    cache = tmp_path / "queries"
+    cache.mkdir()
+    env = dict(os.environ, IMAGEGEN_AUDIT_LOG=str(tmp_path / "r.jsonl"), IMAGEGEN_AUDIT_REAL=json.dumps({"cxx": [str(tool)]}),
+               IMAGEGEN_AUDIT_QUERIES=str(cache))
+
+    def ask(*argv):
+        return subprocess.run([sys.executable, "-S", str(BUILDER / "imagegen_audit.py"), "stub", "cxx", *argv],
+                              env=env, capture_output=True, text=True)
+    first, second = ask("-dumpfullversion", "-dumpversion"), ask("-dumpfullversion", "-dumpversion")
+    assert first.stdout == second.stdout == "version 1.2.3 -dumpfullversion -dumpversion\n"
+    assert first.stderr == second.stderr == "to-stderr\n" and first.returncode == second.returncode == 0
+    assert counter.read_text().count("x") == 1
+    # anything but a pure version query goes to the real tool every time (it may read stdin or files)
+    ask("-E", "-dM", "-"), ask("-E", "-dM", "-")
+    assert counter.read_text().count("x") == 3
+
+
+def test_stand_ins_start_python_without_site(tmp_path):
+    env = {"PATH": "/usr/bin:/bin"}
+    imagegen_audit.install_stubs(str(tmp_path), env, sys.executable, str(BUILDER / "imagegen_audit.py"), None)
+    assert " -S " in (tmp_path / "stubs" / "cxx").read_text()
+    assert os.path.isdir(env["IMAGEGEN_AUDIT_QUERIES"])
+
+
+def _project(tree: Path, pyproject: str | None, backend: str | None = None) -> Path:
+    tree.mkdir(parents=True)
+    if pyproject is not None:
+        (tree / "pyproject.toml").write_text(pyproject)
+    if backend is not None:
+        (tree / "_backend").mkdir()
+        (tree / "_backend" / "hooks.py").write_text(backend)
+    (tree / "setup.py").write_text("import os\nprint('setup.py ran in', os.getcwd())\n"
+                                   "raise SystemExit('stop here: the legacy backend ran setup.py')\n")
+    return tree
+
+
+def test_the_audit_runs_the_build_wheel_hook_pip_would(tmp_path):
+    # An in-tree backend (backend-path) gets the call pip's hook runner would make, in the tree.
+    backend = ("import os\n"
+               "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
+               "    name = 'p-1-py3-none-any.whl'\n"
+               "    open(os.path.join(wheel_directory, name), 'w').write(os.getcwd())\n"
+               "    return name\n")
+    tree = _project(tmp_path / "a", '[build-system]\nrequires = []\nbuild-backend = "hooks"\nbackend-path = ["_backend"]\n',
+                    backend)
+    cmd = imagegen_audit.build_wheel_command(sys.executable, str(tmp_path / "w"), str(tree), str(tmp_path / "dist"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "dist" / "p-1-py3-none-any.whl").read_text() == str(tree)
+    # No pyproject.toml, or no build-backend in it: setuptools' legacy backend runs setup.py, as pip does.
+    for name, pyproject in (("b", None), ("c", '[build-system]\nrequires = ["setuptools"]\n')):
+        tree = _project(tmp_path / name, pyproject)
+        cmd = imagegen_audit.build_wheel_command(sys.executable, str(tmp_path / "w"), str(tree), str(tmp_path / "dist"))
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+        assert proc.returncode != 0 and "the legacy backend ran setup.py" in proc.stderr
+        assert f"setup.py ran in {tree}" in proc.stdout

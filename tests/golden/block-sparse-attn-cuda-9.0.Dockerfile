@@ -1158,14 +1158,18 @@ def cmd_audit(cell, args):
         src = os.path.join(work, "src")
         shutil.copytree(cell["src_dir"], src, symlinks=True)
         tree = os.path.join(src, cell["source"].get("subdir") or "")
-        cmd = pip_wheel_command(py, os.path.join(work, "dist"), tree)  # exactly the build's command
-        log("audit: $ " + " ".join(cmd))
-        try:
-            proc = subprocess.run(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=args.timeout)
-            rc, output = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            rc, output = -1, (exc.stdout or b"") + b"\n[imagegen] audit: timed out"
+        dist = os.path.join(work, "dist")
+        # The build_wheel hook `pip wheel --no-build-isolation` runs (its second setup.py run), with
+        # pip's choice of backend, without pip's start-up and metadata step: that step runs setup.py
+        # (and imports torch) once more and compiles nothing, ~half of an audit's time.
+        cmd = imagegen_audit.build_wheel_command(py, work, tree, dist)
+        log("audit: $ %s  (the build_wheel hook of: %s)" % (" ".join(cmd), " ".join(pip_wheel_command(py, dist, tree))))
+        rc, output = _run_audit_build(cmd, env, work, args.timeout)
+        if rc == imagegen_audit.NO_BACKEND_READER and imagegen_audit.NO_BACKEND_MARK in output:
+            # no TOML reader for pyproject.toml in this Python (< 3.11 without pip's tomli): let pip read it
+            cmd = pip_wheel_command(py, dist, tree)  # exactly the build's command
+            log("audit: $ " + " ".join(cmd))
+            rc, output = _run_audit_build(cmd, env, work, args.timeout)
         text = output.decode("utf-8", "replace")
         report = imagegen_audit.fold(imagegen_audit.read_records(records), os.path.realpath(src))
         report.update({
@@ -1189,6 +1193,14 @@ def cmd_audit(cell, args):
     log("audit: %s in %.1f s: %d extension(s)%s" % ("ok" if report["ok"] else "the build failed", report["seconds"], n,
                                                   "".join("; %s: %s" % (e["module"], " ".join(e["sass"] + e["ptx"]) or "no CUDA")
                                                           for e in report["extensions"])))
+
+
+def _run_audit_build(cmd, env, cwd, timeout):
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+        return proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        return -1, (exc.stdout or b"") + b"\n[imagegen] audit: timed out"
 
 
 _ERROR_LINE = re.compile(r"(?i)(\berror\b|RuntimeError|AssertionError|Exception:|Traceback)")
@@ -1231,7 +1243,9 @@ COPY <<'IMAGEGEN_AUDIT_PY' /imagegen/imagegen_audit.py
 Shipped beside imagegen_build.py (same rules: standard library only, Python 3.8+, copied verbatim
 into every rendered Dockerfile and run directly by native builds).
 
-`imagegen_build.py audit` runs the package's real `pip wheel --no-build-isolation` with exactly the
+`imagegen_build.py audit` runs the package's real build, the PEP 517 `build_wheel` hook that
+`pip wheel --no-build-isolation` runs (build_wheel_command: pip's backend choice, without pip's
+start-up and its metadata step, which runs setup.py once more and compiles nothing), with exactly the
 environment `build` would give it (build_env: arch knob, force-build, jobs), except that nvcc, the
 host C/C++ compilers and the shared-object linker are stand-ins:
 
@@ -1241,7 +1255,10 @@ host C/C++ compilers and the shared-object linker are stand-ins:
 
 A stand-in that is asked to produce something (`-c`, `-o`, `-shared`) appends its command line to a
 JSON-lines log and writes empty outputs (and the dependency files ninja expects); anything else
-(`nvcc -V`, `c++ --version`, `-dumpversion`, CMake's compiler checks) runs the real tool. The log is
+(`nvcc -V`, `c++ --version`, `-dumpversion`, CMake's compiler checks) runs the real tool, and a pure
+version query (`-V`, `-v`, `-dumpfullversion`: nothing but such flags) is answered from the first
+answer of the same audit (torch asks `c++ -v` and `nvcc -V` for every extension). A stand-in starts
+with `python -S` and imports only what it needs: it runs once per source file. The log is
 then folded into a report: per extension (the .so the linker was asked for), its sources and, per
 nvcc call, the SASS and PTX targets and flags. imagegen (audit.py) judges that report against the
 request, the recipe and nvcc; this script only records.
@@ -1250,18 +1267,21 @@ Nothing compiles, so an audit takes seconds, needs no GPU, and cannot fail the w
 fails: what it shows is what the real build would have asked nvcc for.
 """
 
-import json
 import os
-import re
-import shlex
-import subprocess
 import sys
-import time
+
+# Only os and sys at the top: a stand-in runs once per compiled file (python -S, this file as a
+# script), and json/re/subprocess cost milliseconds each that it mostly does not need.
 
 LOG_ENV = "IMAGEGEN_AUDIT_LOG"
 REAL_ENV = "IMAGEGEN_AUDIT_REAL"  # JSON: tool -> the real executable (argv list)
 NVCC_VERSION_ENV = "IMAGEGEN_AUDIT_NVCC_VERSION"  # answer `nvcc -V` with this when no real nvcc exists (else 12.8)
+QUERY_CACHE_ENV = "IMAGEGEN_AUDIT_QUERIES"  # a folder: the real tools' answers to version queries, per audit
 STUB_TOOLS = ("nvcc", "cc", "cxx", "ld")
+# Flags whose answer depends only on the tool: a call with nothing else is answered from the cache.
+VERSION_QUERIES = frozenset(("-V", "--version", "-v", "-dumpversion", "-dumpfullversion", "-dumpmachine"))
+NO_BACKEND_READER = 97  # the build_wheel runner's exit status when it cannot read pyproject.toml
+NO_BACKEND_MARK = b"imagegen audit: no TOML reader"
 
 # ------------------------------------------------------------------------------------------------
 # The stand-in compilers
@@ -1319,11 +1339,65 @@ def _fake_nvcc_version():
     return 0
 
 
+def _query_key(tool, argv):
+    """Where this audit keeps the real tool's answer to a pure version query (only VERSION_QUERIES
+    flags); None for any other call."""
+    cache = os.environ.get(QUERY_CACHE_ENV)
+    if not cache or not argv or not all(a in VERSION_QUERIES for a in argv):
+        return None
+    return os.path.join(cache, tool + "".join("_" + a.lstrip("-") for a in argv))
+
+
+def _answer(rc, out, err):
+    os.write(1, out)
+    os.write(2, err)
+    return rc if rc >= 0 else 128 - rc
+
+
+def _cached_answer(key):
+    """The cached answer (exit status), written to stdout/stderr; None when there is none yet."""
+    try:
+        with open(key + ".rc", "rb") as fh:  # written last: its presence means the others are complete
+            rc = int(fh.read())
+        with open(key + ".out", "rb") as fh:
+            out = fh.read()
+        with open(key + ".err", "rb") as fh:
+            err = fh.read()
+    except (OSError, ValueError):
+        return None
+    return _answer(rc, out, err)
+
+
+def _ask_and_cache(key, real, argv):
+    """Ask the real tool once and keep its answer for the audit's other stand-ins."""
+    import subprocess
+    try:
+        proc = subprocess.run(list(real) + list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        return None
+    if proc.returncode >= 0:
+        for suffix, data in ((".out", proc.stdout), (".err", proc.stderr), (".rc", str(proc.returncode).encode())):
+            tmp = "%s%s.%d" % (key, suffix, os.getpid())
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, key + suffix)
+    return _answer(proc.returncode, proc.stdout, proc.stderr)
+
+
 def stub_main(tool, argv):
     """Entry point of a stand-in (`imagegen_audit.py stub TOOL ARGS...`)."""
-    real = json.loads(os.environ.get(REAL_ENV) or "{}").get(tool)
     if not _producing(tool, argv) or _in_cmake_check(argv):
+        key = _query_key(tool, argv)
+        answered = _cached_answer(key) if key else None
+        if answered is not None:
+            return answered
+        import json
+        real = json.loads(os.environ.get(REAL_ENV) or "{}").get(tool)
+        answered = _ask_and_cache(key, real, argv) if key and real else None
+        if answered is not None:
+            return answered
         if real:
+            import subprocess
             try:
                 return subprocess.call(list(real) + list(argv))
             except OSError:
@@ -1334,9 +1408,10 @@ def stub_main(tool, argv):
             return 0
         sys.stderr.write("imagegen audit: no real %s to answer %s\n" % (tool, " ".join(argv)[:200]))
         return 1
+    import time
     outs, deps = _outputs(argv)
-    record = {"tool": tool, "cwd": os.getcwd(), "argv": list(argv), "t": round(time.time(), 3)}
-    line = (json.dumps(record) + "\n").encode()
+    line = ('{"tool": %s, "cwd": %s, "argv": [%s], "t": %.3f}\n' % (
+        _json_str(tool), _json_str(os.getcwd()), ", ".join(_json_str(a) for a in argv), time.time())).encode()
     log = os.environ.get(LOG_ENV)
     if log:
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -1352,6 +1427,21 @@ def stub_main(tool, argv):
     return 0
 
 
+_JSON_ESCAPES = dict([(i, "\\u%04x" % i) for i in range(32)] + [(ord('"'), '\\"'), (ord("\\"), "\\\\"),
+                                                                    (8, "\\b"), (9, "\\t"), (10, "\\n"), (12, "\\f"), (13, "\\r")])
+
+
+def _json_str(text):
+    """json.dumps(text, ensure_ascii=False) without importing json (and re) in every stand-in; a
+    lone surrogate (an undecodable byte in argv) is written as its \\u escape, as json does."""
+    out = '"' + text.translate(_JSON_ESCAPES) + '"'
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        out = "".join(c if not 0xD800 <= ord(c) <= 0xDFFF else "\\u%04x" % ord(c) for c in out)
+    return out
+
+
 def _touch(path, data):
     d = os.path.dirname(path)
     if d:
@@ -1359,6 +1449,13 @@ def _touch(path, data):
     with open(path, "wb") as fh:
         fh.write(data)
 
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "stub":
+    sys.exit(stub_main(sys.argv[2], sys.argv[3:]))
+
+import json  # noqa: E402 (after the stand-in's fast path)
+import re  # noqa: E402
+import shlex  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # Setting the stand-ins up
@@ -1388,7 +1485,7 @@ def install_stubs(work, env, python, script, cuda_home):
         path = os.path.join(work, "stubs", tool) if tool != "nvcc" else os.path.join(bindir, "nvcc")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as fh:
-            fh.write("#!/bin/sh\nexec %s %s stub %s \"$@\"\n" % (shlex.quote(python), shlex.quote(script), tool))
+            fh.write("#!/bin/sh\nexec %s -S %s stub %s \"$@\"\n" % (shlex.quote(python), shlex.quote(script), tool))
         os.chmod(path, 0o755)
         stubs[tool] = path
     real_nvcc = os.path.join(real_home, "bin", "nvcc") if real_home else None
@@ -1400,7 +1497,10 @@ def install_stubs(work, env, python, script, cuda_home):
     }
     log = os.path.join(work, "records.jsonl")
     open(log, "w").close()
+    queries = os.path.join(work, "queries")
+    os.makedirs(queries, exist_ok=True)
     env.update({
+        QUERY_CACHE_ENV: queries,
         "CUDA_HOME": shadow,
         "CUDA_PATH": shadow,
         "PYTORCH_NVCC": stubs["nvcc"],
@@ -1413,6 +1513,53 @@ def install_stubs(work, env, python, script, cuda_home):
     })
     env.pop("CCACHE_DIR", None)  # nothing compiles: keep ccache out of the picture
     return log
+
+
+# The PEP 517 build_wheel call `pip wheel --no-build-isolation` makes (pip's own hook runner does the
+# same in a process of its own): pip's backend choice (setuptools' legacy backend without a
+# pyproject.toml or without build-backend), backend-path first on sys.path, run in the tree.
+_BUILD_WHEEL = r"""
+import importlib, os, sys
+tree, dist = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+backend, paths = "setuptools.build_meta:__legacy__", []
+if os.path.isfile(os.path.join(tree, "pyproject.toml")):
+    try:
+        import tomllib
+    except ImportError:
+        try:
+            from pip._vendor import tomli as tomllib
+        except ImportError:
+            sys.stdout.write("%s\n")
+            sys.exit(%d)
+    with open(os.path.join(tree, "pyproject.toml"), "rb") as fh:
+        system = tomllib.load(fh).get("build-system") or {}
+    if system.get("build-backend"):
+        backend, paths = system["build-backend"], list(system.get("backend-path") or [])
+os.chdir(tree)
+sys.path[:0] = [os.path.join(tree, p) for p in paths]
+module, _, attrs = backend.partition(":")
+hooks = importlib.import_module(module)
+for attr in filter(None, attrs.split(".")):
+    hooks = getattr(hooks, attr)
+os.makedirs(dist, exist_ok=True)
+print("built " + hooks.build_wheel(dist, config_settings=None, metadata_directory=None))
+sys.stdout.flush()
+sys.stderr.flush()
+# The wheel is written and every stand-in has recorded: skip the interpreter's shutdown, which with
+# torch imported (every setup.py of a CUDA extension imports it) takes 0.7-0.9 s.
+os._exit(0)
+""" % (NO_BACKEND_MARK.decode(), NO_BACKEND_READER)
+
+
+def build_wheel_command(python, work, tree, dist):
+    """The command that runs the package's PEP 517 build_wheel hook as `pip wheel` would, from a
+    folder of its own (the script's folder is sys.path[0], as for pip's hook runner)."""
+    folder = os.path.join(work, "pep517")
+    os.makedirs(folder, exist_ok=True)
+    runner = os.path.join(folder, "imagegen_build_wheel.py")
+    with open(runner, "w") as fh:
+        fh.write(_BUILD_WHEEL)
+    return [python, runner, tree, dist]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1577,10 +1724,6 @@ def read_records(log):
     except OSError:
         pass
     return out
-
-
-if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "stub":
-    sys.exit(stub_main(sys.argv[2], sys.argv[3:]))
 IMAGEGEN_AUDIT_PY
 
 COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
@@ -1637,7 +1780,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="9.0" \
-      io.imagegen.inputs="f670bdd17c77f6da"
+      io.imagegen.inputs="091da624c0c23c7e"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
