@@ -6,15 +6,39 @@ no known failure reaches the user as a traceback.
 
 from __future__ import annotations
 
+import unicodedata
+
+
+def printable(text: str) -> str:
+    """``text`` with every control, format (bidi overrides, zero-width), separator and surrogate
+    character written as an escape (``\\x1b``, ``\\u202e``), so that data quoted in a message can
+    neither drive the terminal nor reorder what the user reads."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(
+        c.encode("unicode_escape", "backslashreplace").decode("ascii")
+        if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") else c
+        for c in text
+    )
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, the cut marked with ``...``."""
+    return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+
 
 class ImagegenError(Exception):
     """Base class: a failure the user can act on."""
 
     exit_code = 1
+    # The longest message this kind of error prints (None: no limit).
+    max_chars: int | None = None
 
     def __init__(self, message: str) -> None:
-        # Keep the message on one line whatever the caller passed in.
-        super().__init__(" ".join(str(message).split()))
+        # Keep the message on one line whatever the caller passed in, with no raw control
+        # characters, and within this kind's length.
+        text = printable(" ".join(str(message).split()))
+        super().__init__(bounded(text, self.max_chars) if self.max_chars else text)
 
     @property
     def message(self) -> str:
@@ -37,6 +61,8 @@ class RecipeError(ImagegenError):
     """A recipe file that does not load or validate, or an unknown recipe name."""
 
     exit_code = 2
+    # "imagegen: error: " plus this stays under 400 characters, whatever a recipe file holds.
+    max_chars = 380
 
 
 class ArchError(ImagegenError):

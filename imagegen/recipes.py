@@ -14,7 +14,10 @@ shell, so a hostile value can at worst fail validation.
 from __future__ import annotations
 
 import functools
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -26,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen import safety
 from imagegen.arch import ArchList, parse_arch_list
-from imagegen.errors import ArchError, ImagegenError, RecipeError
+from imagegen.errors import ArchError, ImagegenError, RecipeError, bounded, printable
 
 RECIPE_SCHEMA = 1
 
@@ -38,12 +41,31 @@ PTX_POLICIES = ("honoured", "newest", "none")
 # What a version's ``requires`` ranges constrain: the torch release, the cell's nvcc, the Python.
 RULE_SUBJECTS = ("torch", "cuda", "python")
 # Error messages quote at most this much of a bad value, so they stay one readable line.
-_MAX_QUOTED = 80
+_MAX_QUOTED = 60
+# Recipe files and their patches are untrusted input: read only regular files, at most this big.
+MAX_RECIPE_BYTES = 1 << 20
+MAX_PATCH_BYTES = 8 << 20
+# The longest string a recipe key takes (free text and the GPU check have their own, larger bounds).
+MAX_STR = 1024
+MAX_TEXT = 16 * 1024
+MAX_SCRIPT = 64 * 1024
 
 
 def _quoted(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _MAX_QUOTED else text[:_MAX_QUOTED] + "..."
+    """A value as an error message shows it: bounded, escaped, never expanded (safety.describe)."""
+    return safety.describe(value, _MAX_QUOTED)
+
+
+def _key_text(key: Any) -> str:
+    """A mapping key as part of a key path in a message: bounded and escaped."""
+    text = key if isinstance(key, str) else safety.describe(key, 40)
+    return printable(bounded(text, 40))
+
+
+def _shown_path(path: Any) -> str:
+    """A file name as messages show it: escaped, and its tail only when it is very long."""
+    text = printable(str(path))
+    return text if len(text) <= 160 else "..." + text[-157:]
 
 
 @dataclass(frozen=True)
@@ -210,7 +232,7 @@ class Recipe:
         key = wanted or self.default_version
         if key not in self.versions:
             known = ", ".join(self.versions)
-            raise RecipeError(f"{self.name} has no version {key!r}; known: {known}")
+            raise RecipeError(f"{self.name} has no version {_quoted(key)}; known: {known}")
         return self.versions[key]
 
 
@@ -221,112 +243,163 @@ class Recipe:
 class _Reader:
     """Reads one mapping of a recipe file, naming the file and the key path in every error."""
 
-    def __init__(self, path: str, data: Any, where: str = "") -> None:
+    def __init__(self, path: str, data: Any, where: str = "", *, keys: tuple[str, ...] | None = None) -> None:
         self.path = path
         self.where = where
         if not isinstance(data, dict):
-            raise self.error(f"expected a mapping, got {type(data).__name__}")
+            raise self.error(f"expected a mapping, got {_quoted(data)}")
         self.data = data
+        if keys is not None:
+            self.only(keys)
 
-    def error(self, problem: str, key: str | None = None) -> RecipeError:
-        at = ".".join(p for p in (self.where, key) if p)
-        return RecipeError(f"{self.path}: {at or '<top>'}: {problem}")
+    def error(self, problem: str, key: Any = None) -> RecipeError:
+        at = ".".join(p for p in (self.where, None if key is None else _key_text(key)) if p)
+        return RecipeError(f"{_shown_path(self.path)}: {bounded(at, 120) or '<top>'}: {problem}")
 
-    def sub(self, key: str, required: bool = False) -> "_Reader":
+    def only(self, keys: tuple[str, ...]) -> None:
+        """Refuse a key this mapping does not take (a typo must not be silently ignored)."""
+        for key in self.data:
+            if key not in keys:
+                known = bounded(", ".join(sorted(keys)), 260)
+                raise self.error(f"unknown key (known: {known})", key)
+
+    def sub(self, key: str, required: bool = False, *, keys: tuple[str, ...] | None = None) -> "_Reader":
         value = self.data.get(key)
         if value is None:
             if required:
                 raise self.error("missing", key)
             value = {}
-        return _Reader(self.path, value, ".".join(p for p in (self.where, key) if p))
+        return _Reader(self.path, value, ".".join(p for p in (self.where, key) if p), keys=keys)
+
+    def list(self, key: str) -> list:
+        """A list (absent or null: empty)."""
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.error(f"expected a list, got {_quoted(value)}", key)
+        return value
+
+    def mapping(self, key: str, what: str = "a mapping") -> dict:
+        """A mapping (absent or null: empty)."""
+        value = self.data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(f"expected {what}, got {_quoted(value)}", key)
+        return value
+
+    def scalar_text(self, value: Any, key: Any) -> Any:
+        """A number written where text is expected (a version 1.0, a flag 1) as that text; a
+        non-finite or enormous number is refused rather than written as inf/nan/1e+30."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return value
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.error(f"expected text, got {_quoted(value)}", key)
+        if abs(value) > 10**15:
+            raise self.error(f"expected text, got {_quoted(value)} (numbers beyond 10^15 are refused)", key)
+        return str(value)
 
     def str(self, key: str, default: str | None = None, *, required: bool = False,
-            pattern: re.Pattern[str] | None = None) -> str | None:
+            pattern: re.Pattern[str] | None = None, max_len: int = MAX_STR) -> str | None:
         value = self.data.get(key, default)
         if value is None:
             if required:
                 raise self.error("missing", key)
             return None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = str(value)
+        value = self.scalar_text(value, key)
         if not isinstance(value, str):
-            raise self.error(f"expected a string, got {type(value).__name__}", key)
+            raise self.error(f"expected a string, got {_quoted(value)}", key)
+        if len(value) > max_len:
+            raise self.error(f"{_quoted(value)} is {len(value)} characters long; at most {max_len}", key)
         if pattern is not None and not pattern.fullmatch(value):
-            raise self.error(f"{value!r} is not allowed here (must match {pattern.pattern})", key)
+            raise self.error(f"{_quoted(value)} is not allowed here (must match {pattern.pattern})", key)
         return value
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if not isinstance(value, bool):
-            raise self.error(f"expected true or false, got {value!r}", key)
+            raise self.error(f"expected true or false, got {_quoted(value)}", key)
         return value
 
-    def number(self, key: str, default: float) -> float:
+    def number(self, key: str, default: float, *, low: float, high: float, integer: bool = False) -> float:
+        """A number in [low, high] (a whole one where ``integer``); NaN, inf and huge are refused."""
         value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise self.error(f"expected a positive number, got {value!r}", key)
+        what = "a whole number" if integer else "a number"
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (isinstance(value, float) and not math.isfinite(value))
+                or not low <= value <= high or (integer and value != int(value))):
+            raise self.error(f"expected {what} from {low:g} to {high:g}, got {_quoted(value)}", key)
         return float(value)
 
-    def str_list(self, key: str, *, pattern: re.Pattern[str] | None = None) -> tuple[str, ...]:
+    def str_list(self, key: str, *, pattern: re.Pattern[str] | None = None,
+                 max_len: int = MAX_STR) -> tuple[str, ...]:
         value = self.data.get(key) or []
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list):
-            raise self.error(f"expected a list, got {type(value).__name__}", key)
+            raise self.error(f"expected a list, got {_quoted(value)}", key)
         out = []
         for item in value:
-            if isinstance(item, (int, float)) and not isinstance(item, bool):
-                item = str(item)
+            item = self.scalar_text(item, key)
             if not isinstance(item, str):
-                raise self.error(f"expected strings, got {item!r}", key)
+                raise self.error(f"expected strings, got {_quoted(item)}", key)
+            if len(item) > max_len:
+                raise self.error(f"{_quoted(item)} is {len(item)} characters long; at most {max_len}", key)
             if pattern is not None and not pattern.fullmatch(item):
-                raise self.error(f"{item!r} is not allowed here (must match {pattern.pattern})", key)
+                raise self.error(f"{_quoted(item)} is not allowed here (must match {pattern.pattern})", key)
             out.append(item)
         return tuple(out)
 
     def env(self, key: str) -> dict[str, str]:
-        value = self.data.get(key) or {}
-        if not isinstance(value, dict):
-            raise self.error("expected a mapping of VARIABLE: value", key)
+        value = self.mapping(key, "a mapping of VARIABLE: value")
         out = {}
         for name, val in value.items():
             if not isinstance(name, str) or not safety.ENV_NAME.fullmatch(name):
-                raise self.error(f"bad environment variable name {name!r}", key)
+                raise self.error(f"bad environment variable name {_quoted(name)}", key)
             if isinstance(val, bool):
                 val = "1" if val else "0"
-            if isinstance(val, (int, float)):
-                val = str(val)
+            val = self.scalar_text(val, f"{key}.{name}")
             if not isinstance(val, str) or not safety.ENV_VALUE.fullmatch(val):
-                raise self.error(f"bad value {val!r} for {name} (printable text, no quotes, $ or `)", key)
+                raise self.error(f"bad value {_quoted(val)} for {name} (printable text, no quotes, $ or `)", key)
             out[name] = val
         return out
 
     def version(self, key: str, default: str | None = None) -> Version | None:
-        text = self.str(key, default)
+        text = self.str(key, default, max_len=64)
         if text is None:
             return None
         try:
             return Version(text)
         except InvalidVersion:
-            raise self.error(f"{text!r} is not a version", key) from None
+            raise self.error(f"{_quoted(text)} is not a version", key) from None
 
     def archs(self, key: str) -> ArchList:
-        items = self.str_list(key)
+        items = self.str_list(key, max_len=64)
         try:
             return parse_arch_list(list(items)) if items else ArchList([])
         except ArchError as exc:
             raise self.error(str(exc), key) from None
 
 
+def _read_text(file: Path, limit: int, inside: Path) -> str:
+    """A recipe's file as text: a regular UTF-8 file inside the recipe's directory (safety.Unreadable)."""
+    data = safety.read_regular_file(file, limit=limit, inside=inside)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise safety.Unreadable(f"not UTF-8 text (byte {exc.start})") from None
+
+
 def _load_patch(path: str, recipe_dir: Path, entry: Any, where: str) -> Patch:
-    r = _Reader(path, entry, where)
+    r = _Reader(path, entry, where, keys=("file", "reason"))
     name = r.str("file", required=True, pattern=safety.RELATIVE_PATH)
-    reason = r.str("reason", "") or ""
+    reason = r.str("reason", "", max_len=MAX_TEXT) or ""
     file = recipe_dir / "patches" / name
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise r.error(f"cannot read patch {file}: {exc.__class__.__name__}", "file") from None
+        text = _read_text(file, MAX_PATCH_BYTES, recipe_dir)
+    except safety.Unreadable as exc:
+        raise r.error(f"cannot read patch {_shown_path(file)}: {exc}", "file") from None
     return Patch(name=name, text=text, reason=reason)
 
 
@@ -335,27 +408,32 @@ def _load_knob(r: _Reader, base: ArchKnob | None = None) -> ArchKnob:
         return base
     style = r.str("style", base.style if base else None, required=True)
     if style not in ARCH_STYLES:
-        raise r.error(f"unknown style {style!r}; one of {', '.join(ARCH_STYLES)}", "style")
+        raise r.error(f"unknown style {_quoted(style)}; one of {', '.join(ARCH_STYLES)}", "style")
     env = r.str("env", base.env if base else None, pattern=safety.ENV_NAME)
     if style != "fixed" and not env:
         raise r.error(f"style {style} needs the variable the package reads", "env")
     ptx = r.str("ptx", base.ptx if base else "honoured")
     if ptx not in PTX_POLICIES:
-        raise r.error(f"unknown ptx policy {ptx!r}; one of {', '.join(PTX_POLICIES)}", "ptx")
+        raise r.error(f"unknown ptx policy {_quoted(ptx)}; one of {', '.join(PTX_POLICIES)}", "ptx")
 
     def by_nvcc(key: str) -> tuple[tuple[Version, ArchList], ...]:
         raw = r.data.get(key)
         if raw is None:
             return getattr(base, key) if base else ()
         sub = _Reader(r.path, raw, f"{r.where}.{key}")
-        out = []
+        out: dict[Version, ArchList] = {}
         for since in sub.data:
+            text = sub.scalar_text(since, since)
             try:
-                v = Version(str(since))
+                if not isinstance(text, str) or len(text) > 64:
+                    raise InvalidVersion(text)
+                v = Version(text)
             except InvalidVersion:
-                raise sub.error(f"{since!r} is not a CUDA version", str(since)) from None
-            out.append((v, sub.archs(since)))
-        return tuple(sorted(out))
+                raise sub.error(f"{_quoted(since)} is not a CUDA version", since) from None
+            if v in out:
+                raise sub.error(f"CUDA {v} is listed twice", since)
+            out[v] = sub.archs(since)
+        return tuple(sorted(out.items(), key=lambda item: item[0]))
 
     fixed = by_nvcc("fixed")
     if style == "fixed" and not fixed:
@@ -373,8 +451,11 @@ def _load_knob(r: _Reader, base: ArchKnob | None = None) -> ArchKnob:
 
 
 def _single_cc(r: _Reader, text: Any, key: str) -> str:
+    text = r.scalar_text(text, key)
+    if not isinstance(text, str) or len(text) > 64:
+        raise r.error(f"{_quoted(text)}: give one plain compute capability such as 8.6", key)
     try:
-        parsed = parse_arch_list(str(text))
+        parsed = parse_arch_list(text)
     except ArchError as exc:
         raise r.error(str(exc), key) from None
     if len(parsed) != 1 or parsed[0].variant or parsed[0].ptx or not parsed[0].sass:
@@ -390,7 +471,7 @@ def _runs_on(r: _Reader, base: ArchKnob | None) -> tuple[tuple[str, str], ...]:
         raise r.error("expected a mapping of requested cc -> the cc compiled for it, e.g. {\"8.6\": \"8.0\"}", "runs_on")
     out = {}
     for want, got in raw.items():
-        key = f"runs_on.{want}"
+        key = f"runs_on.{_key_text(want)}"
         w, g = _single_cc(r, want, key), _single_cc(r, got, key)
         wm, wn = (int(x) for x in w.split("."))
         gm, gn = (int(x) for x in g.split("."))
@@ -404,79 +485,127 @@ def _runs_on(r: _Reader, base: ArchKnob | None) -> tuple[tuple[str, str], ...]:
 def _parser(r: _Reader, base: ArchKnob | None) -> str:
     value = r.str("parser", base.parser if base else "torch")
     if value not in ("torch", "package"):
-        raise r.error(f"unknown parser {value!r}; one of torch, package", "parser")
+        raise r.error(f"unknown parser {_quoted(value)}; one of torch, package", "parser")
     return value
 
 
+# The keys each mapping of a recipe takes; anything else is refused with its key path.
+TOP_KEYS = ("schema", "name", "aliases", "description", "homepage", "distribution", "source",
+            "default_version", "versions", "arch", "build", "smoke", "obsolete_patches")
+SOURCE_KEYS = ("git", "path", "submodules", "subdir")
+ARCH_KEYS = ("env", "style", "fixed", "fixed_dropped", "ptx", "keep_variant", "parser", "runs_on")
+BUILD_KEYS = ("force_env", "local_version_env", "jobs_env", "threads_env", "default_nvcc_threads",
+              "memory_per_thread_gb", "ext_parallel", "env", "requires", "system_requires", "min_cuda",
+              "min_torch", "max_torch", "python", "links_libcuda", "abi3")
+EXT_PARALLEL_KEYS = ("env", "max")
+SMOKE_KEYS = ("imports", "driver_imports", "gpu_check")
+VERSION_KEYS = ("ref", "commit", "archs", "emits", "min_cuda_by_arch", "patches", "extensions", "arch",
+                "env", "requires", "notes")
+PATCH_KEYS = ("file", "reason")
+OBSOLETE_PATCH_KEYS = ("name", "reason")
+EXTENSION_KEYS = ("archs",)
+RULE_KEYS = ("spec", "why")
+
+
+def _read_recipe_text(path: Path) -> str:
+    try:
+        return _read_text(path, MAX_RECIPE_BYTES, path.parent)
+    except safety.Unreadable as exc:
+        raise RecipeError(f"{_shown_path(path)}: cannot read: {exc}") from None
+
+
+def _local_source(source: _Reader, local: str, recipe_dir: Path) -> Path:
+    """A recipe's ``source.path``: a directory inside the recipe's own directory, never elsewhere
+    (an absolute path, ``..`` or a symlink out would make a host directory the build context)."""
+    if not safety.LOCAL_PATH.fullmatch(local) or local.startswith(("/", "~")) or ".." in Path(local).parts:
+        raise source.error(f"{_quoted(local)} is not allowed: give a relative path inside the recipe's directory"
+                           " (no /, ~ or ..)", "path")
+    try:
+        root = recipe_dir.resolve()
+        resolved = (recipe_dir / local).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise source.error(f"{_quoted(local)}: cannot resolve ({exc.__class__.__name__})", "path") from None
+    if not resolved.is_relative_to(root):
+        raise source.error(f"{_quoted(local)} leads outside the recipe's directory (a symlink to elsewhere?)", "path")
+    return resolved
+
+
 def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
-    """Load and validate one recipe file. Raises RecipeError naming the file, key and problem."""
-    shown = str(path)
+    """Load and validate one recipe file. Raises RecipeError naming the file, key and problem.
+
+    The file is untrusted input: it is read only if it is a regular file of at most
+    MAX_RECIPE_BYTES, YAML aliases and deep nesting are refused before anything walks the document,
+    every mapping takes only its own keys, and the recipe reads patches (and names a local source)
+    only inside its own directory.
+    """
+    shown = _shown_path(path)
+    raw_text = text if text is not None else _read_recipe_text(path)
+    if len(raw_text) > MAX_RECIPE_BYTES:
+        raise RecipeError(f"{shown}: cannot read: {len(raw_text)} characters; at most {MAX_RECIPE_BYTES} are read")
     try:
-        raw_text = text if text is not None else path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"{shown}: cannot read: {exc.__class__.__name__}: {exc}") from None
-    try:
-        data = yamlio.load(raw_text)
+        data = yamlio.load_untrusted(raw_text)
     except yamlio.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "?"
         problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise RecipeError(f"{shown}: {where}: not valid YAML ({problem})") from None
+        what = "refused" if isinstance(exc, yamlio.UntrustedYAMLError) else "not valid YAML"
+        raise RecipeError(f"{shown}: {where}: {what} ({bounded(str(problem), 120)})") from None
+    if data is None:
+        raise RecipeError(f"{shown}: empty: a recipe is a mapping (schema, name, source, versions, ...)")
     r = _Reader(shown, data)
     schema = r.data.get("schema", RECIPE_SCHEMA)
-    if schema != RECIPE_SCHEMA:
-        raise r.error(f"schema {schema!r} is not supported (this imagegen reads {RECIPE_SCHEMA})", "schema")
-    known = {"schema", "name", "aliases", "description", "homepage", "distribution", "source",
-             "default_version", "versions", "arch", "build", "smoke", "obsolete_patches"}
-    for key in r.data:
-        if key not in known:
-            raise r.error(f"unknown key (known: {', '.join(sorted(known))})", str(key))
+    if isinstance(schema, bool) or schema != RECIPE_SCHEMA:
+        raise r.error(f"schema {_quoted(schema)} is not supported (this imagegen reads {RECIPE_SCHEMA})", "schema")
+    r.only(TOP_KEYS)
 
     name = r.str("name", required=True, pattern=safety.RECIPE_NAME)
-    source = r.sub("source", required=True)
+    source = r.sub("source", required=True, keys=SOURCE_KEYS)
     url = source.str("git", pattern=safety.GIT_URL)
-    local = source.str("path")
+    local = source.str("path", max_len=400)
     if bool(url) == bool(local):
         raise source.error("give exactly one of git (a URL) or path (a local directory)")
-    if local is not None and not safety.LOCAL_PATH.fullmatch(local):
-        raise source.error(f"{local!r} is not an allowed path", "path")
+    recipe_dir = path.parent
+    source_path = _local_source(source, local, recipe_dir) if local else None
 
-    arch = _load_knob(r.sub("arch", required=True))
-    build = r.sub("build")
-    smoke_r = r.sub("smoke", required=True)
+    arch = _load_knob(r.sub("arch", required=True, keys=ARCH_KEYS))
+    build = r.sub("build", keys=BUILD_KEYS)
+    smoke_r = r.sub("smoke", required=True, keys=SMOKE_KEYS)
     smoke = SmokeTest(
         imports=smoke_r.str_list("imports", pattern=safety.MODULE_NAME),
         driver_imports=smoke_r.str_list("driver_imports", pattern=safety.MODULE_NAME),
-        gpu_check=smoke_r.str("gpu_check", "") or "",
+        gpu_check=smoke_r.str("gpu_check", "", max_len=MAX_SCRIPT) or "",
     )
     if not smoke.imports:
         raise smoke_r.error("list at least one module to import", "imports")
 
-    recipe_dir = path.parent
     versions_raw = r.data.get("versions")
     if not isinstance(versions_raw, dict) or not versions_raw:
         raise r.error("expected a mapping of version -> {ref, commit, archs, ...}", "versions")
     versions: dict[str, RecipeVersion] = {}
     for key, entry in versions_raw.items():
-        key = str(key)
-        if not safety.VERSION_LABEL.fullmatch(key):
-            raise r.error(f"bad version label {key!r}", "versions")
-        v = _Reader(shown, entry, f"versions.{key}")
+        key = r.scalar_text(key, "versions")
+        if not isinstance(key, str) or not safety.VERSION_LABEL.fullmatch(key):
+            raise r.error(f"bad version label {_quoted(key)}", "versions")
+        v = _Reader(shown, entry, f"versions.{key}", keys=VERSION_KEYS)
         emits = _emits(v)
         min_by_arch = {}
-        for cc, ver in (v.data.get("min_cuda_by_arch") or {}).items():
+        for cc, ver in v.mapping("min_cuda_by_arch", "a mapping of arch -> the first CUDA that builds it").items():
+            at = f"min_cuda_by_arch.{_key_text(cc)}"
+            ver = v.scalar_text(ver, at)
             try:
-                min_by_arch[str(cc)] = Version(str(ver))
+                if not isinstance(ver, str) or len(ver) > 64:
+                    raise InvalidVersion(ver)
+                min_by_arch[_single_cc(v, cc, at)] = Version(ver)
             except InvalidVersion:
-                raise v.error(f"{ver!r} is not a CUDA version", f"min_cuda_by_arch.{cc}") from None
+                raise v.error(f"{_quoted(ver)} is not a CUDA version", at) from None
         patches = tuple(
             _load_patch(shown, recipe_dir, p, f"versions.{key}.patches[{i}]")
-            for i, p in enumerate(v.data.get("patches") or [])
+            for i, p in enumerate(v.list("patches"))
         )
         archs = v.archs("archs")
         if not archs:
             raise v.error("list the archs this version supports", "archs")
-        knob = _load_knob(v.sub("arch"), arch)
+        knob = _load_knob(v.sub("arch", keys=ARCH_KEYS), arch)
         _check_runs_on(v, knob, archs)
         versions[key] = RecipeVersion(
             version=key,
@@ -488,38 +617,37 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
             patches=patches,
             min_cuda_by_arch=min_by_arch,
             arch=knob,
-            notes=v.str("notes", "") or "",
+            notes=v.str("notes", "", max_len=MAX_TEXT) or "",
             extensions=_extensions(v),
             requires=_requires(v),
         )
     default_version = r.str("default_version", next(iter(versions)))
     if default_version not in versions:
-        raise r.error(f"{default_version!r} is not one of the versions", "default_version")
+        raise r.error(f"{_quoted(default_version)} is not one of the versions", "default_version")
 
     try:
         python = SpecifierSet(build.str("python", ">=3.9") or "")
     except InvalidSpecifier:
         raise build.error("not a version specifier like '>=3.9'", "python") from None
     threads_env = build.str("threads_env", None, pattern=safety.ENV_NAME)
-    ext_parallel = build.sub("ext_parallel")
+    ext_parallel = build.sub("ext_parallel", keys=EXT_PARALLEL_KEYS)
     ext_parallel_env = ext_parallel.str("env", None, pattern=safety.ENV_NAME)
-    ext_parallel_max = int(ext_parallel.number("max", 1))
-    if ext_parallel_max < 1:
-        raise ext_parallel.error("must be 1 or more", "max")
+    ext_parallel_max = int(ext_parallel.number("max", 1, low=1, high=64, integer=True))
     obsolete = []
-    for i, item in enumerate(r.data.get("obsolete_patches") or []):
-        o = _Reader(shown, item, f"obsolete_patches[{i}]")
-        obsolete.append({"name": o.str("name", required=True) or "", "reason": o.str("reason", required=True) or ""})
+    for i, item in enumerate(r.list("obsolete_patches")):
+        o = _Reader(shown, item, f"obsolete_patches[{i}]", keys=OBSOLETE_PATCH_KEYS)
+        obsolete.append({"name": o.str("name", required=True, max_len=MAX_TEXT) or "",
+                         "reason": o.str("reason", required=True, max_len=MAX_TEXT) or ""})
 
     return Recipe(
         name=name,
         aliases=r.str_list("aliases", pattern=safety.RECIPE_NAME),
-        description=r.str("description", "") or "",
+        description=r.str("description", "", max_len=MAX_TEXT) or "",
         distribution=r.str("distribution", name, pattern=safety.DIST_NAME) or name,
         homepage=r.str("homepage", url or "", pattern=safety.URL_OR_EMPTY) or "",
         source_kind="git" if url else "local",
         source_url=url,
-        source_path=(recipe_dir / local).resolve() if local else None,
+        source_path=source_path,
         submodules=source.bool("submodules", False),
         subdir=source.str("subdir", "", pattern=safety.RELATIVE_PATH_OR_EMPTY) or "",
         default_version=default_version,
@@ -537,8 +665,8 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         min_torch=build.version("min_torch"),
         max_torch=build.version("max_torch"),
         python=python,
-        memory_per_thread_gb=build.number("memory_per_thread_gb", 2.0),
-        default_nvcc_threads=int(build.number("default_nvcc_threads", 4)),
+        memory_per_thread_gb=build.number("memory_per_thread_gb", 2.0, low=0.05, high=1024),
+        default_nvcc_threads=int(build.number("default_nvcc_threads", 4, low=1, high=256, integer=True)),
         links_libcuda=build.bool("links_libcuda", False),
         abi3=build.bool("abi3", False),
         smoke=smoke,
@@ -560,23 +688,16 @@ def _check_runs_on(v: _Reader, knob: ArchKnob, archs: ArchList) -> None:
 
 def _requires(v: _Reader) -> tuple[Rule, ...]:
     """``requires: {torch: ">=2.10", cuda: {spec: ">=12.5", why: "..."}, python: ">=3.10"}``."""
-    raw = v.data.get("requires")
-    if raw is None:
-        return ()
-    if not isinstance(raw, dict):
-        raise v.error(f"expected a mapping of {', '.join(RULE_SUBJECTS)} -> a version range such as '>=2.10'", "requires")
+    raw = v.mapping("requires", f"a mapping of {', '.join(RULE_SUBJECTS)} -> a version range such as '>=2.10'")
     out = []
     for subject, entry in raw.items():
-        key = f"requires.{subject}"
         if subject not in RULE_SUBJECTS:
             raise v.error(f"unknown subject {_quoted(subject)}; one of {', '.join(RULE_SUBJECTS)}", "requires")
+        key = f"requires.{subject}"
         why = ""
         if isinstance(entry, dict):
-            e = _Reader(v.path, entry, f"{v.where}.{key}")
-            for k in e.data:
-                if k not in ("spec", "why"):
-                    raise e.error("unknown key (known: spec, why)", str(k)[:_MAX_QUOTED])
-            why = e.str("why", "") or ""
+            e = _Reader(v.path, entry, f"{v.where}.{key}", keys=RULE_KEYS)
+            why = e.str("why", "", max_len=MAX_TEXT) or ""
             if "\n" in why or len(why) > 200:
                 raise e.error("one line of at most 200 characters, please", "why")
             entry = e.data.get("spec")
@@ -584,6 +705,8 @@ def _requires(v: _Reader) -> tuple[Rule, ...]:
         if not isinstance(entry, str) or not entry.strip():
             raise v.error(f"expected a version range such as '>=2.10', got {_quoted(entry)}", key)
         try:
+            if len(entry) > 200:
+                raise InvalidSpecifier(entry)
             spec = SpecifierSet(entry)
             for clause in spec:  # "===foo" parses but compares no version
                 Version(clause.version.rstrip(".*"))
@@ -594,14 +717,12 @@ def _requires(v: _Reader) -> tuple[Rule, ...]:
 
 
 def _extensions(v: _Reader) -> dict[str, ArchList]:
-    raw = v.data.get("extensions") or {}
-    if not isinstance(raw, dict):
-        raise v.error("expected a mapping of extension module -> {archs: [...]}", "extensions")
+    raw = v.mapping("extensions", "a mapping of extension module -> {archs: [...]}")
     out = {}
     for module, entry in raw.items():
-        if not isinstance(module, str) or not safety.MODULE_NAME.fullmatch(module):
-            raise v.error(f"bad extension module name {str(module)[:80]!r}", "extensions")
-        e = _Reader(v.path, entry, f"{v.where}.extensions.{module}")
+        if not isinstance(module, str) or len(module) > 200 or not safety.MODULE_NAME.fullmatch(module):
+            raise v.error(f"bad extension module name {_quoted(module)}", "extensions")
+        e = _Reader(v.path, entry, f"{v.where}.extensions.{module}", keys=EXTENSION_KEYS)
         archs = e.archs("archs")
         if not archs:
             raise e.error("list the archs this extension's kernels can target", "archs")
@@ -610,18 +731,20 @@ def _extensions(v: _Reader) -> dict[str, ArchList]:
 
 
 def _emits(v: _Reader) -> dict[str, str]:
-    raw = v.data.get("emits") or {}
-    if not isinstance(raw, dict):
-        raise v.error("expected a mapping of requested arch -> compiled arch", "emits")
+    raw = v.mapping("emits", "a mapping of requested arch -> compiled arch")
     out = {}
     for want, got in raw.items():
+        at = f"emits.{_key_text(want)}"
+        want, got = v.scalar_text(want, at), v.scalar_text(got, at)
+        if not isinstance(want, str) or not isinstance(got, str) or len(want) > 64 or len(got) > 64:
+            raise v.error(f"map one arch to one arch, got {_quoted(want)}: {_quoted(got)}", at)
         try:
-            w = parse_arch_list(str(want))
-            g = parse_arch_list(str(got))
+            w = parse_arch_list(want)
+            g = parse_arch_list(got)
         except ArchError as exc:
-            raise v.error(str(exc), f"emits.{want}") from None
+            raise v.error(str(exc), at) from None
         if len(w) != 1 or len(g) != 1:
-            raise v.error("map one arch to one arch", f"emits.{want}")
+            raise v.error("map one arch to one arch", at)
         out[next(iter(w)).cc] = str(next(iter(g)))
     return out
 
@@ -655,8 +778,10 @@ class Catalogue:
         key = self.aliases.get(key, key)
         if key in self.recipes:
             return self.recipes[key]
+        names = self.names()
+        known = ", ".join(names[:20]) + (f" and {len(names) - 20} more (imagegen recipes lists them)" if len(names) > 20 else "")
         raise RecipeError(
-            f"unknown recipe {name!r}: known recipes are {', '.join(self.names())}"
+            f"unknown recipe {_quoted(name)}: known recipes are {known}"
             " (or give a path to a local project, or add a recipe directory with --recipe-dir)"
         )
 
@@ -666,11 +791,26 @@ def load_catalogue(extra_dirs: tuple[Path, ...] = ()) -> Catalogue:
     for recipe in _builtin_recipes():
         cat.add(recipe)
     for d in extra_dirs:
-        if not d.is_dir():
-            raise RecipeError(f"recipe directory {d} does not exist")
-        for path in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")):
+        for path in _recipe_files(d):
             cat.add(load_recipe_file(path))
     return cat
+
+
+def _recipe_files(d: Path) -> list[Path]:
+    """The ``*.yaml`` / ``*.yml`` files of a recipe directory; any problem with the directory itself
+    (missing, not a directory, unreadable, a name the OS refuses) is a one-line RecipeError."""
+    shown = _shown_path(d)
+    try:
+        st = d.stat()
+        if not stat.S_ISDIR(st.st_mode):
+            raise RecipeError(f"recipe directory {shown} is not a directory")
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        raise RecipeError(f"recipe directory {shown} does not exist") from None
+    except (OSError, ValueError) as exc:
+        reason = safety.os_reason(exc) if isinstance(exc, OSError) else "not a usable path"
+        raise RecipeError(f"recipe directory {shown}: {reason}") from None
+    return [d / n for n in names if n.endswith(".yaml")] + [d / n for n in names if n.endswith(".yml")]
 
 
 @functools.cache

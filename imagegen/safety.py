@@ -8,9 +8,14 @@ them, so it can never become an extra Dockerfile instruction or shell command.
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import stat
+from pathlib import Path
+from typing import Any
 
-from imagegen.errors import UnsafeValueError
+from imagegen.errors import UnsafeValueError, printable
 
 # Names and identifiers
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -49,14 +54,41 @@ HINTS = {
 }
 
 
+def describe(value: Any, limit: int = 60) -> str:
+    """A value as a message may show it: at most about ``limit`` characters, control characters
+    escaped, never built by walking the value (a list or mapping is named, not printed, so an alias
+    tree from a hostile YAML file costs nothing here)."""
+    if isinstance(value, str):
+        cut = value[:limit]
+        return printable(repr(cut)) + ("..." if len(value) > limit else "")
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 64:
+            return f"a {value.bit_length()}-bit integer"
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} key{'s' if len(value) != 1 else ''}"
+    if isinstance(value, (set, frozenset)):
+        return f"a set of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, (bytes, bytearray)):
+        return f"{len(value)} bytes of binary data"
+    return f"a {type(value).__name__}"
+
+
 def check(value: str, pattern: re.Pattern[str], what: str) -> str:
     """Return ``value`` if it fully matches ``pattern``; otherwise raise a one-line error."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        hint = HINTS.get(pattern.pattern, f"it must match {pattern.pattern}")
-        raise UnsafeValueError(f"{what} {shown} is not allowed: use {hint}")
+        hint = HINTS.get(pattern.pattern, f"a value matching {pattern.pattern}")
+        raise UnsafeValueError(f"{what} {describe(value, 77)} is not allowed: use {hint}")
     return value
 
 
@@ -68,3 +100,64 @@ def heredoc_delimiter(body: str, stem: str = "IMAGEGEN_EOF") -> str:
         n += 1
         delimiter = f"{stem}_{n}"
     return delimiter
+
+
+class Unreadable(Exception):
+    """A file :func:`read_regular_file` refuses; the message says why in a few words."""
+
+
+def read_regular_file(path: Path, *, limit: int, inside: Path | None = None) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes, and (with ``inside``) one
+    whose real location, symlinks resolved, lies in that directory.
+
+    A FIFO, socket, device or directory is refused without blocking on it (checked before it is
+    opened, opened with O_NONBLOCK and checked again), so a hostile ``patches/x.patch`` FIFO cannot
+    hang a command and a symlink to /etc/passwd cannot be read through a recipe.
+    """
+    try:
+        real = Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:
+        raise Unreadable("no such file (or a symlink to nothing)") from None
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise Unreadable(os_reason(exc)) from None
+    if inside is not None:
+        try:
+            root = Path(os.path.realpath(inside, strict=True))
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise Unreadable(f"its directory cannot be read ({os_reason(exc)})") from None
+        if not real.is_relative_to(root):
+            raise Unreadable("it leads outside its directory (a symlink or path to elsewhere)")
+    try:
+        if not stat.S_ISREG(os.stat(real).st_mode):
+            raise Unreadable("not a regular file (a directory, FIFO, socket or device)")
+        flags = os.O_RDONLY
+        for name in ("O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC", "O_NOFOLLOW", "O_BINARY"):
+            flags |= getattr(os, name, 0)
+        fd = os.open(real, flags)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Unreadable("not a regular file (a directory, FIFO, socket or device)")
+            if st.st_size > limit:
+                raise Unreadable(f"{st.st_size} bytes; at most {limit} are read")
+            chunks, size = [], 0
+            while size <= limit:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise Unreadable(os_reason(exc)) from None
+    if size > limit:
+        raise Unreadable(f"more than {limit} bytes")
+    return b"".join(chunks)
+
+
+def os_reason(exc: BaseException) -> str:
+    """An OSError as a few words (its strerror), without the path it repeats."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return exc.__class__.__name__
