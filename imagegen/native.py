@@ -188,10 +188,20 @@ def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, 
 
 
 def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int | None = None,
-                     nvcc_threads: int | None = None, src_dir: Path | None = None) -> dict[str, str]:
+                     nvcc_threads: int | None = None, src_dir: Path | None = None, audit: bool = False,
+                     say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> dict[str, str]:
     """The variables a native build of ``cell`` would set (arch knob, MAX_JOBS split, force-build...),
-    computed by the in-build script itself: `imagegen build --native --print-env`."""
-    _, cell_file, script, _, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    computed by the in-build script itself: `imagegen build --native --print-env`. ``audit``: run the
+    gencode audit first, as the build does, so that MAX_JOBS is the one the audit's estimate gives
+    (without it, the estimate from the whole arch list: what `--no-audit` builds with)."""
+    work = work.resolve()
+    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    if audit:
+        if cell.recipe.source_kind != "local":
+            _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
+        verdict = _audit(cell, host, script, cell_file, env, work, say)
+        if verdict.ok:
+            _settings_from_audit(cell, doc, cell_file, env, settings, work / "logs" / "audit.json", max_jobs)
     proc = subprocess.run([host.python_exe, str(script), "--cell", str(cell_file), "env"], env=env,
                           capture_output=True, text=True)
     try:

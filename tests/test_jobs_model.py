@@ -169,3 +169,32 @@ def test_native_build_takes_jobs_from_the_audit(tmp_path, monkeypatch):
                                       "nvcc_at_once": 7, "busy_threads": 17}
     # no report (--no-audit, or an audit that found nothing): the settings stay
     assert native._settings_from_audit(cell, doc, cell_file, env, first, tmp_path / "none.json", None) is first
+
+
+def test_print_env_can_show_the_jobs_the_audit_gives(tmp_path, monkeypatch):
+    import shutil
+    import sys
+    from types import SimpleNamespace
+
+    from packaging.version import Version
+
+    from imagegen import native
+
+    host = native.HostToolchain(python_exe=sys.executable, python="3.12", torch="2.11.0", torch_cuda="13.0",
+                                cuda_home=None, nvcc=Version("13.0"), gpus=())
+    recipe = load_catalogue().get("sageattention")
+    cell = native.preflight(recipe, recipe.version(None), A.parse_arch_list("8.0 8.6 9.0 12.0+PTX"), host)
+    monkeypatch.setattr(jobs, "host", lambda: jobs.Host(cpus=16, mem_gb=100.6))
+    monkeypatch.setattr(native, "_run_step", lambda *a, **k: 0.0)  # no fetch
+
+    def fake_audit(cell, host, script, cell_file, env, work, say):
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+        shutil.copy(RESULTS / "proof1" / "audit.json", work / "logs" / "audit.json")
+        return SimpleNamespace(ok=True)
+    monkeypatch.setattr(native, "_audit", fake_audit)
+    for var in ("MAX_JOBS", "NVCC_THREADS", "EXT_PARALLEL", "TORCH_CUDA_ARCH_LIST"):
+        monkeypatch.delenv(var, raising=False)
+    plain = native.build_env_native(cell, host, work=tmp_path / "a")
+    audited = native.build_env_native(cell, host, work=tmp_path / "b", audit=True)
+    assert (plain["EXT_PARALLEL"], plain["MAX_JOBS"], plain["NVCC_THREADS"]) == ("4", "2", "8")
+    assert (audited["EXT_PARALLEL"], audited["MAX_JOBS"], audited["NVCC_THREADS"]) == ("4", "4", "8")
