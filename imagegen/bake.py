@@ -10,7 +10,9 @@ override a bake variable of that name). Groups: one per recipe, and ``default``.
 The definition is emitted both as JSON (``bake/*.json``, no quoting pitfalls) and as HCL (the root
 ``docker-bake.hcl`` that a plain ``docker buildx bake`` in a clone of the repo picks up). Every value
 is validated before it gets here (see imagegen.safety), and strings are written with JSON escaping,
-which is also valid HCL string syntax once ``${`` and ``%{`` are escaped.
+which is also valid HCL string syntax once ``${`` and ``%{`` are escaped: bake evaluates templates in
+JSON files too, so in both forms every string except the interpolations imagegen writes itself
+(:class:`Interp`) has ``${`` written as ``$${`` and ``%{`` as ``%%{`` (bake reads them back literally).
 """
 
 from __future__ import annotations
@@ -33,6 +35,27 @@ VARIABLES = {
 }
 CA_VARIABLE = "IMAGEGEN_PIP_CERT"
 CA_DEFAULT = "/etc/ssl/certs/ca-certificates.crt"
+
+
+class Interp(str):
+    """A string with an interpolation imagegen wrote itself (``${IMAGEGEN_PIP_CERT}``): written as is."""
+
+
+def escape_template(value: str) -> str:
+    """``value`` as a bake (HCL or JSON) string literal's content that bake reads back literally."""
+    return value.replace("${", "$${").replace("%{", "%%{")
+
+
+def _escaped(value):
+    if isinstance(value, Interp):
+        return str(value)
+    if isinstance(value, str):
+        return escape_template(value)
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    return value
 
 
 @dataclass
@@ -65,7 +88,7 @@ class BakeDefinition:
         if only_recipe is not None:
             groups["default"] = [t.name for t in targets]
         variables = {name: {"default": ""} for name in VARIABLES}
-        variables[CA_VARIABLE] = {"default": CA_DEFAULT}
+        variables[CA_VARIABLE] = {"default": CA_DEFAULT}  # every default is a literal
         return {
             "variable": variables,
             "group": {name: {"targets": names} for name, names in sorted(groups.items())},
@@ -74,13 +97,13 @@ class BakeDefinition:
 
 
 def _target_dict(t: BakeTarget) -> dict:
-    args = {arg: f'${{{var} != "" ? {var} : null}}' for var, (arg, _) in VARIABLES.items()}
+    args = {arg: Interp(f'${{{var} != "" ? {var} : null}}') for var, (arg, _) in VARIABLES.items()}
     d: dict = {
         "context": t.context,
         "dockerfile": t.dockerfile,
         "target": "wheels",
         "args": args,
-        "secret": [f"id=pip_cert,src=${{{CA_VARIABLE}}}"],
+        "secret": [Interp(f"id=pip_cert,src=${{{CA_VARIABLE}}}")],
         "output": [f"type=local,dest={t.output}"],
         "labels": {"io.imagegen.cell": t.name},
     }
@@ -102,6 +125,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         dockerfiles[path] = render_dockerfile(cell, command=command).dockerfile
         out = f"{out_dir}/{cell.wheel_dir}"
         safety.check(out, safety.LOCAL_PATH, "output folder")
+        safety.check(dockerfiles_dir, safety.LOCAL_PATH, "Dockerfiles folder")
         contexts = {}
         if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
             contexts["source"] = _relative(cell.recipe.source_path, root)
@@ -127,13 +151,13 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def to_json(definition: dict) -> str:
-    return json.dumps(definition, indent=2, sort_keys=False) + "\n"
+    """The bake file in JSON form (bake evaluates templates in its strings too: see the module docstring)."""
+    return json.dumps(_escaped(definition), indent=2, sort_keys=False) + "\n"
 
 
 def _hcl_string(value: str) -> str:
     # JSON escaping is HCL's too; an interpolation we did not write must not be evaluated.
-    text = json.dumps(value)
-    return text
+    return json.dumps(str(value) if isinstance(value, Interp) else escape_template(value))
 
 
 def _hcl_value(value, indent: str) -> str:
@@ -180,5 +204,5 @@ def _raw_expr(value: str) -> str:
 
 
 def _hcl_interp(value: str) -> str:
-    # A string with one ${VAR} we wrote ourselves: keep the interpolation.
-    return '"' + value.replace('"', '\\"') + '"'
+    # A string with one ${VAR} we wrote ourselves: keep the interpolation (anything else is escaped).
+    return _hcl_string(value)

@@ -8,22 +8,18 @@ with what imagegen meant to emit.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
-from imagegen import __version__
+from imagegen import __version__, outputs
 from imagegen.bake import VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
-from imagegen.errors import EngineError
+from imagegen.errors import EngineError, UsageError
 from imagegen.plan import MatrixRequest, Plan, defaults, expand
 from imagegen.arch import parse_arch_list
 
 
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def atomic_write(path: Path, text: str, what: str = "output file") -> None:
+    """Write ``path`` atomically, through a symlink, refusing what is not a regular file (imagegen.outputs)."""
+    outputs.write_text_atomic(path, text, what=what)
 
 
 def header(command: str | None) -> str:
@@ -43,10 +39,13 @@ def serialise(definition: BakeDefinition, file: Path, command: str | None, *, on
 
 def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_dir: str,
                command: str | None, check: bool) -> tuple[list[Path], dict | None]:
+    if not str(file) or str(file) == ".":
+        raise UsageError("-f/--file: give the bake file's name (.hcl or .json)")
+    path = file if file.is_absolute() else root / file
+    outputs.resolve_target(path, "bake file")  # refused before any Dockerfile is written
     definition = build_definition(plan, out_dir=out_dir, dockerfiles_dir=dockerfiles_dir, root=root, command=command)
     written = write_dockerfiles(definition, root)
-    path = file if file.is_absolute() else root / file
-    atomic_write(path, serialise(definition, path, command))
+    atomic_write(path, serialise(definition, path, command), "bake file")
     written.append(path)
     printed = None
     try:
@@ -69,10 +68,19 @@ def write_dockerfiles(definition: BakeDefinition, root: Path) -> list[Path]:
     written = []
     for rel, text in definition.dockerfiles.items():
         p = root / rel
-        if not p.exists() or p.read_text(encoding="utf-8") != text:
-            atomic_write(p, text)
+        if not _same(p, text):
+            atomic_write(p, text, "Dockerfile")
         written.append(p)
     return written
+
+
+def _same(path: Path, text: str) -> bool:
+    """``path`` is a regular file (or a link to one) that already holds ``text``."""
+    try:
+        return path.is_file() and path.stat().st_size == len(text.encode("utf-8")) \
+            and path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def repo_plan(cat) -> Plan:
@@ -104,7 +112,7 @@ def write_repo_files(root: Path, cat) -> list[Path]:
     for rel, text in files.items():
         p = root / rel
         stale.discard(p)
-        if not p.exists() or p.read_text(encoding="utf-8") != text:
+        if not _same(p, text):
             atomic_write(p, text)
             written.append(p)
     for p in stale:  # a cell that left the matrix leaves no orphan file behind

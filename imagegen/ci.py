@@ -33,7 +33,7 @@ import jinja2
 from imagegen import __version__, safety
 from imagegen.bakefiles import print_bake
 from imagegen.errors import ImagegenError, NothingToDoError, UnsafeValueError, UsageError
-from imagegen.render import write_output
+from imagegen.outputs import resolve_target, write_output
 
 DEFAULT_BAKE_FILE = "docker-bake.hcl"
 DEFAULT_GROUP = "default"
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace, argv=None) -> int:
     printed = print_bake(Path(options.bake_file), root, targets=options.selection)
     targets = targets_from_print(printed)
     text = render_workflow(options, targets)
-    write_output(text, options.output)
+    write_output(text, options.output, what="workflow file")
     if options.output != "-":
         print(f"wrote {options.output}: {len(targets)} jobs, one per target of {options.describe_selection()}"
               f" in {options.bake_file}", file=sys.stderr)
@@ -191,6 +191,8 @@ class Options:
         output = args.output
         if not output:
             raise UsageError("--output: give a file, or - for stdout")
+        if output != "-":
+            resolve_target(output, "workflow file")  # a device, folder or odd name: refused before buildx runs
         opts = cls(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
                    runs_on=runs_on, max_parallel=args.max_parallel, output=output)
         # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?

@@ -8,11 +8,15 @@ IMAGEGEN_DEBUG=1 for the traceback) so a user never gets a wall of Python.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
 import shlex
+import shutil
+import stat
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Sequence
 
@@ -22,7 +26,8 @@ from imagegen.config import FLAVORS, Config, load_config
 from imagegen.errors import BuildError, CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.plan import BUILDABLE, MatrixRequest, Plan, choose_cell, defaults, expand
 from imagegen.recipes import Catalogue, Recipe, RecipeVersion, load_catalogue, looks_like_path, recipe_from_source_tree
-from imagegen.render import render_dockerfile, write_output
+from imagegen.outputs import shown, write_output
+from imagegen.render import render_dockerfile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    " torch and nvcc), as `imagegen build --native` would run it")
     p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")
     p.add_argument("--src-dir", type=Path, help="with --native: an existing checkout (default: clone into --work)")
-    p.add_argument("--work", type=Path, default=Path(".imagegen"), help="with --audit: where sources and logs go (default: .imagegen)")
+    p.add_argument("--work", type=Path, help="with --audit: where sources and logs go (default: .imagegen)")
     _add_common(p)
 
     p = sub.add_parser("bake", help="write docker buildx bake definitions for a matrix", description=(
@@ -252,6 +257,8 @@ def _catalogue(args: argparse.Namespace, config: Config) -> Catalogue:
 
 
 def _resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None) -> tuple[Recipe, RecipeVersion]:
+    if source is not None and name is not None:
+        raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
     if source is not None:
         recipe = recipe_from_source_tree(source)
     elif name is None:
@@ -267,14 +274,49 @@ def _lock(args: argparse.Namespace):
     from imagegen.registry import LOCK_FILE, Lock
 
     path = getattr(args, "lock", None)
-    if path is not None and not path.is_file() and args.command not in ("lock", "push"):
-        raise UsageError(f"--lock {path}: no such file (imagegen lock writes it)")
+    if path is not None and not str(path).strip():
+        raise UsageError("--lock: give the lock file's path")
+    if path is not None and not _is_file(path) and args.command not in ("lock", "push"):
+        raise UsageError(f"--lock {shown(path)}: no such file (imagegen lock writes it)")
     return Lock.load(path or Path(LOCK_FILE))
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL
+        return False
+
+
 def _planned(args: argparse.Namespace, config: Config, cat: Catalogue):
-    """The matrix expanded, with locked base images pinned to their digests."""
-    return _lock(args).pin_bases(expand(_matrix(args, config, cat)))
+    """The matrix expanded, with locked base images pinned to their digests; a cell asked twice
+    (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8 --cuda cu128``) is there once."""
+    return _lock(args).pin_bases(_unique_cells(expand(_matrix(args, config, cat))))
+
+
+def _unique_cells(plan: Plan) -> Plan:
+    import dataclasses
+
+    seen: set = set()
+    cells = []
+    for c in plan.cells:
+        key = (c.name, str(c.archs), c.status)
+        if key not in seen:
+            seen.add(key)
+            cells.append(c)
+    return dataclasses.replace(plan, cells=cells)
+
+
+def _one_target_per_cell(plan: Plan) -> Plan:
+    """bake/build/pull make one bake target per cell, named by the cell: two arch lists of one cell
+    would be two targets of one name (bake keeps one of them, or refuses the file)."""
+    archs: dict[str, str] = {}
+    for c in plan.buildable:
+        other = archs.setdefault(c.name, str(c.archs))
+        if other != str(c.archs):
+            raise UsageError(f"{c.name} is asked for two arch lists ({other} and {c.archs}): a build makes one target"
+                             f" per cell; give one --arch list (e.g. --arch '{other};{c.archs}'), or run once per list")
+    return plan
 
 
 def _registry(args: argparse.Namespace, config: Config) -> str:
@@ -284,6 +326,21 @@ def _registry(args: argparse.Namespace, config: Config) -> str:
     if not value:
         raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE or set registry in imagegen.toml")
     return check_registry(value)
+
+
+_BUILDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
+
+
+def _check_builders(values: Sequence[str] | str | None) -> None:
+    for v in [values] if isinstance(values, str) else values or []:
+        if not _BUILDER.fullmatch(v):
+            raise UsageError(f"--builder {v!r}: not a buildx builder name (letters, digits, '.', '_', '+', '-')")
+
+
+def _ca_bundle(value: str | None) -> str | None:
+    if value is not None and not _is_file(Path(value)):
+        raise UsageError(f"--ca-bundle {shown(value)}: no such file (a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")
+    return value
 
 
 def _check_cache_specs(values: Sequence[str]) -> list[str]:
@@ -297,12 +354,44 @@ _CACHE_SPEC = re.compile(r"type=[a-z]+(,[a-z-]+=[A-Za-z0-9._:/@=-]+)*|[a-z0-9.-]
 
 
 def _command_line(argv: Sequence[str]) -> str:
-    return "imagegen " + " ".join(shlex.quote(a) for a in argv)
+    """The command line as one line (it becomes a comment in generated files): an argument with a
+    newline or another control character is written in bash's $'...' form."""
+    return "imagegen " + " ".join(_quote_arg(a) for a in argv)
+
+
+def _quote_arg(arg: str) -> str:
+    if all(c.isprintable() for c in arg):
+        return shlex.quote(arg)
+    return "$'" + "".join(c if c.isprintable() and c not in "\\'" else
+                          ("\\" + c if c in "\\'" else c.encode("unicode_escape").decode("ascii")) for c in arg) + "'"
+
+
+def _check_exe(value: str | None, flag: str) -> str | None:
+    """A --python-exe here: an existing, executable regular file (or a name on PATH), else one line (exit 2)."""
+    if value is None:
+        return None
+    if not value.strip() or len(value) > 4096 or not all(c.isprintable() for c in value):
+        raise UsageError(f"{flag} {shown(value, 80)}: not a usable interpreter path")
+    exe = value if (os.sep in value or (os.altsep and os.altsep in value)) else shutil.which(value)
+    if exe is None:
+        raise UsageError(f"{flag} {shown(value, 80)}: no such interpreter on PATH")
+    try:
+        st = os.stat(exe)
+    except OSError as exc:
+        why = {errno.ELOOP: "a symlink loop", errno.ENAMETOOLONG: "the name is too long",
+               errno.ENOENT: "no such file"}.get(exc.errno or 0, exc.strerror)
+        raise UsageError(f"{flag} {shown(value, 80)}: {why}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{flag} {shown(value, 80)}: not a file")
+    if not os.access(exe, os.X_OK):
+        raise UsageError(f"{flag} {shown(value, 80)}: not executable (permission denied)")
+    return value
 
 
 def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = _config(args)
     cat = _catalogue(args, config)
+    _render_flags(args)
     recipe, version = _resolve(cat, args.recipe, args.source, args.recipe_version)
     archs = parse_arch_list(args.arch or config.matrix.arch or defaults()["matrix"]["arch"])
     if args.shell:
@@ -321,6 +410,25 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.output not in (None, "-"):
         print(f"wrote {args.output}: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
     return 0
+
+
+def _render_flags(args: argparse.Namespace) -> None:
+    """render makes a Dockerfile or (--shell) a Windows script: a flag the chosen one ignores is refused."""
+    if args.shell:
+        for flag, value in (("--python", args.python), ("--flavor", args.flavor), ("--base-image", args.base_image),
+                            ("--lock", args.lock)):
+            if value is not None:
+                raise UsageError(f"{flag} does not apply to --shell (a native script uses the host's"
+                                 f" {'interpreter: give --python-exe' if flag == '--python' else 'toolchain, no image'})")
+        if bool(args.torch) != bool(args.cuda):
+            raise UsageError("with --shell, --torch and --cuda go together (they name the wheel's local version,"
+                             " e.g. +cu128torch2.8; the script builds against the torch --python-exe has)")
+    else:
+        for flag, value in (("--src-dir", args.src_dir), ("--python-exe", args.python_exe), ("--vcvars", args.vcvars),
+                            ("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --shell cmd|powershell (a Dockerfile takes MAX_JOBS and"
+                                 " NVCC_THREADS as build args at bake time)")
 
 
 def _render_windows(args, argv, recipe, version, archs) -> int:
@@ -352,23 +460,34 @@ def _matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixR
     # --source alone means just that project; otherwise the named recipes, the config's, or all.
     sources = args.source or []
     names = args.recipes or ([] if sources else list(config.matrix.recipes) or cat.names())
-    pairs = []
-    for n in names:
-        recipe, version = _resolve(cat, n, None, args.recipe_version)
-        pairs.append((recipe, version))
-    for source in sources:
-        pairs.append(_resolve(cat, None, source, None))
+    pairs, seen = [], set()
+    # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
+    for recipe, version in [_resolve(cat, n, None, args.recipe_version) for n in names] \
+            + [_resolve(cat, None, source, None) for source in sources]:
+        key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
+        if key not in seen:
+            seen.add(key)
+            pairs.append((recipe, version))
     arch_values = args.arch or ([config.matrix.arch] if config.matrix.arch else [d["arch"]])
+    archs = []
+    for a in arch_values:
+        parsed = parse_arch_list(a)
+        if str(parsed) not in {str(x) for x in archs}:
+            archs.append(parsed)
     return MatrixRequest(
         recipes=pairs,
-        torch=args.torch or list(config.matrix.torch) or d["torch"],
-        cuda=args.cuda or list(config.matrix.cuda) or d["cuda"],
-        python=args.python or list(config.matrix.python) or d["python"],
-        archs=[parse_arch_list(a) for a in arch_values],
+        torch=_unique(args.torch or list(config.matrix.torch) or d["torch"]),
+        cuda=_unique(args.cuda or list(config.matrix.cuda) or d["cuda"]),
+        python=_unique(args.python or list(config.matrix.python) or d["python"]),
+        archs=archs,
         flavor=args.flavor or config.flavor or defaults()["flavor"],
         base_image=args.base_image or config.base_image,
         torch_index_override=config.torch_index_url,
     )
+
+
+def _unique(values: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(values))
 
 
 def _cell_record(cell) -> dict:
@@ -410,9 +529,12 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = _config(args)
     cat = _catalogue(args, config)
     if args.audit:
+        args.work = args.work or Path(".imagegen")
         return _plan_audit(args, config, cat)
-    if args.native:
-        raise UsageError("--native goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
+    for flag, value in (("--native", args.native), ("--python-exe", args.python_exe), ("--src-dir", args.src_dir),
+                        ("--work", args.work)):
+        if value:
+            raise UsageError(f"{flag} goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
     plan = _planned(args, config, cat)
     if args.json:
         json.dump({"cells": [_cell_record(c) for c in plan.cells],
@@ -427,6 +549,8 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.lock is not None:
+        _lock(args)  # recipes uses no image, but a --lock that is not a lock file is a mistake worth saying
     config = _config(args)
     cat = _catalogue(args, config)
     records = []
@@ -522,12 +646,14 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
         return 0
-    plan = _planned(args, config, cat)
+    plan = _one_target_per_cell(_planned(args, config, cat))
     for c in plan.rejected:
         print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     out = args.out or os.path.relpath(config.out) if (args.out or config.path) else (args.out or "wheelhouse")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {shown(out)}: exists and is not a folder (the wheels go into folders under it)")
     written, printed = bakefiles.write_bake(plan, Path.cwd(), Path(args.file), out_dir=str(out),
                                             dockerfiles_dir=args.dockerfiles, command=_command_line(argv),
                                             check=args.show)
@@ -551,7 +677,11 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError("--print-env goes with --native (a container build prints its variables in its log)")
     if args.verbose_build:
         raise UsageError("--verbose-build goes with --native (a container build prints the compiler output when it fails)")
-    plan = _planned(args, config, cat)
+    for flag, value in (("--flat", args.flat), ("--src-dir", args.src_dir), ("--python-exe", args.python_exe)):
+        if value:
+            raise UsageError(f"{flag} goes with --native (a container build has its own source and Python)")
+    _check_builders(args.builder)
+    plan = _one_target_per_cell(_planned(args, config, cat))
     for c in plan.rejected:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
@@ -559,8 +689,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
         if value is not None and not 1 <= value <= 1024:
             raise UsageError(f"{flag} must be between 1 and 1024")
-    if args.ca_bundle and not Path(args.ca_bundle).is_file():
-        raise UsageError(f"--ca-bundle {args.ca_bundle}: no such file")
+    _ca_bundle(args.ca_bundle)
     out = args.out or config.out
     results = execute.build(plan, out=out, work=args.work, force=args.force, max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
@@ -641,7 +770,7 @@ def _native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
         raise UsageError("--native takes one --arch list")
     recipe, version = _resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
                                args.recipe_version)
-    host = native.probe(args.python_exe)
+    host = native.probe(_check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
     for flag, wanted, have in (("--torch", args.torch, host.torch), ("--cuda", args.cuda, host.torch_cuda),
                                ("--python", args.python, host.python)):
@@ -675,7 +804,7 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
 def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen import doctor
 
-    report = doctor.run(args.python_exe, Path.cwd(), engine=not args.no_engine)
+    report = doctor.run(_check_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
     print(report.as_json() if args.json else report.text())
     if report.failed:
         raise ImagegenError(f"{len(report.failed)} problem(s): " + "; ".join(f"{c.name}: {c.fix or c.detail}" for c in report.failed))
@@ -686,6 +815,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.verify import VerifyError, verify_wheel
 
     archs = parse_arch_list(args.arch)
+    _check_exe(args.python_exe, "--python-exe")
     reports = []
     try:  # the recipes tell how a package compiles a request; --gpu needs them, plain verify does without
         cat: Catalogue | None = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
@@ -694,8 +824,12 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         cat = None
     for wheel in args.wheels:
-        if not wheel.is_file():
-            raise UsageError(f"{wheel}: no such wheel file")
+        try:
+            is_file = wheel.is_file()
+        except OSError as exc:  # a 5000-character name
+            raise UsageError(f"{shown(wheel)}: {exc.strerror or 'not a usable path'}") from None
+        if not is_file:
+            raise UsageError(f"{shown(wheel)}: no such wheel file")
         expected, knowledge = _recipe_view(cat, wheel, archs)
         report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:
@@ -784,6 +918,13 @@ def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> Imag
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen import check
 
+    try:
+        args.wheel.stat()
+    except FileNotFoundError:
+        pass  # check says so, with the hint
+    except (OSError, ValueError) as exc:  # a name too long, a loop
+        raise UsageError(f"{shown(args.wheel)}: {getattr(exc, 'strerror', None) or 'not a usable path'}") from None
+    _lock(args)  # a given lock file must at least be one (check runs no image)
     cat = _catalogue(args, _config(args))
     result = check.check_wheel(args.wheel, cat, recipe=args.recipe, python_exe=args.python_exe, timeout=args.timeout)
     if args.json:
@@ -796,8 +937,18 @@ def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _buildable(args, config, cat):
+def _buildable(args, config, cat, *, arch_free: bool = False):
+    """The plan's buildable cells (one per target name: a builder image, ``arch_free``, is one per cell
+    whatever the arch lists)."""
     plan = _planned(args, config, cat)
+    if arch_free:
+        import dataclasses
+
+        names: set[str] = set()
+        plan = dataclasses.replace(plan, cells=[c for c in plan.cells if not (c.status == BUILDABLE and (
+            c.name in names or names.add(c.name)))])
+    else:
+        plan = _one_target_per_cell(plan)
     for c in plan.rejected:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
@@ -811,10 +962,19 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = _config(args)
     cat = _catalogue(args, config)
     registry = _registry(args, config)
-    plan = _buildable(args, config, cat)
-    results = prebuilt.push(plan, registry, work=args.work, lock=_lock(args), ca_bundle=args.ca_bundle,
-                            builder=args.builder, cache_from=_check_cache_specs(args.cache_from),
-                            cache_to=_check_cache_specs(args.cache_to))
+    plan = _buildable(args, config, cat, arch_free=True)
+    from imagegen.outputs import resolve_target
+    from imagegen.registry import probe
+
+    # Everything the user gave is checked first; then the registry, before anything is built.
+    lock = _lock(args)
+    resolve_target(lock.path, "lock file")  # push writes the pushed digests there
+    _check_builders(args.builder)
+    cache_from, cache_to = _check_cache_specs(args.cache_from), _check_cache_specs(args.cache_to)
+    ca = _ca_bundle(args.ca_bundle)
+    probe(registry)  # unreachable, not a registry, wrong password: said now
+    results = prebuilt.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca,
+                            builder=args.builder, cache_from=cache_from, cache_to=cache_to)
     for r in results:
         print(f"{r.ref}@{r.digest}" if r.digest else r.ref)
     return 0
@@ -832,7 +992,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise UsageError(f"{flag} must be between 1 and 1024")
     results = prebuilt.pull(plan, registry, out=args.out or config.out, work=args.work, lock=_lock(args),
                             gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
-                            nvcc_threads=args.nvcc_threads, ca_bundle=args.ca_bundle, force=args.force,
+                            nvcc_threads=args.nvcc_threads, ca_bundle=_ca_bundle(args.ca_bundle), force=args.force,
                             audit=not args.no_audit)
     print(execute.results_json(results) if args.json else execute.summary(results))
     failed = [r for r in results if r.status == "failed"]
@@ -850,7 +1010,11 @@ def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
     plan = expand(_matrix(args, config, cat))
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
-    lock = lock_bases(plan, _lock(args), say=lambda m: print(m, file=sys.stderr))
+    from imagegen.outputs import resolve_target
+
+    lock = _lock(args)
+    resolve_target(lock.path, "lock file")  # a device or folder: refused before any pull
+    lock = lock_bases(plan, lock, say=lambda m: print(m, file=sys.stderr))
     lock.save()
     print(f"wrote {lock.path}: {len(lock.base_images)} base image(s), {len(lock.builder_images)} builder image(s)")
     return 0
@@ -865,10 +1029,13 @@ COMMANDS = {"render": cmd_render, "push": cmd_push, "pull": cmd_pull, "lock": cm
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        for a in argv:  # argparse drops a value of '--' (`--torch=--` becomes an empty list): refuse it
+            if a.startswith("-") and a.endswith("=--"):
+                raise UsageError(f"{a.split('=', 1)[0]}: '--' is not a value")
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args, argv)
     except ImagegenError as exc:
-        print(f"imagegen: error: {exc}", file=sys.stderr)
+        print(f"imagegen: error: {error_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("imagegen: interrupted", file=sys.stderr)
@@ -878,6 +1045,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line, with a way to get the details
         if os.environ.get("IMAGEGEN_DEBUG"):
             raise
-        print(f"imagegen: internal error: {exc.__class__.__name__}: {' '.join(str(exc).split())}"
-              " (re-run with IMAGEGEN_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        print("imagegen: internal error: " + error_line(f"{exc.__class__.__name__}: {exc}", MAX_ERROR - 100)
+              + " (re-run with IMAGEGEN_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         return 70
+
+
+MAX_ERROR = 380  # characters of a message after "imagegen: error: " (the whole line stays under 400)
+
+
+def error_line(message: str, limit: int = MAX_ERROR) -> str:
+    """``message`` as one terminal-safe line: whitespace runs become one space, every other control
+    or format character (ESC, NUL, U+202E right-to-left override, ...) is shown escaped, and the
+    whole is cut to ``limit`` characters (a 100 kB argument is not echoed back)."""
+    out = []
+    for c in " ".join(message.split()):
+        if c.isprintable() or c == " ":
+            out.append(c)
+        elif unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            out.append(c.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(c)
+        if len(out) > limit:
+            break
+    text = "".join(out)
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."

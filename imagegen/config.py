@@ -36,14 +36,25 @@ from imagegen.errors import ConfigError
 FLAVORS = ("runpod", "manylinux", "cuda", "pypi")
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; a larger one is a mistake
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 10} KiB: not a config file")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (a binary file?): not a TOML config file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML (nested too deeply)") from None
 
 
 @dataclass(frozen=True)
@@ -101,8 +112,12 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
         path = find_config(search_from)
     if path is None:
         return Config()
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+    try:
+        is_file = path.is_file()
+    except OSError as exc:  # a name too long, a loop
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not is_file:
+        raise ConfigError(f"{path}: {'not a regular file' if path.exists() else 'no such config file'}")
     section = _section(path)
     if section is None:
         return Config(path=path)

@@ -30,6 +30,7 @@ from imagegen.plan import Cell, Plan, defaults
 
 LOCK_FILE = "imagegen.lock"
 LOCK_SCHEMA = 1
+MAX_LOCK_BYTES = 16 << 20
 # registry host[:port] / namespace (one or more path parts), as in imagegen.toml's `registry`
 REGISTRY = re.compile(r"[a-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -39,6 +40,11 @@ class RegistryError(ImagegenError):
     """A registry refused or could not be reached, or an image is missing."""
 
     exit_code = 7
+
+
+class LockFileError(RegistryError):
+    """A lock file that is not one (binary, not JSON, wrong schema, not a regular file): exit 7 like
+    every registry/lock failure."""
 
 
 class ImageMissing(RegistryError):
@@ -85,33 +91,46 @@ class Lock:
 
     @classmethod
     def load(cls, path: Path) -> "Lock":
+        import os
+        import stat
+
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise LockFileError(f"{path}: not a regular file, so not a lock file")
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_LOCK_BYTES + 1)
+            if len(raw) > MAX_LOCK_BYTES:
+                raise LockFileError(f"{path}: larger than {MAX_LOCK_BYTES >> 20} MiB: not a lock file")
+            data = json.loads(raw.decode("utf-8"))
         except FileNotFoundError:
             return cls(path)
-        except (OSError, ValueError) as exc:
-            raise RegistryError(f"{path}: not a readable lock file ({exc}); delete it and run imagegen lock") from None
+        except UnicodeDecodeError:
+            raise LockFileError(f"{path}: not UTF-8 text (a binary file?), so not a lock file; delete it and run"
+                                " imagegen lock") from None
+        except (OSError, ValueError, RecursionError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:120]
+            raise LockFileError(f"{path}: not a readable lock file ({why}); delete it and run imagegen lock") from None
         if not isinstance(data, dict) or data.get("schema") != LOCK_SCHEMA:
-            raise RegistryError(f"{path}: lock schema {data.get('schema') if isinstance(data, dict) else '?'!r} is not"
+            raise LockFileError(f"{path}: lock schema {data.get('schema') if isinstance(data, dict) else '?'!r} is not"
                                 f" {LOCK_SCHEMA}; run imagegen lock again")
         lock = cls(path)
         for key in ("base_images", "builder_images"):
             table = data.get(key) or {}
             if not isinstance(table, dict):
-                raise RegistryError(f"{path}: {key} must be a table of image -> image@sha256:...")
+                raise LockFileError(f"{path}: {key} must be a table of image -> image@sha256:...")
             for ref, pinned in table.items():
                 if not (isinstance(ref, str) and isinstance(pinned, str) and safety.IMAGE_REF.fullmatch(ref)
                         and safety.IMAGE_REF.fullmatch(pinned) and "@sha256:" in pinned):
-                    raise RegistryError(f"{path}: {key}: {ref!r} -> {pinned!r} is not image -> image@sha256:<digest>")
+                    raise LockFileError(f"{path}: {key}: {ref!r:.80} -> {pinned!r:.80} is not image -> image@sha256:<digest>")
                 getattr(lock, key)[ref] = pinned
         return lock
 
     def save(self) -> None:
-        from imagegen.render import write_output
+        from imagegen.outputs import write_text_atomic
 
         text = json.dumps({"schema": LOCK_SCHEMA, "base_images": dict(sorted(self.base_images.items())),
                            "builder_images": dict(sorted(self.builder_images.items()))}, indent=2) + "\n"
-        write_output(text, str(self.path))
+        write_text_atomic(self.path, text, what="lock file")
 
     def pin_bases(self, plan: Plan) -> Plan:
         """The plan with every locked base image replaced by its pinned form (FROM image@sha256)."""
@@ -149,6 +168,103 @@ def explain(stderr: str, ref: str, registry_host: str) -> RegistryError:
     if "cannot connect to the docker daemon" in low:
         return RegistryError("no Docker engine is running: start it (imagegen doctor shows what is missing)")
     return RegistryError(f"{ref}: {last[-200:]}")
+
+
+def probe(registry: str, *, timeout: float = 5.0) -> str:
+    """Fail fast, before anything is built, when ``registry`` (HOST[:PORT]/NAMESPACE) cannot take a
+    push: not reachable, not a registry (GET /v2/ must answer 200 or 401), or (where the docker
+    config holds a user and password for it) refusing them. Raises the RegistryError that
+    :func:`explain` gives for the same failure of a real push; returns the URL that answered.
+    Anything this check cannot judge (a credential helper, an odd auth scheme) is left to the push;
+    so is everything when the engine is remote (DOCKER_HOST tcp:// or ssh://: it may reach registries
+    this machine cannot) or IMAGEGEN_NO_REGISTRY_PROBE=1."""
+    import os
+    import socket
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    host = check_registry(registry).split("/", 1)[0]
+    if os.environ.get("IMAGEGEN_NO_REGISTRY_PROBE") == "1" \
+            or os.environ.get("DOCKER_HOST", "").startswith(("tcp://", "ssh://")):
+        return ""
+    ref = f"{registry}/imagegen-probe"
+    errors = []
+    for scheme in ("https", "http"):  # the engine talks plain HTTP to insecure registries (127.0.0.0/8)
+        url = f"{scheme}://{host}/v2/"
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout):
+                return url
+        except urllib.error.HTTPError as exc:
+            if exc.code == 401:
+                _check_credentials(host, ref, url, exc.headers.get("WWW-Authenticate", ""), timeout)
+                return url
+            raise RegistryError(f"{host} does not serve the registry API (GET {url} answered {exc.code}): check"
+                                " the address (HOST[:PORT]/NAMESPACE of a Docker registry)") from None
+        except (urllib.error.URLError, ssl.SSLError, socket.timeout, ConnectionError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            errors.append(str(reason))
+            if isinstance(reason, (socket.gaierror,)):
+                break  # the name does not resolve: no scheme will help
+    low = " ".join(errors).lower()
+    why = "no such host" if "name or service not known" in low or "nodename nor servname" in low \
+        or "name resolution" in low else "i/o timeout" if "timed out" in low else "connection refused"
+    raise explain(f"dial tcp {host}: {why} ({errors[-1][:120] if errors else 'no answer'})", ref, host)
+
+
+def _docker_auth(host: str) -> tuple[str | None, bool]:
+    """(base64 user:password for ``host`` from the docker config, whether a credential helper may have one)."""
+    import os
+
+    folder = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as fh:
+            config = json.loads(fh.read(1 << 20))
+    except (OSError, ValueError):
+        return None, False
+    if not isinstance(config, dict):
+        return None, False
+    helper = bool(config.get("credsStore")) or host in (config.get("credHelpers") or {})
+    auths = config.get("auths") or {}
+    for key in (host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"):
+        entry = auths.get(key) if isinstance(auths, dict) else None
+        if isinstance(entry, dict):
+            if isinstance(entry.get("auth"), str) and entry["auth"]:
+                return entry["auth"], helper
+            return None, True  # an entry without inline auth: the helper holds it
+    return None, helper
+
+
+def _check_credentials(host: str, ref: str, url: str, challenge: str, timeout: float) -> None:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    auth, helper = _docker_auth(host)
+    if auth is None:
+        if helper:
+            return  # a credential helper holds them: the push will tell
+        raise explain("no basic auth credentials", ref, host)
+    scheme = challenge.split(" ", 1)[0].lower()
+    if scheme == "basic":
+        target = url
+    elif scheme == "bearer":
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        if not params.get("realm", "").startswith(("https://", "http://")):
+            return
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if k == "service"})
+        target = params["realm"] + ("?" + query if query else "")
+    else:
+        return
+    try:
+        request = urllib.request.Request(target, headers={"Authorization": f"Basic {auth}"})
+        with urllib.request.urlopen(request, timeout=timeout):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise explain(f"unauthorized: {exc.code} {exc.reason}", ref, host) from None
+    except OSError:
+        return  # the push will say what is wrong
 
 
 def registry_host(ref: str) -> str:

@@ -33,11 +33,13 @@ import re
 import shutil
 import struct
 import subprocess
+import tempfile
 import zipfile
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import BinaryIO, Mapping
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -69,51 +71,130 @@ class FatbinEntry:
 # ELF and fatbin reading
 
 
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """Section name -> contents of a 64-bit little-endian ELF file."""
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+# Bounds of what the reader believes: a garbage or hostile .so is a problem of its wheel, never a
+# crash, a hang or a read of the whole file into memory.
+MAX_SECTIONS = 65535
+MAX_SHSTRTAB = 16 << 20
+MAX_FATBIN_ENTRIES = 1_000_000
+PTX_HEAD = 64 << 10  # the .target line is at the top of a PTX file
+MAX_SO_BYTES = 16 << 30  # an extension larger than this is refused, not read
+SPOOL_BYTES = 64 << 20  # an extension up to this size is read in memory, a larger one goes through a temp file
+
+
+def _read_at(fh: BinaryIO, offset: int, size: int, total: int) -> bytes:
+    if offset < 0 or size < 0 or offset + size > total:
+        raise VerifyError("malformed ELF: a header points outside the file")
+    fh.seek(offset)
+    data = fh.read(size)
+    if len(data) != size:
+        raise VerifyError("malformed ELF: the file is shorter than its headers say")
+    return data
+
+
+def elf_section_table(fh: BinaryIO, total: int) -> dict[str, tuple[int, int]]:
+    """Section name -> (offset, size) of a 64-bit little-endian ELF file of ``total`` bytes, read
+    with bounded reads (the headers and the section-name table only). Raises VerifyError."""
+    head = _read_at(fh, 0, 64, total) if total >= 64 else b""
+    if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
         raise VerifyError("not a 64-bit little-endian ELF shared object")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    shoff, = struct.unpack_from("<Q", head, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+    if shnum == 0:
+        return {}
+    if shentsize < 64 or shnum > MAX_SECTIONS or shstrndx >= shnum:
+        raise VerifyError("malformed ELF: bad section header table")
+    table = _read_at(fh, shoff, shentsize * shnum, total)
     headers = []
     for i in range(shnum):
-        off = shoff + i * shentsize
-        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, off)
-        headers.append((name, _type, offset, size))
-    strtab = headers[shstrndx]
-    names = data[strtab[2]:strtab[2] + strtab[3]]
+        name, stype, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", table, i * shentsize)
+        headers.append((name, stype, offset, size))
+    _, _, str_off, str_size = headers[shstrndx]
+    if str_size > MAX_SHSTRTAB:
+        raise VerifyError("malformed ELF: section name table too large")
+    names = _read_at(fh, str_off, str_size, total)
     out = {}
     for name, stype, offset, size in headers:
+        if name >= len(names):
+            continue
         end = names.find(b"\0", name)
-        label = names[name:end].decode(errors="replace")
-        out[label] = b"" if stype == 8 else data[offset:offset + size]  # SHT_NOBITS holds no bytes
+        label = names[name:end if end >= 0 else len(names)].decode(errors="replace")
+        if stype == 8:  # SHT_NOBITS holds no bytes
+            out[label] = (0, 0)
+        elif offset <= total and size <= total - offset:
+            out[label] = (offset, size)
+        else:
+            raise VerifyError(f"malformed ELF: section {label[:40]!r} lies outside the file")
     return out
+
+
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """Section name -> contents of a 64-bit little-endian ELF file."""
+    return {name: data[off:off + size] for name, (off, size) in elf_section_table(io.BytesIO(data), len(data)).items()}
 
 
 def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
     """Every cubin/PTX entry of the fatbin containers in ``blob`` (a .nv_fatbin section)."""
-    entries = []
-    pos = 0
-    while pos + 16 <= len(blob):
-        magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", blob, pos)
+    return fatbin_entries_at(io.BytesIO(blob), 0, len(blob))
+
+
+_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
+
+
+def _next_container(fh: BinaryIO, pos: int, end: int) -> int:
+    """The offset of the next container header at or after ``pos`` (8-aligned from ``pos``), or ``end``."""
+    chunk, origin = 1 << 20, pos
+    while pos + 16 <= end:
+        fh.seek(pos)
+        data = fh.read(min(chunk, end - pos))
+        at = data.find(_MAGIC_BYTES)
+        while at >= 0 and (pos + at - origin) % 8:
+            at = data.find(_MAGIC_BYTES, at + 1)
+        if at >= 0:
+            return pos + at
+        if len(data) < 16:
+            return end
+        pos += len(data) - (len(data) % 8) - 8 if len(data) > 16 else len(data)
+    return end
+
+
+def fatbin_entries_at(fh: BinaryIO, start: int, size: int) -> list[FatbinEntry]:
+    """The entries of the fatbin containers in ``fh[start:start+size]``, read header by header (a
+    PTX entry's first PTX_HEAD bytes for its variant): memory stays small whatever the size."""
+    entries: list[FatbinEntry] = []
+    end = start + size
+    pos = start
+    while pos + 16 <= end:
+        fh.seek(pos)
+        head = fh.read(16)
+        if len(head) < 16:
+            break
+        magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", head)
         if magic != FATBIN_MAGIC:
-            # Containers are aligned; skip padding between them.
-            pos += 8
+            # Containers are aligned; skip padding (or garbage) to the next one.
+            pos = _next_container(fh, pos + 8, end)
             continue
-        end = pos + header_size + fat_size
+        cend = min(pos + header_size + fat_size, end)
         epos = pos + header_size
-        while epos + 64 <= end:
-            kind, _u1, eh_size, padded = struct.unpack_from("<HHIQ", blob, epos)
+        while epos + 64 <= cend:
+            fh.seek(epos)
+            eh = fh.read(64)
+            if len(eh) < 64:
+                break
+            kind, _u1, eh_size, padded = struct.unpack_from("<HHIQ", eh)
             if kind not in (KIND_PTX, KIND_ELF) or eh_size < 64:
                 break
-            arch, = struct.unpack_from("<I", blob, epos + 28)
-            flags, = struct.unpack_from("<Q", blob, epos + 40)
+            arch, = struct.unpack_from("<I", eh, 28)
+            flags, = struct.unpack_from("<Q", eh, 40)
             compressed = bool(flags & _COMPRESSED)
-            payload = blob[epos + eh_size:epos + eh_size + padded]
-            variant = None if compressed else _variant(kind, payload)
+            variant = None
+            if not compressed and kind == KIND_PTX:
+                fh.seek(epos + eh_size)
+                variant = _variant(kind, fh.read(max(0, min(padded, PTX_HEAD, cend - epos - eh_size))))
             entries.append(FatbinEntry("ptx" if kind == KIND_PTX else "sass", arch, variant, compressed))
+            if len(entries) > MAX_FATBIN_ENTRIES:
+                raise VerifyError(f"malformed fatbin: more than {MAX_FATBIN_ENTRIES} entries")
             epos += eh_size + padded
-        pos = max(end, pos + 16)
+        pos = max(cend, pos + 16)
     return entries
 
 
@@ -274,34 +355,23 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
     reports: list[SoReport] = []
     try:
         zf = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, OverflowError, NotImplementedError) as exc:
         raise VerifyError(f"{path}: not a readable wheel ({exc.__class__.__name__})") from None
     found: list[tuple[str, list[FatbinEntry], Path | None]] = []  # (name in the wheel, native entries, extracted copy)
-    try:
-        with zf:
-            for info in zf.infolist():
-                if not re.search(r"\.so(\.\d+)*$", info.filename):
-                    continue
-                data = zf.read(info)
-                try:
-                    sections = elf_sections(data)
-                except (VerifyError, struct.error):
-                    problems.append(f"{info.filename}: not an ELF shared object")
-                    continue
-                if ".nv_fatbin" not in sections:
-                    continue  # a CPU-only helper library
-                extracted = None
-                if exe:
-                    extracted = path.parent / f".{path.name}.{len(found)}.{Path(info.filename).name}.check"
-                    extracted.write_bytes(data)
-                found.append((info.filename, fatbin_entries(sections[".nv_fatbin"]), extracted))
+    with zf, tempfile.TemporaryDirectory(prefix="imagegen-verify-") as tmp:
+        for info in zf.infolist():
+            if not re.search(r"\.so(\.\d+)*$", info.filename):
+                continue
+            try:
+                entries, extracted = _read_extension(zf, info, Path(tmp) / f"{len(found)}.so" if exe else None)
+            except VerifyError as exc:
+                problems.append(f"{info.filename}: {exc}")
+                continue
+            if entries is not None:  # None: a CPU-only helper library
+                found.append((info.filename, entries, extracted))
         # One cuobjdump per .so, side by side: a wheel like SageAttention's has ten, ~0.3 s each.
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             listings = list(pool.map(lambda f: cuobjdump_entries(f[2], exe) if f[2] else [], found))
-    finally:
-        for _, _, extracted in found:
-            if extracted:
-                extracted.unlink(missing_ok=True)
     for (name, entries, _), listed in zip(found, listings):
         if listed:
             # cuobjdump knows the a/f variants; the native reader knows compression.
@@ -327,6 +397,46 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
         problems.append("the wheel contains no CUDA extension (.so with a .nv_fatbin section)")
     return WheelReport(wheel=path.name, distribution=str(dist), version=str(version),
                        tags=sorted(str(t) for t in tags), extensions=reports, problems=problems, warnings=warnings)
+
+
+def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo, keep: Path | None) -> tuple[list[FatbinEntry] | None, Path | None]:
+    """The fatbin entries of one .so in the wheel (None: no .nv_fatbin section), streamed out of the
+    zip (memory up to SPOOL_BYTES, then a temporary file) and read with bounded reads; with ``keep``,
+    a copy there for cuobjdump. Anything unreadable is a VerifyError (a problem of this wheel)."""
+    if info.file_size > MAX_SO_BYTES:
+        raise VerifyError(f"{info.file_size} bytes: larger than the {MAX_SO_BYTES >> 30} GiB an extension may be")
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, dir=keep.parent if keep else None) as buf:
+        try:
+            with zf.open(info) as src:
+                total = 0
+                while True:
+                    chunk = src.read(1 << 20)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > MAX_SO_BYTES:
+                        raise VerifyError(f"larger than the {MAX_SO_BYTES >> 30} GiB an extension may be")
+                    buf.write(chunk)
+        except (OSError, EOFError, RuntimeError, NotImplementedError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
+            raise VerifyError(f"cannot be read from the wheel ({exc.__class__.__name__})") from None
+        try:
+            sections = elf_section_table(buf, total)
+        except VerifyError as exc:
+            raise VerifyError(f"not an ELF shared object ({exc})") from None
+        except (struct.error, ValueError, OverflowError):
+            raise VerifyError("not an ELF shared object (malformed headers)") from None
+        if ".nv_fatbin" not in sections:
+            return None, None
+        offset, size = sections[".nv_fatbin"]
+        try:
+            entries = fatbin_entries_at(buf, offset, size)
+        except (struct.error, ValueError, OverflowError):
+            raise VerifyError("malformed .nv_fatbin section") from None
+        if keep is not None:
+            buf.seek(0)
+            with keep.open("wb") as out:
+                shutil.copyfileobj(buf, out, 1 << 20)
+        return entries, keep
 
 
 def read_so(data: bytes) -> list[FatbinEntry]:

@@ -22,30 +22,50 @@ from imagegen.recipes import Recipe, RecipeVersion
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
-# Characters cmd or PowerShell would interpret inside our quoting.
+# Characters cmd or PowerShell would interpret inside our quoting. PowerShell takes the typographic
+# quotes for quotes too: U+2018-U+201B close a single-quoted string like ', U+201C-U+201E a
+# double-quoted one like ".
+PS_SINGLE_QUOTES = "'\u2018\u2019\u201a\u201b"
+PS_DOUBLE_QUOTES = '"\u201c\u201d\u201e'
 _CMD_UNSAFE = re.compile(r'["%!^&|<>\r\n\x00]')
 _PS_UNSAFE = re.compile(r"[`$\r\n\x00]")
+_PS_SINGLE = re.compile(f"([{PS_SINGLE_QUOTES}])")
+_PS_ANY_QUOTE = re.compile(f"[{PS_SINGLE_QUOTES}{PS_DOUBLE_QUOTES}]")
+
+
+def _shown(text: str) -> str:
+    return ascii(text[:60])
+
+
+def _printable(text: str, where: str) -> str:
+    # A line break of any kind (or another control character) would end the line it is on.
+    if not all(c.isprintable() for c in text):
+        raise UnsafeValueError(f"{_shown(text)} cannot be placed in a {where} (control character or line break)")
+    return text
 
 
 def _cmdq(value: object) -> str:
-    text = str(value)
+    text = _printable(str(value), "cmd script")
     if _CMD_UNSAFE.search(text):
-        raise UnsafeValueError(f"{text[:60]!r} cannot be placed in a cmd script (quotes, %, !, ^, &, |, <, >)")
+        raise UnsafeValueError(f"{_shown(text)} cannot be placed in a cmd script (quotes, %, !, ^, &, |, <, >)")
     return f'"{text}"'
 
 
 def _psq(value: object) -> str:
-    text = str(value)
+    """A PowerShell single-quoted string: every single-quote character (' and its typographic
+    forms, which PowerShell treats alike) is doubled, so none can end the string."""
+    text = _printable(str(value), "PowerShell script")
     if _PS_UNSAFE.search(text):
-        raise UnsafeValueError(f"{text[:60]!r} cannot be placed in a PowerShell script ($, backtick or a newline)")
-    return "'" + text.replace("'", "''") + "'"
+        raise UnsafeValueError(f"{_shown(text)} cannot be placed in a PowerShell script ($, backtick or a newline)")
+    return "'" + _PS_SINGLE.sub(r"\1\1", text) + "'"
 
 
 def _env_value(value: str) -> str:
-    # Used inside `set "N=V"` and PowerShell single quotes: neither may see these.
-    if _CMD_UNSAFE.search(value) or _PS_UNSAFE.search(value):
-        raise UnsafeValueError(f"value {value[:60]!r} cannot be set in a Windows script")
-    return value
+    # Used inside `set "N=V"`, PowerShell single quotes and (vcvars) a PowerShell double-quoted
+    # `cmd /c "..."`: none of them may see these.
+    if _CMD_UNSAFE.search(value) or _PS_UNSAFE.search(value) or _PS_ANY_QUOTE.search(value):
+        raise UnsafeValueError(f"value {_shown(value)} cannot be set in a Windows script (quotes, $, %, ...)")
+    return _printable(value, "Windows script")
 
 
 def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs: int, nvcc_threads: int,
@@ -80,6 +100,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, archs: Arc
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["cmdq"] = _cmdq
     env.filters["psq"] = _psq
+    for what, value in (("--src-dir", src), ("--python-exe", python), ("--vcvars", vcvars)):
+        _printable(value, f"Windows script ({what})")  # each also lands in a comment line
     src_build = src + ("\\" + recipe.subdir.replace("/", "\\") if recipe.subdir else "")
     template = "build.cmd.j2" if shell == "cmd" else "build.ps1.j2"
     if shell == "powershell":

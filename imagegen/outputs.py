@@ -1,0 +1,121 @@
+"""Files the user names (``render -o``, ``bake -f``, ``ci github -o``, the lock file, Dockerfiles
+under ``bake --dockerfiles``): written the way a user expects, never clobbering what is not a file.
+
+- a regular file is replaced atomically (a temporary file next to it, renamed over it), keeping its
+  mode (and its owner, where we may); a new file gets the umask's mode (0644 typically), not the
+  0600 of a temporary file;
+- a symlink is written through: its target is replaced (atomically, next to the target), the link
+  stays a link;
+- a directory, a character or block device (``/dev/null``), a FIFO or a socket is refused with one
+  line, before anything is written;
+- on any error the temporary file is removed and the error is one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from imagegen.errors import UsageError
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def shown(path: object, limit: int = 120) -> str:
+    """``path`` for a message: control characters escaped, at most ``limit`` characters."""
+    text = str(path)
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return out if len(out) <= limit else out[:limit - 3] + "..."
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def resolve_target(path: str | os.PathLike, what: str = "output file") -> Path:
+    """The regular file that writing ``path`` replaces (symlinks followed), checked before anything
+    is written: a directory, device, FIFO or socket, a symlink loop, an unusable name is a UsageError."""
+    text = os.fspath(path)
+    if not text or not text.strip():
+        raise UsageError(f"{what}: give a file name (got an empty one)")
+    if any(not c.isprintable() for c in text):
+        raise UsageError(f"{what} {shown(text)!s}: a file name with control characters is refused")
+    p = Path(text)
+    try:
+        link = stat.S_ISLNK(os.lstat(p).st_mode)
+    except FileNotFoundError:
+        link = False
+    except OSError as exc:
+        raise UsageError(f"{what} {shown(text)}: {_why(exc)}") from None
+    real = Path(os.path.realpath(p)) if link else p
+    try:
+        st = os.stat(p)  # through the link: a loop is ELOOP here
+    except FileNotFoundError:
+        st = None  # a new file, or a dangling link: its target is written
+    except OSError as exc:
+        raise UsageError(f"{what} {shown(text)}: {_why(exc)}") from None
+    if st is not None:
+        for test, kind in _KINDS:
+            if test(st.st_mode):
+                raise UsageError(f"{what} {shown(text)} is {kind}: give the path of a regular file")
+    if text.endswith(("/", os.sep)):
+        raise UsageError(f"{what} {shown(text)} names a directory: give the path of a regular file")
+    return real
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symlink loop"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "the name is too long"
+    return exc.strerror or exc.__class__.__name__
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, what: str = "output file") -> Path:
+    """Write ``text`` to ``path`` (see the module docstring); return the file really written."""
+    target = resolve_target(path, what)
+    data = text.encode("utf-8")
+    tmp = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            old = os.stat(target)
+        except FileNotFoundError:
+            old = None
+        mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            if old is not None and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+                try:
+                    os.fchown(fh.fileno(), old.st_uid, old.st_gid)
+                except OSError:
+                    pass  # not ours to give away: the file becomes ours, as any editor's save would
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise UsageError(f"{what} {shown(os.fspath(path))}: cannot write: {_why(exc)}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return target
+
+
+def write_output(text: str, out: str | None, *, what: str = "output file") -> None:
+    """Write ``text`` to the file ``out`` (see write_text_atomic), or to stdout when it is None or '-'."""
+    if out is None or out == "-":
+        sys.stdout.write(text)
+        return
+    write_text_atomic(out, text, what=what)

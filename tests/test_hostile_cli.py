@@ -1,0 +1,748 @@
+"""Hostile and broken input on the command line (issue 16): CLI values, output files, messages.
+
+Each defect found gets its regression test here; the fuzz test at the end drives every subcommand
+with generated hostile values and checks the contract: exit 0 or the documented code with exactly
+one short ``imagegen: error:`` line, never an internal error, a traceback or a hang, nothing
+written outside the output folder, and no extra instruction in anything rendered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import http.server
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from imagegen import bake as B
+from imagegen import cli, outputs, prebuilt, registry, verify
+from imagegen.arch import parse_arch_list
+from imagegen.errors import ImagegenError, UsageError
+from imagegen.recipes import load_catalogue
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_BUILDX = shutil.which("docker") is not None and subprocess.run(
+    ["docker", "buildx", "version"], capture_output=True).returncode == 0
+needs_buildx = pytest.mark.skipif(not HAS_BUILDX, reason="docker buildx not installed")
+CELL = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as exc:  # argparse --help
+            code = exc.code if isinstance(exc.code, int) else 0
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("imagegen: error:")]
+    assert len(lines) == 1, err[-2000:]
+    assert len(lines[0]) < 400 and "Traceback" not in err and "internal error" not in err, lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------- 1. injection through values
+
+
+def _definition(value: str) -> dict:
+    plan = cli.expand(cli.MatrixRequest(recipes=[(r := load_catalogue().get("sage"), r.version(None))], torch=["2.8"],
+                                        cuda=["12.8"], python=["3.12"], archs=[parse_arch_list("9.0")], flavor="runpod"))
+    d = B.build_definition(plan, out_dir="wheelhouse").as_dict()
+    t = next(iter(d["target"].values()))
+    t["context"] = value
+    t["labels"]["hostile"] = value + " %{ if true }x%{ endif } $${x} $$${y} a$ %%{z"
+    return d
+
+
+@needs_buildx
+@pytest.mark.parametrize("suffix", [".hcl", ".json"])
+def test_bake_strings_reach_buildx_literally(tmp_path, suffix):
+    """`${` and `%{` in a value we did not write as an interpolation are escaped in HCL and in JSON
+    (bake evaluates templates in both): buildx reads the very value back; our own interpolations work."""
+    from imagegen.bakefiles import check_round_trip, print_bake
+
+    d = _definition("${IMAGEGEN_PIP_CERT}")
+    text = B.to_json(d) if suffix == ".json" else B.to_hcl(d, "header")
+    f = tmp_path / f"x{suffix}"
+    f.write_text(text)
+    (tmp_path / "ca.pem").write_text("")
+    printed = print_bake(f, tmp_path, env={"IMAGEGEN_PIP_CERT": str(tmp_path / "ca.pem"), "IMAGEGEN_MAX_JOBS": "3"})
+    check_round_trip(d, printed)  # context and labels exactly as meant
+    got = next(iter(printed["target"].values()))
+    assert got["context"] == "${IMAGEGEN_PIP_CERT}"
+    assert got["labels"]["hostile"].endswith(" %{ if true }x%{ endif } $${x} $$${y} a$ %%{z")
+    assert str(got["secret"][0]).endswith(f"{tmp_path}/ca.pem") or "ca.pem" in json.dumps(got["secret"])
+    assert got["args"]["MAX_JOBS"] == "3"
+
+
+def test_bake_refuses_an_interpolation_as_a_path_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for flag in ("--dockerfiles", "--out"):
+        code, _, err = run("bake", "sage", *CELL, flag, "${IMAGEGEN_PIP_CERT}")
+        assert code == 2 and "is not allowed" in one_error(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bake_print_without_buildx_is_not_a_silent_success(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    code, _, err = run("bake", "sage", *CELL, "--print")
+    assert code == 4 and "not installed" in one_error(err)
+
+
+def _ps_strings(line: str) -> list[str]:
+    """PowerShell's reading of the single-quoted strings in ``line``: any of ' U+2018-U+201B opens and
+    closes one, two in a row are one literal quote. Returns the strings; raises on an open string."""
+    quotes = "'\u2018\u2019\u201a\u201b"
+    out, i = [], 0
+    while i < len(line):
+        if line[i] in quotes:
+            i += 1
+            buf = ""
+            while True:
+                if i >= len(line):
+                    raise AssertionError(f"unterminated string in {line!r}")
+                if line[i] in quotes:
+                    if i + 1 < len(line) and line[i + 1] in quotes:
+                        buf += line[i + 1]
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                buf += line[i]
+                i += 1
+            out.append(buf)
+        else:
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("quote", ["'", "\u2018", "\u2019", "\u201a", "\u201b"])
+def test_powershell_quotes_every_single_quote_character(quote):
+    src = f"C:\\src{quote}; Start-Process calc; {quote}"
+    python = f"C:\\py{quote}thon.exe"
+    code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "powershell", "--src-dir", src, "--python-exe", python)
+    assert code == 0, err
+    for line in out.splitlines():
+        if line.startswith("Set-Location"):
+            assert _ps_strings(line) == [src]
+            assert line.endswith(quote * 2 + "'")  # the string ends with the doubled quote, then closes
+        if line.startswith("& "):
+            assert _ps_strings(line)[0] == python
+    assert not any(line.lstrip().startswith("Start-Process") for line in out.splitlines())
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--vcvars", "C:\\vs\u201d; calc; \u201c"), ("--vcvars", 'C:\\vs"x'), ("--src-dir", "C:\\a\nStart-Process calc"),
+    ("--python-exe", "py\u2028calc"), ("--src-dir", "C:\\a$(calc)"), ("--src-dir", "C:\\a`ncalc"),
+])
+def test_powershell_refuses_what_it_cannot_quote(flag, value):
+    code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "powershell", flag, value)
+    assert code == 2 and out == "" and "cannot be" in one_error(err)
+
+
+@pytest.mark.parametrize("value", ['C:\\a" & calc & "', "C:\\a%PATH%", "C:\\a\r\ncalc", "C:\\a\x85calc"])
+def test_cmd_refuses_what_it_cannot_quote(value):
+    code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "cmd", "--src-dir", value)
+    assert code == 2 and out == ""
+    one_error(err)
+
+
+def test_command_comment_stays_one_line(tmp_path):
+    """The command line goes into a comment of every generated file: a newline in an argument must not end it."""
+    d = tmp_path / "a\nRUN id"
+    d.mkdir()
+    code, out, err = run("render", "sage", "--arch", "9.0", "--recipe-dir", str(d))
+    assert code == 0, err
+    assert "\nRUN id" not in out and "$'" in out.splitlines()[1]
+
+
+# ------------------------------------------------------------------------------ 2. clobbering
+
+
+def test_outputs_refuse_devices_dirs_fifos_sockets(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    try:
+        for path, kind in (("/dev/null", "character device"), (tmp_path, "directory"), (fifo, "FIFO"),
+                           (tmp_path / "sock", "socket"), ("", "empty"), (f"{tmp_path}/x/", "directory")):
+            with pytest.raises(UsageError, match=kind):
+                outputs.write_text_atomic(path, "x")
+    finally:
+        sock.close()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "sock"]
+
+
+def test_outputs_write_through_symlinks_keep_modes_and_clean_up(tmp_path, monkeypatch):
+    target = tmp_path / "real" / "Dockerfile"
+    target.parent.mkdir()
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    outputs.write_text_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    old = os.umask(0o022)
+    try:
+        outputs.write_text_atomic(tmp_path / "fresh", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "fresh").stat().st_mode) == 0o644
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "made-by-write")
+    outputs.write_text_atomic(dangling, "y")
+    assert dangling.is_symlink() and (tmp_path / "made-by-write").read_text() == "y"
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(UsageError, match="symlink loop"):
+        outputs.write_text_atomic(loop, "x")
+
+    def fail(*a):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(UsageError, match="No space left"):
+        outputs.write_text_atomic(target, "newer")
+    assert target.read_text() == "new"
+    assert not [p for p in tmp_path.rglob(".*") if p.name.endswith(".tmp")]
+
+
+def test_every_user_named_output_goes_through_the_helper(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for argv in (["render", "sage", "--arch", "9.0", "-o", str(fifo)], ["render", "sage", "--arch", "9.0", "-o", "/dev/null"],
+                 ["bake", "sage", *CELL, "-f", ""], ["bake", "sage", *CELL, "-f", str(tmp_path)],
+                 ["bake", "sage", *CELL, "-f", "/dev/null"], ["ci", "github", "-o", "/dev/null"],
+                 ["render", "sage", "--arch", "9.0", "--shell", "cmd", "-o", str(tmp_path)]):
+        code, _, err = run(*argv)
+        assert code == 2, (argv, err)
+        one_error(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]  # no Dockerfile, no temp file
+    link = tmp_path / "Dockerfile"
+    link.symlink_to(tmp_path / "target.Dockerfile")
+    assert run("render", "sage", "--arch", "9.0", "-o", str(link))[0] == 0
+    assert link.is_symlink() and (tmp_path / "target.Dockerfile").read_text().startswith("# Generated")
+    assert stat.S_IMODE((tmp_path / "target.Dockerfile").stat().st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_lock_file_written_through_its_symlink(tmp_path):
+    real = tmp_path / "real.lock"
+    link = tmp_path / "imagegen.lock"
+    link.symlink_to(real)
+    lock = registry.Lock(link, base_images={"a/b:1": "a/b:1@sha256:" + "0" * 64})
+    lock.save()
+    assert link.is_symlink() and registry.Lock.load(link).base_images == lock.base_images
+
+
+# ---------------------------------------------------------------- 3. internal errors -> user errors
+
+
+def test_binary_config_and_lock_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    blob = bytes(range(256)) * 8
+    (tmp_path / "bin.toml").write_bytes(blob)
+    (tmp_path / "bin.lock").write_bytes(blob)
+    code, _, err = run("plan", "sage", "--config", "bin.toml")
+    assert code == 2 and "not UTF-8" in one_error(err)
+    code, _, err = run("recipes", "--lock", "bin.lock")  # was ignored: recipes takes --lock, so it reads it
+    assert code == 7 and "not a lock file" in one_error(err)
+    os.mkfifo(tmp_path / "fifo.lock")
+    code, _, err = run("lock", "sage", *CELL, "--lock", "fifo.lock")  # no hang on a FIFO
+    assert code == 7 and "not a regular file" in one_error(err)
+
+
+def _elf(sections: dict[str, bytes], *, shoff_override: int | None = None, shnum_override: int | None = None) -> bytes:
+    names = b"\0" + b"".join(n.encode() + b"\0" for n in [*sections, ".shstrtab"])
+    body = b"".join(sections.values())
+    data_off = 64
+    shoff = data_off + len(body) + len(names)
+    headers = [bytes(64)]
+    pos, npos = data_off, 1
+    for name, blob in sections.items():
+        headers.append(struct.pack("<IIQQQQIIQQ", npos, 1, 0, 0, pos, len(blob), 0, 0, 1, 0))
+        pos += len(blob)
+        npos += len(name) + 1
+    headers.append(struct.pack("<IIQQQQIIQQ", npos, 3, 0, 0, pos, len(names), 0, 0, 1, 0))
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", head, 0x28, shoff if shoff_override is None else shoff_override)
+    struct.pack_into("<HHH", head, 0x3A, 64, len(headers) if shnum_override is None else shnum_override, len(headers) - 1)
+    return bytes(head) + body + names + b"".join(headers)
+
+
+def _wheel(folder: Path, so: bytes | None = None, *, big: int = 0) -> Path:
+    wheel = folder / "demo-1.0-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        if big:
+            with zf.open("demo/_big.so", "w", force_zip64=True) as fh:
+                fh.write(_elf({".text": b"\x90" * 16}))
+                chunk = b"\0" * (1 << 20)
+                for _ in range(big >> 20):
+                    fh.write(chunk)
+        else:
+            zf.writestr("demo/_k.so", so)
+        zf.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+    return wheel
+
+
+@pytest.mark.parametrize("so", [
+    b"\x7fELF\x02\x01" + b"\xff" * 58,  # section table at 2**64-1 (was OverflowError)
+    _elf({".nv_fatbin": b"\0" * 64}, shoff_override=2**63),
+    _elf({".nv_fatbin": b"\0" * 64}, shnum_override=0xFFFF),
+    _elf({".nv_fatbin": struct.pack("<IHHQ", verify.FATBIN_MAGIC, 1, 16, 2**63) + b"\xff" * 200}),
+    b"\x7fELF",
+    b"",
+])
+def test_garbage_elf_is_a_problem_of_the_wheel_not_a_crash(tmp_path, so):
+    code, out, err = run("verify", str(_wheel(tmp_path, so)), "--arch", "9.0")
+    assert code == 6 and "Traceback" not in err
+    one_error(err)
+
+
+def test_a_large_extension_is_streamed_not_read_into_memory(tmp_path, monkeypatch):
+    wheel = _wheel(tmp_path, big=200 << 20)
+    tracemalloc.start()
+    try:
+        report = verify.verify_wheel(wheel, parse_arch_list("9.0"), cuobjdump=None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 80 << 20, peak  # the member is 200 MiB; the spool holds at most SPOOL_BYTES
+    assert report.problems == ["the wheel contains no CUDA extension (.so with a .nv_fatbin section)"]
+    monkeypatch.setattr(verify, "MAX_SO_BYTES", 50 << 20)
+    report = verify.verify_wheel(wheel, parse_arch_list("9.0"), cuobjdump=None)
+    assert any("larger than" in p for p in report.problems)
+
+
+def test_python_exe_that_cannot_run_is_one_line(tmp_path):
+    unreadable = tmp_path / "python"
+    unreadable.write_text("#!/bin/sh\n")
+    unreadable.chmod(0o600)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    wheel = _wheel(tmp_path, _elf({".text": b"\x90"}))
+    for exe in ("/nonexistent", str(unreadable), str(loop), "p" * 5000, str(tmp_path), "", "no-such-python-here"):
+        for argv in (["verify", str(wheel), "--arch", "9.0", "--python-exe", exe], ["doctor", "--no-engine", "--python-exe", exe],
+                     ["check", str(wheel), "--python", exe]):
+            code, _, err = run(*argv)
+            assert code == 2, (argv[0], exe[:40], err)
+            one_error(err)
+
+
+# --------------------------------------------------------------------- 4. silently accepted nonsense
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--shell", "powershell", "--python", "3.12"], "does not apply to --shell"),
+    (["--shell", "cmd", "--flavor", "pypi"], "does not apply to --shell"),
+    (["--shell", "cmd", "--base-image", "ubuntu:24.04"], "does not apply to --shell"),
+    (["--shell", "cmd", "--cuda", "12.8"], "go together"),
+    (["--max-jobs", "4"], "goes with --shell"),
+    (["--vcvars", "C:\\vc.bat"], "goes with --shell"),
+    (["--source", str(ROOT / "tests" / "fixtures" / "tiny_kernel")], "not both"),
+])
+def test_render_refuses_flags_it_would_ignore(argv, needle):
+    code, out, err = run("render", "sage", "--arch", "9.0", *argv)
+    assert code == 2 and out == "" and needle in one_error(err)
+
+
+def test_render_no_such_recipe_with_source_is_refused():
+    code, _, err = run("render", "no-such-recipe", "--source", str(ROOT / "tests" / "fixtures" / "tiny_kernel"))
+    assert code == 2 and "not both" in one_error(err)
+
+
+def test_duplicate_cells_are_one_target(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["bake", "sage", "SAGE", "sageattention", "--torch", "2.8", "--torch", "2.8.0", "--cuda", "12.8",
+            "--cuda", "cu128", "--python", "3.12", "--python", "3.12", "--arch", "9.0", "--arch", "9.0", "-f", "b.json"]
+    code, _, err = run(*argv, *(["--print"] if HAS_BUILDX else []))
+    assert code == 0, err
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert list(data["target"]) == ["sage-2_2_0-torch2_8-cu128-py312"]
+    code, out, _ = run("plan", "sage", "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0", "--json")
+    assert code == 0 and len(json.loads(out)["cells"]) == 1
+    code, _, err = run("bake", "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "8.0",
+                       "--arch", "9.0")
+    assert code == 2 and "two arch lists" in one_error(err)
+
+
+# -------------------------------------------------------------------------------- 5. messages
+
+
+def test_errors_are_bounded_and_terminal_safe():
+    for value in ("A" * 100_000, "x\x1b[2J\x1b]0;owned\x07y", "evil\u202etxt.exe", "nul\x00byte", "bell\x07\r\noops"):
+        code, out, err = run("render", value)
+        line = one_error(err)
+        assert code == 2 and err.count("\n") == 1
+        assert not any(c in line for c in "\x1b\x00\x07\r\u202e"), ascii(line)
+    assert cli.error_line("a\x1bb\u202ec") == "a\\x1bb\\u202ec"
+    assert len(cli.error_line("x" * 10_000)) == cli.MAX_ERROR
+
+
+def test_internal_errors_are_bounded_too(monkeypatch):
+    def boom(args, argv):
+        raise RuntimeError("\x1b[31m" + "y" * 50_000)
+
+    monkeypatch.setitem(cli.COMMANDS, "recipes", boom)
+    monkeypatch.delenv("IMAGEGEN_DEBUG", raising=False)
+    code, _, err = run("recipes")
+    assert code == 70 and err.count("\n") == 1 and len(err) < 400 and "\x1b" not in err
+
+
+# ------------------------------------------------------------------------ 6. push fails fast
+
+
+def _never_bake(*a, **k):
+    raise AssertionError("push reached the bake of the builder images")
+
+
+def test_push_to_an_unreachable_registry_fails_before_building(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(prebuilt, "_bake_builders", _never_bake)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    code, _, err = run("push", "sage", *CELL, "--registry", f"127.0.0.1:{port}/ml")
+    assert code == 7 and "is not reachable" in one_error(err) and time.monotonic() - start < 20
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    mode = "404"
+
+    def do_GET(self):  # noqa: N802
+        if self.mode == "404":
+            self.send_response(404)
+        elif self.headers.get("Authorization") == "Basic " + base64.b64encode(b"u:right").decode():
+            self.send_response(200)
+        else:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="registry"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.parametrize("mode, creds, needle", [
+    ("404", None, "does not serve the registry API"),
+    ("auth", None, "refused the credentials"),
+    ("auth", "u:wrong", "refused the credentials"),
+    ("auth", "u:right", None),
+])
+def test_push_wrong_registry_or_credentials_fail_before_building(tmp_path, monkeypatch, mode, creds, needle):
+    handler = type("H", (_Handler,), {"mode": mode})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "docker").mkdir()
+        auths = {f"127.0.0.1:{server.server_port}": {"auth": base64.b64encode(creds.encode()).decode()}} if creds else {}
+        (tmp_path / "docker" / "config.json").write_text(json.dumps({"auths": auths}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+        monkeypatch.delenv("DOCKER_HOST", raising=False)
+        reg = f"127.0.0.1:{server.server_port}/ml"
+        if needle is None:
+            assert registry.probe(reg).startswith("http://")
+        else:
+            with pytest.raises(registry.RegistryError, match=needle):
+                registry.probe(reg)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---------------------------------------------------------------------------------- the fuzz test
+#
+# Every option (and positional) of every subcommand, found by walking imagegen's own argparse
+# parser, gets hostile values: one pass over every option with a fixed nasty value and a nasty
+# path, then hypothesis' mix. The engine, the network and native builds are stubbed where they
+# would start (a stub that is reached counts as exit 0: the hostile value got through validation
+# to a place that takes arbitrary values, like a work folder's name).
+
+NASTY = "${IMAGEGEN_PIP_CERT}%{ if true }x%{ endif }$(touch pwned)`touch pwned`\nRUN touch pwned\r\n\x1b[2J\u202e\u2019\u201c'\"\\"
+HOSTILE = [
+    "${IMAGEGEN_PIP_CERT}", "%{ if true }x%{ endif }", "$(touch pwned)", "`touch pwned`", "a\nRUN touch pwned",
+    "x\r\nFROM scratch AS pwned", "\x1b]0;owned\x07", "\u202etxt.exe", "x\x00y", "C:\\src\u2019; Start-Process calc; \u2019",
+    "\u201cq\u201d; calc", "'", '"', "\\", "A" * 100_000, "\u00e9" * 3000, "", " ", "-", "--", "-o", "9.0;$(id)",
+    "sage\nRUN id", "../../../../etc/passwd", "~root/.ssh/id_rsa", "%PATH%", "&calc", "|id", "0", "-1", "1e308", "nan",
+]
+PATHS = ["/dev/null", "/dev/zero", "FIFO", "LOOP", "DIR", "BINARY", "PASSWD_LINK", "P" * 5000, "DIR/", "/proc/self/mem"]
+
+
+class Hang(BaseException):
+    """Raised by the per-case alarm: a BaseException, so imagegen's own handler cannot swallow it."""
+
+
+class Reached(ImagegenError):
+    """A stubbed engine/network/native entry point was reached (with everything before it accepted)."""
+
+    exit_code = 0
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    out = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.update(_subcommands(sub, prefix + (name,)) or {prefix + (name,): sub})
+    return out
+
+
+PARSERS = _subcommands(cli.build_parser())
+
+
+def _base(command: tuple[str, ...], wheel: str) -> list[str]:
+    """Arguments that make each command succeed, or stop at a stub, without the hostile option."""
+    cell = ["sage", *CELL]
+    return {
+        ("render",): ["render", "sage", "--arch", "9.0"],
+        ("plan",): ["plan", *cell],
+        ("bake",): ["bake", *cell, "-f", "out/b.hcl"],
+        ("build",): ["build", *cell, "--out", "o", "--work", "w"],
+        ("verify",): ["verify", wheel, "--arch", "9.0"],
+        ("check",): ["check", wheel],
+        ("doctor",): ["doctor", "--no-engine"],
+        ("recipes",): ["recipes"],
+        ("archs",): ["archs", "9.0"],
+        ("push",): ["push", *cell, "--registry", "127.0.0.1:1/ml", "--work", "w"],
+        ("pull",): ["pull", *cell, "--registry", "127.0.0.1:1/ml", "--out", "o", "--work", "w"],
+        ("lock",): ["lock", *cell],
+        ("ci", "github"): ["ci", "github"],
+    }[command]
+
+
+def _cases() -> list[tuple[tuple[str, ...], str, str]]:
+    """(command, option or positional dest, how to give it) for every option of every subcommand."""
+    cases = []
+    for command, parser in PARSERS.items():
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                continue
+            if action.option_strings:
+                flag = max(action.option_strings, key=len)
+                cases.append((command, flag, "flag" if action.nargs == 0 else "value"))
+            elif not isinstance(action, argparse._SubParsersAction):
+                cases.append((command, action.dest, "positional"))
+    # The Windows scripts take their own values: the same options again with --shell.
+    for shell in ("powershell", "cmd"):
+        for flag in ("--src-dir", "--python-exe", "--vcvars", "--output", "--torch", "--max-jobs"):
+            cases.append((("render", shell), flag, "value"))
+    return cases
+
+
+CASES = _cases()
+
+
+def test_the_fuzz_covers_every_subcommand_and_option():
+    assert set(PARSERS) >= {("render",), ("plan",), ("bake",), ("build",), ("verify",), ("check",), ("doctor",),
+                            ("recipes",), ("archs",), ("push",), ("pull",), ("lock",), ("ci", "github")}
+    assert len(CASES) > 100
+    assert (("render",), "--output", "value") in CASES and (("bake",), "--file", "value") in CASES
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Paths the hostile values point at, and what clean runs produce (to compare instruction counts)."""
+    root = tmp_path_factory.mktemp("hostile")
+    os.mkfifo(root / "fifo")
+    (root / "loop").symlink_to(root / "loop")
+    (root / "dir").mkdir()
+    (root / "binary").write_bytes(bytes(range(256)) * 64)
+    (root / "passwd-link").symlink_to("/etc/passwd")
+    wheel = _wheel(root / "dir", _elf({".text": b"\x90"}))
+    bake_file = root / "docker-bake.hcl"
+    shutil.copy(ROOT / "docker-bake.hcl", bake_file)
+    paths = {"FIFO": root / "fifo", "LOOP": root / "loop", "DIR": root / "dir", "BINARY": root / "binary",
+             "PASSWD_LINK": root / "passwd-link"}
+    base = {}
+    with tempfile.TemporaryDirectory() as sandbox, _stubs(), _cwd(Path(sandbox)):
+        base["dockerfile"] = _instructions(run("render", "sage", "--arch", "9.0")[1])
+        for shell in ("powershell", "cmd"):
+            base[shell] = len(run("render", "sage", "--arch", "9.0", "--shell", shell)[1].splitlines())
+        if HAS_BUILDX:
+            shutil.copy(bake_file, sandbox)
+            code, _, err = run("ci", "github")
+            assert code == 0, err
+            base["workflow"] = len((Path(sandbox) / ".github/workflows/imagegen.yml").read_text().splitlines())
+    return {"root": root, "wheel": str(wheel), "paths": paths, "base": base, "bake_file": bake_file}
+
+
+def _instructions(text: str) -> int:
+    import dockerfile
+
+    return len(dockerfile.parse_string(text))
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+@contextlib.contextmanager
+def _stubs():
+    from imagegen import check, doctor, execute, native
+
+    def reached(*a, **k):
+        raise Reached("stub reached")
+
+    saved = []
+    for owner, name in ((execute, "build"), (execute, "audit"), (prebuilt, "push"), (prebuilt, "pull"),
+                        (registry, "lock_bases"), (registry, "probe"), (native, "build_native"),
+                        (native, "audit_native"), (doctor, "check_engine"), (check, "probe_gpu")):
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, reached)
+    try:
+        yield
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+
+
+def _alarm(signum, frame):
+    raise Hang()
+
+
+def _value(world: dict, raw: str) -> str:
+    for key, path in world["paths"].items():
+        if raw == key or raw == key + "/":
+            return str(path) + raw[len(key):]
+    return raw
+
+
+def _drive(world: dict, command: tuple[str, ...], option: str, how: str, value: str) -> None:
+    """Run one hostile case and check the contract."""
+    shell = command[1] if command[0] == "render" and len(command) == 2 else None
+    base = (["render", "sage", "--arch", "9.0", "--shell", shell] if shell else _base(command, world["wheel"]))
+    if how == "flag":
+        argv = base + [option]
+    elif how == "positional":
+        argv = list(base)
+        index = {("verify",): 1, ("check",): 1, ("archs",): 1}.get(command, len(command))
+        if command in (("doctor",), ("recipes",), ("ci", "github")) or index >= len(argv):
+            argv.append(value)
+        else:
+            argv[index] = value
+    else:
+        argv = base + [f"{option}={value}"]
+    before = {p.name for p in ROOT.iterdir()} | {f"tests/{p.name}" for p in (ROOT / "tests").iterdir()}
+    outside = sorted(p.name for p in world["root"].iterdir())
+    with tempfile.TemporaryDirectory(prefix="imagegen-fuzz-") as sandbox:
+        if command == ("ci", "github"):
+            shutil.copy(world["bake_file"], sandbox)
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        try:
+            with _cwd(Path(sandbox)):
+                code, out, err = run(*argv)
+        except Hang:
+            raise AssertionError(f"hang: {ascii(argv)[:300]}") from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        what = f"{ascii(argv)[:300]} -> {code}: {ascii(err[-600:])}"
+        assert "Traceback" not in err and "internal error" not in err, what
+        assert code in (0, 2, 3, 4, 6, 7, 8), what  # the documented codes (5: a build ran: stubbed)
+        if code != 0:
+            lines = [line for line in err.splitlines() if line.startswith("imagegen: error:")]
+            assert len(lines) == 1 and len(lines[0]) < 400, what
+            assert not any(c in lines[0] for c in "\x1b\x00\x07\r\u202e"), what
+        else:
+            _check_rendered(world, command, shell, argv, out, Path(sandbox))
+        assert {p.name for p in ROOT.iterdir()} | {f"tests/{p.name}" for p in (ROOT / "tests").iterdir()} <= before, what
+        assert sorted(p.name for p in world["root"].iterdir()) == outside, what
+        assert stat.S_ISFIFO(os.lstat(world["paths"]["FIFO"]).st_mode) and world["paths"]["LOOP"].is_symlink()
+        assert stat.S_ISCHR(os.stat("/dev/null").st_mode), what
+        assert not list(Path(sandbox).rglob("pwned*")), what
+
+
+def _check_rendered(world, command, shell, argv, out, sandbox: Path) -> None:
+    """No extra instruction in anything rendered: counts as in a clean render."""
+    base = world["base"]
+    texts = [p.read_text() for p in sandbox.rglob("*") if p.is_file() and not p.is_symlink()] if sandbox.exists() else []
+    if command == ("render",):
+        for text in [out] + texts:
+            if text.startswith("# Generated by imagegen"):
+                assert _instructions(text) == base["dockerfile"], ascii(argv)[:300]
+    elif shell:
+        for text in [out] + texts:
+            if text.startswith(("# Generated", "@echo off")):
+                assert len(text.splitlines()) == base[shell], ascii(argv)[:300]
+                if shell == "powershell":
+                    for line in text.splitlines():
+                        if not line.lstrip().startswith("#"):
+                            _ps_strings(line)  # every string closes on its own line
+    elif command == ("bake",):
+        for p in sandbox.rglob("*.Dockerfile"):
+            assert _instructions(p.read_text()) == base["dockerfile"], ascii(argv)[:300]
+    elif command == ("ci", "github"):
+        for p in sandbox.rglob("*.yml"):
+            import yaml
+
+            text = p.read_text()
+            yaml.safe_load(text)
+            assert len(text.splitlines()) == base.get("workflow", len(text.splitlines())), ascii(argv)[:300]
+
+
+def test_fuzz_every_option_with_a_nasty_value_and_path(world):
+    """Deterministic sweep: each option of each subcommand gets NASTY and a FIFO (or its flag form)."""
+    with _stubs():
+        for command, option, how in CASES:
+            if command == ("ci", "github") and not HAS_BUILDX:
+                continue
+            for raw in ((None,) if how == "flag" else (NASTY, "FIFO")):
+                _drive(world, command, option, how, "" if raw is None else _value(world, raw))
+
+
+hostile_values = st.one_of(
+    st.sampled_from(HOSTILE + PATHS),
+    st.builds(lambda a, b, c: a + b + c, st.text(max_size=12), st.sampled_from(HOSTILE), st.text(max_size=12)),
+)
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=st.sampled_from([c for c in CASES if c[2] != "flag"]), raw=hostile_values)
+def test_fuzz_hostile_values(world, case, raw):
+    command, option, how = case
+    if command == ("ci", "github") and not HAS_BUILDX:
+        return
+    with _stubs():
+        _drive(world, command, option, how, _value(world, raw))
