@@ -1204,7 +1204,7 @@ def _run_audit_build(cmd, env, cwd, timeout):
         return -1, (exc.stdout or b"") + b"\n[imagegen] audit: timed out"
 
 
-_ERROR_LINE = re.compile(r"(?i)(\berror\b|RuntimeError|AssertionError|Exception:|Traceback)")
+_ERROR_LINE = re.compile(r"(?i)(\berror\b|\w+Error:|Exception:|Traceback)")
 
 
 def _error_lines(text):
@@ -1290,8 +1290,8 @@ NO_BACKEND_MARK = b"imagegen audit: no TOML reader"
 
 def _producing(tool, argv):
     """Would the real tool write a build product? (Else it is a query the real tool answers.)"""
-    if tool == "ld":
-        return True
+    if tool == "ld":  # a link writes -o FILE from objects; `ld --help` / `ld -v` (CMake's probes) are queries
+        return any(a == "-o" or (a.startswith("-o") and len(a) > 2) or a.endswith((".o", ".a", ".so")) for a in argv)
     if any(a in ("-E", "-M", "-MM") for a in argv) and "-c" not in argv:
         return False
     return "-c" in argv or "-shared" in argv or "-o" in argv or "-dlink" in argv or "--device-link" in argv \
@@ -1781,7 +1781,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="da7bddde27c4399b"
+      io.imagegen.inputs="d8fb130b8c34cd04"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -232,6 +232,16 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
                     f"{ext.module} would be compiled for {', '.join(outside)}: its kernels target only"
                     f" {', '.join(sorted(_ccs(allowed), key=cc_key))} ({recipe_name}'s recipe), so nvcc/ptxas would fail;"
                     f" the recipe's per-extension arch routing is missing for this version")
+            # A plain target where the kernels need the arch-specific one (wgmma/setmaxnreg exist
+            # only on sm_90a): nvcc compiles it, but the kernels become traps that fail at run time.
+            plain = [t for t in targets if t.cc in _ccs(allowed) and not t.variant
+                     and all(a.variant for a in allowed if a.cc == t.cc)]
+            for t in plain:
+                need = sorted({a.variant for a in allowed if a.cc == t.cc})
+                refusals.append(
+                    f"{ext.module} would be compiled for {str_target(t)}: its kernels need"
+                    f" {' or '.join(str_target(t) + v for v in need)} ({recipe_name}'s recipe);"
+                    f" for plain {str_target(t)} they build as traps that fail at run time: ask for {t.cc}{need[0]}")
         for o in ext.other:
             if o.startswith("default"):
                 warnings.append(f"{ext.module}: nvcc gets no arch flag and compiles its own default arch, ignoring --arch")

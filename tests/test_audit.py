@@ -232,3 +232,25 @@ def test_the_audit_runs_the_build_wheel_hook_pip_would(tmp_path):
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
         assert proc.returncode != 0 and "the legacy backend ran setup.py" in proc.stderr
         assert f"setup.py ran in {tree}" in proc.stdout
+
+
+def test_judge_refuses_a_plain_target_where_the_kernels_need_the_arch_specific_one():
+    # xformers 0.0.32/0.0.33's bundled FA3 got plain sm_90 for a 9.0 request: nvcc compiles it, but
+    # the wgmma kernels become traps. The recipe's table says 9.0a.
+    fa3 = {"xformers.flash_attn_3._C": parse_arch_list("8.0;9.0a")}
+    plain = report(("xformers.flash_attn_3._C", ["sm_80", "sm_90"], []))
+    v = judge(plain, recipe_name="xformers", version_label="0.0.33.post2", requested=parse_arch_list("8.0;9.0"),
+              nvcc=Version("13.0"), extension_archs=fa3)
+    assert not v.ok
+    assert any("flash_attn_3._C would be compiled for sm_90: its kernels need sm_90a" in r and "ask for 9.0a" in r
+               for r in v.refusals), v.refusals
+    routed = report(("xformers.flash_attn_3._C", ["sm_80", "sm_90a"], []))
+    v = judge(routed, recipe_name="xformers", version_label="0.0.33.post2", requested=parse_arch_list("8.0;9.0a"),
+              nvcc=Version("13.0"), extension_archs=fa3)
+    assert v.ok, v.refusals
+
+
+def test_ld_queries_are_not_links():
+    assert not imagegen_audit._producing("ld", ["--help"]) and not imagegen_audit._producing("ld", ["-v"])
+    assert imagegen_audit._producing("ld", ["-shared", "a.o", "-o", "x.so"])
+    assert imagegen_audit._producing("ld", ["a.o", "-ox.so"])

@@ -50,8 +50,8 @@ NO_BACKEND_MARK = b"imagegen audit: no TOML reader"
 
 def _producing(tool, argv):
     """Would the real tool write a build product? (Else it is a query the real tool answers.)"""
-    if tool == "ld":
-        return True
+    if tool == "ld":  # a link writes -o FILE from objects; `ld --help` / `ld -v` (CMake's probes) are queries
+        return any(a == "-o" or (a.startswith("-o") and len(a) > 2) or a.endswith((".o", ".a", ".so")) for a in argv)
     if any(a in ("-E", "-M", "-MM") for a in argv) and "-c" not in argv:
         return False
     return "-c" in argv or "-shared" in argv or "-o" in argv or "-dlink" in argv or "--device-link" in argv \

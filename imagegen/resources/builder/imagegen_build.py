@@ -1156,7 +1156,7 @@ def _run_audit_build(cmd, env, cwd, timeout):
         return -1, (exc.stdout or b"") + b"\n[imagegen] audit: timed out"
 
 
-_ERROR_LINE = re.compile(r"(?i)(\berror\b|RuntimeError|AssertionError|Exception:|Traceback)")
+_ERROR_LINE = re.compile(r"(?i)(\berror\b|\w+Error:|Exception:|Traceback)")
 
 
 def _error_lines(text):
