@@ -18,6 +18,7 @@ import math
 import os
 import re
 import stat
+import unicodedata
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -54,6 +55,18 @@ MAX_SCRIPT = 64 * 1024
 def _quoted(value: Any) -> str:
     """A value as an error message shows it: bounded, escaped, never expanded (safety.describe)."""
     return safety.describe(value, _MAX_QUOTED)
+
+
+def _hidden_character(text: str) -> str | None:
+    """The first control or format character of ``text`` (ESC, NUL, a bidi override, a zero-width
+    character), other than tab, newline and carriage return: recipe text that a terminal would obey
+    or display reordered (``imagegen recipes`` prints descriptions as they are)."""
+    if text.isascii() and text.isprintable():
+        return None
+    for c in text:
+        if c not in "\t\n\r" and unicodedata.category(c) in ("Cc", "Cf"):
+            return c
+    return None
 
 
 def _key_text(key: Any) -> str:
@@ -312,9 +325,15 @@ class _Reader:
             raise self.error(f"expected a string, got {_quoted(value)}", key)
         if len(value) > max_len:
             raise self.error(f"{_quoted(value)} is {len(value)} characters long; at most {max_len}", key)
+        self.no_hidden(value, key)
         if pattern is not None and not pattern.fullmatch(value):
             raise self.error(f"{_quoted(value)} is not allowed here (must match {pattern.pattern})", key)
         return value
+
+    def no_hidden(self, value: str, key: Any) -> None:
+        c = _hidden_character(value)
+        if c is not None:
+            raise self.error(f"{_quoted(value)} contains the control character {printable(c)}; write plain text", key)
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -891,7 +910,10 @@ def _project_name_version(root: Path) -> tuple[str, str]:
         version = str(project.get("version") or version)
     setup = root / "setup.py"
     if setup.is_file():
-        text = setup.read_text(encoding="utf-8", errors="replace")
+        try:  # a regular file of this tree only (not a FIFO, nor a symlink to elsewhere)
+            text = safety.read_regular_file(setup, limit=MAX_PATCH_BYTES, inside=root).decode("utf-8", "replace")
+        except safety.Unreadable:
+            text = ""
         m = re.search(r"""name\s*=\s*["']([A-Za-z0-9_.\-]+)["']""", text)
         if m and name == root.name:
             name = m.group(1)

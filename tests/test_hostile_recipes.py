@@ -632,3 +632,34 @@ def test_fuzz_hostile_recipe_directories(case):
             text = rendered.read_text(encoding="utf-8")
             assert "root:x:0:0" not in text
             assert _instructions(text) == clean  # the template's instructions, none added or lost
+
+
+def test_a_source_tree_reads_its_setup_py_only_inside_the_tree(tmp_path):
+    from imagegen.recipes import recipe_from_source_tree
+
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "setup.py").write_text('setup(name="leaked-name", version="6.6.6")\n')
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "setup.py").symlink_to(tmp_path / "outside" / "setup.py")
+    r = recipe_from_source_tree(project)
+    assert r.name == "project" and r.default_version == "0.0.0"
+    (project / "setup.py").unlink()
+    (project / "setup.py").write_text('setup(name="inside", version="1.2.3")\n')
+    r = recipe_from_source_tree(project)
+    assert r.name == "inside" and r.default_version == "1.2.3"
+
+
+@pytest.mark.parametrize("field", ["description", "notes", "reason", "gpu_check"])
+def test_recipe_text_with_terminal_controls_is_refused(tmp_path, field):
+    evil = '"ok \\e[31mred \\u202eexe.txt"'
+    text = {
+        "description": BASE.replace('description: "a demo"', f"description: {evil}"),
+        "notes": BASE.replace("    ref: v1.0\n", f"    ref: v1.0\n    notes: {evil}\n"),
+        "reason": BASE + f"obsolete_patches: [{{name: a, reason: {evil}}}]\n",
+        "gpu_check": BASE.replace("  imports: [demo]\n", f"  imports: [demo]\n  gpu_check: {evil}\n"),
+    }[field]
+    d = recipe_dir(tmp_path, text)
+    code, out, err = run("recipes", "--recipe-dir", str(d))
+    line = one_error(code, err)
+    assert "control character \\x1b" in line and "\x1b" not in out
