@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cell_args(p, many=True)
     p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
     p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging, logs and bake files (default: .imagegen)")
-    p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date")
+    p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date; replace a wheel of the same cell built for other archs (same file name)")
     p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from free RAM and cores)")
     p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
     p.add_argument("--builder", action="append", default=[], help="buildx builder to run on (default: the current"
@@ -790,13 +790,27 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
 
     cell, host = _native_cell(args, config, cat)
     if args.print_env:
+        # With the audit, the MAX_JOBS printed is the one the build will use (sized from the audit).
         print(json.dumps(native.build_env_native(cell, host, work=args.work, max_jobs=args.max_jobs,
-                                                 nvcc_threads=args.nvcc_threads, src_dir=args.src_dir)))
+                                                 nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
+                                                 audit=not args.no_audit)))
         return 0
     out = args.out or config.out
-    dest = native.build_native(cell, host, out=out, work=args.work, flat=args.flat, max_jobs=args.max_jobs,
-                               nvcc_threads=args.nvcc_threads, src_dir=args.src_dir, verbose_build=args.verbose_build,
-                               audit=not args.no_audit)
+    if not args.flat:
+        from imagegen import collect
+        from imagegen.execute import replace_refusal
+
+        other = collect.replaced(Path(out), cell)
+        if other and not args.force:
+            raise UsageError(replace_refusal(cell, other))
+        if other:
+            print(f"--force: the new wheel replaces {other}", file=sys.stderr)
+    from imagegen.interrupt import stopping_children
+
+    with stopping_children():  # a signal to imagegen ends the compile it started
+        dest = native.build_native(cell, host, out=out, work=args.work, flat=args.flat, max_jobs=args.max_jobs,
+                                   nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
+                                   verbose_build=args.verbose_build, audit=not args.no_audit)
     print(dest)
     return 0
 
