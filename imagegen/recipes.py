@@ -602,6 +602,9 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         raise r.error("expected a mapping of version -> {ref, commit, archs, ...}", "versions")
     versions: dict[str, RecipeVersion] = {}
     for key, entry in versions_raw.items():
+        if isinstance(key, float):  # YAML reads 1.10 as the number 1.1: the label would silently change
+            raise r.error(f"version label {_quoted(key)} is a number in YAML (1.10 would read as 1.1):"
+                          " quote it, e.g. \"1.10\"", "versions")
         key = r.scalar_text(key, "versions")
         if not isinstance(key, str) or not safety.VERSION_LABEL.fullmatch(key):
             raise r.error(f"bad version label {_quoted(key)}", "versions")

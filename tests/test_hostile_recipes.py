@@ -663,3 +663,15 @@ def test_recipe_text_with_terminal_controls_is_refused(tmp_path, field):
     code, out, err = run("recipes", "--recipe-dir", str(d))
     line = one_error(code, err)
     assert "control character \\x1b" in line and "\x1b" not in out
+
+
+def test_a_version_label_written_as_a_float_is_refused(tmp_path):
+    # `1.10:` is the number 1.1 to YAML: the label would silently change.
+    from imagegen.errors import RecipeError
+
+    (tmp_path / "r.yaml").write_text(
+        "schema: 1\nname: r\nsource: {git: 'https://example.com/r.git'}\nversions:\n"
+        "  1.10: {ref: v1.10, commit: '0123456789abcdef0123456789abcdef01234567', archs: ['9.0']}\n"
+        "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch}\nsmoke: {imports: [r]}\n")
+    with pytest.raises(RecipeError, match=r"version label 1\.1 is a number in YAML .*quote it"):
+        load_recipe_file(tmp_path / "r.yaml")
