@@ -206,7 +206,8 @@ def _bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs
         from python_on_whales.exceptions import DockerException
     except ImportError as exc:  # pragma: no cover - a broken install
         raise EngineError(f"python-on-whales is not importable: {exc}") from None
-    docker = DockerClient()
+    context, builder = builder_or_context(builder)
+    docker = DockerClient(context=context) if context else DockerClient()
     logs.sole = cell_of(targets[0]) if len(targets) == 1 else None
     try:
         stream = docker.buildx.bake(targets=targets, files=[str(file)], set=sets, progress="plain",
@@ -238,6 +239,21 @@ def _bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs
         if exc.__class__.__name__ == "ClientNotFoundError":
             raise EngineError("the docker CLI is not installed (or use --native on a host without Docker)") from None
         raise
+
+
+def builder_or_context(builder: str | None) -> tuple[str | None, str | None]:
+    """(docker context, buildx builder) for a ``--builder`` name. `docker buildx ls` lists every
+    docker context as a builder (docker driver), but `buildx bake --builder CONTEXT` only works with
+    --print: a build says "use `docker --context=CONTEXT buildx`". So a context name is run that way."""
+    if not builder:
+        return None, None
+    try:
+        proc = subprocess.run(["docker", "context", "ls", "--format", "{{.Name}}"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None, builder
+    contexts = {line.strip().rstrip(" *") for line in proc.stdout.splitlines()} if proc.returncode == 0 else set()
+    return (builder, None) if builder in contexts else (None, builder)
 
 
 def default_ca_bundle() -> str | None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 from imagegen import __version__, collect, interrupt, jobs
 from imagegen.bake import build_definition, to_json
 from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.execute import CellResult, bake_data, new_run_dir, replace_refusal
+from imagegen.execute import CellResult, bake_data, builder_or_context, new_run_dir, replace_refusal
 from imagegen.plan import Cell, Plan
 from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
                                registry_host)
@@ -91,7 +91,9 @@ def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, 
     bake_file.write_text(to_json(data))
     metadata = run_dir / "metadata.json"
     log_path = run_dir / "bake.log"
-    cmd = ["docker", "buildx", "bake", "-f", str(bake_file), "--progress", "plain", "--metadata-file", str(metadata)]
+    context, builder = builder_or_context(builder)  # a docker context is run as `docker --context X buildx`
+    cmd = ["docker", *(["--context", context] if context else []), "buildx", "bake", "-f", str(bake_file),
+           "--progress", "plain", "--metadata-file", str(metadata)]
     if builder:
         cmd += ["--builder", builder]
     cmd += [t.name for t in definition.targets]

@@ -52,6 +52,10 @@ def test_matrix_is_split_across_two_builders(second_builder, tmp_path):
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert "splitting 2 cell(s) over 2 builders: default (1), imagegen-second (1)" in proc.stderr
     assert f"on builder {second_builder}" in proc.stderr and "on builder default" in proc.stderr
+    # Each builder really built its cell: the broken kernel failed in its compiler on the second one
+    # (a docker context as --builder is run as `docker --context X buildx bake`), not in bake.
+    assert "broken.cu(4): error: expected a declaration" in proc.stdout, proc.stdout[-3000:]
+    assert "[broken-kernel-0_1_0-torch2_11-cu130-py311] audit (" in proc.stderr
     logs = {p.parent.name for p in (tmp_path / "work" / "runs").glob("*/logs/*/*.log")}
     assert logs == {"default", second_builder}
     assert len(list((tmp_path / "out" / "tiny-kernel-0.1.0").rglob("*.whl"))) == 1
