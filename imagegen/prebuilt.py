@@ -214,7 +214,7 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
         use = ref
     verdict = None
     if audit:
-        verdict, refused = _audit_in_image(cell, use, work=run_dir, gpu_args=gpu_args, say=say)
+        verdict, refused = _audit_in_image(cell, use, work=run_dir, say=say)
         if refused is not None:
             return refused
     return _run_builder(cell, use, out=out, work=run_dir, inputs=inputs, gpu_args=gpu_args,
@@ -247,7 +247,7 @@ def _run_container(cmd: list[str], log_path: Path) -> subprocess.CompletedProces
             return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
-def _audit_in_image(cell: Cell, image: str, *, work: Path, gpu_args: list[str],
+def _audit_in_image(cell: Cell, image: str, *, work: Path,
                     say: Say) -> "tuple[Verdict | None, CellResult | None]":
     """Run the image's audit step (the package's own build with stand-in compilers, seconds) for the
     cell's archs and judge it: (verdict, None) when the build may go on, (verdict or None, failed
@@ -261,7 +261,9 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path, gpu_args: list[str],
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{cell.name}.audit.log"
-    cmd = ["docker", "run", "--rm", *container_args(cell), *gpu_args, "-v", f"{stage}:/out",
+    # No --gpus: the audit compiles nothing and is told the archs (a host whose Docker cannot hand
+    # out GPUs hears so from the compile step, once, with what to install).
+    cmd = ["docker", "run", "--rm", *container_args(cell), "-v", f"{stage}:/out",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", image, "audit", "--out", "/out/audit.json"]
     say(f"[{cell.name}] auditing in {image}: the package's own build with stand-in compilers")
     proc = _run_container(cmd, log_path)
