@@ -156,6 +156,12 @@ class Verdict:
             lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
         return "\n".join(lines)
 
+    def findings(self, *, refusals: bool = True) -> list[str]:
+        """The judgement as labelled lines ("refused: ...", "warning: ...", "note: ..."), as every
+        place that shows a verdict prints them."""
+        return ([f"refused: {r}" for r in self.refusals] if refusals else []) \
+            + [f"warning: {w}" for w in self.warnings] + [f"note: {n}" for n in self.notes]
+
     def as_dict(self) -> dict:
         """What the manifest and `plan --audit --json` record."""
         return {

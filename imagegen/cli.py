@@ -740,14 +740,8 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
                 print(f"{cell.describe()}: AUDIT FAILED: {error}")
                 continue
             print(f"{cell.describe()}: {'buildable' if verdict.ok else 'REFUSED'} (audit {verdict.report.seconds:.1f} s)")
-            for line in verdict.table().splitlines():
+            for line in (*verdict.table().splitlines(), *verdict.findings()):
                 print(f"  {line}")
-            for line in verdict.refusals:
-                print(f"  refused: {line}")
-            for line in verdict.warnings:
-                print(f"  warning: {line}")
-            for line in verdict.notes:
-                print(f"  note: {line}")
     refused = [(cell, verdict) for cell, verdict, _ in audited if verdict is not None and not verdict.ok]
     failed = [cell for cell, verdict, _ in audited if verdict is None]
     if len(audited) == 1 and refused:
@@ -798,13 +792,11 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
     out = args.out or config.out
     if not args.flat:
         from imagegen import collect
-        from imagegen.execute import replace_refusal
 
-        other = collect.replaced(Path(out), cell)
-        if other and not args.force:
-            raise UsageError(replace_refusal(cell, other))
-        if other:
-            print(f"--force: the new wheel replaces {other}", file=sys.stderr)
+        refused = collect.replacement_refused(Path(out), cell, force=args.force,
+                                              say=lambda m: print(m, file=sys.stderr))
+        if refused:
+            raise UsageError(refused)
     from imagegen.interrupt import stopping_children
 
     with stopping_children():  # a signal to imagegen ends the compile it started

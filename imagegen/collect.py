@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from imagegen.plan import Cell
 
@@ -76,14 +77,37 @@ def replaced(out: Path, cell: Cell) -> str | None:
     return f"{wheel} (built for archs {str(entry.get('archs'))[:200]})"
 
 
+def replacement_refused(out: Path, cell: Cell, *, force: bool, say: Callable[[str], None]) -> str | None:
+    """Why building ``cell`` into ``out`` must not go on (it would silently replace a wheel built
+    for other archs), or None: nothing to replace, or --force, which replaces it and says so."""
+    other = replaced(out, cell)
+    if other is None:
+        return None
+    if force:
+        say(f"--force: the new wheel replaces {other}")
+        return None
+    return (f"{other} would be replaced by the wheel for archs {cell.archs} (same file name): build into"
+            " another --out to keep both, or --force to replace it")
+
+
+def _copy_atomic(src: Path, dest: Path) -> None:
+    """Copy under a hidden temp name of this process (two runs publishing at once share none), then
+    rename: no reader sees half a file, and an interrupted copy leaves nothing behind."""
+    tmp = dest.parent / f".{dest.name}.{os.getpid()}.partial"
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def keep_log(out: Path, cell: Cell, log: Path) -> Path:
     """Copy a cell's build log into ``out/logs`` (the work folder is temporary) and return the copy."""
     keep = out / "logs"
     keep.mkdir(parents=True, exist_ok=True)
     dest = keep / f"{cell.name}.log"
-    tmp = keep / f".{cell.name}.log.partial"
-    shutil.copyfile(log, tmp)
-    os.replace(tmp, dest)
+    _copy_atomic(log, dest)
     return dest
 
 
@@ -104,13 +128,7 @@ def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) ->
     folder = cell_dir(out, cell)
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / wheel.name
-    tmp = folder / f".{wheel.name}.{os.getpid()}.partial"  # two runs publishing at once: no shared temp file
-    try:
-        shutil.copyfile(wheel, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    _copy_atomic(wheel, dest)
     manifest = read_manifest(folder)
     manifest["schema"] = 1
     manifest["cells"][cell.name] = {

@@ -14,6 +14,7 @@ that passed verification is published (atomically) into the output folder.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -247,13 +248,18 @@ def builder_or_context(builder: str | None) -> tuple[str | None, str | None]:
     --print: a build says "use `docker --context=CONTEXT buildx`". So a context name is run that way."""
     if not builder:
         return None, None
+    return (builder, None) if builder in _docker_contexts() else (None, builder)
+
+
+@functools.lru_cache(maxsize=1)
+def _docker_contexts() -> frozenset[str]:
+    """The docker contexts' names, asked once per run (every bake of every batch needs them)."""
     try:
         proc = subprocess.run(["docker", "context", "ls", "--format", "{{.Name}}"], capture_output=True, text=True,
                               timeout=60)
     except (OSError, subprocess.SubprocessError):
-        return None, builder
-    contexts = {line.strip().rstrip(" *") for line in proc.stdout.splitlines()} if proc.returncode == 0 else set()
-    return (builder, None) if builder in contexts else (None, builder)
+        return frozenset()
+    return frozenset(line.strip().rstrip(" *") for line in proc.stdout.splitlines()) if proc.returncode == 0 else frozenset()
 
 
 def default_ca_bundle() -> str | None:
@@ -285,11 +291,6 @@ def bake_data(definition: BakeDefinition, run_dir: Path, ca_bundle: str | None) 
     ca = str(Path(ca).resolve())
     data["variable"]["IMAGEGEN_PIP_CERT"]["default"] = ca
     return data, ca
-
-
-def replace_refusal(cell: Cell, other: str) -> str:
-    return (f"{other} would be replaced by the wheel for archs {cell.archs} (same file name): build into"
-            " another --out to keep both, or --force to replace it")
 
 
 @dataclass
@@ -365,13 +366,11 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
             results[cell.name] = CellResult(cell, "up-to-date", wheel=existing)
             say(f"[{cell.name}] up to date: {existing}")
             continue
-        other = collect.replaced(out, cell)
-        if other and not force:
-            results[cell.name] = CellResult(cell, "failed", error=replace_refusal(cell, other))
-            say(f"[{cell.name}] {results[cell.name].error}")
+        refused = collect.replacement_refused(out, cell, force=force, say=lambda m, c=cell: say(f"[{c.name}] {m}"))
+        if refused:
+            results[cell.name] = CellResult(cell, "failed", error=refused)
+            say(f"[{cell.name}] {refused}")
             continue
-        if other:
-            say(f"[{cell.name}] --force: the new wheel replaces {other}")
         todo.append(cell)
     if not todo:
         return [results[c.name] for c in plan.buildable]
@@ -472,12 +471,8 @@ def say_verdict(cell: Cell, verdict: "Verdict", say: Callable[[str], None]) -> N
     say(f"[{cell.name}] audit ({seconds:.1f} s): {'ok' if verdict.ok else 'REFUSED'}; what the build would compile:")
     for line in verdict.table().splitlines():
         say(f"[{cell.name}]   {line}")
-    for line in verdict.refusals:
-        say(f"[{cell.name}] audit: refused: {line}")
-    for line in verdict.warnings:
-        say(f"[{cell.name}] audit: warning: {line}")
-    for line in verdict.notes:
-        say(f"[{cell.name}] audit: note: {line}")
+    for line in verdict.findings():
+        say(f"[{cell.name}] audit: {line}")
 
 
 def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> None:

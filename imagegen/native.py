@@ -229,10 +229,8 @@ def _audit(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: 
     report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env)
     verdict = audit.judge_cell(report, cell)
     say(f"audit ({report.seconds:.1f} s): what the build would compile\n" + verdict.table())
-    for line in verdict.warnings:
-        say(f"audit: warning: {line}")
-    for line in verdict.notes:
-        say(f"audit: note: {line}")
+    for line in verdict.findings(refusals=False):  # a refusal is raised by the caller, with its cell
+        say(f"audit: {line}")
     return verdict
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 from imagegen import __version__, collect, interrupt, jobs
 from imagegen.bake import build_definition, to_json
 from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.execute import CellResult, bake_data, builder_or_context, new_run_dir, replace_refusal
+from imagegen.execute import CellResult, bake_data, builder_or_context, new_run_dir
 from imagegen.plan import Cell, Plan
 from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
                                registry_host)
@@ -193,12 +193,10 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
     if existing:
         say(f"[{cell.name}] up to date: {existing}")
         return CellResult(cell, "up-to-date", wheel=existing)
-    other = collect.replaced(out, cell)
-    if other and not force:
-        say(f"[{cell.name}] {replace_refusal(cell, other)}")
-        return CellResult(cell, "failed", error=replace_refusal(cell, other))
-    if other:
-        say(f"[{cell.name}] --force: the new wheel replaces {other}")
+    refused = collect.replacement_refused(out, cell, force=force, say=lambda m: say(f"[{cell.name}] {m}"))
+    if refused:
+        say(f"[{cell.name}] {refused}")
+        return CellResult(cell, "failed", error=refused)
     ref = image_ref(cell, registry)
     use = lock.builder_images.get(ref, ref)
     try:
