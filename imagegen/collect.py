@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from imagegen.outputs import new_file_mode
 from imagegen.plan import Cell
 
 MANIFEST = "manifest.json"
@@ -42,14 +43,6 @@ def read_manifest(folder: Path) -> dict:
         return {"schema": 1, "cells": {}}
 
 
-def _umask_mode() -> int:
-    """The mode a plain open() would give a new file (0644 under the usual umask): mkstemp's 0600
-    would hide a manifest from the web server or team that serves the wheelhouse."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def _write_json_atomic(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
@@ -57,7 +50,7 @@ def _write_json_atomic(path: Path, data: dict) -> None:
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2, sort_keys=True)
             fh.write("\n")
-        os.chmod(tmp, _umask_mode())
+        os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the wheelhouse is served
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -33,10 +33,12 @@ def shown(path: object, limit: int = 120) -> str:
     return out if len(out) <= limit else out[:limit - 3] + "..."
 
 
-def _umask() -> int:
+def new_file_mode() -> int:
+    """The mode a plain open() gives a new file under this process's umask (0644 usually), not
+    mkstemp's 0600 (which would hide a written file from a web server or a team)."""
     mask = os.umask(0o022)
     os.umask(mask)
-    return mask
+    return 0o666 & ~mask
 
 
 def resolve_target(path: str | os.PathLike, what: str = "output file") -> Path:
@@ -89,7 +91,7 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, what: str = "output
             old = os.stat(target)
         except FileNotFoundError:
             old = None
-        mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
+        mode = stat.S_IMODE(old.st_mode) if old is not None else new_file_mode()
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
