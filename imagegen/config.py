@@ -39,14 +39,15 @@ FLAVORS = ("runpod", "manylinux", "cuda", "pypi")
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; a larger one is a mistake
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path, *, inside: Path | None = None) -> dict[str, Any]:
+    """A TOML file: a regular file of at most MAX_CONFIG_BYTES (a FIFO or device is refused without
+    blocking), and with ``inside`` (a source tree from someone else) one that lies in that tree."""
+    from imagegen import safety
+
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 10} KiB: not a config file")
+        data = safety.read_regular_file(path, limit=MAX_CONFIG_BYTES, inside=inside)
+    except safety.Unreadable as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

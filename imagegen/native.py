@@ -30,6 +30,8 @@ from imagegen import collect, compat, jobs
 from imagegen.arch import ArchList
 from imagegen.compat import BaseImage
 from imagegen.errors import BuildError, CompatError, EngineError
+from imagegen.outputs import shown
+from imagegen.safety import os_reason
 from imagegen.plan import Cell, native_cell
 from imagegen.recipes import Recipe, RecipeVersion
 from imagegen.render import audit_script, builder_script, cell_document, inputs_hash
@@ -117,11 +119,18 @@ def probe(python_exe: str | None = None) -> HostToolchain:
     try:
         raw = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
-        raise EngineError(f"Python interpreter {exe} not found") from None
+        raise EngineError(f"Python interpreter {shown(exe)} not found") from None
+    except OSError as exc:  # not executable, a directory, a symlink loop, a name too long
+        raise EngineError(f"cannot run Python interpreter {shown(exe)}: {os_reason(exc)}") from None
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"Python interpreter {shown(exe)} did not answer within 120 s") from None
     try:
         info = json.loads(raw.stdout.strip().splitlines()[-1])
+        if not isinstance(info, dict) or not isinstance(info.get("python"), str):
+            raise ValueError(info)
     except (ValueError, IndexError):
-        raise EngineError(f"cannot run {exe}: {raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else 'no output'}") from None
+        last = raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "no output"
+        raise EngineError(f"cannot run {shown(exe)} as Python: {shown(last, 160)}") from None
     cuda_home = info.get("cuda_home")
     nvcc = nvcc_version(cuda_home)
     return HostToolchain(python_exe=exe, python=info["python"], torch=info.get("torch"), torch_cuda=info.get("torch_cuda"),

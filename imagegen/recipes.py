@@ -906,8 +906,10 @@ def _project_name_version(root: Path) -> tuple[str, str]:
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         try:
-            project = read_toml(pyproject).get("project", {})
+            project = read_toml(pyproject, inside=root).get("project", {})
         except ImagegenError:
+            project = {}
+        if not isinstance(project, dict):  # `project = 5`: not PEP 621 metadata
             project = {}
         name = str(project.get("name") or name)
         version = str(project.get("version") or version)

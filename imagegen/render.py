@@ -267,20 +267,3 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         cell_json=_Raw(cell_json),
     )
     return Rendered(cell=cell, dockerfile=text, cell_json=doc, inputs_hash=digest)
-
-
-def write_output(text: str, out: str | None) -> None:
-    """Write to a file atomically, or to stdout when ``out`` is None or '-'."""
-    import os
-    import sys
-    import tempfile
-
-    if out in (None, "-"):
-        sys.stdout.write(text)
-        return
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)

@@ -746,3 +746,44 @@ def test_fuzz_hostile_values(world, case, raw):
         return
     with _stubs():
         _drive(world, command, option, how, _value(world, raw))
+
+
+def test_native_probe_turns_every_failure_to_run_python_into_an_engine_error(tmp_path):
+    # The CLI checks --python-exe first; the library call is guarded as well (doctor, build --native).
+    from imagegen import native
+    from imagegen.errors import EngineError
+    not_python = tmp_path / "not-python"
+    not_python.write_text("#!/bin/sh\necho 'no json here' >&2\n")
+    not_python.chmod(0o755)
+    wrong_json = tmp_path / "wrong-json"
+    wrong_json.write_text("#!/bin/sh\necho '[1, 2]'\n")
+    wrong_json.chmod(0o755)
+    for exe in (str(tmp_path), str(not_python), str(wrong_json), "p" * 5000, "/nonexistent/python"):
+        with pytest.raises(EngineError) as info:
+            native.probe(exe)
+        assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+def test_config_files_are_read_as_bounded_regular_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "fifo.toml")
+    code, _, err = run("plan", "sage", "--config", "fifo.toml")  # no hang on a FIFO
+    assert code == 2 and "not a regular file" in one_error(err)
+    (tmp_path / "big.toml").write_text("# x\n" * (300 << 10))
+    code, _, err = run("plan", "sage", "--config", "big.toml")
+    assert code == 2 and "at most" in one_error(err)
+
+
+def test_a_source_trees_pyproject_is_read_only_inside_the_tree(tmp_path):
+    from imagegen.recipes import recipe_from_source_tree
+    secret = tmp_path / "elsewhere.toml"
+    secret.write_text('[project]\nname = "stolen-name"\nversion = "6.6.6"\n')
+    tree = tmp_path / "proj"
+    tree.mkdir()
+    (tree / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    (tree / "pyproject.toml").symlink_to(secret)
+    recipe = recipe_from_source_tree(tree)
+    assert "stolen" not in recipe.name and recipe.default_version != "6.6.6"
+    (tree / "pyproject.toml").unlink()
+    (tree / "pyproject.toml").write_text("project = 5\n")  # not PEP 621 metadata: ignored, no crash
+    assert recipe_from_source_tree(tree).name == "proj"

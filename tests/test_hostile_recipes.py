@@ -371,14 +371,25 @@ def test_bad_recipe_dir(tmp_path, make):
     assert "recipe directory" in line
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-def test_unreadable_recipe_dir(tmp_path):
-    d = tmp_path / "locked"
-    d.mkdir(mode=0)
+def test_unreadable_recipe_dir():
+    # Root reads any directory, so as root the CLI runs as `nobody` (setpriv drops the ids), in a
+    # folder that user can reach: the check is the same either way, never skipped.
+    top = Path(tempfile.mkdtemp(prefix="imagegen-unreadable-", dir="/tmp"))
     try:
-        assert "permission denied" in one_error(*plan(d, "sage")[::2])
+        top.chmod(0o755)
+        d = top / "locked"
+        d.mkdir(mode=0)
+        argv = [str(IMAGEGEN), "plan", "sage", "--recipe-dir", str(d), *CELL]
+        if os.geteuid() == 0:
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "HOME": str(top)}, cwd=top)
+        assert proc.returncode == 2, proc.stderr
+        assert "permission denied" in one_error(proc.returncode, proc.stderr)
     finally:
-        d.chmod(0o700)
+        (top / "locked").chmod(0o700)
+        import shutil
+        shutil.rmtree(top)
 
 
 # --------------------------------------------------------------------------------------------

@@ -209,3 +209,74 @@ def test_gpus_all_on_an_engine_without_the_nvidia_toolkit_is_one_clear_line(proj
     assert last.startswith("imagegen: error: docker cannot give containers the GPUs (--gpus all)")
     assert "NVIDIA Container Toolkit" in last and "--gpus none" in last
     assert not list((tmp_path / "out").rglob("*.whl"))
+
+
+class _NotARegistry:
+    """A plain HTTP server on loopback that answers 404 everywhere (a web server, not a registry)."""
+
+    def __enter__(self):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the stdlib's name)
+                self.send_response(404)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _push_refused(project, registry_ns: str, tmp_path: Path, env: dict) -> subprocess.CompletedProcess:
+    """`imagegen push` to ``registry_ns``; asserts it failed before building anything: one error line,
+    no bake file in its work folder, no builder image tagged for that registry."""
+    work = tmp_path / "work"
+    proc = run(IMAGEGEN, "push", *CELL, "--base-image", project["base"], "--registry", registry_ns,
+               "--work", str(work), cwd=project["root"], env=env)
+    assert proc.returncode == 7, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("imagegen: error: "), proc.stderr
+    written = [p for p in work.rglob("*") if p.is_file()] if work.exists() else []
+    assert not written, written
+    ref = f"{registry_ns}/imagegen-tiny-kernel:0.1.0-torch2.11-cu130-py311-pypi"
+    assert run("docker", "image", "inspect", ref, cwd=ROOT).returncode != 0, f"{ref} was built"
+    return proc
+
+
+def test_push_to_an_unreachable_registry_fails_before_building(project, tmp_path):
+    proc = _push_refused(project, "127.0.0.1:9/ml", tmp_path, project["env"])
+    assert "registry 127.0.0.1:9 is not reachable" in proc.stderr and "check the address" in proc.stderr
+
+
+def test_push_to_a_server_that_is_not_a_registry_fails_before_building(project, tmp_path):
+    with _NotARegistry() as host:
+        proc = _push_refused(project, f"{host}/ml", tmp_path, project["env"])
+    assert f"{host} does not serve the registry API" in proc.stderr and "answered 404" in proc.stderr
+
+
+def test_push_with_a_wrong_password_fails_before_building(project, registry, tmp_path):
+    # The real registry (htpasswd auth) sees a stored user with the wrong password; `docker login`
+    # would refuse to store it, so the docker config is written as a stale login leaves it.
+    import base64
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    auth = base64.b64encode(f"{registry.user}:not-the-password".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
+    proc = _push_refused(project, f"{registry.host}/ml", tmp_path, {**project["env"], "DOCKER_CONFIG": str(config)})
+    assert f"{registry.host} refused the credentials" in proc.stderr and "docker login" in proc.stderr
+
+
+def test_push_without_a_login_fails_before_building(project, registry, tmp_path):
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    proc = _push_refused(project, f"{registry.host}/ml", tmp_path, {**project["env"], "DOCKER_CONFIG": str(config)})
+    assert f"{registry.host} refused the credentials" in proc.stderr and "docker login" in proc.stderr
