@@ -25,7 +25,8 @@ from imagegen.arch import ArchList, parse_arch_list
 from imagegen.config import FLAVORS, Config, load_config
 from imagegen.errors import BuildError, CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.plan import BUILDABLE, MatrixRequest, Plan, choose_cell, defaults, expand
-from imagegen.recipes import Catalogue, Recipe, RecipeVersion, load_catalogue, looks_like_path, recipe_from_source_tree
+from imagegen.recipes import (FETCH_KINDS, Catalogue, Recipe, RecipeVersion, fetched_from, load_catalogue, looks_like_path,
+                              recipe_from_source_tree)
 from imagegen.outputs import shown, write_output
 from imagegen.render import render_dockerfile
 
@@ -52,6 +53,8 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--flavor", choices=FLAVORS, help="builder base-image family (default: runpod)")
     p.add_argument("--base-image", help="use this base image instead of the flavor's catalogue image")
     p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default)")
+    p.add_argument("--fetch", choices=FETCH_KINDS, help="where the source comes from: git (default) or the version's"
+                   " sdist pinned by sha256 (PyPI, where the git host cannot be reached)")
     p.add_argument("--source", type=Path, **kw, help="build a local project tree (setup.py / pyproject.toml) as a recipe"
                    + (" (repeatable)" if many else ""))
 
@@ -256,7 +259,8 @@ def _catalogue(args: argparse.Namespace, config: Config) -> Catalogue:
     return load_catalogue(tuple(config.recipe_dirs) + tuple(args.recipe_dir))
 
 
-def _resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None) -> tuple[Recipe, RecipeVersion]:
+def _resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None,
+             fetch: str | None = None) -> tuple[Recipe, RecipeVersion]:
     if source is not None and name is not None:
         raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
     if source is not None:
@@ -267,7 +271,7 @@ def _resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versi
         recipe = recipe_from_source_tree(Path(name))
     else:
         recipe = cat.get(name)
-    return recipe, recipe.version(wanted_version)
+    return fetched_from(recipe, recipe.version(wanted_version), fetch)
 
 
 def _lock(args: argparse.Namespace):
@@ -392,7 +396,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = _config(args)
     cat = _catalogue(args, config)
     _render_flags(args)
-    recipe, version = _resolve(cat, args.recipe, args.source, args.recipe_version)
+    recipe, version = _resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch)
     archs = parse_arch_list(args.arch or config.matrix.arch or defaults()["matrix"]["arch"])
     if args.shell:
         return _render_windows(args, argv, recipe, version, archs)
@@ -462,8 +466,8 @@ def _matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixR
     names = args.recipes or ([] if sources else list(config.matrix.recipes) or cat.names())
     pairs, seen = [], set()
     # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
-    for recipe, version in [_resolve(cat, n, None, args.recipe_version) for n in names] \
-            + [_resolve(cat, None, source, None) for source in sources]:
+    for recipe, version in [_resolve(cat, n, None, args.recipe_version, args.fetch) for n in names] \
+            + [_resolve(cat, None, source, None, args.fetch) for source in sources]:
         key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
         if key not in seen:
             seen.add(key)
@@ -763,7 +767,7 @@ def _native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     if len(args.arch or []) > 1:
         raise UsageError("--native takes one --arch list")
     recipe, version = _resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
-                               args.recipe_version)
+                               args.recipe_version, args.fetch)
     host = native.probe(_check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
     for flag, wanted, have in (("--torch", args.torch, host.torch), ("--cuda", args.cuda, host.torch_cuda),

@@ -130,8 +130,11 @@ def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) ->
         "sha256": sha256(dest),
         "recipe": cell.recipe.name,
         "version": cell.version.version,
-        "source": {"url": cell.recipe.source_url, "ref": cell.version.ref, "commit": cell.version.commit,
-                   "path": str(cell.recipe.source_path) if cell.recipe.source_path else None},
+        "source": {"kind": cell.recipe.source_kind, "url": cell.recipe.source_url, "ref": cell.version.ref,
+                   "commit": cell.version.commit,
+                   "path": str(cell.recipe.source_path) if cell.recipe.source_path else None,
+                   **({"sha256": cell.version.sdist.sha256} if cell.recipe.source_kind == "sdist" and cell.version.sdist
+                      else {})},
         "torch": cell.torch_version,
         "cuda": cell.cuda.name,
         "python": cell.python,

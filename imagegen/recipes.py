@@ -19,7 +19,7 @@ import os
 import re
 import stat
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -156,6 +156,19 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class Sdist:
+    """A version's source distribution on PyPI (or any HTTPS host), pinned by its sha256: a source
+    reachable where the git host is not (CI, a mirror of PyPI), selected with ``--fetch sdist``."""
+
+    url: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
 class RecipeVersion:
     """One pinned version of a package: the source ref and what that ref supports."""
 
@@ -176,6 +189,7 @@ class RecipeVersion:
     extensions: Mapping[str, ArchList] = field(default_factory=dict)
     # Ranges this version needs beyond the recipe's (xformers 0.0.35: torch >= 2.10, CUDA >= 12.5).
     requires: tuple[Rule, ...] = ()
+    sdist: Sdist | None = None
 
     @property
     def pinned_ref(self) -> str:
@@ -199,7 +213,7 @@ class Recipe:
     description: str
     distribution: str
     homepage: str
-    source_kind: str  # "git" | "local"
+    source_kind: str  # "git" | "local" | "sdist" (a git recipe asked for with --fetch sdist: see fetched_from)
     source_url: str | None
     source_path: Path | None
     submodules: bool
@@ -247,6 +261,29 @@ class Recipe:
             known = ", ".join(self.versions)
             raise RecipeError(f"{self.name} has no version {_quoted(key)}; known: {known}")
         return self.versions[key]
+
+
+FETCH_KINDS = ("git", "sdist")
+
+
+def fetched_from(recipe: Recipe, version: RecipeVersion, fetch: str | None) -> tuple[Recipe, RecipeVersion]:
+    """``recipe`` and ``version`` as the build fetches them: from git (the default), or with
+    ``fetch="sdist"`` from the version's pinned source distribution. The sdist carries the same
+    recipe knowledge (arch knob, routing, patches, smoke test): the catalogue checks that its files
+    are the tagged commit's (docs/recipes.md)."""
+    if fetch in (None, "git"):
+        return recipe, version
+    if fetch != "sdist":
+        raise RecipeError(f"--fetch {_quoted(fetch)}: use one of {', '.join(FETCH_KINDS)}")
+    if recipe.source_kind == "local":
+        raise RecipeError(f"{recipe.name} is a local source tree: --fetch sdist applies to recipes with a git source")
+    if version.sdist is None:
+        have = [k for k, v in recipe.versions.items() if v.sdist is not None]
+        raise RecipeError(f"{recipe.name} {version.version} names no sdist in its recipe ({recipe.path}):"
+                          + (f" versions with one: {', '.join(have)}" if have else " fetch it from git (--fetch git)"))
+    sdist = version.sdist
+    return (replace(recipe, source_kind="sdist", source_url=sdist.url, submodules=False),
+            replace(version, ref=sdist.filename, commit=None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -518,7 +555,8 @@ BUILD_KEYS = ("force_env", "local_version_env", "jobs_env", "threads_env", "defa
               "min_torch", "max_torch", "python", "links_libcuda", "abi3")
 EXT_PARALLEL_KEYS = ("env", "max")
 SMOKE_KEYS = ("imports", "driver_imports", "gpu_check")
-VERSION_KEYS = ("ref", "commit", "archs", "emits", "min_cuda_by_arch", "patches", "extensions", "arch",
+SDIST_KEYS = ("url", "sha256")
+VERSION_KEYS = ("sdist", "ref", "commit", "archs", "emits", "min_cuda_by_arch", "patches", "extensions", "arch",
                 "env", "requires", "notes")
 PATCH_KEYS = ("file", "reason")
 OBSOLETE_PATCH_KEYS = ("name", "reason")
@@ -642,6 +680,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
             notes=v.str("notes", "", max_len=MAX_TEXT) or "",
             extensions=_extensions(v),
             requires=_requires(v),
+            sdist=_sdist(v),
         )
     default_version = r.str("default_version", next(iter(versions)))
     if default_version not in versions:
@@ -695,6 +734,15 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         obsolete_patches=tuple(obsolete),
         path=shown,
     )
+
+
+def _sdist(v: _Reader) -> Sdist | None:
+    if v.data.get("sdist") is None:
+        return None
+    sd = v.sub("sdist", keys=SDIST_KEYS)
+    url = sd.str("url", required=True, pattern=safety.SDIST_URL) or ""
+    sha256 = sd.str("sha256", required=True, pattern=safety.SHA256_HEX) or ""
+    return Sdist(url=url, sha256=sha256)
 
 
 def _check_runs_on(v: _Reader, knob: ArchKnob, archs: ArchList) -> None:

@@ -111,6 +111,9 @@ def cell_document(cell: Cell) -> dict:
         "submodules": recipe.submodules,
         "subdir": recipe.subdir,
     }
+    if recipe.source_kind == "sdist":
+        assert version.sdist is not None
+        source["sha256"] = version.sdist.sha256
     env = dict(recipe.env)
     env.update(version.env)
     return {
@@ -238,6 +241,8 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
     recipe = cell.recipe
     if recipe.source_kind == "git":
         source_desc = f"{recipe.source_url} @ {cell.version.ref} ({cell.version.pinned_ref})"
+    elif recipe.source_kind == "sdist":
+        source_desc = f"{recipe.source_url} (sha256 {cell.version.sdist.sha256})"
     else:
         source_desc = f"local tree {recipe.source_path} (named build context `source`)"
     image_name = f"imagegen-{recipe.name}:{cell.version.version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}"

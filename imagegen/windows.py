@@ -94,6 +94,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, archs: Arc
                   local_version: str | None = None, command: str = "") -> str:
     if shell not in SHELLS:
         raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
+    if recipe.source_kind == "sdist":
+        raise UnsafeValueError("a Windows script clones the recipe's git source: leave out --fetch sdist")
     if recipe.source_kind != "git":
         raise UnsafeValueError("a Windows script clones a git recipe; for a local project run pip wheel in it directly")
     env = jinja2.Environment(loader=jinja2.PackageLoader("imagegen", "templates"), undefined=jinja2.StrictUndefined,

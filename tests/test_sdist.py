@@ -1,0 +1,255 @@
+"""A recipe version's sdist (``--fetch sdist``): recipe data, what the plan and the rendered builder
+carry, and the in-build fetch against a real HTTP server on loopback: the sha256 pin, a PyPI mirror
+given as PIP_INDEX_URL, and archives that try to write outside the source folder.
+
+The catalogue recipe fetched from real PyPI is in tests/integration/test_audit.py (native) and
+tests/integration/test_engine_audit.py (inside its builder image).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from imagegen.cli import main
+from imagegen.errors import RecipeError
+from imagegen.recipes import fetched_from, load_catalogue, load_recipe_file
+from imagegen.render import builder_script
+
+ROOT = Path(__file__).resolve().parents[1]
+CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--flavor", "pypi", "--arch", "8.0;9.0"]
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0
+    return code, out.getvalue(), err.getvalue()
+
+
+# ------------------------------------------------------------------------------ recipe data and plan
+
+RECIPE = """\
+schema: 1
+name: demo
+source: {git: https://example.com/demo.git}
+versions:
+  "1.0":
+    ref: v1.0
+    archs: ["8.0", "9.0"]
+    sdist: %s
+arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}
+smoke: {imports: [demo]}
+"""
+GOOD_SDIST = "{url: https://files.example.org/packages/aa/demo-1.0.tar.gz, sha256: %s}" % ("ab" * 32)
+
+
+def recipe_file(tmp_path: Path, sdist: str) -> Path:
+    path = tmp_path / "demo.yaml"
+    path.write_text(RECIPE % sdist)
+    return path
+
+
+def test_a_version_names_its_sdist_and_fetch_sdist_selects_it(tmp_path):
+    recipe = load_recipe_file(recipe_file(tmp_path, GOOD_SDIST))
+    version = recipe.version("1.0")
+    assert version.sdist.filename == "demo-1.0.tar.gz" and version.sdist.sha256 == "ab" * 32
+    assert fetched_from(recipe, version, None) == (recipe, version)
+    assert fetched_from(recipe, version, "git") == (recipe, version)
+    r, v = fetched_from(recipe, version, "sdist")
+    assert r.source_kind == "sdist" and r.source_url == version.sdist.url and not r.submodules
+    assert v.ref == "demo-1.0.tar.gz" and v.commit is None and v.archs == version.archs
+
+
+@pytest.mark.parametrize("sdist, words", [
+    ("{url: http://files.example.org/demo-1.0.tar.gz, sha256: %s}" % ("ab" * 32), "versions.1.0.sdist.url"),
+    ("{url: https://files.example.org/demo-1.0.whl, sha256: %s}" % ("ab" * 32), "versions.1.0.sdist.url"),
+    ("{url: 'https://x.org/demo-1.0.tar.gz;rm -rf /', sha256: %s}" % ("ab" * 32), "versions.1.0.sdist.url"),
+    ("{url: https://files.example.org/demo-1.0.tar.gz, sha256: abc}", "versions.1.0.sdist.sha256"),
+    ("{url: https://files.example.org/demo-1.0.tar.gz}", "versions.1.0.sdist.sha256"),
+    ("{url: https://files.example.org/demo-1.0.tar.gz, sha256: %s, md5: x}" % ("ab" * 32), "versions.1.0.sdist.md5"),
+    ("[https://files.example.org/demo-1.0.tar.gz]", "versions.1.0.sdist"),
+])
+def test_bad_sdist_entries_are_refused_with_their_key(tmp_path, sdist, words):
+    with pytest.raises(RecipeError) as info:
+        load_recipe_file(recipe_file(tmp_path, sdist))
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_fetch_sdist_where_there_is_none_is_one_line(tmp_path):
+    code, out, err = run("plan", "sage", "--fetch", "sdist", *CELL)
+    assert code == 2 and out == ""
+    assert err.startswith("imagegen: error: sageattention 2.2.0 names no sdist") and len(err.splitlines()) == 1
+    code, _, err = run("plan", "--source", str(ROOT / "tests" / "fixtures" / "tiny_kernel"), "--fetch", "sdist", *CELL)
+    assert code == 2 and "local source tree" in err and len(err.splitlines()) == 1
+    code, _, err = run("plan", "causal-conv1d", "--fetch", "svn", *CELL)
+    assert code == 2 and "invalid choice" in err
+
+
+def test_render_and_plan_carry_the_sdist_and_its_pin():
+    version = load_catalogue().get("causal-conv1d").version("1.6.1")
+    code, out, err = run("render", "causal-conv1d", "--fetch", "sdist", *CELL)
+    assert code == 0, err
+    assert f"#   source   {version.sdist.url} (sha256 {version.sdist.sha256})" in out
+    doc = json.loads(next(line for line in out.splitlines() if line.startswith('{"base_python"')))
+    assert doc["source"] == {"kind": "sdist", "url": version.sdist.url, "ref": "causal_conv1d-1.6.1.tar.gz",
+                             "commit": None, "submodules": False, "subdir": "", "sha256": version.sdist.sha256}
+    # The fetch step sees the package index (a PyPI mirror) as well as the CA bundle.
+    fetch = out[out.index("FROM base AS builder"):out.index("imagegen_build.py fetch")]
+    assert "id=pip_cert" in fetch and "id=pip_index_url" in fetch
+    git_code, git_out, _ = run("render", "causal-conv1d", *CELL)
+    assert git_code == 0 and '"kind":"git"' in git_out and version.commit in git_out
+
+
+def test_windows_scripts_refuse_fetch_sdist():
+    code, _, err = run("render", "causal-conv1d", "--fetch", "sdist", "--shell", "powershell", "--arch", "9.0")
+    assert code == 2 and "leave out --fetch sdist" in err
+
+
+# ------------------------------------------------------------------------- the in-build fetch step
+
+
+def tar_gz(members: dict[str, bytes], *, links: dict[str, str] | None = None, top: str = "demo-1.0") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(f"{top}/{name}" if top else name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+class Files:
+    """A real HTTP server on loopback serving ``files`` (path -> bytes); it records what was asked."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files, self.asked = files, []
+
+    def __enter__(self) -> "Files":
+        files, asked = self.files, self.asked
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                asked.append(self.path)
+                body = files.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.end_headers()
+                if body is not None:
+                    self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def fetch(tmp_path: Path, url: str, data_sha: str, *, filename: str = "demo-1.0.tar.gz", env: dict | None = None,
+          src: Path | None = None) -> subprocess.CompletedProcess:
+    script = tmp_path / "imagegen_build.py"
+    script.write_text(builder_script())
+    cell = {"recipe": "demo", "distribution": "Demo_Pkg", "src_dir": str(src or tmp_path / "src"), "patches": [],
+            "source": {"kind": "sdist", "url": url, "ref": filename, "sha256": data_sha}}
+    (tmp_path / "cell.json").write_text(json.dumps(cell))
+    return subprocess.run([sys.executable, str(script), "--cell", str(tmp_path / "cell.json"), "fetch"],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **(env or {})})
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_the_sdist_is_downloaded_checked_and_unpacked_once(tmp_path):
+    data = tar_gz({"setup.py": b"# demo\n", "csrc/k.cu": b"__global__ void k() {}\n"})
+    with Files({"/packages/demo-1.0.tar.gz": data}) as server:
+        proc = fetch(tmp_path, server.url + "/packages/demo-1.0.tar.gz", sha(data))
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "src" / "setup.py").read_bytes() == b"# demo\n"
+        assert (tmp_path / "src" / "csrc" / "k.cu").is_file()
+        assert "sha256 ok" in proc.stdout
+        again = fetch(tmp_path, server.url + "/packages/demo-1.0.tar.gz", sha(data))
+        assert again.returncode == 0 and "already present" in again.stdout
+        assert server.asked == ["/packages/demo-1.0.tar.gz"]  # the second fetch downloaded nothing
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sdist-")]  # no temporary folder left
+
+
+def test_a_changed_upload_is_refused_and_nothing_is_unpacked(tmp_path):
+    data = tar_gz({"setup.py": b"# evil\n"})
+    with Files({"/demo-1.0.tar.gz": data}) as server:
+        proc = fetch(tmp_path, server.url + "/demo-1.0.tar.gz", "0" * 64)
+    assert proc.returncode != 0
+    assert f"has sha256 {sha(data)}, not the pinned {'0' * 64}: refusing it" in proc.stderr
+    assert not (tmp_path / "src").exists() or not list((tmp_path / "src").iterdir())
+
+
+def test_the_package_index_given_to_the_build_is_asked_first(tmp_path):
+    # A PyPI mirror (PIP_INDEX_URL, the pip_index_url secret): its project page lists the file; the
+    # recipe's own URL (here a dead port) is never needed.
+    data = tar_gz({"setup.py": b"# from the mirror\n"})
+    page = b'<html><body><a href="../../files/demo-1.0.tar.gz#sha256=x">demo-1.0.tar.gz</a></body></html>'
+    with Files({"/simple/demo-pkg/": page, "/files/demo-1.0.tar.gz": data}) as mirror:
+        proc = fetch(tmp_path, "http://127.0.0.1:9/demo-1.0.tar.gz", sha(data), env={"PIP_INDEX_URL": mirror.url + "/simple"})
+        assert proc.returncode == 0, proc.stderr
+        assert mirror.asked == ["/simple/demo-pkg/", "/files/demo-1.0.tar.gz"]
+    assert (tmp_path / "src" / "setup.py").read_bytes() == b"# from the mirror\n"
+
+
+def test_an_unreachable_source_is_one_clear_failure(tmp_path):
+    proc = fetch(tmp_path, "http://127.0.0.1:9/demo-1.0.tar.gz", "0" * 64)
+    assert proc.returncode != 0 and "cannot download demo-1.0.tar.gz" in proc.stderr and "127.0.0.1:9" in proc.stderr
+
+
+@pytest.mark.parametrize("archive, words", [
+    (lambda: tar_gz({"../../escaped.py": b"x"}), "would land outside"),
+    (lambda: tar_gz({"/tmp/abs.py": b"x"}, top=""), "would land outside"),
+    (lambda: tar_gz({"setup.py": b"x"}, links={"passwd": "/etc/passwd"}), "not a plain file"),
+])
+def test_archives_that_write_outside_the_source_folder_are_refused(tmp_path, archive, words):
+    data = archive()
+    with Files({"/demo-1.0.tar.gz": data}) as server:
+        proc = fetch(tmp_path, server.url + "/demo-1.0.tar.gz", sha(data))
+    assert proc.returncode != 0 and words in proc.stderr, proc.stderr
+    assert not (tmp_path.parent / "escaped.py").exists() and not (tmp_path / "escaped.py").exists()
+    assert not Path("/tmp/abs.py").exists()
+
+
+def test_a_zip_sdist_and_a_folder_holding_another_tree(tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("demo-1.0/setup.py", "# zip\n")
+    data = buf.getvalue()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("the user's")
+    with Files({"/demo-1.0.zip": data}) as server:
+        proc = fetch(tmp_path, server.url + "/demo-1.0.zip", sha(data), filename="demo-1.0.zip")
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "src" / "setup.py").read_text() == "# zip\n"
+        refused = fetch(tmp_path, server.url + "/demo-1.0.zip", sha(data), filename="demo-1.0.zip", src=other)
+    assert refused.returncode != 0 and "already holds another source tree" in refused.stderr
+    assert (other / "keep.txt").read_text() == "the user's"
