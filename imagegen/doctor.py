@@ -143,8 +143,8 @@ def check_machine(report: Report, root: Path) -> None:
     catalogue = load_catalogue()
     for name in ("sageattention", "flash-attn"):
         r = catalogue.get(name)
-        label = f"jobs ({name}, {r.memory_per_thread_gb:g} GB per nvcc thread, one arch)"
-        s = jobs.settings_for(r.memory_per_thread_gb, r.default_nvcc_threads, h, targets=1)
+        label = f"jobs ({name}, {r.heaviest_gb_per_thread:g} GB per nvcc thread, one arch)"
+        s = jobs.settings_for(r.heaviest_gb_per_thread, r.default_nvcc_threads, h, targets=1)
         report.add(label, OK if s.max_jobs * s.nvcc_threads > 1 else WARN, s.describe(),
                    "" if s.max_jobs * s.nvcc_threads > 1 else "little RAM: builds will be slow but will not be OOM-killed")
 

@@ -541,7 +541,7 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
     """Bake ``todo`` in RAM-sized batches, re-running what a failing neighbour cancelled."""
     stage = run.stage
     h = jobs.host()
-    heaviest = max(c.recipe.memory_per_thread_gb for c in todo)
+    heaviest = max(c.recipe.heaviest_gb_per_thread for c in todo)
     size = jobs.batch_size(len(todo), h, heaviest)
     say(f"building {len(todo)} cell(s){' on builder ' + builder if builder else ''} ({h.describe()}),"
         f" {size} at a time; logs in {logs.folder}")
@@ -555,7 +555,7 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
         batch, queue = queue[:size], queue[size:]
         sets = {}
         for c in batch:
-            s = jobs.settings_for(c.recipe.memory_per_thread_gb, c.recipe.default_nvcc_threads, h,
+            s = jobs.settings_for(c.recipe.heaviest_gb_per_thread, c.recipe.default_nvcc_threads, h,
                                   share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
                                   targets=c.archs.gencode_targets)
             for name in (c.name, c.name + LOG_SUFFIX):  # same args: the log target reuses the build

@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,13 @@ class ExtensionLoad:
     module: str
     chains: tuple[int, ...]
     threads: int | None = None
+    # GB per busy thread of each source, where the recipe names one (causal-conv1d's bwd.cu: ptxas
+    # takes ~2 GB per chain where its other files take a fraction); None: the recipe's figure.
+    gb_per_thread: tuple[float | None, ...] = ()
+
+    def source_gb(self, i: int, default: float) -> float:
+        value = self.gb_per_thread[i] if i < len(self.gb_per_thread) else None
+        return default if value is None else value
 
 
 _CHAIN = re.compile(r"(?:sass|ptx):(?:sm|compute)_(\d+[af]?)$")
@@ -121,20 +128,35 @@ def _flag_threads(flags: Sequence[str]) -> int | None:
     return None
 
 
-def load_profile(report: object) -> tuple[ExtensionLoad, ...]:
+def source_figure(source: object, source_memory_gb: Mapping[str, float]) -> float | None:
+    """The recipe's GB per thread for ``source`` (a path the audit recorded): the entry whose key is
+    the path's tail at a folder boundary (`csrc/causal_conv1d_bwd.cu` or `causal_conv1d_bwd.cu`)."""
+    path = str(source).replace("\\", "/") if isinstance(source, str) else ""
+    for key, gb in source_memory_gb.items():
+        if path == key or path.endswith("/" + key):
+            return gb
+    return None
+
+
+def load_profile(report: object, source_memory_gb: Mapping[str, float] | None = None) -> tuple[ExtensionLoad, ...]:
     """Each extension's compile load from an audit report (the in-build script's JSON, as written;
-    bounded, since a package's build wrote what is in it). Empty when the report says nothing."""
+    bounded, since a package's build wrote what is in it), with the recipe's per-source figures.
+    Empty when the report says nothing."""
     if not isinstance(report, dict) or not isinstance(report.get("extensions"), list):
         return ()
+    figures = dict(source_memory_gb or {})
     out = []
     for ext in report["extensions"][:_MAX_LOAD_EXTENSIONS]:
         if not isinstance(ext, dict) or not isinstance(ext.get("cuda_sources"), list):
             continue
+        sources = [src for src in ext["cuda_sources"][:_MAX_LOAD_SOURCES] if isinstance(src, dict)]
         chains = tuple(compile_chains(src.get("targets") if isinstance(src.get("targets"), list) else [])
-                       for src in ext["cuda_sources"][:_MAX_LOAD_SOURCES] if isinstance(src, dict))
+                       for src in sources)
         if chains:
             flags = ext.get("nvcc_flags") if isinstance(ext.get("nvcc_flags"), list) else []
-            out.append(ExtensionLoad(str(ext.get("module") or "?")[:200], chains, _flag_threads(flags[:200])))
+            gb = tuple(source_figure(src.get("source"), figures) for src in sources) if figures else ()
+            out.append(ExtensionLoad(str(ext.get("module") or "?")[:200], chains, _flag_threads(flags[:200]),
+                                     gb if any(g is not None for g in gb) else ()))
     return tuple(out)
 
 
@@ -155,15 +177,15 @@ def peak_estimate(profile: Sequence[ExtensionLoad], total_jobs: int, nvcc_thread
     builds ``ext_parallel_max`` > 0 of them at once; else setuptools builds them one after another).
 
     Each extension runs min(its jobs, its CUDA sources) nvcc at once, the heaviest sources first;
-    each nvcc takes ``host_gb`` plus ``memory_per_thread_gb`` per busy thread (min(--threads, its
-    chains); --threads from the extension's flags, else ``nvcc_threads``). Upper-bound-minded: all
-    of them are assumed at their peak together (a short kernel file that finishes early makes the
-    real peak lower, as causal-conv1d's shows)."""
+    each nvcc takes ``host_gb`` plus, per busy thread (min(--threads, its chains); --threads from the
+    extension's flags, else ``nvcc_threads``), the source's own figure where the recipe names one,
+    else ``memory_per_thread_gb``. Upper-bound-minded: all of them are assumed at their peak together
+    (a short kernel file that finishes early makes the real peak lower, as causal-conv1d's shows)."""
     def load(ext: ExtensionLoad, jobs_each: int) -> tuple[float, int, int]:
-        threads = ext.threads or nvcc_threads
-        running = sorted(ext.chains, reverse=True)[:max(1, jobs_each)]
-        busy = sum(min(max(1, threads), c) for c in running)
-        return len(running) * host_gb + busy * memory_per_thread_gb, len(running), busy
+        threads = max(1, ext.threads or nvcc_threads)
+        each = sorted(((host_gb + min(threads, c) * ext.source_gb(i, memory_per_thread_gb), min(threads, c))
+                       for i, c in enumerate(ext.chains)), reverse=True)[:max(1, jobs_each)]
+        return sum(gb for gb, _ in each), len(each), sum(busy for _, busy in each)
 
     if not profile:
         return PeakEstimate(0.0, 0, 0)

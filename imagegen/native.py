@@ -189,7 +189,7 @@ def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, 
     cell_file.write_text(json.dumps(doc, indent=2))
     script = work / "imagegen_build.py"
     script.write_text(builder_script())
-    settings = jobs.settings_for(cell.recipe.memory_per_thread_gb, cell.recipe.default_nvcc_threads, jobs.host(),
+    settings = jobs.settings_for(cell.recipe.heaviest_gb_per_thread, cell.recipe.default_nvcc_threads, jobs.host(),
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=str(cell.archs), MAX_JOBS=str(settings.max_jobs),
                NVCC_THREADS=str(settings.nvcc_threads), PYTHONUNBUFFERED="1")
@@ -323,7 +323,8 @@ def _settings_from_audit(cell: Cell, doc: dict, cell_file: Path, env: dict, sett
     arch list, and that load in the cell file so that the in-build script prints the same estimate.
     NVCC_THREADS stays what the audit ran with (a package's recorded --threads may come from it)."""
     try:
-        profile = jobs.load_profile(json.loads(report_path.read_text(encoding="utf-8", errors="replace")))
+        profile = jobs.load_profile(json.loads(report_path.read_text(encoding="utf-8", errors="replace")),
+                                    cell.recipe.source_memory_gb)
     except (OSError, ValueError):
         profile = ()
     if not profile:
@@ -333,7 +334,8 @@ def _settings_from_audit(cell: Cell, doc: dict, cell_file: Path, env: dict, sett
     better = jobs.settings_for(recipe.memory_per_thread_gb, recipe.default_nvcc_threads, jobs.host(), max_jobs=max_jobs,
                                nvcc_threads=settings.nvcc_threads, profile=profile, ext_parallel_max=ext_max)
     load = {"host_gb": jobs.NVCC_HOST_GB,
-            "extensions": [{"module": e.module, "chains": list(e.chains), "threads": e.threads} for e in profile]}
+            "extensions": [{"module": e.module, "chains": list(e.chains), "threads": e.threads,
+                            **({"gb": list(e.gb_per_thread)} if e.gb_per_thread else {})} for e in profile]}
     cell_file.write_text(json.dumps({**doc, "load_profile": load}, indent=2))  # doc itself (the inputs hash) unchanged
     env["MAX_JOBS"] = str(better.max_jobs)
     return better

@@ -292,7 +292,7 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{cell.name}.log"
-    settings = jobs.settings_for(cell.recipe.memory_per_thread_gb, cell.recipe.default_nvcc_threads, jobs.host(),
+    settings = jobs.settings_for(cell.recipe.heaviest_gb_per_thread, cell.recipe.default_nvcc_threads, jobs.host(),
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     # A named volume as the compile's ccache, like the bake build's cache mount: a second pull (other
     # archs, a newer image) recompiles only what changed.

@@ -242,6 +242,15 @@ class Recipe:
     smoke: SmokeTest
     obsolete_patches: tuple[Mapping[str, str], ...]
     path: str  # where the recipe came from, for messages
+    # GB per nvcc thread of named sources whose compile takes far more (or less) than
+    # memory_per_thread_gb: path tail -> GB (causal-conv1d: csrc/causal_conv1d_bwd.cu).
+    source_memory_gb: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def heaviest_gb_per_thread(self) -> float:
+        """The GB per nvcc thread to plan with when it is not known which sources run at once (no
+        audit): the heaviest source's figure."""
+        return max([self.memory_per_thread_gb, *self.source_memory_gb.values()])
 
     def rules(self, version: RecipeVersion) -> tuple[Rule, ...]:
         """Every range a cell of ``version`` must fall in: the recipe-wide ones, then the version's."""
@@ -551,7 +560,7 @@ TOP_KEYS = ("schema", "name", "aliases", "description", "homepage", "distributio
 SOURCE_KEYS = ("git", "path", "submodules", "subdir")
 ARCH_KEYS = ("env", "style", "fixed", "fixed_dropped", "ptx", "keep_variant", "parser", "runs_on")
 BUILD_KEYS = ("force_env", "local_version_env", "jobs_env", "threads_env", "default_nvcc_threads",
-              "memory_per_thread_gb", "ext_parallel", "env", "requires", "system_requires", "min_cuda",
+              "memory_per_thread_gb", "source_memory_gb", "ext_parallel", "env", "requires", "system_requires", "min_cuda",
               "min_torch", "max_torch", "python", "links_libcuda", "abi3")
 EXT_PARALLEL_KEYS = ("env", "max")
 SMOKE_KEYS = ("imports", "driver_imports", "gpu_check")
@@ -733,7 +742,24 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         smoke=smoke,
         obsolete_patches=tuple(obsolete),
         path=shown,
+        source_memory_gb=_source_memory(build),
     )
+
+
+MAX_SOURCE_FIGURES = 200
+
+
+def _source_memory(build: _Reader) -> dict[str, float]:
+    raw = build.mapping("source_memory_gb", "a mapping of source path (its tail) -> GB per nvcc thread")
+    if len(raw) > MAX_SOURCE_FIGURES:
+        raise build.error(f"at most {MAX_SOURCE_FIGURES} entries", "source_memory_gb")
+    figures = build.sub("source_memory_gb")
+    out = {}
+    for key in raw:
+        if not isinstance(key, str) or not safety.RELATIVE_PATH.fullmatch(key):
+            raise figures.error(f"{_quoted(key)} is not a relative source path like csrc/kernel_bwd.cu", _key_text(key))
+        out[key] = figures.number(key, 0.0, low=0.01, high=1024)
+    return out
 
 
 def _sdist(v: _Reader) -> Sdist | None:

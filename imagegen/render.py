@@ -152,6 +152,7 @@ def cell_document(cell: Cell) -> dict:
         "ext_parallel": {"env": recipe.ext_parallel_env, "max": recipe.ext_parallel_max} if recipe.ext_parallel_env else None,
         "default_nvcc_threads": recipe.default_nvcc_threads,
         "memory_per_thread_gb": recipe.memory_per_thread_gb,
+        **({"memory_per_thread_gb_max": recipe.heaviest_gb_per_thread} if recipe.source_memory_gb else {}),
         "local_version_env": recipe.local_version_env,
         "local_version": cell.local_version,
         "log_dir": "/imagegen/logs",

@@ -351,3 +351,29 @@ def test_a_note_stating_a_range_without_a_rule_is_caught(tmp_path):
     backed = load_recipe_file(write(tmp_path, base.replace(note, note + (
         '    requires: {torch: {spec: ">=2.10", why: requirements.txt}, cuda: ">=12.5", python: ">=3.10"}\n'))))
     assert unbacked_statements(backed) == []
+
+
+@pytest.mark.parametrize("figures, words", [
+    ("{csrc/k_bwd.cu: 2.0}", None),
+    ("{/etc/passwd: 2.0}", "build.source_memory_gb./etc/passwd"),
+    ("{../k.cu: 2.0}", "build.source_memory_gb"),
+    ("{csrc/k.cu: .inf}", "build.source_memory_gb.csrc/k.cu"),
+    ("{csrc/k.cu: 0}", "build.source_memory_gb.csrc/k.cu"),
+    ("{csrc/k.cu: x}", "build.source_memory_gb.csrc/k.cu"),
+    ("[csrc/k.cu]", "build.source_memory_gb"),
+])
+def test_per_source_memory_figures_are_validated(tmp_path, figures, words):
+    from imagegen.errors import RecipeError
+    from imagegen.recipes import load_recipe_file
+    path = tmp_path / "demo.yaml"
+    path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
+                    "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"
+                    "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\nsmoke: {imports: [demo]}\n"
+                    f"build:\n  memory_per_thread_gb: 0.5\n  source_memory_gb: {figures}\n")
+    if words is None:
+        recipe = load_recipe_file(path)
+        assert recipe.source_memory_gb == {"csrc/k_bwd.cu": 2.0} and recipe.heaviest_gb_per_thread == 2.0
+        return
+    with pytest.raises(RecipeError) as info:
+        load_recipe_file(path)
+    assert words in str(info.value) and "\n" not in str(info.value)

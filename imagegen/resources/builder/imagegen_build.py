@@ -599,7 +599,9 @@ def auto_jobs(cell, threads, targets=0):
             if peak_estimate(load, jobs, threads, float(cell["memory_per_thread_gb"]), ext_max)[0] <= avail_gb:
                 return jobs
         return 1
-    per_job = max(0.5, float(cell["memory_per_thread_gb"]) * threads_busy)
+    # Without the audit's load, which sources run at once is unknown: plan with the heaviest figure.
+    per_thread = cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"]
+    per_job = max(0.5, float(per_thread) * threads_busy)
     return max(1, min(cpus, int(avail_gb // per_job)))
 
 
@@ -612,14 +614,19 @@ def split_extensions(total_jobs, ext_max):
 def peak_estimate(load, total_jobs, nvcc_threads, per_thread_gb, ext_max=0):
     """imagegen.jobs.peak_estimate in stdlib form (tests keep the two in agreement): the peak RAM of
     the build whose gencode audit found ``load`` (the cell's load_profile: per extension the compile
-    chains of each CUDA source and the --threads its flags fix). Returns (GB, nvcc at once, busy threads)."""
+    chains of each CUDA source, the recipe's GB per thread of a source where it names one, and the
+    --threads its flags fix). Returns (GB, nvcc at once, busy threads)."""
     host_gb = float(load.get("host_gb") or 0)
 
     def one(ext, jobs_each):
         threads = max(1, int(ext.get("threads") or nvcc_threads))
-        running = sorted((int(c) for c in ext["chains"]), reverse=True)[:max(1, jobs_each)]
-        busy = sum(min(threads, c) for c in running)
-        return len(running) * host_gb + busy * per_thread_gb, len(running), busy
+        figures = ext.get("gb") or []
+        each = []
+        for i, c in enumerate(ext["chains"]):
+            figure = figures[i] if i < len(figures) and figures[i] is not None else per_thread_gb
+            each.append((host_gb + min(threads, int(c)) * float(figure), min(threads, int(c))))
+        each = sorted(each, reverse=True)[:max(1, jobs_each)]
+        return sum(gb for gb, _ in each), len(each), sum(busy for _, busy in each)
 
     exts = [e for e in load.get("extensions") or [] if e.get("chains")]
     if not exts:
@@ -687,6 +694,7 @@ def build_env(cell):
             " from the audit)" % (total, threads, gb, nvcc, busy))
     else:
         busy = min(threads, targets) if targets else threads
+        per_thread = float(cell.get("memory_per_thread_gb_max") or per_thread)
         log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * busy * per_thread))
     if cell.get("local_version_env"):
         env[cell["local_version_env"]] = cell["local_version"]
