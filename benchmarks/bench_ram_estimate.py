@@ -60,7 +60,7 @@ def main() -> None:
         env = build_env(folder)
         report = json.loads((folder / "audit.json").read_text())
         measured = json.loads((folder / "mem.json").read_text())["peak_over_baseline_gib"]
-        profile = jobs.load_profile(report)
+        profile = jobs.load_profile(report, recipe.source_memory_gb)  # with the recipe's per-source figures
         ext_max = recipe.ext_parallel_max if recipe.ext_parallel_env else 0
         per_ext = int(env["MAX_JOBS"])
         parallel = int(env.get(recipe.ext_parallel_env or "", 0) or 0)
@@ -79,7 +79,8 @@ def main() -> None:
     for recipe, arch, env, total, measured, old, with_recipe, est, figure, now, split in rows:
         ran = ", ".join(f"{k}={env[k]}" for k in ("EXT_PARALLEL", "MAX_JOBS", "NVCC_THREADS") if k in env)
         old_s = f"{old:.0f} GB ({old / measured:.1f}x)" if old else "-"
-        rec = f"{with_recipe.gb:.1f} GB ({with_recipe.gb / measured:.2f}x; {recipe.memory_per_thread_gb} GB/thread)"
+        named = "".join(f", {k.rsplit('/', 1)[-1]} {v}" for k, v in recipe.source_memory_gb.items())
+        rec = f"{with_recipe.gb:.1f} GB ({with_recipe.gb / measured:.2f}x; {recipe.memory_per_thread_gb} GB/thread{named})"
         cal = f"{est.gb:.1f} GB ({est.gb / measured:.2f}x; {figure} GB/thread)"
         chosen = (f"MAX_JOBS={now.max_jobs} ({recipe.ext_parallel_env}={split[0]} x MAX_JOBS={split[1]})"
                   if recipe.ext_parallel_env else f"MAX_JOBS={now.max_jobs}")
