@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILDER = ROOT / "imagegen" / "resources" / "builder"
-SCRIPTS = ("imagegen_build.py", "imagegen_audit.py")
+SCRIPTS = ("imagegen_build.py", "imagegen_rules.py", "imagegen_audit.py")
 CASES = {
     "SageAttention 2.2.0 `8.0 8.6 9.0 12.0+PTX`": ["sage", "--src-dir", str(ROOT / ".src" / "dev" / "SageAttention"),
                                                    "--arch", "8.0 8.6 9.0 12.0+PTX"],

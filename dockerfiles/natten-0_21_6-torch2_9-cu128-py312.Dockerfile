@@ -192,6 +192,11 @@ import threading
 import time
 import zipfile
 
+# imagegen_rules.py lies beside this script (in the image, in a native build's work folder, and in
+# the imagegen package): the arch and job-sizing rules imagegen plans with.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import imagegen_rules as rules  # noqa: E402
+
 SECRETS = "/run/secrets"
 # Secret id -> environment variables that point at it. The CA bundle (corporate proxies) and index
 # credentials come in as BuildKit secrets: mounted for one RUN, never in a layer or the history.
@@ -529,160 +534,66 @@ def apply_patch(patch, dest):
 # ------------------------------------------------------------------------------------------------
 # arch knob
 
-_ENTRY = re.compile(r"(?:compute_(\d+)(\d)([af]?))|(?:(\d+)\.(\d)([af]?)(\+PTX)?)")
+# Arch lists and job sizing: imagegen_rules.py, the module imagegen itself uses (shipped beside this
+# script), so that these can never differ from what imagegen plans with.
 
 
 def parse_archs(text):
-    """Parse imagegen's canonical arch list (8.0;9.0a;12.0+PTX;compute_120;10.0f) into tuples
-    (major, minor, variant, sass, ptx). imagegen writes this form; anything else is refused."""
-    out = []
-    for tok in re.split(r"[;\s,]+", text.strip()):
-        if not tok:
-            continue
-        m = _ENTRY.fullmatch(tok)
-        if not m:
-            fail("TORCH_CUDA_ARCH_LIST entry %r is not in imagegen's form (8.0, 9.0a, 12.0+PTX, compute_120)" % tok, 2)
-        if m.group(1):
-            out.append((int(m.group(1)), int(m.group(2)), m.group(3), False, True))
-        else:
-            out.append((int(m.group(4)), int(m.group(5)), m.group(6), True, bool(m.group(7))))
-    if not out:
-        fail("TORCH_CUDA_ARCH_LIST is empty: set the GPU archs to build for (no GPU is visible in a build)", 2)
-    return out
+    """imagegen's canonical arch list as (major, minor, variant, sass, ptx) tuples; exit 2 on anything else."""
+    try:
+        return rules.parse_canonical(text)
+    except ValueError as exc:
+        fail(str(exc), 2)
 
 
 def format_archs(archs, style, keep_variant=False):
-    """The same formats as imagegen.arch's formatters (tests keep the two in agreement)."""
-    def num(a, variant=True):
-        return "%d%d%s" % (a[0], a[1], a[2] if variant else "")
-
-    if style == "torch":
-        parts = []
-        for a in archs:
-            if not a[3]:
-                fail("a PTX-only target (compute_%s) cannot be written as TORCH_CUDA_ARCH_LIST" % num(a), 2)
-            parts.append("%d.%d%s%s" % (a[0], a[1], a[2], "+PTX" if a[4] else ""))
-        return ";".join(parts)
-    if style == "numeric":
-        return ";".join(dict.fromkeys(num(a, keep_variant) for a in archs))
-    if style == "dotted":
-        return ";".join(dict.fromkeys("%d.%d" % (a[0], a[1]) for a in archs))
-    if style == "cmake":
-        parts = []
-        for a in archs:
-            if a[3]:
-                parts.append(num(a) + "-real")
-            if a[4]:
-                parts.append(num(a) + "-virtual")
-        return ";".join(parts)
-    if style == "gencode":
-        parts = []
-        for a in archs:
-            if a[3]:
-                parts.append("-gencode=arch=compute_%s,code=sm_%s" % (num(a), num(a)))
-            if a[4]:
-                parts.append("-gencode=arch=compute_%s,code=compute_%s" % (num(a), num(a)))
-        return " ".join(parts)
-    fail("unknown arch style %r" % style, 2)
+    try:
+        return rules.format_archs(archs, style, keep_variant)
+    except ValueError as exc:
+        fail(str(exc), 2)
 
 
 def apply_runs_on(archs, runs_on, package="the package"):
-    """The archs the knob really compiles (plan.compiled_archs, the same rule): a requested cc the
-    recipe maps (``runs_on``, e.g. {"8.6": "8.0"} for flash-attn, whose knob takes 80 but silently
-    ignores 86) becomes the cc whose cubin serves it; entries that meet are merged (8.0 and 8.6+PTX:
-    8.0+PTX). Variant targets (9.0a) are never mapped. Returns (archs, a log line or "")."""
-    if not runs_on:
-        return archs, ""
-    merged = {}  # (major, minor, variant) -> [sass, ptx], in the order first seen
-    moved = {}  # the cc compiled -> the requested ccs it serves
-    for a in archs:
-        key = a[:3]
-        cc = "%d.%d" % (a[0], a[1])
-        got = runs_on.get(cc) if not a[2] else None
-        if got and got != cc:
-            major, minor = (int(x) for x in got.split("."))
-            key = (major, minor, "")
-            moved.setdefault(got, [])
-            if cc not in moved[got]:
-                moved[got].append(cc)
-        flags = merged.setdefault(key, [False, False])
-        flags[0] = flags[0] or a[3]
-        flags[1] = flags[1] or a[4]
-    if not moved:
-        return archs, ""
-    out = [k + (v[0], v[1]) for k, v in merged.items()]
-    note = "; ".join("%s run%s the sm_%s cubin (%s builds one cubin for the %s.x family)"
-                     % (", ".join(wants), "s" if len(wants) == 1 else "", got.replace(".", ""), package,
-                        got.split(".")[0])
-                     for got, wants in sorted(moved.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))))
-    return out, note
+    """The archs the knob really compiles (imagegen.plan.compiled_archs: the same rule) and a log line."""
+    archs, moved = rules.map_families(archs, runs_on)
+    return archs, rules.family_note(moved, package) if moved else ""
+
+
+def load_extensions(cell):
+    return (cell.get("load_profile") or {}).get("extensions") or []
+
+
+def ext_parallel_max(cell):
+    ext = cell.get("ext_parallel") or {}
+    return int(ext.get("max") or 1) if ext.get("env") else 0
 
 
 def auto_jobs(cell, threads, targets=0):
-    """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads (at most one per
-    -gencode target, `targets`) of `memory_per_thread_gb` each, and one job per core at most
-    (imagegen.jobs.settings_for, the same rule); with the audit's load (cell["load_profile"]), the
-    most jobs whose peak_estimate fits."""
-    load = cell.get("load_profile")
-    if targets > 0:
-        threads_busy = min(threads, targets)
-    else:
-        threads_busy = threads
-    cpus = os.cpu_count() or 1
-    avail_kb = None
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail_kb = int(line.split()[1])
-    except OSError:
-        pass
-    if avail_kb is None:
-        return max(1, cpus // 2)
-    avail_gb = avail_kb / 1024 / 1024
-    if load:
-        ext_max = int(((cell.get("ext_parallel") or {}).get("max")) or 0) if (cell.get("ext_parallel") or {}).get("env") else 0
-        for jobs in range(cpus, 0, -1):
-            if peak_estimate(load, jobs, threads, float(cell["memory_per_thread_gb"]), ext_max)[0] <= avail_gb:
-                return jobs
-        return 1
-    # Without the audit's load, which sources run at once is unknown: plan with the heaviest figure.
-    per_thread = cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"]
-    per_job = max(0.5, float(per_thread) * threads_busy)
-    return max(1, min(cpus, int(avail_gb // per_job)))
+    """MAX_JOBS from this machine's cores and RAM (imagegen_rules.job_settings, what imagegen plans
+    with): `threads` nvcc threads per job, at most one per -gencode target (`targets`); with the
+    audit's load (cell["load_profile"]), the most jobs whose peak estimate fits."""
+    cpus, mem_gb = rules.host_facts()
+    extensions = load_extensions(cell)
+    per_thread = float(cell["memory_per_thread_gb"] if extensions
+                       else cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
+    return rules.job_settings(per_thread, threads, cpus, mem_gb, nvcc_threads=threads, targets=targets,
+                              extensions=extensions, ext_max=ext_parallel_max(cell))[0]
 
 
-def split_extensions(total_jobs, ext_max):
-    """(EXT_PARALLEL, MAX_JOBS per extension) so that their product stays within total_jobs."""
-    parallel = max(1, min(ext_max, total_jobs))
-    return parallel, max(1, total_jobs // parallel)
+def auto_threads(cell):
+    """NVCC_THREADS when none is given: the recipe's, fewer on a machine with little RAM (the same rule)."""
+    cpus, mem_gb = rules.host_facts()
+    per_thread = float(cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
+    return rules.job_settings(per_thread, int(cell["default_nvcc_threads"]), cpus, mem_gb)[1]
+
+
+split_extensions = rules.split_extensions
 
 
 def peak_estimate(load, total_jobs, nvcc_threads, per_thread_gb, ext_max=0):
-    """imagegen.jobs.peak_estimate in stdlib form (tests keep the two in agreement): the peak RAM of
-    the build whose gencode audit found ``load`` (the cell's load_profile: per extension the compile
-    chains of each CUDA source, the recipe's GB per thread of a source where it names one, and the
-    --threads its flags fix). Returns (GB, nvcc at once, busy threads)."""
-    host_gb = float(load.get("host_gb") or 0)
-
-    def one(ext, jobs_each):
-        threads = max(1, int(ext.get("threads") or nvcc_threads))
-        figures = ext.get("gb") or []
-        each = []
-        for i, c in enumerate(ext["chains"]):
-            figure = figures[i] if i < len(figures) and figures[i] is not None else per_thread_gb
-            each.append((host_gb + min(threads, int(c)) * float(figure), min(threads, int(c))))
-        each = sorted(each, reverse=True)[:max(1, jobs_each)]
-        return sum(gb for gb, _ in each), len(each), sum(busy for _, busy in each)
-
-    exts = [e for e in load.get("extensions") or [] if e.get("chains")]
-    if not exts:
-        return 0.0, 0, 0
-    if ext_max > 0:
-        parallel, each = split_extensions(total_jobs, ext_max)
-        loads = sorted((one(e, each) for e in exts), reverse=True)[:parallel]
-        return sum(x[0] for x in loads), sum(x[1] for x in loads), sum(x[2] for x in loads)
-    return max(one(e, max(1, total_jobs)) for e in exts)
+    """rules.peak_estimate over a cell's load_profile (GB, nvcc at once, busy threads)."""
+    return rules.peak_estimate(load.get("extensions") or [], total_jobs, nvcc_threads, per_thread_gb, ext_max,
+                               float(load.get("host_gb") or 0))
 
 
 def visible_gpu_archs(cell):
@@ -717,7 +628,8 @@ def build_env(cell):
         value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
         env[knob["env"]] = value
         log("%s=%s (from TORCH_CUDA_ARCH_LIST=%s)" % (knob["env"], value, env["TORCH_CUDA_ARCH_LIST"]))
-    threads = int(env.get("NVCC_THREADS") or cell["default_nvcc_threads"])
+    given = (env.get("NVCC_THREADS") or "").strip()
+    threads = int(given) if given.isdigit() and int(given) > 0 else auto_threads(cell)
     if cell.get("threads_env"):
         env[cell["threads_env"]] = str(threads)
     jobs = env.get("MAX_JOBS") or ""
@@ -735,8 +647,7 @@ def build_env(cell):
     env["MAX_JOBS"] = str(jobs)
     per_thread = float(cell["memory_per_thread_gb"])
     if cell.get("load_profile"):
-        gb, nvcc, busy = peak_estimate(cell["load_profile"], total, threads, per_thread,
-                                       int(ext.get("max") or 1) if ext.get("env") else 0)
+        gb, nvcc, busy = peak_estimate(cell["load_profile"], total, threads, per_thread, ext_parallel_max(cell))
         log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak: %d nvcc at once, %d busy threads,"
             " from the audit)" % (total, threads, gb, nvcc, busy))
     else:
@@ -1388,6 +1299,247 @@ if __name__ == "__main__":
     main()
 IMAGEGEN_BUILD_PY
 
+COPY <<'IMAGEGEN_RULES_PY' /imagegen/imagegen_rules.py
+"""The rules imagegen and its in-build script must agree on, written once.
+
+imagegen (the library: imagegen.arch, imagegen.jobs, imagegen.plan) imports this module; every
+builder image and native build gets it verbatim beside imagegen_build.py, which imports it too. So a
+build inside Docker and a native build size their jobs and write their arch knobs by the same code:
+
+- the canonical arch list imagegen writes into TORCH_CUDA_ARCH_LIST (8.0;9.0a;12.0+PTX;compute_120),
+  its formats for each package's knob, and the family mapping of a knob that compiles one cubin for
+  several ccs (``runs_on``: flash-attn's 80 serves 8.6 and 8.9);
+- how much to compile at once: the machine's cores and the share of its RAM a build may plan for,
+  MAX_JOBS x NVCC_THREADS from the recipe's memory figures, the EXT_PARALLEL split, and the peak-RAM
+  estimate from the gencode audit's load (imagegen.jobs explains the model and its calibration).
+
+Standard library only, Python 3.8+ (it runs inside any base image). Errors are ValueError with a
+message for the user; callers turn them into their own error type.
+"""
+
+import os
+import re
+
+# Share of the machine's RAM a build may plan for. Total rather than momentarily free memory: the
+# job counts are build args, and a value that moved with the page cache would change the cache key
+# of the compile step on every run.
+RAM_SHARE = 0.8
+# Memory of one nvcc process apart from its device threads (nvcc itself, cudafe++ and the host
+# compiler over torch's headers): calibrated on SageAttention's H100 builds (imagegen.jobs).
+NVCC_HOST_GB = 1.0
+UNKNOWN_RAM_GB = 8.0  # /proc/meminfo unreadable: assume a small machine rather than risk an OOM kill
+
+# ------------------------------------------------------------------------------------------------
+# Arch lists: imagegen's canonical form and the formats packages read
+
+_ENTRY = re.compile(r"(?:compute_(\d+)(\d)([af]?))|(?:(\d+)\.(\d)([af]?)(\+PTX)?)")
+STYLES = ("torch", "numeric", "dotted", "cmake", "gencode")
+
+
+def parse_canonical(text):
+    """imagegen's canonical arch list (8.0;9.0a;12.0+PTX;compute_120;10.0f; `;`, `,` or blanks
+    between entries) as tuples (major, minor, variant, sass, ptx). Anything else is a ValueError."""
+    out = []
+    for tok in re.split(r"[;\s,]+", text.strip()):
+        if not tok:
+            continue
+        m = _ENTRY.fullmatch(tok)
+        if not m:
+            raise ValueError("TORCH_CUDA_ARCH_LIST entry %r is not in imagegen's form (8.0, 9.0a, 12.0+PTX,"
+                             " compute_120)" % tok)
+        if m.group(1):
+            out.append((int(m.group(1)), int(m.group(2)), m.group(3), False, True))
+        else:
+            out.append((int(m.group(4)), int(m.group(5)), m.group(6), True, bool(m.group(7))))
+    if not out:
+        raise ValueError("TORCH_CUDA_ARCH_LIST is empty: set the GPU archs to build for (no GPU is visible in a build)")
+    return out
+
+
+def _code(a, variant=True):
+    return "%d%d%s" % (a[0], a[1], a[2] if variant else "")
+
+
+def format_archs(archs, style, keep_variant=False):
+    """``archs`` (tuples as parse_canonical gives) in a knob's format:
+    torch "8.0;9.0a;12.0+PTX", numeric "80;90;120" (FLASH_ATTN_CUDA_ARCHS; variants only with
+    ``keep_variant``), dotted "8.0;9.0" (NATTEN_CUDA_ARCH), cmake "80-real;120-virtual", gencode
+    "-gencode=arch=compute_80,code=sm_80 ..." (PTX as code=compute_XY). Duplicates are dropped
+    where a format loses the distinction (numeric, dotted)."""
+    if style == "torch":
+        parts = []
+        for a in archs:
+            if not a[3]:
+                raise ValueError("a PTX-only target (compute_%s) cannot be written as TORCH_CUDA_ARCH_LIST" % _code(a))
+            parts.append("%d.%d%s%s" % (a[0], a[1], a[2], "+PTX" if a[4] else ""))
+        return ";".join(parts)
+    if style == "numeric":
+        return ";".join(dict.fromkeys(_code(a, keep_variant) for a in archs))
+    if style == "dotted":
+        return ";".join(dict.fromkeys("%d.%d" % (a[0], a[1]) for a in archs))
+    if style == "cmake":
+        parts = []
+        for a in archs:
+            if a[3]:
+                parts.append(_code(a) + "-real")
+            if a[4]:
+                parts.append(_code(a) + "-virtual")
+        return ";".join(parts)
+    if style == "gencode":
+        parts = []
+        for a in archs:
+            if a[3]:
+                parts.append("-gencode=arch=compute_%s,code=sm_%s" % (_code(a), _code(a)))
+            if a[4]:
+                parts.append("-gencode=arch=compute_%s,code=compute_%s" % (_code(a), _code(a)))
+        return " ".join(parts)
+    raise ValueError("unknown arch format %r: use one of %s" % (style, ", ".join(STYLES)))
+
+
+def _cc_key(cc):
+    return tuple(int(x) for x in cc.split("."))
+
+
+def map_families(archs, runs_on):
+    """The archs a knob with ``runs_on`` (cc -> the cc whose cubin serves it, e.g. {"8.6": "8.0"} for
+    flash-attn, whose knob takes 80 but silently ignores 86) really compiles: a requested cc it maps
+    becomes the serving cc, entries that meet merge their SASS/PTX flags (8.0 and 8.6+PTX: 8.0+PTX),
+    and variant targets (9.0a) are never mapped. Returns (archs, [(serving cc, [requested ccs])])."""
+    if not runs_on:
+        return list(archs), []
+    merged = {}  # (major, minor, variant) -> [sass, ptx], in the order first seen
+    moved = {}  # the cc compiled -> the requested ccs it serves
+    for a in archs:
+        key = tuple(a[:3])
+        cc = "%d.%d" % (a[0], a[1])
+        got = runs_on.get(cc) if not a[2] else None
+        if got and got != cc:
+            major, minor = _cc_key(got)
+            key = (major, minor, "")
+            wants = moved.setdefault(got, [])
+            if cc not in wants:
+                wants.append(cc)
+        flags = merged.setdefault(key, [False, False])
+        flags[0] = flags[0] or a[3]
+        flags[1] = flags[1] or a[4]
+    if not moved:
+        return list(archs), []
+    out = [k + (v[0], v[1]) for k, v in merged.items()]
+    return out, sorted(moved.items(), key=lambda kv: _cc_key(kv[0]))
+
+
+def family_note(moved, package=None):
+    """"8.6, 8.9 run the sm_80 cubin" for what map_families moved (and why, when ``package`` is named)."""
+    return "; ".join("%s run%s the sm_%s cubin%s" % (", ".join(wants), "s" if len(wants) == 1 else "",
+                                                     got.replace(".", ""),
+                                                     " (%s builds one cubin for the %s.x family)" % (package, got.split(".")[0])
+                                                     if package else "")
+                     for got, wants in moved)
+
+
+# ------------------------------------------------------------------------------------------------
+# How much to compile at once
+
+def host_facts():
+    """(cores this process may use, GB of RAM builds may plan for: RAM_SHARE of the total)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    mem_gb = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    mem_gb = int(line.split()[1]) / 1024 / 1024 * RAM_SHARE
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus), (UNKNOWN_RAM_GB if mem_gb is None else mem_gb)
+
+
+_CHAIN = re.compile(r"(?:sass|ptx):(?:sm|compute)_(\d+[af]?)$")
+
+
+def compile_chains(targets):
+    """Independent chains nvcc --threads can run for one source: the distinct archs among its
+    targets ("sass:sm_120" and "ptx:compute_120" share one cicc run; nvcc --dryrun shows it).
+    At least 1: a source without an arch flag still compiles nvcc's default target."""
+    return max(1, len({m.group(1) for m in (_CHAIN.match(str(t)) for t in targets) if m}))
+
+
+def flag_threads(flags):
+    """nvcc's --threads from an extension's recorded flags (--threads=8, --threads 8, -t8, -t 8)."""
+    flags = [str(f) for f in flags]
+    for i, f in enumerate(flags):
+        m = re.fullmatch(r"(?:--threads|-t)=?(\d+)", f)
+        value = m.group(1) if m else (flags[i + 1] if f in ("--threads", "-t") and i + 1 < len(flags) else None)
+        if value is not None and str(value).isdigit():
+            return int(value) if int(value) > 0 else None  # --threads 0: as many as nvcc likes
+    return None
+
+
+def split_extensions(total_jobs, ext_max):
+    """Share ``total_jobs`` compile jobs between extensions a package builds side by side
+    (SageAttention's EXT_PARALLEL): up to ``ext_max`` extensions at once, each with MAX_JOBS jobs, so
+    that EXT_PARALLEL x MAX_JOBS never exceeds the budget. Returns (ext_parallel, max_jobs per extension)."""
+    parallel = max(1, min(ext_max, total_jobs))
+    return parallel, max(1, total_jobs // parallel)
+
+
+def peak_estimate(extensions, total_jobs, nvcc_threads, per_thread_gb, ext_max=0, host_gb=NVCC_HOST_GB):
+    """The peak RAM of a build whose gencode audit found ``extensions`` (dicts: "chains" per CUDA
+    source, "threads" its flags fix or None, "gb" the recipe's GB per thread per source or None),
+    with MAX_JOBS ``total_jobs`` (the whole budget, split between EXT_PARALLEL extensions when the
+    recipe builds ``ext_max`` > 0 at once; else setuptools builds them one after another).
+    Returns (GB, nvcc at once, busy threads).
+
+    Each extension runs min(its jobs, its CUDA sources) nvcc at once, the heaviest sources first;
+    each nvcc takes ``host_gb`` plus, per busy thread (min(--threads, its chains)), the source's own
+    figure where the recipe names one, else ``per_thread_gb``. Upper-bound-minded: all of them are
+    assumed at their peak together."""
+    def one(ext, jobs_each):
+        threads = max(1, int(ext.get("threads") or nvcc_threads))
+        figures = ext.get("gb") or []
+        each = []
+        for i, c in enumerate(ext["chains"]):
+            figure = figures[i] if i < len(figures) and figures[i] is not None else per_thread_gb
+            each.append((host_gb + min(threads, int(c)) * float(figure), min(threads, int(c))))
+        each = sorted(each, reverse=True)[:max(1, jobs_each)]
+        return sum(gb for gb, _ in each), len(each), sum(busy for _, busy in each)
+
+    exts = [e for e in extensions if e.get("chains")]
+    if not exts:
+        return 0.0, 0, 0
+    if ext_max > 0:
+        parallel, each = split_extensions(total_jobs, ext_max)
+        loads = sorted((one(e, each) for e in exts), reverse=True)[:parallel]
+        return sum(x[0] for x in loads), sum(x[1] for x in loads), sum(x[2] for x in loads)
+    return max(one(e, max(1, total_jobs)) for e in exts)
+
+
+def job_settings(per_thread_gb, default_threads, cpus, mem_gb, max_jobs=None, nvcc_threads=None, targets=0,
+                 extensions=(), ext_max=0):
+    """MAX_JOBS and NVCC_THREADS for one build on ``cpus`` cores with ``mem_gb`` GB to plan for.
+
+    ``targets`` is how many -gencode targets (SASS + PTX) each nvcc call compiles: nvcc --threads
+    works on those in parallel, so a job never runs more busy threads than that. A machine with
+    little RAM gets fewer threads (down to one) and one job rather than an OOM kill; an explicit
+    value always wins. With the audit's load (``extensions``, as peak_estimate takes them): the most
+    jobs, one per core at most, whose estimated peak fits.
+    Returns (max_jobs, nvcc_threads, peak GB, (GB, nvcc, busy) from the audit or None)."""
+    cpus = max(1, int(cpus))
+    mem = max(0.5, float(mem_gb))
+    threads = nvcc_threads or default_threads
+    if nvcc_threads is None and mem < per_thread_gb * threads:
+        threads = max(1, int(mem // per_thread_gb))
+    if extensions:
+        def peak(j):
+            return peak_estimate(extensions, j, threads, per_thread_gb, ext_max)
+        jobs = max_jobs or next((j for j in range(cpus, 0, -1) if peak(j)[0] <= mem), 1)
+        est = peak(jobs)
+        return jobs, threads, est[0], est
+    busy = min(threads, targets) if targets > 0 else threads
+    jobs = max_jobs or max(1, min(cpus, int(mem // (per_thread_gb * busy))))
+    return jobs, threads, jobs * busy * per_thread_gb, None
+IMAGEGEN_RULES_PY
+
 COPY <<'IMAGEGEN_AUDIT_PY' /imagegen/imagegen_audit.py
 #!/usr/bin/env python3
 """imagegen's gencode audit: run a package's own build with compilers that record instead of compile.
@@ -1908,7 +2060,7 @@ CMD ["build", "--out", "/out"]
 FROM builder AS audit
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 ARG MAX_JOBS=
-ARG NVCC_THREADS=1
+ARG NVCC_THREADS=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS}
@@ -1921,9 +2073,10 @@ COPY --from=audit /imagegen/audit/ /
 # --- compile: everything below depends on the archs and job settings ---
 FROM builder AS compile
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
-# Empty: sized at build time from free RAM and cores (4.0 GB per nvcc thread for natten).
+# Empty: sized at build time from this machine's cores and RAM by the rule imagegen plans with
+# (imagegen_rules.py: 4.0 GB per nvcc thread for natten, 1 threads, fewer on a small machine).
 ARG MAX_JOBS=
-ARG NVCC_THREADS=1
+ARG NVCC_THREADS=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS}
@@ -1933,7 +2086,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="c103058d6b4cde97"
+      io.imagegen.inputs="499700c3949cb177"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

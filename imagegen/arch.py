@@ -27,6 +27,7 @@ from imagegen import yamlio
 from packaging.version import InvalidVersion, Version
 
 from imagegen.errors import ArchError, UsageError
+from imagegen.resources.builder import imagegen_rules as rules
 
 __all__ = [
     "ArchInfo",
@@ -697,42 +698,41 @@ def to_torch_arch_list(archs: ArchList, torch_version: str | Version | None = No
     if problems:
         raise ArchError("; ".join(problems))
     # Spaces would also work, but ';' is what every torch release documents.
-    return ";".join(f"{_torch_key(a)}{'+PTX' if a.ptx else ''}" for a in arch_list)
+    return _formatted(arch_list, "torch")
+
+
+def as_tuples(archs: ArchList) -> list[tuple[int, int, str, bool, bool]]:
+    """The entries as imagegen_rules (and the in-build script) take them: (major, minor, variant, sass, ptx)."""
+    return [(a.major, a.minor, a.variant, a.sass, a.ptx) for a in _as_arch_list(archs)]
+
+
+def _formatted(archs: ArchList, style: str, keep_variant: bool = False) -> str:
+    # The one formatter, shared with the in-build script (imagegen_rules.format_archs).
+    try:
+        return rules.format_archs(as_tuples(archs), style, keep_variant)
+    except ValueError as exc:
+        raise ArchError(str(exc)) from None
 
 
 def to_numeric_list(archs: ArchList, sep: str = ";", keep_variant: bool = False) -> str:
     """FLASH_ATTN_CUDA_ARCHS style "80;90;120"; those packages add PTX/variants themselves."""
-    arch_list = _as_arch_list(archs)
-    codes = (f"{a.number}{a.variant if keep_variant else ''}" for a in arch_list)
-    return sep.join(dict.fromkeys(codes))  # de-duplicate, keep the sorted order
+    return _formatted(archs, "numeric", keep_variant).replace(";", sep)
 
 
 def to_dotted_list(archs: ArchList, sep: str = ";") -> str:
     """NATTEN_CUDA_ARCH style "8.0;9.0;10.0" (NATTEN picks its own a-variants and PTX)."""
-    arch_list = _as_arch_list(archs)
-    return sep.join(dict.fromkeys(a.cc for a in arch_list))
+    return _formatted(archs, "dotted").replace(";", sep)
 
 
 def to_cmake(archs: ArchList) -> str:
     """CMAKE_CUDA_ARCHITECTURES, e.g. "80-real;90a-real;120-real;120-virtual"."""
-    parts: list[str] = []
-    for arch in _as_arch_list(archs):
-        if arch.sass:
-            parts.append(f"{arch.code}-real")
-        if arch.ptx:
-            parts.append(f"{arch.code}-virtual")
-    return ";".join(parts)
+    return _formatted(archs, "cmake")
 
 
 def to_gencode(archs: ArchList) -> list[str]:
     """nvcc flags, e.g. ["-gencode=arch=compute_80,code=sm_80", ...]; PTX as code=compute_XY."""
-    flags: list[str] = []
-    for arch in _as_arch_list(archs):
-        if arch.sass:
-            flags.append(f"-gencode=arch={arch.compute},code={arch.sm}")
-        if arch.ptx:
-            flags.append(f"-gencode=arch={arch.compute},code={arch.compute}")
-    return flags
+    text = _formatted(archs, "gencode")
+    return text.split(" ") if text else []
 
 
 def _gencode_text(archs: ArchList) -> str:

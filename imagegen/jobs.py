@@ -34,10 +34,12 @@ sampled every 0.5-1 s; docs/gpu-results/, benchmarks/RESULTS.md "Peak-RAM estima
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+# The rules themselves live in the stdlib module every builder image carries, so that a build in
+# Docker and a native build size their jobs by the same code.
+from imagegen.resources.builder import imagegen_rules as rules
 
 
 @dataclass(frozen=True)
@@ -49,23 +51,12 @@ class Host:
         return f"{self.cpus} cores, {self.mem_gb:.0f} GB RAM for builds"
 
 
-# Share of the machine's RAM a build may plan for. Total rather than momentarily free memory: the
-# job counts are build args, and a value that moved with the page cache would change the cache key
-# of the compile step on every run.
-RAM_SHARE = 0.8
+RAM_SHARE = rules.RAM_SHARE
 
 
 def host() -> Host:
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    mem_gb = 0.0
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    mem_gb = int(line.split()[1]) / 1024 / 1024 * RAM_SHARE
-    except OSError:
-        mem_gb = 8.0  # unknown: assume a small machine rather than risk an OOM kill
-    return Host(cpus=max(1, cpus), mem_gb=mem_gb)
+    cpus, mem_gb = rules.host_facts()
+    return Host(cpus=cpus, mem_gb=mem_gb)
 
 
 @dataclass(frozen=True)
@@ -83,9 +74,7 @@ class JobSettings:
         return f"MAX_JOBS={self.max_jobs} NVCC_THREADS={self.nvcc_threads} (~{self.peak_gb:.0f} GB peak)"
 
 
-# Memory of one nvcc process apart from its device threads (nvcc itself, cudafe++ and the host compiler
-# over torch's headers): calibrated on SageAttention's H100 builds (see the module's docstring).
-NVCC_HOST_GB = 1.0
+NVCC_HOST_GB = rules.NVCC_HOST_GB
 
 
 @dataclass(frozen=True)
@@ -100,32 +89,16 @@ class ExtensionLoad:
     # takes ~2 GB per chain where its other files take a fraction); None: the recipe's figure.
     gb_per_thread: tuple[float | None, ...] = ()
 
-    def source_gb(self, i: int, default: float) -> float:
-        value = self.gb_per_thread[i] if i < len(self.gb_per_thread) else None
-        return default if value is None else value
+    def as_load(self) -> dict:
+        """As the rules (and the in-build script's cell file) take it."""
+        return {"module": self.module, "chains": list(self.chains), "threads": self.threads,
+                **({"gb": list(self.gb_per_thread)} if self.gb_per_thread else {})}
 
 
-_CHAIN = re.compile(r"(?:sass|ptx):(?:sm|compute)_(\d+[af]?)$")
+compile_chains = rules.compile_chains
+_flag_threads = rules.flag_threads
 _MAX_LOAD_EXTENSIONS = 500
 _MAX_LOAD_SOURCES = 5000
-
-
-def compile_chains(targets: Sequence[str]) -> int:
-    """Independent chains nvcc --threads can run for one source: the distinct archs among its
-    targets ("sass:sm_120" and "ptx:compute_120" share one cicc run; nvcc --dryrun shows it).
-    At least 1: a source without an arch flag still compiles nvcc's default target."""
-    return max(1, len({m.group(1) for m in (_CHAIN.match(str(t)) for t in targets) if m}))
-
-
-def _flag_threads(flags: Sequence[str]) -> int | None:
-    """nvcc's --threads from an extension's recorded flags (--threads=8, --threads 8, -t8, -t 8)."""
-    flags = [str(f) for f in flags]
-    for i, f in enumerate(flags):
-        m = re.fullmatch(r"(?:--threads|-t)=?(\d+)", f)
-        value = m.group(1) if m else (flags[i + 1] if f in ("--threads", "-t") and i + 1 < len(flags) else None)
-        if value is not None and str(value).isdigit():
-            return int(value) if int(value) > 0 else None  # --threads 0: as many as nvcc likes
-    return None
 
 
 def source_figure(source: object, source_memory_gb: Mapping[str, float]) -> float | None:
@@ -172,66 +145,29 @@ class PeakEstimate:
 
 def peak_estimate(profile: Sequence[ExtensionLoad], total_jobs: int, nvcc_threads: int, memory_per_thread_gb: float,
                   ext_parallel_max: int = 0, host_gb: float = NVCC_HOST_GB) -> PeakEstimate:
-    """The peak RAM of a build whose audit found ``profile``, with MAX_JOBS ``total_jobs`` (the
-    whole budget: split between EXT_PARALLEL extensions as split_extensions does when the recipe
-    builds ``ext_parallel_max`` > 0 of them at once; else setuptools builds them one after another).
-
-    Each extension runs min(its jobs, its CUDA sources) nvcc at once, the heaviest sources first;
-    each nvcc takes ``host_gb`` plus, per busy thread (min(--threads, its chains); --threads from the
-    extension's flags, else ``nvcc_threads``), the source's own figure where the recipe names one,
-    else ``memory_per_thread_gb``. Upper-bound-minded: all of them are assumed at their peak together
-    (a short kernel file that finishes early makes the real peak lower, as causal-conv1d's shows)."""
-    def load(ext: ExtensionLoad, jobs_each: int) -> tuple[float, int, int]:
-        threads = max(1, ext.threads or nvcc_threads)
-        each = sorted(((host_gb + min(threads, c) * ext.source_gb(i, memory_per_thread_gb), min(threads, c))
-                       for i, c in enumerate(ext.chains)), reverse=True)[:max(1, jobs_each)]
-        return sum(gb for gb, _ in each), len(each), sum(busy for _, busy in each)
-
-    if not profile:
-        return PeakEstimate(0.0, 0, 0)
-    if ext_parallel_max > 0:
-        parallel, each = split_extensions(total_jobs, ext_parallel_max)
-        loads = sorted((load(e, each) for e in profile), reverse=True)[:parallel]
-        return PeakEstimate(sum(x[0] for x in loads), sum(x[1] for x in loads), sum(x[2] for x in loads))
-    gb, n, busy = max(load(e, max(1, total_jobs)) for e in profile)
-    return PeakEstimate(gb, n, busy)
+    """The peak RAM of a build whose audit found ``profile``, with MAX_JOBS ``total_jobs``
+    (imagegen_rules.peak_estimate: what runs at once per extension, each nvcc a host part plus the
+    source's figure per busy thread)."""
+    return PeakEstimate(*rules.peak_estimate([e.as_load() for e in profile], total_jobs, nvcc_threads,
+                                             memory_per_thread_gb, ext_parallel_max, host_gb))
 
 
 def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, share: int = 1,
                  max_jobs: int | None = None, nvcc_threads: int | None = None, targets: int = 0,
                  profile: Sequence[ExtensionLoad] = (), ext_parallel_max: int = 0) -> JobSettings:
-    """One build's jobs when ``share`` builds run side by side on ``h``.
-
-    ``targets`` is how many -gencode targets (SASS + PTX) each nvcc call compiles: nvcc --threads
-    works on those in parallel, so a job never runs more busy threads than that (a 9.0-only build
-    of SageAttention, --threads=8 hard-coded, peaked at ~2.3 GB per job on an H100 host, not 8x).
-    A machine with little RAM gets MAX_JOBS=1 and NVCC_THREADS=1 (seed 002's OOM workaround) rather
-    than an OOM kill; an explicit value always wins.
-    """
-    cpus = max(1, h.cpus // share)
-    mem = max(0.5, h.mem_gb / share)
-    threads = nvcc_threads or default_threads
-    if nvcc_threads is None and mem < memory_per_thread_gb * threads:
-        threads = max(1, int(mem // memory_per_thread_gb))
-    if profile:
-        # From the audit: the most jobs (one per core at most) whose estimated peak fits.
-        def peak(j: int) -> PeakEstimate:
-            return peak_estimate(profile, j, threads, memory_per_thread_gb, ext_parallel_max)
-        jobs = max_jobs or next((j for j in range(cpus, 0, -1) if peak(j).gb <= mem), 1)
-        est = peak(jobs)
-        return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=est.gb, estimate=est)
-    busy = min(threads, targets) if targets > 0 else threads
-    jobs = max_jobs or max(1, min(cpus, int(mem // (memory_per_thread_gb * busy))))
-    return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=jobs * busy * memory_per_thread_gb)
+    """One build's jobs when ``share`` builds run side by side on ``h`` (imagegen_rules.job_settings:
+    a 9.0-only build of SageAttention, --threads=8 hard-coded, peaked at ~2.3 GB per job on an H100
+    host, not 8x; a machine with little RAM gets MAX_JOBS=1 and NVCC_THREADS=1, seed 002's OOM
+    workaround, rather than an OOM kill; an explicit value always wins)."""
+    jobs, threads, peak_gb, est = rules.job_settings(
+        memory_per_thread_gb, default_threads, max(1, h.cpus // share), h.mem_gb / share, max_jobs=max_jobs,
+        nvcc_threads=nvcc_threads, targets=targets, extensions=[e.as_load() for e in profile],
+        ext_max=ext_parallel_max)
+    return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=peak_gb,
+                       estimate=PeakEstimate(*est) if est is not None else None)
 
 
-def split_extensions(total_jobs: int, ext_max: int) -> tuple[int, int]:
-    """Share ``total_jobs`` compile jobs between extensions a package builds side by side
-    (SageAttention's EXT_PARALLEL): up to ``ext_max`` extensions at once, each with MAX_JOBS jobs, so
-    that EXT_PARALLEL x MAX_JOBS never exceeds the budget. Returns (ext_parallel, max_jobs per extension).
-    The in-build script (imagegen_build.py) has the same rule in stdlib form."""
-    parallel = max(1, min(ext_max, total_jobs))
-    return parallel, max(1, total_jobs // parallel)
+split_extensions = rules.split_extensions
 
 
 def batch_size(n_cells: int, h: Host, heaviest_gb_per_thread: float) -> int:

@@ -34,7 +34,7 @@ from imagegen.outputs import shown
 from imagegen.safety import os_reason
 from imagegen.plan import Cell, native_cell
 from imagegen.recipes import Recipe, RecipeVersion
-from imagegen.render import audit_script, builder_script, cell_document, inputs_hash
+from imagegen.render import audit_script, builder_files, cell_document, inputs_hash
 from imagegen.verify import verify_wheel
 
 if TYPE_CHECKING:
@@ -187,8 +187,9 @@ def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, 
         doc["src_dir"] = str((src_dir or work / "src").resolve())
     cell_file = work / "cell.json"
     cell_file.write_text(json.dumps(doc, indent=2))
+    for name, text in builder_files().items():  # the script, the rules it imports, the audit's compilers
+        (work / name).write_text(text)
     script = work / "imagegen_build.py"
-    script.write_text(builder_script())
     settings = jobs.settings_for(cell.recipe.heaviest_gb_per_thread, cell.recipe.default_nvcc_threads, jobs.host(),
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=str(cell.archs), MAX_JOBS=str(settings.max_jobs),
@@ -334,8 +335,7 @@ def _settings_from_audit(cell: Cell, doc: dict, cell_file: Path, env: dict, sett
     better = jobs.settings_for(recipe.memory_per_thread_gb, recipe.default_nvcc_threads, jobs.host(), max_jobs=max_jobs,
                                nvcc_threads=settings.nvcc_threads, profile=profile, ext_parallel_max=ext_max)
     load = {"host_gb": jobs.NVCC_HOST_GB,
-            "extensions": [{"module": e.module, "chains": list(e.chains), "threads": e.threads,
-                            **({"gb": list(e.gb_per_thread)} if e.gb_per_thread else {})} for e in profile]}
+            "extensions": [e.as_load() for e in profile]}
     cell_file.write_text(json.dumps({**doc, "load_profile": load}, indent=2))  # doc itself (the inputs hash) unchanged
     env["MAX_JOBS"] = str(better.max_jobs)
     return better

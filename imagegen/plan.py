@@ -18,10 +18,11 @@ from imagegen import yamlio
 from packaging.version import Version
 
 from imagegen import compat
-from imagegen.arch import ArchList, CudaArch, nvcc_problems, parse_arch_list, torch_problems
+from imagegen.arch import ArchList, CudaArch, as_tuples, nvcc_problems, parse_arch_list, torch_problems
 from imagegen.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
 from imagegen.errors import ArchError, CompatError, NothingToDoError
 from imagegen.recipes import Recipe, RecipeVersion, Rule
+from imagegen.resources.builder import imagegen_rules as rules
 
 BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"
 
@@ -95,21 +96,12 @@ def compiled_archs(version: RecipeVersion, archs: ArchList) -> tuple[ArchList, s
     knob = version.arch
     if knob.style == "fixed" or not knob.runs_on:
         return archs, ""
-    moved: dict[str, list[str]] = {}
-    out = []
-    for a in archs:
-        cc = knob.compiles_for(a.cc)
-        if cc != a.cc and a.variant == "":
-            major, minor = (int(x) for x in cc.split("."))
-            out.append(CudaArch(major, minor, "", a.sass, a.ptx))
-            moved.setdefault(cc, []).append(a.cc)
-        else:
-            out.append(a)
+    # The in-build script maps the same way (imagegen_rules.map_families), so the knob it writes is
+    # the list verify expects.
+    mapped, moved = rules.map_families(as_tuples(archs), dict(knob.runs_on))
     if not moved:
         return archs, ""
-    note = "; ".join(f"{', '.join(wants)} run{'s' if len(wants) == 1 else ''} the sm_{cc.replace('.', '')} cubin"
-                     for cc, wants in sorted(moved.items(), key=lambda kv: cc_key(kv[0])))
-    return ArchList(out), note
+    return ArchList(CudaArch(*t) for t in mapped), rules.family_note(moved)
 
 
 def expected_archs(version: RecipeVersion, archs: ArchList, nvcc: Version) -> ArchList:

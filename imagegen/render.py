@@ -87,6 +87,19 @@ def audit_script() -> str:
     return (resources.files("imagegen") / "resources" / "builder" / "imagegen_audit.py").read_text(encoding="utf-8")
 
 
+def rules_script() -> str:
+    """The arch and job-sizing rules imagegen plans with, shipped beside builder_script()
+    (imagegen_rules.py), which imports them."""
+    return (resources.files("imagegen") / "resources" / "builder" / "imagegen_rules.py").read_text(encoding="utf-8")
+
+
+def builder_files() -> dict[str, str]:
+    """Every file the in-build script needs beside it, by name (a native build writes them into its
+    work folder; a Dockerfile carries them)."""
+    return {"imagegen_build.py": builder_script(), "imagegen_rules.py": rules_script(),
+            "imagegen_audit.py": audit_script()}
+
+
 @dataclass(frozen=True)
 class Rendered:
     cell: Cell
@@ -167,7 +180,7 @@ def inputs_hash(cell: Cell, doc: dict) -> str:
     for a local source tree its content (a git source is pinned by its revision in the document)."""
     assert cell.base is not None
     inputs = {"cell": doc, "archs": str(cell.archs), "base": cell.base.ref,
-              "script": hashlib.sha256(builder_script().encode()).hexdigest()}
+              "script": hashlib.sha256((builder_script() + rules_script()).encode()).hexdigest()}
     if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
         inputs["source_tree"] = tree_digest(cell.recipe.source_path)
     payload = json.dumps(inputs, sort_keys=True)
@@ -237,6 +250,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         raise UnsafeValueError("internal: the cell document must be one line")
     script = builder_script().rstrip("\n")
     audit = audit_script().rstrip("\n")
+    rules = rules_script().rstrip("\n")
     digest = inputs_hash(cell, doc)
     apt, dnf = _packages(cell)
     recipe = cell.recipe
@@ -269,6 +283,8 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         builder_script=_Raw(script),
         audit_delimiter=safety.heredoc_delimiter(audit, "IMAGEGEN_AUDIT_PY"),
         audit_script=_Raw(audit),
+        rules_delimiter=safety.heredoc_delimiter(rules, "IMAGEGEN_RULES_PY"),
+        rules_script=_Raw(rules),
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),
     )

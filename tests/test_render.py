@@ -15,7 +15,7 @@ from packaging.version import Version
 from imagegen.arch import parse_arch_list
 from imagegen.plan import choose_cell
 from imagegen.recipes import load_catalogue, recipe_from_source_tree
-from imagegen.render import audit_script, builder_script, render_dockerfile
+from imagegen.render import audit_script, builder_script, render_dockerfile, rules_script
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -87,10 +87,13 @@ def check_structure(text: str, cell) -> None:
     # The builder stage has an entrypoint for `docker run -v out:/out IMAGE`.
     assert any(n == "ENTRYPOINT" for n, _ in cmds) and any(n == "CMD" and c.value == ("build", "--out", "/out") for n, c in cmds)
     # Heredocs carry the build script and the audit's stand-in compilers verbatim and the cell as one JSON line.
-    heredocs = [c for _, c in cmds if c.heredocs]
-    assert heredocs[0].heredocs[0].content.rstrip("\n") == builder_script().rstrip("\n")
-    assert heredocs[1].heredocs[0].content.rstrip("\n") == audit_script().rstrip("\n")
-    doc = json.loads(heredocs[2].heredocs[0].content)
+    heredocs = {c.value[-1]: c.heredocs[0].content for _, c in cmds if c.heredocs}
+    assert list(heredocs) == ["/imagegen/imagegen_build.py", "/imagegen/imagegen_rules.py",
+                              "/imagegen/imagegen_audit.py", "/imagegen/cell.json"]
+    assert heredocs["/imagegen/imagegen_build.py"].rstrip("\n") == builder_script().rstrip("\n")
+    assert heredocs["/imagegen/imagegen_rules.py"].rstrip("\n") == rules_script().rstrip("\n")
+    assert heredocs["/imagegen/imagegen_audit.py"].rstrip("\n") == audit_script().rstrip("\n")
+    doc = json.loads(heredocs["/imagegen/cell.json"])
     assert doc["torch"]["version"] == cell.torch_version and "default_archs" not in doc
 
 
@@ -132,7 +135,7 @@ def test_local_project_renders_with_named_source_context(tmp_path):
     cmds = instructions(text)
     copies = [c for n, c in cmds if n == "COPY" and "--from=source" in c.flags]
     assert len(copies) == 1 and copies[0].value[-1] == "/imagegen/src"
-    assert json.loads([c for _, c in cmds if c.heredocs][2].heredocs[0].content)["toolkit"]["kind"] == "pypi"
+    assert json.loads([c for _, c in cmds if c.heredocs][-1].heredocs[0].content)["toolkit"]["kind"] == "pypi"
     check_structure(text, cell)
 
 

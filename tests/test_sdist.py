@@ -25,7 +25,7 @@ import pytest
 from imagegen.cli import main
 from imagegen.errors import RecipeError
 from imagegen.recipes import fetched_from, load_catalogue, load_recipe_file
-from imagegen.render import builder_script
+from imagegen.render import builder_files
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--flavor", "pypi", "--arch", "8.0;9.0"]
@@ -171,8 +171,9 @@ class Files:
 
 def fetch(tmp_path: Path, url: str, data_sha: str, *, filename: str = "demo-1.0.tar.gz", env: dict | None = None,
           src: Path | None = None) -> subprocess.CompletedProcess:
+    for name, text in builder_files().items():
+        (tmp_path / name).write_text(text)
     script = tmp_path / "imagegen_build.py"
-    script.write_text(builder_script())
     cell = {"recipe": "demo", "distribution": "Demo_Pkg", "src_dir": str(src or tmp_path / "src"), "patches": [],
             "source": {"kind": "sdist", "url": url, "ref": filename, "sha256": data_sha}}
     (tmp_path / "cell.json").write_text(json.dumps(cell))

@@ -107,11 +107,12 @@ os.execvpe(sys.argv[2], sys.argv[2:], dict(os.environ, **json.load(open(sys.argv
 $py - "$recipe" "$src" <<'PY'
 import json, subprocess, sys, tempfile, os
 from imagegen.recipes import load_catalogue
-from imagegen.render import builder_script
+from imagegen.render import builder_files
 r = load_catalogue().get(sys.argv[1]); v = r.version(None)
 with tempfile.TemporaryDirectory() as tmp:
-    script = os.path.join(tmp, "b.py"); open(script, "w").write(builder_script())
-    sys.path.insert(0, tmp); import b
+    for name, text in builder_files().items():
+        open(os.path.join(tmp, name), "w").write(text)
+    sys.path.insert(0, tmp); import imagegen_build as b
     for p in v.patches:
         b.apply_patch({"name": p.name, "reason": p.reason, "text": p.text}, sys.argv[2])
 PY

@@ -145,6 +145,11 @@ import threading
 import time
 import zipfile
 
+# imagegen_rules.py lies beside this script (in the image, in a native build's work folder, and in
+# the imagegen package): the arch and job-sizing rules imagegen plans with.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import imagegen_rules as rules  # noqa: E402
+
 SECRETS = "/run/secrets"
 # Secret id -> environment variables that point at it. The CA bundle (corporate proxies) and index
 # credentials come in as BuildKit secrets: mounted for one RUN, never in a layer or the history.
@@ -482,160 +487,66 @@ def apply_patch(patch, dest):
 # ------------------------------------------------------------------------------------------------
 # arch knob
 
-_ENTRY = re.compile(r"(?:compute_(\d+)(\d)([af]?))|(?:(\d+)\.(\d)([af]?)(\+PTX)?)")
+# Arch lists and job sizing: imagegen_rules.py, the module imagegen itself uses (shipped beside this
+# script), so that these can never differ from what imagegen plans with.
 
 
 def parse_archs(text):
-    """Parse imagegen's canonical arch list (8.0;9.0a;12.0+PTX;compute_120;10.0f) into tuples
-    (major, minor, variant, sass, ptx). imagegen writes this form; anything else is refused."""
-    out = []
-    for tok in re.split(r"[;\s,]+", text.strip()):
-        if not tok:
-            continue
-        m = _ENTRY.fullmatch(tok)
-        if not m:
-            fail("TORCH_CUDA_ARCH_LIST entry %r is not in imagegen's form (8.0, 9.0a, 12.0+PTX, compute_120)" % tok, 2)
-        if m.group(1):
-            out.append((int(m.group(1)), int(m.group(2)), m.group(3), False, True))
-        else:
-            out.append((int(m.group(4)), int(m.group(5)), m.group(6), True, bool(m.group(7))))
-    if not out:
-        fail("TORCH_CUDA_ARCH_LIST is empty: set the GPU archs to build for (no GPU is visible in a build)", 2)
-    return out
+    """imagegen's canonical arch list as (major, minor, variant, sass, ptx) tuples; exit 2 on anything else."""
+    try:
+        return rules.parse_canonical(text)
+    except ValueError as exc:
+        fail(str(exc), 2)
 
 
 def format_archs(archs, style, keep_variant=False):
-    """The same formats as imagegen.arch's formatters (tests keep the two in agreement)."""
-    def num(a, variant=True):
-        return "%d%d%s" % (a[0], a[1], a[2] if variant else "")
-
-    if style == "torch":
-        parts = []
-        for a in archs:
-            if not a[3]:
-                fail("a PTX-only target (compute_%s) cannot be written as TORCH_CUDA_ARCH_LIST" % num(a), 2)
-            parts.append("%d.%d%s%s" % (a[0], a[1], a[2], "+PTX" if a[4] else ""))
-        return ";".join(parts)
-    if style == "numeric":
-        return ";".join(dict.fromkeys(num(a, keep_variant) for a in archs))
-    if style == "dotted":
-        return ";".join(dict.fromkeys("%d.%d" % (a[0], a[1]) for a in archs))
-    if style == "cmake":
-        parts = []
-        for a in archs:
-            if a[3]:
-                parts.append(num(a) + "-real")
-            if a[4]:
-                parts.append(num(a) + "-virtual")
-        return ";".join(parts)
-    if style == "gencode":
-        parts = []
-        for a in archs:
-            if a[3]:
-                parts.append("-gencode=arch=compute_%s,code=sm_%s" % (num(a), num(a)))
-            if a[4]:
-                parts.append("-gencode=arch=compute_%s,code=compute_%s" % (num(a), num(a)))
-        return " ".join(parts)
-    fail("unknown arch style %r" % style, 2)
+    try:
+        return rules.format_archs(archs, style, keep_variant)
+    except ValueError as exc:
+        fail(str(exc), 2)
 
 
 def apply_runs_on(archs, runs_on, package="the package"):
-    """The archs the knob really compiles (plan.compiled_archs, the same rule): a requested cc the
-    recipe maps (``runs_on``, e.g. {"8.6": "8.0"} for flash-attn, whose knob takes 80 but silently
-    ignores 86) becomes the cc whose cubin serves it; entries that meet are merged (8.0 and 8.6+PTX:
-    8.0+PTX). Variant targets (9.0a) are never mapped. Returns (archs, a log line or "")."""
-    if not runs_on:
-        return archs, ""
-    merged = {}  # (major, minor, variant) -> [sass, ptx], in the order first seen
-    moved = {}  # the cc compiled -> the requested ccs it serves
-    for a in archs:
-        key = a[:3]
-        cc = "%d.%d" % (a[0], a[1])
-        got = runs_on.get(cc) if not a[2] else None
-        if got and got != cc:
-            major, minor = (int(x) for x in got.split("."))
-            key = (major, minor, "")
-            moved.setdefault(got, [])
-            if cc not in moved[got]:
-                moved[got].append(cc)
-        flags = merged.setdefault(key, [False, False])
-        flags[0] = flags[0] or a[3]
-        flags[1] = flags[1] or a[4]
-    if not moved:
-        return archs, ""
-    out = [k + (v[0], v[1]) for k, v in merged.items()]
-    note = "; ".join("%s run%s the sm_%s cubin (%s builds one cubin for the %s.x family)"
-                     % (", ".join(wants), "s" if len(wants) == 1 else "", got.replace(".", ""), package,
-                        got.split(".")[0])
-                     for got, wants in sorted(moved.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))))
-    return out, note
+    """The archs the knob really compiles (imagegen.plan.compiled_archs: the same rule) and a log line."""
+    archs, moved = rules.map_families(archs, runs_on)
+    return archs, rules.family_note(moved, package) if moved else ""
+
+
+def load_extensions(cell):
+    return (cell.get("load_profile") or {}).get("extensions") or []
+
+
+def ext_parallel_max(cell):
+    ext = cell.get("ext_parallel") or {}
+    return int(ext.get("max") or 1) if ext.get("env") else 0
 
 
 def auto_jobs(cell, threads, targets=0):
-    """MAX_JOBS from free memory and cores: each job runs `threads` nvcc threads (at most one per
-    -gencode target, `targets`) of `memory_per_thread_gb` each, and one job per core at most
-    (imagegen.jobs.settings_for, the same rule); with the audit's load (cell["load_profile"]), the
-    most jobs whose peak_estimate fits."""
-    load = cell.get("load_profile")
-    if targets > 0:
-        threads_busy = min(threads, targets)
-    else:
-        threads_busy = threads
-    cpus = os.cpu_count() or 1
-    avail_kb = None
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail_kb = int(line.split()[1])
-    except OSError:
-        pass
-    if avail_kb is None:
-        return max(1, cpus // 2)
-    avail_gb = avail_kb / 1024 / 1024
-    if load:
-        ext_max = int(((cell.get("ext_parallel") or {}).get("max")) or 0) if (cell.get("ext_parallel") or {}).get("env") else 0
-        for jobs in range(cpus, 0, -1):
-            if peak_estimate(load, jobs, threads, float(cell["memory_per_thread_gb"]), ext_max)[0] <= avail_gb:
-                return jobs
-        return 1
-    # Without the audit's load, which sources run at once is unknown: plan with the heaviest figure.
-    per_thread = cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"]
-    per_job = max(0.5, float(per_thread) * threads_busy)
-    return max(1, min(cpus, int(avail_gb // per_job)))
+    """MAX_JOBS from this machine's cores and RAM (imagegen_rules.job_settings, what imagegen plans
+    with): `threads` nvcc threads per job, at most one per -gencode target (`targets`); with the
+    audit's load (cell["load_profile"]), the most jobs whose peak estimate fits."""
+    cpus, mem_gb = rules.host_facts()
+    extensions = load_extensions(cell)
+    per_thread = float(cell["memory_per_thread_gb"] if extensions
+                       else cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
+    return rules.job_settings(per_thread, threads, cpus, mem_gb, nvcc_threads=threads, targets=targets,
+                              extensions=extensions, ext_max=ext_parallel_max(cell))[0]
 
 
-def split_extensions(total_jobs, ext_max):
-    """(EXT_PARALLEL, MAX_JOBS per extension) so that their product stays within total_jobs."""
-    parallel = max(1, min(ext_max, total_jobs))
-    return parallel, max(1, total_jobs // parallel)
+def auto_threads(cell):
+    """NVCC_THREADS when none is given: the recipe's, fewer on a machine with little RAM (the same rule)."""
+    cpus, mem_gb = rules.host_facts()
+    per_thread = float(cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
+    return rules.job_settings(per_thread, int(cell["default_nvcc_threads"]), cpus, mem_gb)[1]
+
+
+split_extensions = rules.split_extensions
 
 
 def peak_estimate(load, total_jobs, nvcc_threads, per_thread_gb, ext_max=0):
-    """imagegen.jobs.peak_estimate in stdlib form (tests keep the two in agreement): the peak RAM of
-    the build whose gencode audit found ``load`` (the cell's load_profile: per extension the compile
-    chains of each CUDA source, the recipe's GB per thread of a source where it names one, and the
-    --threads its flags fix). Returns (GB, nvcc at once, busy threads)."""
-    host_gb = float(load.get("host_gb") or 0)
-
-    def one(ext, jobs_each):
-        threads = max(1, int(ext.get("threads") or nvcc_threads))
-        figures = ext.get("gb") or []
-        each = []
-        for i, c in enumerate(ext["chains"]):
-            figure = figures[i] if i < len(figures) and figures[i] is not None else per_thread_gb
-            each.append((host_gb + min(threads, int(c)) * float(figure), min(threads, int(c))))
-        each = sorted(each, reverse=True)[:max(1, jobs_each)]
-        return sum(gb for gb, _ in each), len(each), sum(busy for _, busy in each)
-
-    exts = [e for e in load.get("extensions") or [] if e.get("chains")]
-    if not exts:
-        return 0.0, 0, 0
-    if ext_max > 0:
-        parallel, each = split_extensions(total_jobs, ext_max)
-        loads = sorted((one(e, each) for e in exts), reverse=True)[:parallel]
-        return sum(x[0] for x in loads), sum(x[1] for x in loads), sum(x[2] for x in loads)
-    return max(one(e, max(1, total_jobs)) for e in exts)
+    """rules.peak_estimate over a cell's load_profile (GB, nvcc at once, busy threads)."""
+    return rules.peak_estimate(load.get("extensions") or [], total_jobs, nvcc_threads, per_thread_gb, ext_max,
+                               float(load.get("host_gb") or 0))
 
 
 def visible_gpu_archs(cell):
@@ -670,7 +581,8 @@ def build_env(cell):
         value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
         env[knob["env"]] = value
         log("%s=%s (from TORCH_CUDA_ARCH_LIST=%s)" % (knob["env"], value, env["TORCH_CUDA_ARCH_LIST"]))
-    threads = int(env.get("NVCC_THREADS") or cell["default_nvcc_threads"])
+    given = (env.get("NVCC_THREADS") or "").strip()
+    threads = int(given) if given.isdigit() and int(given) > 0 else auto_threads(cell)
     if cell.get("threads_env"):
         env[cell["threads_env"]] = str(threads)
     jobs = env.get("MAX_JOBS") or ""
@@ -688,8 +600,7 @@ def build_env(cell):
     env["MAX_JOBS"] = str(jobs)
     per_thread = float(cell["memory_per_thread_gb"])
     if cell.get("load_profile"):
-        gb, nvcc, busy = peak_estimate(cell["load_profile"], total, threads, per_thread,
-                                       int(ext.get("max") or 1) if ext.get("env") else 0)
+        gb, nvcc, busy = peak_estimate(cell["load_profile"], total, threads, per_thread, ext_parallel_max(cell))
         log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak: %d nvcc at once, %d busy threads,"
             " from the audit)" % (total, threads, gb, nvcc, busy))
     else:

@@ -1,0 +1,117 @@
+"""One source for every rule: the in-build script (imagegen_build.py, what runs inside every builder
+image and in native builds) and the library size jobs and write arch knobs by the same module,
+imagegen_rules.py. Over a grid of machines (cores x RAM) and every catalogue recipe, with MAX_JOBS and
+NVCC_THREADS left to the build (a plain `docker build` of a rendered Dockerfile), the script chooses
+what imagegen plans with: the same MAX_JOBS x NVCC_THREADS x EXT_PARALLEL and the same knob string.
+
+Before this module they had drifted: the script sized jobs from MemAvailable (the library from
+MemTotal x 0.8: job counts are cache keys and must not move with the page cache) and never lowered
+the thread count on a small machine."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from imagegen import arch as A
+from imagegen import jobs
+from imagegen.errors import CompatError
+from imagegen.plan import choose_cell, compiled_archs
+from imagegen.recipes import load_catalogue
+from imagegen.render import builder_script, cell_document
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILDER = ROOT / "imagegen" / "resources" / "builder"
+
+
+def builder_module():
+    spec = importlib.util.spec_from_file_location("imagegen_build_rules_shared", BUILDER / "imagegen_build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+B = builder_module()
+GRID = [(cpus, ram) for cpus in (1, 2, 4, 16, 64) for ram in (4, 8, 16, 32, 125, 500)]
+
+
+def catalogue_cells():
+    cells = []
+    for name in load_catalogue().names():
+        recipe = load_catalogue().get(name)
+        version = recipe.version(None)
+        wanted = A.ArchList([a for a in version.archs if a.major >= 8][-3:] or list(version.archs)[-1:])
+        try:
+            cells.append(choose_cell(recipe, version, wanted, torch=None, cuda=None, python=None, flavor="pypi"))
+        except CompatError:
+            continue
+    return cells
+
+
+CELLS = catalogue_cells()
+
+
+def test_the_grid_covers_the_catalogue():
+    assert {c.recipe.name for c in CELLS} >= {"sageattention", "flash-attn", "causal-conv1d", "block-sparse-attn"}
+
+
+def test_both_sides_load_the_same_rules_file():
+    assert Path(B.rules.__file__).resolve() == (BUILDER / "imagegen_rules.py").resolve()
+    assert Path(jobs.rules.__file__).resolve() == (BUILDER / "imagegen_rules.py").resolve()
+    # No second copy of a rule left in the script: it reads no MemAvailable, parses no arch itself.
+    script = builder_script()
+    assert "MemAvailable" not in script and "_ENTRY = re.compile" not in script and "def _cc_key" not in script
+
+
+@pytest.mark.parametrize("cpus, ram", GRID)
+def test_script_and_library_size_every_recipe_the_same(monkeypatch, cpus, ram):
+    mem_for_builds = ram * jobs.RAM_SHARE
+    monkeypatch.setattr(B.rules, "host_facts", lambda: (cpus, mem_for_builds))
+    for cell in CELLS:
+        recipe = cell.recipe
+        planned = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads,
+                                    jobs.Host(cpus=cpus, mem_gb=mem_for_builds), targets=cell.archs.gencode_targets)
+        doc = cell_document(cell)
+        for var in ("MAX_JOBS", "NVCC_THREADS"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", str(cell.archs))
+        env = B.build_env(doc)
+        what = f"{recipe.name} on {cpus} cores, {ram} GB"
+        if recipe.threads_env:
+            assert env[recipe.threads_env] == str(planned.nvcc_threads), what
+        if recipe.ext_parallel_env:
+            parallel, per_ext = jobs.split_extensions(planned.max_jobs, recipe.ext_parallel_max)
+            assert (env[recipe.ext_parallel_env], env["MAX_JOBS"]) == (str(parallel), str(per_ext)), what
+        else:
+            assert env["MAX_JOBS"] == str(planned.max_jobs), what
+        assert B.auto_threads(doc) == planned.nvcc_threads, what
+        knob = cell.version.arch
+        if knob.style != "fixed":
+            mapped, _ = compiled_archs(cell.version, cell.archs)
+            kw = {"keep_variant": knob.keep_variant} if knob.style == "numeric" else {}
+            assert env[knob.env] == A.format_for(mapped, knob.style, **kw), what
+
+
+def test_a_small_machine_gets_fewer_threads_inside_the_build_too(monkeypatch):
+    # The drift this module removed: the script kept the recipe's threads whatever the RAM.
+    recipe = load_catalogue().get("sageattention")
+    cell = choose_cell(recipe, recipe.version(None), A.parse_arch_list("9.0"), torch="2.11", cuda="13.0",
+                       python="3.12", flavor="pypi")
+    monkeypatch.setattr(B.rules, "host_facts", lambda: (16, 4 * jobs.RAM_SHARE))
+    doc = cell_document(cell)
+    planned = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads, jobs.Host(16, 4 * jobs.RAM_SHARE))
+    assert B.auto_threads(doc) == planned.nvcc_threads == 1 < recipe.default_nvcc_threads
+
+
+@pytest.mark.parametrize("text", ["8.0;8.6;8.9;9.0", "8.6+PTX;9.0a;12.0+PTX", "compute_120", "7.5 8.0,9.0"])
+def test_family_mapping_and_formats_agree(text):
+    fa = load_catalogue().get("flash-attn").version(None)
+    archs = A.parse_arch_list(text)
+    mapped, note = compiled_archs(fa, archs)
+    got, line = B.apply_runs_on(B.parse_archs(str(archs)), dict(fa.arch.runs_on), "flash-attn")
+    assert got == A.as_tuples(mapped)
+    assert line.split(" (")[0] == note.split(" (")[0] if note else line == ""
+    for style in ("numeric", "dotted", "cmake", "gencode"):
+        assert B.format_archs(got, style) == A.format_for(mapped, style)
