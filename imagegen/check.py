@@ -32,23 +32,10 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from imagegen.errors import BuildError, ImagegenError, RecipeError, UsageError
+from imagegen.errors import BuildError, GpuCheckError, ImagegenError, NoGpuError, RecipeError, UsageError
 from imagegen.recipes import Catalogue, Recipe
-from imagegen.verify import VerifyError
 
 DEFAULT_TIMEOUT = 600.0
-
-
-class NoGpuError(ImagegenError):
-    """The interpreter has no torch, or torch sees no CUDA GPU: the check cannot run here."""
-
-    exit_code = 8
-
-
-class GpuCheckError(VerifyError):
-    """The GPU check ran and failed."""
-
-    exit_code = 6
 
 
 @dataclass(frozen=True)

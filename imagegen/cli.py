@@ -22,7 +22,7 @@ from typing import Sequence
 
 from imagegen import __version__, ci, compat
 from imagegen.arch import ArchList, parse_arch_list
-from imagegen.config import FLAVORS, Config, load_config
+from imagegen.config import Config, load_config
 from imagegen.errors import BuildError, CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.plan import BUILDABLE, MatrixRequest, Plan, choose_cell, defaults, expand
 from imagegen.recipes import (FETCH_KINDS, Catalogue, Recipe, RecipeVersion, fetched_from, load_catalogue, looks_like_path,
@@ -50,7 +50,8 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--torch", **kw, help="torch series or release: 2.8 or 2.8.0" + (" (repeatable)" if many else ""))
     p.add_argument("--cuda", **kw, help="CUDA variant: 12.8 or cu128" + (" (repeatable)" if many else ""))
     p.add_argument("--python", **kw, help="CPython version: 3.12" + (" (repeatable)" if many else ""))
-    p.add_argument("--flavor", choices=FLAVORS, help="builder base-image family (default: runpod)")
+    p.add_argument("--flavor", choices=compat.container_flavors(), help="builder base-image family (default: runpod;"
+                   " imagegen/resources/compat/base_images.yaml lists them)")
     p.add_argument("--base-image", help="use this base image instead of the flavor's catalogue image")
     p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default)")
     p.add_argument("--fetch", choices=FETCH_KINDS, help="where the source comes from: git (default) or the version's"

@@ -17,7 +17,7 @@ from imagegen import yamlio
 from packaging.version import InvalidVersion, Version
 
 from imagegen import safety
-from imagegen.errors import CompatError, UsageError
+from imagegen.errors import CompatError, NoBaseImage, UsageError
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -213,6 +213,11 @@ class BaseImage:
 
 
 @functools.cache
+def container_flavors() -> tuple[str, ...]:
+    """The flavors a builder image can be made from (base_images.yaml; `native` is the host itself)."""
+    return tuple(name for name, f in flavors().items() if f.os != "none")
+
+
 def flavors() -> dict[str, Flavor]:
     raw = _load("base_images.yaml")["flavors"]
     return {
@@ -239,10 +244,6 @@ def flavor(name: str) -> Flavor:
 
 def _digits(version: str) -> str:
     return version.replace(".", "")
-
-
-class NoBaseImage(Exception):
-    """Internal: no catalogue image fits; the message is a plan reason."""
 
 
 def resolve_base_image(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant,

@@ -31,10 +31,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from imagegen import safety
+from imagegen.compat import container_flavors
 from imagegen.errors import ConfigError
-
-FLAVORS = ("runpod", "manylinux", "cuda", "pypi")
-
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; a larger one is a mistake
 
@@ -130,8 +128,8 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
         if key not in known:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
     flavor = section.get("flavor")
-    if flavor is not None and flavor not in FLAVORS:
-        raise ConfigError(f"{where}.flavor: {flavor!r} is not one of {', '.join(FLAVORS)}")
+    if flavor is not None and flavor not in container_flavors():
+        raise ConfigError(f"{where}.flavor: {flavor!r} is not one of {', '.join(container_flavors())}")
     base = section.get("base-image")
     if base is not None:
         if not isinstance(base, str) or not safety.IMAGE_REF.fullmatch(base):

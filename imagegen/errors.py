@@ -99,3 +99,52 @@ class BuildError(ImagegenError):
     """A build ran and failed."""
 
     exit_code = 5
+
+
+class VerifyError(ImagegenError):
+    """A wheel lacks what was asked (an arch, an extension) or cannot be read as a wheel."""
+
+    exit_code = 6
+
+
+class GpuCheckError(VerifyError):
+    """The recipe's GPU check ran and failed."""
+
+    exit_code = 6
+
+
+class RegistryError(ImagegenError):
+    """A registry refused or could not be reached, or an image is missing."""
+
+    exit_code = 7
+
+
+class LockFileError(RegistryError):
+    """A lock file that is not one (binary, not JSON, wrong schema, not a regular file): exit 7 like
+    every registry/lock failure."""
+
+
+class ImageMissing(RegistryError):
+    """The registry answered: no such image (the one failure `pull` may fall back from)."""
+
+
+class NoGpuError(ImagegenError):
+    """The interpreter has no torch, or torch sees no CUDA GPU: the check cannot run here."""
+
+    exit_code = 8
+
+
+# Internal signals, never shown as they are: each caller turns them into a user error or a plan reason.
+
+
+class NoBaseImage(Exception):
+    """Internal: no catalogue image fits; the message is a plan reason."""
+
+
+class Unreadable(Exception):
+    """Internal: a file imagegen was asked to read is not a readable regular file; the message says
+    why in a few words, and the caller names the file and raises its own error type."""
+
+
+class Stopped(KeyboardInterrupt):
+    """imagegen got SIGINT/SIGTERM/SIGHUP: handled like Ctrl-C (exit 130, "interrupted")."""

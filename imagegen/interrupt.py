@@ -18,6 +18,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from imagegen.errors import Stopped
+
 GRACE_S = 10.0  # buildx needs a moment to cancel its solve before it exits
 _cleanups: list[Callable[[], None]] = []
 _lock = threading.Lock()
@@ -102,10 +104,6 @@ def cleanup(action: Callable[[], None]) -> Iterator[None]:
     finally:
         with _lock:
             _cleanups.remove(action)
-
-
-class Stopped(KeyboardInterrupt):
-    """imagegen got SIGINT/SIGTERM/SIGHUP: handled like Ctrl-C (exit 130, "interrupted")."""
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

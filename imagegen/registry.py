@@ -25,7 +25,7 @@ import subprocess
 from pathlib import Path
 
 from imagegen import safety
-from imagegen.errors import ImagegenError
+from imagegen.errors import ImageMissing, LockFileError, RegistryError
 from imagegen.plan import Cell, Plan, defaults
 
 LOCK_FILE = "imagegen.lock"
@@ -34,21 +34,6 @@ MAX_LOCK_BYTES = 16 << 20
 # registry host[:port] / namespace (one or more path parts), as in imagegen.toml's `registry`
 REGISTRY = re.compile(r"[a-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-class RegistryError(ImagegenError):
-    """A registry refused or could not be reached, or an image is missing."""
-
-    exit_code = 7
-
-
-class LockFileError(RegistryError):
-    """A lock file that is not one (binary, not JSON, wrong schema, not a regular file): exit 7 like
-    every registry/lock failure."""
-
-
-class ImageMissing(RegistryError):
-    """The registry answered: no such image (the one failure `pull` may fall back from)."""
 
 
 def check_registry(value: str) -> str:

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from imagegen.errors import UnsafeValueError, printable
+from imagegen.errors import UnsafeValueError, Unreadable, printable
 
 # Names and identifiers
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -103,10 +103,6 @@ def heredoc_delimiter(body: str, stem: str = "IMAGEGEN_EOF") -> str:
         n += 1
         delimiter = f"{stem}_{n}"
     return delimiter
-
-
-class Unreadable(Exception):
-    """A file :func:`read_regular_file` refuses; the message says why in a few words."""
 
 
 def read_regular_file(path: Path, *, limit: int, inside: Path | None = None) -> bytes:

@@ -44,15 +44,11 @@ from typing import BinaryIO, Mapping
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from imagegen.arch import ArchList, CudaArch
-from imagegen.errors import ImagegenError
+from imagegen.errors import VerifyError
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2
 _COMPRESSED = 0x2000
-
-
-class VerifyError(ImagegenError):
-    exit_code = 6
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import dockerfile
 import pytest
 from packaging.version import Version
 
+from imagegen import compat
 from imagegen.arch import parse_arch_list
 from imagegen.plan import choose_cell
 from imagegen.recipes import load_catalogue, recipe_from_source_tree
@@ -20,7 +21,7 @@ from imagegen.render import audit_script, builder_script, render_dockerfile, rul
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
 FIXTURE = HERE / "fixtures" / "tiny_kernel"
-FLAVORS = ("runpod", "manylinux", "cuda", "pypi")
+FLAVORS = compat.container_flavors()  # from base_images.yaml
 CATALOGUE = load_catalogue()
 
 
