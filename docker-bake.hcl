@@ -66,6 +66,9 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
   }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
+  }
 }
 
 target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
@@ -81,6 +84,9 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
+  }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
   }
 }
 
@@ -98,6 +104,9 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
   }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
+  }
 }
 
 target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
@@ -113,6 +122,9 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
+  }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
   }
 }
 
@@ -130,6 +142,9 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
   }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
+  }
 }
 
 target "fa2-2_8_3-torch2_9-cu128-py312" {
@@ -145,6 +160,9 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
+  }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
   }
 }
 
@@ -162,6 +180,9 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
   }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
+  }
 }
 
 target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
@@ -177,6 +198,9 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
+  }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
   }
 }
 
@@ -194,6 +218,9 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
   }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
+  }
 }
 
 target "natten-0_21_6-torch2_9-cu128-py312" {
@@ -209,6 +236,9 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
+  }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
   }
 }
 
@@ -226,6 +256,9 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
   }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
+  }
 }
 
 target "sage-2_2_0-torch2_9-cu128-py312" {
@@ -241,5 +274,8 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
+  }
+  contexts = {
+    imagegen-scripts = "./imagegen/resources/builder"
   }
 }

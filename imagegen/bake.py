@@ -25,7 +25,7 @@ from pathlib import Path
 
 from imagegen import safety
 from imagegen.plan import Cell, Plan
-from imagegen.render import render_dockerfile
+from imagegen.render import SCRIPTS_CONTEXT, builder_files, render_dockerfile
 
 # Variables users may set in the environment to override every target's build args.
 VARIABLES = {
@@ -113,11 +113,22 @@ def _target_dict(t: BakeTarget) -> dict:
 
 
 def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "dockerfiles",
-                     root: Path | None = None, command: str | None = None) -> BakeDefinition:
+                     root: Path | None = None, command: str | None = None,
+                     scripts: str | None = None) -> BakeDefinition:
     """Targets for every buildable cell of ``plan``; paths are relative to ``root`` (the folder
-    bake runs from: bake resolves context, dockerfile and output against its working directory)."""
+    bake runs from: bake resolves context, dockerfile and output against its working directory).
+
+    Every target gets imagegen's in-build scripts as the named context SCRIPTS_CONTEXT: ``scripts``
+    (a folder as bake should read it: the clone's own imagegen/resources/builder for --repo), else a
+    copy written beside the Dockerfiles (``<dockerfiles_dir>/imagegen-scripts/``), so that a bake
+    file and its Dockerfiles build on a machine without imagegen (a CI runner)."""
     root = (root or Path.cwd()).resolve()
     targets, dockerfiles = [], {}
+    safety.check(dockerfiles_dir, safety.LOCAL_PATH, "Dockerfiles folder")
+    if scripts is None:
+        for name, text in builder_files().items():
+            dockerfiles[f"{dockerfiles_dir}/{SCRIPTS_CONTEXT}/{name}"] = text
+        scripts = _relative(Path(root, dockerfiles_dir, SCRIPTS_CONTEXT), root, "Dockerfiles folder")
     for cell in plan.buildable:
         name = cell.name
         safety.check(name, _TARGET_NAME, "bake target name")
@@ -125,8 +136,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         dockerfiles[path] = render_dockerfile(cell, command=command).dockerfile
         out = f"{out_dir}/{cell.wheel_dir}"
         safety.check(out, safety.LOCAL_PATH, "output folder")
-        safety.check(dockerfiles_dir, safety.LOCAL_PATH, "Dockerfiles folder")
-        contexts = {}
+        contexts = {SCRIPTS_CONTEXT: scripts}
         if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
             contexts["source"] = _relative(cell.recipe.source_path, root)
         targets.append(BakeTarget(name=name, recipe=cell.recipe.name, context=dockerfiles_dir,
@@ -134,16 +144,26 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
     return BakeDefinition(targets=targets, dockerfiles=dockerfiles)
 
 
+def absolute_contexts(target: BakeTarget, dockerfiles_dir: Path) -> dict[str, str]:
+    """``target``'s named contexts as absolute paths, for a bake file in a run folder (python-on-whales
+    cannot set bake's working directory): the scripts written beside ``dockerfiles_dir``'s
+    Dockerfiles and, for a local project, its tree."""
+    contexts = {SCRIPTS_CONTEXT: str(dockerfiles_dir / SCRIPTS_CONTEXT)}
+    if target.cell.recipe.source_path is not None and "source" in target.contexts:
+        contexts["source"] = str(target.cell.recipe.source_path)
+    return contexts
+
+
 _TARGET_NAME = re.compile(r"[A-Za-z0-9_-]{1,200}")
 
 
-def _relative(path: Path, root: Path) -> str:
+def _relative(path: Path, root: Path, what: str = "local source path") -> str:
     try:
         rel = os.path.relpath(path, root)
     except ValueError:
         rel = str(path)
     rel = rel if rel.startswith(("/", ".")) else "./" + rel
-    return safety.check(rel, safety.LOCAL_PATH, "local source path")
+    return safety.check(rel, safety.LOCAL_PATH, what)
 
 
 # --------------------------------------------------------------------------------------------

@@ -92,12 +92,18 @@ def repo_plan(cat) -> Plan:
     ))
 
 
+# In a clone of the repository the in-build scripts are its own (no copy in dockerfiles/):
+# `docker buildx bake` there needs nothing installed.
+REPO_SCRIPTS = "./imagegen/resources/builder"
+
+
 def repo_files(cat) -> dict[str, str]:
     """Every generated file of the repository, path -> content (what `imagegen bake --repo` writes)."""
     plan = repo_plan(cat)
     out = defaults()["repo"]["out"]
     command = "imagegen bake --repo"
-    definition = build_definition(plan, out_dir=out, dockerfiles_dir="dockerfiles", command=command)
+    definition = build_definition(plan, out_dir=out, dockerfiles_dir="dockerfiles", command=command,
+                                  scripts=REPO_SCRIPTS)
     files = dict(definition.dockerfiles)
     files["docker-bake.hcl"] = serialise(definition, Path("docker-bake.hcl"), command)
     for recipe in sorted({t.recipe for t in definition.targets}):

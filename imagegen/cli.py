@@ -413,7 +413,11 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rendered = render_dockerfile(cell, command=_command_line(argv))
     write_output(rendered.dockerfile, args.output)
     if args.output not in (None, "-"):
-        print(f"wrote {args.output}: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
+        # The build steps beside it, as the Dockerfile's header builds it: --build-context imagegen-scripts=...
+        from imagegen.render import SCRIPTS_CONTEXT, write_scripts
+        folder = Path(args.output).parent / SCRIPTS_CONTEXT  # beside the name given (a symlink's too)
+        write_scripts(folder)
+        print(f"wrote {args.output} and {folder}/: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
     return 0
 
 

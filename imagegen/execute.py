@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from imagegen import collect, interrupt, jobs
-from imagegen.bake import BakeDefinition, build_definition, to_json
+from imagegen.bake import BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.bakefiles import write_dockerfiles
 from imagegen.errors import EngineError, ImagegenError, UsageError
 from imagegen.plan import Cell, Plan
@@ -328,8 +328,7 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
     for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd
         data["target"][t.name]["output"] = [f"type=local,dest={stage / t.name}"]
         data["target"][t.name]["context"] = str(run_dir / "dockerfiles")
-        if t.cell.recipe.source_path is not None and t.contexts:
-            data["target"][t.name]["contexts"] = {"source": str(t.cell.recipe.source_path)}
+        data["target"][t.name]["contexts"] = absolute_contexts(t, run_dir / "dockerfiles")
     for t in definition.targets:
         for suffix, stage_name in ((LOG_SUFFIX, "buildlog"), (AUDIT_SUFFIX, "audit-report")):
             companion = dict(data["target"][t.name])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from imagegen import __version__, collect, interrupt, jobs
-from imagegen.bake import build_definition, to_json
+from imagegen.bake import absolute_contexts, build_definition, to_json
 from imagegen.errors import BuildError, EngineError, UsageError
 from imagegen.execute import CellResult, bake_data, builder_or_context, new_run_dir
 from imagegen.plan import Cell, Plan
@@ -76,8 +76,7 @@ def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, 
     for t in definition.targets:
         target = data["target"][t.name]
         target["context"] = str(run_dir / "dockerfiles")
-        if t.cell.recipe.source_path is not None and t.contexts:
-            target["contexts"] = {"source": str(t.cell.recipe.source_path)}
+        target["contexts"] = absolute_contexts(t, run_dir / "dockerfiles")
         target["target"] = "builder"
         target["tags"] = [image_ref(t.cell, registry)]
         target["output"] = ["type=image,push=true" if push else "type=docker"]

@@ -93,6 +93,23 @@ def rules_script() -> str:
     return (resources.files("imagegen") / "resources" / "builder" / "imagegen_rules.py").read_text(encoding="utf-8")
 
 
+# The named build context that brings builder_files() into a build (bake definitions name it; a
+# rendered Dockerfile's header says how to give it to `docker buildx build`).
+SCRIPTS_CONTEXT = "imagegen-scripts"
+
+
+def write_scripts(folder: Path) -> list[Path]:
+    """builder_files() into ``folder`` (render -o writes them beside the Dockerfile), atomically each."""
+    from imagegen.outputs import write_text_atomic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in builder_files().items():
+        write_text_atomic(folder / name, text)
+        written.append(folder / name)
+    return written
+
+
 def builder_files() -> dict[str, str]:
     """Every file the in-build script needs beside it, by name (a native build writes them into its
     work folder; a Dockerfile carries them)."""
@@ -248,9 +265,6 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
     cell_json = json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
     if "\n" in cell_json or "\r" in cell_json:
         raise UnsafeValueError("internal: the cell document must be one line")
-    script = builder_script().rstrip("\n")
-    audit = audit_script().rstrip("\n")
-    rules = rules_script().rstrip("\n")
     digest = inputs_hash(cell, doc)
     apt, dnf = _packages(cell)
     recipe = cell.recipe
@@ -279,12 +293,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         stubs=recipe.links_libcuda and not base.flavor.stubs_in_library_path and base.toolkit == "image",
         apt_packages=[_token(p) for p in apt],
         dnf_packages=[_token(p) for p in dnf],
-        script_delimiter=safety.heredoc_delimiter(script, "IMAGEGEN_BUILD_PY"),
-        builder_script=_Raw(script),
-        audit_delimiter=safety.heredoc_delimiter(audit, "IMAGEGEN_AUDIT_PY"),
-        audit_script=_Raw(audit),
-        rules_delimiter=safety.heredoc_delimiter(rules, "IMAGEGEN_RULES_PY"),
-        rules_script=_Raw(rules),
+        scripts_context=SCRIPTS_CONTEXT,
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),
     )

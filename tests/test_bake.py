@@ -46,10 +46,11 @@ def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
     meant = json.loads((ROOT / rel).read_text()) if rel.endswith(".json") else None
     if meant is None:
         # The HCL says the same as the JSON union: compare with a fresh definition.
-        from imagegen.bakefiles import repo_plan
+        from imagegen.bakefiles import REPO_SCRIPTS, repo_plan
         from imagegen.plan import defaults
 
-        meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT).as_dict()
+        meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT,
+                                 scripts=REPO_SCRIPTS).as_dict()
     check_round_trip(meant, printed)
     for name, target in printed["target"].items():
         assert target["target"] == "wheels" and target["output"][0].startswith("type=local,dest=wheelhouse/")
@@ -90,4 +91,8 @@ def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     assert list(printed["target"]) == ["tiny-kernel-0_1_0-torch2_11-cu130-py311"]
-    assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {"source": "./proj"}
+    # imagegen's build steps are written beside the Dockerfiles: the files build without imagegen.
+    assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {
+        "source": "./proj", "imagegen-scripts": "./dockerfiles/imagegen-scripts"}
+    assert sorted(p.name for p in (tmp_path / "dockerfiles" / "imagegen-scripts").iterdir()) == [
+        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py"]

@@ -16,7 +16,7 @@ from imagegen import compat
 from imagegen.arch import parse_arch_list
 from imagegen.plan import choose_cell
 from imagegen.recipes import load_catalogue, recipe_from_source_tree
-from imagegen.render import audit_script, builder_script, render_dockerfile, rules_script
+from imagegen.render import builder_files, builder_script, render_dockerfile
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -87,13 +87,15 @@ def check_structure(text: str, cell) -> None:
             assert "ca-certificates.crt" not in joined and "pip_cert" not in joined and "netrc" not in joined
     # The builder stage has an entrypoint for `docker run -v out:/out IMAGE`.
     assert any(n == "ENTRYPOINT" for n, _ in cmds) and any(n == "CMD" and c.value == ("build", "--out", "/out") for n, c in cmds)
-    # Heredocs carry the build script and the audit's stand-in compilers verbatim and the cell as one JSON line.
+    # The build steps come from the named context imagegen-scripts (not pasted into the file); the
+    # cell is one JSON line in a heredoc.
+    copies = [c for n, c in cmds if n == "COPY" and "--from=imagegen-scripts" in c.flags]
+    assert len(copies) == 1 and copies[0].value == ("imagegen_build.py", "imagegen_rules.py", "imagegen_audit.py",
+                                                    "/imagegen/")
+    assert set(builder_files()) == set(copies[0].value[:-1])
+    assert builder_script().splitlines()[5] not in text  # no script line is in the Dockerfile itself
     heredocs = {c.value[-1]: c.heredocs[0].content for _, c in cmds if c.heredocs}
-    assert list(heredocs) == ["/imagegen/imagegen_build.py", "/imagegen/imagegen_rules.py",
-                              "/imagegen/imagegen_audit.py", "/imagegen/cell.json"]
-    assert heredocs["/imagegen/imagegen_build.py"].rstrip("\n") == builder_script().rstrip("\n")
-    assert heredocs["/imagegen/imagegen_rules.py"].rstrip("\n") == rules_script().rstrip("\n")
-    assert heredocs["/imagegen/imagegen_audit.py"].rstrip("\n") == audit_script().rstrip("\n")
+    assert list(heredocs) == ["/imagegen/cell.json"]
     doc = json.loads(heredocs["/imagegen/cell.json"])
     assert doc["torch"]["version"] == cell.torch_version and "default_archs" not in doc
 

@@ -148,6 +148,26 @@ def test_plain_docker_buildx_bake_of_a_generated_file(first_build, workspace):
     assert [p.name for p in (root / "wheels" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130").iterdir()] == [wheel.name]
 
 
+def test_plain_docker_buildx_build_of_a_rendered_dockerfile(first_build, workspace):
+    # The one command the rendered file's header documents, run as written in the folder render
+    # wrote (the Dockerfile and imagegen-scripts/ beside it): the build steps are not in the file.
+    root = workspace["root"] / "rendered"
+    proc = sh(IMAGEGEN, "render", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "-o", str(root / "Dockerfile"))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (root / "imagegen-scripts").iterdir()) == [
+        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py"]
+    text = (root / "Dockerfile").read_text()
+    assert len(text.splitlines()) < 200  # readable: the ~1900 lines of scripts are beside it
+    (documented,) = [line.strip("# ").strip() for line in text.splitlines()
+                     if line.startswith("#   docker buildx build") and "--output type=local,dest=out" in line]
+    argv = documented.split()
+    argv[argv.index("--secret") + 1] = f"id=pip_cert,src={workspace['ca']}"
+    proc = sh(*argv[:3], "--progress", "plain", *argv[3:], cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = sorted((root / "out").glob("*.whl"))
+    assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
+
+
 def test_ca_bundle_never_reaches_an_image_layer_or_history(first_build, workspace):
     root = workspace["root"] / "plain"
     tag = f"imagegen-ca-check:{uuid.uuid4().hex[:8]}"
