@@ -134,19 +134,15 @@ def write_repo_files(root: Path, cat) -> list[Path]:
 def print_bake(file: Path, cwd: Path, targets: list[str] | None = None, env: dict | None = None) -> dict:
     """``docker buildx bake --print`` of ``file`` as buildx resolves it (no daemon needed)."""
     import json
-    import subprocess
 
-    cmd = ["docker", "buildx", "bake", "--print", "-f", str(file), *(targets or [])]
+    from imagegen import engine
+
     run_env = dict(os.environ)
     # Our own variables must not leak in from the caller's environment (reference pitfall 8).
     for var in (*VARIABLES, "IMAGEGEN_PIP_CERT"):
         run_env.pop(var, None)
     run_env.update(env or {})
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, env=run_env, capture_output=True, text=True, timeout=120)
-    except FileNotFoundError:
-        raise EngineError("the docker CLI is not installed: install Docker with the buildx plugin "
-                          "(scripts/install-engine.sh does it on Debian)") from None
+    proc = engine.bake_print(file, cwd, targets or (), env=run_env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         if "is not a docker command" in proc.stderr or "unknown flag: --print" in proc.stderr:

@@ -19,6 +19,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from imagegen import jobs, native
+from imagegen.errors import EngineError
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -55,10 +56,13 @@ class Report:
         return json.dumps([c.__dict__ for c in self.checks], indent=2)
 
 
-def _run(cmd: list[str], timeout: int = 60, cwd: Path | None = None) -> subprocess.CompletedProcess | None:
+def _docker(*args: str, timeout: int = 60, cwd: Path | None = None) -> subprocess.CompletedProcess | None:
+    """``docker ARGS`` through the engine module; None when it cannot run."""
+    from imagegen import engine
+
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    except (OSError, subprocess.TimeoutExpired):
+        return engine.docker(*args, timeout=timeout, cwd=cwd)
+    except (EngineError, OSError, subprocess.TimeoutExpired):
         return None
 
 
@@ -98,16 +102,17 @@ def check_toolchain(report: Report, python_exe: str | None) -> None:
 
 def check_engine(report: Report) -> None:
     if not shutil.which("docker"):
-        report.add("docker", WARN, "the docker CLI is not installed",
-                   "install Docker with the buildx plugin, or build with --native (scripts/install-engine.sh on Debian)")
+        from imagegen.engine import NO_DOCKER
+        what, _, fix = NO_DOCKER.partition(": ")
+        report.add("docker", WARN, what, fix)
         return
-    server = _run(["docker", "version", "--format", "{{.Server.Version}}"])
+    server = _docker("version", "--format", "{{.Server.Version}}")
     if server is None or server.returncode != 0:
         last = (server.stderr.strip().splitlines() or ["no answer"])[-1] if server else "no answer"
         report.add("docker engine", FAIL, f"not reachable: {last}", "start the daemon (dockerd), or build with --native")
     else:
         report.add("docker engine", OK, f"server {server.stdout.strip()}")
-    bx = _run(["docker", "buildx", "version"])
+    bx = _docker("buildx", "version")
     if bx is None or bx.returncode != 0:
         report.add("buildx", FAIL, "the buildx plugin is missing", "install docker-buildx (scripts/install-engine.sh)")
         return
@@ -121,7 +126,7 @@ def check_engine(report: Report) -> None:
                                      "dockerfile-inline": "FROM scratch\nCOPY <<EOF /ok\nok\nEOF\n",
                                      "output": ["type=local,dest=out/${n}"]}}}
         (Path(tmp) / "probe.json").write_text(json.dumps(bake))
-        proc = _run(["docker", "buildx", "bake", "-f", "probe.json", "--progress", "plain", "probe"], timeout=120, cwd=Path(tmp))
+        proc = _docker("buildx", "bake", "-f", "probe.json", "--progress", "plain", "probe", timeout=120, cwd=Path(tmp))
         exported = sorted(p.relative_to(tmp).as_posix() for p in Path(tmp, "out").rglob("*") if p.is_file()) \
             if Path(tmp, "out").exists() else []
     if proc is not None and proc.returncode == 0 and exported == ["out/a/ok", "out/b/ok"]:

@@ -141,6 +141,15 @@ class NoBaseImage(Exception):
     """Internal: no catalogue image fits; the message is a plan reason."""
 
 
+class BakeFailed(Exception):
+    """Internal: a bake ran and some target failed; ``stderr`` is buildx's (it names the failed
+    targets, which the caller turns into failed cells)."""
+
+    def __init__(self, stderr: str) -> None:
+        super().__init__(stderr[-400:])
+        self.stderr = stderr
+
+
 class Unreadable(Exception):
     """Internal: a file imagegen was asked to read is not a readable regular file; the message says
     why in a few words, and the caller names the file and raises its own error type."""

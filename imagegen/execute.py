@@ -14,21 +14,19 @@ that passed verification is published (atomically) into the output folder.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from imagegen import collect, interrupt, jobs
+from imagegen import collect, engine, interrupt, jobs
 from imagegen.bake import BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.bakefiles import write_dockerfiles
-from imagegen.errors import EngineError, ImagegenError, UsageError
+from imagegen.errors import ImagegenError, UsageError
 from imagegen.plan import Cell, Plan
 from imagegen.render import inputs_hash, cell_document
 from imagegen.verify import verify_wheel
@@ -202,64 +200,26 @@ class TargetLogs:
 def _bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs,
           on_step: Callable[[str, str], None], builder: str | None, ca: str) -> bool:
     """Run one bake; True when it succeeded. Lines are split into per-target logs as they come."""
-    try:
-        from python_on_whales import DockerClient
-        from python_on_whales.exceptions import DockerException
-    except ImportError as exc:  # pragma: no cover - a broken install
-        raise EngineError(f"python-on-whales is not importable: {exc}") from None
-    context, builder = builder_or_context(builder)
-    docker = DockerClient(context=context) if context else DockerClient()
     logs.sole = cell_of(targets[0]) if len(targets) == 1 else None
+
+    def on_line(line: str) -> None:
+        step = logs.feed(line)
+        if step:
+            on_step(*step)
+
     try:
-        stream = docker.buildx.bake(targets=targets, files=[str(file)], set=sets, progress="plain",
-                                    stream_logs=True, builder=builder,
-                                    variables={"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca,
-                                               # the file's own defaults apply, not the caller's values
-                                               "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "",
-                                               "IMAGEGEN_NVCC_THREADS": ""})
-        for raw in stream:  # decoded lines, stdout and stderr interleaved
-            line = raw.rstrip("\n")
-            step = logs.feed(line)
-            if step:
-                on_step(*step)
+        engine.bake(file, targets, on_line=on_line, builder=builder, sets=sets,
+                    variables={"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca,
+                               # the file's own defaults apply, not the caller's values
+                               "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": ""})
         return True
-    except DockerException as exc:
-        stderr = exc.stderr or ""
-        for line in stderr.splitlines():
+    except engine.BakeFailed as exc:
+        for line in exc.stderr.splitlines():
             m = _TARGET_FAILED.search(line)
             if m:
                 logs.failed.add(cell_of(m.group(1)))
-        logs.bake_error = next((line for line in reversed(stderr.splitlines()) if line.startswith("ERROR")), "")
-        if "is not a docker command" in (exc.stderr or "") or "Cannot connect to the Docker daemon" in (exc.stderr or ""):
-            raise EngineError("no usable Docker engine with buildx: " + (exc.stderr or "").strip().splitlines()[-1]
-                              + " (start the daemon, or use --native)") from None
+        logs.bake_error = next((line for line in reversed(exc.stderr.splitlines()) if line.startswith("ERROR")), "")
         return False
-    except FileNotFoundError:
-        raise EngineError("the docker CLI is not installed (or use --native on a host without Docker)") from None
-    except Exception as exc:  # python-on-whales raises ClientNotFoundError for a missing binary
-        if exc.__class__.__name__ == "ClientNotFoundError":
-            raise EngineError("the docker CLI is not installed (or use --native on a host without Docker)") from None
-        raise
-
-
-def builder_or_context(builder: str | None) -> tuple[str | None, str | None]:
-    """(docker context, buildx builder) for a ``--builder`` name. `docker buildx ls` lists every
-    docker context as a builder (docker driver), but `buildx bake --builder CONTEXT` only works with
-    --print: a build says "use `docker --context=CONTEXT buildx`". So a context name is run that way."""
-    if not builder:
-        return None, None
-    return (builder, None) if builder in _docker_contexts() else (None, builder)
-
-
-@functools.lru_cache(maxsize=1)
-def _docker_contexts() -> frozenset[str]:
-    """The docker contexts' names, asked once per run (every bake of every batch needs them)."""
-    try:
-        proc = subprocess.run(["docker", "context", "ls", "--format", "{{.Name}}"], capture_output=True, text=True,
-                              timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return frozenset()
-    return frozenset(line.strip().rstrip(" *") for line in proc.stdout.splitlines()) if proc.returncode == 0 else frozenset()
 
 
 def default_ca_bundle() -> str | None:
@@ -481,16 +441,7 @@ def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> 
     if not exported:
         return
     for b in builders:
-        cmd = ["docker", "buildx", "inspect"] + ([b] if b else [])
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.SubprocessError):
-            raise EngineError("docker buildx is not usable here (imagegen doctor checks it)") from None
-        if proc.returncode != 0:
-            raise EngineError(f"buildx builder {b or '(current)'}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-        driver = next((line.split(":", 1)[1].strip() for line in proc.stdout.splitlines()
-                       if line.strip().startswith("Driver:")), "")
-        if driver == "docker":
+        if engine.builder_driver(b) == "docker":
             raise UsageError(f"builder {b or '(current)'} uses the docker driver, which exports only inline cache:"
                              " use --cache-to type=inline, or a docker-container / remote / kubernetes builder (--builder)")
 

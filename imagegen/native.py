@@ -102,16 +102,9 @@ print(json.dumps(out))
 
 def gpus() -> tuple[str, ...]:
     """'NAME (X.Y)' for each GPU nvidia-smi sees; empty without a driver."""
-    exe = shutil.which("nvidia-smi") or ("/usr/local/nvidia/bin/nvidia-smi" if Path("/usr/local/nvidia/bin/nvidia-smi").exists() else None)
-    if not exe:
-        return ()
-    try:
-        out = subprocess.run([exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return tuple(f"{name.strip()} ({cap.strip()})" for name, cap in
-                 (line.rsplit(",", 1) for line in out.strip().splitlines() if "," in line))
+    from imagegen import engine
+
+    return engine.gpus()
 
 
 def probe(python_exe: str | None = None) -> HostToolchain:

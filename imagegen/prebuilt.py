@@ -16,17 +16,16 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagegen import __version__, collect, interrupt, jobs
+from imagegen import __version__, collect, engine, interrupt, jobs
 from imagegen.bake import absolute_contexts, build_definition, to_json
 from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.execute import CellResult, bake_data, builder_or_context, new_run_dir
+from imagegen.execute import CellResult, bake_data, new_run_dir
 from imagegen.plan import Cell, Plan
 from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
                                registry_host)
@@ -90,29 +89,24 @@ def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, 
     bake_file.write_text(to_json(data))
     metadata = run_dir / "metadata.json"
     log_path = run_dir / "bake.log"
-    context, builder = builder_or_context(builder)  # a docker context is run as `docker --context X buildx`
-    cmd = ["docker", *(["--context", context] if context else []), "buildx", "bake", "-f", str(bake_file),
-           "--progress", "plain", "--metadata-file", str(metadata)]
-    if builder:
-        cmd += ["--builder", builder]
-    cmd += [t.name for t in definition.targets]
-    env = dict(os.environ, BUILDX_BAKE_ENTITLEMENTS_FS="0", IMAGEGEN_PIP_CERT=ca, IMAGEGEN_TORCH_CUDA_ARCH_LIST="",
-               IMAGEGEN_MAX_JOBS="", IMAGEGEN_NVCC_THREADS="")
+    variables = {"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca, "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "",
+                 "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": ""}
     say(f"{'pushing' if push else 'building'} {len(cells)} builder image(s); log: {log_path}")
-    try:
-        with log_path.open("w", encoding="utf-8") as log:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
-    except FileNotFoundError:
-        raise EngineError("the docker CLI is not installed (imagegen doctor says what is missing)") from None
+    failed = None
+    with log_path.open("w", encoding="utf-8") as log:
+        try:
+            engine.bake(bake_file, [t.name for t in definition.targets], builder=builder, variables=variables,
+                        metadata_file=metadata, on_line=lambda line: log.write(line + "\n"))
+        except engine.BakeFailed as exc:
+            log.write(exc.stderr)
+            failed = exc
     text = log_path.read_text(errors="replace")
-    if proc.returncode != 0:
+    if failed is not None:
         low = text.lower()
         ref = image_ref(cells[0], registry)
         if push and any(k in low for k in ("unauthorized", "no basic auth", "authentication required", "denied",
                                           "connection refused", "no such host", "i/o timeout")):
             raise explain(text[-2000:], ref, registry_host(ref))
-        if "cannot connect to the docker daemon" in low or "is not a docker command" in low:
-            raise EngineError("no usable Docker engine with buildx (start the daemon; imagegen doctor checks it)")
         tail = [line for line in text.splitlines() if "ERROR" in line or "error:" in line][-3:]
         raise BuildError(f"baking the builder image(s) failed: {' | '.join(tail)[-400:]} (log: {log_path})")
     digests = {}
@@ -160,8 +154,7 @@ def gpu_flags(gpus: str, say: Say | None = None) -> list[str]:
         return []
     if gpus == "all":
         return ["--gpus", "all"]
-    smi = shutil.which("nvidia-smi")
-    if not smi or subprocess.run([smi, "-L"], capture_output=True).returncode != 0:
+    if not engine.driver_works():
         return []
     if not any(shutil.which(b) for b in GPU_TOOLKIT_BINARIES):
         if say:
@@ -236,14 +229,6 @@ def container_args(cell: Cell) -> list[str]:
     return ["--init", "--name", f"imagegen-{cell.name[:80]}-{uuid.uuid4().hex[:8]}"]
 
 
-def _run_container(cmd: list[str], log_path: Path) -> subprocess.CompletedProcess:
-    """`docker run ...` into ``log_path``; when imagegen is stopped meanwhile, the container goes too."""
-    name = cmd[cmd.index("--name") + 1]
-    with interrupt.cleanup(lambda: subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)):
-        with log_path.open("w", encoding="utf-8") as log:
-            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
-
-
 def _audit_in_image(cell: Cell, image: str, *, work: Path,
                     say: Say) -> "tuple[Verdict | None, CellResult | None]":
     """Run the image's audit step (the package's own build with stand-in compilers, seconds) for the
@@ -260,10 +245,10 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     log_path = logs / f"{cell.name}.audit.log"
     # No --gpus: the audit compiles nothing and is told the archs (a host whose Docker cannot hand
     # out GPUs hears so from the compile step, once, with what to install).
-    cmd = ["docker", "run", "--rm", *container_args(cell), "-v", f"{stage}:/out",
+    cmd = ["--rm", *container_args(cell), "-v", f"{stage}:/out",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", image, "audit", "--out", "/out/audit.json"]
     say(f"[{cell.name}] auditing in {image}: the package's own build with stand-in compilers")
-    proc = _run_container(cmd, log_path)
+    proc = engine.run_container(cmd, log_path)
     report_file = stage / "audit.json"
     if proc.returncode != 0 or not report_file.is_file():
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
@@ -295,13 +280,13 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     # A named volume as the compile's ccache, like the bake build's cache mount: a second pull (other
     # archs, a newer image) recompiles only what changed.
-    cmd = ["docker", "run", "--rm", *container_args(cell), *gpu_args, "-v", f"{stage}:/out",
+    cmd = ["--rm", *container_args(cell), *gpu_args, "-v", f"{stage}:/out",
            "-v", f"{ccache_volume()}:/root/.cache/ccache",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
            "-e", f"NVCC_THREADS={settings.nvcc_threads}", image, "build", "--out", "/out"]
     say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if '--gpus' in cmd else ''}")
     started = time.time()
-    proc = _run_container(cmd, log_path)
+    proc = engine.run_container(cmd, log_path)
     seconds = time.time() - started
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-15:]

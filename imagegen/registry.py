@@ -258,10 +258,9 @@ def registry_host(ref: str) -> str:
 
 
 def docker(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise RegistryError("the docker CLI is not installed (imagegen doctor says what is missing)") from None
+    from imagegen import engine
+
+    return engine.docker(*args, timeout=timeout)
 
 
 def pull(ref: str) -> str:
