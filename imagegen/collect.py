@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +22,28 @@ from imagegen.outputs import new_file_mode
 from imagegen.plan import Cell
 
 MANIFEST = "manifest.json"
+
+
+@dataclass
+class CellResult:
+    """What became of one cell, whichever way it was built (bake, a prebuilt image, native)."""
+
+    cell: Cell
+    status: str  # built | up-to-date | failed
+    wheel: Path | None = None
+    log: Path | None = None
+    seconds: float = 0.0
+    error: str = ""
+    log_tail: list[str] = field(default_factory=list)
+    verify: dict | None = None
+    smoke: dict | None = None
+    ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
+    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.audit.Verdict.as_dict)
+
+    def as_dict(self) -> dict:
+        return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,
+                "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1), "error": self.error,
+                "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache, "audit": self.audit}
 
 
 def sha256(path: Path) -> str:
@@ -101,6 +124,14 @@ def keep_log(out: Path, cell: Cell, log: Path) -> Path:
     keep.mkdir(parents=True, exist_ok=True)
     dest = keep / f"{cell.name}.log"
     _copy_atomic(log, dest)
+    return dest
+
+
+def publish_flat(out: Path, wheel: Path) -> Path:
+    """``--flat``: the wheel alone in ``out`` (no cell folders, no manifest), atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    dest = out / wheel.name
+    _copy_atomic(wheel, dest)
     return dest
 
 

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from imagegen import collect, engine, interrupt, jobs
+from imagegen.collect import CellResult
+from imagegen.finish import finish
 from imagegen.bake import BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.bakefiles import write_dockerfiles
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.plan import Cell, Plan
 from imagegen.render import inputs_hash, cell_document
-from imagegen.verify import verify_wheel
 
 if TYPE_CHECKING:
     from imagegen.audit import Verdict
@@ -42,26 +43,6 @@ _HEADER = re.compile(r"^#(\d+) \[([A-Za-z0-9_-]+) ([A-Za-z0-9_-]+ )?(\d+/\d+)?\]
 _VERTEX = re.compile(r"^#(\d+) ")
 _VERTEX_ERROR = re.compile(r"^#\d+ ERROR: ")
 _TARGET_FAILED = re.compile(r"target ([A-Za-z0-9_-]+): failed to solve")
-
-
-@dataclass
-class CellResult:
-    cell: Cell
-    status: str  # built | up-to-date | failed
-    wheel: Path | None = None
-    log: Path | None = None
-    seconds: float = 0.0
-    error: str = ""
-    log_tail: list[str] = field(default_factory=list)
-    verify: dict | None = None
-    smoke: dict | None = None
-    ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
-    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.audit.Verdict.as_dict)
-
-    def as_dict(self) -> dict:
-        return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,
-                "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1), "error": self.error,
-                "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache, "audit": self.audit}
 
 
 def cell_of(target: str) -> str:
@@ -542,22 +523,9 @@ def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: Target
             reports: Path, audit: dict | None = None) -> CellResult:
     # The compile log from the build itself (complete even when bake clipped or cached the step).
     log = reports / "build.log" if (reports / "build.log").is_file() else logs.folder / f"{cell.name}.log"
-    seconds = time.time() - started
-    if len(wheels) != 1:
-        return CellResult(cell, "failed", log=log, seconds=seconds, error=f"expected one wheel, got {[w.name for w in wheels]}")
-    report = verify_wheel(wheels[0], cell.expected_archs, extension_archs=cell.version.extensions)
-    smoke = _smoke_report(reports / "smoke.json")
-    if not report.ok:
-        return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(),
-                          error="verification failed: " + "; ".join(report.problems), smoke=smoke)
-    ccache = _json_or_none(reports / "ccache.json")
-    kept = collect.keep_log(out, cell, log)  # the manifest points at the copy in OUT, not the work folder
-    dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
-        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), "smoke": smoke,
-        "ccache": ccache, **({"audit": audit} if audit is not None else {}),
-    })
-    return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds,
-                      verify=report.as_dict(), smoke=smoke, ccache=ccache, audit=audit)
+    smoke, ccache = _smoke_report(reports / "smoke.json"), _json_or_none(reports / "ccache.json")
+    return finish(cell, wheels, out=out, inputs=inputs, log=log, seconds=time.time() - started, audit=audit,
+                  smoke=smoke, ccache=ccache, record={"smoke": smoke, "ccache": ccache})
 
 
 def _json_or_none(path: Path) -> dict | None:

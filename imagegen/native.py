@@ -294,11 +294,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
     say(f"smoke: {smoke}")
     t0 = time.time()
     if flat:
-        out.mkdir(parents=True, exist_ok=True)
-        dest = out / wheels[0].name
-        tmp = out / f".{wheels[0].name}.partial"
-        shutil.copyfile(wheels[0], tmp)
-        os.replace(tmp, dest)
+        dest = collect.publish_flat(out, wheels[0])
     else:
         dest = collect.publish(out, cell, wheels[0], inputs=inputs_hash(cell, doc), record={
             "duration_s": round(seconds, 1), "log": str(work / "logs" / "build.log"), "verify": report.as_dict(),

@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Callable
 from imagegen import __version__, collect, engine, interrupt, jobs
 from imagegen.bake import absolute_contexts, build_definition, to_json
 from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.execute import CellResult, bake_data, new_run_dir
+from imagegen.collect import CellResult
+from imagegen.execute import bake_data, new_run_dir
+from imagegen.finish import finish
 from imagegen.plan import Cell, Plan
 from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
                                registry_host)
 from imagegen import registry as reg
 from imagegen.render import cell_document, inputs_hash
-from imagegen.verify import verify_wheel
 
 if TYPE_CHECKING:
     from imagegen.audit import Verdict
@@ -295,18 +296,8 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
             raise EngineError(f"docker cannot give containers the GPUs (--gpus all): {GPU_TOOLKIT_FIX}")
         return CellResult(cell, "failed", log=log_path, seconds=seconds, log_tail=tail, audit=audit,
                           error=f"the builder image {image} exited {proc.returncode}")
-    wheels = sorted(stage.glob("*.whl"))
-    if len(wheels) != 1:
-        return CellResult(cell, "failed", log=log_path, seconds=seconds, error=f"expected one wheel, got {[w.name for w in wheels]}")
-    report = verify_wheel(wheels[0], cell.expected_archs, extension_archs=cell.version.extensions)
-    if not report.ok:
-        return CellResult(cell, "failed", log=log_path, seconds=seconds, verify=report.as_dict(),
-                          error="verification failed: " + "; ".join(report.problems))
-    kept = collect.keep_log(out, cell, log_path)  # the manifest points at the copy in OUT, not the work folder
-    dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
-        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), "image": image,
-        **({"audit": audit} if audit is not None else {})})
-    return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds, verify=report.as_dict(), audit=audit)
+    return finish(cell, sorted(stage.glob("*.whl")), out=out, inputs=inputs, log=log_path, seconds=seconds,
+                  audit=audit, record={"image": image})
 
 
 __all__ = ["push", "pull", "PushResult", "RegistryError", "gpu_flags", "builder_inputs"]

@@ -1,0 +1,34 @@
+"""Finish a cell: a built wheel, staged by whichever executor built it (bake, a prebuilt builder
+image), is verified (the requested SASS/PTX really is in its .so files) and only then collected into
+the wheelhouse with its log and manifest entry. One path for every executor; the native build, which
+verifies while its import test runs, uses the same verify and collect steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imagegen import collect
+from imagegen.collect import CellResult
+from imagegen.plan import Cell
+from imagegen.verify import verify_wheel
+
+
+def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path, seconds: float,
+           audit: dict | None = None, smoke: dict | None = None, ccache: dict | None = None,
+           record: dict | None = None) -> CellResult:
+    """The result of ``cell`` from its staged ``wheels``: failed (not one wheel, or verification
+    failed: nothing enters the wheelhouse), or built (the wheel collected, the log kept beside it,
+    the manifest entry written with ``record``'s extra fields)."""
+    if len(wheels) != 1:
+        return CellResult(cell, "failed", log=log, seconds=seconds, audit=audit,
+                          error=f"expected one wheel, got {[w.name for w in wheels]}")
+    report = verify_wheel(wheels[0], cell.expected_archs, extension_archs=cell.version.extensions)
+    if not report.ok:
+        return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(), smoke=smoke, audit=audit,
+                          error="verification failed: " + "; ".join(report.problems))
+    kept = collect.keep_log(out, cell, log)  # the manifest points at the copy in OUT, not the work folder
+    dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
+        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), **(record or {}),
+        **({"audit": audit} if audit is not None else {})})
+    return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds, verify=report.as_dict(), smoke=smoke,
+                      ccache=ccache, audit=audit)
