@@ -20,7 +20,7 @@ import unicodedata
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import __version__, ci, compat
+from imagegen import __version__, ci, compat, options
 from imagegen.arch import ArchList, parse_arch_list
 from imagegen.config import Config, load_config
 from imagegen.errors import BuildError, CompatError, ImagegenError, NothingToDoError, UsageError
@@ -327,7 +327,7 @@ def _one_target_per_cell(plan: Plan) -> Plan:
 def _registry(args: argparse.Namespace, config: Config) -> str:
     from imagegen.registry import check_registry
 
-    value = args.registry or config.registry
+    value = options.resolve(args, config).registry
     if not value:
         raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE or set registry in imagegen.toml")
     return check_registry(value)
@@ -398,17 +398,13 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = _catalogue(args, config)
     _render_flags(args)
     recipe, version = _resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch)
-    archs = parse_arch_list(args.arch or config.matrix.arch or defaults()["matrix"]["arch"])
+    opts = options.resolve(args, config)
+    archs = parse_arch_list(opts.arch_configured or defaults()["matrix"]["arch"])
     if args.shell:
         return _render_windows(args, argv, recipe, version, archs)
-    flavor = args.flavor or config.flavor or defaults()["flavor"]
-    m = config.matrix
     # A config matrix narrows render's choice; its last entry (the newest listed) wins.
-    cell = choose_cell(recipe, version, archs, torch=args.torch or (m.torch[-1] if m.torch else None),
-                       cuda=args.cuda or (m.cuda[-1] if m.cuda else None),
-                       python=args.python or (m.python[-1] if m.python else None),
-                       flavor=flavor, base_image=args.base_image or config.base_image,
-                       torch_index_override=config.torch_index_url)
+    cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
+                       flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url)
     cell = _lock(args).pin_bases(Plan(cells=[cell])).cells[0]
     rendered = render_dockerfile(cell, command=_command_line(argv))
     write_output(rendered.dockerfile, args.output)
@@ -465,10 +461,10 @@ def _render_windows(args, argv, recipe, version, archs) -> int:
 
 
 def _matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
-    d = defaults()["matrix"]
+    opts = options.resolve(args, config)
     # --source alone means just that project; otherwise the named recipes, the config's, or all.
     sources = args.source or []
-    names = args.recipes or ([] if sources else list(config.matrix.recipes) or cat.names())
+    names = args.recipes or ([] if sources else list(opts.recipes) or cat.names())
     pairs, seen = [], set()
     # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
     for recipe, version in [_resolve(cat, n, None, args.recipe_version, args.fetch) for n in names] \
@@ -477,26 +473,21 @@ def _matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixR
         if key not in seen:
             seen.add(key)
             pairs.append((recipe, version))
-    arch_values = args.arch or ([config.matrix.arch] if config.matrix.arch else [d["arch"]])
     archs = []
-    for a in arch_values:
+    for a in opts.archs:
         parsed = parse_arch_list(a)
         if str(parsed) not in {str(x) for x in archs}:
             archs.append(parsed)
     return MatrixRequest(
         recipes=pairs,
-        torch=_unique(args.torch or list(config.matrix.torch) or d["torch"]),
-        cuda=_unique(args.cuda or list(config.matrix.cuda) or d["cuda"]),
-        python=_unique(args.python or list(config.matrix.python) or d["python"]),
+        torch=list(opts.torch),
+        cuda=list(opts.cuda),
+        python=list(opts.python),
         archs=archs,
-        flavor=args.flavor or config.flavor or defaults()["flavor"],
-        base_image=args.base_image or config.base_image,
-        torch_index_override=config.torch_index_url,
+        flavor=opts.flavor,
+        base_image=opts.base_image,
+        torch_index_override=opts.torch_index_url,
     )
-
-
-def _unique(values: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(values))
 
 
 def _cell_record(cell) -> dict:
@@ -660,7 +651,7 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
-    out = args.out or os.path.relpath(config.out) if (args.out or config.path) else (args.out or "wheelhouse")
+    out = args.out or (os.path.relpath(config.out) if config.path else "wheelhouse")
     if os.path.lexists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {shown(out)}: exists and is not a folder (the wheels go into folders under it)")
     written, printed = bakefiles.write_bake(plan, Path.cwd(), Path(args.file), out_dir=str(out),
@@ -699,7 +690,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if value is not None and not 1 <= value <= 1024:
             raise UsageError(f"{flag} must be between 1 and 1024")
     _ca_bundle(args.ca_bundle)
-    out = args.out or config.out
+    out = options.resolve(args, config).out
     results = execute.build(plan, out=out, work=args.work, force=args.force, max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
                             cache_from=_check_cache_specs(args.cache_from), cache_to=_check_cache_specs(args.cache_to),
@@ -783,7 +774,7 @@ def _native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
                 raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
                                  " install the one you want, or build in a container")
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
-    archs = parse_arch_list((args.arch or [None])[0] or config.matrix.arch or ";".join(host.ccs)
+    archs = parse_arch_list(options.resolve(args, config).arch_configured or ";".join(host.ccs)
                             or defaults()["matrix"]["arch"])
     return native.preflight(recipe, version, archs, host), host
 
@@ -798,7 +789,7 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
                                                  nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
                                                  audit=not args.no_audit)))
         return 0
-    out = args.out or config.out
+    out = options.resolve(args, config).out
     if not args.flat:
         from imagegen import collect
 
@@ -1005,7 +996,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
         if value is not None and not 1 <= value <= 1024:
             raise UsageError(f"{flag} must be between 1 and 1024")
-    results = prebuilt.pull(plan, registry, out=args.out or config.out, work=args.work, lock=_lock(args),
+    results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=_lock(args),
                             gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, ca_bundle=_ca_bundle(args.ca_bundle), force=args.force,
                             audit=not args.no_audit)

@@ -1,0 +1,51 @@
+"""imagegen.options: flags first, then the project config, then imagegen's defaults, for every value
+a command runs with (resolved in one place)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from imagegen import options
+from imagegen.config import Config, Matrix, load_config
+from imagegen.plan import defaults
+
+
+def ns(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**kw)
+
+
+def test_defaults_when_neither_flags_nor_config_say():
+    o = options.resolve(ns(), Config())
+    d = defaults()
+    assert o.flavor == d["flavor"] and o.base_image is None and o.registry is None
+    assert o.torch == tuple(d["matrix"]["torch"]) and o.cuda == tuple(d["matrix"]["cuda"])
+    assert o.python == tuple(d["matrix"]["python"]) and o.archs == (d["matrix"]["arch"],)
+    assert o.out == Path("wheelhouse") and not o.out_given and o.recipes == ()
+    assert (o.torch_one, o.cuda_one, o.python_one, o.arch_configured) == (None, None, None, None)
+
+
+def test_the_config_file_beats_the_defaults(tmp_path):
+    (tmp_path / "imagegen.toml").write_text(
+        'flavor = "pypi"\nregistry = "127.0.0.1:5000/ml"\nout = "wh"\nbase-image = "python:3.12-slim"\n'
+        '[matrix]\nrecipes = ["sage"]\ntorch = ["2.9", "2.11"]\ncuda = "13.0"\npython = ["3.11", "3.12"]\narch = "9.0"\n')
+    config = load_config(search_from=tmp_path)
+    o = options.resolve(ns(), config)
+    assert (o.flavor, o.registry, o.base_image) == ("pypi", "127.0.0.1:5000/ml", "python:3.12-slim")
+    assert o.out == tmp_path / "wh" and o.out_given and o.recipes == ("sage",)
+    assert o.torch == ("2.9", "2.11") and o.cuda == ("13.0",) and o.archs == ("9.0",)
+    # one cell (render): the config matrix's last entry, the newest listed
+    assert (o.torch_one, o.cuda_one, o.python_one, o.arch_configured) == ("2.11", "13.0", "3.12", "9.0")
+
+
+def test_flags_beat_the_config_file():
+    config = Config(flavor="pypi", registry="a:1/x", out=Path("cfg"), matrix=Matrix(torch=("2.9",), arch="9.0"),
+                    path=Path("imagegen.toml"))
+    o = options.resolve(ns(flavor="cuda", registry="b:2/y", out="flag", torch=["2.11", "2.11"], arch=["8.0", "12.0"],
+                           recipes=["flash-attn"], base_image="img:1"), config)
+    assert (o.flavor, o.registry, o.out, o.base_image) == ("cuda", "b:2/y", Path("flag"), "img:1")
+    assert o.torch == ("2.11",) and o.archs == ("8.0", "12.0") and o.recipes == ("flash-attn",)
+    assert (o.torch_one, o.arch_configured) == ("2.11", "8.0")
+    # render's single-valued flags
+    o = options.resolve(ns(torch="2.10", arch="12.0+PTX"), config)
+    assert (o.torch_one, o.arch_configured) == ("2.10", "12.0+PTX")
