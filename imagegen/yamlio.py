@@ -64,18 +64,27 @@ def _check_events(text: str, max_depth: int, max_nodes: int) -> None:
     """Walk the event stream (libyaml's parser is iterative, so this never recurses) before
     anything is composed or constructed."""
     depth = nodes = 0
-    for event in yaml.parse(text, Loader=_Loader):
-        if isinstance(event, yaml.AliasEvent):
-            raise UntrustedYAMLError(problem="aliases (*name) are not allowed in recipe files; write the value out",
-                                     problem_mark=event.start_mark)
-        if isinstance(event, (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-            nodes += 1
-            if nodes > max_nodes:
-                raise UntrustedYAMLError(problem=f"more than {max_nodes} values", problem_mark=event.start_mark)
-        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-            depth += 1
-            if depth > max_depth:
-                raise UntrustedYAMLError(problem=f"nested deeper than {max_depth} levels",
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise UntrustedYAMLError(problem="aliases (*name) are not allowed in recipe files; write the value out",
                                          problem_mark=event.start_mark)
-        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-            depth -= 1
+            if isinstance(event, (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                nodes += 1
+                if nodes > max_nodes:
+                    raise UntrustedYAMLError(problem=f"more than {max_nodes} values", problem_mark=event.start_mark)
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > max_depth:
+                    raise UntrustedYAMLError(problem=f"nested deeper than {max_depth} levels",
+                                             problem_mark=event.start_mark)
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    except UntrustedYAMLError:
+        raise
+    except YAMLError as exc:
+        # PyYAML >= 6.0.4 stops deep nesting in its own parser: the same refusal, in the same words.
+        if "nesting depth" in str(getattr(exc, "problem", None) or exc):
+            raise UntrustedYAMLError(problem=f"nested deeper than {max_depth} levels",
+                                     problem_mark=getattr(exc, "problem_mark", None)) from None
+        raise
