@@ -88,6 +88,7 @@ run_all() {
     nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
     python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
     nvcc --version | tail -2; nproc; free -g | head -2
+    grep -m1 "model name" /proc/cpuinfo  # wall times compare only on the same CPU model
   } > "$results/host.txt" 2>&1
   for spec in "$@"; do
     IFS='|' read -r recipe src arch <<< "$spec"
