@@ -691,7 +691,9 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise UsageError(f"{flag} must be between 1 and 1024")
     _ca_bundle(args.ca_bundle)
     out = options.resolve(args, config).out
-    results = execute.build(plan, out=out, work=args.work, force=args.force, max_jobs=args.max_jobs,
+    from imagegen.finish import finish
+
+    results = execute.build(plan, out=out, work=args.work, finish=finish, force=args.force, max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
                             cache_from=_check_cache_specs(args.cache_from), cache_to=_check_cache_specs(args.cache_to),
                             audit=not args.no_audit)
@@ -791,16 +793,18 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
         return 0
     out = options.resolve(args, config).out
     if not args.flat:
-        from imagegen import collect
+        from imagegen import wheelhouse
 
-        refused = collect.replacement_refused(Path(out), cell, force=args.force,
+        refused = wheelhouse.replacement_refused(Path(out), cell, force=args.force,
                                               say=lambda m: print(m, file=sys.stderr))
         if refused:
             raise UsageError(refused)
+    from imagegen.finish import finish
     from imagegen.interrupt import stopping_children
 
     with stopping_children():  # a signal to imagegen ends the compile it started
-        dest = native.build_native(cell, host, out=out, work=args.work, flat=args.flat, max_jobs=args.max_jobs,
+        dest = native.build_native(cell, host, out=out, work=args.work, finish=finish, flat=args.flat,
+                                   max_jobs=args.max_jobs,
                                    nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
                                    verbose_build=args.verbose_build, audit=not args.no_audit)
     print(dest)

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from imagegen import collect, engine, interrupt, jobs
-from imagegen.collect import CellResult
-from imagegen.finish import finish
+from imagegen import engine, interrupt, jobs, wheelhouse
+from imagegen.wheelhouse import CellResult
 from imagegen.bake import BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.bakefiles import write_dockerfiles
 from imagegen.errors import ImagegenError, UsageError
@@ -36,6 +35,8 @@ if TYPE_CHECKING:
     from imagegen.audit import Verdict
 
 # "#12 [sage-2_2_0-torch2_8-cu128-py312 builder 8/8] RUN ..." names the target of vertex 12.
+# A built cell's next step (imagegen.finish.finish's signature): staged wheels in, a CellResult out.
+Finisher = Callable[..., CellResult]
 LOG_SUFFIX = "--log"  # the companion target exporting a cell's build log and reports
 AUDIT_SUFFIX = "--audit"  # the companion target exporting a cell's gencode audit report
 AUDIT_BATCH = 8  # audit targets baked at once (no compiling; the deps layers download in parallel)
@@ -242,6 +243,9 @@ class Run:
     stage: Path
     bake_file: Path
     ca: str
+    # What becomes of a built cell (imagegen.finish.finish, handed in by the caller: verifying and
+    # collecting come after this step).
+    finish: "Finisher | None" = None
 
 
 def new_run_dir(work: Path, tag: str = "") -> Path:
@@ -285,12 +289,13 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
     return Run(dir=run_dir, stage=stage, bake_file=bake_file, ca=ca)
 
 
-def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: int | None = None,
+def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool = False, max_jobs: int | None = None,
           nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
           cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True,
           say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
-    """Build the plan's cells, each audited first (``audit``). With several ``builders`` the cells are
-    dealt out between them and each builder runs its share on its own (bake sends every
+    """Build the plan's cells, each audited first (``audit``), each built one handed to ``finish``
+    (imagegen.finish.finish: verify, then collect into ``out``). With several ``builders`` the cells
+    are dealt out between them and each builder runs its share on its own (bake sends every
     same-platform target of one run to one node, so spreading a matrix over a build farm has to
     happen here)."""
     out = out.resolve()
@@ -301,12 +306,12 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
     for cell in plan.buildable:
         h = inputs_hash(cell, cell_document(cell))
         hashes[cell.name] = h
-        existing = None if force else collect.up_to_date(out, cell, h)
+        existing = None if force else wheelhouse.up_to_date(out, cell, h)
         if existing:
             results[cell.name] = CellResult(cell, "up-to-date", wheel=existing)
             say(f"[{cell.name}] up to date: {existing}")
             continue
-        refused = collect.replacement_refused(out, cell, force=force, say=lambda m, c=cell: say(f"[{c.name}] {m}"))
+        refused = wheelhouse.replacement_refused(out, cell, force=force, say=lambda m, c=cell: say(f"[{c.name}] {m}"))
         if refused:
             results[cell.name] = CellResult(cell, "failed", error=refused)
             say(f"[{cell.name}] {refused}")
@@ -316,6 +321,7 @@ def build(plan: Plan, *, out: Path, work: Path, force: bool = False, max_jobs: i
         return [results[c.name] for c in plan.buildable]
 
     run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to)
+    run.finish = finish
     check_cache_support(list(builders) or [None], cache_to)
 
     if len(builders) > 1:
@@ -501,7 +507,7 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
         for c in batch:
             wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
             if wheels:
-                results[c.name] = _finish(c, wheels, out, hashes[c.name], logs, started[c.name],
+                results[c.name] = _finish(run, c, wheels, out, hashes[c.name], logs, started[c.name],
                                           stage / (c.name + LOG_SUFFIX), verdicts.get(c.name))
             elif ok or c.name in logs.failed or len(batch) == 1:
                 error = "the build produced no wheel" if ok else "the build failed"
@@ -519,13 +525,14 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
                 size = 1
 
 
-def _finish(cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: TargetLogs, started: float,
+def _finish(run: Run, cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: TargetLogs, started: float,
             reports: Path, audit: dict | None = None) -> CellResult:
     # The compile log from the build itself (complete even when bake clipped or cached the step).
     log = reports / "build.log" if (reports / "build.log").is_file() else logs.folder / f"{cell.name}.log"
     smoke, ccache = _smoke_report(reports / "smoke.json"), _json_or_none(reports / "ccache.json")
-    return finish(cell, wheels, out=out, inputs=inputs, log=log, seconds=time.time() - started, audit=audit,
-                  smoke=smoke, ccache=ccache, record={"smoke": smoke, "ccache": ccache})
+    assert run.finish is not None, "execute.build hands its finish step to the run"
+    return run.finish(cell, wheels, out=out, inputs=inputs, log=log, seconds=time.time() - started, audit=audit,
+                      smoke=smoke, ccache=ccache, record={"smoke": smoke, "ccache": ccache})
 
 
 def _json_or_none(path: Path) -> dict | None:

@@ -6,19 +6,22 @@ verifies while its import test runs, uses the same verify and collect steps."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from imagegen import collect
-from imagegen.collect import CellResult
+from imagegen.wheelhouse import CellResult
 from imagegen.plan import Cell
 from imagegen.verify import verify_wheel
 
 
 def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path, seconds: float,
            audit: dict | None = None, smoke: dict | None = None, ccache: dict | None = None,
-           record: dict | None = None) -> CellResult:
+           record: dict | Callable[[], dict] | None = None, flat: bool = False) -> CellResult:
     """The result of ``cell`` from its staged ``wheels``: failed (not one wheel, or verification
     failed: nothing enters the wheelhouse), or built (the wheel collected, the log kept beside it,
-    the manifest entry written with ``record``'s extra fields)."""
+    the manifest entry written with ``record``'s extra fields). ``record`` may be a function, called
+    once the wheel has passed (the native build's import test runs meanwhile). ``flat``: the wheel
+    alone into ``out``, no log copy and no manifest (``--flat``)."""
     if len(wheels) != 1:
         return CellResult(cell, "failed", log=log, seconds=seconds, audit=audit,
                           error=f"expected one wheel, got {[w.name for w in wheels]}")
@@ -26,9 +29,14 @@ def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path,
     if not report.ok:
         return CellResult(cell, "failed", log=log, seconds=seconds, verify=report.as_dict(), smoke=smoke, audit=audit,
                           error="verification failed: " + "; ".join(report.problems))
+    extra = record() if callable(record) else (record or {})
+    if flat:
+        dest = collect.publish_flat(out, wheels[0])
+        return CellResult(cell, "built", wheel=dest, log=log, seconds=seconds, verify=report.as_dict(),
+                          smoke=extra.get("smoke", smoke), ccache=ccache, audit=audit)
     kept = collect.keep_log(out, cell, log)  # the manifest points at the copy in OUT, not the work folder
     dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
-        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), **(record or {}),
+        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), **extra,
         **({"audit": audit} if audit is not None else {})})
-    return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds, verify=report.as_dict(), smoke=smoke,
-                      ccache=ccache, audit=audit)
+    return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds, verify=report.as_dict(),
+                      smoke=extra.get("smoke", smoke), ccache=ccache, audit=audit)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 from packaging.version import Version
 
-from imagegen import collect, compat, jobs
+from imagegen import compat, jobs
 from imagegen.arch import ArchList
 from imagegen.compat import BaseImage
 from imagegen.errors import BuildError, CompatError, EngineError
@@ -34,8 +34,8 @@ from imagegen.outputs import shown
 from imagegen.safety import os_reason
 from imagegen.plan import Cell, native_cell
 from imagegen.recipes import Recipe, RecipeVersion
+from imagegen.wheelhouse import CellResult
 from imagegen.render import audit_script, builder_files, cell_document, inputs_hash
-from imagegen.verify import verify_wheel
 
 if TYPE_CHECKING:
     from imagegen.audit import Verdict
@@ -249,10 +249,12 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
     return _audit(cell, host, script, cell_file, env, work, say)
 
 
-def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat: bool = False,
-                 max_jobs: int | None = None, nvcc_threads: int | None = None, src_dir: Path | None = None,
-                 verbose_build: bool = False, audit: bool = True,
+def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, finish: Callable[..., CellResult],
+                 flat: bool = False, max_jobs: int | None = None, nvcc_threads: int | None = None,
+                 src_dir: Path | None = None, verbose_build: bool = False, audit: bool = True,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
+    """Build ``cell`` on this host; the wheel goes to ``finish`` (imagegen.finish.finish: verify,
+    then collect), verified while its import test runs."""
     work = work.resolve()
     doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
     steps: dict[str, float] = {}  # where the time went, so the overhead over `pip wheel` is visible
@@ -282,28 +284,29 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, flat
             raise BuildError(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
         seconds = steps.get("fetch", 0.0) + steps["build"]  # the build's own time: fetch and compile
         t0 = time.time()
-        # The import test (the extensions load, some initialise the driver) runs while this
-        # interpreter reads the fatbins.
+        # The import test (the extensions load, some initialise the driver) runs while finish reads
+        # the fatbins; the manifest entry, which records it, is made once both are done.
         with ThreadPoolExecutor(max_workers=1) as pool:
             smoke_run = pool.submit(smoke_test, wheels[0], cell, host, importer)
-            report = verify_wheel(wheels[0], cell.expected_archs, extension_archs=cell.version.extensions)
-            if not report.ok:
-                raise BuildError(f"{wheels[0].name} failed verification: {'; '.join(report.problems)}")
-            smoke = smoke_run.result()
-        steps["verify+smoke"] = time.time() - t0
-    say(f"smoke: {smoke}")
-    t0 = time.time()
-    if flat:
-        dest = collect.publish_flat(out, wheels[0])
-    else:
-        dest = collect.publish(out, cell, wheels[0], inputs=inputs_hash(cell, doc), record={
-            "duration_s": round(seconds, 1), "log": str(work / "logs" / "build.log"), "verify": report.as_dict(),
-            "smoke": smoke, "native": True, "nvcc": str(host.nvcc), "jobs": _jobs_record(settings),
-            **({"audit": verdict.as_dict()} if verdict is not None else {}),
-            "steps_s": {k: round(v, 2) for k, v in steps.items()}})
-    steps["publish"] = time.time() - t0
+
+            def record() -> dict:
+                smoke = smoke_run.result()
+                steps["verify+smoke"] = time.time() - t0
+                say(f"smoke: {smoke}")
+                return {"smoke": smoke, "native": True, "nvcc": str(host.nvcc), "jobs": _jobs_record(settings),
+                        "steps_s": {k: round(v, 2) for k, v in steps.items()}}
+
+            result = finish(cell, wheels, out=out, inputs=inputs_hash(cell, doc), log=work / "logs" / "build.log",
+                            seconds=seconds, audit=verdict.as_dict() if verdict is not None else None, record=record,
+                            flat=flat)
+            if result.status != "built":
+                raise BuildError(f"{wheels[0].name} failed verification: {result.error.removeprefix('verification failed: ')}")
+    steps["publish"] = time.time() - t0 - steps["verify+smoke"]
+    dest = result.wheel
+    assert dest is not None
     say("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
-    say(f"built {dest} in {seconds:.0f} s; archs: {'; '.join(s.summary() for s in report.extensions)}")
+    archs = "; ".join(", ".join(e.get("archs", [])) for e in (result.verify or {}).get("extensions", []))
+    say(f"built {dest} in {seconds:.0f} s; archs: {archs}")
     return dest
 
 

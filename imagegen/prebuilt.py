@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagegen import __version__, collect, engine, interrupt, jobs
+from imagegen import __version__, engine, interrupt, jobs, wheelhouse
 from imagegen.bake import absolute_contexts, build_definition, to_json
 from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.collect import CellResult
+from imagegen.wheelhouse import CellResult
 from imagegen.execute import bake_data, new_run_dir
 from imagegen.finish import finish
 from imagegen.plan import Cell, Plan
@@ -182,11 +182,11 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
                audit: bool, say: Say) -> CellResult:
     """One cell: up to date, refused, or pulled (built locally as a fallback), audited and run."""
     inputs = inputs_hash(cell, cell_document(cell))
-    existing = None if force else collect.up_to_date(out, cell, inputs)
+    existing = None if force else wheelhouse.up_to_date(out, cell, inputs)
     if existing:
         say(f"[{cell.name}] up to date: {existing}")
         return CellResult(cell, "up-to-date", wheel=existing)
-    refused = collect.replacement_refused(out, cell, force=force, say=lambda m: say(f"[{cell.name}] {m}"))
+    refused = wheelhouse.replacement_refused(out, cell, force=force, say=lambda m: say(f"[{cell.name}] {m}"))
     if refused:
         say(f"[{cell.name}] {refused}")
         return CellResult(cell, "failed", error=refused)

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagegen import arch as A
-from imagegen import collect, jobs
+from imagegen import collect, jobs, wheelhouse
 from imagegen.execute import TargetLogs
 from imagegen.plan import make_cell
 from imagegen.recipes import load_catalogue
@@ -210,11 +210,11 @@ def test_publish_is_atomic_and_up_to_date_checks_hash(tmp_path):
     assert dest.parent == out / "sageattention-2.2.0" / "torch2.8" / "cu128"
     assert not list(out.rglob("*.partial"))
     manifest = json.loads((dest.parent / "manifest.json").read_text())
-    assert manifest["cells"][cell.name]["sha256"] == collect.sha256(WHEEL)
-    assert collect.up_to_date(out, cell, "abc") == dest
-    assert collect.up_to_date(out, cell, "other-inputs") is None
+    assert manifest["cells"][cell.name]["sha256"] == wheelhouse.sha256(WHEEL)
+    assert wheelhouse.up_to_date(out, cell, "abc") == dest
+    assert wheelhouse.up_to_date(out, cell, "other-inputs") is None
     dest.write_bytes(b"tampered")
-    assert collect.up_to_date(out, cell, "abc") is None
+    assert wheelhouse.up_to_date(out, cell, "abc") is None
 
 
 # ---------------------------------------------------------------------------------- verify

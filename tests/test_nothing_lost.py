@@ -16,7 +16,8 @@ import uuid
 from pathlib import Path
 
 from imagegen import arch as A
-from imagegen import collect, execute
+from imagegen import collect, execute, wheelhouse
+from imagegen.finish import finish
 from imagegen.interrupt import descendants
 from imagegen.plan import Plan, make_cell
 from imagegen.recipes import load_catalogue
@@ -33,13 +34,13 @@ def test_a_wheel_of_other_archs_is_not_replaced_without_force(tmp_path):
     out = tmp_path / "out"
     first = _cell("8.0")
     collect.publish(out, first, WHEEL, inputs="a", record={})
-    assert collect.replaced(out, first) is None  # same archs: a rebuild of the same thing
+    assert wheelhouse.replaced(out, first) is None  # same archs: a rebuild of the same thing
     second = _cell("9.0")
-    other = collect.replaced(out, second)
+    other = wheelhouse.replaced(out, second)
     assert other is not None and WHEEL.name in other and "archs 8.0" in other
     said: list[str] = []
     # Refused before anything is rendered or baked: no engine is touched (none is needed here).
-    (result,) = execute.build(Plan(cells=[second]), out=out, work=tmp_path / "work", say=said.append)
+    (result,) = execute.build(Plan(cells=[second]), out=out, work=tmp_path / "work", finish=finish, say=said.append)
     assert result.status == "failed" and result.log is None
     assert "would be replaced by the wheel for archs 9.0" in result.error and "--force" in result.error
     assert any("would be replaced" in line for line in said)
@@ -47,9 +48,9 @@ def test_a_wheel_of_other_archs_is_not_replaced_without_force(tmp_path):
     summary = execute.summary([result])
     assert "full log: None" not in summary and "--force to replace it" in summary
     # The first wheel is still there, recorded for its archs.
-    manifest = collect.read_manifest(collect.cell_dir(out, first))
+    manifest = wheelhouse.read_manifest(wheelhouse.cell_dir(out, first))
     assert manifest["cells"][first.name]["archs"] == "8.0"
-    assert (collect.cell_dir(out, first) / WHEEL.name).is_file()
+    assert (wheelhouse.cell_dir(out, first) / WHEEL.name).is_file()
 
 
 def test_manifest_and_wheel_get_the_umask_mode_and_no_temp_file_is_left(tmp_path):

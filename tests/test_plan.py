@@ -310,7 +310,7 @@ def test_seed_001_matrix_gives_its_18_cells():
 
 
 def test_plan_json_and_manifest_carry_the_mapping_note(tmp_path, capsys):
-    from imagegen import collect
+    from imagegen import collect, wheelhouse
     from imagegen.cli import main
 
     code = main(["plan", "flash-attn", "--arch", "80;86;89;90", "--torch", "2.8", "--cuda", "12.8",
@@ -324,7 +324,7 @@ def test_plan_json_and_manifest_carry_the_mapping_note(tmp_path, capsys):
     wheel = tmp_path / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
     wheel.write_bytes(b"not really a wheel")
     collect.publish(tmp_path / "out", c, wheel, inputs="x", record={})
-    entry = collect.read_manifest(collect.cell_dir(tmp_path / "out", c))["cells"][c.name]
+    entry = wheelhouse.read_manifest(wheelhouse.cell_dir(tmp_path / "out", c))["cells"][c.name]
     assert entry["notes"] == list(c.notes) and entry["requested_archs"] == "8.0;8.6;8.9;9.0"
     assert entry["expected_archs"] == "8.0;9.0"
 

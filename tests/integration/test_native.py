@@ -59,6 +59,22 @@ def test_native_build_verify_and_import(torch_venv, tmp_path):
     assert proc.returncode == 0 and got["ok"] and got["imports"] == {"tiny_kernel": "ok", "tiny_kernel._C": "ok"}
 
 
+def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv, tmp_path):
+    # Without --flat the wheel goes through the same finish step as bake builds: verified, then
+    # collected with its log copied beside it and a manifest entry recording the native facts.
+    proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
+              "--out", tmp_path / "wh", "--work", tmp_path / "work", env={"CUDA_HOME": host_cuda_home()})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheel = Path(proc.stdout.strip().splitlines()[-1])
+    assert wheel.parent == tmp_path / "wh" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130"
+    entry = json.loads((wheel.parent / "manifest.json").read_text())["cells"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]
+    assert entry["wheel"] == wheel.name and entry["native"] is True and entry["smoke"] == {"tiny_kernel": "ok"}
+    assert Path(entry["log"]) == tmp_path / "wh" / "logs" / "tiny-kernel-0_1_0-torch2_11-cu130-py311.log"
+    assert Path(entry["log"]).read_text().startswith("[imagegen] build env: ")
+    assert {"build", "verify+smoke"} <= set(entry["steps_s"]) and entry["verify"]["ok"]
+    assert entry["audit"]["verdict"] == "ok"
+
+
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose-build"])
 def test_native_compile_error_is_shown_and_kept(torch_venv, tmp_path, verbose):
     # pip runs without -v by default (its verbose console logging slows chatty builds down): the

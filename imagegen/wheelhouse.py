@@ -1,0 +1,97 @@
+"""The wheelhouse as it is, read-only: where a cell's wheel goes, its manifest, whether an earlier
+build of the same inputs is still there intact, and what a build would replace. The executors ask
+these before building; imagegen.collect is the only module that writes the wheelhouse.
+
+Layout: ``<out>/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/<wheel>`` plus ``manifest.json`` in that folder."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from imagegen.plan import Cell
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class CellResult:
+    """What became of one cell, whichever way it was built (bake, a prebuilt image, native)."""
+
+    cell: Cell
+    status: str  # built | up-to-date | failed
+    wheel: Path | None = None
+    log: Path | None = None
+    seconds: float = 0.0
+    error: str = ""
+    log_tail: list[str] = field(default_factory=list)
+    verify: dict | None = None
+    smoke: dict | None = None
+    ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
+    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.audit.Verdict.as_dict)
+
+    def as_dict(self) -> dict:
+        return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,
+                "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1), "error": self.error,
+                "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache, "audit": self.audit}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cell_dir(out: Path, cell: Cell) -> Path:
+    return out / cell.wheel_dir
+
+
+def read_manifest(folder: Path) -> dict:
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+        return data if isinstance(data, dict) and isinstance(data.get("cells"), dict) else {"schema": 1, "cells": {}}
+    except (OSError, ValueError):
+        return {"schema": 1, "cells": {}}
+
+
+def replaced(out: Path, cell: Cell) -> str | None:
+    """What building ``cell`` into ``out`` would silently replace: a wheel of the same cell built for
+    other archs (its file name is the same: archs are not part of a wheel's name). None if nothing.
+    A build refuses that unless --force, which replaces it and says so."""
+    entry = read_manifest(cell_dir(out, cell))["cells"].get(cell.name)
+    if not isinstance(entry, dict) or not isinstance(entry.get("wheel"), str):
+        return None
+    wheel = cell_dir(out, cell) / Path(entry["wheel"]).name
+    if not wheel.is_file() or entry.get("archs") == str(cell.archs):
+        return None
+    return f"{wheel} (built for archs {str(entry.get('archs'))[:200]})"
+
+
+def replacement_refused(out: Path, cell: Cell, *, force: bool, say: Callable[[str], None]) -> str | None:
+    """Why building ``cell`` into ``out`` must not go on (it would silently replace a wheel built
+    for other archs), or None: nothing to replace, or --force, which replaces it and says so."""
+    other = replaced(out, cell)
+    if other is None:
+        return None
+    if force:
+        say(f"--force: the new wheel replaces {other}")
+        return None
+    return (f"{other} would be replaced by the wheel for archs {cell.archs} (same file name): build into"
+            " another --out to keep both, or --force to replace it")
+
+
+def up_to_date(out: Path, cell: Cell, inputs: str) -> Path | None:
+    """The wheel of an earlier build of exactly these inputs, if it is still there intact."""
+    folder = cell_dir(out, cell)
+    entry = read_manifest(folder)["cells"].get(cell.name)
+    if not entry or entry.get("inputs") != inputs:
+        return None
+    wheel = folder / entry.get("wheel", "")
+    if not wheel.is_file() or sha256(wheel) != entry.get("sha256"):
+        return None
+    return wheel
