@@ -555,22 +555,34 @@ def _parser(r: _Reader, base: ArchKnob | None) -> str:
 
 
 # The keys each mapping of a recipe takes; anything else is refused with its key path.
-TOP_KEYS = ("schema", "name", "aliases", "description", "homepage", "distribution", "source",
-            "default_version", "versions", "arch", "build", "smoke", "obsolete_patches")
-SOURCE_KEYS = ("git", "path", "submodules", "subdir")
-ARCH_KEYS = ("env", "style", "fixed", "fixed_dropped", "ptx", "keep_variant", "parser", "runs_on")
-BUILD_KEYS = ("force_env", "local_version_env", "jobs_env", "threads_env", "default_nvcc_threads",
-              "memory_per_thread_gb", "source_memory_gb", "ext_parallel", "env", "requires", "system_requires", "min_cuda",
-              "min_torch", "max_torch", "python", "links_libcuda", "abi3")
-EXT_PARALLEL_KEYS = ("env", "max")
-SMOKE_KEYS = ("imports", "driver_imports", "gpu_check")
-SDIST_KEYS = ("url", "sha256")
-VERSION_KEYS = ("sdist", "ref", "commit", "archs", "emits", "min_cuda_by_arch", "patches", "extensions", "arch",
-                "env", "requires", "notes")
-PATCH_KEYS = ("file", "reason")
-OBSOLETE_PATCH_KEYS = ("name", "reason")
-EXTENSION_KEYS = ("archs",)
-RULE_KEYS = ("spec", "why")
+def _schema() -> dict:
+    """resources/recipe.schema.json: the keys a recipe may have (users' editors validate against it)."""
+    import json
+
+    return json.loads((resources.files("imagegen") / "resources" / "recipe.schema.json").read_text(encoding="utf-8"))
+
+
+def _keys(schema: dict, *path: str) -> tuple[str, ...]:
+    node = schema
+    for step in path:
+        node = node[step]
+    return tuple(node["properties"])
+
+
+# Every mapping's allowed keys come from the schema file, so the loader and the schema cannot differ.
+_SCHEMA = _schema()
+TOP_KEYS = _keys(_SCHEMA)
+SOURCE_KEYS = _keys(_SCHEMA, "$defs", "source")
+ARCH_KEYS = _keys(_SCHEMA, "$defs", "arch")
+BUILD_KEYS = _keys(_SCHEMA, "$defs", "build")
+EXT_PARALLEL_KEYS = _keys(_SCHEMA, "$defs", "build", "properties", "ext_parallel")
+SMOKE_KEYS = _keys(_SCHEMA, "$defs", "smoke")
+SDIST_KEYS = _keys(_SCHEMA, "$defs", "sdist")
+VERSION_KEYS = _keys(_SCHEMA, "$defs", "version")
+PATCH_KEYS = _keys(_SCHEMA, "$defs", "patch")
+OBSOLETE_PATCH_KEYS = _keys(_SCHEMA, "$defs", "obsolete_patch")
+EXTENSION_KEYS = _keys(_SCHEMA, "$defs", "extension")
+RULE_KEYS = _keys(_SCHEMA, "$defs", "rule")
 
 
 def _read_recipe_text(path: Path) -> str:
