@@ -45,21 +45,33 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
 
 # imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's stand-in
-# compilers beside it), from the named build context imagegen-scripts, and this cell's inputs (no
-# arch in them: an arch change keeps these layers).
+# compilers beside it), from the named build context imagegen-scripts, and the toolchain this cell
+# needs: torch, CUDA and Python only (no recipe and no arch in it).
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
-COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"block_sparse_attn","env":{},"ext_parallel":null,"force_env":{"BLOCK_SPARSE_ATTN_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"BLOCK_SPARSE_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.8","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"recipe":"block-sparse-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["block_sparse_attn","block_sparse_attn_cuda"],"source":{"commit":"b346156b69dc2f33911ba390d1867ee3de0f5402","kind":"git","ref":"b346156b69dc2f33911ba390d1867ee3de0f5402","subdir":"","submodules":true,"url":"https://github.com/mit-han-lab/Block-Sparse-Attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.0.2.post1","work_dir":"/imagegen/work"}
-IMAGEGEN_CELL_JSON
+COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
+{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv"}
+IMAGEGEN_TOOLCHAIN_JSON
 
-# torch 2.8.0 (cu128) and the build requirements, asserted.
-# Installed before the source and before any arch ARG, so changing either reuses this layer.
+# torch 2.8.0 (cu128), asserted: the heavy layer (several GB),
+# shared by every recipe's builder for this torch x CUDA x Python on this base.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
     --mount=type=secret,id=netrc \
-    /usr/bin/python3.12 /imagegen/imagegen_build.py deps
+    /usr/bin/python3.12 /imagegen/imagegen_build.py --cell /imagegen/toolchain.json toolchain
+
+# This cell's inputs (no arch in them: an arch change keeps these layers).
+COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"block_sparse_attn","env":{},"ext_parallel":null,"force_env":{"BLOCK_SPARSE_ATTN_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"BLOCK_SPARSE_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.8","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"recipe":"block-sparse-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["block_sparse_attn","block_sparse_attn_cuda"],"source":{"commit":"b346156b69dc2f33911ba390d1867ee3de0f5402","kind":"git","ref":"b346156b69dc2f33911ba390d1867ee3de0f5402","subdir":"","submodules":true,"url":"https://github.com/mit-han-lab/Block-Sparse-Attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.0.2.post1","work_dir":"/imagegen/work"}
+IMAGEGEN_CELL_JSON
+
+# The recipe's build requirements, beside the pinned torch, before the source and any arch ARG.
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip_cert \
+    --mount=type=secret,id=pip_index_url \
+    --mount=type=secret,id=netrc \
+    python /imagegen/imagegen_build.py deps
 
 # --- builder: the pinned source, no compile and no arch: the
 # prebuilt builder image (`imagegen push` / `imagegen pull`). `docker run` compiles into /out, for
@@ -105,7 +117,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="df98bc9b6fe0016f"
+      io.imagegen.inputs="6c1727bdadd38d55"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

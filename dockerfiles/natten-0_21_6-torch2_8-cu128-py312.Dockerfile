@@ -45,21 +45,33 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
 
 # imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's stand-in
-# compilers beside it), from the named build context imagegen-scripts, and this cell's inputs (no
-# arch in them: an arch change keeps these layers).
+# compilers beside it), from the named build context imagegen-scripts, and the toolchain this cell
+# needs: torch, CUDA and Python only (no recipe and no arch in it).
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
-COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.20"],"cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"ext_parallel":null,"force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.8","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.21.6","work_dir":"/imagegen/work"}
-IMAGEGEN_CELL_JSON
+COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
+{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv"}
+IMAGEGEN_TOOLCHAIN_JSON
 
-# torch 2.8.0 (cu128) and the build requirements, asserted.
-# Installed before the source and before any arch ARG, so changing either reuses this layer.
+# torch 2.8.0 (cu128), asserted: the heavy layer (several GB),
+# shared by every recipe's builder for this torch x CUDA x Python on this base.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
     --mount=type=secret,id=netrc \
-    /usr/bin/python3.12 /imagegen/imagegen_build.py deps
+    /usr/bin/python3.12 /imagegen/imagegen_build.py --cell /imagegen/toolchain.json toolchain
+
+# This cell's inputs (no arch in them: an arch change keeps these layers).
+COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.20"],"cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"ext_parallel":null,"force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.8","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.21.6","work_dir":"/imagegen/work"}
+IMAGEGEN_CELL_JSON
+
+# The recipe's build requirements, beside the pinned torch, before the source and any arch ARG.
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip_cert \
+    --mount=type=secret,id=pip_index_url \
+    --mount=type=secret,id=netrc \
+    python /imagegen/imagegen_build.py deps
 
 # --- builder: the pinned source, no compile and no arch: the
 # prebuilt builder image (`imagegen push` / `imagegen pull`). `docker run` compiles into /out, for
@@ -105,7 +117,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="81b265f2eeacdefe"
+      io.imagegen.inputs="8b6c863d4b135e09"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

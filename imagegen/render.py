@@ -192,6 +192,16 @@ def cell_document(cell: Cell) -> dict:
     }
 
 
+TOOLCHAIN_KEYS = ("schema", "base_python", "venv", "torch", "toolkit", "cuda_home")
+
+
+def toolchain_document(doc: dict) -> dict:
+    """The part of a cell document the heavy toolchain layer (venv, torch, PyPI CUDA) reads: no
+    recipe in it, so every recipe's builder for one torch x CUDA x Python x base shares that layer
+    (one copy of several GB on disk and one download, not one per recipe)."""
+    return {key: doc[key] for key in TOOLCHAIN_KEYS}
+
+
 def inputs_hash(cell: Cell, doc: dict) -> str:
     """A digest of everything that decides the wheel: the cell document, archs and base image, and
     for a local source tree its content (a git source is pinned by its revision in the document)."""
@@ -239,7 +249,9 @@ def tree_digest(root: Path) -> str:
     return _TREE_DIGESTS[key]
 
 
-def _packages(cell: Cell) -> tuple[list[str], list[str]]:
+def _packages(cell: Cell) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(apt, dnf) packages every builder on this base needs, then the recipe's own (apt, dnf) ones
+    not already among them: those are installed after the toolchain layer, which stays shared."""
     base = cell.base
     assert base is not None
     extra = list(cell.recipe.system_requires)
@@ -252,7 +264,8 @@ def _packages(cell: Cell) -> tuple[list[str], list[str]]:
     dnf = ["git"]
     for pkg in extra:
         safety.check(pkg, safety.SYSTEM_PACKAGE, "system package")
-    return sorted(set(apt + extra)), sorted(set(dnf + extra))
+    return (sorted(set(apt)), sorted(set(dnf)),
+            sorted(set(extra) - set(apt)), sorted(set(extra) - set(dnf)))
 
 
 def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
@@ -266,7 +279,8 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
     if "\n" in cell_json or "\r" in cell_json:
         raise UnsafeValueError("internal: the cell document must be one line")
     digest = inputs_hash(cell, doc)
-    apt, dnf = _packages(cell)
+    apt, dnf, recipe_apt, recipe_dnf = _packages(cell)
+    toolchain_json = json.dumps(toolchain_document(doc), ensure_ascii=True, sort_keys=True, separators=(",", ":"))
     recipe = cell.recipe
     if recipe.source_kind == "git":
         source_desc = f"{recipe.source_url} @ {cell.version.ref} ({cell.version.pinned_ref})"
@@ -293,6 +307,10 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         stubs=recipe.links_libcuda and not base.flavor.stubs_in_library_path and base.toolkit == "image",
         apt_packages=[_token(p) for p in apt],
         dnf_packages=[_token(p) for p in dnf],
+        recipe_apt_packages=[_token(p) for p in recipe_apt],
+        recipe_dnf_packages=[_token(p) for p in recipe_dnf],
+        toolchain_delimiter=safety.heredoc_delimiter(toolchain_json, "IMAGEGEN_TOOLCHAIN_JSON"),
+        toolchain_json=_Raw(toolchain_json),
         scripts_context=SCRIPTS_CONTEXT,
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),

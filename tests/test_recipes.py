@@ -144,10 +144,45 @@ def _render(recipe) -> str:
     return render_dockerfile(cell).dockerfile
 
 
+def _heredoc_json(cmds, dest: str) -> dict:
+    """The JSON document the Dockerfile's COPY heredoc writes to ``dest``."""
+    (doc,) = [h.content for c in cmds for h in c.heredocs if c.cmd.upper() == "COPY" and c.value[-1] == dest]
+    return json.loads(doc)
+
+
 def _cell_doc(cmds) -> dict:
     """The cell document the Dockerfile hands the build script (the IMAGEGEN_CELL_JSON heredoc)."""
-    (doc,) = [h.content for c in cmds for h in c.heredocs if h.content.lstrip().startswith('{"')]
-    return json.loads(doc)
+    return _heredoc_json(cmds, "/imagegen/cell.json")
+
+
+def _up_to_toolchain(text: str) -> str:
+    """The Dockerfile up to and including the RUN that installs the toolchain (torch, CUDA)."""
+    end = text.index(" toolchain\n", text.index("imagegen_build.py --cell /imagegen/toolchain.json"))
+    return text[text.index("FROM ${BASE_IMAGE}"):end]
+
+
+def test_every_recipe_shares_the_toolchain_layer_of_its_torch_cuda_and_python():
+    """The heavy layer (torch and CUDA, several GB) is built from instructions with no recipe in
+    them, so BuildKit builds it once for every recipe's builder of one torch x CUDA x Python x base
+    (it was once after the cell document: one copy per recipe, and CI ran out of disk)."""
+    catalogue = load_catalogue()
+    prefixes = {}
+    for name in ("sage", "fa2", "natten", "causal-conv1d"):
+        recipe = catalogue.get(name)
+        cell = make_cell(recipe, recipe.version(None), "2.8", "12.8", "3.12", parse_arch_list("9.0"), "cuda")
+        assert cell.buildable, cell.problems
+        text = render_dockerfile(cell).dockerfile
+        prefix = _up_to_toolchain(text)
+        # Labels are image metadata: BuildKit leaves them out of a RUN's cache key.
+        prefixes[name] = "\n".join(ln for ln in prefix.splitlines() if not ln.lstrip().startswith(("LABEL", "org.", "io.")))
+        toolchain = _heredoc_json(dockerfile.parse_string(text), "/imagegen/toolchain.json")
+        assert toolchain["torch"]["version"].startswith("2.8") and toolchain["torch"]["cuda"] == "cu128"
+        assert not {"recipe", "build_requires", "source", "patches", "env"} & set(toolchain)
+        assert recipe.distribution not in prefix.split("LABEL")[0] + prefix.split("io.imagegen.flavor")[-1]
+    assert len(set(prefixes.values())) == 1, prefixes.keys()
+    other = catalogue.get("sage")
+    cell = make_cell(other, other.version(None), "2.9", "12.8", "3.12", parse_arch_list("9.0"), "cuda")
+    assert _up_to_toolchain(render_dockerfile(cell).dockerfile) != _up_to_toolchain(_render(other))
 
 
 def test_hostile_free_text_stays_inside_comments(tmp_path):

@@ -73,14 +73,17 @@ def check_structure(text: str, cell) -> None:
     # ARGs: the arch and job ARGs come after the dependency and source layers.
     arg_pos = {c.value[0].split("=")[0]: i for i, (n, c) in enumerate(cmds) if n == "ARG"}
     runs = [i for i, (n, c) in enumerate(cmds) if n == "RUN"]
-    deps = next(i for i in runs if "deps" in cmds[i][1].value[0])
+    toolchain = next(i for i in runs if cmds[i][1].value[0].endswith(" toolchain"))
+    deps = next(i for i in runs if cmds[i][1].value[0].endswith(" deps"))
+    assert toolchain < deps
     fetch = next(i for i in runs if "fetch" in cmds[i][1].value[0])
     build = next(i for i in runs if " build " in cmds[i][1].value[0])
     for arg in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS"):
-        assert deps < arg_pos[arg] and fetch < arg_pos[arg] < build, arg
+        assert toolchain < deps < arg_pos[arg] and fetch < arg_pos[arg] < build, arg
     assert cmds[arg_pos["TORCH_CUDA_ARCH_LIST"]][1].value[0] == f"TORCH_CUDA_ARCH_LIST={cell.archs}"
     # Secrets only as mounts; never an ARG/ENV/COPY of a certificate or credential.
     assert "--mount=type=secret,id=pip_cert" in cmds[deps][1].flags
+    assert "--mount=type=secret,id=pip_cert" in cmds[toolchain][1].flags
     for n, c in cmds:
         if n in ("ARG", "ENV", "COPY", "ADD", "LABEL"):
             joined = " ".join(c.value).lower()
@@ -95,9 +98,12 @@ def check_structure(text: str, cell) -> None:
     assert set(builder_files()) == set(copies[0].value[:-1])
     assert builder_script().splitlines()[5] not in text  # no script line is in the Dockerfile itself
     heredocs = {c.value[-1]: c.heredocs[0].content for _, c in cmds if c.heredocs}
-    assert list(heredocs) == ["/imagegen/cell.json"]
+    # The toolchain document (torch/CUDA/Python: the shared heavy layer) first, then the cell's.
+    assert list(heredocs) == ["/imagegen/toolchain.json", "/imagegen/cell.json"]
     doc = json.loads(heredocs["/imagegen/cell.json"])
     assert doc["torch"]["version"] == cell.torch_version and "default_archs" not in doc
+    toolchain_doc = json.loads(heredocs["/imagegen/toolchain.json"])
+    assert toolchain_doc == {k: doc[k] for k in toolchain_doc} and "recipe" not in toolchain_doc
 
 
 def run_hadolint(text: str, tmp_path: Path) -> list[dict]:
@@ -202,3 +208,29 @@ def test_golden_files(case):
         path.write_text(text)
     assert path.exists(), f"{path} missing: run IMAGEGEN_UPDATE_GOLDEN=1 pytest {__file__}"
     assert text == path.read_text(), f"{path.name} differs: review the change, then IMAGEGEN_UPDATE_GOLDEN=1"
+
+
+@pytest.mark.parametrize("flavor", ["cuda", "manylinux"])
+def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp_path, flavor):
+    """A recipe's system_requires must not sit above the torch layer (that would give every recipe
+    its own copy of it): they get their own RUN after it, and the base's package list stays the same."""
+    from imagegen.plan import make_cell
+    from imagegen.recipes import load_recipe_file
+    from tests.test_recipes import GOOD, write
+
+    text = GOOD.replace("build:\n", "build:\n  system_requires: [libaio-dev, make]\n")
+    assert text != GOOD
+    recipe = load_recipe_file(write(tmp_path, text))
+    cell = make_cell(recipe, recipe.version(None), "2.8", "12.8", "3.12", parse_arch_list("9.0"), flavor)
+    assert cell.buildable, cell.problems
+    rendered = render_dockerfile(cell).dockerfile
+    cmds = instructions(rendered)
+    runs = [(i, c.value[0]) for i, (n, c) in enumerate(cmds) if n == "RUN"]
+    toolchain = next(i for i, v in runs if v.endswith(" toolchain"))
+    deps = next(i for i, v in runs if v.endswith(" deps"))
+    installs = [(i, v) for i, v in runs if "libaio-dev" in v]
+    assert len(installs) == 1 and toolchain < installs[0][0] < deps
+    if flavor == "cuda":
+        assert " make" not in installs[0][1]  # already in the base's apt list
+    assert "libaio-dev" not in runs[0][1]  # the base's own package RUN
+    assert run_hadolint(rendered, tmp_path) == []

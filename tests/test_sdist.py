@@ -105,7 +105,7 @@ def test_render_and_plan_carry_the_sdist_and_its_pin():
     code, out, err = run("render", "causal-conv1d", "--fetch", "sdist", *CELL)
     assert code == 0, err
     assert f"#   source   {version.sdist.url} (sha256 {version.sdist.sha256})" in out
-    doc = json.loads(next(line for line in out.splitlines() if line.startswith('{"base_python"')))
+    doc = json.loads(next(line for line in out.splitlines() if line.startswith('{"base_python"') and '"source"' in line))
     assert doc["source"] == {"kind": "sdist", "url": version.sdist.url, "ref": "causal_conv1d-1.6.1.tar.gz",
                              "commit": None, "submodules": False, "subdir": "", "sha256": version.sdist.sha256}
     # The fetch step sees the package index (a PyPI mirror) as well as the CA bundle.

@@ -43,21 +43,33 @@ RUN dnf install -y git \
     && dnf clean all
 
 # imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's stand-in
-# compilers beside it), from the named build context imagegen-scripts, and this cell's inputs (no
-# arch in them: an arch change keeps these layers).
+# compilers beside it), from the named build context imagegen-scripts, and the toolchain this cell
+# needs: torch, CUDA and Python only (no recipe and no arch in it).
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
-COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"/opt/python/cp311-cp311/bin/python","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"flash_attn","env":{"BUILD_TARGET":"cuda"},"ext_parallel":null,"force_env":{"FLASH_ATTENTION_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"FLASH_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.8","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"recipe":"flash-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["flash_attn","flash_attn_2_cuda"],"source":{"commit":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","kind":"git","ref":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","subdir":"","submodules":true,"url":"https://github.com/Dao-AILab/flash-attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"2.8.3","work_dir":"/imagegen/work"}
-IMAGEGEN_CELL_JSON
+COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
+{"base_python":"/opt/python/cp311-cp311/bin/python","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv"}
+IMAGEGEN_TOOLCHAIN_JSON
 
-# torch 2.8.0 (cu128) and the build requirements, asserted.
-# Installed before the source and before any arch ARG, so changing either reuses this layer.
+# torch 2.8.0 (cu128), asserted: the heavy layer (several GB),
+# shared by every recipe's builder for this torch x CUDA x Python on this base.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
     --mount=type=secret,id=netrc \
-    /opt/python/cp311-cp311/bin/python /imagegen/imagegen_build.py deps
+    /opt/python/cp311-cp311/bin/python /imagegen/imagegen_build.py --cell /imagegen/toolchain.json toolchain
+
+# This cell's inputs (no arch in them: an arch change keeps these layers).
+COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
+{"base_python":"/opt/python/cp311-cp311/bin/python","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"flash_attn","env":{"BUILD_TARGET":"cuda"},"ext_parallel":null,"force_env":{"FLASH_ATTENTION_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"FLASH_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.8","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"recipe":"flash-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["flash_attn","flash_attn_2_cuda"],"source":{"commit":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","kind":"git","ref":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","subdir":"","submodules":true,"url":"https://github.com/Dao-AILab/flash-attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"2.8.3","work_dir":"/imagegen/work"}
+IMAGEGEN_CELL_JSON
+
+# The recipe's build requirements, beside the pinned torch, before the source and any arch ARG.
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=pip_cert \
+    --mount=type=secret,id=pip_index_url \
+    --mount=type=secret,id=netrc \
+    python /imagegen/imagegen_build.py deps
 
 # --- builder: the pinned source, no compile and no arch: the
 # prebuilt builder image (`imagegen push` / `imagegen pull`). `docker run` compiles into /out, for
@@ -103,7 +115,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0" \
-      io.imagegen.inputs="a892fbebb1bf12fd"
+      io.imagegen.inputs="0e25d3cd5faa83c6"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -6,8 +6,11 @@ so it uses the standard library only and runs on Python 3.8+. It reads what to b
 cell file written by imagegen; recipe values therefore never pass through a shell.
 
 Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
-  deps    create the venv, install the exact torch asked for and the build requirements
-          (and the CUDA toolkit from PyPI for the `pypi` flavor); assert torch is the one asked for
+  toolchain
+          create the venv, install the exact torch asked for (and the CUDA toolkit from PyPI for
+          the `pypi` flavor); assert torch is the one asked for. Reads only the toolchain document
+          (torch, CUDA, Python: no recipe), so builders of different recipes share this layer
+  deps    install the recipe's build requirements into that venv (torch stays pinned)
   fetch   check out the pinned source (git, or an sdist checked against its sha256) and apply the
           recipe's patches
   env     print, as JSON, the variables `build` would set (arch knob, jobs, force-build, ...)
@@ -214,7 +217,10 @@ def venv_python(cell):
     return os.path.join(cell["venv"], "bin", "python")
 
 
-def cmd_deps(cell, args):
+def cmd_toolchain(cell, args):
+    """The venv with exactly the torch asked for (and the CUDA toolkit from PyPI, where the flavor
+    takes it from there). The heavy layer (several GB): it reads only the toolchain document (torch,
+    CUDA, Python), so every recipe's builder for the same torch x CUDA x Python shares it."""
     env = secret_env(os.environ)
     venv = cell["venv"]
     if not os.path.exists(venv_python(cell)):
@@ -227,13 +233,25 @@ def cmd_deps(cell, args):
     if torch.get("index_url"):
         spec += ["--index-url", torch["index_url"]]
     run(pip + spec, env=env)
-    if cell.get("build_requires"):
-        run(pip + list(cell["build_requires"]), env=env)
     tk = cell.get("toolkit") or {}
     if tk.get("kind") == "pypi":
         extras = ",".join(tk["extras"])
         run(pip + ["cuda-toolkit[%s]==%s" % (extras, tk["version"])], env=env)
         assemble_cuda_home(py, tk["home"])
+    check_torch(cell, py)
+
+
+def cmd_deps(cell, args):
+    """The recipe's build requirements, into the toolchain's venv (made first if it is missing).
+    torch is named with its pin, so that no requirement can move it off the release asked for."""
+    env = secret_env(os.environ)
+    py = venv_python(cell)
+    if not os.path.exists(py):
+        cmd_toolchain(cell, args)
+    if cell.get("build_requires"):
+        pin = "torch==" + cell["torch"]["version"]
+        run([py, "-m", "pip", "install", "--disable-pip-version-check"] + list(cell["build_requires"]) + [pin],
+            env=env)
     check_torch(cell, py)
 
 
@@ -1232,6 +1250,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="imagegen_build.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cell", default=os.environ.get("IMAGEGEN_CELL", "/imagegen/cell.json"))
     sub = parser.add_subparsers(dest="step", required=True)
+    sub.add_parser("toolchain")
     sub.add_parser("deps")
     sub.add_parser("fetch")
     sub.add_parser("env")
@@ -1244,7 +1263,7 @@ def main(argv=None):
     au.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
-    {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
+    {"toolchain": cmd_toolchain, "deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
      "audit": cmd_audit}[args.step](cell, args)
 
 
