@@ -19,9 +19,9 @@ from pathlib import Path
 
 def in_process() -> tuple[float, float, int]:
     t0 = time.perf_counter()
-    from imagegen.arch import parse_arch_list
+    from imagegen.model.arch import parse_arch_list
+    from imagegen.model.recipes import load_catalogue
     from imagegen.plan import MatrixRequest, defaults, expand
-    from imagegen.recipes import load_catalogue
 
     d = defaults()
     cat = load_catalogue()

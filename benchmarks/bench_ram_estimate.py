@@ -6,7 +6,7 @@ idle baseline from mem.json) it recomputes
 
 - the estimate imagegen printed then (jobs x min(threads, targets of the whole arch list) x the
   recipe's memory per thread),
-- the audit-based estimate (imagegen.jobs.peak_estimate) with the recipe's memory per thread, and
+- the audit-based estimate (imagegen.model.jobs.peak_estimate) with the recipe's memory per thread, and
   with a figure given on the command line (--per-thread RECIPE=GB, to try a calibration),
 
 and what imagegen would choose now on that host (16 cores, 125 GiB). Run:
@@ -23,8 +23,8 @@ import json
 import re
 from pathlib import Path
 
-from imagegen import jobs
-from imagegen.recipes import load_catalogue
+from imagegen.model import jobs
+from imagegen.model.recipes import load_catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "docs" / "gpu-results" / "2026-11-24"

@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 
 from packaging.version import Version
 
-from imagegen.arch import ArchList, CudaArch, nvcc_problems
 from imagegen.errors import BuildError, CompatError
+from imagegen.model.arch import ArchList, CudaArch, nvcc_problems
 from imagegen.plan import cc_key, covers
 
 # Bounds on what a report (written by a stranger's build) may make us hold or print.

@@ -31,8 +31,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from imagegen import safety
-from imagegen.compat import container_flavors
 from imagegen.errors import ConfigError
+from imagegen.model.compat import container_flavors
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; a larger one is a mistake
 
@@ -41,7 +41,6 @@ def read_toml(path: Path, *, inside: Path | None = None) -> dict[str, Any]:
     """A TOML file: a regular file of at most MAX_CONFIG_BYTES (a FIFO or device is refused without
     blocking), and with ``inside`` (a source tree from someone else) one that lies in that tree."""
     from imagegen import safety
-
     try:
         data = safety.read_regular_file(path, limit=MAX_CONFIG_BYTES, inside=inside)
     except safety.Unreadable as exc:

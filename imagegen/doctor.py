@@ -18,8 +18,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from imagegen import jobs, native
 from imagegen.errors import EngineError
+from imagegen.executors import native
+from imagegen.model import jobs
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -59,7 +60,6 @@ class Report:
 def _docker(*args: str, timeout: int = 60, cwd: Path | None = None) -> subprocess.CompletedProcess | None:
     """``docker ARGS`` through the engine module; None when it cannot run."""
     from imagegen import engine
-
     try:
         return engine.docker(*args, timeout=timeout, cwd=cwd)
     except (EngineError, OSError, subprocess.TimeoutExpired):
@@ -143,7 +143,7 @@ def check_machine(report: Report, root: Path) -> None:
     report.add("disk", OK if free > 30 else WARN, f"{free:.0f} GB free in {root}",
                "" if free > 30 else "a CUDA builder image and its cache take 10-20 GB per CUDA version: free some space")
     report.add("cpu / ram", OK, h.describe())
-    from imagegen.recipes import load_catalogue
+    from imagegen.model.recipes import load_catalogue
 
     catalogue = load_catalogue()
     for name in ("sageattention", "flash-attn"):

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Callable
 
 from imagegen import collect
-from imagegen.wheelhouse import CellResult
 from imagegen.plan import Cell
 from imagegen.verify import verify_wheel
+from imagegen.wheelhouse import CellResult
 
 
 def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path, seconds: float,

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Iterable, Sequence
 
-from imagegen import yamlio
 from packaging.version import Version
 
-from imagegen import compat
-from imagegen.arch import ArchList, CudaArch, as_tuples, nvcc_problems, parse_arch_list, torch_problems
-from imagegen.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
+from imagegen import yamlio
 from imagegen.errors import ArchError, CompatError, NothingToDoError
-from imagegen.recipes import Recipe, RecipeVersion, Rule
+from imagegen.model import compat
+from imagegen.model.arch import ArchList, CudaArch, as_tuples, nvcc_problems, parse_arch_list, torch_problems
+from imagegen.model.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
+from imagegen.model.recipes import Recipe, RecipeVersion, Rule
 from imagegen.resources.builder import imagegen_rules as rules
 
 BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"

@@ -259,7 +259,6 @@ def registry_host(ref: str) -> str:
 
 def docker(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
     from imagegen import engine
-
     return engine.docker(*args, timeout=timeout)
 
 

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from imagegen.errors import UnsafeValueError, Unreadable, printable
+from imagegen.errors import Unreadable, UnsafeValueError, printable
 
 # Names and identifiers
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")

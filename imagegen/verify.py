@@ -43,8 +43,8 @@ from typing import BinaryIO, Mapping
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from imagegen.arch import ArchList, CudaArch
 from imagegen.errors import VerifyError
+from imagegen.model.arch import ArchList, CudaArch
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2

@@ -39,6 +39,11 @@ class CellResult:
                 "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache, "audit": self.audit}
 
 
+# A built cell's next step (imagegen.finish.finish's signature): staged wheels in, a CellResult out.
+# The command hands it to whichever executor builds (they never import the finish step).
+Finisher = Callable[..., CellResult]
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:

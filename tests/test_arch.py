@@ -1,4 +1,4 @@
-"""Tests for imagegen.arch: notations, merging, nvcc and torch rules, formatters, fuzzing."""
+"""Tests for imagegen.model.arch: notations, merging, nvcc and torch rules, formatters, fuzzing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from imagegen.arch import (
+from imagegen.errors import ArchError, UsageError
+from imagegen.model.arch import (
     ArchList,
     CudaArch,
     arch_info,
@@ -24,7 +25,6 @@ from imagegen.arch import (
     to_torch_arch_list,
     torch_problems,
 )
-from imagegen.errors import ArchError, UsageError
 
 
 def p(text: str) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.arch import parse_arch_list
 from imagegen.audit import AuditReport, judge
+from imagegen.model.arch import parse_arch_list
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILDER = ROOT / "imagegen" / "resources" / "builder"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.bakefiles import check_round_trip, print_bake, repo_files
-from imagegen.bake import build_definition
 from imagegen.cli import main
-from imagegen.recipes import load_catalogue
+from imagegen.model.recipes import load_catalogue
+from imagegen.render.bake import build_definition
+from imagegen.render.bakefiles import check_round_trip, print_bake, repo_files
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_kernel"
@@ -46,8 +46,8 @@ def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
     meant = json.loads((ROOT / rel).read_text()) if rel.endswith(".json") else None
     if meant is None:
         # The HCL says the same as the JSON union: compare with a fresh definition.
-        from imagegen.bakefiles import REPO_SCRIPTS, repo_plan
         from imagegen.plan import defaults
+        from imagegen.render.bakefiles import REPO_SCRIPTS, repo_plan
 
         meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT,
                                  scripts=REPO_SCRIPTS).as_dict()

@@ -9,10 +9,10 @@ import re
 import pytest
 from packaging.version import Version
 
-from imagegen.arch import parse_arch_list
 from imagegen.audit import AuditReport, judge
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import builtin_recipe_dir, load_catalogue
 from imagegen.plan import BUILDABLE, REJECTED, make_cell
-from imagegen.recipes import builtin_recipe_dir, load_catalogue
 
 CAT = load_catalogue()
 RECIPES = [CAT.get(n) for n in CAT.names()]

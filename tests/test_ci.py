@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagegen import ci, cli
+from imagegen import cli
 from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
+from imagegen.render import workflow as ci
 
 ROOT = Path(__file__).resolve().parent.parent
 SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{40})")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
-import json
 import zipfile
 from pathlib import Path
 
@@ -18,12 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagegen import arch as A
-from imagegen import collect, jobs, wheelhouse
-from imagegen.execute import TargetLogs
+from imagegen import collect, wheelhouse
+from imagegen.executors.buildx import TargetLogs
+from imagegen.model import arch as A
+from imagegen.model import jobs
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import make_cell
-from imagegen.recipes import load_catalogue
-from imagegen.render import builder_script
+from imagegen.render.dockerfile import builder_script
 from imagegen.verify import VerifyError, read_so, verify_wheel
 
 WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
@@ -86,7 +87,7 @@ def test_extension_split_stays_within_the_budget_and_agrees_with_the_builder(tot
 
 
 def _sage_cell_doc(**extra):
-    from imagegen.render import cell_document
+    from imagegen.render.dockerfile import cell_document
     recipe = load_catalogue().get("sageattention")
     doc = cell_document(make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", A.parse_arch_list("9.0"),
                                   "pypi"))
@@ -353,7 +354,7 @@ def test_import_test_loads_the_wheel_not_the_source_tree(tmp_path, monkeypatch):
     """A started-early importer imports the unpacked wheel from an empty folder: a same-named package
     in the caller's directory (the source tree) does not shadow it, and a failing import is an error."""
     from imagegen.errors import BuildError
-    from imagegen.native import Importer, import_test
+    from imagegen.executors.native import Importer, import_test
 
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "__init__.py").write_text("raise ImportError('the source tree, not the wheel')\n")
@@ -373,7 +374,7 @@ def test_import_test_loads_the_wheel_not_the_source_tree(tmp_path, monkeypatch):
 
 def test_importer_that_dies_on_start_reports_why(tmp_path):
     from imagegen.errors import BuildError
-    from imagegen.native import Importer
+    from imagegen.executors.native import Importer
 
     wheel = _pure_wheel(tmp_path / "demo-1.0-py3-none-any.whl", "")
     broken = tmp_path / "python"
@@ -387,7 +388,7 @@ def test_importer_that_dies_on_start_reports_why(tmp_path):
 
 
 def test_every_cell_gets_log_and_audit_companion_targets(tmp_path, monkeypatch):
-    from imagegen.execute import AUDIT_SUFFIX, LOG_SUFFIX, cell_of, prepare_run
+    from imagegen.executors.buildx import AUDIT_SUFFIX, LOG_SUFFIX, cell_of, prepare_run
     from imagegen.plan import Plan
 
     monkeypatch.chdir(tmp_path)

@@ -32,11 +32,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagegen import bake as B
-from imagegen import cli, outputs, prebuilt, registry, verify
-from imagegen.arch import parse_arch_list
+from imagegen import cli, outputs, registry, verify
 from imagegen.errors import ImagegenError, UsageError
-from imagegen.recipes import load_catalogue
+from imagegen.executors import prebuilt
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import load_catalogue
+from imagegen.plan import MatrixRequest, expand
+from imagegen.publish import push
+from imagegen.render import bake as B
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_BUILDX = shutil.which("docker") is not None and subprocess.run(
@@ -66,7 +69,7 @@ def one_error(err: str) -> str:
 
 
 def _definition(value: str) -> dict:
-    plan = cli.expand(cli.MatrixRequest(recipes=[(r := load_catalogue().get("sage"), r.version(None))], torch=["2.8"],
+    plan = expand(MatrixRequest(recipes=[(r := load_catalogue().get("sage"), r.version(None))], torch=["2.8"],
                                         cuda=["12.8"], python=["3.12"], archs=[parse_arch_list("9.0")], flavor="runpod"))
     d = B.build_definition(plan, out_dir="wheelhouse").as_dict()
     t = next(iter(d["target"].values()))
@@ -80,7 +83,7 @@ def _definition(value: str) -> dict:
 def test_bake_strings_reach_buildx_literally(tmp_path, suffix):
     """`${` and `%{` in a value we did not write as an interpolation are escaped in HCL and in JSON
     (bake evaluates templates in both): buildx reads the very value back; our own interpolations work."""
-    from imagegen.bakefiles import check_round_trip, print_bake
+    from imagegen.render.bakefiles import check_round_trip, print_bake
 
     d = _definition("${IMAGEGEN_PIP_CERT}")
     text = B.to_json(d) if suffix == ".json" else B.to_hcl(d, "header")
@@ -429,7 +432,7 @@ def _never_bake(*a, **k):
 
 def test_push_to_an_unreachable_registry_fails_before_building(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(prebuilt, "_bake_builders", _never_bake)
+    monkeypatch.setattr(push, "bake_builders", _never_bake)
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -618,13 +621,14 @@ def _cwd(path: Path):
 
 @contextlib.contextmanager
 def _stubs():
-    from imagegen import check, doctor, execute, native
-
+    from imagegen import check, doctor
+    from imagegen.executors import buildx as execute
+    from imagegen.executors import native
     def reached(*a, **k):
         raise Reached("stub reached")
 
     saved = []
-    for owner, name in ((execute, "build"), (execute, "audit"), (prebuilt, "push"), (prebuilt, "pull"),
+    for owner, name in ((execute, "build"), (execute, "audit"), (push, "push"), (prebuilt, "pull"),
                         (registry, "lock_bases"), (registry, "probe"), (native, "build_native"),
                         (native, "audit_native"), (doctor, "check_engine"), (check, "probe_gpu")):
         saved.append((owner, name, getattr(owner, name)))
@@ -759,8 +763,8 @@ def test_fuzz_hostile_values(world, case, raw):
 
 def test_native_probe_turns_every_failure_to_run_python_into_an_engine_error(tmp_path):
     # The CLI checks --python-exe first; the library call is guarded as well (doctor, build --native).
-    from imagegen import native
     from imagegen.errors import EngineError
+    from imagegen.executors import native
     not_python = tmp_path / "not-python"
     not_python.write_text("#!/bin/sh\necho 'no json here' >&2\n")
     not_python.chmod(0o755)
@@ -784,7 +788,7 @@ def test_config_files_are_read_as_bounded_regular_files(tmp_path, monkeypatch):
 
 
 def test_a_source_trees_pyproject_is_read_only_inside_the_tree(tmp_path):
-    from imagegen.recipes import recipe_from_source_tree
+    from imagegen.model.recipes import recipe_from_source_tree
     secret = tmp_path / "elsewhere.toml"
     secret.write_text('[project]\nname = "stolen-name"\nversion = "6.6.6"\n')
     tree = tmp_path / "proj"

@@ -1,4 +1,4 @@
-"""The peak-RAM model behind MAX_JOBS when the gencode audit has run (imagegen.jobs.peak_estimate and
+"""The peak-RAM model behind MAX_JOBS when the gencode audit has run (imagegen.model.jobs.peak_estimate and
 the in-build script's copy): what runs at once per extension, checked against the H100 builds
 recorded in docs/gpu-results/2026-11-24 (audit reports + measured peaks)."""
 
@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagegen import arch as A
-from imagegen import jobs
+from imagegen.model import arch as A
+from imagegen.model import jobs
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import make_cell
-from imagegen.recipes import load_catalogue
-from imagegen.render import cell_document
+from imagegen.render.dockerfile import cell_document
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
@@ -181,8 +181,7 @@ def test_the_in_build_script_prints_the_audit_estimate(monkeypatch, capsys):
 
 
 def test_native_build_takes_jobs_from_the_audit(tmp_path, monkeypatch):
-    from imagegen import native
-
+    from imagegen.executors import native
     recipe = load_catalogue().get("sageattention")
     cell = make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", A.parse_arch_list("8.0;8.6;9.0;12.0+PTX"), "pypi")
     doc = {"recipe": "sageattention"}
@@ -208,8 +207,7 @@ def test_print_env_can_show_the_jobs_the_audit_gives(tmp_path, monkeypatch):
 
     from packaging.version import Version
 
-    from imagegen import native
-
+    from imagegen.executors import native
     host = native.HostToolchain(python_exe=sys.executable, python="3.12", torch="2.11.0", torch_cuda="13.0",
                                 cuda_home=None, nvcc=Version("13.0"), gpus=())
     recipe = load_catalogue().get("sageattention")

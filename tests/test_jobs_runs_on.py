@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagegen import arch as A
+from imagegen.model import arch as A
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import compiled_archs, make_cell
-from imagegen.recipes import load_catalogue
-from imagegen.render import cell_document
+from imagegen.render.dockerfile import cell_document
 
 SCRIPT = Path(__file__).resolve().parent.parent / "imagegen" / "resources" / "builder" / "imagegen_build.py"
 

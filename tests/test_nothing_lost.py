@@ -15,12 +15,13 @@ import time
 import uuid
 from pathlib import Path
 
-from imagegen import arch as A
-from imagegen import collect, execute, wheelhouse
+from imagegen import collect, wheelhouse
+from imagegen.executors import buildx as execute
 from imagegen.finish import finish
 from imagegen.interrupt import descendants
+from imagegen.model import arch as A
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import Plan, make_cell
-from imagegen.recipes import load_catalogue
 
 WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 

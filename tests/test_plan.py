@@ -7,10 +7,10 @@ import itertools
 import pytest
 from packaging.version import Version
 
-from imagegen.arch import parse_arch_list
 from imagegen.errors import CompatError
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import BUILDABLE, REJECTED, SKIPPED, MatrixRequest, choose_cell, defaults, expand, make_cell
-from imagegen.recipes import load_catalogue
 
 CAT = load_catalogue()
 
@@ -161,8 +161,9 @@ def test_runpod_legacy_tag_scheme_from_seed_004():
 
 
 def test_every_arch_beyond_nvcc_is_reported_once_not_crashed():
-    from imagegen.recipes import recipe_from_source_tree
     from pathlib import Path
+
+    from imagegen.model.recipes import recipe_from_source_tree
 
     r = recipe_from_source_tree(Path(__file__).parent / "fixtures" / "tiny_kernel")
     c = make_cell(r, r.version(None), "2.11", "13.0", "3.11", parse_arch_list("7.0"), "pypi")
@@ -192,8 +193,7 @@ def _cell_values(series, variant, python, nvcc):
 def _violating_cells(recipe, version, rule):
     """Cells (from the compat tables; for CUDA also an older nvcc from a base image) outside ``rule``,
     those inside more of the version's other rules first. Empty when no known value violates it."""
-    from imagegen import compat
-
+    from imagegen.model import compat
     cudas = compat.cuda_table()
     others = [r for r in recipe.rules(version) if r is not rule]
     found = []
@@ -249,7 +249,7 @@ def test_natten_needs_torch_2_8_and_bsa_0_0_2_needs_cuda_11_7():
 
 
 def test_flash_attn_maps_86_89_to_the_sm80_cubin():
-    from imagegen.arch import to_numeric_list
+    from imagegen.model.arch import to_numeric_list
 
     c = cell("flash-attn", "80;86;89;90", torch="2.8", cuda="12.8")
     assert c.status == BUILDABLE, c.problems
@@ -279,7 +279,7 @@ def test_ptx_on_a_mapped_arch_is_still_refused_where_the_package_embeds_none():
 
 
 def test_the_rendered_arch_arg_is_the_compiled_list():
-    from imagegen.render import render_dockerfile
+    from imagegen.render.dockerfile import render_dockerfile
 
     c = cell("flash-attn", "80;86;89;90", torch="2.8", cuda="12.8", flavor="cuda")
     text = render_dockerfile(c).dockerfile

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from imagegen import recipes
 from imagegen.errors import RecipeError
+from imagegen.model import recipes
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "imagegen" / "resources" / "recipe.schema.json").read_text())

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import dockerfile
 import pytest
-
-from imagegen.arch import parse_arch_list
-from imagegen.errors import RecipeError, UnsafeValueError
-from imagegen.plan import make_cell
 from packaging.version import Version
 
-from imagegen.recipes import Recipe, load_catalogue, load_recipe_file, recipe_from_source_tree
-from imagegen.render import render_dockerfile
+from imagegen.errors import RecipeError, UnsafeValueError
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import Recipe, load_catalogue, load_recipe_file, recipe_from_source_tree
+from imagegen.plan import make_cell
+from imagegen.render.dockerfile import render_dockerfile
 
 BUILTINS = {"sageattention", "flash-attn", "flash-attn-3", "block-sparse-attn", "causal-conv1d", "mamba-ssm",
             "xformers", "natten"}
@@ -245,7 +244,6 @@ def test_local_source_tree_errors(tmp_path):
 
 def test_unsafe_value_error_is_typed():
     from imagegen import safety
-
     with pytest.raises(UnsafeValueError):
         safety.check("a\nb", safety.IMAGE_REF, "image")
 
@@ -399,7 +397,7 @@ def test_a_note_stating_a_range_without_a_rule_is_caught(tmp_path):
 ])
 def test_per_source_memory_figures_are_validated(tmp_path, figures, words):
     from imagegen.errors import RecipeError
-    from imagegen.recipes import load_recipe_file
+    from imagegen.model.recipes import load_recipe_file
     path = tmp_path / "demo.yaml"
     path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
                     "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"

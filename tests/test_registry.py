@@ -11,12 +11,20 @@ import dockerfile
 import pytest
 
 from imagegen import cli
-from imagegen.arch import parse_arch_list
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import Plan, make_cell
-from imagegen.recipes import load_catalogue
-from imagegen.registry import (ImageMissing, Lock, RegistryError, check_registry, explain, image_labels, image_ref,
-                               pinned)
-from imagegen.render import render_dockerfile
+from imagegen.registry import (
+    ImageMissing,
+    Lock,
+    RegistryError,
+    check_registry,
+    explain,
+    image_labels,
+    image_ref,
+    pinned,
+)
+from imagegen.render.dockerfile import render_dockerfile
 
 CAT = load_catalogue()
 DIGEST = "sha256:" + "ab" * 32
@@ -133,7 +141,7 @@ def _fake_tools(folder, **rc):
     ({"nvidia_smi": 0, "nvidia_ctk": 0}, "none", [], False),
 ])
 def test_gpu_flags_follow_the_driver_and_the_container_toolkit(tmp_path, monkeypatch, tools, asked, want, note):
-    from imagegen.prebuilt import gpu_flags
+    from imagegen.executors.prebuilt import gpu_flags
 
     monkeypatch.setenv("PATH", _fake_tools(tmp_path / "bin", **tools) + ":/usr/bin:/bin")
     said = []

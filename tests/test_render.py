@@ -12,11 +12,11 @@ import dockerfile
 import pytest
 from packaging.version import Version
 
-from imagegen import compat
-from imagegen.arch import parse_arch_list
+from imagegen.model import compat
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import load_catalogue, recipe_from_source_tree
 from imagegen.plan import choose_cell
-from imagegen.recipes import load_catalogue, recipe_from_source_tree
-from imagegen.render import builder_files, builder_script, render_dockerfile
+from imagegen.render.dockerfile import builder_files, builder_script, render_dockerfile
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -151,7 +151,7 @@ def test_local_project_renders_with_named_source_context(tmp_path):
 def test_a_local_source_edit_changes_the_inputs_hash(tmp_path):
     """`imagegen build --source DIR` re-runs only when the inputs changed: for a local tree that
     includes its content (an up-to-date check on the cell alone kept serving the old wheel)."""
-    from imagegen.render import cell_document, inputs_hash
+    from imagegen.render.dockerfile import cell_document, inputs_hash
 
     tree = tmp_path / "tiny_kernel"
     shutil.copytree(FIXTURE, tree)
@@ -214,8 +214,8 @@ def test_golden_files(case):
 def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp_path, flavor):
     """A recipe's system_requires must not sit above the torch layer (that would give every recipe
     its own copy of it): they get their own RUN after it, and the base's package list stays the same."""
+    from imagegen.model.recipes import load_recipe_file
     from imagegen.plan import make_cell
-    from imagegen.recipes import load_recipe_file
     from tests.test_recipes import GOOD, write
 
     text = GOOD.replace("build:\n", "build:\n  system_requires: [libaio-dev, make]\n")

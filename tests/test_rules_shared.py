@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import arch as A
-from imagegen import jobs
 from imagegen.errors import CompatError
+from imagegen.model import arch as A
+from imagegen.model import jobs
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import choose_cell, compiled_archs
-from imagegen.recipes import load_catalogue
-from imagegen.render import builder_script, cell_document
+from imagegen.render.dockerfile import builder_script, cell_document
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILDER = ROOT / "imagegen" / "resources" / "builder"

@@ -24,8 +24,8 @@ import pytest
 
 from imagegen.cli import main
 from imagegen.errors import RecipeError
-from imagegen.recipes import fetched_from, load_catalogue, load_recipe_file
-from imagegen.render import builder_files
+from imagegen.model.recipes import fetched_from, load_catalogue, load_recipe_file
+from imagegen.render.dockerfile import builder_files
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--flavor", "pypi", "--arch", "8.0;9.0"]

@@ -18,11 +18,19 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen import arch as A
+from imagegen.model import arch as A
+from imagegen.model.recipes import load_catalogue
 from imagegen.plan import expected_archs
-from imagegen.recipes import load_catalogue
-from imagegen.verify import (FATBIN_MAGIC, KIND_ELF, KIND_PTX, SoReport, elf_sections, find_cuobjdump, read_so,
-                             verify_wheel)
+from imagegen.verify import (
+    FATBIN_MAGIC,
+    KIND_ELF,
+    KIND_PTX,
+    SoReport,
+    elf_sections,
+    find_cuobjdump,
+    read_so,
+    verify_wheel,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_WHEEL = next((ROOT / "tests" / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))

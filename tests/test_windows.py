@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.arch import parse_arch_list
 from imagegen.errors import UnsafeValueError
-from imagegen.recipes import load_catalogue
-from imagegen.windows import render_script
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import load_catalogue
+from imagegen.render.windows import render_script
 from tests.test_cli import run
 
 GOLDEN = Path(__file__).parent / "golden"

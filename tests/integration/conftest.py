@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from registry import INSTALL_HINT, LocalRegistry, missing_tools
 
 

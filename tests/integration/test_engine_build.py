@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.arch import parse_arch_list
+from imagegen.model.arch import parse_arch_list
 from imagegen.verify import verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,9 +207,10 @@ def test_edited_source_is_rebuilt_and_ccache_serves_what_did_not_change(first_bu
     """A local tree edited after a build is not 'up to date' (its content is in the inputs hash); the
     compile step runs again, and the shared ccache mount serves every compilation whose input did not
     change (here: all of them, only a Python file was edited), with the hit rate in the manifest."""
-    from imagegen.verify import reproducible_digest
     import hashlib
     import zipfile
+
+    from imagegen.verify import reproducible_digest
 
     root = workspace["root"] / "edited"
     tree = root / "tiny_kernel"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from imagegen.model.arch import parse_arch_list
 from imagegen.verify import verify_wheel
-from imagegen.arch import parse_arch_list
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "fixtures" / "tiny_kernel"

@@ -16,7 +16,6 @@ import tarfile
 import uuid
 
 import pytest
-
 from registry import LocalRegistry
 
 BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")

@@ -610,7 +610,7 @@ def build_env(cell):
     ext = cell.get("ext_parallel") or {}
     if ext.get("env"):
         # MAX_JOBS is the cell's whole budget: a package that builds several extensions at once
-        # (EXT_PARALLEL x MAX_JOBS jobs) gets it split between them (same rule as imagegen.jobs).
+        # (EXT_PARALLEL x MAX_JOBS jobs) gets it split between them (same rule as imagegen.model.jobs).
         parallel, jobs = split_extensions(total, int(ext.get("max") or 1))
         env[ext["env"]] = str(parallel)
         log("%s=%d extensions at once, MAX_JOBS=%d each" % (ext["env"], parallel, jobs))

@@ -1,6 +1,6 @@
 """The rules imagegen and its in-build script must agree on, written once.
 
-imagegen (the library: imagegen.arch, imagegen.jobs, imagegen.plan) imports this module; every
+imagegen (the library: imagegen.model.arch, imagegen.model.jobs, imagegen.plan) imports this module; every
 builder image and native build gets it verbatim beside imagegen_build.py, which imports it too. So a
 build inside Docker and a native build size their jobs and write their arch knobs by the same code:
 
@@ -9,7 +9,7 @@ build inside Docker and a native build size their jobs and write their arch knob
   several ccs (``runs_on``: flash-attn's 80 serves 8.6 and 8.9);
 - how much to compile at once: the machine's cores and the share of its RAM a build may plan for,
   MAX_JOBS x NVCC_THREADS from the recipe's memory figures, the EXT_PARALLEL split, and the peak-RAM
-  estimate from the gencode audit's load (imagegen.jobs explains the model and its calibration).
+  estimate from the gencode audit's load (imagegen.model.jobs explains the model and its calibration).
 
 Standard library only, Python 3.8+ (it runs inside any base image). Errors are ValueError with a
 message for the user; callers turn them into their own error type.
@@ -23,7 +23,7 @@ import re
 # of the compile step on every run.
 RAM_SHARE = 0.8
 # Memory of one nvcc process apart from its device threads (nvcc itself, cudafe++ and the host
-# compiler over torch's headers): calibrated on SageAttention's H100 builds (imagegen.jobs).
+# compiler over torch's headers): calibrated on SageAttention's H100 builds (imagegen.model.jobs).
 NVCC_HOST_GB = 1.0
 UNKNOWN_RAM_GB = 8.0  # /proc/meminfo unreadable: assume a small machine rather than risk an OOM kill
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from imagegen import safety
 from imagegen.plan import Cell, Plan
-from imagegen.render import SCRIPTS_CONTEXT, builder_files, render_dockerfile
+from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files, render_dockerfile
 
 # Variables users may set in the environment to override every target's build args.
 VARIABLES = {

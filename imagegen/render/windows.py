@@ -15,10 +15,10 @@ import re
 import jinja2
 
 from imagegen import __version__
-from imagegen.arch import ArchList, format_for
 from imagegen.errors import UnsafeValueError
-from imagegen.jobs import split_extensions
-from imagegen.recipes import Recipe, RecipeVersion
+from imagegen.model.arch import ArchList, format_for
+from imagegen.model.jobs import split_extensions
+from imagegen.model.recipes import Recipe, RecipeVersion
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"

@@ -24,13 +24,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from imagegen import yamlio
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from imagegen import safety
-from imagegen.arch import ArchList, parse_arch_list
+from imagegen import safety, yamlio
 from imagegen.errors import ArchError, ImagegenError, RecipeError, bounded, printable
+from imagegen.model.arch import ArchList, parse_arch_list
 
 RECIPE_SCHEMA = 1
 
@@ -963,7 +962,7 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
     modules = tuple(m for m in _top_level_modules(root) if safety.MODULE_NAME.fullmatch(m)) or (
         safe_name.replace("-", "_"),
     )
-    from imagegen.arch import known_ccs  # every cc the arch table knows; nvcc rules prune it
+    from imagegen.model.arch import known_ccs  # every cc the arch table knows; nvcc rules prune it
 
     all_archs = parse_arch_list(list(known_ccs()))
     knob = ArchKnob(env="TORCH_CUDA_ARCH_LIST", style="torch", ptx="honoured")

@@ -2,7 +2,7 @@
 
 All facts live in ``imagegen/resources/compat/*.yaml`` (refreshed by scripts/refresh_compat.py);
 this module only loads them into types and answers questions about them. The arch side
-(nvcc <-> GPU arch) is in :mod:`imagegen.arch`.
+(nvcc <-> GPU arch) is in :mod:`imagegen.model.arch`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Mapping
 
-from imagegen import yamlio
 from packaging.version import InvalidVersion, Version
 
-from imagegen import safety
+from imagegen import safety, yamlio
 from imagegen.errors import CompatError, NoBaseImage, UsageError
 
 

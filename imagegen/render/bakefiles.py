@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 
 from imagegen import __version__, outputs
-from imagegen.bake import VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
 from imagegen.errors import EngineError, UsageError
+from imagegen.model.arch import parse_arch_list
 from imagegen.plan import MatrixRequest, Plan, defaults, expand
-from imagegen.arch import parse_arch_list
+from imagegen.render.bake import VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
 
 
 def atomic_write(path: Path, text: str, what: str = "output file") -> None:
@@ -136,7 +136,6 @@ def print_bake(file: Path, cwd: Path, targets: list[str] | None = None, env: dic
     import json
 
     from imagegen import engine
-
     run_env = dict(os.environ)
     # Our own variables must not leak in from the caller's environment (reference pitfall 8).
     for var in (*VARIABLES, "IMAGEGEN_PIP_CERT"):

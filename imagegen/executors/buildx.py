@@ -23,20 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from imagegen import engine, interrupt, jobs, wheelhouse
-from imagegen.wheelhouse import CellResult
-from imagegen.bake import BakeDefinition, absolute_contexts, build_definition, to_json
-from imagegen.bakefiles import write_dockerfiles
+from imagegen import engine, interrupt, wheelhouse
 from imagegen.errors import ImagegenError, UsageError
+from imagegen.model import jobs
 from imagegen.plan import Cell, Plan
-from imagegen.render import inputs_hash, cell_document
+from imagegen.render.bake import BakeDefinition, absolute_contexts, build_definition, to_json
+from imagegen.render.bakefiles import write_dockerfiles
+from imagegen.render.dockerfile import cell_document, inputs_hash
+from imagegen.wheelhouse import CellResult, Finisher
 
 if TYPE_CHECKING:
     from imagegen.audit import Verdict
 
 # "#12 [sage-2_2_0-torch2_8-cu128-py312 builder 8/8] RUN ..." names the target of vertex 12.
-# A built cell's next step (imagegen.finish.finish's signature): staged wheels in, a CellResult out.
-Finisher = Callable[..., CellResult]
 LOG_SUFFIX = "--log"  # the companion target exporting a cell's build log and reports
 AUDIT_SUFFIX = "--audit"  # the companion target exporting a cell's gencode audit report
 AUDIT_BATCH = 8  # audit targets baked at once (no compiling; the deps layers download in parallel)

@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from importlib.resources import files
 from typing import Any, Callable
 
-from imagegen import yamlio
 from packaging.version import InvalidVersion, Version
 
+from imagegen import yamlio
 from imagegen.errors import ArchError, UsageError
 from imagegen.resources.builder import imagegen_rules as rules
 

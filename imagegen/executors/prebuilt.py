@@ -1,7 +1,7 @@
-"""Push and pull prebuilt builder images (see imagegen.registry for what they are).
+"""Prebuilt builder images as an executor (see imagegen.registry for what they are).
 
-push: bake every cell's `builder` stage, tagged with its deterministic reference, and push it; the
-      digests the registry returned go into the lock file.
+bake_builders: bake cells' `builder` stage, tagged with its deterministic reference, and push it
+      (imagegen.publish.push) or load it into the local engine (pull's fallback).
 pull: fetch a cell's builder image (pinned by the lock file when it has it), run its gencode audit
       (the package's own build with stand-in compilers: a cell that would fail or miss an arch is
       refused before compiling), then run it, GPU visible when the host has one, to compile the
@@ -18,21 +18,19 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagegen import __version__, engine, interrupt, jobs, wheelhouse
-from imagegen.bake import absolute_contexts, build_definition, to_json
-from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.wheelhouse import CellResult
-from imagegen.execute import bake_data, new_run_dir
-from imagegen.finish import finish
-from imagegen.plan import Cell, Plan
-from imagegen.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, pinned,
-                               registry_host)
+from imagegen import __version__, engine, interrupt, wheelhouse
 from imagegen import registry as reg
-from imagegen.render import cell_document, inputs_hash
+from imagegen.errors import BuildError, EngineError, UsageError
+from imagegen.executors.buildx import bake_data, new_run_dir
+from imagegen.model import jobs
+from imagegen.plan import Cell, Plan
+from imagegen.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
+from imagegen.render.bake import absolute_contexts, build_definition, to_json
+from imagegen.render.dockerfile import cell_document, inputs_hash
+from imagegen.wheelhouse import CellResult, Finisher
 
 if TYPE_CHECKING:
     from imagegen.audit import Verdict
@@ -41,16 +39,8 @@ Say = Callable[[str], None]
 CCACHE_VOLUME = "imagegen-ccache"
 
 
-def _stderr_say(message: str) -> None:
+def say_on_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-@dataclass
-class PushResult:
-    cell: Cell
-    ref: str
-    digest: str | None
-    pushed: bool
 
 
 def builder_inputs(cell: Cell) -> str:
@@ -63,7 +53,7 @@ def builder_inputs(cell: Cell) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, ca_bundle: str | None,
+def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, ca_bundle: str | None,
                    builder: str | None, cache_from: list[str], cache_to: list[str], say: Say) -> dict[str, str]:
     """Bake the `builder` stage of ``cells``: pushed to the registry (push) or loaded into the local
     engine (fallback). Returns target name -> image digest from bake's metadata (push only)."""
@@ -123,24 +113,6 @@ def _bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, 
     return digests
 
 
-def push(plan: Plan, registry: str, *, work: Path, lock: Lock, ca_bundle: str | None = None,
-         builder: str | None = None, cache_from: list[str] = (), cache_to: list[str] = (),
-         say: Say = _stderr_say) -> list[PushResult]:
-    cells = plan.buildable
-    digests = _bake_builders(cells, registry, work=work.resolve(), push=True, ca_bundle=ca_bundle, builder=builder,
-                             cache_from=list(cache_from), cache_to=list(cache_to), say=say)
-    results = []
-    for cell in cells:
-        ref = image_ref(cell, registry)
-        digest = digests.get(cell.name) or reg.repo_digest(ref)
-        if digest:
-            lock.builder_images[ref] = pinned(ref, digest)
-        results.append(PushResult(cell, ref, digest, True))
-        say(f"[{cell.name}] pushed {ref}" + (f" ({digest})" if digest else ""))
-    lock.save()
-    return results
-
-
 # What Docker needs on the host to honour `--gpus`: the NVIDIA Container Toolkit's hook (or its CLI).
 GPU_TOOLKIT_BINARIES = ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-cli")
 GPU_TOOLKIT_FIX = ("install the NVIDIA Container Toolkit on the Docker host (then `nvidia-ctk runtime configure"
@@ -165,19 +137,21 @@ def gpu_flags(gpus: str, say: Say | None = None) -> list[str]:
     return ["--gpus", "all"]
 
 
-def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, gpus: str = "auto", fallback: bool = True,
+def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish: Finisher, gpus: str = "auto",
+         fallback: bool = True,
          max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
-         force: bool = False, audit: bool = True, say: Say = _stderr_say) -> list[CellResult]:
+         force: bool = False, audit: bool = True, say: Say = say_on_stderr) -> list[CellResult]:
     out, work = out.resolve(), work.resolve()
     gpu_args = gpu_flags(gpus, say)  # once: the same host runs every cell
     run_dir = new_run_dir(work, "-pull")  # its own: another pull in this folder must not share it
     with interrupt.stopping_children():  # a signal to imagegen stops the containers it runs
-        return [_pull_cell(cell, registry, out=out, run_dir=run_dir, work=work, lock=lock, gpu_args=gpu_args,
+        return [_pull_cell(cell, registry, out=out, run_dir=run_dir, work=work, lock=lock, finish=finish, gpu_args=gpu_args,
                            fallback=fallback, max_jobs=max_jobs, nvcc_threads=nvcc_threads, ca_bundle=ca_bundle,
                            force=force, audit=audit, say=say) for cell in plan.buildable]
 
 
-def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Path, lock: Lock, gpu_args: list[str],
+def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Path, lock: Lock, finish: Finisher,
+               gpu_args: list[str],
                fallback: bool, max_jobs: int | None, nvcc_threads: int | None, ca_bundle: str | None, force: bool,
                audit: bool, say: Say) -> CellResult:
     """One cell: up to date, refused, or pulled (built locally as a fallback), audited and run."""
@@ -200,7 +174,7 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
             raise
         say(f"[{cell.name}] no prebuilt image {use} in the registry: building it locally from the same"
             " Dockerfile (imagegen push publishes it for next time)")
-        _bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
+        bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
                        cache_from=[], cache_to=[], say=say)
         use = ref
     verdict = None
@@ -208,7 +182,7 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
         verdict, refused = _audit_in_image(cell, use, work=run_dir, say=say)
         if refused is not None:
             return refused
-    return _run_builder(cell, use, out=out, work=run_dir, inputs=inputs, gpu_args=gpu_args,
+    return _run_builder(cell, use, out=out, work=run_dir, inputs=inputs, finish=finish, gpu_args=gpu_args,
                         max_jobs=max_jobs, nvcc_threads=nvcc_threads, say=say,
                         audit=verdict.as_dict() if verdict is not None else None)
 
@@ -236,7 +210,7 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     cell's archs and judge it: (verdict, None) when the build may go on, (verdict or None, failed
     result) when it is refused or the audit could not run."""
     from imagegen.audit import AuditReport, judge_cell, refuse
-    from imagegen.execute import say_verdict
+    from imagegen.executors.buildx import say_verdict
 
     stage = work / "pull" / f"{cell.name}--audit"
     shutil.rmtree(stage, ignore_errors=True)
@@ -269,7 +243,7 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     return verdict, None
 
 
-def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, gpu_args: list[str],
+def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, finish: Finisher, gpu_args: list[str],
                  max_jobs: int | None, nvcc_threads: int | None, say: Say, audit: dict | None = None) -> CellResult:
     stage = work / "pull" / cell.name
     shutil.rmtree(stage, ignore_errors=True)
@@ -300,4 +274,4 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
                   audit=audit, record={"image": image})
 
 
-__all__ = ["push", "pull", "PushResult", "RegistryError", "gpu_flags", "builder_inputs"]
+__all__ = ["bake_builders", "pull", "RegistryError", "gpu_flags", "builder_inputs"]

@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Callable
 
 from packaging.version import Version
 
-from imagegen import compat, jobs
-from imagegen.arch import ArchList
-from imagegen.compat import BaseImage
 from imagegen.errors import BuildError, CompatError, EngineError
+from imagegen.model import compat, jobs
+from imagegen.model.arch import ArchList
+from imagegen.model.compat import BaseImage
+from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.outputs import shown
-from imagegen.safety import os_reason
 from imagegen.plan import Cell, native_cell
-from imagegen.recipes import Recipe, RecipeVersion
-from imagegen.wheelhouse import CellResult
-from imagegen.render import audit_script, builder_files, cell_document, inputs_hash
+from imagegen.render.dockerfile import audit_script, builder_files, cell_document, inputs_hash
+from imagegen.safety import os_reason
+from imagegen.wheelhouse import Finisher
 
 if TYPE_CHECKING:
     from imagegen.audit import Verdict
@@ -103,7 +103,6 @@ print(json.dumps(out))
 def gpus() -> tuple[str, ...]:
     """'NAME (X.Y)' for each GPU nvidia-smi sees; empty without a driver."""
     from imagegen import engine
-
     return engine.gpus()
 
 
@@ -227,7 +226,6 @@ def _audit(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: 
            say: Callable[[str], None]) -> "Verdict":
     """The audit step on a fetched source, judged, its table and warnings said."""
     from imagegen import audit
-
     (work / "imagegen_audit.py").write_text(audit_script())
     report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env)
     verdict = audit.judge_cell(report, cell)
@@ -249,7 +247,7 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
     return _audit(cell, host, script, cell_file, env, work, say)
 
 
-def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, finish: Callable[..., CellResult],
+def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, finish: Finisher,
                  flat: bool = False, max_jobs: int | None = None, nvcc_threads: int | None = None,
                  src_dir: Path | None = None, verbose_build: bool = False, audit: bool = True,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:

@@ -1,7 +1,7 @@
 """``imagegen ci github``: a GitHub Actions workflow that spreads a bake file's targets over runners.
 
 The matrix is read from the bake file itself through ``docker buildx bake --print`` (no daemon
-needed; see imagegen.bakefiles.print_bake), so the workflow builds exactly what ``docker buildx
+needed; see imagegen.render.bakefiles.print_bake), so the workflow builds exactly what ``docker buildx
 bake`` would: one job per target, each on its own runner. bake alone cannot spread targets over
 hosts (it sends every target to one builder node), so the workflow does it, one ``bake TARGET`` per
 job.
@@ -31,9 +31,9 @@ from pathlib import Path
 import jinja2
 
 from imagegen import __version__, safety
-from imagegen.bakefiles import print_bake
 from imagegen.errors import ImagegenError, NothingToDoError, UnsafeValueError, UsageError
 from imagegen.outputs import resolve_target, write_output
+from imagegen.render.bakefiles import print_bake
 
 DEFAULT_BAKE_FILE = "docker-bake.hcl"
 DEFAULT_GROUP = "default"

@@ -1,0 +1,85 @@
+"""`imagegen build`: a matrix through buildx bake, or one cell natively on this host."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from imagegen import options
+from imagegen.commands import common
+from imagegen.config import Config
+from imagegen.errors import BuildError, NothingToDoError, UsageError
+from imagegen.model.recipes import Catalogue
+
+
+def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.executors import buildx as execute
+
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    if args.native:
+        return _build_native(args, config, cat)
+    if args.print_env:
+        raise UsageError("--print-env goes with --native (a container build prints its variables in its log)")
+    if args.verbose_build:
+        raise UsageError("--verbose-build goes with --native (a container build prints the compiler output when it fails)")
+    for flag, value in (("--flat", args.flat), ("--src-dir", args.src_dir), ("--python-exe", args.python_exe)):
+        if value:
+            raise UsageError(f"{flag} goes with --native (a container build has its own source and Python)")
+    common.check_builders(args.builder)
+    plan = common.one_target_per_cell(common.planned(args, config, cat))
+    for c in plan.rejected:
+        print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+        if value is not None and not 1 <= value <= 1024:
+            raise UsageError(f"{flag} must be between 1 and 1024")
+    common.ca_bundle(args.ca_bundle)
+    out = options.resolve(args, config).out
+    from imagegen.finish import finish
+
+    results = execute.build(plan, out=out, work=args.work, finish=finish, force=args.force, max_jobs=args.max_jobs,
+                            nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
+                            cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
+                            audit=not args.no_audit)
+    if args.json:
+        print(execute.results_json(results))
+    else:
+        print(execute.summary(results))
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
+                         + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
+    return 0
+
+
+def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+    from imagegen.executors import native
+    cell, host = common.native_cell(args, config, cat)
+    if args.print_env:
+        # With the audit, the MAX_JOBS printed is the one the build will use (sized from the audit).
+        print(json.dumps(native.build_env_native(cell, host, work=args.work, max_jobs=args.max_jobs,
+                                                 nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
+                                                 audit=not args.no_audit)))
+        return 0
+    out = options.resolve(args, config).out
+    if not args.flat:
+        from imagegen import wheelhouse
+        refused = wheelhouse.replacement_refused(Path(out), cell, force=args.force,
+                                              say=lambda m: print(m, file=sys.stderr))
+        if refused:
+            raise UsageError(refused)
+    from imagegen.finish import finish
+    from imagegen.interrupt import stopping_children
+
+    with stopping_children():  # a signal to imagegen ends the compile it started
+        dest = native.build_native(cell, host, out=out, work=args.work, finish=finish, flat=args.flat,
+                                   max_jobs=args.max_jobs,
+                                   nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
+                                   verbose_build=args.verbose_build, audit=not args.no_audit)
+    print(dest)
+    return 0

@@ -1,0 +1,150 @@
+"""`imagegen verify`, `check` and `doctor`: what a wheel holds, whether it runs on this GPU, and what
+this host can build."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from imagegen.commands import common
+from imagegen.config import load_config
+from imagegen.errors import ImagegenError, UsageError
+from imagegen.model.arch import ArchList, parse_arch_list
+from imagegen.model.recipes import Catalogue, load_catalogue
+from imagegen.outputs import shown
+
+
+def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import doctor
+    report = doctor.run(common.check_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
+    print(report.as_json() if args.json else report.text())
+    if report.failed:
+        raise ImagegenError(f"{len(report.failed)} problem(s): " + "; ".join(f"{c.name}: {c.fix or c.detail}" for c in report.failed))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.verify import VerifyError, verify_wheel
+
+    archs = parse_arch_list(args.arch)
+    common.check_exe(args.python_exe, "--python-exe")
+    reports = []
+    try:  # the recipes tell how a package compiles a request; --gpu needs them, plain verify does without
+        cat: Catalogue | None = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
+    except ImagegenError:
+        if args.gpu:
+            raise
+        cat = None
+    for wheel in args.wheels:
+        try:
+            is_file = wheel.is_file()
+        except OSError as exc:  # a 5000-character name
+            raise UsageError(f"{shown(wheel)}: {exc.strerror or 'not a usable path'}") from None
+        if not is_file:
+            raise UsageError(f"{shown(wheel)}: no such wheel file")
+        expected, knowledge = _recipe_view(cat, wheel, archs)
+        report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
+        if args.python_exe:
+            from imagegen.executors.native import import_test, wheel_modules
+
+            try:
+                report.imports = import_test(wheel, wheel_modules(wheel), args.python_exe)
+            except ImagegenError as exc:
+                report.problems.append(str(exc))
+        reports.append(report)
+    no_gpu = _verify_gpu(args, cat, reports) if args.gpu and cat is not None else None
+    if args.json:
+        json.dump([r.as_dict() for r in reports], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for r in reports:
+            print(f"{'ok  ' if r.ok else 'FAIL'} {r.wheel}")
+            for so in r.extensions:
+                print(f"     {so.name}: {so.summary()}")
+            for w in r.warnings:
+                print(f"     warning: {w}")
+            for module, result in (r.imports or {}).items():
+                print(f"     import {module}: {result}")
+            if r.gpu_check and r.gpu_check.get("status") == "passed":
+                for line in r.gpu_check["output"]:
+                    print(f"     gpu_check: {line}")
+                print(f"     gpu_check passed on {r.gpu_check['device']} in {r.gpu_check['seconds']:.1f} s")
+            for p in r.problems:
+                print(f"     problem: {p}")
+    bad = [r for r in reports if not r.ok]
+    if bad:
+        raise VerifyError(f"{len(bad)} of {len(reports)} wheels failed verification: " + "; ".join(bad[0].problems))
+    if no_gpu is not None:
+        raise no_gpu
+    warned = [r for r in reports if r.warnings]
+    if warned:
+        print(f"imagegen: warning: {len(warned)} of {len(reports)} wheels carry archs not requested"
+              " (--strict makes that a failure)", file=sys.stderr)
+    return 0
+
+
+def _recipe_view(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
+    """What ``wheel`` must carry for the request ``archs``, seen through the recipe that builds its
+    distribution (the version whose label is the wheel's version, else the default one): the
+    request mapped the way the package compiles it (SageAttention builds 9.0 as sm_90a; flash-attn's
+    8.6 runs the sm_80 cubin), and the per-extension knowledge (_qattn_sm90: 9.0a only). A wheel no
+    recipe knows is held to the request as written, in every extension."""
+    from packaging.utils import parse_wheel_filename
+    from packaging.version import Version
+
+    from imagegen import check
+    from imagegen.plan import compiled_archs, expected_archs
+
+    if cat is None:
+        return archs, {}
+    try:
+        dist, version, _, _ = parse_wheel_filename(wheel.name)
+        recipe = check.recipe_for(cat, str(dist))
+    except (ImagegenError, ValueError):
+        return archs, {}
+    chosen = next((v for k, v in recipe.versions.items() if k == version.public), recipe.version(None))
+    if chosen.arch.style == "fixed":  # what it compiles depends on the nvcc that built it: take the request
+        return archs, dict(chosen.extensions)
+    compiled, _ = compiled_archs(chosen, archs)
+    return expected_archs(chosen, compiled, Version("99.0")), dict(chosen.extensions)
+
+
+def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> ImagegenError | None:
+    """verify --gpu: `imagegen check` on each wheel that passed. Returns the NoGpuError (exit 8) to
+    raise once the reports are printed; a failed check is a problem of its wheel."""
+    from imagegen import check
+    for wheel, report in zip(args.wheels, reports):
+        if not report.ok:
+            continue
+        try:
+            report.gpu_check = check.check_wheel(wheel, cat, python_exe=args.python_exe).as_dict()
+        except check.NoGpuError as exc:
+            return exc  # the same for every wheel: stop
+        except ImagegenError as exc:
+            report.gpu_check = {"status": "failed", "error": str(exc)}
+            report.problems.append(str(exc))
+    return None
+
+
+def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import check
+    try:
+        args.wheel.stat()
+    except FileNotFoundError:
+        pass  # check says so, with the hint
+    except (OSError, ValueError) as exc:  # a name too long, a loop
+        raise UsageError(f"{shown(args.wheel)}: {getattr(exc, 'strerror', None) or 'not a usable path'}") from None
+    common.lock(args)  # a given lock file must at least be one (check runs no image)
+    cat = common.catalogue(args, common.config(args))
+    result = check.check_wheel(args.wheel, cat, recipe=args.recipe, python_exe=args.python_exe, timeout=args.timeout)
+    if args.json:
+        json.dump(result.as_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for line in result.output:
+            print(line)
+        print(result.summary(), file=sys.stderr)
+    return 0

@@ -1,0 +1,247 @@
+"""Shared by the commands: the config and catalogue a command reads, the plan it builds, and the checks
+of the values it hands on (registry, builders, cache specs, CA bundle, executables)."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import re
+import shlex
+import shutil
+import stat
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from imagegen import options
+from imagegen.config import Config, load_config
+from imagegen.errors import NothingToDoError, UsageError
+from imagegen.model import compat
+from imagegen.model.arch import parse_arch_list
+from imagegen.model.recipes import (
+    Catalogue,
+    Recipe,
+    RecipeVersion,
+    fetched_from,
+    load_catalogue,
+    looks_like_path,
+    recipe_from_source_tree,
+)
+from imagegen.outputs import shown
+from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand
+
+
+def config(args: argparse.Namespace) -> Config:
+    return load_config(args.config, search_from=Path.cwd()) if args.config else load_config(search_from=Path.cwd())
+
+
+def catalogue(args: argparse.Namespace, config: Config) -> Catalogue:
+    return load_catalogue(tuple(config.recipe_dirs) + tuple(args.recipe_dir))
+
+
+def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None,
+             fetch: str | None = None) -> tuple[Recipe, RecipeVersion]:
+    if source is not None and name is not None:
+        raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
+    if source is not None:
+        recipe = recipe_from_source_tree(source)
+    elif name is None:
+        raise UsageError("name a recipe (imagegen recipes lists them) or give --source PATH")
+    elif looks_like_path(name):
+        recipe = recipe_from_source_tree(Path(name))
+    else:
+        recipe = cat.get(name)
+    return fetched_from(recipe, recipe.version(wanted_version), fetch)
+
+
+def lock(args: argparse.Namespace):
+    from imagegen.registry import LOCK_FILE, Lock
+
+    path = getattr(args, "lock", None)
+    if path is not None and not str(path).strip():
+        raise UsageError("--lock: give the lock file's path")
+    if path is not None and not is_file(path) and args.command not in ("lock", "push"):
+        raise UsageError(f"--lock {shown(path)}: no such file (imagegen lock writes it)")
+    return Lock.load(path or Path(LOCK_FILE))
+
+
+def is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL
+        return False
+
+
+def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
+    """The matrix expanded, with locked base images pinned to their digests; a cell asked twice
+    (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8 --cuda cu128``) is there once."""
+    return lock(args).pin_bases(unique_cells(expand(matrix(args, config, cat))))
+
+
+def unique_cells(plan: Plan) -> Plan:
+    import dataclasses
+
+    seen: set = set()
+    cells = []
+    for c in plan.cells:
+        key = (c.name, str(c.archs), c.status)
+        if key not in seen:
+            seen.add(key)
+            cells.append(c)
+    return dataclasses.replace(plan, cells=cells)
+
+
+def one_target_per_cell(plan: Plan) -> Plan:
+    """bake/build/pull make one bake target per cell, named by the cell: two arch lists of one cell
+    would be two targets of one name (bake keeps one of them, or refuses the file)."""
+    archs: dict[str, str] = {}
+    for c in plan.buildable:
+        other = archs.setdefault(c.name, str(c.archs))
+        if other != str(c.archs):
+            raise UsageError(f"{c.name} is asked for two arch lists ({other} and {c.archs}): a build makes one target"
+                             f" per cell; give one --arch list (e.g. --arch '{other};{c.archs}'), or run once per list")
+    return plan
+
+
+def registry(args: argparse.Namespace, config: Config) -> str:
+    from imagegen.registry import check_registry
+
+    value = options.resolve(args, config).registry
+    if not value:
+        raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE or set registry in imagegen.toml")
+    return check_registry(value)
+
+
+BUILDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
+
+
+def check_builders(values: Sequence[str] | str | None) -> None:
+    for v in [values] if isinstance(values, str) else values or []:
+        if not BUILDER.fullmatch(v):
+            raise UsageError(f"--builder {v!r}: not a buildx builder name (letters, digits, '.', '_', '+', '-')")
+
+
+def ca_bundle(value: str | None) -> str | None:
+    if value is not None and not is_file(Path(value)):
+        raise UsageError(f"--ca-bundle {shown(value)}: no such file (a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")
+    return value
+
+
+def check_cache_specs(values: Sequence[str]) -> list[str]:
+    for v in values:
+        if not CACHE_SPEC.fullmatch(v):
+            raise UsageError(f"cache spec {v!r}: expected buildx's key=value,... form, e.g. type=registry,ref=HOST/NS/cache:TAG")
+    return list(values)
+
+
+CACHE_SPEC = re.compile(r"type=[a-z]+(,[a-z-]+=[A-Za-z0-9._:/@=-]+)*|[a-z0-9.-]+(:[0-9]+)?/[A-Za-z0-9._/:@-]+")
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The command line as one line (it becomes a comment in generated files): an argument with a
+    newline or another control character is written in bash's $'...' form."""
+    return "imagegen " + " ".join(quote_arg(a) for a in argv)
+
+
+def quote_arg(arg: str) -> str:
+    if all(c.isprintable() for c in arg):
+        return shlex.quote(arg)
+    return "$'" + "".join(c if c.isprintable() and c not in "\\'" else
+                          ("\\" + c if c in "\\'" else c.encode("unicode_escape").decode("ascii")) for c in arg) + "'"
+
+
+def check_exe(value: str | None, flag: str) -> str | None:
+    """A --python-exe here: an existing, executable regular file (or a name on PATH), else one line (exit 2)."""
+    if value is None:
+        return None
+    if not value.strip() or len(value) > 4096 or not all(c.isprintable() for c in value):
+        raise UsageError(f"{flag} {shown(value, 80)}: not a usable interpreter path")
+    exe = value if (os.sep in value or (os.altsep and os.altsep in value)) else shutil.which(value)
+    if exe is None:
+        raise UsageError(f"{flag} {shown(value, 80)}: no such interpreter on PATH")
+    try:
+        st = os.stat(exe)
+    except OSError as exc:
+        why = {errno.ELOOP: "a symlink loop", errno.ENAMETOOLONG: "the name is too long",
+               errno.ENOENT: "no such file"}.get(exc.errno or 0, exc.strerror)
+        raise UsageError(f"{flag} {shown(value, 80)}: {why}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{flag} {shown(value, 80)}: not a file")
+    if not os.access(exe, os.X_OK):
+        raise UsageError(f"{flag} {shown(value, 80)}: not executable (permission denied)")
+    return value
+
+
+def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
+    opts = options.resolve(args, config)
+    # --source alone means just that project; otherwise the named recipes, the config's, or all.
+    sources = args.source or []
+    names = args.recipes or ([] if sources else list(opts.recipes) or cat.names())
+    pairs, seen = [], set()
+    # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
+    for recipe, version in [resolve(cat, n, None, args.recipe_version, args.fetch) for n in names] \
+            + [resolve(cat, None, source, None, args.fetch) for source in sources]:
+        key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
+        if key not in seen:
+            seen.add(key)
+            pairs.append((recipe, version))
+    archs = []
+    for a in opts.archs:
+        parsed = parse_arch_list(a)
+        if str(parsed) not in {str(x) for x in archs}:
+            archs.append(parsed)
+    return MatrixRequest(
+        recipes=pairs,
+        torch=list(opts.torch),
+        cuda=list(opts.cuda),
+        python=list(opts.python),
+        archs=archs,
+        flavor=opts.flavor,
+        base_image=opts.base_image,
+        torch_index_override=opts.torch_index_url,
+    )
+
+
+def buildable(args, config, cat, *, arch_free: bool = False):
+    """The plan's buildable cells (one per target name: a builder image, ``arch_free``, is one per cell
+    whatever the arch lists)."""
+    plan = planned(args, config, cat)
+    if arch_free:
+        import dataclasses
+
+        names: set[str] = set()
+        plan = dataclasses.replace(plan, cells=[c for c in plan.cells if not (c.status == BUILDABLE and (
+            c.name in names or names.add(c.name)))])
+    else:
+        plan = one_target_per_cell(plan)
+    for c in plan.rejected:
+        print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    return plan
+
+
+def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
+    """The one cell a native build (or audit) makes on this host, checked like plan's cells."""
+    from imagegen.executors import native
+    sources = getattr(args, "source", None) or []
+    if len(args.recipes) + len(sources) != 1:
+        raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
+    if len(args.arch or []) > 1:
+        raise UsageError("--native takes one --arch list")
+    recipe, version = resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
+                               args.recipe_version, args.fetch)
+    host = native.probe(check_exe(args.python_exe, "--python-exe"))
+    # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
+    for flag, wanted, have in (("--torch", args.torch, host.torch), ("--cuda", args.cuda, host.torch_cuda),
+                               ("--python", args.python, host.python)):
+        for w in wanted or []:
+            if have is None or not (have == w or have.startswith(w + ".") or compat.cuda_variant(w).dotted == have
+                                    if flag == "--cuda" else have == w or have.startswith(w + ".")):
+                raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
+                                 " install the one you want, or build in a container")
+    # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
+    archs = parse_arch_list(options.resolve(args, config).arch_configured or ";".join(host.ccs)
+                            or defaults()["matrix"]["arch"])
+    return native.preflight(recipe, version, archs, host), host

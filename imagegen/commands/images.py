@@ -1,0 +1,76 @@
+"""`imagegen push`, `pull` and `lock`: prebuilt builder images in a registry."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from imagegen import options
+from imagegen.commands import common
+from imagegen.errors import BuildError, NothingToDoError, UsageError
+from imagegen.plan import expand
+
+
+def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.publish import push
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    registry = common.registry(args, config)
+    plan = common.buildable(args, config, cat, arch_free=True)
+    from imagegen.outputs import resolve_target
+    from imagegen.registry import probe
+
+    # Everything the user gave is checked first; then the registry, before anything is built.
+    lock = common.lock(args)
+    resolve_target(lock.path, "lock file")  # push writes the pushed digests there
+    common.check_builders(args.builder)
+    cache_from, cache_to = common.check_cache_specs(args.cache_from), common.check_cache_specs(args.cache_to)
+    ca = common.ca_bundle(args.ca_bundle)
+    probe(registry)  # unreachable, not a registry, wrong password: said now
+    results = push.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca,
+                        builder=args.builder, cache_from=cache_from, cache_to=cache_to)
+    for r in results:
+        print(f"{r.ref}@{r.digest}" if r.digest else r.ref)
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.executors import buildx as execute
+    from imagegen.executors import prebuilt
+    from imagegen.finish import finish
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    registry = common.registry(args, config)
+    plan = common.buildable(args, config, cat)
+    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+        if value is not None and not 1 <= value <= 1024:
+            raise UsageError(f"{flag} must be between 1 and 1024")
+    results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=common.lock(args),
+                            finish=finish, gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
+                            nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle), force=args.force,
+                            audit=not args.no_audit)
+    print(execute.results_json(results) if args.json else execute.summary(results))
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
+                         + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.registry import lock_bases
+
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    plan = expand(common.matrix(args, config, cat))
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    from imagegen.outputs import resolve_target
+
+    lock = common.lock(args)
+    resolve_target(lock.path, "lock file")  # a device or folder: refused before any pull
+    lock = lock_bases(plan, lock, say=lambda m: print(m, file=sys.stderr))
+    lock.save()
+    print(f"wrote {lock.path}: {len(lock.base_images)} base image(s), {len(lock.builder_images)} builder image(s)")
+    return 0

@@ -1,0 +1,208 @@
+"""`imagegen plan`, `recipes` and `archs`: what would be built, and why not, before anything compiles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from imagegen.commands import common
+from imagegen.config import Config
+from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UsageError
+from imagegen.model import compat
+from imagegen.model.arch import ArchList
+from imagegen.model.recipes import Catalogue, Recipe, RecipeVersion, load_catalogue
+from imagegen.plan import BUILDABLE, Plan
+
+
+def _cell_record(cell) -> dict:
+    return {
+        "name": cell.name,
+        "status": cell.status,
+        "recipe": cell.recipe.name,
+        "version": cell.version.version,
+        "torch": cell.torch_version,
+        "cuda": cell.cuda.name,
+        "python": cell.python,
+        "archs": str(cell.archs),
+        # What was asked, where the package compiles something else for it (flash-attn: 8.6 -> 8.0).
+        "requested_archs": str(cell.requested_archs or cell.archs),
+        "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
+        "flavor": cell.flavor,
+        "base_image": cell.base.ref if cell.base else None,
+        "reasons": list(cell.problems),
+        "notes": list(cell.notes),
+        "wheel_dir": cell.wheel_dir,
+    }
+
+
+def _print_plan(plan: Plan, only: str | None) -> None:
+    cells = [c for c in plan.cells if only is None or c.status == only]
+    rows = [("STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", "ARCHS", "WHY")]
+    for c in cells:
+        why = "; ".join(c.problems) if c.problems else "; ".join(c.notes) or (c.base.ref if c.base else "")
+        rows.append((c.status, c.recipe.name, c.version.version, c.torch.series, c.cuda.name, c.python, str(c.archs), why))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    out = sys.stdout
+    for r in rows:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1] + "\n")
+    out.write(f"\n{len(plan.buildable)} buildable, {len(plan.rejected)} rejected, {len(plan.skipped)} skipped"
+              f" of {len(plan.cells)} cells\n")
+
+
+def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    if args.audit:
+        args.work = args.work or Path(".imagegen")
+        return _plan_audit(args, config, cat)
+    for flag, value in (("--native", args.native), ("--python-exe", args.python_exe), ("--src-dir", args.src_dir),
+                        ("--work", args.work)):
+        if value:
+            raise UsageError(f"{flag} goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
+    plan = common.planned(args, config, cat)
+    if args.json:
+        json.dump({"cells": [_cell_record(c) for c in plan.cells],
+                   "summary": {"buildable": len(plan.buildable), "rejected": len(plan.rejected),
+                               "skipped": len(plan.skipped), "total": len(plan.cells)}}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_plan(plan, args.only)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build; the reasons are listed above")
+    return 0
+
+
+def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+    """plan --audit: what each cell's own build would compile, judged before anything compiles; on
+    this host (--native) or in each cell's builder image (the engine), where `imagegen build` runs it."""
+    from imagegen.audit import refuse
+    from imagegen.executors import native
+
+    if args.native:
+        cell, host = common.native_cell(args, config, cat)
+        verdict = native.audit_native(cell, host, work=args.work, src_dir=args.src_dir, say=lambda m: None)
+        audited = [(cell, verdict, "")]
+    else:
+        for flag, value in (("--python-exe", args.python_exe), ("--src-dir", args.src_dir)):
+            if value:
+                raise UsageError(f"{flag} goes with --native (the builder image has its own Python and source)")
+        from imagegen.executors import buildx as execute
+        plan = common.planned(args, config, cat)
+        for c in plan.rejected:
+            print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
+        if not plan.buildable:
+            raise NothingToDoError("no cell of this matrix can build, so there is nothing to audit (imagegen plan explains each)")
+        audited = [(o.cell, o.verdict, o.error + (f" (log: {o.log})" if o.log else ""))
+                   for o in execute.audit(plan, work=args.work, say=lambda m: print(m, file=sys.stderr, flush=True))]
+    if args.json:
+        records = [{"cell": _cell_record(cell), "audit": verdict.as_dict() if verdict else None,
+                    **({"error": error} if verdict is None else {})} for cell, verdict, error in audited]
+        json.dump(records[0] if args.native else records, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for cell, verdict, error in audited:
+            if verdict is None:
+                print(f"{cell.describe()}: AUDIT FAILED: {error}")
+                continue
+            print(f"{cell.describe()}: {'buildable' if verdict.ok else 'REFUSED'} (audit {verdict.report.seconds:.1f} s)")
+            for line in (*verdict.table().splitlines(), *verdict.findings()):
+                print(f"  {line}")
+    refused = [(cell, verdict) for cell, verdict, _ in audited if verdict is not None and not verdict.ok]
+    failed = [cell for cell, verdict, _ in audited if verdict is None]
+    if len(audited) == 1 and refused:
+        raise refuse(*refused[0])
+    if refused or failed:
+        raise CompatError(f"the gencode audit refuses {len(refused)} and could not run {len(failed)} of {len(audited)}"
+                          f" cell(s): {', '.join(c.name for c, _ in refused)}{', ' if refused and failed else ''}"
+                          f"{', '.join(c.name for c in failed)}")
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.lock is not None:
+        common.lock(args)  # recipes uses no image, but a --lock that is not a lock file is a mistake worth saying
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    records = []
+    for name in cat.names():
+        r = cat.recipes[name]
+        records.append({
+            "name": r.name, "aliases": list(r.aliases), "description": r.description, "source": r.source_url or str(r.source_path),
+            "default_version": r.default_version,
+            "versions": {k: {"ref": v.ref, "commit": v.commit, "archs": str(v.archs), "arch_env": v.arch.env,
+                             "arch_style": v.arch.style, "ptx": v.arch.ptx, "notes": v.notes} for k, v in r.versions.items()},
+            "force_env": dict(r.force_env), "local_version_env": r.local_version_env, "path": r.path,
+        })
+    if args.json:
+        json.dump(records, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    for rec in records:
+        aliases = f" (aliases: {', '.join(rec['aliases'])})" if rec["aliases"] else ""
+        print(f"{rec['name']}{aliases}: {rec['description']}")
+        for k, v in rec["versions"].items():
+            default = " [default]" if k == rec["default_version"] else ""
+            knob = f"{v['arch_env']} ({v['arch_style']})" if v["arch_env"] else "fixed list"
+            print(f"  {k}{default}: archs {v['archs']}; knob {knob}; PTX {v['ptx']}")
+    return 0
+
+
+def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.model import arch as A
+    archs: ArchList = A.parse_arch_list(args.arch)
+    problems: list[str] = []
+    if args.cuda:
+        cuda = compat.cuda_variant(args.cuda) if not args.cuda.count(".") == 2 else None
+        problems += A.nvcc_problems(archs, A.parse_cuda_version(args.cuda) if cuda is None else cuda.version)
+    if args.torch:
+        series, tv = compat.torch_series(args.torch)
+        problems += A.torch_problems(archs, tv)
+    print(f"normalised               {archs}")
+    print(f"TORCH_CUDA_ARCH_LIST     {_try(lambda: A.to_torch_arch_list(archs))}")
+    for line in _numeric_knob_lines(archs):
+        print(line)
+    print(f"NATTEN_CUDA_ARCH         {A.to_dotted_list(archs)}")
+    print(f"CMAKE_CUDA_ARCHITECTURES {A.to_cmake(archs)}")
+    print(f"nvcc                     {' '.join(A.to_gencode(archs))}")
+    print(f"minimum CUDA             {A.min_cuda_for(archs)}")
+    for p in problems:
+        print(f"problem: {p}", file=sys.stderr)
+    return 3 if problems else 0
+
+
+def _numeric_knob_lines(archs: ArchList) -> list[str]:
+    """FLASH_ATTN_CUDA_ARCHS / BLOCK_SPARSE_ATTN_CUDA_ARCHS as the package really gets them.
+
+    Those knobs take 80 but not 86/89 (silently ignored); the plan maps such a request to the arch
+    whose cubin runs on it, so show that value (80;90 for 80;86;89;90) and say why.
+    """
+    from imagegen.model.arch import to_numeric_list
+    from imagegen.plan import compiled_archs
+
+    knobs: dict[str, tuple[Recipe, RecipeVersion]] = {}
+    for recipe in load_catalogue().recipes.values():
+        version = recipe.version(None)
+        knob = version.arch
+        if knob.style == "numeric" and knob.env:
+            knobs.setdefault(knob.env, (recipe, version))
+    lines = []
+    for env, (recipe, version) in sorted(knobs.items()):
+        compiled, mapped = compiled_archs(version, archs)
+        extra = [mapped] if mapped else []
+        supported = {a.cc for a in version.archs}
+        missing = [a.cc for a in compiled if a.cc not in supported]
+        if missing:
+            extra.append(f"does not build {', '.join(missing)}: imagegen plan rejects such a cell")
+        about = f"  ({recipe.name} {version.version}: {'; '.join(extra)})" if extra else ""
+        lines.append(f"{env:<24} {to_numeric_list(compiled, keep_variant=version.arch.keep_variant)}{about}")
+    return lines
+
+
+def _try(fn) -> str:
+    try:
+        return fn()
+    except ImagegenError as exc:
+        return f"(cannot express: {exc})"

@@ -1,0 +1,114 @@
+"""`imagegen render` and `imagegen bake`: the builder Dockerfile (or Windows script) of one cell, the
+bake definition of a matrix, and the repository's generated files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from imagegen import options
+from imagegen.commands import common
+from imagegen.errors import NothingToDoError, UsageError
+from imagegen.model import compat
+from imagegen.model.arch import parse_arch_list
+from imagegen.outputs import shown, write_output
+from imagegen.plan import Plan, choose_cell, defaults
+from imagegen.render.dockerfile import render_dockerfile
+
+
+def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    _render_flags(args)
+    recipe, version = common.resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch)
+    opts = options.resolve(args, config)
+    archs = parse_arch_list(opts.arch_configured or defaults()["matrix"]["arch"])
+    if args.shell:
+        return _render_windows(args, argv, recipe, version, archs)
+    # A config matrix narrows render's choice; its last entry (the newest listed) wins.
+    cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
+                       flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url)
+    cell = common.lock(args).pin_bases(Plan(cells=[cell])).cells[0]
+    rendered = render_dockerfile(cell, command=common.command_line(argv))
+    write_output(rendered.dockerfile, args.output)
+    if args.output not in (None, "-"):
+        # The build steps beside it, as the Dockerfile's header builds it: --build-context imagegen-scripts=...
+        from imagegen.render.dockerfile import SCRIPTS_CONTEXT, write_scripts
+        folder = Path(args.output).parent / SCRIPTS_CONTEXT  # beside the name given (a symlink's too)
+        write_scripts(folder)
+        print(f"wrote {args.output} and {folder}/: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
+    return 0
+
+
+def _render_flags(args: argparse.Namespace) -> None:
+    """render makes a Dockerfile or (--shell) a Windows script: a flag the chosen one ignores is refused."""
+    if args.shell:
+        for flag, value in (("--python", args.python), ("--flavor", args.flavor), ("--base-image", args.base_image),
+                            ("--lock", args.lock)):
+            if value is not None:
+                raise UsageError(f"{flag} does not apply to --shell (a native script uses the host's"
+                                 f" {'interpreter: give --python-exe' if flag == '--python' else 'toolchain, no image'})")
+        if bool(args.torch) != bool(args.cuda):
+            raise UsageError("with --shell, --torch and --cuda go together (they name the wheel's local version,"
+                             " e.g. +cu128torch2.8; the script builds against the torch --python-exe has)")
+    else:
+        for flag, value in (("--src-dir", args.src_dir), ("--python-exe", args.python_exe), ("--vcvars", args.vcvars),
+                            ("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --shell cmd|powershell (a Dockerfile takes MAX_JOBS and"
+                                 " NVCC_THREADS as build args at bake time)")
+
+
+def _render_windows(args, argv, recipe, version, archs) -> int:
+    from imagegen.render import windows
+    if version.arch.style != "fixed":
+        supported = {a.cc for a in version.archs}
+        bad = [a for a in archs if a.cc not in supported]
+        if bad:
+            raise UsageError(f"{recipe.name} {version.version} does not support {', '.join(a.sm for a in bad)}"
+                             f" (it supports {', '.join(sorted(supported))})")
+    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+        if value is not None and not 1 <= value <= 1024:
+            raise UsageError(f"{flag} must be between 1 and 1024")
+    local = None
+    if args.torch and args.cuda:
+        series, _ = compat.torch_series(args.torch)
+        local = f"{compat.cuda_variant(args.cuda).name}torch{series.series}"
+    text = windows.render_script(
+        args.shell, recipe, version, archs, src=args.src_dir or recipe.name, python=args.python_exe or "python",
+        vcvars=args.vcvars or windows.DEFAULT_VCVARS, max_jobs=args.max_jobs or 1, nvcc_threads=args.nvcc_threads or 1,
+        local_version=local, command=common.command_line(argv))
+    write_output(text, args.output)
+    return 0
+
+
+def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.render import bakefiles
+    config = common.config(args)
+    cat = common.catalogue(args, config)
+    if args.repo:
+        written = bakefiles.write_repo_files(Path.cwd(), cat)
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
+    plan = common.one_target_per_cell(common.planned(args, config, cat))
+    for c in plan.rejected:
+        print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    out = args.out or (os.path.relpath(config.out) if config.path else "wheelhouse")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {shown(out)}: exists and is not a folder (the wheels go into folders under it)")
+    written, printed = bakefiles.write_bake(plan, Path.cwd(), Path(args.file), out_dir=str(out),
+                                            dockerfiles_dir=args.dockerfiles, command=common.command_line(argv),
+                                            check=args.show)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    if args.show and printed is not None:
+        json.dump(printed, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,1 @@
+"""The last mile: builder images to and from a registry."""
