@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from imagegen.model import jobs
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "docs" / "gpu-results" / "2026-11-24"

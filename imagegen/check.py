@@ -33,7 +33,8 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from imagegen.errors import BuildError, GpuCheckError, ImagegenError, NoGpuError, RecipeError, UsageError
-from imagegen.model.recipes import Catalogue, Recipe
+from imagegen.model.catalogue import Catalogue
+from imagegen.model.recipes import Recipe
 
 DEFAULT_TIMEOUT = 600.0
 

@@ -143,7 +143,7 @@ def check_machine(report: Report, root: Path) -> None:
     report.add("disk", OK if free > 30 else WARN, f"{free:.0f} GB free in {root}",
                "" if free > 30 else "a CUDA builder image and its cache take 10-20 GB per CUDA version: free some space")
     report.add("cpu / ram", OK, h.describe())
-    from imagegen.model.recipes import load_catalogue
+    from imagegen.model.catalogue import load_catalogue
 
     catalogue = load_catalogue()
     for name in ("sageattention", "flash-attn"):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.cli import main
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.render.bake import build_definition
 from imagegen.render.bakefiles import check_round_trip, print_bake, repo_files
 

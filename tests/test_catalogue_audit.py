@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from imagegen.audit import AuditReport, judge
 from imagegen.model.arch import parse_arch_list
-from imagegen.model.recipes import builtin_recipe_dir, load_catalogue
+from imagegen.model.catalogue import builtin_recipe_dir, load_catalogue
 from imagegen.plan import BUILDABLE, REJECTED, make_cell
 
 CAT = load_catalogue()

@@ -22,7 +22,7 @@ from imagegen import collect, wheelhouse
 from imagegen.executors.buildx import TargetLogs
 from imagegen.model import arch as A
 from imagegen.model import jobs
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import builder_script
 from imagegen.verify import VerifyError, read_so, verify_wheel

@@ -36,7 +36,7 @@ from imagegen import cli, outputs, registry, verify
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.executors import prebuilt
 from imagegen.model.arch import parse_arch_list
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import MatrixRequest, expand
 from imagegen.publish import push
 from imagegen.render import bake as B
@@ -788,7 +788,7 @@ def test_config_files_are_read_as_bounded_regular_files(tmp_path, monkeypatch):
 
 
 def test_a_source_trees_pyproject_is_read_only_inside_the_tree(tmp_path):
-    from imagegen.model.recipes import recipe_from_source_tree
+    from imagegen.model.source_tree import recipe_from_source_tree
     secret = tmp_path / "elsewhere.toml"
     secret.write_text('[project]\nname = "stolen-name"\nversion = "6.6.6"\n')
     tree = tmp_path / "proj"

@@ -27,7 +27,9 @@ from hypothesis import strategies as st
 from imagegen import safety
 from imagegen.cli import main
 from imagegen.errors import RecipeError, UnsafeValueError, printable
-from imagegen.model.recipes import MAX_RECIPE_BYTES, load_catalogue, load_recipe_file
+from imagegen.model.catalogue import load_catalogue
+from imagegen.model.recipe_file import load_recipe_file
+from imagegen.model.recipe_reader import MAX_RECIPE_BYTES
 
 IMAGEGEN = Path(sys.executable).parent / "imagegen"
 CELL = ["--arch", "9.0", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--flavor", "cuda"]
@@ -648,7 +650,7 @@ def test_fuzz_hostile_recipe_directories(case):
 
 
 def test_a_source_tree_reads_its_setup_py_only_inside_the_tree(tmp_path):
-    from imagegen.model.recipes import recipe_from_source_tree
+    from imagegen.model.source_tree import recipe_from_source_tree
 
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "setup.py").write_text('setup(name="leaked-name", version="6.6.6")\n')

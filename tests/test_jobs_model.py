@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from imagegen.model import arch as A
 from imagegen.model import jobs
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
 

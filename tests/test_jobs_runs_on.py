@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagegen.model import arch as A
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import compiled_archs, make_cell
 from imagegen.render.dockerfile import cell_document
 

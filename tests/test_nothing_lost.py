@@ -20,7 +20,7 @@ from imagegen.executors import buildx as execute
 from imagegen.finish import finish
 from imagegen.interrupt import descendants
 from imagegen.model import arch as A
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
 
 WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))

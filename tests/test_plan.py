@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from imagegen.errors import CompatError
 from imagegen.model.arch import parse_arch_list
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import BUILDABLE, REJECTED, SKIPPED, MatrixRequest, choose_cell, defaults, expand, make_cell
 
 CAT = load_catalogue()
@@ -163,7 +163,7 @@ def test_runpod_legacy_tag_scheme_from_seed_004():
 def test_every_arch_beyond_nvcc_is_reported_once_not_crashed():
     from pathlib import Path
 
-    from imagegen.model.recipes import recipe_from_source_tree
+    from imagegen.model.source_tree import recipe_from_source_tree
 
     r = recipe_from_source_tree(Path(__file__).parent / "fixtures" / "tiny_kernel")
     c = make_cell(r, r.version(None), "2.11", "13.0", "3.11", parse_arch_list("7.0"), "pypi")

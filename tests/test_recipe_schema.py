@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from imagegen.errors import RecipeError
-from imagegen.model import recipes
+from imagegen.model import recipe_file, recipe_reader
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "imagegen" / "resources" / "recipe.schema.json").read_text())
@@ -30,10 +30,10 @@ def test_every_shipped_recipe_validates_against_the_schema(path):
 
 
 def test_the_loaders_keys_are_the_schemas():
-    assert recipes.TOP_KEYS == tuple(SCHEMA["properties"])
-    assert recipes.VERSION_KEYS == tuple(SCHEMA["$defs"]["version"]["properties"])
-    assert recipes.BUILD_KEYS == tuple(SCHEMA["$defs"]["build"]["properties"])
-    assert recipes.ARCH_KEYS == tuple(SCHEMA["$defs"]["arch"]["properties"])
+    assert recipe_reader.TOP_KEYS == tuple(SCHEMA["properties"])
+    assert recipe_reader.VERSION_KEYS == tuple(SCHEMA["$defs"]["version"]["properties"])
+    assert recipe_reader.BUILD_KEYS == tuple(SCHEMA["$defs"]["build"]["properties"])
+    assert recipe_reader.ARCH_KEYS == tuple(SCHEMA["$defs"]["arch"]["properties"])
 
 
 @pytest.mark.parametrize("edit, key", [
@@ -50,5 +50,5 @@ def test_an_unknown_key_is_refused_by_both(tmp_path, edit, key):
     path = tmp_path / "causal-conv1d.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(RecipeError) as info:
-        recipes.load_recipe_file(path)
+        recipe_file.load_recipe_file(path)
     assert key.split(".")[-1] in str(info.value)

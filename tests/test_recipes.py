@@ -14,7 +14,10 @@ from packaging.version import Version
 
 from imagegen.errors import RecipeError, UnsafeValueError
 from imagegen.model.arch import parse_arch_list
-from imagegen.model.recipes import Recipe, load_catalogue, load_recipe_file, recipe_from_source_tree
+from imagegen.model.catalogue import load_catalogue
+from imagegen.model.recipe_file import load_recipe_file
+from imagegen.model.recipes import Recipe
+from imagegen.model.source_tree import recipe_from_source_tree
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import render_dockerfile
 
@@ -397,7 +400,7 @@ def test_a_note_stating_a_range_without_a_rule_is_caught(tmp_path):
 ])
 def test_per_source_memory_figures_are_validated(tmp_path, figures, words):
     from imagegen.errors import RecipeError
-    from imagegen.model.recipes import load_recipe_file
+    from imagegen.model.recipe_file import load_recipe_file
     path = tmp_path / "demo.yaml"
     path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
                     "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"

@@ -12,7 +12,7 @@ import pytest
 
 from imagegen import cli
 from imagegen.model.arch import parse_arch_list
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
 from imagegen.registry import (
     ImageMissing,

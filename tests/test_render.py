@@ -14,7 +14,8 @@ from packaging.version import Version
 
 from imagegen.model import compat
 from imagegen.model.arch import parse_arch_list
-from imagegen.model.recipes import load_catalogue, recipe_from_source_tree
+from imagegen.model.catalogue import load_catalogue
+from imagegen.model.source_tree import recipe_from_source_tree
 from imagegen.plan import choose_cell
 from imagegen.render.dockerfile import builder_files, builder_script, render_dockerfile
 
@@ -214,7 +215,7 @@ def test_golden_files(case):
 def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp_path, flavor):
     """A recipe's system_requires must not sit above the torch layer (that would give every recipe
     its own copy of it): they get their own RUN after it, and the base's package list stays the same."""
-    from imagegen.model.recipes import load_recipe_file
+    from imagegen.model.recipe_file import load_recipe_file
     from imagegen.plan import make_cell
     from tests.test_recipes import GOOD, write
 

@@ -18,7 +18,7 @@ import pytest
 from imagegen.errors import CompatError
 from imagegen.model import arch as A
 from imagegen.model import jobs
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import choose_cell, compiled_archs
 from imagegen.render.dockerfile import builder_script, cell_document
 

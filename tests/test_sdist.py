@@ -24,7 +24,9 @@ import pytest
 
 from imagegen.cli import main
 from imagegen.errors import RecipeError
-from imagegen.model.recipes import fetched_from, load_catalogue, load_recipe_file
+from imagegen.model.catalogue import load_catalogue
+from imagegen.model.recipe_file import load_recipe_file
+from imagegen.model.recipes import fetched_from
 from imagegen.render.dockerfile import builder_files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.model import arch as A
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import expected_archs
 from imagegen.verify import (
     FATBIN_MAGIC,

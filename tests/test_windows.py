@@ -9,7 +9,7 @@ import pytest
 
 from imagegen.errors import UnsafeValueError
 from imagegen.model.arch import parse_arch_list
-from imagegen.model.recipes import load_catalogue
+from imagegen.model.catalogue import load_catalogue
 from imagegen.render.windows import render_script
 from tests.test_cli import run
 

@@ -12,7 +12,7 @@ from imagegen import options
 from imagegen.commands import common
 from imagegen.config import Config
 from imagegen.errors import BuildError, NothingToDoError, UsageError
-from imagegen.model.recipes import Catalogue
+from imagegen.model.catalogue import Catalogue
 
 
 def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:

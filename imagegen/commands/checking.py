@@ -13,7 +13,7 @@ from imagegen.commands import common
 from imagegen.config import load_config
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.model.arch import ArchList, parse_arch_list
-from imagegen.model.recipes import Catalogue, load_catalogue
+from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.outputs import shown
 
 

@@ -13,7 +13,8 @@ from imagegen.config import Config
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
-from imagegen.model.recipes import Catalogue, Recipe, RecipeVersion, load_catalogue
+from imagegen.model.catalogue import Catalogue, load_catalogue
+from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.plan import BUILDABLE, Plan
 
 

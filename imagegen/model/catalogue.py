@@ -1,0 +1,81 @@
+"""The catalogue: the built-in recipes plus the user's recipe directories."""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from imagegen import safety
+from imagegen.errors import RecipeError
+from imagegen.model.recipe_file import load_recipe_file
+from imagegen.model.recipe_reader import quoted, shown_path
+from imagegen.model.recipes import Recipe
+
+
+def builtin_recipe_dir() -> Path:
+    return Path(str(resources.files("imagegen") / "resources" / "recipes"))
+
+
+@dataclass
+class Catalogue:
+    """All recipes known to this run: the built-in ones plus the user's directories."""
+
+    recipes: dict[str, Recipe] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def add(self, recipe: Recipe) -> None:
+        # A user recipe with a built-in's name replaces it (that is how users patch a recipe).
+        self.recipes[recipe.name] = recipe
+        for alias in recipe.aliases:
+            self.aliases[alias] = recipe.name
+
+    def names(self) -> list[str]:
+        return sorted(self.recipes)
+
+    def get(self, name: str) -> Recipe:
+        key = name.strip().lower().replace("_", "-")
+        key = self.aliases.get(key, key)
+        if key in self.recipes:
+            return self.recipes[key]
+        names = self.names()
+        known = ", ".join(names[:20]) + (f" and {len(names) - 20} more (imagegen recipes lists them)" if len(names) > 20 else "")
+        raise RecipeError(
+            f"unknown recipe {quoted(name)}: known recipes are {known}"
+            " (or give a path to a local project, or add a recipe directory with --recipe-dir)"
+        )
+
+
+def load_catalogue(extra_dirs: tuple[Path, ...] = ()) -> Catalogue:
+    cat = Catalogue()
+    for recipe in _builtin_recipes():
+        cat.add(recipe)
+    for d in extra_dirs:
+        for path in _recipe_files(d):
+            cat.add(load_recipe_file(path))
+    return cat
+
+
+def _recipe_files(d: Path) -> list[Path]:
+    """The ``*.yaml`` / ``*.yml`` files of a recipe directory; any problem with the directory itself
+    (missing, not a directory, unreadable, a name the OS refuses) is a one-line RecipeError."""
+    shown = shown_path(d)
+    try:
+        st = d.stat()
+        if not stat.S_ISDIR(st.st_mode):
+            raise RecipeError(f"recipe directory {shown} is not a directory")
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        raise RecipeError(f"recipe directory {shown} does not exist") from None
+    except (OSError, ValueError) as exc:
+        reason = safety.os_reason(exc) if isinstance(exc, OSError) else "not a usable path"
+        raise RecipeError(f"recipe directory {shown}: {reason}") from None
+    return [d / n for n in names if n.endswith(".yaml")] + [d / n for n in names if n.endswith(".yml")]
+
+
+@functools.cache
+def _builtin_recipes() -> tuple[Recipe, ...]:
+    return tuple(load_recipe_file(p) for p in sorted(builtin_recipe_dir().glob("*.yaml")))
