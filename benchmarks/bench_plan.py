@@ -19,7 +19,7 @@ from pathlib import Path
 
 def in_process() -> tuple[float, float, int]:
     t0 = time.perf_counter()
-    from imagegen.model.arch import parse_arch_list
+    from imagegen.model.arch_parse import parse_arch_list
     from imagegen.model.catalogue import load_catalogue
     from imagegen.plan import MatrixRequest, defaults, expand
 

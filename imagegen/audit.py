@@ -27,7 +27,8 @@ from typing import Any, Mapping, Sequence
 from packaging.version import Version
 
 from imagegen.errors import BuildError, CompatError
-from imagegen.model.arch import ArchList, CudaArch, nvcc_problems
+from imagegen.model.arch import ArchList, CudaArch
+from imagegen.model.arch_rules import nvcc_problems
 from imagegen.plan import cc_key, covers
 
 # Bounds on what a report (written by a stranger's build) may make us hold or print.

@@ -19,7 +19,10 @@ from packaging.version import Version
 from imagegen import yamlio
 from imagegen.errors import ArchError, CompatError, NothingToDoError
 from imagegen.model import compat
-from imagegen.model.arch import ArchList, CudaArch, as_tuples, nvcc_problems, parse_arch_list, torch_problems
+from imagegen.model.arch import ArchList, CudaArch
+from imagegen.model.arch_format import as_tuples
+from imagegen.model.arch_parse import parse_arch_list
+from imagegen.model.arch_rules import nvcc_problems, torch_problems
 from imagegen.model.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
 from imagegen.model.recipes import Recipe, RecipeVersion, Rule
 from imagegen.resources.builder import imagegen_rules as rules

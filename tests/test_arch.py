@@ -8,23 +8,18 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from imagegen.errors import ArchError, UsageError
-from imagegen.model.arch import (
-    ArchList,
-    CudaArch,
-    arch_info,
+from imagegen.model.arch import ArchList, CudaArch
+from imagegen.model.arch_data import arch_info, known_ccs
+from imagegen.model.arch_format import (
     format_for,
-    known_ccs,
-    min_cuda_for,
-    nvcc_problems,
-    parse_arch_list,
-    parse_cuda_version,
     to_cmake,
     to_dotted_list,
     to_gencode,
     to_numeric_list,
     to_torch_arch_list,
-    torch_problems,
 )
+from imagegen.model.arch_parse import parse_arch_list
+from imagegen.model.arch_rules import min_cuda_for, nvcc_problems, parse_cuda_version, torch_problems
 
 
 def p(text: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.audit import AuditReport, judge
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILDER = ROOT / "imagegen" / "resources" / "builder"

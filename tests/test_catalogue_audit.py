@@ -10,7 +10,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.audit import AuditReport, judge
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import builtin_recipe_dir, load_catalogue
 from imagegen.plan import BUILDABLE, REJECTED, make_cell
 

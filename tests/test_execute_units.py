@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from imagegen import collect, wheelhouse
 from imagegen.executors.buildx import TargetLogs
-from imagegen.model import arch as A
 from imagegen.model import jobs
+from imagegen.model.arch_format import to_cmake, to_dotted_list, to_gencode, to_numeric_list, to_torch_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import builder_script
@@ -63,7 +64,7 @@ def test_jobs_count_only_the_nvcc_threads_that_have_work():
     assert jobs.settings_for(2.5, 8, h, targets=1).max_jobs == 16
     assert jobs.settings_for(2.5, 8, h, targets=4).max_jobs == 10
     assert jobs.settings_for(2.5, 8, h).max_jobs == 5  # unknown: every thread counts
-    assert A.parse_arch_list("8.0;9.0+PTX").gencode_targets == 3
+    assert parse_arch_list("8.0;9.0+PTX").gencode_targets == 3
     assert B.auto_jobs({"memory_per_thread_gb": 2.5}, 8, 1) >= B.auto_jobs({"memory_per_thread_gb": 2.5}, 8, 4)
 
 
@@ -89,7 +90,7 @@ def test_extension_split_stays_within_the_budget_and_agrees_with_the_builder(tot
 def _sage_cell_doc(**extra):
     from imagegen.render.dockerfile import cell_document
     recipe = load_catalogue().get("sageattention")
-    doc = cell_document(make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", A.parse_arch_list("9.0"),
+    doc = cell_document(make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", parse_arch_list("9.0"),
                                   "pypi"))
     doc.update(extra)
     return doc
@@ -201,7 +202,7 @@ def test_target_logs_split_and_detect_failure(tmp_path):
 
 def _cell():
     r = load_catalogue().get("sage")
-    return make_cell(r, r.version(None), "2.8", "12.8", "3.12", A.parse_arch_list("9.0"), "cuda")
+    return make_cell(r, r.version(None), "2.8", "12.8", "3.12", parse_arch_list("9.0"), "cuda")
 
 
 def test_publish_is_atomic_and_up_to_date_checks_hash(tmp_path):
@@ -226,12 +227,12 @@ def test_fatbin_reader_on_a_real_wheel():
         so = next(n for n in zf.namelist() if n.endswith(".so"))
         entries = read_so(zf.read(so))
     assert sorted(map(str, entries)) == ["compute_90", "sm_80", "sm_90"]
-    report = verify_wheel(WHEEL, A.parse_arch_list("8.0;9.0+PTX"), cuobjdump=None)
+    report = verify_wheel(WHEEL, parse_arch_list("8.0;9.0+PTX"), cuobjdump=None)
     assert report.ok and report.version == "0.1.0+cu130torch2.11"
 
 
 def test_missing_arch_fails_verification():
-    report = verify_wheel(WHEEL, A.parse_arch_list("8.6;9.0;12.0+PTX"), cuobjdump=None)
+    report = verify_wheel(WHEEL, parse_arch_list("8.6;9.0;12.0+PTX"), cuobjdump=None)
     assert not report.ok
     assert "lacks sm_86, sm_120, compute_120" in report.problems[0]
 
@@ -262,16 +263,16 @@ CANONICAL = st.lists(st.sampled_from(["7.5", "8.0", "8.6", "8.9", "9.0", "9.0a",
 @given(CANONICAL, st.lists(st.booleans(), min_size=5, max_size=5))
 def test_builder_formats_agree_with_the_arch_model(entries, ptx_flags):
     text = ";".join(e + ("+PTX" if p else "") for e, p in zip(entries, ptx_flags))
-    archs = A.parse_arch_list(text)
+    archs = parse_arch_list(text)
     canonical = str(archs)  # what the Dockerfile's ARG carries
     parsed = B.parse_archs(canonical)
-    assert B.format_archs(parsed, "numeric") == A.to_numeric_list(archs)
-    assert B.format_archs(parsed, "numeric", keep_variant=True) == A.to_numeric_list(archs, keep_variant=True)
-    assert B.format_archs(parsed, "dotted") == A.to_dotted_list(archs)
-    assert B.format_archs(parsed, "cmake") == A.to_cmake(archs)
-    assert B.format_archs(parsed, "gencode") == " ".join(A.to_gencode(archs))
+    assert B.format_archs(parsed, "numeric") == to_numeric_list(archs)
+    assert B.format_archs(parsed, "numeric", keep_variant=True) == to_numeric_list(archs, keep_variant=True)
+    assert B.format_archs(parsed, "dotted") == to_dotted_list(archs)
+    assert B.format_archs(parsed, "cmake") == to_cmake(archs)
+    assert B.format_archs(parsed, "gencode") == " ".join(to_gencode(archs))
     if not any(a.variant == "f" for a in archs):
-        assert B.format_archs(parsed, "torch") == A.to_torch_arch_list(archs)
+        assert B.format_archs(parsed, "torch") == to_torch_arch_list(archs)
 
 
 def test_retag_rewrites_name_metadata_and_record(tmp_path):
@@ -323,7 +324,7 @@ def test_so_summary_lists_repeated_entries_once():
     # More in tests/test_verify.py (counts where they differ, archs not requested).
     from imagegen.verify import FatbinEntry, SoReport
 
-    so = verify_wheel(WHEEL, A.parse_arch_list("8.0")).extensions[0]
+    so = verify_wheel(WHEEL, parse_arch_list("8.0")).extensions[0]
     doubled = SoReport(so.name, so.entries + so.entries)
     assert doubled.summary() == so.summary() == "sm_80, sm_90, compute_90"
     assert doubled.counts() == {"sm_80": 2, "sm_90": 2, "compute_90": 2}

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from imagegen import cli, outputs, registry, verify
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.executors import prebuilt
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import MatrixRequest, expand
 from imagegen.publish import push

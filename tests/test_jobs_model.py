@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagegen.model import arch as A
 from imagegen.model import jobs
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
@@ -164,7 +164,7 @@ def test_the_in_build_script_prints_the_audit_estimate(monkeypatch, capsys):
     profile, _ = recorded("proof1")
     recipe = load_catalogue().get("sageattention")
     doc = cell_document(make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11",
-                                  A.parse_arch_list("8.0;8.6;9.0;12.0+PTX"), "pypi"))
+                                  parse_arch_list("8.0;8.6;9.0;12.0+PTX"), "pypi"))
     doc["load_profile"] = {"host_gb": jobs.NVCC_HOST_GB,
                            "extensions": [{"module": e.module, "chains": list(e.chains), "threads": e.threads}
                                           for e in profile]}
@@ -183,7 +183,7 @@ def test_the_in_build_script_prints_the_audit_estimate(monkeypatch, capsys):
 def test_native_build_takes_jobs_from_the_audit(tmp_path, monkeypatch):
     from imagegen.executors import native
     recipe = load_catalogue().get("sageattention")
-    cell = make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", A.parse_arch_list("8.0;8.6;9.0;12.0+PTX"), "pypi")
+    cell = make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", parse_arch_list("8.0;8.6;9.0;12.0+PTX"), "pypi")
     doc = {"recipe": "sageattention"}
     cell_file = tmp_path / "cell.json"
     cell_file.write_text(json.dumps(doc))
@@ -211,7 +211,7 @@ def test_print_env_can_show_the_jobs_the_audit_gives(tmp_path, monkeypatch):
     host = native.HostToolchain(python_exe=sys.executable, python="3.12", torch="2.11.0", torch_cuda="13.0",
                                 cuda_home=None, nvcc=Version("13.0"), gpus=())
     recipe = load_catalogue().get("sageattention")
-    cell = native.preflight(recipe, recipe.version(None), A.parse_arch_list("8.0 8.6 9.0 12.0+PTX"), host)
+    cell = native.preflight(recipe, recipe.version(None), parse_arch_list("8.0 8.6 9.0 12.0+PTX"), host)
     monkeypatch.setattr(jobs, "host", lambda: jobs.Host(cpus=16, mem_gb=100.6))
     monkeypatch.setattr(native, "_run_step", lambda *a, **k: 0.0)  # no fetch
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagegen.model import arch as A
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import compiled_archs, make_cell
 from imagegen.render.dockerfile import cell_document
@@ -36,7 +36,7 @@ B = builder_module()
 def _doc(recipe_name, archs="8.0;9.0", version=None):
     recipe = load_catalogue().get(recipe_name)
     v = recipe.version(version)
-    return recipe, v, cell_document(make_cell(recipe, v, "2.11", "13.0", "3.11", A.parse_arch_list(archs), "pypi"))
+    return recipe, v, cell_document(make_cell(recipe, v, "2.11", "13.0", "3.11", parse_arch_list(archs), "pypi"))
 
 
 @pytest.fixture
@@ -109,12 +109,12 @@ def test_in_build_mapping_agrees_with_the_plan(entries):
     text = ";".join(cc + ("+PTX" if ptx else "") for cc, ptx in entries)
     recipe = load_catalogue().get("flash-attn")
     version = recipe.version(None)
-    planned, _ = compiled_archs(version, A.parse_arch_list(text))
+    planned, _ = compiled_archs(version, parse_arch_list(text))
     built, _ = B.apply_runs_on(B.parse_archs(text), dict(version.arch.runs_on), "flash-attn")
     # the same knob entries (the plan's list is sorted, the build keeps the order asked)
     assert sorted(B.format_archs(built, "numeric").split(";")) == sorted(
         B.format_archs(B.parse_archs(str(planned)), "numeric").split(";"))
-    assert sum(a[3] + a[4] for a in built) == A.parse_arch_list(str(planned)).gencode_targets
+    assert sum(a[3] + a[4] for a in built) == parse_arch_list(str(planned)).gencode_targets
 
 
 def test_the_script_run_as_a_process_writes_the_mapped_knob(tmp_path):

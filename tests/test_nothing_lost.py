@@ -19,7 +19,7 @@ from imagegen import collect, wheelhouse
 from imagegen.executors import buildx as execute
 from imagegen.finish import finish
 from imagegen.interrupt import descendants
-from imagegen.model import arch as A
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
 
@@ -28,7 +28,7 @@ WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*
 
 def _cell(archs: str):
     r = load_catalogue().get("sage")
-    return make_cell(r, r.version(None), "2.8", "12.8", "3.12", A.parse_arch_list(archs), "cuda")
+    return make_cell(r, r.version(None), "2.8", "12.8", "3.12", parse_arch_list(archs), "cuda")
 
 
 def test_a_wheel_of_other_archs_is_not_replaced_without_force(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.errors import CompatError
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import BUILDABLE, REJECTED, SKIPPED, MatrixRequest, choose_cell, defaults, expand, make_cell
 
@@ -249,7 +249,7 @@ def test_natten_needs_torch_2_8_and_bsa_0_0_2_needs_cuda_11_7():
 
 
 def test_flash_attn_maps_86_89_to_the_sm80_cubin():
-    from imagegen.model.arch import to_numeric_list
+    from imagegen.model.arch_format import to_numeric_list
 
     c = cell("flash-attn", "80;86;89;90", torch="2.8", cuda="12.8")
     assert c.status == BUILDABLE, c.problems

@@ -13,7 +13,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.errors import RecipeError, UnsafeValueError
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipe_file import load_recipe_file
 from imagegen.model.recipes import Recipe

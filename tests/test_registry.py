@@ -11,7 +11,7 @@ import dockerfile
 import pytest
 
 from imagegen import cli
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
 from imagegen.registry import (

@@ -13,7 +13,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.model import compat
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.source_tree import recipe_from_source_tree
 from imagegen.plan import choose_cell

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from imagegen.errors import CompatError
-from imagegen.model import arch as A
 from imagegen.model import jobs
+from imagegen.model.arch import ArchList
+from imagegen.model.arch_format import as_tuples, format_for
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import choose_cell, compiled_archs
 from imagegen.render.dockerfile import builder_script, cell_document
@@ -42,7 +44,7 @@ def catalogue_cells():
     for name in load_catalogue().names():
         recipe = load_catalogue().get(name)
         version = recipe.version(None)
-        wanted = A.ArchList([a for a in version.archs if a.major >= 8][-3:] or list(version.archs)[-1:])
+        wanted = ArchList([a for a in version.archs if a.major >= 8][-3:] or list(version.archs)[-1:])
         try:
             cells.append(choose_cell(recipe, version, wanted, torch=None, cuda=None, python=None, flavor="pypi"))
         except CompatError:
@@ -91,13 +93,13 @@ def test_script_and_library_size_every_recipe_the_same(monkeypatch, cpus, ram):
         if knob.style != "fixed":
             mapped, _ = compiled_archs(cell.version, cell.archs)
             kw = {"keep_variant": knob.keep_variant} if knob.style == "numeric" else {}
-            assert env[knob.env] == A.format_for(mapped, knob.style, **kw), what
+            assert env[knob.env] == format_for(mapped, knob.style, **kw), what
 
 
 def test_a_small_machine_gets_fewer_threads_inside_the_build_too(monkeypatch):
     # The drift this module removed: the script kept the recipe's threads whatever the RAM.
     recipe = load_catalogue().get("sageattention")
-    cell = choose_cell(recipe, recipe.version(None), A.parse_arch_list("9.0"), torch="2.11", cuda="13.0",
+    cell = choose_cell(recipe, recipe.version(None), parse_arch_list("9.0"), torch="2.11", cuda="13.0",
                        python="3.12", flavor="pypi")
     monkeypatch.setattr(B.rules, "host_facts", lambda: (16, 4 * jobs.RAM_SHARE))
     doc = cell_document(cell)
@@ -108,10 +110,10 @@ def test_a_small_machine_gets_fewer_threads_inside_the_build_too(monkeypatch):
 @pytest.mark.parametrize("text", ["8.0;8.6;8.9;9.0", "8.6+PTX;9.0a;12.0+PTX", "compute_120", "7.5 8.0,9.0"])
 def test_family_mapping_and_formats_agree(text):
     fa = load_catalogue().get("flash-attn").version(None)
-    archs = A.parse_arch_list(text)
+    archs = parse_arch_list(text)
     mapped, note = compiled_archs(fa, archs)
     got, line = B.apply_runs_on(B.parse_archs(str(archs)), dict(fa.arch.runs_on), "flash-attn")
-    assert got == A.as_tuples(mapped)
+    assert got == as_tuples(mapped)
     assert line.split(" (")[0] == note.split(" (")[0] if note else line == ""
     for style in ("numeric", "dotted", "cmake", "gencode"):
-        assert B.format_archs(got, style) == A.format_for(mapped, style)
+        assert B.format_archs(got, style) == format_for(mapped, style)

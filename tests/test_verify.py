@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.model import arch as A
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import expected_archs
 from imagegen.verify import (
@@ -140,7 +140,7 @@ def test_the_helpers_write_what_the_reader_and_readelf_read():
 def test_repeated_containers_list_each_arch_once(tmp_path):
     # Three translation units, each with nvcc's real sm_80 + sm_90 + compute_90 container.
     wheel = make_wheel(tmp_path, {SO_NAME: real_fatbin() * 3})
-    report = verify_wheel(wheel, A.parse_arch_list("8.0;9.0+PTX"), cuobjdump=None)
+    report = verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX"), cuobjdump=None)
     (so,) = report.extensions
     assert len(so.entries) == 9
     assert so.archs == ["sm_80", "sm_90", "compute_90"]
@@ -162,7 +162,7 @@ def test_archs_not_requested_are_flagged_once_per_extension(tmp_path):
     fatbin = (fatbin_container("sm_80", "sm_86", "sm_90a", "compute_90a") * 2)
     wheel = make_wheel(tmp_path, {SO_NAME: fatbin, "demo_kernel/_fine.cpython-311-x86_64-linux-gnu.so":
                                   fatbin_container("sm_90a", "compute_90a")})
-    report = verify_wheel(wheel, A.parse_arch_list("9.0a+PTX"), cuobjdump=None)
+    report = verify_wheel(wheel, parse_arch_list("9.0a+PTX"), cuobjdump=None)
     flagged, fine = report.extensions
     assert flagged.archs == ["sm_80", "sm_86", "sm_90", "compute_90a"]  # SASS variants need cuobjdump
     assert flagged.extra == ["sm_80", "sm_86"] and flagged.missing == []
@@ -173,7 +173,7 @@ def test_archs_not_requested_are_flagged_once_per_extension(tmp_path):
     assert report.ok, "archs not requested are a warning by default"
     d = report.as_dict()
     assert d["ok"] and d["warnings"] == [line] and [e["extra"] for e in d["extensions"]] == [["sm_80", "sm_86"], []]
-    strict = verify_wheel(wheel, A.parse_arch_list("9.0a+PTX"), cuobjdump=None, strict=True)
+    strict = verify_wheel(wheel, parse_arch_list("9.0a+PTX"), cuobjdump=None, strict=True)
     assert not strict.ok and strict.problems == [line] and strict.warnings == []
     assert strict.as_dict()["ok"] is False
 
@@ -181,15 +181,15 @@ def test_archs_not_requested_are_flagged_once_per_extension(tmp_path):
 def test_missing_still_fails_and_variants_match_exactly(tmp_path):
     wheel = make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_90", "compute_90a") * 2})
     # +PTX for plain 9.0: the PTX is compute_90a (its .target says so): missing, and not what was asked.
-    report = verify_wheel(wheel, A.parse_arch_list("9.0+PTX"), cuobjdump=None)
+    report = verify_wheel(wheel, parse_arch_list("9.0+PTX"), cuobjdump=None)
     (so,) = report.extensions
     assert so.missing == ["compute_90"] and so.extra == ["compute_90a"] and not report.ok
     assert report.problems == [f"{SO_NAME} lacks compute_90 (has sm_90, compute_90a)"]
     # PTX of a requested arch without +PTX is not flagged (flash-attn & co. always embed the newest's).
-    assert verify_wheel(wheel, A.parse_arch_list("9.0a"), cuobjdump=None).warnings == []
+    assert verify_wheel(wheel, parse_arch_list("9.0a"), cuobjdump=None).warnings == []
     # No coverage inside verify: a request for 8.6 is not met by sm_80 ...
     wheel80 = make_wheel(tmp_path, {SO_NAME: fatbin_container("sm_80")}, dist="other")
-    report = verify_wheel(wheel80, A.parse_arch_list("8.6"), cuobjdump=None)
+    report = verify_wheel(wheel80, parse_arch_list("8.6"), cuobjdump=None)
     assert report.extensions[0].missing == ["sm_86"] and report.extensions[0].extra == ["sm_80"]
 
 
@@ -198,7 +198,7 @@ def test_a_hard_coded_list_is_flagged_against_the_plans_expected_archs(tmp_path)
     # a request of 8.6, the fixed entry that runs there (sm_80). Everything else is not requested.
     version = load_catalogue().get("causal-conv1d").version(None)
     fixed = version.arch.fixed_for(Version("12.8"))
-    expected = expected_archs(version, A.parse_arch_list("8.6"), Version("12.8"))
+    expected = expected_archs(version, parse_arch_list("8.6"), Version("12.8"))
     assert [a.sm for a in expected] == ["sm_80"]
     fatbin = fatbin_container(*(a.sm for a in fixed)) * 4
     report = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin}, dist="causal_conv1d"), expected, cuobjdump=None)
@@ -282,10 +282,10 @@ def test_an_extension_is_held_only_to_the_archs_its_kernels_target(tmp_path):
     # when the recipe says its kernels target 9.0a only; without that knowledge it is a missing arch.
     wheel = make_wheel(tmp_path, {"demo_kernel/_all.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_80", "sm_90a"),
                                   "demo_kernel/_hopper.cpython-311-x86_64-linux-gnu.so": fatbin_container("sm_90a")})
-    expected = A.parse_arch_list("8.0;9.0a")
+    expected = parse_arch_list("8.0;9.0a")
     plain = verify_wheel(wheel, expected, cuobjdump=None)
     assert not plain.ok and any("_hopper" in p and "sm_80" in p for p in plain.problems)
-    knowledge = {"demo_kernel._hopper": A.parse_arch_list("9.0a")}
+    knowledge = {"demo_kernel._hopper": parse_arch_list("9.0a")}
     routed = verify_wheel(wheel, expected, cuobjdump=None, extension_archs=knowledge)
     assert routed.ok, routed.problems
     # The knowledge narrows what is required, not what counts: the routed extension must still carry

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.errors import UnsafeValueError
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.render.windows import render_script
 from tests.test_cli import run

@@ -12,7 +12,8 @@ from typing import Sequence
 from imagegen.commands import common
 from imagegen.config import load_config
 from imagegen.errors import ImagegenError, UsageError
-from imagegen.model.arch import ArchList, parse_arch_list
+from imagegen.model.arch import ArchList
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.outputs import shown
 

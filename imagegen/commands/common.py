@@ -18,7 +18,7 @@ from imagegen import options
 from imagegen.config import Config, load_config
 from imagegen.errors import NothingToDoError, UsageError
 from imagegen.model import compat
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree

@@ -152,23 +152,25 @@ def cmd_recipes(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from imagegen.model import arch as A
-    archs: ArchList = A.parse_arch_list(args.arch)
+    from imagegen.model.arch_format import to_cmake, to_dotted_list, to_gencode, to_torch_arch_list
+    from imagegen.model.arch_parse import parse_arch_list
+    from imagegen.model.arch_rules import min_cuda_for, nvcc_problems, parse_cuda_version, torch_problems
+    archs: ArchList = parse_arch_list(args.arch)
     problems: list[str] = []
     if args.cuda:
         cuda = compat.cuda_variant(args.cuda) if not args.cuda.count(".") == 2 else None
-        problems += A.nvcc_problems(archs, A.parse_cuda_version(args.cuda) if cuda is None else cuda.version)
+        problems += nvcc_problems(archs, parse_cuda_version(args.cuda) if cuda is None else cuda.version)
     if args.torch:
         series, tv = compat.torch_series(args.torch)
-        problems += A.torch_problems(archs, tv)
+        problems += torch_problems(archs, tv)
     print(f"normalised               {archs}")
-    print(f"TORCH_CUDA_ARCH_LIST     {_try(lambda: A.to_torch_arch_list(archs))}")
+    print(f"TORCH_CUDA_ARCH_LIST     {_try(lambda: to_torch_arch_list(archs))}")
     for line in _numeric_knob_lines(archs):
         print(line)
-    print(f"NATTEN_CUDA_ARCH         {A.to_dotted_list(archs)}")
-    print(f"CMAKE_CUDA_ARCHITECTURES {A.to_cmake(archs)}")
-    print(f"nvcc                     {' '.join(A.to_gencode(archs))}")
-    print(f"minimum CUDA             {A.min_cuda_for(archs)}")
+    print(f"NATTEN_CUDA_ARCH         {to_dotted_list(archs)}")
+    print(f"CMAKE_CUDA_ARCHITECTURES {to_cmake(archs)}")
+    print(f"nvcc                     {' '.join(to_gencode(archs))}")
+    print(f"minimum CUDA             {min_cuda_for(archs)}")
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     return 3 if problems else 0
@@ -180,7 +182,7 @@ def _numeric_knob_lines(archs: ArchList) -> list[str]:
     Those knobs take 80 but not 86/89 (silently ignored); the plan maps such a request to the arch
     whose cubin runs on it, so show that value (80;90 for 80;86;89;90) and say why.
     """
-    from imagegen.model.arch import to_numeric_list
+    from imagegen.model.arch_format import to_numeric_list
     from imagegen.plan import compiled_archs
 
     knobs: dict[str, tuple[Recipe, RecipeVersion]] = {}

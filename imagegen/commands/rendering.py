@@ -14,7 +14,7 @@ from imagegen import options
 from imagegen.commands import common
 from imagegen.errors import NothingToDoError, UsageError
 from imagegen.model import compat
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import shown, write_output
 from imagegen.plan import Plan, choose_cell, defaults
 from imagegen.render.dockerfile import render_dockerfile

@@ -11,7 +11,8 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen import safety, yamlio
 from imagegen.errors import ArchError, RecipeError, bounded
-from imagegen.model.arch import ArchList, parse_arch_list
+from imagegen.model.arch import ArchList
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.recipe_reader import (
     ARCH_KEYS,
     BUILD_KEYS,

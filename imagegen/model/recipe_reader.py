@@ -14,7 +14,8 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen import safety
 from imagegen.errors import ArchError, RecipeError, bounded, printable
-from imagegen.model.arch import ArchList, parse_arch_list
+from imagegen.model.arch import ArchList
+from imagegen.model.arch_parse import parse_arch_list
 
 # Error messages quote at most this much of a bad value, so they stay one readable line.
 _MAX_QUOTED = 60

@@ -10,7 +10,8 @@ from packaging.version import InvalidVersion, Version
 
 from imagegen import safety
 from imagegen.errors import ImagegenError, RecipeError
-from imagegen.model.arch import ArchList, parse_arch_list
+from imagegen.model.arch import ArchList
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.recipe_reader import MAX_PATCH_BYTES
 from imagegen.model.recipes import ArchKnob, Recipe, RecipeVersion, SmokeTest
 
@@ -48,7 +49,7 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
     modules = tuple(m for m in _top_level_modules(root) if safety.MODULE_NAME.fullmatch(m)) or (
         safe_name.replace("-", "_"),
     )
-    from imagegen.model.arch import known_ccs  # every cc the arch table knows; nvcc rules prune it
+    from imagegen.model.arch_data import known_ccs
 
     all_archs = parse_arch_list(list(known_ccs()))
     knob = ArchKnob(env="TORCH_CUDA_ARCH_LIST", style="torch", ptx="honoured")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from imagegen import __version__, outputs
 from imagegen.errors import EngineError, UsageError
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.plan import MatrixRequest, Plan, defaults, expand
 from imagegen.render.bake import VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
 

@@ -16,7 +16,8 @@ import jinja2
 
 from imagegen import __version__
 from imagegen.errors import UnsafeValueError
-from imagegen.model.arch import ArchList, format_for
+from imagegen.model.arch import ArchList
+from imagegen.model.arch_format import format_for
 from imagegen.model.jobs import split_extensions
 from imagegen.model.recipes import Recipe, RecipeVersion
 

@@ -1,9 +1,19 @@
 """Scale-out and cache options on the real engine: `--builder` repeated deals the matrix out between
-two real buildx builders (the default one and a second docker context on the same daemon, which
-buildx lists as a builder of its own), and `--cache-to` is checked against the builder's driver
-before anything builds (the docker driver exports inline cache only).
+two real buildx builders on two BuildKit nodes (the default builder of the machine's engine, and a
+docker context for a second dockerd the test starts itself, which buildx lists as a builder with the
+docker driver), and `--cache-to` is checked against the builder's driver before anything builds (the
+docker driver exports inline cache only).
 
-Needs the engine and base image of test_engine_build.py (scripts/test.sh provides both as root).
+The second dockerd (tests/integration/second_dockerd.py) has its own data-root, exec-root, pidfile,
+unix socket, containerd and bridge (br-imagegen2, 172.31.250.0/24, NATed by iptables rules of its own
+so that RUN steps reach PyPI); the base image is copied into it with docker save / load. The test
+checks that each builder ran its share and that the second share really ran on the second engine
+(it had no build cache before and holds the torch layer's afterwards). It is always stopped and
+removed afterwards, data-root (several GB), bridge and iptables rules included; when it cannot
+start, the test fails with the tail of its log.
+
+Needs root, the engine and base image of test_engine_build.py (scripts/test.sh provides both as
+root), iproute2 and iptables.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from second_dockerd import DockerdError, SecondDockerd
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -30,35 +41,51 @@ def sh(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=3600)
 
 
-@pytest.fixture(scope="module")
-def second_builder():
+@pytest.fixture
+def second_builder(tmp_path_factory):
+    """A second real dockerd with BASE_IMAGE loaded, as the docker context SECOND; removed after the test."""
     if sh("docker", "image", "inspect", BASE_IMAGE).returncode != 0:
         pytest.fail(f"the Docker engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
-    sh("docker", "context", "rm", "-f", SECOND)
-    host = sh("docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}").stdout.strip()
-    made = sh("docker", "context", "create", SECOND, "--docker", f"host={host or 'unix:///var/run/docker.sock'}")
-    assert made.returncode == 0, made.stderr
-    listed = sh("docker", "buildx", "ls")
-    assert SECOND in listed.stdout, listed.stdout
-    yield SECOND
-    sh("docker", "context", "rm", "-f", SECOND)
+    engine = SecondDockerd(tmp_path_factory.mktemp("dockerd2"))
+    try:
+        try:
+            engine.start()
+            engine.load_image(BASE_IMAGE)
+            engine.create_context(SECOND)
+        except DockerdError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        listed = sh("docker", "buildx", "ls")
+        assert SECOND in listed.stdout, listed.stdout
+        yield engine
+    finally:
+        engine.stop()
 
 
 def test_matrix_is_split_across_two_builders(second_builder, tmp_path):
+    engine = second_builder
+    # Two engines: the context imagegen is given reaches the second dockerd, not the first one.
+    first_id = sh("docker", "info", "--format", "{{.ID}}").stdout.strip()
+    via_context = sh("docker", "--context", SECOND, "info", "--format", "{{.ID}}").stdout.strip()
+    assert first_id and via_context == engine.engine_id() != first_id, (first_id, via_context)
+    assert engine.build_cache() == [], "a new engine has no build cache"
     proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), "--source", str(FIXTURES / "broken_kernel"),
-              *CELL, "--builder", "default", "--builder", second_builder, "--out", str(tmp_path / "out"),
+              *CELL, "--builder", "default", "--builder", SECOND, "--out", str(tmp_path / "out"),
               "--work", str(tmp_path / "work"), cwd=tmp_path)
     # broken_kernel fails to compile by design; tiny_kernel's wheel must still be there.
     assert proc.returncode == 5, proc.stdout + proc.stderr
     assert "splitting 2 cell(s) over 2 builders: default (1), imagegen-second (1)" in proc.stderr
-    assert f"on builder {second_builder}" in proc.stderr and "on builder default" in proc.stderr
+    assert f"on builder {SECOND}" in proc.stderr and "on builder default" in proc.stderr
     # Each builder really built its cell: the broken kernel failed in its compiler on the second one
     # (a docker context as --builder is run as `docker --context X buildx bake`), not in bake.
     assert "broken.cu(4): error: expected a declaration" in proc.stdout, proc.stdout[-3000:]
     assert "[broken-kernel-0_1_0-torch2_11-cu130-py311] audit (" in proc.stderr
     logs = {p.parent.name for p in (tmp_path / "work" / "runs").glob("*/logs/*/*.log")}
-    assert logs == {"default", second_builder}
+    assert logs == {"default", SECOND}
     assert len(list((tmp_path / "out" / "tiny-kernel-0.1.0").rglob("*.whl"))) == 1
+    # The second share ran on the second engine: its BuildKit now holds that cell's layers, the
+    # torch + CUDA toolkit one (several GB, installed from PyPI through its own bridge) among them.
+    cache = engine.build_cache()
+    assert sum(max(record.get("Size") or 0, 0) for record in cache) > 1_000_000_000, cache
 
 
 def test_registry_cache_export_on_the_docker_driver_is_refused_before_building(tmp_path):

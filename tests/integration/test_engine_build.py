@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.model.arch import parse_arch_list
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.verify import verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
