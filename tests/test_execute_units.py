@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagegen import collect, wheelhouse
-from imagegen.executors.buildx import TargetLogs
+from imagegen.executors.bake_log import TargetLogs
 from imagegen.model import jobs
 from imagegen.model.arch_format import to_cmake, to_dotted_list, to_gencode, to_numeric_list, to_torch_arch_list
 from imagegen.model.arch_parse import parse_arch_list
@@ -389,7 +389,8 @@ def test_importer_that_dies_on_start_reports_why(tmp_path):
 
 
 def test_every_cell_gets_log_and_audit_companion_targets(tmp_path, monkeypatch):
-    from imagegen.executors.buildx import AUDIT_SUFFIX, LOG_SUFFIX, cell_of, prepare_run
+    from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, cell_of
+    from imagegen.executors.bake_run import prepare_run
     from imagegen.plan import Plan
 
     monkeypatch.chdir(tmp_path)

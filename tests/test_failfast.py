@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.executors.buildx import TargetLogs
+from imagegen.executors.bake_log import TargetLogs
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "imagegen" / "resources" / "builder" / "imagegen_build.py"

@@ -623,12 +623,12 @@ def _cwd(path: Path):
 def _stubs():
     from imagegen import check, doctor
     from imagegen.executors import buildx as execute
-    from imagegen.executors import native
+    from imagegen.executors import buildx_audit, native
     def reached(*a, **k):
         raise Reached("stub reached")
 
     saved = []
-    for owner, name in ((execute, "build"), (execute, "audit"), (push, "push"), (prebuilt, "pull"),
+    for owner, name in ((execute, "build"), (buildx_audit, "audit"), (push, "push"), (prebuilt, "pull"),
                         (registry, "lock_bases"), (registry, "probe"), (native, "build_native"),
                         (native, "audit_native"), (doctor, "check_engine"), (check, "probe_gpu")):
         saved.append((owner, name, getattr(owner, name)))

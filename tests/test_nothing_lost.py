@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from imagegen import collect, wheelhouse
+from imagegen.executors import bake_run, results
 from imagegen.executors import buildx as execute
 from imagegen.finish import finish
 from imagegen.interrupt import descendants
@@ -46,7 +47,7 @@ def test_a_wheel_of_other_archs_is_not_replaced_without_force(tmp_path):
     assert "would be replaced by the wheel for archs 9.0" in result.error and "--force" in result.error
     assert any("would be replaced" in line for line in said)
     assert not (tmp_path / "work" / "runs").exists()
-    summary = execute.summary([result])
+    summary = results.summary([result])
     assert "full log: None" not in summary and "--force to replace it" in summary
     # The first wheel is still there, recorded for its archs.
     manifest = wheelhouse.read_manifest(wheelhouse.cell_dir(out, first))
@@ -78,7 +79,7 @@ def test_the_kept_log_is_a_copy_in_out(tmp_path):
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
     cell = _cell("9.0")
     os.chdir(tmp_path)
-    runs = [execute.prepare_run([cell], tmp_path / "work") for _ in range(3)]
+    runs = [bake_run.prepare_run([cell], tmp_path / "work") for _ in range(3)]
     assert len({r.dir for r in runs}) == 3
     assert len({r.bake_file.read_text() for r in runs}) == 3  # each points at its own staging folder
 

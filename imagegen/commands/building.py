@@ -17,6 +17,7 @@ from imagegen.model.catalogue import Catalogue
 
 def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.executors import buildx as execute
+    from imagegen.executors import results as report
 
     config = common.config(args)
     cat = common.catalogue(args, config)
@@ -47,9 +48,9 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
                             audit=not args.no_audit)
     if args.json:
-        print(execute.results_json(results))
+        print(report.results_json(results))
     else:
-        print(execute.summary(results))
+        print(report.summary(results))
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise BuildError(f"{len(failed)} of {len(results)} cells failed: "

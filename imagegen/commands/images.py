@@ -36,8 +36,8 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from imagegen.executors import buildx as execute
     from imagegen.executors import prebuilt
+    from imagegen.executors import results as report
     from imagegen.finish import finish
     config = common.config(args)
     cat = common.catalogue(args, config)
@@ -50,7 +50,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             finish=finish, gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle), force=args.force,
                             audit=not args.no_audit)
-    print(execute.results_json(results) if args.json else execute.summary(results))
+    print(report.results_json(results) if args.json else report.summary(results))
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise BuildError(f"{len(failed)} of {len(results)} cells failed: "

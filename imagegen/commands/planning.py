@@ -90,14 +90,14 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
         for flag, value in (("--python-exe", args.python_exe), ("--src-dir", args.src_dir)):
             if value:
                 raise UsageError(f"{flag} goes with --native (the builder image has its own Python and source)")
-        from imagegen.executors import buildx as execute
+        from imagegen.executors import buildx_audit
         plan = common.planned(args, config, cat)
         for c in plan.rejected:
             print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
         if not plan.buildable:
             raise NothingToDoError("no cell of this matrix can build, so there is nothing to audit (imagegen plan explains each)")
         audited = [(o.cell, o.verdict, o.error + (f" (log: {o.log})" if o.log else ""))
-                   for o in execute.audit(plan, work=args.work, say=lambda m: print(m, file=sys.stderr, flush=True))]
+                   for o in buildx_audit.audit(plan, work=args.work, say=lambda m: print(m, file=sys.stderr, flush=True))]
     if args.json:
         records = [{"cell": _cell_record(cell), "audit": verdict.as_dict() if verdict else None,
                     **({"error": error} if verdict is None else {})} for cell, verdict, error in audited]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable
 from imagegen import __version__, engine, interrupt, wheelhouse
 from imagegen import registry as reg
 from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.executors.buildx import bake_data, new_run_dir
+from imagegen.executors.bake_run import bake_data, new_run_dir
 from imagegen.model import jobs
 from imagegen.plan import Cell, Plan
 from imagegen.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
@@ -210,7 +210,7 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     cell's archs and judge it: (verdict, None) when the build may go on, (verdict or None, failed
     result) when it is refused or the audit could not run."""
     from imagegen.audit import AuditReport, judge_cell, refuse
-    from imagegen.executors.buildx import say_verdict
+    from imagegen.executors.buildx_audit import say_verdict
 
     stage = work / "pull" / f"{cell.name}--audit"
     shutil.rmtree(stage, ignore_errors=True)
