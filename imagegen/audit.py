@@ -26,10 +26,10 @@ from typing import Any, Mapping, Sequence
 
 from packaging.version import Version
 
+from imagegen.cell_rules import cc_key, covers
 from imagegen.errors import BuildError, CompatError
 from imagegen.model.arch import ArchList, CudaArch
 from imagegen.model.arch_rules import nvcc_problems
-from imagegen.plan import cc_key, covers
 
 # Bounds on what a report (written by a stranger's build) may make us hold or print.
 _MAX_EXTENSIONS = 500

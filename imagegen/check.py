@@ -1,7 +1,7 @@
 """`imagegen check WHEEL`: run the recipe's numerical GPU check (``smoke.gpu_check``) against a wheel.
 
 The recipe is the one whose ``distribution`` is the wheel's (``--recipe`` names another). The wheel
-is unpacked into a temporary folder and its modules imported by :class:`imagegen.executors.native.Importer`
+is unpacked into a temporary folder and its modules imported by :class:`imagegen.executors.import_test.Importer`
 (the import test of every build; nothing is installed into the environment), then the check runs
 in a fresh interpreter (default: this one) from an empty working directory, with that folder first
 on ``sys.path`` and ``torch`` imported before it, under a time limit.
@@ -228,7 +228,7 @@ def check_wheel(wheel: Path, cat: Catalogue, *, recipe: str | None = None, pytho
     """Run the recipe's ``smoke.gpu_check`` against ``wheel`` with ``python_exe`` (default: this
     interpreter). Raises NoGpuError (exit 8) when that interpreter has no usable CUDA GPU,
     GpuCheckError (exit 6) when the check fails, UsageError/RecipeError (exit 2) for bad input."""
-    from imagegen.executors.native import Importer, import_test
+    from imagegen.executors.import_test import Importer, import_test
 
     if not timeout > 0:
         raise UsageError("--timeout must be a positive number of seconds")
@@ -268,7 +268,7 @@ def check_wheel(wheel: Path, cat: Catalogue, *, recipe: str | None = None, pytho
             timer.cancel()
         site = work / "site"
         if not site.is_dir():
-            raise ImagegenError(f"internal: the unpacked wheel is not where imagegen.executors.native.Importer put it ({site})")
+            raise ImagegenError(f"internal: the unpacked wheel is not where imagegen.executors.import_test.Importer put it ({site})")
         check_file = work / f"{r.name}_gpu_check.py"
         check_file.write_text(code)
         result_file = work / "result.json"

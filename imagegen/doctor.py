@@ -19,7 +19,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from imagegen.errors import EngineError
-from imagegen.executors import native
+from imagegen.executors import host as host_toolchain
 from imagegen.model import jobs
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -69,7 +69,7 @@ def _docker(*args: str, timeout: int = 60, cwd: Path | None = None) -> subproces
 def check_toolchain(report: Report, python_exe: str | None) -> None:
     report.add("python", OK if sys.version_info >= (3, 10) else FAIL, f"imagegen runs on {sys.version.split()[0]}",
                "" if sys.version_info >= (3, 10) else "use Python >= 3.10")
-    host = native.probe(python_exe)
+    host = host_toolchain.probe(python_exe)
     if host.torch:
         report.add("torch", OK if host.torch_cuda else WARN,
                    f"{host.torch} (CUDA {host.torch_cuda or 'none: a CPU build'}) in {host.python_exe}",

@@ -21,208 +21,36 @@ What verify says about each extension:
 Matching is exact by arch number and variant; a variant the reader could not see (a SASS entry
 without cuobjdump, a compressed PTX) matches any. Coverage (a plain sm_80 cubin also runs on 8.6,
 an ``f`` target on its family) is the caller's business: pass the archs the build should emit,
-as ``plan.expected_archs`` (``Cell.expected_archs``) computes them, not the GPUs to run on.
+as ``cell_rules.expected_archs`` (``Cell.expected_archs``) computes them, not the GPUs to run on.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
 import re
 import shutil
 import struct
-import subprocess
 import tempfile
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Mapping
+from typing import Mapping
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from imagegen.errors import VerifyError
+from imagegen.fatbin import (
+    MAX_SO_BYTES,
+    SPOOL_BYTES,
+    FatbinEntry,
+    cuobjdump_entries,
+    elf_section_table,
+    fatbin_entries_at,
+    find_cuobjdump,
+)
 from imagegen.model.arch import ArchList, CudaArch
-
-FATBIN_MAGIC = 0xBA55ED50
-KIND_PTX, KIND_ELF = 1, 2
-_COMPRESSED = 0x2000
-
-
-@dataclass(frozen=True)
-class FatbinEntry:
-    kind: str  # "sass" | "ptx"
-    arch: int  # 90, 120, ...
-    variant: str | None  # "a", "f", "" when known, None when the payload is compressed
-    compressed: bool
-
-    def __str__(self) -> str:
-        v = self.variant or ""
-        return f"sm_{self.arch}{v}" if self.kind == "sass" else f"compute_{self.arch}{v}"
-
-
-# --------------------------------------------------------------------------------------------
-# ELF and fatbin reading
-
-
-# Bounds of what the reader believes: a garbage or hostile .so is a problem of its wheel, never a
-# crash, a hang or a read of the whole file into memory.
-MAX_SECTIONS = 65535
-MAX_SHSTRTAB = 16 << 20
-MAX_FATBIN_ENTRIES = 1_000_000
-PTX_HEAD = 64 << 10  # the .target line is at the top of a PTX file
-MAX_SO_BYTES = 16 << 30  # an extension larger than this is refused, not read
-SPOOL_BYTES = 64 << 20  # an extension up to this size is read in memory, a larger one goes through a temp file
-
-
-def _read_at(fh: BinaryIO, offset: int, size: int, total: int) -> bytes:
-    if offset < 0 or size < 0 or offset + size > total:
-        raise VerifyError("malformed ELF: a header points outside the file")
-    fh.seek(offset)
-    data = fh.read(size)
-    if len(data) != size:
-        raise VerifyError("malformed ELF: the file is shorter than its headers say")
-    return data
-
-
-def elf_section_table(fh: BinaryIO, total: int) -> dict[str, tuple[int, int]]:
-    """Section name -> (offset, size) of a 64-bit little-endian ELF file of ``total`` bytes, read
-    with bounded reads (the headers and the section-name table only). Raises VerifyError."""
-    head = _read_at(fh, 0, 64, total) if total >= 64 else b""
-    if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-        raise VerifyError("not a 64-bit little-endian ELF shared object")
-    shoff, = struct.unpack_from("<Q", head, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
-    if shnum == 0:
-        return {}
-    if shentsize < 64 or shnum > MAX_SECTIONS or shstrndx >= shnum:
-        raise VerifyError("malformed ELF: bad section header table")
-    table = _read_at(fh, shoff, shentsize * shnum, total)
-    headers = []
-    for i in range(shnum):
-        name, stype, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", table, i * shentsize)
-        headers.append((name, stype, offset, size))
-    _, _, str_off, str_size = headers[shstrndx]
-    if str_size > MAX_SHSTRTAB:
-        raise VerifyError("malformed ELF: section name table too large")
-    names = _read_at(fh, str_off, str_size, total)
-    out = {}
-    for name, stype, offset, size in headers:
-        if name >= len(names):
-            continue
-        end = names.find(b"\0", name)
-        label = names[name:end if end >= 0 else len(names)].decode(errors="replace")
-        if stype == 8:  # SHT_NOBITS holds no bytes
-            out[label] = (0, 0)
-        elif offset <= total and size <= total - offset:
-            out[label] = (offset, size)
-        else:
-            raise VerifyError(f"malformed ELF: section {label[:40]!r} lies outside the file")
-    return out
-
-
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """Section name -> contents of a 64-bit little-endian ELF file."""
-    return {name: data[off:off + size] for name, (off, size) in elf_section_table(io.BytesIO(data), len(data)).items()}
-
-
-def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
-    """Every cubin/PTX entry of the fatbin containers in ``blob`` (a .nv_fatbin section)."""
-    return fatbin_entries_at(io.BytesIO(blob), 0, len(blob))
-
-
-_MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
-
-
-def _next_container(fh: BinaryIO, pos: int, end: int) -> int:
-    """The offset of the next container header at or after ``pos`` (8-aligned from ``pos``), or ``end``."""
-    chunk, origin = 1 << 20, pos
-    while pos + 16 <= end:
-        fh.seek(pos)
-        data = fh.read(min(chunk, end - pos))
-        at = data.find(_MAGIC_BYTES)
-        while at >= 0 and (pos + at - origin) % 8:
-            at = data.find(_MAGIC_BYTES, at + 1)
-        if at >= 0:
-            return pos + at
-        if len(data) < 16:
-            return end
-        pos += len(data) - (len(data) % 8) - 8 if len(data) > 16 else len(data)
-    return end
-
-
-def fatbin_entries_at(fh: BinaryIO, start: int, size: int) -> list[FatbinEntry]:
-    """The entries of the fatbin containers in ``fh[start:start+size]``, read header by header (a
-    PTX entry's first PTX_HEAD bytes for its variant): memory stays small whatever the size."""
-    entries: list[FatbinEntry] = []
-    end = start + size
-    pos = start
-    while pos + 16 <= end:
-        fh.seek(pos)
-        head = fh.read(16)
-        if len(head) < 16:
-            break
-        magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", head)
-        if magic != FATBIN_MAGIC:
-            # Containers are aligned; skip padding (or garbage) to the next one.
-            pos = _next_container(fh, pos + 8, end)
-            continue
-        cend = min(pos + header_size + fat_size, end)
-        epos = pos + header_size
-        while epos + 64 <= cend:
-            fh.seek(epos)
-            eh = fh.read(64)
-            if len(eh) < 64:
-                break
-            kind, _u1, eh_size, padded = struct.unpack_from("<HHIQ", eh)
-            if kind not in (KIND_PTX, KIND_ELF) or eh_size < 64:
-                break
-            arch, = struct.unpack_from("<I", eh, 28)
-            flags, = struct.unpack_from("<Q", eh, 40)
-            compressed = bool(flags & _COMPRESSED)
-            variant = None
-            if not compressed and kind == KIND_PTX:
-                fh.seek(epos + eh_size)
-                variant = _variant(kind, fh.read(max(0, min(padded, PTX_HEAD, cend - epos - eh_size))))
-            entries.append(FatbinEntry("ptx" if kind == KIND_PTX else "sass", arch, variant, compressed))
-            if len(entries) > MAX_FATBIN_ENTRIES:
-                raise VerifyError(f"malformed fatbin: more than {MAX_FATBIN_ENTRIES} entries")
-            epos += eh_size + padded
-        pos = max(cend, pos + 16)
-    return entries
-
-
-def _variant(kind: int, payload: bytes) -> str | None:
-    if kind == KIND_PTX:
-        m = re.search(rb"\.target\s+sm_(\d+)([af]?)", payload)
-        return m.group(2).decode() if m else None
-    return None  # the cubin's e_flags encoding of `a` changed across CUDA releases: ask cuobjdump
-
-
-def cuobjdump_entries(so_path: Path, exe: str) -> list[FatbinEntry]:
-    proc = subprocess.run([exe, "--list-elf", "--list-ptx", str(so_path)], capture_output=True, text=True)
-    out = []
-    for m in re.finditer(r"(ELF|PTX) file\s+\d+:\s+\S+?\.sm_(\d+)([af]?)\.(?:cubin|ptx)", proc.stdout):
-        out.append(FatbinEntry("sass" if m.group(1) == "ELF" else "ptx", int(m.group(2)), m.group(3), False))
-    return out
-
-
-def find_cuobjdump() -> str | None:
-    exe = shutil.which("cuobjdump")
-    if exe:
-        return exe
-    try:
-        import nvidia  # type: ignore[import-not-found]
-
-        for root in getattr(nvidia, "__path__", []):
-            for cand in Path(root).glob("*/bin/cuobjdump"):
-                return str(cand)
-    except ImportError:
-        pass
-    return None
-
 
 # --------------------------------------------------------------------------------------------
 # Wheel verification
@@ -435,22 +263,6 @@ def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo, keep: Path | Non
         return entries, keep
 
 
-def read_so(data: bytes) -> list[FatbinEntry]:
-    """The fatbin entries of one shared object's bytes (for tools and tests)."""
-    return fatbin_entries(elf_sections(data).get(".nv_fatbin", b""))
+__all__ = ["SoReport", "VerifyError", "WheelReport", "verify_wheel"]
 
 
-__all__ = ["FatbinEntry", "SoReport", "VerifyError", "WheelReport", "fatbin_entries", "read_so", "verify_wheel", "io"]
-
-
-_NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
-
-
-def reproducible_digest(data: bytes) -> str:
-    """sha256 of a shared object with nvcc's temporary-file names blanked out.
-
-    nvcc names its intermediate files after its process id (tmpxft_<pid>_<n>-..cudafe1.cpp), and the
-    host compiler writes that name into the object (a local static-initialiser symbol and the source
-    file name): two builds of the same inputs differ in those bytes only, depending on how many
-    processes ran before nvcc. The names keep their length, so every other byte stays in place."""
-    return hashlib.sha256(_NVCC_TEMP_NAME.sub(b"tmpxft_" + b"0" * 8 + b"_" + b"0" * 8, data)).hexdigest()

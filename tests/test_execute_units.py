@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 
 from imagegen import collect, wheelhouse
 from imagegen.executors.bake_log import TargetLogs
+from imagegen.fatbin import read_so
 from imagegen.model import jobs
 from imagegen.model.arch_format import to_cmake, to_dotted_list, to_gencode, to_numeric_list, to_torch_arch_list
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import builder_script
-from imagegen.verify import VerifyError, read_so, verify_wheel
+from imagegen.verify import VerifyError, verify_wheel
 
 WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 
@@ -322,7 +323,8 @@ def test_retag_copies_compressed_entries_as_they_are_and_pip_installs_the_result
 
 def test_so_summary_lists_repeated_entries_once():
     # More in tests/test_verify.py (counts where they differ, archs not requested).
-    from imagegen.verify import FatbinEntry, SoReport
+    from imagegen.fatbin import FatbinEntry
+    from imagegen.verify import SoReport
 
     so = verify_wheel(WHEEL, parse_arch_list("8.0")).extensions[0]
     doubled = SoReport(so.name, so.entries + so.entries)
@@ -332,7 +334,7 @@ def test_so_summary_lists_repeated_entries_once():
 
 
 def test_reproducible_digest_ignores_only_nvcc_temp_names():
-    from imagegen.verify import reproducible_digest
+    from imagegen.fatbin import reproducible_digest
 
     a = b"\x7fELF..._GLOBAL__sub_I_tmpxft_0000001d_00000000_6_add_one.compute_90.cudafe1.cpp\x00rest"
     b = a.replace(b"0000001d", b"0000001e")
@@ -355,7 +357,7 @@ def test_import_test_loads_the_wheel_not_the_source_tree(tmp_path, monkeypatch):
     """A started-early importer imports the unpacked wheel from an empty folder: a same-named package
     in the caller's directory (the source tree) does not shadow it, and a failing import is an error."""
     from imagegen.errors import BuildError
-    from imagegen.executors.native import Importer, import_test
+    from imagegen.executors.import_test import Importer, import_test
 
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "__init__.py").write_text("raise ImportError('the source tree, not the wheel')\n")
@@ -375,7 +377,7 @@ def test_import_test_loads_the_wheel_not_the_source_tree(tmp_path, monkeypatch):
 
 def test_importer_that_dies_on_start_reports_why(tmp_path):
     from imagegen.errors import BuildError
-    from imagegen.executors.native import Importer
+    from imagegen.executors.import_test import Importer
 
     wheel = _pure_wheel(tmp_path / "demo-1.0-py3-none-any.whl", "")
     broken = tmp_path / "python"

@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagegen import cli, outputs, registry, verify
+from imagegen import cli, fatbin, outputs, registry, verify
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.executors import prebuilt
 from imagegen.model.arch_parse import parse_arch_list
@@ -323,7 +323,7 @@ def _wheel(folder: Path, so: bytes | None = None, *, big: int = 0) -> Path:
     b"\x7fELF\x02\x01" + b"\xff" * 58,  # section table at 2**64-1 (was OverflowError)
     _elf({".nv_fatbin": b"\0" * 64}, shoff_override=2**63),
     _elf({".nv_fatbin": b"\0" * 64}, shnum_override=0xFFFF),
-    _elf({".nv_fatbin": struct.pack("<IHHQ", verify.FATBIN_MAGIC, 1, 16, 2**63) + b"\xff" * 200}),
+    _elf({".nv_fatbin": struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, 2**63) + b"\xff" * 200}),
     b"\x7fELF",
     b"",
 ])
@@ -764,7 +764,7 @@ def test_fuzz_hostile_values(world, case, raw):
 def test_native_probe_turns_every_failure_to_run_python_into_an_engine_error(tmp_path):
     # The CLI checks --python-exe first; the library call is guarded as well (doctor, build --native).
     from imagegen.errors import EngineError
-    from imagegen.executors import native
+    from imagegen.executors import host as host_toolchain
     not_python = tmp_path / "not-python"
     not_python.write_text("#!/bin/sh\necho 'no json here' >&2\n")
     not_python.chmod(0o755)
@@ -773,7 +773,7 @@ def test_native_probe_turns_every_failure_to_run_python_into_an_engine_error(tmp
     wrong_json.chmod(0o755)
     for exe in (str(tmp_path), str(not_python), str(wrong_json), "p" * 5000, "/nonexistent/python"):
         with pytest.raises(EngineError) as info:
-            native.probe(exe)
+            host_toolchain.probe(exe)
         assert "\n" not in str(info.value) and len(str(info.value)) < 400
 
 

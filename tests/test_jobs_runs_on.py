@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imagegen.cell_rules import compiled_archs
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import compiled_archs, make_cell
+from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
 
 SCRIPT = Path(__file__).resolve().parent.parent / "imagegen" / "resources" / "builder" / "imagegen_build.py"

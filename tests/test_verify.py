@@ -18,19 +18,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from imagegen.cell_rules import expected_archs
+from imagegen.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, elf_sections, find_cuobjdump, read_so
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import expected_archs
-from imagegen.verify import (
-    FATBIN_MAGIC,
-    KIND_ELF,
-    KIND_PTX,
-    SoReport,
-    elf_sections,
-    find_cuobjdump,
-    read_so,
-    verify_wheel,
-)
+from imagegen.verify import SoReport, verify_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_WHEEL = next((ROOT / "tests" / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))

@@ -49,7 +49,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
         expected, knowledge = _recipe_view(cat, wheel, archs)
         report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:
-            from imagegen.executors.native import import_test, wheel_modules
+            from imagegen.executors.import_test import import_test, wheel_modules
 
             try:
                 report.imports = import_test(wheel, wheel_modules(wheel), args.python_exe)
@@ -97,7 +97,7 @@ def _recipe_view(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[A
     from packaging.version import Version
 
     from imagegen import check
-    from imagegen.plan import compiled_archs, expected_archs
+    from imagegen.cell_rules import compiled_archs, expected_archs
 
     if cat is None:
         return archs, {}

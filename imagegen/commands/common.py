@@ -218,7 +218,7 @@ def buildable(args, config, cat, *, arch_free: bool = False):
 
 def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     """The one cell a native build (or audit) makes on this host, checked like plan's cells."""
-    from imagegen.executors import native
+    from imagegen.executors import host as host_toolchain
     sources = getattr(args, "source", None) or []
     if len(args.recipes) + len(sources) != 1:
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
@@ -226,7 +226,7 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
         raise UsageError("--native takes one --arch list")
     recipe, version = resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
                                args.recipe_version, args.fetch)
-    host = native.probe(check_exe(args.python_exe, "--python-exe"))
+    host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
     for flag, wanted, have in (("--torch", args.torch, host.torch), ("--cuda", args.cuda, host.torch_cuda),
                                ("--python", args.python, host.python)):
@@ -238,4 +238,4 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
     archs = parse_arch_list(options.resolve(args, config).arch_configured or ";".join(host.ccs)
                             or defaults()["matrix"]["arch"])
-    return native.preflight(recipe, version, archs, host), host
+    return host_toolchain.preflight(recipe, version, archs, host), host

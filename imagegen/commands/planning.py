@@ -182,8 +182,8 @@ def _numeric_knob_lines(archs: ArchList) -> list[str]:
     Those knobs take 80 but not 86/89 (silently ignored); the plan maps such a request to the arch
     whose cubin runs on it, so show that value (80;90 for 80;86;89;90) and say why.
     """
+    from imagegen.cell_rules import compiled_archs
     from imagegen.model.arch_format import to_numeric_list
-    from imagegen.plan import compiled_archs
 
     knobs: dict[str, tuple[Recipe, RecipeVersion]] = {}
     for recipe in load_catalogue().recipes.values():

@@ -13,151 +13,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from packaging.version import Version
-
-from imagegen.errors import BuildError, CompatError, EngineError
-from imagegen.model import compat, jobs
-from imagegen.model.arch import ArchList
-from imagegen.model.compat import BaseImage
-from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.outputs import shown
-from imagegen.plan import Cell, native_cell
+from imagegen.errors import BuildError
+from imagegen.executors.host import HostToolchain
+from imagegen.executors.import_test import Importer, smoke_test
+from imagegen.model import jobs
+from imagegen.plan import Cell
 from imagegen.render.dockerfile import audit_script, builder_files, cell_document, inputs_hash
-from imagegen.safety import os_reason
 from imagegen.wheelhouse import Finisher
 
 if TYPE_CHECKING:
     from imagegen.audit import Verdict
-
-
-@dataclass(frozen=True)
-class HostToolchain:
-    python_exe: str
-    python: str  # "3.12"
-    torch: str | None  # "2.11.0"
-    torch_cuda: str | None  # "13.0"
-    cuda_home: str | None
-    nvcc: Version | None
-    gpus: tuple[str, ...]  # "NVIDIA H100 80GB HBM3 (9.0)"
-
-    @property
-    def ccs(self) -> list[str]:
-        """Compute capabilities of the visible GPUs ("9.0"), from their 'NAME (X.Y)' entries."""
-        return sorted({m.group(1) for g in self.gpus for m in [re.search(r"\((\d+\.\d+)\)$", g)] if m})
-
-    def describe(self) -> str:
-        return (f"Python {self.python}, torch {self.torch or 'missing'} (CUDA {self.torch_cuda or '-'}),"
-                f" nvcc {self.nvcc or 'missing'}" + (f", GPUs: {', '.join(self.gpus)}" if self.gpus else ", no GPU"))
-
-
-# Reads torch's version and CUDA from its metadata and torch/version.py without importing torch
-# (importing it costs seconds, which the overhead budget of a native build does not have).
-_PROBE = r"""
-import importlib.util, json, os, shutil, sys
-out = {"python": "%d.%d" % sys.version_info[:2]}
-try:
-    from importlib.metadata import version
-    out["torch"] = version("torch").split("+")[0]
-    spec = importlib.util.find_spec("torch")
-    ns = {}
-    with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as fh:
-        exec(fh.read(), ns)
-    out["torch_cuda"] = ns.get("cuda")
-except Exception as exc:
-    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-# CUDA_HOME candidates in torch.utils.cpp_extension's order, plus what a wrapper script on PATH
-# execs and /usr/local/cuda; the first that has nvcc and the runtime headers wins.
-cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-nvcc = shutil.which("nvcc")
-if nvcc:
-    cands.append(os.path.dirname(os.path.dirname(nvcc)))
-    cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    try:
-        import re
-        with open(nvcc, "rb") as fh:
-            head = fh.read(4096)
-        m = re.search(rb"(/[^\s\"']+)/bin/nvcc", head) if head.startswith(b"#!") else None
-        if m:
-            cands.append(m.group(1).decode())
-    except OSError:
-        pass
-cands.append("/usr/local/cuda")
-out["cuda_home_candidates"] = [c for c in cands if c]
-out["cuda_home"] = next((c for c in cands if c and os.path.isfile(os.path.join(c, "bin", "nvcc"))
-                         and os.path.isfile(os.path.join(c, "include", "cuda_runtime.h"))), None)
-print(json.dumps(out))
-"""
-
-
-def gpus() -> tuple[str, ...]:
-    """'NAME (X.Y)' for each GPU nvidia-smi sees; empty without a driver."""
-    from imagegen import engine
-    return engine.gpus()
-
-
-def probe(python_exe: str | None = None) -> HostToolchain:
-    exe = python_exe or sys.executable
-    try:
-        raw = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=120)
-    except FileNotFoundError:
-        raise EngineError(f"Python interpreter {shown(exe)} not found") from None
-    except OSError as exc:  # not executable, a directory, a symlink loop, a name too long
-        raise EngineError(f"cannot run Python interpreter {shown(exe)}: {os_reason(exc)}") from None
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"Python interpreter {shown(exe)} did not answer within 120 s") from None
-    try:
-        info = json.loads(raw.stdout.strip().splitlines()[-1])
-        if not isinstance(info, dict) or not isinstance(info.get("python"), str):
-            raise ValueError(info)
-    except (ValueError, IndexError):
-        last = raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "no output"
-        raise EngineError(f"cannot run {shown(exe)} as Python: {shown(last, 160)}") from None
-    cuda_home = info.get("cuda_home")
-    nvcc = nvcc_version(cuda_home)
-    return HostToolchain(python_exe=exe, python=info["python"], torch=info.get("torch"), torch_cuda=info.get("torch_cuda"),
-                         cuda_home=cuda_home, nvcc=nvcc, gpus=gpus())
-
-
-def nvcc_version(cuda_home: str | None) -> Version | None:
-    candidates = [str(Path(cuda_home) / "bin" / "nvcc")] if cuda_home else []
-    which = shutil.which("nvcc")
-    if which:
-        candidates.append(which)
-    for exe in candidates:
-        try:
-            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
-        except OSError:
-            continue
-        m = re.search(r"release (\d+\.\d+)", out)
-        if m:
-            return Version(m.group(1))
-    return None
-
-
-def preflight(recipe: Recipe, version: RecipeVersion, archs: ArchList, host: HostToolchain) -> Cell:
-    """The cell this host would build, or a one-line CompatError saying what to fix."""
-    if host.torch is None:
-        raise CompatError(f"torch is not importable by {host.python_exe}: install the torch you build for first")
-    if host.nvcc is None:
-        raise CompatError("nvcc not found (looked in CUDA_HOME/bin and PATH): install the CUDA toolkit"
-                          " (or `pip install cuda-toolkit[nvcc,cudart,cccl]` matching torch's CUDA) and set CUDA_HOME")
-    base = BaseImage(ref="native", flavor=compat.flavor("native"), python=host.python_exe, toolkit="host",
-                     nvcc=host.nvcc, image_torch_cuda=None)
-    cell = native_cell(recipe, version, archs, base, host.torch, host.torch_cuda, host.python)
-    if cell.problems:
-        raise CompatError(f"cannot build {cell.describe()} here: " + "; ".join(cell.problems))
-    return cell
 
 
 def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,
@@ -360,116 +233,3 @@ def _step_failure(cell: Cell, step: str, rc: int, logs: Path) -> str:
     return f"{error} ({what}{stopped})"
 
 
-def smoke_test(wheel: Path, cell: Cell, host: HostToolchain, importer: "Importer | None" = None) -> dict:
-    """Import the recipe's modules from the unpacked wheel (see import_test)."""
-    return import_test(wheel, [*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports], host.python_exe,
-                       importer=importer)
-
-
-def wheel_modules(wheel: Path) -> list[str]:
-    """The top-level packages and extension modules a wheel installs (what `verify` imports)."""
-    import zipfile
-
-    names = set()
-    with zipfile.ZipFile(wheel) as zf:
-        for n in zf.namelist():
-            top = n.split("/", 1)[0]
-            if ".dist-info" in top or ".data" in top:
-                continue
-            if n.endswith("/__init__.py") and n.count("/") == 1:
-                names.add(top)
-            elif "/" not in n and (n.endswith(".py") or ".so" in n):
-                names.add(n.split(".", 1)[0])
-            elif re.search(r"\.so(\.\d+)*$", n) and "/" in n:
-                # An extension inside a package: tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so -> tiny_kernel._C
-                folder, file = n.rsplit("/", 1)
-                names.add(folder.replace("/", ".") + "." + file.split(".", 1)[0])
-    return sorted(names)
-
-
-# The import test's interpreter: torch first (an extension links against libc10/libtorch, which only
-# `import torch` loads), then one line on stdin naming the unpacked wheel, then the modules. Reading the
-# wheel's path from stdin lets it start (and pay for `import torch`, seconds) while the wheel compiles.
-_IMPORTER = r"""
-import importlib, json, sys
-try:
-    import torch
-except ImportError:
-    pass
-request = sys.stdin.readline()
-if not request.strip():
-    sys.exit(0)
-request = json.loads(request)
-sys.path.insert(0, request["site"])
-res = {}
-for m in request["modules"]:
-    try:
-        importlib.import_module(m); res[m] = "ok"
-    except Exception as e:
-        res[m] = "%s: %s" % (type(e).__name__, e)
-print(json.dumps(res))
-"""
-
-
-class Importer:
-    """A fresh interpreter of the host's Python, started before it is needed, that imports one
-    unpacked wheel's modules when asked. Its working directory is an empty folder, so nothing from a
-    source tree shadows the wheel; nothing is installed into the environment."""
-
-    def __init__(self, python_exe: str):
-        self.tmp = Path(tempfile.mkdtemp(prefix="imagegen-smoke-"))
-        try:
-            self.proc = subprocess.Popen([python_exe, "-c", _IMPORTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, cwd=self.tmp)
-        except OSError:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise
-
-    def run(self, wheel: Path, modules: list[str]) -> dict:
-        import zipfile
-
-        site = self.tmp / "site"
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(site)
-        request = json.dumps({"site": str(site), "modules": modules}) + "\n"
-        try:
-            out, err = self.proc.communicate(request)
-        except BrokenPipeError:  # the interpreter died while starting (a broken torch): report why
-            out, err = self.proc.communicate()
-        try:
-            return json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise BuildError(f"{wheel.name}: the import test did not run: {err.strip()[-300:]}") from None
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def __enter__(self) -> "Importer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def import_test(wheel: Path, modules: list[str], python_exe: str, importer: Importer | None = None) -> dict:
-    """Import ``modules`` from the unpacked wheel, outside any source tree, with ``python_exe`` and
-    its torch (nothing is installed into that environment). A module that needs the GPU driver on a
-    machine without one is reported as skipped, not as passed. ``importer``: one started earlier
-    (a native build starts it when the compile starts); it is used up."""
-    if importer is None:
-        with Importer(python_exe) as fresh:
-            raw = fresh.run(wheel, modules)
-    else:
-        raw = importer.run(wheel, modules)
-    results = {}
-    for module, got in raw.items():
-        if got == "ok":
-            results[module] = "ok"
-        elif re.search(r"libcuda\.so|CUDA driver|NVIDIA driver", got):
-            results[module] = f"skipped: needs a GPU driver ({got[:160]})"
-        else:
-            raise BuildError(f"{wheel.name}: `import {module}` failed: {got[:300]}")
-    return results

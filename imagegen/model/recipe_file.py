@@ -342,7 +342,7 @@ def _sdist(v: Reader) -> Sdist | None:
 
 def _check_runs_on(v: Reader, knob: ArchKnob, archs: ArchList) -> None:
     if knob.style == "fixed":
-        return  # a fixed list serves higher minors by itself (plan.covers)
+        return  # a fixed list serves higher minors by itself (cell_rules.covers)
     supported = {a.cc for a in archs}
     for want, got in knob.runs_on:
         if got not in supported:

@@ -173,7 +173,7 @@ def cell_document(cell: Cell) -> dict:
             "keep_variant": version.arch.keep_variant,
             # requested cc -> the cc the package compiles for it (recipes.ArchKnob.runs_on): the in-build
             # script applies it to a list that comes at build time (a bake override, the GPUs of
-            # `docker run --gpus all`), as plan.compiled_archs does to the planned one. Only where a
+            # `docker run --gpus all`), as cell_rules.compiled_archs does to the planned one. Only where a
             # recipe has it, so that no other cell's document (and inputs hash) changes.
             **({"runs_on": dict(version.arch.runs_on)} if version.arch.runs_on else {}),
         },

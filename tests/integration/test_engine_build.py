@@ -210,7 +210,7 @@ def test_edited_source_is_rebuilt_and_ccache_serves_what_did_not_change(first_bu
     import hashlib
     import zipfile
 
-    from imagegen.verify import reproducible_digest
+    from imagegen.fatbin import reproducible_digest
 
     root = workspace["root"] / "edited"
     tree = root / "tiny_kernel"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.verify import reproducible_digest
+from imagegen.fatbin import reproducible_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "fixtures" / "tiny_kernel"
@@ -149,7 +149,7 @@ def test_pull_of_the_pushed_image_gives_the_same_so_as_a_bake_build(project, pus
     assert baked.name == wheel.name
     # Same .so bytes, except nvcc's temporary-file names (tmpxft_<pid>_<n>): nvcc names them after its
     # process id, which depends on how many processes ran before it in the container
-    # (imagegen.verify.reproducible_digest; documented in README).
+    # (imagegen.fatbin.reproducible_digest; documented in README).
     assert so_digests(wheel)
     assert so_digests(baked, reproducible_digest) == so_digests(wheel, reproducible_digest)
 

@@ -525,7 +525,7 @@ def format_archs(archs, style, keep_variant=False):
 
 
 def apply_runs_on(archs, runs_on, package="the package"):
-    """The archs the knob really compiles (imagegen.plan.compiled_archs: the same rule) and a log line."""
+    """The archs the knob really compiles (imagegen.cell_rules.compiled_archs: the same rule) and a log line."""
     archs, moved = rules.map_families(archs, runs_on)
     return archs, rules.family_note(moved, package) if moved else ""
 

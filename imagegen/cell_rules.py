@@ -1,0 +1,216 @@
+"""The rules a cell must pass, each failure a reason said before anything compiles: torch x CUDA x
+Python, the recipe's own version rules, nvcc x arch, package x arch, the base image x CUDA; and
+which archs a package really compiles for a request."""
+
+from __future__ import annotations
+
+import re
+
+from packaging.version import Version
+
+from imagegen.model import compat
+from imagegen.model.arch import ArchList, CudaArch
+from imagegen.model.arch_format import as_tuples
+from imagegen.model.arch_parse import parse_arch_list
+from imagegen.model.arch_rules import nvcc_problems, torch_problems
+from imagegen.model.compat import BaseImage, CudaVariant, TorchSeries
+from imagegen.model.recipes import Recipe, RecipeVersion, Rule
+from imagegen.resources.builder import imagegen_rules as rules
+
+
+def compiled_archs(version: RecipeVersion, archs: ArchList) -> tuple[ArchList, str]:
+    """The list the package really compiles for ``archs``, and a note naming what was mapped.
+
+    A knob with ``runs_on`` (flash-attn, Block-Sparse-Attention: 80/90/100/120 only) silently
+    ignores 86/89; their GPUs run the sm_80 cubin. So 8.0;8.6;8.9;9.0 becomes 8.0;9.0 (the knob
+    gets 80;90, verify expects sm_80) with the note "8.6, 8.9 run the sm_80 cubin". Flags merge:
+    8.6+PTX becomes 8.0+PTX, which a package that never embeds PTX still refuses.
+    """
+    knob = version.arch
+    if knob.style == "fixed" or not knob.runs_on:
+        return archs, ""
+    # The in-build script maps the same way (imagegen_rules.map_families), so the knob it writes is
+    # the list verify expects.
+    mapped, moved = rules.map_families(as_tuples(archs), dict(knob.runs_on))
+    if not moved:
+        return archs, ""
+    return ArchList(CudaArch(*t) for t in mapped), rules.family_note(moved)
+
+
+def expected_archs(version: RecipeVersion, archs: ArchList, nvcc: Version) -> ArchList:
+    knob = version.arch
+    if knob.style == "fixed":
+        fixed = knob.fixed_for(nvcc)
+        return ArchList([a for a in fixed if any(covers(a, want) for want in archs)])
+    out = []
+    for a in archs:
+        got = version.emits.get(a.cc)
+        if got is not None:
+            g = parse_arch_list(got)[0]
+            out.append(CudaArch(g.major, g.minor, g.variant, a.sass, a.ptx))
+        else:
+            out.append(a)
+    return ArchList(out)
+
+
+def covers(have: CudaArch, want: CudaArch) -> bool:
+    """Does compiled target ``have`` run on a GPU of ``want``'s compute capability?
+
+    Plain SASS runs on the same major with an equal or higher minor; ``a`` targets only on
+    exactly their cc; ``f`` targets within the family (same major).
+    """
+    if want.variant == "f":
+        return have.major == want.major and have.variant in ("f", "")
+    if have.variant == "a":
+        return (have.major, have.minor) == (want.major, want.minor)
+    return have.major == want.major and have.minor <= want.minor
+
+
+def python_problems(series: TorchSeries, python: str) -> list[str]:
+    if not series.supports_python(python):
+        lo, hi = series.python
+        return [f"torch {series.series} supports Python {lo}-{hi}; Python {python} selected"]
+    return []
+
+
+_SUBJECT = {"torch": "torch", "cuda": "CUDA", "python": "Python"}
+
+
+def _rule_value(subject: str, series: TorchSeries, torch_version: str, nvcc: Version,
+                python: str) -> tuple[Version, Version]:
+    """(series X.Y, exact release) of the cell for one rule subject."""
+    if subject == "torch":
+        return Version(series.series), Version(Version(torch_version).public)
+    if subject == "cuda":
+        return nvcc, nvcc
+    return Version(python), Version(python)
+
+
+def rule_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_version: str,
+                   cuda: CudaVariant, nvcc: Version, python: str) -> list[str]:
+    """One reason per torch/CUDA/Python range (recipe-wide or the version's) the cell is outside of."""
+    out = []
+    shown = {"torch": f"torch {series.series}", "cuda": f"CUDA {fmt_version(nvcc)} ({cuda.name})", "python": f"Python {python}"}
+    for rule in recipe.rules(version):
+        if rule.allows(*_rule_value(rule.subject, series, torch_version, nvcc, python)):
+            continue
+        why = f" ({rule.why})" if rule.why else ""
+        out.append(f"{recipe.name} {version.version} needs {_SUBJECT[rule.subject]} {rule.text}{why};"
+                   f" {shown[rule.subject]} selected: {_rule_fix(recipe, version, rule, series, torch_version, nvcc, python)}")
+    return out
+
+
+def _rule_fix(recipe: Recipe, version: RecipeVersion, rule: Rule, series: TorchSeries, torch_version: str,
+              nvcc: Version, python: str) -> str:
+    """``use --torch 2.10 or newer, or --version 0.0.33.post2``: the values that pass, and another pin that takes this one."""
+    if rule.subject == "torch":
+        universe = [(s.series, Version(s.series), Version(s.latest)) for s in compat.torch_table().values()]
+    elif rule.subject == "cuda":
+        table = compat.cuda_table()
+        universe = [(c, table[c].version, table[c].version) for c in series.cuda if c in table]
+        if not any(rule.allows(v, e) for _, v, e in universe):  # none with this torch: any torch's
+            universe = [(c, v.version, v.version) for c, v in table.items()]
+        universe = [(str(v), v, e) for _, v, e in universe]
+    else:
+        universe = [(p, Version(p), Version(p)) for p in series.pythons]
+    ok = [label for label, v, e in universe if rule.allows(v, e)]
+    labels = [label for label, _, _ in universe]
+    parts = []
+    if ok:
+        flag = f"--{rule.subject}"
+        if len(ok) > 1 and labels[-len(ok):] == ok:
+            parts.append(f"use {flag} {ok[0]} or newer")
+        elif len(ok) > 1 and labels[:len(ok)] == ok:
+            parts.append(f"use {flag} {ok[-1]} or older")
+        else:
+            parts.append(f"use {flag} " + " or ".join(ok[:4]) + (" (or another listed by imagegen plan)" if len(ok) > 4 else ""))
+    value = _rule_value(rule.subject, series, torch_version, nvcc, python)
+    for other in recipe.versions.values():
+        if other is not version and all(r.allows(*value) for r in recipe.rules(other) if r.subject == rule.subject):
+            parts.append(("or " if parts else "use ") + f"--version {other.version}")
+            break
+    return ", ".join(parts) if parts else f"no {_SUBJECT[rule.subject]} in imagegen's tables satisfies it"
+
+
+def torch_cuda_problems(series: TorchSeries, cuda: CudaVariant) -> list[str]:
+    if cuda.name not in series.cuda:
+        return [f"torch {series.series} has no {cuda.name} build (it has {', '.join(series.cuda)})"]
+    return []
+
+
+def recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, cuda: CudaVariant,
+                     archs: ArchList, nvcc: Version) -> list[str]:
+    out: list[str] = []
+    knob = version.arch
+    if knob.style == "fixed":
+        fixed = knob.fixed_for(nvcc)
+        for a in archs:
+            if not any(covers(f, a) for f in fixed):
+                out.append(f"{recipe.name} {version.version} does not compile sm_{a.code} with CUDA {fmt_version(nvcc)}"
+                           f" (it always builds its own list: {fixed or 'nothing'})")
+        if archs.has_ptx and knob.ptx == "none":
+            out.append(f"{recipe.name} {version.version} never embeds PTX; drop +PTX")
+        return out
+    supported = {a.cc: a for a in version.archs}
+    for a in archs:
+        s = supported.get(a.cc)
+        if s is None:
+            out.append(f"{recipe.name} {version.version} does not support sm_{a.number}"
+                       f" (it supports {', '.join(sorted(supported, key=cc_key))}){_other_versions_hint(recipe, version, a)}")
+        elif a.variant == "f" and s.variant != "f":
+            out.append(f"{recipe.name} {version.version} cannot build family target {a}; ask for {a.cc} instead")
+        if a.sass is False and a.ptx and knob.style in ("numeric", "dotted"):
+            out.append(f"{recipe.name} reads {knob.env} as SASS targets; a PTX-only entry {a} cannot be expressed")
+        min_cuda = version.min_cuda_by_arch.get(a.cc)
+        if min_cuda and nvcc < min_cuda:
+            out.append(f"{recipe.name} {version.version} needs CUDA >= {min_cuda} for sm_{a.number}; CUDA {fmt_version(nvcc)} selected")
+    if archs.has_ptx:
+        if knob.ptx == "none":
+            out.append(f"{recipe.name} {version.version} never embeds PTX ({knob.env} takes SASS targets only); drop +PTX")
+        elif knob.ptx == "newest" and any(a.ptx for a in archs if a.key != archs.newest.key):
+            out.append(f"{recipe.name} {version.version} embeds PTX only for the newest arch ({archs.newest.cc}); ask +PTX only there")
+    if archs and knob.style == "torch" and knob.env == "TORCH_CUDA_ARCH_LIST" and knob.parser == "torch":
+        out.extend(torch_problems(archs, series.latest))
+    return out
+
+
+def _other_versions_hint(recipe: Recipe, version: RecipeVersion, a: CudaArch) -> str:
+    others = [v.version for v in recipe.versions.values() if v is not version and any(x.cc == a.cc for x in v.archs)]
+    return f"; version {others[0]} does (--version {others[0]})" if others else ""
+
+
+def cc_key(cc: str) -> tuple[int, int]:
+    major, minor = cc.split(".")
+    return int(major), int(minor)
+
+
+def fmt_version(v: Version) -> str:
+    return f"{v.major}.{v.minor}"
+
+
+def nvcc_problems_for(archs: ArchList, nvcc: Version, cuda: CudaVariant) -> list[str]:
+    out = []
+    for p in nvcc_problems(archs, nvcc):
+        p = p.replace(f"CUDA {fmt_version(nvcc)} selected", f"CUDA {fmt_version(nvcc)} ({cuda.name}) selected")
+        need = _NEEDS.search(p)
+        if need and "(" not in p.split("selected", 1)[-1]:
+            p += f": use --cuda {need.group(1)} or newer"
+        out.append(p)
+    return out
+
+
+_NEEDS = re.compile(r"needs CUDA >= (\d+\.\d+)")
+
+
+def base_problems(base: BaseImage, cuda: CudaVariant) -> list[str]:
+    out = []
+    if base.nvcc is not None and base.nvcc.major != cuda.major:
+        extra = ""
+        if base.image_torch_cuda and base.image_torch_cuda != cuda.name:
+            extra = f" (its preinstalled torch is a {base.image_torch_cuda} build)"
+        where = "this host" if base.flavor.name == "native" else base.ref
+        out.append(
+            f"{where} has nvcc {fmt_version(base.nvcc)}{extra}, but torch {cuda.name} needs nvcc {cuda.major}.x"
+            f" (nvcc's major must equal torch's CUDA major); use a CUDA {cuda.major}.x image or --cuda {base.nvcc.major}.x"
+        )
+    return out

@@ -1,0 +1,146 @@
+"""This host's toolchain for a native build: the Python (and its torch), nvcc and the GPUs, probed
+once; and the pre-flight that turns a recipe and archs into a cell this host can build."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from imagegen.errors import CompatError, EngineError
+from imagegen.model import compat
+from imagegen.model.arch import ArchList
+from imagegen.model.compat import BaseImage
+from imagegen.model.recipes import Recipe, RecipeVersion
+from imagegen.outputs import shown
+from imagegen.plan import Cell, native_cell
+from imagegen.safety import os_reason
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class HostToolchain:
+    python_exe: str
+    python: str  # "3.12"
+    torch: str | None  # "2.11.0"
+    torch_cuda: str | None  # "13.0"
+    cuda_home: str | None
+    nvcc: Version | None
+    gpus: tuple[str, ...]  # "NVIDIA H100 80GB HBM3 (9.0)"
+
+    @property
+    def ccs(self) -> list[str]:
+        """Compute capabilities of the visible GPUs ("9.0"), from their 'NAME (X.Y)' entries."""
+        return sorted({m.group(1) for g in self.gpus for m in [re.search(r"\((\d+\.\d+)\)$", g)] if m})
+
+    def describe(self) -> str:
+        return (f"Python {self.python}, torch {self.torch or 'missing'} (CUDA {self.torch_cuda or '-'}),"
+                f" nvcc {self.nvcc or 'missing'}" + (f", GPUs: {', '.join(self.gpus)}" if self.gpus else ", no GPU"))
+
+
+# Reads torch's version and CUDA from its metadata and torch/version.py without importing torch
+# (importing it costs seconds, which the overhead budget of a native build does not have).
+_PROBE = r"""
+import importlib.util, json, os, shutil, sys
+out = {"python": "%d.%d" % sys.version_info[:2]}
+try:
+    from importlib.metadata import version
+    out["torch"] = version("torch").split("+")[0]
+    spec = importlib.util.find_spec("torch")
+    ns = {}
+    with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as fh:
+        exec(fh.read(), ns)
+    out["torch_cuda"] = ns.get("cuda")
+except Exception as exc:
+    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+# CUDA_HOME candidates in torch.utils.cpp_extension's order, plus what a wrapper script on PATH
+# execs and /usr/local/cuda; the first that has nvcc and the runtime headers wins.
+cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+nvcc = shutil.which("nvcc")
+if nvcc:
+    cands.append(os.path.dirname(os.path.dirname(nvcc)))
+    cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    try:
+        import re
+        with open(nvcc, "rb") as fh:
+            head = fh.read(4096)
+        m = re.search(rb"(/[^\s\"']+)/bin/nvcc", head) if head.startswith(b"#!") else None
+        if m:
+            cands.append(m.group(1).decode())
+    except OSError:
+        pass
+cands.append("/usr/local/cuda")
+out["cuda_home_candidates"] = [c for c in cands if c]
+out["cuda_home"] = next((c for c in cands if c and os.path.isfile(os.path.join(c, "bin", "nvcc"))
+                         and os.path.isfile(os.path.join(c, "include", "cuda_runtime.h"))), None)
+print(json.dumps(out))
+"""
+
+
+def gpus() -> tuple[str, ...]:
+    """'NAME (X.Y)' for each GPU nvidia-smi sees; empty without a driver."""
+    from imagegen import engine
+    return engine.gpus()
+
+
+def probe(python_exe: str | None = None) -> HostToolchain:
+    exe = python_exe or sys.executable
+    try:
+        raw = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise EngineError(f"Python interpreter {shown(exe)} not found") from None
+    except OSError as exc:  # not executable, a directory, a symlink loop, a name too long
+        raise EngineError(f"cannot run Python interpreter {shown(exe)}: {os_reason(exc)}") from None
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"Python interpreter {shown(exe)} did not answer within 120 s") from None
+    try:
+        info = json.loads(raw.stdout.strip().splitlines()[-1])
+        if not isinstance(info, dict) or not isinstance(info.get("python"), str):
+            raise ValueError(info)
+    except (ValueError, IndexError):
+        last = raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "no output"
+        raise EngineError(f"cannot run {shown(exe)} as Python: {shown(last, 160)}") from None
+    cuda_home = info.get("cuda_home")
+    nvcc = nvcc_version(cuda_home)
+    return HostToolchain(python_exe=exe, python=info["python"], torch=info.get("torch"), torch_cuda=info.get("torch_cuda"),
+                         cuda_home=cuda_home, nvcc=nvcc, gpus=gpus())
+
+
+def nvcc_version(cuda_home: str | None) -> Version | None:
+    candidates = [str(Path(cuda_home) / "bin" / "nvcc")] if cuda_home else []
+    which = shutil.which("nvcc")
+    if which:
+        candidates.append(which)
+    for exe in candidates:
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
+        except OSError:
+            continue
+        m = re.search(r"release (\d+\.\d+)", out)
+        if m:
+            return Version(m.group(1))
+    return None
+
+
+def preflight(recipe: Recipe, version: RecipeVersion, archs: ArchList, host: HostToolchain) -> Cell:
+    """The cell this host would build, or a one-line CompatError saying what to fix."""
+    if host.torch is None:
+        raise CompatError(f"torch is not importable by {host.python_exe}: install the torch you build for first")
+    if host.nvcc is None:
+        raise CompatError("nvcc not found (looked in CUDA_HOME/bin and PATH): install the CUDA toolkit"
+                          " (or `pip install cuda-toolkit[nvcc,cudart,cccl]` matching torch's CUDA) and set CUDA_HOME")
+    base = BaseImage(ref="native", flavor=compat.flavor("native"), python=host.python_exe, toolkit="host",
+                     nvcc=host.nvcc, image_torch_cuda=None)
+    cell = native_cell(recipe, version, archs, base, host.torch, host.torch_cuda, host.python)
+    if cell.problems:
+        raise CompatError(f"cannot build {cell.describe()} here: " + "; ".join(cell.problems))
+    return cell
