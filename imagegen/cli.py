@@ -51,6 +51,20 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
                    + (" (repeatable)" if many else ""))
 
 
+def _add_matrix_args(p: argparse.ArgumentParser) -> None:
+    """The recipes and the matrix axes of a command that plans several cells."""
+    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
+    _add_cell_args(p, many=True)
+
+
+def _add_compile_args(p: argparse.ArgumentParser) -> None:
+    """What a command that compiles (build, pull) takes about the wheelhouse and the jobs."""
+    p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date; replace a wheel of"
+                   " the same cell built for other archs (same file name)")
+    p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from RAM and cores)")
+    p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
+
+
 def _add_cache_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-from", action="append", default=[], help="layer cache to import, as for buildx:"
                    " type=registry,ref=HOST/NS/cache:TAG (repeatable)")
@@ -85,8 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="expand the matrix and explain every cell", description=(
         "Expand recipes x torch x CUDA x Python x arch into cells and say, for each, whether it can build and why not."))
-    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
-    _add_cell_args(p, many=True)
+    _add_matrix_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--only", choices=("buildable", "rejected", "skipped"), help="show only cells with this status")
     p.add_argument("--audit", action="store_true", help="run each buildable cell's own build with stand-in compilers"
@@ -105,8 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Render every buildable cell of the matrix into a Dockerfile and write a bake file with one target per"
         " cell (local output per cell, CA secret, IMAGEGEN_-prefixed overrides). Paths are relative to the"
         " current directory, where `docker buildx bake` must run."))
-    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
-    _add_cell_args(p, many=True)
+    _add_matrix_args(p)
     p.add_argument("-f", "--file", default="docker-bake.hcl", help="bake file to write: .hcl or .json (default: docker-bake.hcl)")
     p.add_argument("--out", help="wheel output folder (default: config out, else wheelhouse)")
     p.add_argument("--dockerfiles", default="dockerfiles", help="folder for the rendered Dockerfiles (default: dockerfiles)")
@@ -118,13 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Plan, render and bake every buildable cell, in batches sized by RAM and cores; keep going past"
         " failures; verify each wheel's SASS/PTX and install+import it; publish wheels atomically into"
         " OUT/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/ with manifest.json. Unchanged cells are skipped."))
-    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
-    _add_cell_args(p, many=True)
+    _add_matrix_args(p)
     p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
     p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging, logs and bake files (default: .imagegen)")
-    p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date; replace a wheel of the same cell built for other archs (same file name)")
-    p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from free RAM and cores)")
-    p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
+    _add_compile_args(p)
     p.add_argument("--builder", action="append", default=[], help="buildx builder to run on (default: the current"
                    " one); repeat to split the matrix across several builders (bake sends all of one run to one node)")
     _add_cache_args(p)
@@ -198,8 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Bake each cell's builder stage (OS packages, torch, build requirements, the pinned and patched source;"
         " no arch) and push it as REGISTRY/imagegen-<recipe>:<ver>-torch<X.Y>-cu<XYZ>-py<XY>[-<flavor>], with OCI"
         " labels. The pushed digests are written to the lock file, which pull then uses."))
-    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
-    _add_cell_args(p, many=True)
+    _add_matrix_args(p)
     _add_registry_args(p)
     p.add_argument("--work", type=Path, default=Path(".imagegen"), help="bake files and logs (default: .imagegen)")
     p.add_argument("--builder", help="buildx builder to run on (default: the current one)")
@@ -211,8 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         "For each cell: pull its builder image (pinned by the lock file when it has it), run it with the GPUs"
         " visible when this host has any, verify the wheel and publish it into OUT like build. A missing image"
         " is built locally from the same Dockerfile; wrong credentials or an unreachable registry stop."))
-    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
-    _add_cell_args(p, many=True)
+    _add_matrix_args(p)
     _add_registry_args(p)
     p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
     p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging and logs (default: .imagegen)")
@@ -222,9 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fallback", action="store_true", help="fail when the image is missing instead of building it locally")
     p.add_argument("--no-audit", action="store_true", help="skip the gencode audit the image runs before compiling"
                    " (the package's own build with stand-in compilers, which refuses a cell whose build would fail or miss an arch)")
-    p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date")
-    p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from RAM and cores)")
-    p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
+    _add_compile_args(p)
     p.add_argument("--ca-bundle", help="CA bundle for a local fallback build")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     _add_common(p)
@@ -232,8 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lock", help="pin every base image of a matrix to its registry digest", description=(
         "Resolve the base image of every buildable cell to the digest its registry serves now and write the lock"
         " file; render, bake, build and pull then use FROM image@sha256:..., so a moved tag cannot change a build."))
-    p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
-    _add_cell_args(p, many=True)
+    _add_matrix_args(p)
     _add_common(p)
 
     ci.add_parser(sub)

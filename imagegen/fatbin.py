@@ -130,17 +130,22 @@ def _next_container(fh: BinaryIO, pos: int, end: int) -> int:
     return end
 
 
+def _read_exact(fh: BinaryIO, pos: int, size: int, end: int) -> bytes | None:
+    """``size`` bytes at ``pos``, or None where they would pass ``end`` or the file is shorter."""
+    if pos + size > end:
+        return None
+    fh.seek(pos)
+    data = fh.read(size)
+    return data if len(data) == size else None
+
+
 def fatbin_entries_at(fh: BinaryIO, start: int, size: int) -> list[FatbinEntry]:
     """The entries of the fatbin containers in ``fh[start:start+size]``, read header by header (a
     PTX entry's first PTX_HEAD bytes for its variant): memory stays small whatever the size."""
     entries: list[FatbinEntry] = []
     end = start + size
     pos = start
-    while pos + 16 <= end:
-        fh.seek(pos)
-        head = fh.read(16)
-        if len(head) < 16:
-            break
+    while (head := _read_exact(fh, pos, 16, end)) is not None:
         magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", head)
         if magic != FATBIN_MAGIC:
             # Containers are aligned; skip padding (or garbage) to the next one.
@@ -148,11 +153,7 @@ def fatbin_entries_at(fh: BinaryIO, start: int, size: int) -> list[FatbinEntry]:
             continue
         cend = min(pos + header_size + fat_size, end)
         epos = pos + header_size
-        while epos + 64 <= cend:
-            fh.seek(epos)
-            eh = fh.read(64)
-            if len(eh) < 64:
-                break
+        while (eh := _read_exact(fh, epos, 64, cend)) is not None:
             kind, _u1, eh_size, padded = struct.unpack_from("<HHIQ", eh)
             if kind not in (KIND_PTX, KIND_ELF) or eh_size < 64:
                 break

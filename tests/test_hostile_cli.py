@@ -584,12 +584,18 @@ def world(tmp_path_factory):
     (root / "loop").symlink_to(root / "loop")
     (root / "dir").mkdir()
     (root / "binary").write_bytes(bytes(range(256)) * 64)
-    (root / "passwd-link").symlink_to("/etc/passwd")
+    # A stand-in for /etc/passwd: output flags write through symlinks (as users expect), so a link to
+    # the real file would let a fuzz case running as root overwrite it.
+    (root / "decoy").mkdir()
+    (root / "decoy" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (root / "passwd-link").symlink_to(root / "decoy" / "passwd")
+    # Cases run in a folder this deep, so that "../../../../etc/passwd" stays inside the world too.
+    (root / "deep" / "a" / "b" / "c" / "d").mkdir(parents=True)
     wheel = _wheel(root / "dir", _elf({".text": b"\x90"}))
     bake_file = root / "docker-bake.hcl"
     shutil.copy(ROOT / "docker-bake.hcl", bake_file)
     paths = {"FIFO": root / "fifo", "LOOP": root / "loop", "DIR": root / "dir", "BINARY": root / "binary",
-             "PASSWD_LINK": root / "passwd-link"}
+             "PASSWD_LINK": root / "passwd-link", "DEEP": root / "deep" / "a" / "b" / "c" / "d"}
     base = {}
     with tempfile.TemporaryDirectory() as sandbox, _stubs(), _cwd(Path(sandbox)):
         base["dockerfile"] = _instructions(run("render", "sage", "--arch", "9.0")[1])
@@ -651,6 +657,14 @@ def _value(world: dict, raw: str) -> str:
     return raw
 
 
+def _host_files() -> dict[str, bytes]:
+    """The host files a careless case could reach as root: none may change."""
+    import hashlib
+
+    return {f: hashlib.sha256(Path(f).read_bytes()).digest() for f in ("/etc/passwd", "/etc/group", "/etc/hosts")
+            if os.path.isfile(f)}
+
+
 def _drive(world: dict, command: tuple[str, ...], option: str, how: str, value: str) -> None:
     """Run one hostile case and check the contract."""
     shell = command[1] if command[0] == "render" and len(command) == 2 else None
@@ -668,7 +682,8 @@ def _drive(world: dict, command: tuple[str, ...], option: str, how: str, value: 
         argv = base + [f"{option}={value}"]
     before = {p.name for p in ROOT.iterdir()} | {f"tests/{p.name}" for p in (ROOT / "tests").iterdir()}
     outside = sorted(p.name for p in world["root"].iterdir())
-    with tempfile.TemporaryDirectory(prefix="imagegen-fuzz-") as sandbox:
+    host_files = _host_files()
+    with tempfile.TemporaryDirectory(prefix="imagegen-fuzz-", dir=world["paths"]["DEEP"]) as sandbox:
         if command == ("ci", "github"):
             shutil.copy(world["bake_file"], sandbox)
         old = signal.signal(signal.SIGALRM, _alarm)
@@ -691,7 +706,12 @@ def _drive(world: dict, command: tuple[str, ...], option: str, how: str, value: 
         else:
             _check_rendered(world, command, shell, argv, out, Path(sandbox))
         assert {p.name for p in ROOT.iterdir()} | {f"tests/{p.name}" for p in (ROOT / "tests").iterdir()} <= before, what
-        assert sorted(p.name for p in world["root"].iterdir()) == outside, what
+        assert _host_files() == host_files, f"a host file changed: {what}"
+        made = sorted(set(p.name for p in world["root"].iterdir()) - set(outside))
+        if command[0] == "render" and code == 0 and made == ["imagegen-scripts"]:
+            shutil.rmtree(world["root"] / "imagegen-scripts")  # render -o writes the scripts beside the file
+            made = []
+        assert not made and sorted(p.name for p in world["root"].iterdir()) == outside, what
         assert stat.S_ISFIFO(os.lstat(world["paths"]["FIFO"]).st_mode) and world["paths"]["LOOP"].is_symlink()
         assert stat.S_ISCHR(os.stat("/dev/null").st_mode), what
         assert not list(Path(sandbox).rglob("pwned*")), what
