@@ -45,11 +45,10 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
 
-# imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's stand-in
-# compilers beside it), from the named build context imagegen-scripts, and the toolchain this cell
-# needs: torch, CUDA and Python only (no recipe and no arch in it).
+# The toolchain this cell needs (torch, CUDA and Python only: no recipe and no arch in it) and the
+# small script that installs it, from the named build context imagegen-scripts.
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
+COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
 {"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv"}
 IMAGEGEN_TOOLCHAIN_JSON
@@ -60,7 +59,12 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
     --mount=type=secret,id=netrc \
-    /usr/bin/python3.12 /imagegen/imagegen_build.py --cell /imagegen/toolchain.json toolchain
+    /usr/bin/python3.12 /imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json
+
+# imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's
+# stand-in compilers beside it).
+# hadolint ignore=DL3022
+COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
 
 # This cell's inputs (no arch in them: an arch change keeps these layers).
 COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
@@ -118,7 +122,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="eafdf0480580f16f"
+      io.imagegen.inputs="5fcac3769f00d5fa"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -9,9 +9,12 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
   bash scripts/install-engine.sh
   bash scripts/install-registry.sh
-  # ccache for the native ccache test (the images install their own)
-  command -v ccache > /dev/null || apt-get install -y -q --no-install-recommends ccache > /dev/null 2>&1 \
-    || { apt-get update -q > /dev/null && apt-get install -y -q --no-install-recommends ccache > /dev/null; }
+  # ccache for the native ccache test (the images install their own); ip (iproute2) for the second
+  # dockerd of the --builder test (its own bridge)
+  for tool in ccache:ccache ip:iproute2; do
+    command -v "${tool%%:*}" > /dev/null || apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null 2>&1 \
+      || { apt-get update -q > /dev/null && apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null; }
+  done
   bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm
 else
   echo "test.sh: not root, so no Docker engine is installed here; the engine tests need one" >&2

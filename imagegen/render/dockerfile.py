@@ -78,19 +78,29 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def _builder_resource(name: str) -> str:
+    return (resources.files("imagegen") / "resources" / "builder" / name).read_text(encoding="utf-8")
+
+
 def builder_script() -> str:
-    return (resources.files("imagegen") / "resources" / "builder" / "imagegen_build.py").read_text(encoding="utf-8")
+    return _builder_resource("imagegen_build.py")
+
+
+def toolchain_script() -> str:
+    """The toolchain step (venv, torch, PyPI CUDA) and what every step shares, shipped beside
+    builder_script() (imagegen_toolchain.py), which imports it; the torch layer depends on it alone."""
+    return _builder_resource("imagegen_toolchain.py")
 
 
 def audit_script() -> str:
     """The gencode audit's stand-in compilers, shipped beside builder_script() (imagegen_audit.py)."""
-    return (resources.files("imagegen") / "resources" / "builder" / "imagegen_audit.py").read_text(encoding="utf-8")
+    return _builder_resource("imagegen_audit.py")
 
 
 def rules_script() -> str:
     """The arch and job-sizing rules imagegen plans with, shipped beside builder_script()
     (imagegen_rules.py), which imports them."""
-    return (resources.files("imagegen") / "resources" / "builder" / "imagegen_rules.py").read_text(encoding="utf-8")
+    return _builder_resource("imagegen_rules.py")
 
 
 # The named build context that brings builder_files() into a build (bake definitions name it; a
@@ -113,8 +123,8 @@ def write_scripts(folder: Path) -> list[Path]:
 def builder_files() -> dict[str, str]:
     """Every file the in-build script needs beside it, by name (a native build writes them into its
     work folder; a Dockerfile carries them)."""
-    return {"imagegen_build.py": builder_script(), "imagegen_rules.py": rules_script(),
-            "imagegen_audit.py": audit_script()}
+    return {"imagegen_build.py": builder_script(), "imagegen_toolchain.py": toolchain_script(),
+            "imagegen_rules.py": rules_script(), "imagegen_audit.py": audit_script()}
 
 
 @dataclass(frozen=True)
@@ -207,7 +217,7 @@ def inputs_hash(cell: Cell, doc: dict) -> str:
     for a local source tree its content (a git source is pinned by its revision in the document)."""
     assert cell.base is not None
     inputs = {"cell": doc, "archs": str(cell.archs), "base": cell.base.ref,
-              "script": hashlib.sha256((builder_script() + rules_script()).encode()).hexdigest()}
+              "script": hashlib.sha256((builder_script() + toolchain_script() + rules_script()).encode()).hexdigest()}
     if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
         inputs["source_tree"] = tree_digest(cell.recipe.source_path)
     payload = json.dumps(inputs, sort_keys=True)

@@ -46,11 +46,10 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make
 
-# imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's stand-in
-# compilers beside it), from the named build context imagegen-scripts, and the toolchain this cell
-# needs: torch, CUDA and Python only (no recipe and no arch in it).
+# The toolchain this cell needs (torch, CUDA and Python only: no recipe and no arch in it) and the
+# small script that installs it, from the named build context imagegen-scripts.
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
+COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
 {"base_python":"python3.11","cuda_home":"/opt/imagegen/cuda","schema":1,"toolkit":{"extras":["nvcc","crt","cccl","cudart","nvvm"],"home":"/opt/imagegen/cuda","kind":"pypi","version":"13.0.2"},"torch":{"cuda":"cu130","cuda_dotted":"13.0","index_url":null,"version":"2.11.0"},"venv":"/opt/imagegen/venv"}
 IMAGEGEN_TOOLCHAIN_JSON
@@ -61,7 +60,12 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
     --mount=type=secret,id=netrc \
-    python3.11 /imagegen/imagegen_build.py --cell /imagegen/toolchain.json toolchain
+    python3.11 /imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json
+
+# imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's
+# stand-in compilers beside it).
+# hadolint ignore=DL3022
+COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
 
 # This cell's inputs (no arch in them: an arch change keeps these layers).
 COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
@@ -119,7 +123,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=pip_cert \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0+PTX" \
-      io.imagegen.inputs="217638dbb8daee39"
+      io.imagegen.inputs="e8b8f71fee83d1e0"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -77,12 +77,16 @@ def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv,
 
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose-build"])
 def test_native_compile_error_is_shown_and_kept(torch_venv, tmp_path, verbose):
+    (tmp_path / "tmp").mkdir()
     # pip runs without -v by default (its verbose console logging slows chatty builds down): the
     # compiler's error must still reach the user, and the build log, when the build fails.
     proc = sh(IMAGEGEN, "build", "--native", "--source", ROOT / "tests" / "fixtures" / "broken_kernel", "--arch", "8.0",
               "--python-exe", torch_venv / "bin" / "python", "--out", tmp_path / "o", "--work", tmp_path / "work",
-              *(["--verbose-build"] if verbose else []), env={"CUDA_HOME": host_cuda_home()})
+              *(["--verbose-build"] if verbose else []), env={"CUDA_HOME": host_cuda_home(), "TMPDIR": str(tmp_path / "tmp")})
     assert proc.returncode == 5, proc.stderr[-3000:]
+    # A failed build leaves nothing in the temporary folder: nvcc's tmpxft_* files went into the
+    # build's work folder, which is removed (the log says why it failed).
+    assert not list((tmp_path / "tmp").iterdir()), list((tmp_path / "tmp").iterdir())
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("imagegen: error: ") and "the build step failed" in last and "build.log" in last
     error = "broken.cu(4): error: expected a declaration"

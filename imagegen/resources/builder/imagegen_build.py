@@ -153,92 +153,18 @@ import zipfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import imagegen_rules as rules  # noqa: E402
 
-SECRETS = "/run/secrets"
-# Secret id -> environment variables that point at it. The CA bundle (corporate proxies) and index
-# credentials come in as BuildKit secrets: mounted for one RUN, never in a layer or the history.
-CA_VARS = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
-
-
-def log(msg):
-    print("[imagegen] " + msg, flush=True)
-
-
-def fail(msg, code=1):
-    print("[imagegen] error: " + msg, file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def load_cell(path):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def secret_env(env):
-    """Point pip/git/requests at the secrets mounted for this step, if any."""
-    env = dict(env)
-    ca = os.path.join(SECRETS, "pip_cert")
-    if os.path.isfile(ca) and os.path.getsize(ca) > 0:
-        for var in CA_VARS:
-            env[var] = ca
-    for sid, var in (("pip_index_url", "PIP_INDEX_URL"), ("pip_extra_index_url", "PIP_EXTRA_INDEX_URL")):
-        p = os.path.join(SECRETS, sid)
-        if os.path.isfile(p):
-            with open(p, encoding="utf-8") as fh:
-                env[var] = fh.read().strip()
-    netrc = os.path.join(SECRETS, "netrc")
-    if os.path.isfile(netrc):
-        env["NETRC"] = netrc
-    return env
-
-
-def run(cmd, env=None, cwd=None, log_file=None):
-    log("$ " + " ".join(cmd))
-    if log_file is None:
-        rc = subprocess.call(cmd, env=env, cwd=cwd)
-    else:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for line in proc.stdout:
-            sys.stdout.buffer.write(line)
-            sys.stdout.flush()
-            log_file.write(line)
-        rc = proc.wait()
-    if rc != 0:
-        fail("command failed with exit code %d: %s" % (rc, " ".join(cmd)), rc)
-
-
-# ------------------------------------------------------------------------------------------------
-# deps
-
-
-def venv_python(cell):
-    """The interpreter that builds: the builder venv in an image, the host's Python natively."""
-    if not cell.get("venv"):
-        return cell["base_python"]
-    return os.path.join(cell["venv"], "bin", "python")
-
-
-def cmd_toolchain(cell, args):
-    """The venv with exactly the torch asked for (and the CUDA toolkit from PyPI, where the flavor
-    takes it from there). The heavy layer (several GB): it reads only the toolchain document (torch,
-    CUDA, Python), so every recipe's builder for the same torch x CUDA x Python shares it."""
-    env = secret_env(os.environ)
-    venv = cell["venv"]
-    if not os.path.exists(venv_python(cell)):
-        run([cell["base_python"], "-m", "venv", venv], env=env)
-    py = venv_python(cell)
-    pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
-    run(pip + ["--upgrade", "pip"], env=env)
-    torch = cell["torch"]
-    spec = ["torch==" + torch["version"]]
-    if torch.get("index_url"):
-        spec += ["--index-url", torch["index_url"]]
-    run(pip + spec, env=env)
-    tk = cell.get("toolkit") or {}
-    if tk.get("kind") == "pypi":
-        extras = ",".join(tk["extras"])
-        run(pip + ["cuda-toolkit[%s]==%s" % (extras, tk["version"])], env=env)
-        assemble_cuda_home(py, tk["home"])
-    check_torch(cell, py)
+# The toolchain step and what every step shares (log, fail, run, the secrets, the venv's torch)
+# live in imagegen_toolchain.py: the layer that installs torch depends on that small file alone.
+from imagegen_toolchain import (  # noqa: E402
+    check_torch,
+    cmd_toolchain,
+    fail,
+    load_cell,
+    log,
+    run,
+    secret_env,
+    venv_python,
+)
 
 
 def cmd_deps(cell, args):
@@ -253,48 +179,6 @@ def cmd_deps(cell, args):
         run([py, "-m", "pip", "install", "--disable-pip-version-check"] + list(cell["build_requires"]) + [pin],
             env=env)
     check_torch(cell, py)
-
-
-def assemble_cuda_home(py, home):
-    """Merge the nvidia/* PyPI wheel trees into one CUDA_HOME (bin, include, lib, lib64, nvvm)."""
-    out = subprocess.check_output([py, "-c", "import nvidia; print(list(nvidia.__path__)[0])"])
-    root = out.decode().strip()
-    os.makedirs(home, exist_ok=True)
-    for name in sorted(os.listdir(root)):
-        part = os.path.join(root, name)
-        if not os.path.isdir(part) or not os.path.isdir(os.path.join(part, "include")) and not os.path.isdir(os.path.join(part, "bin")):
-            continue
-        for sub in ("bin", "include", "lib", "nvvm"):
-            src = os.path.join(part, sub)
-            if os.path.isdir(src):
-                shutil.copytree(src, os.path.join(home, sub), symlinks=True, dirs_exist_ok=True)
-    lib = os.path.join(home, "lib")
-    os.makedirs(lib, exist_ok=True)
-    # The wheels ship only versioned libraries; the linker wants the plain names.
-    for f in sorted(os.listdir(lib)):
-        m = re.match(r"(lib[\w+-]+\.so)\.\d+$", f)
-        if m and not os.path.exists(os.path.join(lib, m.group(1))):
-            os.symlink(f, os.path.join(lib, m.group(1)))
-    if not os.path.exists(os.path.join(home, "lib64")):
-        os.symlink("lib", os.path.join(home, "lib64"))
-    nvcc = os.path.join(home, "bin", "nvcc")
-    if not os.path.exists(nvcc):
-        fail("the PyPI CUDA toolkit has no nvcc at %s" % nvcc)
-    run([nvcc, "--version"])
-
-
-def check_torch(cell, py):
-    """Fail unless the venv's torch is exactly the release and CUDA variant the cell asked for."""
-    if cell.get("torch_checked"):
-        return  # a native build: imagegen checked the host's torch before it started
-    want = cell["torch"]
-    code = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
-    got_version, got_cuda = json.loads(subprocess.check_output([py, "-c", code]).decode().strip().splitlines()[-1])
-    base = got_version.split("+")[0]
-    if base != want["version"] or (got_cuda or "") != want["cuda_dotted"]:
-        fail("torch %s (CUDA %s) is installed, but the cell asks for torch %s with CUDA %s: check the torch index URL"
-             % (got_version, got_cuda, want["version"], want["cuda_dotted"]))
-    log("torch %s (CUDA %s) as asked" % (got_version, got_cuda))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -680,6 +564,10 @@ def cmd_build(cell, args):
         os.makedirs(work)
     else:
         work = tempfile.mkdtemp(prefix="imagegen-work-")
+    # nvcc's temporary files (tmpxft_*) in the work folder, not /tmp: a build that is stopped (a
+    # compiler error, a signal) leaves none behind on the host.
+    env["TMPDIR"] = os.path.join(work, "tmp")
+    os.makedirs(env["TMPDIR"])
     stats_log = use_ccache(env, work, py, relative_paths=not cell.get("work_dir"))
     guard = guard_nvcc(env, cell["log_dir"], work)
     src = os.path.join(work, "src")
@@ -695,6 +583,7 @@ def cmd_build(cell, args):
     if result["error"]:
         with open(os.path.join(cell["log_dir"], "failure.json"), "w", encoding="utf-8") as fh:
             json.dump(dict(result, log=log_path), fh)
+        shutil.rmtree(work, ignore_errors=True)  # the log says why; the copied tree is not needed
         fail("%s (%s; log: %s)" % (result["error"], result["how"], log_path), result["rc"] or 1)
     log("pip wheel took %.1f s" % (time.time() - started))
     wheels = [f for f in os.listdir(dist) if f.endswith(".whl")]
@@ -792,7 +681,13 @@ def guard_nvcc(env, log_dir, work):
 
 def _first_error(data):
     m = re.search(_COMPILER_ERROR, data)
-    return m.group(0).strip().decode("utf-8", "replace") if m else None
+    return _without_temp_folders(m.group(0).strip().decode("utf-8", "replace")) if m else None
+
+
+def _without_temp_folders(line):
+    """nvcc's temporary files are gone by the time anyone reads an error: their name is enough, and
+    the one-line error keeps room for the log's path."""
+    return re.sub(r"(?<!\S)/\S*/(tmpxft_)", r"\1", line)
 
 
 def supervise(cmd, env, log_file, guard):
@@ -856,7 +751,7 @@ def supervise(cmd, env, log_file, guard):
             error_at = time.time()
             with open(marker, "rb") as fh:
                 text = fh.read()
-            error = text.decode("utf-8", "replace").splitlines()[0].strip()
+            error = _without_temp_folders(text.decode("utf-8", "replace").splitlines()[0].strip())
             how = "nvcc failed, so the build was stopped"
         elif stream_error:
             error, error_at = stream_error[0]

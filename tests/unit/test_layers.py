@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "imagegen"
+PACKAGE = Path(__file__).resolve().parents[2] / "imagegen"
 
 FOLDER_STEP = {
     "model": 1,       # inputs as data and the rules over them (arch, compat, recipes, jobs)

@@ -19,7 +19,7 @@ from imagegen.model.source_tree import recipe_from_source_tree
 from imagegen.plan import choose_cell
 from imagegen.render.dockerfile import builder_files, builder_script, render_dockerfile
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent.parent  # tests/
 GOLDEN = HERE / "golden"
 FIXTURE = HERE / "fixtures" / "tiny_kernel"
 FLAVORS = compat.container_flavors()  # from base_images.yaml
@@ -74,7 +74,7 @@ def check_structure(text: str, cell) -> None:
     # ARGs: the arch and job ARGs come after the dependency and source layers.
     arg_pos = {c.value[0].split("=")[0]: i for i, (n, c) in enumerate(cmds) if n == "ARG"}
     runs = [i for i, (n, c) in enumerate(cmds) if n == "RUN"]
-    toolchain = next(i for i in runs if cmds[i][1].value[0].endswith(" toolchain"))
+    toolchain = next(i for i in runs if "imagegen_toolchain.py" in cmds[i][1].value[0])
     deps = next(i for i in runs if cmds[i][1].value[0].endswith(" deps"))
     assert toolchain < deps
     fetch = next(i for i in runs if "fetch" in cmds[i][1].value[0])
@@ -94,9 +94,11 @@ def check_structure(text: str, cell) -> None:
     # The build steps come from the named context imagegen-scripts (not pasted into the file); the
     # cell is one JSON line in a heredoc.
     copies = [c for n, c in cmds if n == "COPY" and "--from=imagegen-scripts" in c.flags]
-    assert len(copies) == 1 and copies[0].value == ("imagegen_build.py", "imagegen_rules.py", "imagegen_audit.py",
-                                                    "/imagegen/")
-    assert set(builder_files()) == set(copies[0].value[:-1])
+    # First the toolchain script alone (the torch layer depends on it and nothing else), then the rest.
+    assert len(copies) == 2 and copies[0].value == ("imagegen_toolchain.py", "/imagegen/")
+    assert copies[1].value == ("imagegen_build.py", "imagegen_rules.py", "imagegen_audit.py", "/imagegen/")
+    assert set(builder_files()) == set(copies[0].value[:-1] + copies[1].value[:-1])
+    assert copies[0].start_line < cmds[toolchain][1].start_line < copies[1].start_line
     assert builder_script().splitlines()[5] not in text  # no script line is in the Dockerfile itself
     heredocs = {c.value[-1]: c.heredocs[0].content for _, c in cmds if c.heredocs}
     # The toolchain document (torch/CUDA/Python: the shared heavy layer) first, then the cell's.
@@ -217,7 +219,7 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
     its own copy of it): they get their own RUN after it, and the base's package list stays the same."""
     from imagegen.model.recipe_file import load_recipe_file
     from imagegen.plan import make_cell
-    from tests.test_recipes import GOOD, write
+    from tests.unit.test_recipes import GOOD, write
 
     text = GOOD.replace("build:\n", "build:\n  system_requires: [libaio-dev, make]\n")
     assert text != GOOD
@@ -227,7 +229,7 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
     rendered = render_dockerfile(cell).dockerfile
     cmds = instructions(rendered)
     runs = [(i, c.value[0]) for i, (n, c) in enumerate(cmds) if n == "RUN"]
-    toolchain = next(i for i, v in runs if v.endswith(" toolchain"))
+    toolchain = next(i for i, v in runs if "imagegen_toolchain.py" in v)
     deps = next(i for i, v in runs if v.endswith(" deps"))
     installs = [(i, v) for i, v in runs if "libaio-dev" in v]
     assert len(installs) == 1 and toolchain < installs[0][0] < deps

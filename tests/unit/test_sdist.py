@@ -29,7 +29,7 @@ from imagegen.model.recipe_file import load_recipe_file
 from imagegen.model.recipes import fetched_from
 from imagegen.render.dockerfile import builder_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--flavor", "pypi", "--arch", "8.0;9.0"]
 
 

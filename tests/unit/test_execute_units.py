@@ -29,12 +29,12 @@ from imagegen.plan import make_cell
 from imagegen.render.dockerfile import builder_script
 from imagegen.verify import VerifyError, verify_wheel
 
-WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
+WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 
 
 def builder_module():
     spec = importlib.util.spec_from_file_location("imagegen_build",
-                                                  Path(__file__).parent.parent / "imagegen/resources/builder/imagegen_build.py")
+                                                  Path(__file__).resolve().parents[2] / "imagegen/resources/builder/imagegen_build.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -322,7 +322,7 @@ def test_retag_copies_compressed_entries_as_they_are_and_pip_installs_the_result
 
 
 def test_so_summary_lists_repeated_entries_once():
-    # More in tests/test_verify.py (counts where they differ, archs not requested).
+    # More in tests/unit/test_verify.py (counts where they differ, archs not requested).
     from imagegen.fatbin import FatbinEntry
     from imagegen.verify import SoReport
 

@@ -24,7 +24,7 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
 
-WHEEL = next((Path(__file__).parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
+WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 
 
 def _cell(archs: str):
@@ -126,7 +126,7 @@ def _signal_ends_the_tree(sig: int, tmp_path: Path) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(marker=marker))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).parent.parent)
+                            cwd=Path(__file__).resolve().parents[2])
     try:
         assert _wait_for(lambda: len(_sleepers(marker)) == 2, 20), "the grandchildren did not start"
         os.kill(proc.pid, sig)  # to imagegen alone, as a CI runner or supervisor sends it

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from imagegen import __version__
 from imagegen.cli import main
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny_kernel"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "tiny_kernel"
 
 
 def run(*argv: str) -> tuple[int, str, str]:

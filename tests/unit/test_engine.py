@@ -18,7 +18,7 @@ from imagegen import engine
 from imagegen.cli import main
 from imagegen.errors import EngineError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fake_docker(folder: Path, body: str) -> Path:

@@ -21,7 +21,7 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
 
-SCRIPT = Path(__file__).resolve().parent.parent / "imagegen" / "resources" / "builder" / "imagegen_build.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder" / "imagegen_build.py"
 
 
 def builder_module():

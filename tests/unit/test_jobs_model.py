@@ -18,7 +18,7 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
 
 

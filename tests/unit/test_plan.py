@@ -165,7 +165,7 @@ def test_every_arch_beyond_nvcc_is_reported_once_not_crashed():
 
     from imagegen.model.source_tree import recipe_from_source_tree
 
-    r = recipe_from_source_tree(Path(__file__).parent / "fixtures" / "tiny_kernel")
+    r = recipe_from_source_tree(Path(__file__).parent.parent / "fixtures" / "tiny_kernel")
     c = make_cell(r, r.version(None), "2.11", "13.0", "3.11", parse_arch_list("7.0"), "pypi")
     assert c.status == REJECTED and c.problems[0].startswith("sm_70 was dropped in CUDA 13.0")
 

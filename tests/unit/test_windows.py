@@ -11,9 +11,9 @@ from imagegen.errors import UnsafeValueError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.render.windows import render_script
-from tests.test_cli import run
+from tests.unit.test_cli import run
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 SEED_002 = ["render", "flash-attn", "--arch", "8.0;120", "--src-dir", r"D:\omni\flash-attention",
             "--python-exe", r"..\.venv\Scripts\python.exe"]
 

@@ -159,8 +159,8 @@ def _cell_doc(cmds) -> dict:
 
 def _up_to_toolchain(text: str) -> str:
     """The Dockerfile up to and including the RUN that installs the toolchain (torch, CUDA)."""
-    end = text.index(" toolchain\n", text.index("imagegen_build.py --cell /imagegen/toolchain.json"))
-    return text[text.index("FROM ${BASE_IMAGE}"):end]
+    run = "/imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json\n"
+    return text[text.index("FROM ${BASE_IMAGE}"):text.index(run) + len(run)]
 
 
 def test_every_recipe_shares_the_toolchain_layer_of_its_torch_cuda_and_python():
@@ -231,7 +231,7 @@ def test_hostile_base_image_is_refused():
 
 
 def test_local_source_tree_becomes_a_recipe():
-    fixture = Path(__file__).parent / "fixtures" / "tiny_kernel"
+    fixture = Path(__file__).parent.parent / "fixtures" / "tiny_kernel"
     r = recipe_from_source_tree(fixture)
     assert r.name == "tiny-kernel" and r.default_version == "0.1.0" and r.source_kind == "local"
     assert r.smoke.imports == ("tiny_kernel",)

@@ -16,7 +16,7 @@ from packaging.version import Version
 from imagegen.audit import AuditReport, judge
 from imagegen.model.arch_parse import parse_arch_list
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "imagegen" / "resources" / "builder"
 sys.path.insert(0, str(BUILDER))
 import imagegen_audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)

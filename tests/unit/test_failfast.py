@@ -16,7 +16,7 @@ import pytest
 
 from imagegen.executors.bake_log import TargetLogs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "imagegen" / "resources" / "builder" / "imagegen_build.py"
 
 
@@ -287,3 +287,14 @@ def test_cached_compile_step_says_nothing(tmp_path):
 ])
 def test_compiler_error_pattern(line, expected):
     assert (B._first_error(line + b"\n") is not None) == expected
+
+
+def test_the_first_error_names_nvccs_temporary_file_without_its_folder():
+    # The folder is the build's work folder, removed once the build failed; the one-line error needs
+    # the room for the log's path.
+    line = (b"ptxas /tmp/t/imagegen-work-x1/tmp/tmpxft_0000a1b2_00000000-6_k.ptx, line 20; error   : Instruction"
+            b" 'wgmma.fence' not supported on .target 'sm_80'\n")
+    assert B._first_error(line) == ("ptxas tmpxft_0000a1b2_00000000-6_k.ptx, line 20; error   : Instruction"
+                                    " 'wgmma.fence' not supported on .target 'sm_80'")
+    assert B._first_error(b"/src/csrc/a.cu(4): error: expected a declaration\n") == \
+        "/src/csrc/a.cu(4): error: expected a declaration"

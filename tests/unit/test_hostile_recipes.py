@@ -30,6 +30,7 @@ from imagegen.errors import RecipeError, UnsafeValueError, printable
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipe_file import load_recipe_file
 from imagegen.model.recipe_reader import MAX_RECIPE_BYTES
+from imagegen.render.dockerfile import builder_files
 
 IMAGEGEN = Path(sys.executable).parent / "imagegen"
 CELL = ["--arch", "9.0", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--flavor", "cuda"]
@@ -75,7 +76,7 @@ def _alarm(signum, frame):
 
 
 def run(*argv: str, limit: float = 10.0) -> tuple[int, str, str]:
-    """The real CLI in this process (as tests/test_cli.py runs it), stopped if it takes over ``limit`` s."""
+    """The real CLI in this process (as tests/unit/test_cli.py runs it), stopped if it takes over ``limit`` s."""
     out, err = io.StringIO(), io.StringIO()
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, limit)
@@ -630,8 +631,8 @@ def test_fuzz_hostile_recipe_directories(case):
         after = _snapshot(root)
         written = {k for k in after if k not in before or after[k] != before[k]}
         # render -o writes the Dockerfile and imagegen's own scripts beside it, nothing else
-        assert written <= {"out/Dockerfile", "out/imagegen-scripts", "out/imagegen-scripts/imagegen_build.py",
-                           "out/imagegen-scripts/imagegen_rules.py", "out/imagegen-scripts/imagegen_audit.py"}, written
+        assert written <= {"out/Dockerfile", "out/imagegen-scripts", *(f"out/imagegen-scripts/{name}" for name in
+                                                                       builder_files())}, written
         for (code, out, err), command in zip(results, ("plan", "render")):
             assert "Traceback" not in err and "internal error" not in err, err[-2000:]
             if code != 0:

@@ -25,7 +25,7 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import choose_cell
 from imagegen.render.dockerfile import builder_script, cell_document
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "imagegen" / "resources" / "builder"
 
 

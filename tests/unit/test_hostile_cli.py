@@ -41,7 +41,7 @@ from imagegen.plan import MatrixRequest, expand
 from imagegen.publish import push
 from imagegen.render import bake as B
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HAS_BUILDX = shutil.which("docker") is not None and subprocess.run(
     ["docker", "buildx", "version"], capture_output=True).returncode == 0
 needs_buildx = pytest.mark.skipif(not HAS_BUILDX, reason="docker buildx not installed")
