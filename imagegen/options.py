@@ -6,10 +6,13 @@ decides which of the three wins."""
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagegen.config import Config
+from imagegen.errors import UsageError
+from imagegen.model import compat
 from imagegen.plan import defaults
 
 
@@ -39,20 +42,43 @@ def _flag(args: argparse.Namespace, name: str):
     return getattr(args, name, None)
 
 
-def _many(value) -> tuple[str, ...]:
+# Inside one --torch/--cuda/--python value, as users type lists: "2.8 2.9", "2.8,2.9", "3.11, 3.12".
+_LIST_SEP = re.compile(r"[\s,]+")
+
+
+def _many(value, flag: str) -> tuple[str, ...]:
+    """A flag's values: repeated flags, and lists inside one value. A flag that takes one value
+    (render's) refuses a list in one line."""
     if value is None:
         return ()
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    out: list[str] = []
+    for v in values:
+        parts = [part for part in _LIST_SEP.split(str(v).strip()) if part]
+        out.extend(parts or [str(v)])  # an empty value stays, for its parser to refuse
+    if not isinstance(value, (list, tuple)) and len(out) > 1:
+        raise UsageError(f"{flag} takes one value here, not a list ({', '.join(out[:4])}): this command builds"
+                         " one cell; plan, bake and build take lists")
+    return tuple(out)
 
 
 def _unique(values) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
+def flag_values(args: argparse.Namespace, name: str) -> tuple[str, ...]:
+    """What --torch, --cuda or --python were given as, one value each (lists split; Pythons in one
+    notation: 3.12, 312, py312 and cp312 are 3.12); empty when the flag was not given."""
+    values = _many(_flag(args, name), f"--{name}")
+    return tuple(compat.check_python(v) for v in values) if name == "python" else values
+
+
 def resolve(args: argparse.Namespace, config: Config) -> Options:
     d = defaults()
     m = config.matrix
-    torch, cuda, python, arch = (_many(_flag(args, k)) for k in ("torch", "cuda", "python", "arch"))
+    torch, cuda, python = (flag_values(args, k) for k in ("torch", "cuda", "python"))
+    arch = _flag(args, "arch")  # a list of archs is one value ("8.0 9.0"); several lists are several flags
+    arch = tuple(arch) if isinstance(arch, (list, tuple)) else (() if arch is None else (arch,))
     out = _flag(args, "out")
     return Options(
         config=config,
@@ -74,4 +100,4 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
     )
 
 
-__all__ = ["Options", "resolve"]
+__all__ = ["Options", "flag_values", "resolve"]

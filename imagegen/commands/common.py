@@ -228,9 +228,10 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
                                args.recipe_version, args.fetch)
     host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
-    for flag, wanted, have in (("--torch", args.torch, host.torch), ("--cuda", args.cuda, host.torch_cuda),
-                               ("--python", args.python, host.python)):
-        for w in wanted or []:
+    for flag, wanted, have in (("--torch", options.flag_values(args, "torch"), host.torch),
+                               ("--cuda", options.flag_values(args, "cuda"), host.torch_cuda),
+                               ("--python", options.flag_values(args, "python"), host.python)):
+        for w in wanted:
             if have is None or not (have == w or have.startswith(w + ".") or compat.cuda_variant(w).dotted == have
                                     if flag == "--cuda" else have == w or have.startswith(w + ".")):
                 raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"

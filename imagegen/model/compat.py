@@ -156,14 +156,16 @@ def cuda_variant(text: str) -> CudaVariant:
 
 
 def check_python(text: str) -> str:
-    t = str(text).strip()
-    if t.startswith("py"):
+    """``--python`` as users write it (3.12, 312, py312, cp312, 3.12.4) as ``3.12``."""
+    t = str(text).strip().lower()
+    if t.startswith(("py", "cp")):
         t = t[2:]
     if re.fullmatch(r"3\d{1,2}", t):
         t = f"3.{t[1:]}"
-    if not re.fullmatch(r"3\.\d{1,2}", t):
-        raise UsageError(f"--python {text!r} is not a CPython version like 3.12")
-    return t
+    m = re.fullmatch(r"(3\.\d{1,2})(?:\.\d{1,3})?", t)
+    if not m:
+        raise UsageError(f"--python {text!r} is not a CPython version like 3.12 (or 312, cp312)")
+    return m.group(1)
 
 
 def torch_index_url(series: TorchSeries, cuda: CudaVariant, override: str | None = None) -> str | None:

@@ -49,3 +49,37 @@ def test_flags_beat_the_config_file():
     # render's single-valued flags
     o = options.resolve(ns(torch="2.10", arch="12.0+PTX"), config)
     assert (o.torch_one, o.arch_configured) == ("2.10", "12.0+PTX")
+
+
+def test_lists_inside_one_flag_and_the_python_notations_users_type():
+    # A matrix flag (repeatable): lists inside one value, spaces or commas, beside repeated flags.
+    o = options.resolve(ns(torch=["2.8,2.9", "2.11"], cuda=["12.8 13.0"], python=["cp312", "311, py3.10"]), Config())
+    assert o.torch == ("2.8", "2.9", "2.11") and o.cuda == ("12.8", "13.0")
+    assert o.python == ("3.12", "3.11", "3.10")
+    assert options.resolve(ns(python=["3.12.4", "3.12"]), Config()).python == ("3.12",)
+    # A one-cell flag (render's, a plain value) refuses a list in one line instead of taking part of it.
+    import pytest
+
+    from imagegen.errors import UsageError
+
+    with pytest.raises(UsageError, match="--torch takes one value here"):
+        options.resolve(ns(torch="2.8,2.9"), Config())
+    assert options.resolve(ns(torch="2.8", python="cp312"), Config()).python_one == "3.12"
+    with pytest.raises(UsageError, match="not a CPython version"):
+        options.resolve(ns(python=["cp2"]), Config())
+    # The arch flag keeps its own notation: one value is one arch list, spaces and all.
+    assert options.resolve(ns(arch=["8.0 9.0", "12.0+PTX"]), Config()).archs == ("8.0 9.0", "12.0+PTX")
+
+
+def test_the_seed_notations_reach_a_plan_through_the_command_line():
+    from tests.unit.test_cli import run
+
+    code, out, err = run("plan", "sage", "--torch", "2.8,2.9", "--cuda", "12.8", "--python", "cp312", "--arch", "9.0",
+                         "--json")
+    assert code == 0, err
+    import json
+
+    cells = json.loads(out)["cells"]
+    assert sorted((c["torch"][:3], c["python"]) for c in cells) == [("2.8", "3.12"), ("2.9", "3.12")], cells
+    code, _, err = run("render", "sage", "--torch", "2.8 2.9", "--arch", "9.0")
+    assert code == 2 and err.count("\n") == 1 and "--torch takes one value here" in err
