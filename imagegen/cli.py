@@ -41,6 +41,8 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--torch", **kw, help="torch series or release: 2.8 or 2.8.0" + (" (repeatable)" if many else ""))
     p.add_argument("--cuda", **kw, help="CUDA variant: 12.8 or cu128" + (" (repeatable)" if many else ""))
     p.add_argument("--python", **kw, help="CPython version: 3.12" + (" (repeatable)" if many else ""))
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a package's own build"
+                   " variable, e.g. FLASH_ATTENTION_DISABLE_BACKWARD=TRUE (repeatable; the ones imagegen sets are refused)")
     p.add_argument("--flavor", choices=compat.container_flavors(), help="builder base-image family (default: runpod;"
                    " imagegen/resources/compat/base_images.yaml lists them)")
     p.add_argument("--base-image", help="use this base image instead of the flavor's catalogue image")

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import options
+from imagegen import options, safety
 from imagegen.config import Config, load_config
 from imagegen.errors import NothingToDoError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
-from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from
+from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree
 from imagegen.outputs import shown
 from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand
@@ -34,8 +34,25 @@ def catalogue(args: argparse.Namespace, config: Config) -> Catalogue:
     return load_catalogue(tuple(config.recipe_dirs) + tuple(args.recipe_dir))
 
 
+def user_env(args: argparse.Namespace) -> dict[str, str]:
+    """``--env KEY=VALUE`` (repeatable): a package's own variables for the build, checked like a
+    recipe's (a name, and printable text without quotes, $ or `: the value reaches Dockerfiles only
+    as JSON, but also the Windows scripts)."""
+    env: dict[str, str] = {}
+    for item in getattr(args, "env", None) or []:
+        name, sep, value = item.partition("=")
+        if not sep or not safety.ENV_NAME.fullmatch(name):
+            raise UsageError(f"--env {shown(item, 60)}: expected NAME=VALUE, NAME a variable name like NVCC_APPEND_FLAGS")
+        if not safety.ENV_VALUE.fullmatch(value):
+            raise UsageError(f"--env {name}: bad value {shown(value, 60)} (printable text, no quotes, $ or `)")
+        if env.get(name, value) != value:
+            raise UsageError(f"--env {name} is given twice with different values")
+        env[name] = value
+    return env
+
+
 def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None,
-             fetch: str | None = None) -> tuple[Recipe, RecipeVersion]:
+            fetch: str | None = None, env: dict[str, str] | None = None) -> tuple[Recipe, RecipeVersion]:
     if source is not None and name is not None:
         raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
     if source is not None:
@@ -46,7 +63,8 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         recipe = recipe_from_source_tree(Path(name))
     else:
         recipe = cat.get(name)
-    return fetched_from(recipe, recipe.version(wanted_version), fetch)
+    recipe, version = fetched_from(recipe, recipe.version(wanted_version), fetch)
+    return recipe, with_env(recipe, version, env or {})
 
 
 def lock(args: argparse.Namespace):
@@ -174,8 +192,9 @@ def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRe
     names = args.recipes or ([] if sources else list(opts.recipes) or cat.names())
     pairs, seen = [], set()
     # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
-    for recipe, version in [resolve(cat, n, None, args.recipe_version, args.fetch) for n in names] \
-            + [resolve(cat, None, source, None, args.fetch) for source in sources]:
+    env = user_env(args)
+    for recipe, version in [resolve(cat, n, None, args.recipe_version, args.fetch, env) for n in names] \
+            + [resolve(cat, None, source, None, args.fetch, env) for source in sources]:
         key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
         if key not in seen:
             seen.add(key)
@@ -225,7 +244,7 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     if len(args.arch or []) > 1:
         raise UsageError("--native takes one --arch list")
     recipe, version = resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
-                               args.recipe_version, args.fetch)
+                              args.recipe_version, args.fetch, user_env(args))
     host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
     for flag, wanted, have in (("--torch", options.flag_values(args, "torch"), host.torch),

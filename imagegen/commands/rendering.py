@@ -24,7 +24,8 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     _render_flags(args)
-    recipe, version = common.resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch)
+    recipe, version = common.resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch,
+                                     common.user_env(args))
     opts = options.resolve(args, config)
     archs = parse_arch_list(opts.arch_configured or defaults()["matrix"]["arch"])
     if args.shell:

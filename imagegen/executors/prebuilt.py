@@ -204,6 +204,13 @@ def container_args(cell: Cell) -> list[str]:
     return ["--init", "--name", f"imagegen-{cell.name[:80]}-{uuid.uuid4().hex[:8]}"]
 
 
+def env_args(cell: Cell) -> list[str]:
+    """The cell's build variables for `docker run`: the recipe's are in the image's cell document,
+    but --env ones may not be (the image was pushed without them); the container's environment
+    carries them all, and the build puts the document's on top of it."""
+    return [arg for name, value in sorted(cell.version.env.items()) for arg in ("-e", f"{name}={value}")]
+
+
 def _audit_in_image(cell: Cell, image: str, *, work: Path,
                     say: Say) -> "tuple[Verdict | None, CellResult | None]":
     """Run the image's audit step (the package's own build with stand-in compilers, seconds) for the
@@ -221,7 +228,7 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     # No --gpus: the audit compiles nothing and is told the archs (a host whose Docker cannot hand
     # out GPUs hears so from the compile step, once, with what to install).
     cmd = ["--rm", *container_args(cell), "-v", f"{stage}:/out",
-           "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", image, "audit", "--out", "/out/audit.json"]
+           "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", *env_args(cell), image, "audit", "--out", "/out/audit.json"]
     say(f"[{cell.name}] auditing in {image}: the package's own build with stand-in compilers")
     proc = engine.run_container(cmd, log_path)
     report_file = stage / "audit.json"
@@ -258,7 +265,8 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
     cmd = ["--rm", *container_args(cell), *gpu_args, "-v", f"{stage}:/out",
            "-v", f"{ccache_volume()}:/root/.cache/ccache",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
-           "-e", f"NVCC_THREADS={settings.nvcc_threads}", image, "build", "--out", "/out"]
+           "-e", f"NVCC_THREADS={settings.nvcc_threads}",
+           *env_args(cell), image, "build", "--out", "/out"]
     say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if '--gpus' in cmd else ''}")
     started = time.time()
     proc = engine.run_container(cmd, log_path)

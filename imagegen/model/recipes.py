@@ -249,6 +249,34 @@ def fetched_from(recipe: Recipe, version: RecipeVersion, fetch: str | None) -> t
             replace(version, ref=sdist.filename, commit=None))
 
 
+def with_env(recipe: Recipe, version: RecipeVersion, env: Mapping[str, str]) -> RecipeVersion:
+    """``version`` with the user's ``--env`` variables on top of the recipe's: a package's own
+    switches (FLASH_ATTENTION_DISABLE_BACKWARD=TRUE, NVCC_APPEND_FLAGS, ...). The variables imagegen
+    sets itself are refused, each with the flag that sets it: they would be overwritten or would
+    turn the build into something else (a download of a prebuilt wheel)."""
+    if not env:
+        return version
+    arch, jobs, threads = "use --arch", "use --max-jobs", "use --nvcc-threads"
+    owned = {"TORCH_CUDA_ARCH_LIST": arch, recipe.jobs_env: jobs, "NVCC_THREADS": threads}
+    if version.arch.env:
+        owned[version.arch.env] = arch
+    if recipe.threads_env:
+        owned[recipe.threads_env] = threads
+    if recipe.ext_parallel_env:
+        owned[recipe.ext_parallel_env] = jobs
+    for name in recipe.force_env:
+        owned[name] = "it forces a compile from source, which imagegen always does"
+    if recipe.local_version_env:
+        owned[recipe.local_version_env] = "it is the wheel's local version, which imagegen sets"
+    for name in env:
+        if name in owned:
+            raise RecipeError(f"--env {name}: imagegen sets {name} for {recipe.name}: {owned[name]}")
+        if name.startswith(("IMAGEGEN_", "PIP_")) or name in ("CUDA_HOME", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH"):
+            raise RecipeError(f"--env {name}: imagegen sets {name} itself for the build (the toolchain, the index,"
+                              " its own steps); give a package's own variables only")
+    return replace(version, env={**version.env, **env})
+
+
 # --------------------------------------------------------------------------------------------
 # Loading and validation
 

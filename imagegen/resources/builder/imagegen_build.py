@@ -155,16 +155,7 @@ import imagegen_rules as rules  # noqa: E402
 
 # The toolchain step and what every step shares (log, fail, run, the secrets, the venv's torch)
 # live in imagegen_toolchain.py: the layer that installs torch depends on that small file alone.
-from imagegen_toolchain import (  # noqa: E402
-    check_torch,
-    cmd_toolchain,
-    fail,
-    load_cell,
-    log,
-    run,
-    secret_env,
-    venv_python,
-)
+from imagegen_toolchain import check_torch, cmd_toolchain, fail, load_cell, log, run, secret_env, venv_python  # noqa: E402
 
 
 def cmd_deps(cell, args):

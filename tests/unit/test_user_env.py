@@ -1,0 +1,95 @@
+"""`--env NAME=VALUE`: a package's own build variables, passed to every way of building (the cell
+document of a rendered Dockerfile or bake file, a native build, a pulled builder image's `docker run`,
+the Windows scripts); the variables imagegen sets itself are refused, each with the flag that sets it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from imagegen.executors.prebuilt import env_args
+from imagegen.model.arch_parse import parse_arch_list
+from imagegen.model.catalogue import load_catalogue
+from imagegen.plan import make_cell
+from tests.unit.test_cli import run
+
+CELL = ["--torch", "2.9", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
+
+
+def cell_document(dockerfile: str) -> dict:
+    line = next(ln for ln in dockerfile.splitlines() if ln.startswith('{"base_python"') and '"source"' in ln)
+    return json.loads(line)
+
+
+def inputs_label(dockerfile: str) -> str:
+    return re.search(r'io\.imagegen\.inputs="([0-9a-f]+)"', dockerfile).group(1)
+
+
+def test_env_reaches_the_cell_document_and_the_inputs_hash():
+    code, plain, err = run("render", "fa2", *CELL)
+    assert code == 0, err
+    code, out, err = run("render", "fa2", *CELL, "--env", "FLASH_ATTENTION_DISABLE_BACKWARD=TRUE",
+                         "--env", "NVCC_APPEND_FLAGS=-lineinfo")
+    assert code == 0, err
+    env = cell_document(out)["env"]
+    assert env["FLASH_ATTENTION_DISABLE_BACKWARD"] == "TRUE" and env["NVCC_APPEND_FLAGS"] == "-lineinfo"
+    assert {k: v for k, v in env.items() if k not in ("FLASH_ATTENTION_DISABLE_BACKWARD", "NVCC_APPEND_FLAGS")} \
+        == cell_document(plain)["env"]  # the recipe's own stay
+    # Another build, another wheel: the up-to-date check must not take the plain one for it.
+    assert inputs_label(out) != inputs_label(plain)
+    # Only as JSON: no RUN, ENV or ARG instruction carries it.
+    assert not any(ln.startswith(("RUN", "ENV", "ARG")) and "NVCC_APPEND_FLAGS" in ln for ln in out.splitlines())
+
+
+def test_env_reaches_bake_and_the_windows_scripts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run("bake", "sage", *CELL, "--env", "SAGE_DEBUG=1", "-f", "docker-bake.json")
+    assert code == 0, err
+    (dockerfile,) = (tmp_path / "dockerfiles").glob("*.Dockerfile")
+    assert cell_document(dockerfile.read_text())["env"]["SAGE_DEBUG"] == "1"
+    code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "powershell", "--env", "SAGE_DEBUG=a,b")
+    assert code == 0 and "$env:SAGE_DEBUG = 'a,b'" in out, err
+    code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "cmd", "--env", "SAGE_DEBUG=a,b")
+    assert code == 0 and 'set "SAGE_DEBUG=a,b"' in out, err
+
+
+def test_a_pulled_builder_image_gets_the_env_at_run_time():
+    # The image was pushed without the user's variables: `docker run -e` hands them in.
+    from imagegen.model.recipes import with_env
+
+    recipe = load_catalogue().get("sage")
+    version = with_env(recipe, recipe.version(None), {"SAGE_DEBUG": "1"})
+    cell = make_cell(recipe, version, "2.9", "12.8", "3.12", parse_arch_list("9.0"), "runpod")
+    args = env_args(cell)
+    assert args[args.index("SAGE_DEBUG=1") - 1] == "-e"
+
+
+@pytest.mark.parametrize("value, says", [
+    ("TORCH_CUDA_ARCH_LIST=8.0", "use --arch"),
+    ("FLASH_ATTN_CUDA_ARCHS=80", "use --arch"),  # the recipe's own arch knob
+    ("MAX_JOBS=2", "use --max-jobs"),
+    ("NVCC_THREADS=2", "use --nvcc-threads"),
+    ("FLASH_ATTENTION_FORCE_BUILD=FALSE", "compile from source"),
+    ("CUDA_HOME=/opt/cuda", "give a package's own variables only"),
+    ("IMAGEGEN_CELL=/x", "give a package's own variables only"),
+    ("PIP_INDEX_URL=http://x", "give a package's own variables only"),
+    ("NOEQUALS", "expected NAME=VALUE"),
+    ("=1", "expected NAME=VALUE"),
+    ("1X=1", "expected NAME=VALUE"),
+    ("X=$(id)", "bad value"),
+    ("X=`id`", "bad value"),
+    ("X=a\nRUN id", "bad value"),
+    ("X=" + "a" * 600, "bad value"),
+])
+def test_refused_env_is_one_line_and_says_why(value, says):
+    code, out, err = run("plan", "fa2", *CELL, "--env", value)
+    assert code == 2 and not out, err
+    assert err.count("\n") == 1 and err.startswith("imagegen: error: --env ") and says in err, err
+
+
+def test_the_same_variable_twice_must_agree():
+    assert run("plan", "fa2", *CELL, "--env", "A=1", "--env", "A=1")[0] == 0
+    code, _, err = run("plan", "fa2", *CELL, "--env", "A=1", "--env", "A=2")
+    assert code == 2 and "given twice" in err
