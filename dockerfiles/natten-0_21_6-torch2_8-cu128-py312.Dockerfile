@@ -117,11 +117,14 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     NVCC_THREADS=${NVCC_THREADS}
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
+# imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
+# arg) is no cache key: a cell built before in a batch of another size is not compiled again.
 RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=shared \
     --mount=type=secret,id=pip_cert \
+    --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="c58b7bb4996efb65"
+      io.imagegen.inputs="ddec9086b6296412"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

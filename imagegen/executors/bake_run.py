@@ -87,6 +87,13 @@ class Run:
     # collecting come after this step).
     finish: "Finisher | None" = None
 
+    def jobs_file(self, cell: str) -> Path:
+        """Where the cell's MAX_JOBS and NVCC_THREADS for the next bake go (the imagegen_jobs secret)."""
+        return self.dir / "jobs" / f"{cell}.env"
+
+
+JOBS_SECRET = "imagegen_jobs"  # the compile step's job settings (imagegen_build.jobs_from_secret)
+
 
 def new_run_dir(work: Path, tag: str = "") -> Path:
     """A run folder of its own: two runs started in one folder in the same second (two terminals, two
@@ -120,7 +127,12 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
             companion["target"] = stage_name
             companion["output"] = [f"type=local,dest={stage / (t.name + suffix)}"]
             data["target"][t.name + suffix] = companion
+    # Each cell's job settings, written per batch (Run.jobs_file): a secret, so that they are no cache key.
+    (run_dir / "jobs").mkdir()
     for name in list(data["target"]):
+        jobs_file = run_dir / "jobs" / f"{cell_of(name)}.env"
+        jobs_file.touch()
+        data["target"][name]["secret"] = [*data["target"][name].get("secret", []), f"id={JOBS_SECRET},src={jobs_file}"]
         if cache_from:
             data["target"][name]["cache-from"] = list(cache_from)
         if cache_to and cell_of(name) == name:

@@ -141,9 +141,8 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
             s = jobs.settings_for(c.recipe.heaviest_gb_per_thread, c.recipe.default_nvcc_threads, h,
                                   share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
                                   targets=c.archs.gencode_targets)
-            for name in (c.name, c.name + LOG_SUFFIX):  # same args: the log target reuses the build
-                sets[f"{name}.args.MAX_JOBS"] = str(s.max_jobs)
-                sets[f"{name}.args.NVCC_THREADS"] = str(s.nvcc_threads)
+            # A secret, not build args: the batch's size is no cache key (the log target reuses the build).
+            run.jobs_file(c.name).write_text(f"MAX_JOBS={s.max_jobs}\nNVCC_THREADS={s.nvcc_threads}\n")
             say(f"[{c.name}] {s.describe()}")
             started[c.name] = time.time()
             shutil.rmtree(stage / c.name, ignore_errors=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -130,6 +131,22 @@ def test_unchanged_cell_is_skipped_on_rerun(first_build, workspace):
     assert f"[{TINY}] up to date" in proc.stderr and "building" not in proc.stderr
     assert "up-to-date" in proc.stdout
     print(f"no-op re-run: {time.time() - t0:.1f} s")
+
+
+def test_other_job_settings_reuse_the_compiled_layer(first_build, workspace):
+    # MAX_JOBS/NVCC_THREADS reach imagegen's bake as a secret, not as build args (cache keys): a cell
+    # built before, now in a batch of another size or with other --max-jobs, is not compiled again.
+    root = workspace["root"]
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "--out", str(root / "out"),
+              "--work", str(root / "work"), "--force", "--max-jobs", "3", "--nvcc-threads", "1", cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MAX_JOBS=3 NVCC_THREADS=1" in proc.stderr
+    run = max((root / "work" / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    log = (run / "logs" / f"{TINY}.log").read_text()
+    vertex = re.search(r"^#(\d+) \[[^\]]*compile[^\]]*\] RUN .*imagegen_build\.py build", log, re.M)
+    assert vertex, log[-3000:]
+    assert re.search(rf"^#{vertex.group(1)} CACHED$", log, re.M), log[-3000:]
+    assert tiny_wheel(root / "out").is_file()
 
 
 def test_plain_docker_buildx_bake_of_a_generated_file(first_build, workspace):

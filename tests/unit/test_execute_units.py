@@ -108,6 +108,44 @@ def test_builder_splits_the_job_budget_between_sage_extensions(monkeypatch):
     assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("1", "1")
 
 
+def test_job_settings_from_imagegens_bake_come_as_a_secret_and_win(monkeypatch, tmp_path):
+    # imagegen's bake hands each batch's MAX_JOBS/NVCC_THREADS in the imagegen_jobs secret (no cache
+    # key, unlike a build arg): it wins over the ARGs' environment; junk in it is ignored.
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    monkeypatch.setattr(B, "SECRETS", str(secrets))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    monkeypatch.setenv("MAX_JOBS", "16")
+    monkeypatch.setenv("NVCC_THREADS", "8")
+    monkeypatch.delenv("EXT_PARALLEL", raising=False)
+    assert B.jobs_from_secret() == {}  # no secret: the ARGs/environment as before
+    (secrets / "imagegen_jobs").write_text("MAX_JOBS=2\nNVCC_THREADS=3\nPATH=/evil\nMAX_JOBS_X=9\n")
+    assert B.jobs_from_secret() == {"MAX_JOBS": "2", "NVCC_THREADS": "3"}
+    env = B.build_env(_sage_cell_doc())
+    assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("2", "1") and env["PATH"] != "/evil"
+    (secrets / "imagegen_jobs").write_text("MAX_JOBS=0\nNVCC_THREADS=lots\n")
+    assert B.jobs_from_secret() == {}
+
+
+def test_a_bake_run_hands_every_target_its_job_secret(tmp_path):
+    from imagegen.executors.bake_run import JOBS_SECRET, prepare_run
+
+    recipe = load_catalogue().get("sageattention")
+    cell = make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", parse_arch_list("9.0"), "pypi")
+    run = prepare_run([cell], tmp_path / "work")
+    data = json.loads(run.bake_file.read_text())
+    assert set(data["target"]) == {cell.name, cell.name + "--log", cell.name + "--audit"}
+    for target in data["target"].values():
+        assert f"id={JOBS_SECRET},src={run.jobs_file(cell.name)}" in target["secret"]
+        assert any(s.startswith("id=pip_cert,") for s in target["secret"])
+        # Never a number in a build arg (a cache key): the ARG stays the variable run_bake blanks.
+        assert not str(target.get("args", {}).get("MAX_JOBS", "")).isdigit()
+    assert run.jobs_file(cell.name).is_file()
+    # The compile step mounts it; the Dockerfile still takes ARGs for a plain `docker buildx build`.
+    dockerfile = next((run.dir / "dockerfiles").glob("*.Dockerfile")).read_text()
+    assert "--mount=type=secret,id=imagegen_jobs" in dockerfile and "ARG MAX_JOBS=" in dockerfile
+
+
 def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_path):
     def toolkit(name):
         (tmp_path / name / "bin").mkdir(parents=True)

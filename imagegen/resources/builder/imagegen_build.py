@@ -155,7 +155,7 @@ import imagegen_rules as rules  # noqa: E402
 
 # The toolchain step and what every step shares (log, fail, run, the secrets, the venv's torch)
 # live in imagegen_toolchain.py: the layer that installs torch depends on that small file alone.
-from imagegen_toolchain import check_torch, cmd_toolchain, fail, load_cell, log, run, secret_env, venv_python  # noqa: E402
+from imagegen_toolchain import SECRETS, check_torch, cmd_toolchain, fail, load_cell, log, run, secret_env, venv_python  # noqa: E402
 
 
 def cmd_deps(cell, args):
@@ -459,8 +459,30 @@ def visible_gpu_archs(cell):
     return ""
 
 
+JOBS_SECRET = "imagegen_jobs"  # MAX_JOBS / NVCC_THREADS from imagegen's bake: not a cache key, unlike an ARG
+
+
+def jobs_from_secret():
+    """MAX_JOBS and NVCC_THREADS as imagegen's bake sized them for this batch (the imagegen_jobs
+    secret: NAME=N lines); nothing when the secret is absent or empty (a plain `docker build`, a
+    native build, `docker run` of a builder image): the ARGs, the environment or the auto rule."""
+    path = os.path.join(SECRETS, JOBS_SECRET)
+    found = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(4096)
+    except OSError:
+        return found
+    for line in text.splitlines():
+        name, _, value = line.strip().partition("=")
+        if name in ("MAX_JOBS", "NVCC_THREADS") and value.isdigit() and 0 < int(value) <= 4096:
+            found[name] = value
+    return found
+
+
 def build_env(cell):
     env = dict(os.environ)
+    env.update(jobs_from_secret())
     env.update(cell.get("env", {}))
     env.update(cell.get("force_env", {}))
     knob = cell["knob"]
