@@ -17,9 +17,44 @@
 
 ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404
 
-# --- base: the OS packages and a venv with exactly the torch asked for (no source, no build) ---
-FROM ${BASE_IMAGE} AS base
+# --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
+FROM scratch AS cell
+COPY <<'IMAGEGEN_CELL_JSON' /cell.json
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":2.0,"patches":[],"recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
+IMAGEGEN_CELL_JSON
+
+# --- os: the base image and the OS packages a build needs ---
+FROM ${BASE_IMAGE} AS os
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1 \
+    DEBIAN_FRONTEND=noninteractive \
+    IMAGEGEN_CELL=/imagegen/cell.json \
+    PATH=/opt/imagegen/venv/bin:${PATH}
+
+# System packages: a compiler, git, and the interpreter's venv/dev parts.
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
+
+# --- fetch: the pinned source, beside the toolchain (BuildKit runs both
+# at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
+FROM os AS fetch
+# hadolint ignore=DL3022
+COPY --from=imagegen-scripts imagegen_build.py imagegen_toolchain.py imagegen_rules.py imagegen_audit.py /imagegen/
+# hadolint ignore=DL3022
+COPY --from=cell /cell.json /imagegen/cell.json
+RUN --mount=type=secret,id=pip_cert \
+    --mount=type=secret,id=pip_index_url \
+    --mount=type=secret,id=netrc \
+    /usr/bin/python3.12 /imagegen/imagegen_build.py fetch
+
+# --- base: a venv with exactly the torch asked for and the recipe's build requirements (no source) ---
+FROM os AS base
 LABEL org.opencontainers.image.title="imagegen builder for mamba-ssm 2.3.2.post1" \
       org.opencontainers.image.source="https://github.com/state-spaces/mamba" \
       org.opencontainers.image.revision="a14b1dff0454a3bc27d9eb31355dc01e4b2490ec" \
@@ -31,20 +66,6 @@ LABEL org.opencontainers.image.title="imagegen builder for mamba-ssm 2.3.2.post1
       io.imagegen.cuda="cu128" \
       io.imagegen.python="3.12" \
       io.imagegen.flavor="runpod"
-ENV PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_INPUT=1 \
-    DEBIAN_FRONTEND=noninteractive \
-    IMAGEGEN_CELL=/imagegen/cell.json \
-    PATH=/opt/imagegen/venv/bin:${PATH}
-# System packages: a compiler, git, and the interpreter's venv/dev parts.
-# hadolint ignore=DL3008
-RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
-    rm -f /etc/apt/apt.conf.d/docker-clean \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
-
 # The toolchain this cell needs (torch, CUDA and Python only: no recipe and no arch in it) and the
 # small script that installs it, from the named build context imagegen-scripts.
 # hadolint ignore=DL3022
@@ -62,14 +83,11 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     /usr/bin/python3.12 /imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json
 
 # imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's
-# stand-in compilers beside it).
+# stand-in compilers beside it), and this cell's inputs.
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
-
-# This cell's inputs (no arch in them: an arch change keeps these layers).
-COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":2.0,"patches":[],"recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
-IMAGEGEN_CELL_JSON
+# hadolint ignore=DL3022
+COPY --from=cell /cell.json /imagegen/cell.json
 
 # The recipe's build requirements, beside the pinned torch, before the source and any arch ARG.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
@@ -78,14 +96,11 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=netrc \
     python /imagegen/imagegen_build.py deps
 
-# --- builder: the pinned source, no compile and no arch: the
-# prebuilt builder image (`imagegen push` / `imagegen pull`). `docker run` compiles into /out, for
-# the GPUs it sees or -e TORCH_CUDA_ARCH_LIST=... ---
+# --- builder: base and the fetched source, no compile and no arch: the prebuilt builder image (`imagegen
+# push` / `imagegen pull`). `docker run` compiles into /out, for the GPUs it sees or -e TORCH_CUDA_ARCH_LIST=... ---
 FROM base AS builder
-RUN --mount=type=secret,id=pip_cert \
-    --mount=type=secret,id=pip_index_url \
-    --mount=type=secret,id=netrc \
-    python /imagegen/imagegen_build.py fetch
+# hadolint ignore=DL3022
+COPY --from=fetch /imagegen/src /imagegen/src
 ENV CCACHE_DIR=/root/.cache/ccache
 VOLUME ["/out"]
 ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]

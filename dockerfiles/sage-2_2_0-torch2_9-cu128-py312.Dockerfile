@@ -17,9 +17,44 @@
 
 ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404
 
-# --- base: the OS packages and a venv with exactly the torch asked for (no source, no build) ---
-FROM ${BASE_IMAGE} AS base
+# --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
+FROM scratch AS cell
+COPY <<'IMAGEGEN_CELL_JSON' /cell.json
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":8,"distribution":"sageattention","env":{},"ext_parallel":{"env":"EXT_PARALLEL","max":4},"force_env":{},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu128torch2.9","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":2.5,"patches":[{"name":"sageattention-2.2.0-sm90-fake-name.patch","reason":"v2.2.0's sm90_compile.py registers the fake (meta) kernel under the same Python name as the real op, so sageattn on Hopper returns an output the sm90 kernel never wrote (cosine ~0 vs SDPA; thu-ml/SageAttention#288, #320). The patch is upstream's fix d970424 (PR #307, on main).","text":"diff --git a/sageattention/sm90_compile.py b/sageattention/sm90_compile.py\nindex c458af6..24e415c 100644\n--- a/sageattention/sm90_compile.py\n+++ b/sageattention/sm90_compile.py\n@@ -74,7 +74,7 @@ def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n \n \n @torch.library.register_fake(\"sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf\")\n-def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n+def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf_fake_impl(\n     query: torch.Tensor, \n     key: torch.Tensor, \n     value: torch.Tensor, \n"},{"name":"sageattention-2.2.0-per-extension-archs.patch","reason":"setup.py hands every extension every -gencode pair, so a multi-arch list (seed 004's \"8.0 8.6 9.0 12.0+PTX\") compiles _qattn_sm90's wgmma kernels for sm_80/86/120 and ptxas fails; upstream cannot build that wheel. Each extension now gets only the archs its kernels target (the `extensions` table below), so the list builds into one wheel.","text":"diff --git a/setup.py b/setup.py\nindex ab569e9..9d3b574 100644\n--- a/setup.py\n+++ b/setup.py\n@@ -138,6 +138,9 @@ if not SKIP_CUDA_BUILD:\n             \"CUDA 12.8 or higher is required for compute capability 12.0.\")\n \n     # Add target compute capabilities to NVCC flags.\n+    # imagegen: collect each arch's -gencode pair instead of adding it to NVCC_FLAGS, so that every\n+    # extension gets only the archs its kernels can target (see nvcc_flags_for below).\n+    GENCODES = []\n     for capability in compute_capabilities:\n         if capability.startswith(\"8.0\"):\n             HAS_SM80 = True\n@@ -156,9 +159,25 @@ if not SKIP_CUDA_BUILD:\n             num = \"120\"\n         else:\n             continue\n-        NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]\n+        gencode = [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]\n         if capability.endswith(\"+PTX\"):\n-            NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=compute_{num}\"]\n+            gencode += [\"-gencode\", f\"arch=compute_{num},code=compute_{num}\"]\n+        GENCODES.append((num, gencode))\n+\n+    def nvcc_flags_for(nums=None):\n+        \"\"\"NVCC_FLAGS plus the -gencode pairs of the archs in ``nums`` (None: every requested arch).\n+\n+        imagegen patch: upstream hands every extension every pair, so a multi-arch list such as\n+        \"8.0 8.6 9.0 12.0+PTX\" compiled _qattn_sm90's wgmma kernels for sm_80/sm_86/sm_120 (ptxas:\n+        \"Instruction 'wgmma.fence' not supported on .target 'sm_120'\") and the fp8 kernels of\n+        _qattn_sm89 for sm_80/sm_86. Sorted, so the flags do not follow set order.\n+        _qattn_sm89 (fp8 mma) takes sm_89 and newer, _qattn_sm90 (wgmma) sm_90a only.\n+        \"\"\"\n+        flags = list(NVCC_FLAGS)\n+        for num, gencode in sorted(GENCODES, key=lambda g: (int(g[0].rstrip(\"af\")), g[0])):\n+            if nums is None or num in nums:\n+                flags += gencode\n+        return flags\n \n     # Fused kernels and QAttn variants\n     from torch.utils.cpp_extension import CUDAExtension\n@@ -171,7 +190,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/pybind_sm80.cpp\",\n                     \"csrc/qattn/qk_int_sv_f16_cuda_sm80.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for()},\n             )\n         )\n \n@@ -189,7 +208,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/sm89_qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf.cu\",\n                     \"csrc/qattn/sm89_qk_int8_sv_f8_accum_f16_fuse_v_scale_attn_inst_buf.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for({\"89\", \"90a\", \"120\"})},\n             )\n         )\n \n@@ -201,7 +220,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/pybind_sm90.cpp\",\n                     \"csrc/qattn/qk_int_sv_f8_cuda_sm90.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for({\"90a\"})},\n                 extra_link_args=['-lcuda'],\n             )\n         )\n@@ -210,7 +229,7 @@ if not SKIP_CUDA_BUILD:\n         CUDAExtension(\n             name=\"sageattention._fused\",\n             sources=[\"csrc/fused/pybind.cpp\", \"csrc/fused/fused.cu\"],\n-            extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+            extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for()},\n         )\n     )\n \n"}],"recipe":"sageattention","schema":1,"smoke_driver_imports":["sageattention._qattn_sm90"],"smoke_imports":["sageattention","sageattention._qattn_sm80","sageattention._fused"],"source":{"commit":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","kind":"git","ref":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","subdir":"","submodules":false,"url":"https://github.com/thu-ml/SageAttention.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.2.0","work_dir":"/imagegen/work"}
+IMAGEGEN_CELL_JSON
+
+# --- os: the base image and the OS packages a build needs ---
+FROM ${BASE_IMAGE} AS os
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1 \
+    DEBIAN_FRONTEND=noninteractive \
+    IMAGEGEN_CELL=/imagegen/cell.json \
+    PATH=/opt/imagegen/venv/bin:${PATH}
+
+# System packages: a compiler, git, and the interpreter's venv/dev parts.
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
+
+# --- fetch: the pinned source and the recipe's patches, beside the toolchain (BuildKit runs both
+# at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
+FROM os AS fetch
+# hadolint ignore=DL3022
+COPY --from=imagegen-scripts imagegen_build.py imagegen_toolchain.py imagegen_rules.py imagegen_audit.py /imagegen/
+# hadolint ignore=DL3022
+COPY --from=cell /cell.json /imagegen/cell.json
+RUN --mount=type=secret,id=pip_cert \
+    --mount=type=secret,id=pip_index_url \
+    --mount=type=secret,id=netrc \
+    /usr/bin/python3.12 /imagegen/imagegen_build.py fetch
+
+# --- base: a venv with exactly the torch asked for and the recipe's build requirements (no source) ---
+FROM os AS base
 LABEL org.opencontainers.image.title="imagegen builder for sageattention 2.2.0" \
       org.opencontainers.image.source="https://github.com/thu-ml/SageAttention" \
       org.opencontainers.image.revision="eb615cf6cf4d221338033340ee2de1c37fbdba4a" \
@@ -31,20 +66,6 @@ LABEL org.opencontainers.image.title="imagegen builder for sageattention 2.2.0" 
       io.imagegen.cuda="cu128" \
       io.imagegen.python="3.12" \
       io.imagegen.flavor="runpod"
-ENV PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_INPUT=1 \
-    DEBIAN_FRONTEND=noninteractive \
-    IMAGEGEN_CELL=/imagegen/cell.json \
-    PATH=/opt/imagegen/venv/bin:${PATH}
-# System packages: a compiler, git, and the interpreter's venv/dev parts.
-# hadolint ignore=DL3008
-RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
-    rm -f /etc/apt/apt.conf.d/docker-clean \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
-
 # The toolchain this cell needs (torch, CUDA and Python only: no recipe and no arch in it) and the
 # small script that installs it, from the named build context imagegen-scripts.
 # hadolint ignore=DL3022
@@ -62,14 +83,11 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     /usr/bin/python3.12 /imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json
 
 # imagegen's build steps (imagegen_build.py, with the rules imagegen plans with and the audit's
-# stand-in compilers beside it).
+# stand-in compilers beside it), and this cell's inputs.
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_build.py imagegen_rules.py imagegen_audit.py /imagegen/
-
-# This cell's inputs (no arch in them: an arch change keeps these layers).
-COPY <<'IMAGEGEN_CELL_JSON' /imagegen/cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":8,"distribution":"sageattention","env":{},"ext_parallel":{"env":"EXT_PARALLEL","max":4},"force_env":{},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu128torch2.9","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":2.5,"patches":[{"name":"sageattention-2.2.0-sm90-fake-name.patch","reason":"v2.2.0's sm90_compile.py registers the fake (meta) kernel under the same Python name as the real op, so sageattn on Hopper returns an output the sm90 kernel never wrote (cosine ~0 vs SDPA; thu-ml/SageAttention#288, #320). The patch is upstream's fix d970424 (PR #307, on main).","text":"diff --git a/sageattention/sm90_compile.py b/sageattention/sm90_compile.py\nindex c458af6..24e415c 100644\n--- a/sageattention/sm90_compile.py\n+++ b/sageattention/sm90_compile.py\n@@ -74,7 +74,7 @@ def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n \n \n @torch.library.register_fake(\"sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf\")\n-def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(\n+def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf_fake_impl(\n     query: torch.Tensor, \n     key: torch.Tensor, \n     value: torch.Tensor, \n"},{"name":"sageattention-2.2.0-per-extension-archs.patch","reason":"setup.py hands every extension every -gencode pair, so a multi-arch list (seed 004's \"8.0 8.6 9.0 12.0+PTX\") compiles _qattn_sm90's wgmma kernels for sm_80/86/120 and ptxas fails; upstream cannot build that wheel. Each extension now gets only the archs its kernels target (the `extensions` table below), so the list builds into one wheel.","text":"diff --git a/setup.py b/setup.py\nindex ab569e9..9d3b574 100644\n--- a/setup.py\n+++ b/setup.py\n@@ -138,6 +138,9 @@ if not SKIP_CUDA_BUILD:\n             \"CUDA 12.8 or higher is required for compute capability 12.0.\")\n \n     # Add target compute capabilities to NVCC flags.\n+    # imagegen: collect each arch's -gencode pair instead of adding it to NVCC_FLAGS, so that every\n+    # extension gets only the archs its kernels can target (see nvcc_flags_for below).\n+    GENCODES = []\n     for capability in compute_capabilities:\n         if capability.startswith(\"8.0\"):\n             HAS_SM80 = True\n@@ -156,9 +159,25 @@ if not SKIP_CUDA_BUILD:\n             num = \"120\"\n         else:\n             continue\n-        NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]\n+        gencode = [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]\n         if capability.endswith(\"+PTX\"):\n-            NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=compute_{num}\"]\n+            gencode += [\"-gencode\", f\"arch=compute_{num},code=compute_{num}\"]\n+        GENCODES.append((num, gencode))\n+\n+    def nvcc_flags_for(nums=None):\n+        \"\"\"NVCC_FLAGS plus the -gencode pairs of the archs in ``nums`` (None: every requested arch).\n+\n+        imagegen patch: upstream hands every extension every pair, so a multi-arch list such as\n+        \"8.0 8.6 9.0 12.0+PTX\" compiled _qattn_sm90's wgmma kernels for sm_80/sm_86/sm_120 (ptxas:\n+        \"Instruction 'wgmma.fence' not supported on .target 'sm_120'\") and the fp8 kernels of\n+        _qattn_sm89 for sm_80/sm_86. Sorted, so the flags do not follow set order.\n+        _qattn_sm89 (fp8 mma) takes sm_89 and newer, _qattn_sm90 (wgmma) sm_90a only.\n+        \"\"\"\n+        flags = list(NVCC_FLAGS)\n+        for num, gencode in sorted(GENCODES, key=lambda g: (int(g[0].rstrip(\"af\")), g[0])):\n+            if nums is None or num in nums:\n+                flags += gencode\n+        return flags\n \n     # Fused kernels and QAttn variants\n     from torch.utils.cpp_extension import CUDAExtension\n@@ -171,7 +190,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/pybind_sm80.cpp\",\n                     \"csrc/qattn/qk_int_sv_f16_cuda_sm80.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for()},\n             )\n         )\n \n@@ -189,7 +208,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/sm89_qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf.cu\",\n                     \"csrc/qattn/sm89_qk_int8_sv_f8_accum_f16_fuse_v_scale_attn_inst_buf.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for({\"89\", \"90a\", \"120\"})},\n             )\n         )\n \n@@ -201,7 +220,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/pybind_sm90.cpp\",\n                     \"csrc/qattn/qk_int_sv_f8_cuda_sm90.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for({\"90a\"})},\n                 extra_link_args=['-lcuda'],\n             )\n         )\n@@ -210,7 +229,7 @@ if not SKIP_CUDA_BUILD:\n         CUDAExtension(\n             name=\"sageattention._fused\",\n             sources=[\"csrc/fused/pybind.cpp\", \"csrc/fused/fused.cu\"],\n-            extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+            extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for()},\n         )\n     )\n \n"}],"recipe":"sageattention","schema":1,"smoke_driver_imports":["sageattention._qattn_sm90"],"smoke_imports":["sageattention","sageattention._qattn_sm80","sageattention._fused"],"source":{"commit":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","kind":"git","ref":"eb615cf6cf4d221338033340ee2de1c37fbdba4a","subdir":"","submodules":false,"url":"https://github.com/thu-ml/SageAttention.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.2.0","work_dir":"/imagegen/work"}
-IMAGEGEN_CELL_JSON
+# hadolint ignore=DL3022
+COPY --from=cell /cell.json /imagegen/cell.json
 
 # The recipe's build requirements, beside the pinned torch, before the source and any arch ARG.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
@@ -78,14 +96,11 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=netrc \
     python /imagegen/imagegen_build.py deps
 
-# --- builder: the pinned source and the recipe's patches, no compile and no arch: the
-# prebuilt builder image (`imagegen push` / `imagegen pull`). `docker run` compiles into /out, for
-# the GPUs it sees or -e TORCH_CUDA_ARCH_LIST=... ---
+# --- builder: base and the fetched source, no compile and no arch: the prebuilt builder image (`imagegen
+# push` / `imagegen pull`). `docker run` compiles into /out, for the GPUs it sees or -e TORCH_CUDA_ARCH_LIST=... ---
 FROM base AS builder
-RUN --mount=type=secret,id=pip_cert \
-    --mount=type=secret,id=pip_index_url \
-    --mount=type=secret,id=netrc \
-    python /imagegen/imagegen_build.py fetch
+# hadolint ignore=DL3022
+COPY --from=fetch /imagegen/src /imagegen/src
 ENV CCACHE_DIR=/root/.cache/ccache
 VOLUME ["/out"]
 ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]

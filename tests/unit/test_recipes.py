@@ -154,13 +154,14 @@ def _heredoc_json(cmds, dest: str) -> dict:
 
 def _cell_doc(cmds) -> dict:
     """The cell document the Dockerfile hands the build script (the IMAGEGEN_CELL_JSON heredoc)."""
-    return _heredoc_json(cmds, "/imagegen/cell.json")
+    return _heredoc_json(cmds, "/cell.json")
 
 
 def _up_to_toolchain(text: str) -> str:
     """The Dockerfile up to and including the RUN that installs the toolchain (torch, CUDA)."""
     run = "/imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json\n"
-    return text[text.index("FROM ${BASE_IMAGE}"):text.index(run) + len(run)]
+    os_stage = text[text.index("FROM ${BASE_IMAGE} AS os"):text.index("# --- fetch")]
+    return os_stage + text[text.index("FROM os AS base"):text.index(run) + len(run)]
 
 
 def test_every_recipe_shares_the_toolchain_layer_of_its_torch_cuda_and_python():

@@ -56,14 +56,17 @@ def check_structure(text: str, cell) -> None:
     cmds = instructions(text)
     assert "# syntax" not in text.split("\n", 1)[0], "a # syntax line needs a registry pull"
     assert not any(line.startswith("# syntax") for line in text.splitlines())
-    # Stages: base (torch env), builder (source, no arch: the pushable builder image), compile,
-    # smoke (install + import in a fresh base), buildlog, and wheels last (what bake exports): only
-    # wheels, taken from the smoke-tested stage.
+    # Stages: cell (the cell document), os (the OS packages), fetch (the source, beside the torch
+    # install), base (torch env), builder (base + source, no arch: the pushable builder image),
+    # compile, smoke (install + import in a fresh base), buildlog, and wheels last (what bake
+    # exports): only wheels, taken from the smoke-tested stage.
     froms = [c for n, c in cmds if n == "FROM"]
-    assert [f.value[-1] for f in froms] == ["base", "builder", "audit", "audit-report", "compile", "smoke", "buildlog", "wheels"]
-    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "base", "builder", "scratch", "builder", "base", "scratch", "scratch"]
+    assert [f.value[-1] for f in froms] == ["cell", "os", "fetch", "base", "builder", "audit", "audit-report", "compile",
+                                            "smoke", "buildlog", "wheels"]
+    assert [f.value[0] for f in froms] == ["scratch", "${BASE_IMAGE}", "os", "os", "base", "builder", "scratch", "builder",
+                                           "base", "scratch", "scratch"]
     # The builder stage carries no arch: one pushed image serves every arch list.
-    start, end = froms[1].start_line, froms[2].start_line
+    start, end = froms[4].start_line, froms[5].start_line
     assert not any(n == "ARG" and c.start_line > start and c.end_line < end for n, c in cmds)
     compile_run = next(c for n, c in cmds if n == "RUN" and " build " in c.value[0])
     assert any(f.startswith("--mount=type=cache,target=/root/.cache/ccache") for f in compile_run.flags)
@@ -77,7 +80,11 @@ def check_structure(text: str, cell) -> None:
     toolchain = next(i for i in runs if "imagegen_toolchain.py" in cmds[i][1].value[0])
     deps = next(i for i in runs if cmds[i][1].value[0].endswith(" deps"))
     assert toolchain < deps
-    fetch = next(i for i in runs if "fetch" in cmds[i][1].value[0])
+    fetch = next(i for i in runs if cmds[i][1].value[0].endswith(" fetch"))
+    # The source is fetched in a stage of its own, from the OS packages' stage, not after the torch
+    # layer: BuildKit runs both at once, and a source that cannot be fetched fails early.
+    assert froms[2].start_line < cmds[fetch][1].start_line < froms[3].start_line
+    assert any(n == "COPY" and "--from=fetch" in c.flags and c.start_line > froms[4].start_line for n, c in cmds)
     build = next(i for i in runs if " build " in cmds[i][1].value[0])
     for arg in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS"):
         assert toolchain < deps < arg_pos[arg] and fetch < arg_pos[arg] < build, arg
@@ -94,16 +101,22 @@ def check_structure(text: str, cell) -> None:
     # The build steps come from the named context imagegen-scripts (not pasted into the file); the
     # cell is one JSON line in a heredoc.
     copies = [c for n, c in cmds if n == "COPY" and "--from=imagegen-scripts" in c.flags]
-    # First the toolchain script alone (the torch layer depends on it and nothing else), then the rest.
-    assert len(copies) == 2 and copies[0].value == ("imagegen_toolchain.py", "/imagegen/")
-    assert copies[1].value == ("imagegen_build.py", "imagegen_rules.py", "imagegen_audit.py", "/imagegen/")
-    assert set(builder_files()) == set(copies[0].value[:-1] + copies[1].value[:-1])
-    assert copies[0].start_line < cmds[toolchain][1].start_line < copies[1].start_line
+    # The fetch stage takes every script; in base, the toolchain script alone comes first (the torch
+    # layer depends on it and nothing else), then the rest.
+    assert len(copies) == 3 and set(copies[0].value[:-1]) == set(builder_files())
+    assert copies[1].value == ("imagegen_toolchain.py", "/imagegen/")
+    assert copies[2].value == ("imagegen_build.py", "imagegen_rules.py", "imagegen_audit.py", "/imagegen/")
+    assert set(builder_files()) == set(copies[1].value[:-1] + copies[2].value[:-1])
+    assert copies[1].start_line < cmds[toolchain][1].start_line < copies[2].start_line
     assert builder_script().splitlines()[5] not in text  # no script line is in the Dockerfile itself
     heredocs = {c.value[-1]: c.heredocs[0].content for _, c in cmds if c.heredocs}
-    # The toolchain document (torch/CUDA/Python: the shared heavy layer) first, then the cell's.
-    assert list(heredocs) == ["/imagegen/toolchain.json", "/imagegen/cell.json"]
-    doc = json.loads(heredocs["/imagegen/cell.json"])
+    # The cell document once, in the cell stage (fetch and base copy it); the toolchain document
+    # (torch/CUDA/Python: the shared heavy layer) in base.
+    assert list(heredocs) == ["/cell.json", "/imagegen/toolchain.json"]
+    cell_copies = [c for n, c in cmds if n == "COPY" and "--from=cell" in c.flags]
+    assert [c.value for c in cell_copies] == [("/cell.json", "/imagegen/cell.json")] * 2
+    assert cmds[toolchain][1].start_line < cell_copies[1].start_line < cmds[deps][1].start_line
+    doc = json.loads(heredocs["/cell.json"])
     assert doc["torch"]["version"] == cell.torch_version and "default_archs" not in doc
     toolchain_doc = json.loads(heredocs["/imagegen/toolchain.json"])
     assert toolchain_doc == {k: doc[k] for k in toolchain_doc} and "recipe" not in toolchain_doc
@@ -147,7 +160,7 @@ def test_local_project_renders_with_named_source_context(tmp_path):
     cmds = instructions(text)
     copies = [c for n, c in cmds if n == "COPY" and "--from=source" in c.flags]
     assert len(copies) == 1 and copies[0].value[-1] == "/imagegen/src"
-    assert json.loads([c for _, c in cmds if c.heredocs][-1].heredocs[0].content)["toolkit"]["kind"] == "pypi"
+    assert json.loads([c for _, c in cmds if c.heredocs][0].heredocs[0].content)["toolkit"]["kind"] == "pypi"
     check_structure(text, cell)
 
 

@@ -111,7 +111,7 @@ def test_render_and_plan_carry_the_sdist_and_its_pin():
     assert doc["source"] == {"kind": "sdist", "url": version.sdist.url, "ref": "causal_conv1d-1.6.1.tar.gz",
                              "commit": None, "submodules": False, "subdir": "", "sha256": version.sdist.sha256}
     # The fetch step sees the package index (a PyPI mirror) as well as the CA bundle.
-    fetch = out[out.index("FROM base AS builder"):out.index("imagegen_build.py fetch")]
+    fetch = out[out.index("FROM os AS fetch"):out.index("imagegen_build.py fetch")]
     assert "id=pip_cert" in fetch and "id=pip_index_url" in fetch
     git_code, git_out, _ = run("render", "causal-conv1d", *CELL)
     assert git_code == 0 and '"kind":"git"' in git_out and version.commit in git_out
