@@ -52,7 +52,11 @@ def build_base(project: str, folder: Path) -> tuple[float, str]:
     subprocess.run([IMAGEGEN, "render", "--source", str(source), *CELL, "--base-image", BASE_IMAGE,
                     "-o", str(dockerfile)], check=True, capture_output=True, text=True)
     start = time.monotonic()
+    from imagegen.executors.bake_run import default_ca_bundle
+
+    ca = default_ca_bundle() or "/etc/ssl/certs/ca-certificates.crt"  # PyPI behind a TLS-intercepting proxy
     proc = subprocess.run(["docker", "buildx", "build", "--progress", "plain", "--target", "base",
+                           "--secret", f"id=pip_cert,src={ca}",
                            "--build-context", f"imagegen-scripts={dockerfile.parent / 'imagegen-scripts'}",
                            "--build-context", f"source={source}", "-f", str(dockerfile), str(dockerfile.parent)],
                           capture_output=True, text=True)
