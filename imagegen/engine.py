@@ -94,8 +94,7 @@ def bake_print(file: Path, cwd: Path, targets: Iterable[str] = (), env: Mapping[
 
 
 def bake(file: Path, targets: list[str], *, on_line: Callable[[str], None], builder: str | None = None,
-         sets: Mapping[str, str] | None = None, variables: Mapping[str, str] | None = None,
-         metadata_file: Path | None = None) -> None:
+         variables: Mapping[str, str] | None = None, metadata_file: Path | None = None) -> None:
     """Run one bake of ``targets``, every output line (stdout and stderr, as they come) to ``on_line``.
     A docker context given as ``builder`` runs as `docker --context X buildx bake`. Raises BakeFailed
     when a target failed, EngineError when there is no docker, daemon or buildx to run it."""
@@ -107,7 +106,7 @@ def bake(file: Path, targets: list[str], *, on_line: Callable[[str], None], buil
     context, builder = builder_or_context(builder)
     client = DockerClient(context=context) if context else DockerClient()
     try:
-        stream = client.buildx.bake(targets=targets, files=[str(file)], set=dict(sets or {}), progress="plain",
+        stream = client.buildx.bake(targets=targets, files=[str(file)], progress="plain",
                                     stream_logs=True, builder=builder, variables=dict(variables or {}),
                                     metadata_file=metadata_file)
         for raw in stream:  # decoded lines, stdout and stderr interleaved

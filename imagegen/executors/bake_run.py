@@ -6,20 +6,26 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from imagegen import engine
 from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, TARGET_FAILED, TargetLogs, cell_of
 from imagegen.plan import Cell, Plan
 from imagegen.render.bake import BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.render.bakefiles import write_dockerfiles
+from imagegen.resources.builder import imagegen_rules as rules
 from imagegen.wheelhouse import Finisher
 
-if TYPE_CHECKING:
-    pass
+
+def bake_variables(ca: str) -> dict[str, str]:
+    """The variables every bake imagegen runs sets: the CA bundle's path (the pip_cert secret), no
+    local-folder entitlement prompt, and the file's own defaults for the arch and job overrides, not
+    whatever the caller's environment holds."""
+    return {"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca,
+            "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": ""}
 
 
-def run_bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetLogs,
+def run_bake(file: Path, targets: list[str], logs: TargetLogs,
           on_step: Callable[[str, str], None], builder: str | None, ca: str) -> bool:
     """Run one bake; True when it succeeded. Lines are split into per-target logs as they come."""
     logs.sole = cell_of(targets[0]) if len(targets) == 1 else None
@@ -30,10 +36,7 @@ def run_bake(file: Path, targets: list[str], sets: dict[str, str], logs: TargetL
             on_step(*step)
 
     try:
-        engine.bake(file, targets, on_line=on_line, builder=builder, sets=sets,
-                    variables={"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca,
-                               # the file's own defaults apply, not the caller's values
-                               "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": ""})
+        engine.bake(file, targets, on_line=on_line, builder=builder, variables=bake_variables(ca))
         return True
     except engine.BakeFailed as exc:
         for line in exc.stderr.splitlines():
@@ -92,9 +95,6 @@ class Run:
         return self.dir / "jobs" / f"{cell}.env"
 
 
-JOBS_SECRET = "imagegen_jobs"  # the compile step's job settings (imagegen_build.jobs_from_secret)
-
-
 def new_run_dir(work: Path, tag: str = "") -> Path:
     """A run folder of its own: two runs started in one folder in the same second (two terminals, two
     CI steps) must not share Dockerfiles, bake file or staging."""
@@ -132,7 +132,7 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
     for name in list(data["target"]):
         jobs_file = run_dir / "jobs" / f"{cell_of(name)}.env"
         jobs_file.touch()
-        data["target"][name]["secret"] = [*data["target"][name].get("secret", []), f"id={JOBS_SECRET},src={jobs_file}"]
+        data["target"][name]["secret"] = [*data["target"][name].get("secret", []), f"id={rules.JOBS_SECRET},src={jobs_file}"]
         if cache_from:
             data["target"][name]["cache-from"] = list(cache_from)
         if cache_to and cell_of(name) == name:

@@ -136,7 +136,6 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
 
     while queue:
         batch, queue = queue[:size], queue[size:]
-        sets = {}
         for c in batch:
             s = jobs.settings_for(c.recipe.heaviest_gb_per_thread, c.recipe.default_nvcc_threads, h,
                                   share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
@@ -148,7 +147,7 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
             shutil.rmtree(stage / c.name, ignore_errors=True)
             shutil.rmtree(stage / (c.name + LOG_SUFFIX), ignore_errors=True)
         names = [c.name for c in batch]
-        ok = run_bake(run.bake_file, names + [n + LOG_SUFFIX for n in names], sets, logs, on_step, builder, run.ca)
+        ok = run_bake(run.bake_file, names + [n + LOG_SUFFIX for n in names], logs, on_step, builder, run.ca)
         for c in batch:
             wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
             if wheels:

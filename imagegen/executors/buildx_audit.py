@@ -69,7 +69,7 @@ def _audit_cells(cells: list[Cell], run: Run, logs: TargetLogs, builder: str | N
         batch, queue = queue[:size], queue[size:]
         for c in batch:
             shutil.rmtree(run.stage / (c.name + AUDIT_SUFFIX), ignore_errors=True)
-        ok = run_bake(run.bake_file, [c.name + AUDIT_SUFFIX for c in batch], {}, logs, on_step, builder, run.ca)
+        ok = run_bake(run.bake_file, [c.name + AUDIT_SUFFIX for c in batch], logs, on_step, builder, run.ca)
         for c in batch:
             report_file = run.stage / (c.name + AUDIT_SUFFIX) / "audit.json"
             log = logs.folder / f"{c.name}.log"

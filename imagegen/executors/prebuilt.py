@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable
 from imagegen import __version__, engine, interrupt, wheelhouse
 from imagegen import registry as reg
 from imagegen.errors import BuildError, EngineError, UsageError
-from imagegen.executors.bake_run import bake_data, new_run_dir
+from imagegen.executors.bake_run import bake_data, bake_variables, new_run_dir
 from imagegen.model import jobs
 from imagegen.plan import Cell, Plan
 from imagegen.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
@@ -80,13 +80,11 @@ def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, c
     bake_file.write_text(to_json(data))
     metadata = run_dir / "metadata.json"
     log_path = run_dir / "bake.log"
-    variables = {"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca, "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "",
-                 "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": ""}
     say(f"{'pushing' if push else 'building'} {len(cells)} builder image(s); log: {log_path}")
     failed = None
     with log_path.open("w", encoding="utf-8") as log:
         try:
-            engine.bake(bake_file, [t.name for t in definition.targets], builder=builder, variables=variables,
+            engine.bake(bake_file, [t.name for t in definition.targets], builder=builder, variables=bake_variables(ca),
                         metadata_file=metadata, on_line=lambda line: log.write(line + "\n"))
         except engine.BakeFailed as exc:
             log.write(exc.stderr)
@@ -138,8 +136,7 @@ def gpu_flags(gpus: str, say: Say | None = None) -> list[str]:
 
 
 def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish: Finisher, gpus: str = "auto",
-         fallback: bool = True,
-         max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
+         fallback: bool = True, max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
          force: bool = False, audit: bool = True, say: Say = say_on_stderr) -> list[CellResult]:
     out, work = out.resolve(), work.resolve()
     gpu_args = gpu_flags(gpus, say)  # once: the same host runs every cell

@@ -24,6 +24,7 @@ import jinja2
 from imagegen import __version__, safety
 from imagegen.errors import UnsafeValueError
 from imagegen.plan import Cell
+from imagegen.resources.builder import imagegen_rules as rules
 
 VENV = "/opt/imagegen/venv"
 SRC_DIR = "/imagegen/src"
@@ -278,6 +279,15 @@ def _packages(cell: Cell) -> tuple[list[str], list[str], list[str], list[str]]:
             sorted(set(extra) - set(apt)), sorted(set(extra) - set(dnf)))
 
 
+def _json_line(doc: dict) -> str:
+    """``doc`` as the one line of JSON a heredoc carries (ASCII, keys sorted: the same document
+    gives the same bytes, so the same layer)."""
+    text = json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+    if "\n" in text or "\r" in text:
+        raise UnsafeValueError("internal: a heredoc's document must be one line")
+    return text
+
+
 def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
     if not cell.buildable or cell.base is None:
         raise UnsafeValueError("internal: render_dockerfile needs a buildable cell")
@@ -285,12 +295,10 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
     safety.check(base.ref, safety.IMAGE_REF, "base image")
     safety.check(base.python, safety.IMAGE_PATH, "Python path")
     doc = cell_document(cell)
-    cell_json = json.dumps(doc, ensure_ascii=True, sort_keys=True, separators=(",", ":"))
-    if "\n" in cell_json or "\r" in cell_json:
-        raise UnsafeValueError("internal: the cell document must be one line")
+    cell_json = _json_line(doc)
+    toolchain_json = _json_line(toolchain_document(doc))
     digest = inputs_hash(cell, doc)
     apt, dnf, recipe_apt, recipe_dnf = _packages(cell)
-    toolchain_json = json.dumps(toolchain_document(doc), ensure_ascii=True, sort_keys=True, separators=(",", ":"))
     recipe = cell.recipe
     if recipe.source_kind == "git":
         source_desc = f"{recipe.source_url} @ {cell.version.ref} ({cell.version.pinned_ref})"
@@ -322,6 +330,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         toolchain_delimiter=safety.heredoc_delimiter(toolchain_json, "IMAGEGEN_TOOLCHAIN_JSON"),
         toolchain_json=_Raw(toolchain_json),
         scripts_context=SCRIPTS_CONTEXT,
+        jobs_secret=rules.JOBS_SECRET,
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),
     )

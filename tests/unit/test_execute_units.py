@@ -128,7 +128,8 @@ def test_job_settings_from_imagegens_bake_come_as_a_secret_and_win(monkeypatch, 
 
 
 def test_a_bake_run_hands_every_target_its_job_secret(tmp_path):
-    from imagegen.executors.bake_run import JOBS_SECRET, prepare_run
+    from imagegen.executors.bake_run import prepare_run
+    from imagegen.resources.builder.imagegen_rules import JOBS_SECRET
 
     recipe = load_catalogue().get("sageattention")
     cell = make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", parse_arch_list("9.0"), "pypi")

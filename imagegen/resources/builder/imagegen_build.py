@@ -6,11 +6,9 @@ so it uses the standard library only and runs on Python 3.8+. It reads what to b
 cell file written by imagegen; recipe values therefore never pass through a shell.
 
 Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
-  toolchain
-          create the venv, install the exact torch asked for (and the CUDA toolkit from PyPI for
-          the `pypi` flavor); assert torch is the one asked for. Reads only the toolchain document
-          (torch, CUDA, Python: no recipe), so builders of different recipes share this layer
-  deps    install the recipe's build requirements into that venv (torch stays pinned)
+  deps    install the recipe's build requirements into the toolchain's venv (torch stays pinned);
+          the venv with the exact torch asked for is imagegen_toolchain.py's step, run before it
+          from the toolchain document alone (no recipe), so builders of different recipes share it
   fetch   check out the pinned source (git, or an sdist checked against its sha256) and apply the
           recipe's patches
   env     print, as JSON, the variables `build` would set (arch knob, jobs, force-build, ...)
@@ -459,14 +457,11 @@ def visible_gpu_archs(cell):
     return ""
 
 
-JOBS_SECRET = "imagegen_jobs"  # MAX_JOBS / NVCC_THREADS from imagegen's bake: not a cache key, unlike an ARG
-
-
 def jobs_from_secret():
     """MAX_JOBS and NVCC_THREADS as imagegen's bake sized them for this batch (the imagegen_jobs
     secret: NAME=N lines); nothing when the secret is absent or empty (a plain `docker build`, a
     native build, `docker run` of a builder image): the ARGs, the environment or the auto rule."""
-    path = os.path.join(SECRETS, JOBS_SECRET)
+    path = os.path.join(SECRETS, rules.JOBS_SECRET)
     found = {}
     try:
         with open(path, encoding="utf-8") as fh:
@@ -1158,7 +1153,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="imagegen_build.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cell", default=os.environ.get("IMAGEGEN_CELL", "/imagegen/cell.json"))
     sub = parser.add_subparsers(dest="step", required=True)
-    sub.add_parser("toolchain")
     sub.add_parser("deps")
     sub.add_parser("fetch")
     sub.add_parser("env")
@@ -1171,7 +1165,7 @@ def main(argv=None):
     au.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
-    {"toolchain": cmd_toolchain, "deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
+    {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
      "audit": cmd_audit}[args.step](cell, args)
 
 

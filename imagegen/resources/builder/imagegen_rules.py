@@ -19,9 +19,12 @@ import os
 import re
 
 # Share of the machine's RAM a build may plan for. Total rather than momentarily free memory: the
-# job counts are build args, and a value that moved with the page cache would change the cache key
-# of the compile step on every run.
+# same machine sizes the same build the same way (a value that moved with the page cache would give
+# other job counts from one run to the next, and the plan's estimate would not be the build's).
 RAM_SHARE = 0.8
+# The BuildKit secret through which imagegen's bake hands the compile step its MAX_JOBS and
+# NVCC_THREADS (NAME=N lines, written per batch): a secret is no cache key, unlike a build arg.
+JOBS_SECRET = "imagegen_jobs"
 # Memory of one nvcc process apart from its device threads (nvcc itself, cudafe++ and the host
 # compiler over torch's headers): calibrated on SageAttention's H100 builds (imagegen.model.jobs).
 NVCC_HOST_GB = 1.0
