@@ -72,7 +72,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` of a server's log, for a failure message (the second dockerd uses it too)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -142,7 +143,7 @@ class LocalRegistry:
                 self._wait_ready()
                 return self
             except RegistryError:
-                in_use = "address already in use" in _tail(self.log_path, 5)
+                in_use = "address already in use" in log_tail(self.log_path, 5)
                 self._terminate()
                 if not in_use or attempt == 2:
                     raise
@@ -207,7 +208,7 @@ class LocalRegistry:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RegistryError(f"docker-registry exited with {self.proc.returncode} during start-up; "
-                                    f"log {self.log_path}:\n{_tail(self.log_path)}")
+                                    f"log {self.log_path}:\n{log_tail(self.log_path)}")
             try:
                 with urllib.request.urlopen(f"{self.url}/v2/", timeout=2) as resp:
                     last = f"HTTP {resp.status} (auth not enforced?)"
@@ -219,7 +220,7 @@ class LocalRegistry:
                 last = str(e)
             time.sleep(0.1)
         raise RegistryError(f"registry on {self.host} did not answer 401 on /v2/ within {START_TIMEOUT_S:.0f}s "
-                            f"(last: {last}); log {self.log_path}:\n{_tail(self.log_path)}")
+                            f"(last: {last}); log {self.log_path}:\n{log_tail(self.log_path)}")
 
     def _terminate(self) -> None:
         proc, self.proc = self.proc, None

@@ -45,6 +45,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from registry import log_tail
+
 BRIDGE = "br-imagegen2"
 SUBNET = "172.31.250.0/24"
 GATEWAY = "172.31.250.1/24"
@@ -95,13 +97,6 @@ def _run(*cmd: str, timeout: float = 120, check: bool = False) -> subprocess.Com
     if check and proc.returncode != 0:
         raise DockerdError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
     return proc
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def _alive(pid: int) -> bool:
@@ -305,14 +300,14 @@ class SecondDockerd:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise DockerdError(f"the second dockerd exited with {self.proc.returncode} during start-up; "
-                                   f"log {self.log_path}:\n{_tail(self.log_path)}")
+                                   f"log {self.log_path}:\n{log_tail(self.log_path)}")
             proc = self.docker("version", "--format", "{{.Server.Version}}", timeout=30)
             if proc.returncode == 0:
                 return
             last = (proc.stderr or proc.stdout).strip()
             time.sleep(0.5)
         raise DockerdError(f"the second dockerd did not answer on {self.host} within {START_TIMEOUT_S:.0f}s "
-                           f"(last: {last}); log {self.log_path}:\n{_tail(self.log_path)}")
+                           f"(last: {last}); log {self.log_path}:\n{log_tail(self.log_path)}")
 
     def _clear_leftovers(self) -> None:
         """Remove what an earlier run that was killed left behind; refuse while another run owns it."""

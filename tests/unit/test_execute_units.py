@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -28,19 +27,14 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import builder_script
 from imagegen.verify import VerifyError, verify_wheel
+from tests.unit.builder_script import builder_module
 
 WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 
 
-def builder_module():
-    spec = importlib.util.spec_from_file_location("imagegen_build",
-                                                  Path(__file__).resolve().parents[2] / "imagegen/resources/builder/imagegen_build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-B = builder_module()
+B = builder_module("imagegen_build")
 
 
 # ---------------------------------------------------------------------------------------- jobs

@@ -15,21 +15,14 @@ from pathlib import Path
 import pytest
 
 from imagegen.executors.bake_log import TargetLogs
+from tests.unit.builder_script import SCRIPT, builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "imagegen" / "resources" / "builder" / "imagegen_build.py"
 
 
-def builder_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("imagegen_build_failfast", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-B = builder_module()
+B = builder_module("imagegen_build_failfast")
 
 
 def fake_tool(folder: Path, name: str, body: str) -> Path:

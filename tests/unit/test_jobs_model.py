@@ -4,7 +4,6 @@ recorded in docs/gpu-results/2026-11-24 (audit reports + measured peaks)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,20 +16,15 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
+from tests.unit.builder_script import builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
 
 
-def builder_module():
-    spec = importlib.util.spec_from_file_location("imagegen_build_jobs_model",
-                                                  ROOT / "imagegen" / "resources" / "builder" / "imagegen_build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-B = builder_module()
+B = builder_module("imagegen_build_jobs_model")
 
 
 def recorded(case: str) -> tuple[tuple[jobs.ExtensionLoad, ...], float]:

@@ -4,12 +4,10 @@ does to the planned list: flash-attn's knob takes 80 but silently ignores 86/89.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,18 +18,9 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
+from tests.unit.builder_script import SCRIPT, builder_module
 
-SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder" / "imagegen_build.py"
-
-
-def builder_module():
-    spec = importlib.util.spec_from_file_location("imagegen_build_runs_on", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-B = builder_module()
+B = builder_module("imagegen_build_runs_on")
 
 
 def _doc(recipe_name, archs="8.0;9.0", version=None):

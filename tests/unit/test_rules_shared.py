@@ -10,7 +10,6 @@ the thread count on a small machine."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -24,19 +23,15 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import choose_cell
 from imagegen.render.dockerfile import builder_script, cell_document
+from tests.unit.builder_script import builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "imagegen" / "resources" / "builder"
 
 
-def builder_module():
-    spec = importlib.util.spec_from_file_location("imagegen_build_rules_shared", BUILDER / "imagegen_build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-B = builder_module()
+B = builder_module("imagegen_build_rules_shared")
 GRID = [(cpus, ram) for cpus in (1, 2, 4, 16, 64) for ram in (4, 8, 16, 32, 125, 500)]
 
 

@@ -4,9 +4,9 @@ the Windows scripts); the variables imagegen sets itself are refused, each with 
 
 from __future__ import annotations
 
-import json
 import re
 
+import dockerfile
 import pytest
 
 from imagegen.executors.prebuilt import env_args
@@ -14,17 +14,17 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from tests.unit.test_cli import run
+from tests.unit.test_recipes import _cell_doc
 
 CELL = ["--torch", "2.9", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
 
 
-def cell_document(dockerfile: str) -> dict:
-    line = next(ln for ln in dockerfile.splitlines() if ln.startswith('{"base_python"') and '"source"' in ln)
-    return json.loads(line)
+def cell_document(text: str) -> dict:
+    return _cell_doc(dockerfile.parse_string(text))
 
 
-def inputs_label(dockerfile: str) -> str:
-    return re.search(r'io\.imagegen\.inputs="([0-9a-f]+)"', dockerfile).group(1)
+def inputs_label(text: str) -> str:
+    return re.search(r'io\.imagegen\.inputs="([0-9a-f]+)"', text).group(1)
 
 
 def test_env_reaches_the_cell_document_and_the_inputs_hash():
@@ -47,8 +47,8 @@ def test_env_reaches_bake_and_the_windows_scripts(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = run("bake", "sage", *CELL, "--env", "SAGE_DEBUG=1", "-f", "docker-bake.json")
     assert code == 0, err
-    (dockerfile,) = (tmp_path / "dockerfiles").glob("*.Dockerfile")
-    assert cell_document(dockerfile.read_text())["env"]["SAGE_DEBUG"] == "1"
+    (rendered,) = (tmp_path / "dockerfiles").glob("*.Dockerfile")
+    assert cell_document(rendered.read_text())["env"]["SAGE_DEBUG"] == "1"
     code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "powershell", "--env", "SAGE_DEBUG=a,b")
     assert code == 0 and "$env:SAGE_DEBUG = 'a,b'" in out, err
     code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "cmd", "--env", "SAGE_DEBUG=a,b")
