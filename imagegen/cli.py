@@ -74,6 +74,10 @@ def _add_cache_args(p: argparse.ArgumentParser) -> None:
                    " driver; type=registry,ref=...,mode=max on docker-container / remote / kubernetes builders")
 
 
+def _add_json(p: argparse.ArgumentParser, help: str = "machine-readable output") -> None:
+    p.add_argument("--json", action="store_true", help=help)
+
+
 def _add_registry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", help="HOST[:PORT]/NAMESPACE of the builder images (default: config registry)")
 
@@ -102,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="expand the matrix and explain every cell", description=(
         "Expand recipes x torch x CUDA x Python x arch into cells and say, for each, whether it can build and why not."))
     _add_matrix_args(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
     p.add_argument("--only", choices=("buildable", "rejected", "skipped"), help="show only cells with this status")
     p.add_argument("--audit", action="store_true", help="run each buildable cell's own build with stand-in compilers"
                    " (nothing compiles) and show what it would really compile: SASS/PTX per extension and"
@@ -141,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_args(p)
     p.add_argument("--ca-bundle", help="CA bundle for PyPI/git inside builds, passed as a BuildKit secret"
                    " (default: PIP_CERT / REQUESTS_CA_BUNDLE / SSL_CERT_FILE, else the system bundle)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    _add_json(p, "print the results as JSON")
     p.add_argument("--native", action="store_true", help="build on this host, without Docker (Colab, bare metal):"
                    " the host's Python, torch and nvcc, checked against each other first")
     p.add_argument("--flat", action="store_true", help="with --native: put the wheel directly in --out"
@@ -171,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                    " on each wheel that passed, with --python-exe (default: this Python)")
     p.add_argument("--recipe-dir", type=Path, action="append", default=[], help="with --gpu: extra directory of"
                    " recipe YAML files (repeatable)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
 
     p = sub.add_parser("check", help="run the recipe's numerical GPU check against a wheel", description=(
         "Run the recipe's smoke.gpu_check (the kernel against torch SDPA on the GPU) against a wheel: the"
@@ -184,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", "--python-exe", dest="python_exe", metavar="EXE", help="interpreter to run the check"
                    " with (it must have the torch the wheel was built for; default: this one)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the check may take (default: 600)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_json(p, "print the result as JSON")
     _add_common(p)
 
     p = sub.add_parser("doctor", help="check this machine: torch, nvcc, GPUs, Docker/buildx, disk, RAM", description=(
@@ -193,10 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
         " (a real bake matrix with local export is tried), disk, RAM/cores and the job settings builds would use."))
     p.add_argument("--python-exe", help="the interpreter whose torch to check (default: this one)")
     p.add_argument("--no-engine", action="store_true", help="skip the Docker checks")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
 
     p = sub.add_parser("recipes", help="list the recipe catalogue", description="List every recipe with its versions, arch knob and supported archs.")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
     _add_common(p)
 
     p = sub.add_parser("archs", help="parse an arch list and show it in every consumer's format", description=(
@@ -233,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                    " (the package's own build with stand-in compilers, which refuses a cell whose build would fail or miss an arch)")
     _add_compile_args(p)
     p.add_argument("--ca-bundle", help="CA bundle for a local fallback build")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    _add_json(p, "print the results as JSON")
     _add_common(p)
 
     p = sub.add_parser("lock", help="pin every base image of a matrix to its registry digest", description=(

@@ -28,11 +28,17 @@ def bounded(text: str, limit: int) -> str:
 
 
 class ImagegenError(Exception):
-    """Base class: a failure the user can act on."""
+    """Base class: a failure the user can act on. A kind names its exit code where it is declared:
+    ``class ArchError(ImagegenError, exit_code=2)``; a kind without one keeps its parent's."""
 
     exit_code = 1
     # The longest message this kind of error prints (None: no limit).
     max_chars: int | None = None
+
+    def __init_subclass__(cls, exit_code: int | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
 
     def __init__(self, message: str) -> None:
         # Keep the message on one line whatever the caller passed in, with no raw control
@@ -45,78 +51,54 @@ class ImagegenError(Exception):
         return str(self)
 
 
-class UsageError(ImagegenError):
+class UsageError(ImagegenError, exit_code=2):
     """Bad command-line input (a flag's value, a missing argument)."""
 
-    exit_code = 2
 
-
-class ConfigError(ImagegenError):
+class ConfigError(ImagegenError, exit_code=2):
     """A broken imagegen.toml / [tool.imagegen] section."""
 
-    exit_code = 2
 
-
-class RecipeError(ImagegenError):
+class RecipeError(ImagegenError, exit_code=2):
     """A recipe file that does not load or validate, or an unknown recipe name."""
-
-    exit_code = 2
     # "imagegen: error: " plus this stays under 400 characters, whatever a recipe file holds.
     max_chars = 380
 
 
-class ArchError(ImagegenError):
+class ArchError(ImagegenError, exit_code=2):
     """A GPU architecture that cannot be parsed, or that a consumer cannot express."""
 
-    exit_code = 2
 
-
-class CompatError(ImagegenError):
+class CompatError(ImagegenError, exit_code=3):
     """An impossible torch / CUDA / Python / arch / base-image combination."""
 
-    exit_code = 3
 
-
-class NothingToDoError(ImagegenError):
+class NothingToDoError(ImagegenError, exit_code=3):
     """Every requested cell was rejected."""
 
-    exit_code = 3
 
-
-class UnsafeValueError(ImagegenError):
+class UnsafeValueError(ImagegenError, exit_code=2):
     """A value that would reach a Dockerfile or a shell and is not safe there."""
 
-    exit_code = 2
 
-
-class EngineError(ImagegenError):
+class EngineError(ImagegenError, exit_code=4):
     """No usable container engine / buildx, or the engine refused a request."""
 
-    exit_code = 4
 
-
-class BuildError(ImagegenError):
+class BuildError(ImagegenError, exit_code=5):
     """A build ran and failed."""
 
-    exit_code = 5
 
-
-class VerifyError(ImagegenError):
+class VerifyError(ImagegenError, exit_code=6):
     """A wheel lacks what was asked (an arch, an extension) or cannot be read as a wheel."""
 
-    exit_code = 6
 
-
-class GpuCheckError(VerifyError):
+class GpuCheckError(VerifyError, exit_code=6):
     """The recipe's GPU check ran and failed."""
 
-    exit_code = 6
 
-
-class RegistryError(ImagegenError):
+class RegistryError(ImagegenError, exit_code=7):
     """A registry refused or could not be reached, or an image is missing."""
-
-    exit_code = 7
 
 
 class LockFileError(RegistryError):
@@ -128,10 +110,8 @@ class ImageMissing(RegistryError):
     """The registry answered: no such image (the one failure `pull` may fall back from)."""
 
 
-class NoGpuError(ImagegenError):
+class NoGpuError(ImagegenError, exit_code=8):
     """The interpreter has no torch, or torch sees no CUDA GPU: the check cannot run here."""
-
-    exit_code = 8
 
 
 # Internal signals, never shown as they are: each caller turns them into a user error or a plan reason.

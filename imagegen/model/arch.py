@@ -79,6 +79,8 @@ class CudaArch:
         """Identity for merging and ordering: the flags are what gets merged."""
         return (self.major, self.minor, self.variant)
 
+    # The names one target goes by, e.g. for 9.0a: cc "9.0" (torch, CMake), number 90 (ordering,
+    # numeric lists), code "90a" (gencode), sm "sm_90a" (SASS), compute "compute_90a" (PTX).
     @property
     def cc(self) -> str:
         return f"{self.major}.{self.minor}"
@@ -91,13 +93,8 @@ class CudaArch:
     def code(self) -> str:
         return f"{self.number}{self.variant}"
 
-    @property
-    def sm(self) -> str:
-        return f"sm_{self.code}"
-
-    @property
-    def compute(self) -> str:
-        return f"compute_{self.code}"
+    sm = property(lambda self: f"sm_{self.code}")
+    compute = property(lambda self: f"compute_{self.code}")
 
     def __str__(self) -> str:
         if not self.sass:

@@ -1,98 +1,121 @@
-"""Generated bake definitions: checked by buildx itself (`docker buildx bake --print`) and read back.
-
-These tests need the docker CLI with the buildx plugin (no daemon): scripts/install-engine.sh
-installs both, and scripts/test.sh runs it first. A missing buildx fails the tests; it is not a skip.
-"""
+"""Tests for imagegen.render.bake: one bake target per buildable cell (name, Dockerfile, local output
+folder, named contexts, CA secret, IMAGEGEN_-prefixed overrides), groups, and the JSON/HCL forms with
+``${``/``%{`` escaped. Pure: that buildx reads these files as meant is tests/integration/test_bake_print.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from imagegen.cli import main
+from imagegen.errors import UnsafeValueError
+from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.render.bake import build_definition
-from imagegen.render.bakefiles import check_round_trip, print_bake, repo_files
+from imagegen.model.source_tree import recipe_from_source_tree
+from imagegen.plan import MatrixRequest, expand
+from imagegen.render import bake as B
+from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "tiny_kernel"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def buildx():
-    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True) if shutil.which("docker") else None
-    if proc is None or proc.returncode != 0:
-        pytest.fail("docker buildx is required for these tests: run scripts/install-engine.sh (scripts/test.sh does)")
+def _plan(*names: str, python=("3.12",), arch="9.0"):
+    cat = load_catalogue()
+    return expand(MatrixRequest(recipes=[(r := cat.get(n), r.version(None)) for n in names], torch=["2.8"],
+                                cuda=["12.8"], python=list(python), archs=[parse_arch_list(arch)], flavor="runpod"))
 
 
-def test_committed_generated_files_match_a_fresh_generation():
-    files = repo_files(load_catalogue())
-    for rel, text in files.items():
-        path = ROOT / rel
-        assert path.exists(), f"{rel} missing: run `imagegen bake --repo`"
-        assert path.read_text() == text, f"{rel} is stale or hand-edited: run `imagegen bake --repo`"
-    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "dockerfiles").glob("*")} | \
-              {str(p.relative_to(ROOT)) for p in (ROOT / "bake").glob("*.json")}
-    assert on_disk <= set(files), f"orphan generated files: {sorted(on_disk - set(files))}"
+def test_one_target_per_buildable_cell_with_its_own_output_folder(tmp_path):
+    plan = _plan("sage", "flash-attn", python=("3.11", "3.12"))
+    d = B.build_definition(plan, out_dir="wh", root=tmp_path)
+    names = [t.name for t in d.targets]
+    assert names == [c.name for c in plan.buildable] and len(names) == 4
+    for t in d.targets:
+        assert t.output == f"wh/{t.cell.wheel_dir}" and t.dockerfile == f"{t.name}.Dockerfile"
+        assert "\nFROM scratch AS wheels\n" in d.dockerfiles[f"dockerfiles/{t.name}.Dockerfile"]
+        assert re.fullmatch(r"[A-Za-z0-9_-]+", t.name)
+    # the layout is <pkg>-<ver>/torch<X.Y>/cu<XYZ>: the Pythons of one package share a folder (bake
+    # merges their exports; the wheels' names differ by their cpXY tag)
+    assert sorted({t.output for t in d.targets}) == ["wh/flash-attn-2.8.3/torch2.8/cu128",
+                                                     "wh/sageattention-2.2.0/torch2.8/cu128"]
 
 
-@pytest.mark.parametrize("rel", ["docker-bake.hcl"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bake").glob("*.json")))
-def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
-    printed = print_bake(ROOT / rel, ROOT)
-    meant = json.loads((ROOT / rel).read_text()) if rel.endswith(".json") else None
-    if meant is None:
-        # The HCL says the same as the JSON union: compare with a fresh definition.
-        from imagegen.plan import defaults
-        from imagegen.render.bakefiles import REPO_SCRIPTS, repo_plan
-
-        meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT,
-                                 scripts=REPO_SCRIPTS).as_dict()
-    check_round_trip(meant, printed)
-    for name, target in printed["target"].items():
-        assert target["target"] == "wheels" and target["output"][0].startswith("type=local,dest=wheelhouse/")
-        assert "args" not in target or not target["args"], "no override set: the Dockerfile defaults apply"
-        assert target["context"] == "dockerfiles" and (ROOT / "dockerfiles" / target["dockerfile"]).is_file()
+def test_scripts_are_written_beside_the_dockerfiles_unless_a_folder_is_given(tmp_path):
+    d = B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path, dockerfiles_dir="df")
+    scripts = {k.rsplit("/", 1)[1]: v for k, v in d.dockerfiles.items() if f"/{SCRIPTS_CONTEXT}/" in k}
+    assert scripts == builder_files()
+    assert d.targets[0].contexts == {SCRIPTS_CONTEXT: f"./df/{SCRIPTS_CONTEXT}"}
+    d2 = B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path, scripts="./imagegen/resources/builder")
+    assert not any(SCRIPTS_CONTEXT in k for k in d2.dockerfiles)
+    assert d2.targets[0].contexts == {SCRIPTS_CONTEXT: "./imagegen/resources/builder"}
 
 
-def test_prefixed_variables_override_and_generic_names_do_not_leak(tmp_path):
-    ca = tmp_path / "my-ca.pem"
-    ca.write_text("not a real CA, only its path is read by --print\n")
-    printed = print_bake(ROOT / "docker-bake.hcl", ROOT, ["sage-2_2_0-torch2_8-cu128-py312"],
-                         env={"IMAGEGEN_TORCH_CUDA_ARCH_LIST": "9.0;12.0+PTX", "IMAGEGEN_MAX_JOBS": "2",
-                              "MAX_JOBS": "64", "TORCH_CUDA_ARCH_LIST": "7.0", "IMAGEGEN_PIP_CERT": str(ca)})
-    t = printed["target"]["sage-2_2_0-torch2_8-cu128-py312"]
-    assert t["args"] == {"TORCH_CUDA_ARCH_LIST": "9.0;12.0+PTX", "MAX_JOBS": "2"}
-    assert t["secret"] == [f"id=pip_cert,src={ca}"]
-
-
-def test_bake_command_writes_checks_and_prints(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    code = main(["bake", "sage", "flash-attn", "--torch", "2.8", "--cuda", "12.8", "--python", "3.11",
-                 "--python", "3.12", "--arch", "8.0;9.0", "-f", "out.json", "--out", "wh", "--print"])
-    assert code == 0
-    printed = json.loads(capsys.readouterr().out)
-    names = sorted(printed["target"])
-    assert names == ["fa2-2_8_3-torch2_8-cu128-py311", "fa2-2_8_3-torch2_8-cu128-py312",
-                     "sage-2_2_0-torch2_8-cu128-py311", "sage-2_2_0-torch2_8-cu128-py312"]
-    assert printed["target"]["fa2-2_8_3-torch2_8-cu128-py311"]["output"] == ["type=local,dest=wh/flash-attn-2.8.3/torch2.8/cu128"]
-    assert (tmp_path / "dockerfiles" / "fa2-2_8_3-torch2_8-cu128-py311.Dockerfile").is_file()
-
-
-def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
-    project = tmp_path / "proj"
+def test_a_local_source_is_a_named_context_relative_to_the_bake_folder(tmp_path):
+    project = tmp_path / "work" / "proj"
     shutil.copytree(FIXTURE, project)
-    monkeypatch.chdir(tmp_path)
-    code = main(["bake", "--source", "proj", "--torch", "2.11", "--cuda", "13.0", "--python", "3.11",
-                 "--arch", "8.0;9.0+PTX", "--flavor", "pypi", "-f", "docker-bake.hcl", "--print"])
-    assert code == 0
-    printed = json.loads(capsys.readouterr().out)
-    assert list(printed["target"]) == ["tiny-kernel-0_1_0-torch2_11-cu130-py311"]
-    # imagegen's build steps are written beside the Dockerfiles: the files build without imagegen.
-    assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {
-        "source": "./proj", "imagegen-scripts": "./dockerfiles/imagegen-scripts"}
-    assert sorted(p.name for p in (tmp_path / "dockerfiles" / "imagegen-scripts").iterdir()) == [
-        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py"]
+    recipe = recipe_from_source_tree(project)
+    plan = expand(MatrixRequest(recipes=[(recipe, recipe.version(None))], torch=["2.11"], cuda=["13.0"],
+                                python=["3.11"], archs=[parse_arch_list("9.0")], flavor="pypi"))
+    d = B.build_definition(plan, out_dir="wh", root=tmp_path)
+    (t,) = d.targets
+    assert t.contexts["source"] == "./work/proj"
+    assert B.absolute_contexts(t, tmp_path / "df") == {SCRIPTS_CONTEXT: str(tmp_path / "df" / SCRIPTS_CONTEXT),
+                                                       "source": str(project)}
+
+
+def test_groups_per_recipe_and_default(tmp_path):
+    d = B.build_definition(_plan("sage", "flash-attn"), out_dir="wh", root=tmp_path)
+    groups = d.as_dict()["group"]
+    assert sorted(groups) == ["default", "flash-attn", "sageattention"]
+    assert groups["default"]["targets"] == [t.name for t in d.targets]
+    only = d.as_dict(only_recipe="sageattention")
+    assert sorted(only["group"]) == ["default", "sageattention"]
+    assert list(only["target"]) == only["group"]["default"]["targets"] == groups["sageattention"]["targets"]
+
+
+def test_overrides_come_only_from_prefixed_variables_and_the_ca_is_a_secret(tmp_path):
+    d = B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path).as_dict()
+    assert set(d["variable"]) == {*B.VARIABLES, B.CA_VARIABLE}
+    assert d["variable"][B.CA_VARIABLE] == {"default": B.CA_DEFAULT}
+    (t,) = d["target"].values()
+    assert t["args"]["MAX_JOBS"] == '${IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null}'
+    assert set(t["args"]) == {arg for arg, _ in B.VARIABLES.values()}
+    assert t["secret"] == ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"] and t["target"] == "wheels"
+
+
+def test_json_escapes_templates_except_imagegens_own_interpolations(tmp_path):
+    d = B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path).as_dict()
+    (t,) = d["target"].values()
+    t["labels"]["x"] = "${HOME} %{ if true }"
+    back = json.loads(B.to_json(d))
+    (bt,) = back["target"].values()
+    assert bt["labels"]["x"] == "$${HOME} %%{ if true }"
+    assert bt["secret"] == ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]  # ours, not escaped
+    assert bt["args"]["MAX_JOBS"].startswith("${IMAGEGEN_MAX_JOBS")
+
+
+def test_hcl_writes_args_raw_and_strings_escaped(tmp_path):
+    d = B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path).as_dict()
+    (name,) = d["target"]
+    d["target"][name]["labels"]["x"] = '${HOME}"\n'
+    text = B.to_hcl(d, "line one\n\nline three")
+    assert text.startswith("# line one\n#\n# line three\n")
+    assert f'target "{name}" {{' in text
+    assert '    MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null' in text
+    assert '"x" = "$${HOME}\\"\\n"' in text or 'x = "$${HOME}\\"\\n"' in text
+    assert 'secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]' in text
+
+
+@pytest.mark.parametrize("bad", ["a b", "$(id)", "${X}", "out\nRUN id"])
+def test_unsafe_folders_are_refused(tmp_path, bad):
+    with pytest.raises(UnsafeValueError):
+        B.build_definition(_plan("sage"), out_dir=bad, root=tmp_path)
+    with pytest.raises(UnsafeValueError):
+        B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path, dockerfiles_dir=bad)
+
+
+def test_escape_template():
+    assert B.escape_template("a${b}%{c}$d") == "a$${b}%%{c}$d"

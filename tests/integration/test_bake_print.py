@@ -1,0 +1,122 @@
+"""Generated bake definitions checked by buildx itself (`docker buildx bake --print`) and read back:
+the repository's files, IMAGEGEN_-prefixed overrides, `imagegen bake --print`, and hostile strings that
+must reach buildx literally.
+
+These need the docker CLI with the buildx plugin (no daemon): scripts/install-engine.sh installs both,
+and scripts/test.sh runs it first. A missing buildx fails the tests; it is not a skip. What needs no
+buildx is tests/unit/test_bake.py and tests/unit/test_bakefiles.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagegen.cli import main
+from imagegen.model.arch_parse import parse_arch_list
+from imagegen.model.catalogue import load_catalogue
+from imagegen.plan import MatrixRequest, expand
+from imagegen.render import bake as B
+from imagegen.render.bake import build_definition
+from imagegen.render.bakefiles import check_round_trip, print_bake
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "tiny_kernel"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def buildx():
+    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True) if shutil.which("docker") else None
+    if proc is None or proc.returncode != 0:
+        pytest.fail("docker buildx is required for these tests: run scripts/install-engine.sh (scripts/test.sh does)")
+
+
+@pytest.mark.parametrize("rel", ["docker-bake.hcl"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bake").glob("*.json")))
+def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
+    printed = print_bake(ROOT / rel, ROOT)
+    meant = json.loads((ROOT / rel).read_text()) if rel.endswith(".json") else None
+    if meant is None:
+        # The HCL says the same as the JSON union: compare with a fresh definition.
+        from imagegen.plan import defaults
+        from imagegen.render.bakefiles import REPO_SCRIPTS, repo_plan
+
+        meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT,
+                                 scripts=REPO_SCRIPTS).as_dict()
+    check_round_trip(meant, printed)
+    for name, target in printed["target"].items():
+        assert target["target"] == "wheels" and target["output"][0].startswith("type=local,dest=wheelhouse/")
+        assert "args" not in target or not target["args"], "no override set: the Dockerfile defaults apply"
+        assert target["context"] == "dockerfiles" and (ROOT / "dockerfiles" / target["dockerfile"]).is_file()
+
+
+def test_prefixed_variables_override_and_generic_names_do_not_leak(tmp_path):
+    ca = tmp_path / "my-ca.pem"
+    ca.write_text("not a real CA, only its path is read by --print\n")
+    printed = print_bake(ROOT / "docker-bake.hcl", ROOT, ["sage-2_2_0-torch2_8-cu128-py312"],
+                         env={"IMAGEGEN_TORCH_CUDA_ARCH_LIST": "9.0;12.0+PTX", "IMAGEGEN_MAX_JOBS": "2",
+                              "MAX_JOBS": "64", "TORCH_CUDA_ARCH_LIST": "7.0", "IMAGEGEN_PIP_CERT": str(ca)})
+    t = printed["target"]["sage-2_2_0-torch2_8-cu128-py312"]
+    assert t["args"] == {"TORCH_CUDA_ARCH_LIST": "9.0;12.0+PTX", "MAX_JOBS": "2"}
+    assert t["secret"] == [f"id=pip_cert,src={ca}"]
+
+
+def test_bake_command_writes_checks_and_prints(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["bake", "sage", "flash-attn", "--torch", "2.8", "--cuda", "12.8", "--python", "3.11",
+                 "--python", "3.12", "--arch", "8.0;9.0", "-f", "out.json", "--out", "wh", "--print"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    names = sorted(printed["target"])
+    assert names == ["fa2-2_8_3-torch2_8-cu128-py311", "fa2-2_8_3-torch2_8-cu128-py312",
+                     "sage-2_2_0-torch2_8-cu128-py311", "sage-2_2_0-torch2_8-cu128-py312"]
+    assert printed["target"]["fa2-2_8_3-torch2_8-cu128-py311"]["output"] == ["type=local,dest=wh/flash-attn-2.8.3/torch2.8/cu128"]
+    assert (tmp_path / "dockerfiles" / "fa2-2_8_3-torch2_8-cu128-py311.Dockerfile").is_file()
+
+
+def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
+    project = tmp_path / "proj"
+    shutil.copytree(FIXTURE, project)
+    monkeypatch.chdir(tmp_path)
+    code = main(["bake", "--source", "proj", "--torch", "2.11", "--cuda", "13.0", "--python", "3.11",
+                 "--arch", "8.0;9.0+PTX", "--flavor", "pypi", "-f", "docker-bake.hcl", "--print"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert list(printed["target"]) == ["tiny-kernel-0_1_0-torch2_11-cu130-py311"]
+    # imagegen's build steps are written beside the Dockerfiles: the files build without imagegen.
+    assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {
+        "source": "./proj", "imagegen-scripts": "./dockerfiles/imagegen-scripts"}
+    assert sorted(p.name for p in (tmp_path / "dockerfiles" / "imagegen-scripts").iterdir()) == [
+        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py"]
+
+
+def _definition(value: str) -> dict:
+    plan = expand(MatrixRequest(recipes=[(r := load_catalogue().get("sage"), r.version(None))], torch=["2.8"],
+                                cuda=["12.8"], python=["3.12"], archs=[parse_arch_list("9.0")], flavor="runpod"))
+    d = B.build_definition(plan, out_dir="wheelhouse").as_dict()
+    t = next(iter(d["target"].values()))
+    t["context"] = value
+    t["labels"]["hostile"] = value + " %{ if true }x%{ endif } $${x} $$${y} a$ %%{z"
+    return d
+
+
+@pytest.mark.parametrize("suffix", [".hcl", ".json"])
+def test_bake_strings_reach_buildx_literally(tmp_path, suffix):
+    """`${` and `%{` in a value we did not write as an interpolation are escaped in HCL and in JSON
+    (bake evaluates templates in both): buildx reads the very value back; our own interpolations work."""
+    d = _definition("${IMAGEGEN_PIP_CERT}")
+    text = B.to_json(d) if suffix == ".json" else B.to_hcl(d, "header")
+    f = tmp_path / f"x{suffix}"
+    f.write_text(text)
+    (tmp_path / "ca.pem").write_text("")
+    printed = print_bake(f, tmp_path, env={"IMAGEGEN_PIP_CERT": str(tmp_path / "ca.pem"), "IMAGEGEN_MAX_JOBS": "3"})
+    check_round_trip(d, printed)  # context and labels exactly as meant
+    got = next(iter(printed["target"].values()))
+    assert got["context"] == "${IMAGEGEN_PIP_CERT}"
+    assert got["labels"]["hostile"].endswith(" %{ if true }x%{ endif } $${x} $$${y} a$ %%{z")
+    assert str(got["secret"][0]).endswith(f"{tmp_path}/ca.pem") or "ca.pem" in json.dumps(got["secret"])
+    assert got["args"]["MAX_JOBS"] == "3"

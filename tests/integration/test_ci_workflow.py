@@ -1,0 +1,274 @@
+"""`imagegen ci github` against the real buildx: the workflow's matrix is exactly what `docker buildx bake
+--print` prints, its own bake command line is replayed with `--print` to prove buildx takes its `--set`
+keys, and definitions buildx refuses or resolves differently are refused. These need the docker CLI with
+the buildx plugin (no daemon; scripts/install-engine.sh); a missing buildx fails, it is not a skip. The
+workflow's structure, options and refusals are tests/unit/test_workflow.py."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from imagegen import cli
+from imagegen.errors import EngineError, ImagegenError
+from imagegen.render import workflow as ci
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", autouse=True)
+def buildx():
+    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True) if shutil.which("docker") else None
+    if proc is None or proc.returncode != 0:
+        pytest.fail("docker buildx is required for these tests: run scripts/install-engine.sh (scripts/test.sh does)")
+
+
+def _parser():
+    parser = cli._Parser(prog="imagegen")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=cli._Parser)
+    sub.required = True
+    ci.add_parser(sub)
+    return parser
+
+
+def imagegen(*argv: str) -> tuple[int, str, str]:
+    """`imagegen ...` as the command line runs it: cli.main once cli.py wires `ci`; until then the same
+    parser class and the same error handling (one `imagegen: error:` line, the error's exit code)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        if "ci" in cli.COMMANDS:
+            code = cli.main(list(argv))
+        else:
+            try:
+                code = ci.run(_parser().parse_args(list(argv)))
+            except ImagegenError as exc:
+                print(f"imagegen: error: {exc}", file=sys.stderr)
+                code = exc.exit_code
+    return code, out.getvalue(), err.getvalue()
+
+
+def generate(tmp_path: Path, *extra: str, name: str = "imagegen.yml") -> tuple[str, dict]:
+    """Run `imagegen ci github` in the repository's top folder through ci.run; return text and YAML."""
+    out = tmp_path / name
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert ci.run(_parser().parse_args(["ci", "github", "--output", str(out), *extra])) == 0
+    finally:
+        os.chdir(cwd)
+    text = out.read_text(encoding="utf-8")
+    return text, yaml.safe_load(text)
+
+
+def bake_print(*names: str, cwd: Path = ROOT, file: str = "docker-bake.hcl") -> dict:
+    """`docker buildx bake --print`, run here directly (not through imagegen)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
+    proc = subprocess.run(["docker", "buildx", "bake", "-f", file, "--print", *names], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def local_dest(outputs: list) -> str:
+    (entry,) = outputs
+    if isinstance(entry, dict):
+        assert entry["type"] == "local"
+        return entry["dest"]
+    fields = dict(f.split("=", 1) for f in entry.split(","))
+    assert fields["type"] == "local"
+    return fields["dest"]
+
+
+def steps_by_name(doc: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in doc["jobs"]["build"]["steps"]}
+
+
+# --------------------------------------------------------------------------------------------
+# The workflow for the repository's own docker-bake.hcl
+
+
+@pytest.fixture(scope="module")
+def repo_workflow(tmp_path_factory) -> tuple[Path, str, dict]:
+    tmp = tmp_path_factory.mktemp("wf")
+    text, doc = generate(tmp)
+    return tmp / "imagegen.yml", text, doc
+
+
+def test_matrix_is_exactly_the_default_group_that_buildx_prints(repo_workflow):
+    _, _, doc = repo_workflow
+    printed = bake_print("default")
+    matrix = doc["jobs"]["build"]["strategy"]["matrix"]
+    assert matrix["target"] == list(printed["target"])
+    assert sorted(matrix["target"]) == sorted(printed["group"]["default"]["targets"])
+    assert len(matrix["target"]) >= 2
+    # each target carries the folder its bake output writes to, and only that one
+    wheels = {row["target"]: row["wheels"] for row in matrix["include"]}
+    assert wheels == {name: local_dest(body["output"]) for name, body in printed["target"].items()}
+    assert all(w.startswith("wheelhouse/") for w in wheels.values())
+
+
+@pytest.fixture
+def docker_print_shim(tmp_path) -> Path:
+    """A `docker` first on PATH that runs the real one with --print added and logs its arguments."""
+    real = shutil.which("docker")
+    shim_dir = tmp_path / "shim"
+    shim_dir.mkdir()
+    shim = shim_dir / "docker"
+    shim.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\nexec "{real}" "$@" --print\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+    return shim_dir
+
+
+def test_the_workflow_bake_command_is_accepted_by_buildx_with_the_cache_settings(repo_workflow, docker_print_shim, tmp_path):
+    _, _, doc = repo_workflow
+    target = doc["jobs"]["build"]["strategy"]["matrix"]["target"][0]
+    bake = steps_by_name(doc)["Bake"]
+    assert bake["shell"] == "bash"
+    # what GitHub would substitute on a runner of the Octo-Org organisation
+    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "Octo-Org"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
+    for key, value in bake["env"].items():
+        for expr, sub in values.items():
+            value = value.replace(expr, sub)
+        assert "${{" not in value, value
+        env[key] = value
+    env["PATH"] = f"{docker_print_shim}{os.pathsep}{env['PATH']}"
+    # GitHub runs `shell: bash` as: bash --noprofile --norc -eo pipefail {0}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", bake["run"]], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[:4] == ["buildx", "bake", "-f", "docker-bake.hcl"] and argv[-1] == target
+
+    printed = json.loads(proc.stdout)
+    assert list(printed["target"]) == [target]
+    got = printed["target"][target]
+    ref = f"ghcr.io/octo-org/imagegen-cache:{target}"  # lower-cased: registries refuse upper case
+    assert _cache(got["cache-from"]) == [{"type": "registry", "ref": ref}]
+    assert _cache(got["cache-to"]) == [{"type": "registry", "ref": ref, "mode": "max", "ignore-error": "true"}]
+    # the rest of the target is the bake file's
+    want = bake_print(target)["target"][target]
+    assert {k: v for k, v in got.items() if not k.startswith("cache-")} == want
+
+
+def _cache(entries: list) -> list[dict]:
+    out = []
+    for e in entries:
+        if isinstance(e, dict):  # newer buildx prints objects
+            out.append({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in e.items()})
+        else:
+            out.append(dict(f.split("=", 1) for f in e.split(",")))
+    return out
+
+
+def test_a_wrong_set_key_would_be_refused_by_buildx():
+    # the --print replay above can fail: buildx rejects a --set key it does not know
+    proc = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "--print", "--set",
+                           "sage-2_2_0-torch2_8-cu128-py312.cache_to=type=registry,ref=r.io/x/y:z",
+                           "sage-2_2_0-torch2_8-cu128-py312"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "unknown key" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Options
+
+
+def test_group_and_targets_select_the_matrix(tmp_path):
+    text, doc = generate(tmp_path, "--group", "sageattention")
+    assert doc["jobs"]["build"]["strategy"]["matrix"]["target"] == list(bake_print("sageattention")["target"])
+    assert all(t.startswith("sage-") for t in doc["jobs"]["build"]["strategy"]["matrix"]["target"])
+    assert f"# Regenerate with: imagegen ci github --group sageattention --output {tmp_path / 'imagegen.yml'}\n" in text
+
+    text, doc = generate(tmp_path, "--targets", "fa2-2_8_3-torch2_9-cu128-py312,sageattention", name="t.yml")
+    matrix = doc["jobs"]["build"]["strategy"]["matrix"]["target"]
+    assert matrix == list(bake_print("fa2-2_8_3-torch2_9-cu128-py312", "sageattention")["target"])
+    assert len(matrix) == 3
+
+
+def test_stdout_output(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, err = imagegen("ci", "github", "--group", "natten", "--output", "-")
+    assert code == 0 and err == ""
+    assert yaml.safe_load(out)["jobs"]["build"]["strategy"]["matrix"]["target"] == list(bake_print("natten")["target"])
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals: one line, non-zero, nothing written
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--registry", "x; rm -rf /"], "--registry"),
+    (["--registry", "ghcr.io/evil"], "--registry"),
+    (["--registry", "nodots"], "--registry"),
+    (["--namespace", "a$(id)"], "--namespace"),
+    (["--namespace", "${{ github.event.head_commit.message }}"], "--namespace"),
+    (["--namespace", "Upper"], "--namespace"),
+    (["--targets", "sage$(reboot)"], "--targets"),
+    (["--targets", "a`id`"], "--targets"),
+    (["--group", "default;id"], "--group"),
+    (["--runs-on", "ubuntu-latest\n    evil: 1"], "--runs-on"),
+    (["--bake-file", "../docker-bake.hcl"], "--bake-file"),
+    (["--bake-file", "/etc/passwd"], "--bake-file"),
+    (["--bake-file", "a b.hcl"], "--bake-file"),
+    (["--max-parallel", "0"], "--max-parallel"),
+    (["--max-parallel", "many"], "--max-parallel"),
+    (["--group", "default", "--targets", "x"], "not allowed with"),
+    (["--bake-file", "missing.hcl"], "no such file"),
+])
+def _bake_json(tmp_path: Path, definition: dict) -> None:
+    (tmp_path / "docker-bake.json").write_text(json.dumps(definition), encoding="utf-8")
+
+
+def test_hostile_output_folder_in_the_bake_file(tmp_path, monkeypatch):
+    _bake_json(tmp_path, {"target": {"ok": {"context": ".", "output": ["type=local,dest=out/$(id)"]}}})
+    monkeypatch.chdir(tmp_path)
+    code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "--targets", "ok", "-o", "wf.yml")
+    assert code == 2 and err.count("\n") == 1 and "output folder of bake target ok" in err
+    assert not (tmp_path / "wf.yml").exists()
+
+
+def test_hostile_target_name_in_the_bake_file(tmp_path, monkeypatch):
+    _bake_json(tmp_path, {"group": {"default": {"targets": ["a$$(id)"]}},
+                          "target": {"a$$(id)": {"context": ".", "output": ["type=local,dest=out"]}}})
+    monkeypatch.chdir(tmp_path)
+    code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "-o", "wf.yml")
+    assert code != 0 and err.startswith("imagegen: error: ") and err.count("\n") == 1
+    assert not (tmp_path / "wf.yml").exists()
+
+
+def test_target_without_local_output(tmp_path, monkeypatch):
+    _bake_json(tmp_path, {"target": {"img": {"context": ".", "tags": ["x/y:z"]}}})
+    monkeypatch.chdir(tmp_path)
+    code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "--targets", "img", "-o", "wf.yml")
+    assert code == 2 and "has no type=local output" in err and err.count("\n") == 1
+
+
+def test_broken_bake_file(tmp_path, monkeypatch):
+    (tmp_path / "docker-bake.hcl").write_text('target "x" {\n  context = \n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = imagegen("ci", "github", "-o", "wf.yml")
+    assert code == EngineError.exit_code and "docker buildx bake --print rejected docker-bake.hcl" in err
+    assert err.count("\n") == 1
+
+
+def test_unknown_group(monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    code, _, err = imagegen("ci", "github", "--group", "no-such-group", "-o", str(tmp_path / "wf.yml"))
+    assert code == EngineError.exit_code and "no-such-group" in err and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Units
+
