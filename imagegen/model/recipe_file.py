@@ -3,6 +3,7 @@ file and the key."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from imagegen.model.recipe_reader import (
     SOURCE_KEYS,
     TOP_KEYS,
     VERSION_KEYS,
+    VERSION_RANGE_KEYS,
     Reader,
     key_text,
     quoted,
@@ -213,6 +215,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
     if not smoke.imports:
         raise smoke_r.error("list at least one module to import", "imports")
 
+    by_version = _by_version(r, shown, recipe_dir, arch)
     versions_raw = r.data.get("versions")
     if not isinstance(versions_raw, dict) or not versions_raw:
         raise r.error("expected a mapping of version -> {ref, commit, archs, ...}", "versions")
@@ -224,41 +227,28 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         key = r.scalar_text(key, "versions")
         if not isinstance(key, str) or not safety.VERSION_LABEL.fullmatch(key):
             raise r.error(f"bad version label {quoted(key)}", "versions")
-        v = Reader(shown, entry, f"versions.{key}", keys=VERSION_KEYS)
-        emits = _emits(v)
-        min_by_arch = {}
-        for cc, ver in v.mapping("min_cuda_by_arch", "a mapping of arch -> the first CUDA that builds it").items():
-            at = f"min_cuda_by_arch.{key_text(cc)}"
-            ver = v.scalar_text(ver, at)
-            try:
-                if not isinstance(ver, str) or len(ver) > 64:
-                    raise InvalidVersion(ver)
-                min_by_arch[_single_cc(v, cc, at)] = Version(ver)
-            except InvalidVersion:
-                raise v.error(f"{quoted(ver)} is not a CUDA version", at) from None
-        patches = tuple(
-            _load_patch(shown, recipe_dir, p, f"versions.{key}.patches[{i}]")
-            for i, p in enumerate(v.list("patches"))
-        )
-        archs = v.archs("archs")
-        if not archs:
-            raise v.error("list the archs this version supports", "archs")
-        knob = _load_knob(v.sub("arch", keys=ARCH_KEYS), arch)
-        _check_runs_on(v, knob, archs)
-        versions[key] = RecipeVersion(
-            version=key,
-            ref=v.str("ref", required=url is not None, pattern=safety.GIT_REF) or "",
-            commit=v.str("commit", pattern=safety.GIT_SHA),
-            archs=archs,
-            emits=emits,
-            env=v.env("env"),
-            patches=patches,
-            min_cuda_by_arch=min_by_arch,
-            arch=knob,
-            notes=v.str("notes", "", max_len=MAX_TEXT) or "",
-            extensions=_extensions(v),
-            requires=_requires(v),
-            sdist=_sdist(v),
+        pin = Reader(shown, entry, f"versions.{key}", keys=VERSION_KEYS)
+        source_version = pin.str("source_version", None, pattern=safety.VERSION_LABEL)
+        said = _pep440(source_version or key)
+        if source_version is not None and said is None:
+            raise pin.error(f"{quoted(source_version)} is not a PEP 440 version", "source_version")
+        matched = next((i for i, (spec, _) in enumerate(by_version) if said is not None and spec.contains(said, True)),
+                       None)
+        facts = {k: v for k, v in pin.data.items() if k not in ("ref", "commit", "sdist", "source_version")}
+        if matched is not None:
+            facts = {**by_version_raw(r)[matched], **facts}
+        elif "archs" not in facts:
+            ranges = "; ".join(str(spec) for spec, _ in by_version)
+            raise pin.error("list the archs this version supports (and its other facts), or add a by_version range"
+                            f" that holds {said or quoted(key)}" + (f" (the ranges: {ranges})" if ranges else ""), "archs")
+        version = _version_facts(Reader(shown, facts, f"versions.{key}"), shown, recipe_dir, arch, key)
+        versions[key] = replace(
+            version,
+            ref=pin.str("ref", required=url is not None, pattern=safety.GIT_REF) or "",
+            commit=pin.str("commit", pattern=safety.GIT_SHA),
+            sdist=_sdist(pin),
+            source_version=str(said) if said is not None else None,
+            rules_from=f"by_version[{matched}] ({by_version[matched][0]})" if matched is not None else "",
         )
     default_version = r.str("default_version", next(iter(versions)))
     if default_version not in versions:
@@ -291,6 +281,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         subdir=source.str("subdir", "", pattern=safety.RELATIVE_PATH_OR_EMPTY) or "",
         default_version=default_version,
         versions=versions,
+        by_version=tuple(by_version),
         force_env=build.env("force_env"),
         local_version_env=build.str("local_version_env", None, pattern=safety.ENV_NAME),
         jobs_env=build.str("jobs_env", "MAX_JOBS", pattern=safety.ENV_NAME) or "MAX_JOBS",
@@ -312,6 +303,73 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         obsolete_patches=tuple(obsolete),
         path=shown,
         source_memory_gb=_source_memory(build),
+    )
+
+
+def _pep440(text: str) -> Version | None:
+    try:
+        return Version(text) if len(text) <= 64 else None
+    except InvalidVersion:
+        return None
+
+
+def by_version_raw(r: Reader) -> list[dict]:
+    """The facts of each ``by_version`` entry as written (without ``match``), for pins to start from."""
+    return [{k: v for k, v in entry.items() if k != "match"} for entry in r.data.get("by_version") or []]
+
+
+def _by_version(r: Reader, shown: str, recipe_dir: Path, knob: ArchKnob) -> list[tuple[SpecifierSet, RecipeVersion]]:
+    """``by_version``: build facts by the source's version (PEP 440 ranges, the first match applies), for
+    the pinned versions and for any ref, fork or local tree of the package."""
+    out = []
+    for i, entry in enumerate(r.list("by_version")):
+        e = Reader(shown, entry, f"by_version[{i}]", keys=VERSION_RANGE_KEYS)
+        text = e.str("match", required=True, max_len=200) or ""
+        try:
+            spec = SpecifierSet(text)
+            for clause in spec:  # "===foo" parses but compares no version
+                Version(clause.version.rstrip(".*"))
+        except (InvalidSpecifier, InvalidVersion):
+            raise e.error(f"{quoted(text)} is not a PEP 440 range such as '>=2.8.0,<2.9'", "match") from None
+        if not str(spec):
+            raise e.error("give a range such as '>=2.8.0,<2.9'", "match")
+        facts = Reader(shown, {k: v for k, v in e.data.items() if k != "match"}, f"by_version[{i}]")
+        out.append((spec, _version_facts(facts, shown, recipe_dir, knob, "")))
+    return out
+
+
+def _version_facts(v: Reader, shown: str, recipe_dir: Path, knob: ArchKnob, label: str) -> RecipeVersion:
+    """What a version's build does (archs, emits, arch knob, patches, routing, ranges), without its source."""
+    emits = _emits(v)
+    min_by_arch = {}
+    for cc, ver in v.mapping("min_cuda_by_arch", "a mapping of arch -> the first CUDA that builds it").items():
+        at = f"min_cuda_by_arch.{key_text(cc)}"
+        ver = v.scalar_text(ver, at)
+        try:
+            if not isinstance(ver, str) or len(ver) > 64:
+                raise InvalidVersion(ver)
+            min_by_arch[_single_cc(v, cc, at)] = Version(ver)
+        except InvalidVersion:
+            raise v.error(f"{quoted(ver)} is not a CUDA version", at) from None
+    patches = tuple(_load_patch(shown, recipe_dir, p, f"{v.where}.patches[{i}]") for i, p in enumerate(v.list("patches")))
+    archs = v.archs("archs")
+    if not archs:
+        raise v.error("list the archs this version supports", "archs")
+    version_knob = _load_knob(v.sub("arch", keys=ARCH_KEYS), knob)
+    _check_runs_on(v, version_knob, archs)
+    return RecipeVersion(
+        version=label,
+        ref="",
+        commit=None,
+        archs=archs,
+        emits=emits,
+        env=v.env("env"),
+        patches=patches,
+        min_cuda_by_arch=min_by_arch,
+        arch=version_knob,
+        notes=v.str("notes", "", max_len=MAX_TEXT) or "",
+        extensions=_extensions(v),
+        requires=_requires(v),
     )
 
 

@@ -267,6 +267,9 @@ SDIST_KEYS = _keys(_SCHEMA, "$defs", "sdist")
 VERSION_KEYS = _keys(_SCHEMA, "$defs", "version")
 
 
+VERSION_RANGE_KEYS = _keys(_SCHEMA, "$defs", "version_range")
+
+
 PATCH_KEYS = _keys(_SCHEMA, "$defs", "patch")
 
 

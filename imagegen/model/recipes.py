@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from imagegen.errors import RecipeError
 from imagegen.model.arch import ArchList
@@ -144,6 +144,11 @@ class RecipeVersion:
     # Ranges this version needs beyond the recipe's (xformers 0.0.35: torch >= 2.10, CUDA >= 12.5).
     requires: tuple[Rule, ...] = ()
     sdist: Sdist | None = None
+    # The version the source says it is (PEP 440), where known: the label, or the entry's
+    # source_version (main -> 2.8.4.dev0); the recipe's by_version ranges are matched against it.
+    source_version: str | None = None
+    # Which by_version range gave this version its facts ("" where the entry gives them itself).
+    rules_from: str = ""
 
     @property
     def pinned_ref(self) -> str:
@@ -174,6 +179,8 @@ class Recipe:
     subdir: str
     default_version: str
     versions: Mapping[str, RecipeVersion]
+    # Build facts by the source's version: (PEP 440 range, facts), the first match applies.
+    by_version: tuple[tuple[SpecifierSet, RecipeVersion], ...]
     force_env: Mapping[str, str]
     local_version_env: str | None
     jobs_env: str
@@ -217,6 +224,18 @@ class Recipe:
         if str(self.python):
             out.append(Rule("python", self.python, "build.python"))
         return tuple(out) + tuple(version.requires)
+
+    def facts_for(self, source_version: str) -> RecipeVersion | None:
+        """The build facts for a source that says it is ``source_version`` (a ref, fork or local tree
+        the catalogue does not pin): the first ``by_version`` range that holds it, else None."""
+        try:
+            said = Version(source_version)
+        except InvalidVersion:
+            return None
+        for i, (spec, facts) in enumerate(self.by_version):
+            if spec.contains(said, prereleases=True):
+                return replace(facts, version=str(said), source_version=str(said), rules_from=f"by_version[{i}] ({spec})")
+        return None
 
     def version(self, wanted: str | None) -> RecipeVersion:
         key = wanted or self.default_version

@@ -61,7 +61,7 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
         name=safe_name, aliases=(), description=f"local project at {root}",
         distribution=re.sub(r"[-_.]+", "_", safe_name),
         homepage="", source_kind="local", source_url=None, source_path=root, submodules=False,
-        subdir="", default_version=version, versions={version: rv}, force_env={},
+        subdir="", default_version=version, versions={version: rv}, by_version=(), force_env={},
         local_version_env=None, jobs_env="MAX_JOBS", threads_env=None,
         ext_parallel_env=None, ext_parallel_max=1, env={},
         build_requires=("setuptools", "wheel", "ninja", "packaging"), system_requires=(),

