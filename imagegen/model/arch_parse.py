@@ -59,7 +59,10 @@ def _gpu_words_at(words: list[str], i: int, gpus: Mapping[str, CudaArch]) -> int
     if _is_token(words[i]):
         return 1
     for n in range(min(_MAX_GPU_WORDS, len(words) - i), 1, -1):
-        if normalise_gpu("".join(words[i : i + n])) in gpus:
+        joined = "".join(words[i : i + n])
+        if joined.lower().endswith("+ptx"):  # "RTX 5090+PTX": the suffix belongs to the whole name
+            joined = joined[: -len("+ptx")]
+        if normalise_gpu(joined) in gpus:
             return n
     return 1
 

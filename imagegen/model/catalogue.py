@@ -38,11 +38,19 @@ class Catalogue:
 
     def get(self, name: str) -> Recipe:
         key = name.strip().lower().replace("_", "-")
-        key = self.aliases.get(key, key)
+        # A name wins over an alias: a user's recipe called "sage" is reachable by that name.
+        key = key if key in self.recipes else self.aliases.get(key, key)
         if key in self.recipes:
             return self.recipes[key]
         names = self.names()
-        known = ", ".join(names[:20]) + (f" and {len(names) - 20} more (imagegen recipes lists them)" if len(names) > 20 else "")
+        # At most 20 names and about 160 characters of them, so the hint after them is never cut off.
+        shown: list[str] = []
+        for n in names[:20]:
+            if shown and len(", ".join([*shown, n])) > 160:
+                break
+            shown.append(n)
+        rest = len(names) - len(shown)
+        known = ", ".join(shown) + (f" and {rest} more (imagegen recipes lists them)" if rest else "")
         raise RecipeError(
             f"unknown recipe {quoted(name)}: known recipes are {known}"
             " (or give a path to a local project, or add a recipe directory with --recipe-dir)"

@@ -219,6 +219,7 @@ def container_flavors() -> tuple[str, ...]:
     return tuple(name for name, f in flavors().items() if f.os != "none")
 
 
+@functools.cache  # one Flavor instance per name: Flavor's equality is identity
 def flavors() -> dict[str, Flavor]:
     raw = _load("base_images.yaml")["flavors"]
     return {

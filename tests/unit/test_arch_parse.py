@@ -257,8 +257,6 @@ def test_names_and_notations_merge() -> None:
     assert p("RTX5090+PTX") == "12.0+PTX"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: '+PTX' after a spaced product name ('RTX 5090+PTX') is refused as "
-                                      "'RTX', while 'RTX5090+PTX' and 'H100+PTX' parse")
 def test_spaced_product_name_takes_ptx_suffix() -> None:
     assert p("RTX 5090+PTX") == "12.0+PTX"
 

@@ -173,8 +173,6 @@ def test_unknown_flavor() -> None:
     assert str(info.value) == "--flavor 'docker' is not one of runpod, manylinux, cuda, pypi, native"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Flavor compares by identity ('one instance per flavor (cached)') but "
-                                      "compat.flavors() is not cached, so equal cells get unequal base images")
 def test_one_flavor_instance_per_name() -> None:
     assert compat.flavor("cuda") is compat.flavor("cuda")
     assert base("cuda", "2.8", "12.8", "3.12") == base("cuda", "2.8", "12.8", "3.12")
