@@ -19,7 +19,9 @@ KIND_PTX, KIND_ELF = 1, 2  # a fatbin entry's kind
 FATBIN_MAGIC = 0xBA55ED50
 
 
-_COMPRESSED = 0x2000
+# An entry's payload is compressed: 0x2000 is LZ4 (nvcc before 12.8), 0x8000 zstd (CUDA 12.8+ and 13's
+# default, seen on the fixture wheel's PTX); either way its text cannot be read as it is.
+_COMPRESSED = 0x2000 | 0x8000
 
 
 @dataclass(frozen=True)

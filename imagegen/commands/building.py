@@ -21,6 +21,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     config = common.config(args)
     cat = common.catalogue(args, config)
+    common.check_job_flags(args)  # container and native builds alike
     if args.native:
         return _build_native(args, config, cat)
     if args.print_env:
@@ -36,9 +37,6 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
-    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
-        if value is not None and not 1 <= value <= 1024:
-            raise UsageError(f"{flag} must be between 1 and 1024")
     common.ca_bundle(args.ca_bundle)
     out = options.resolve(args, config).out
     from imagegen.finish import finish

@@ -134,6 +134,14 @@ def check_builders(values: Sequence[str] | str | None) -> None:
             raise UsageError(f"--builder {v!r}: not a buildx builder name (letters, digits, '.', '_', '+', '-')")
 
 
+def check_job_flags(args: argparse.Namespace) -> None:
+    """--max-jobs and --nvcc-threads, for every command that compiles (container, native, pulled, Windows)."""
+    for flag in ("max_jobs", "nvcc_threads"):
+        value = getattr(args, flag, None)
+        if value is not None and not 1 <= value <= 1024:
+            raise UsageError(f"--{flag.replace('_', '-')} must be between 1 and 1024")
+
+
 def ca_bundle(value: str | None) -> str | None:
     if value is not None and not is_file(Path(value)):
         raise UsageError(f"--ca-bundle {shown(value)}: no such file (a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")

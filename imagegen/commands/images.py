@@ -8,7 +8,7 @@ from typing import Sequence
 
 from imagegen import options
 from imagegen.commands import common
-from imagegen.errors import BuildError, NothingToDoError, UsageError
+from imagegen.errors import BuildError, NothingToDoError
 from imagegen.plan import expand
 
 
@@ -43,9 +43,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
     plan = common.buildable(args, config, cat)
-    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
-        if value is not None and not 1 <= value <= 1024:
-            raise UsageError(f"{flag} must be between 1 and 1024")
+    common.check_job_flags(args)
     results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=common.lock(args),
                             finish=finish, gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle), force=args.force,

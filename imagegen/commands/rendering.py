@@ -71,10 +71,8 @@ def _render_windows(args, argv, recipe, version, archs) -> int:
         bad = [a for a in archs if a.cc not in supported]
         if bad:
             raise UsageError(f"{recipe.name} {version.version} does not support {', '.join(a.sm for a in bad)}"
-                             f" (it supports {', '.join(sorted(supported))})")
-    for flag, value in (("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
-        if value is not None and not 1 <= value <= 1024:
-            raise UsageError(f"{flag} must be between 1 and 1024")
+                             f" (it supports {', '.join(sorted(supported, key=lambda cc: tuple(map(int, cc.split('.')))))})")
+    common.check_job_flags(args)
     local = None
     if args.torch and args.cuda:
         series, _ = compat.torch_series(args.torch)

@@ -25,6 +25,10 @@ def smoke_test(wheel: Path, cell: Cell, host: HostToolchain, importer: "Importer
                        importer=importer)
 
 
+# An extension module's file: name.so, name.abi3.so, name.cpython-311-x86_64-linux-gnu.so.
+_EXTENSION = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)?\.so")
+
+
 def wheel_modules(wheel: Path) -> list[str]:
     """The top-level packages and extension modules a wheel installs (what `verify` imports)."""
     import zipfile
@@ -35,14 +39,19 @@ def wheel_modules(wheel: Path) -> list[str]:
             top = n.split("/", 1)[0]
             if ".dist-info" in top or ".data" in top:
                 continue
-            if n.endswith("/__init__.py") and n.count("/") == 1:
-                names.add(top)
-            elif "/" not in n and (n.endswith(".py") or ".so" in n):
-                names.add(n.split(".", 1)[0])
-            elif re.search(r"\.so(\.\d+)*$", n) and "/" in n:
-                # An extension inside a package: tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so -> tiny_kernel._C
-                folder, file = n.rsplit("/", 1)
-                names.add(folder.replace("/", ".") + "." + file.split(".", 1)[0])
+            folder, _, file = n.rpartition("/")
+            # Only what Python can import: packages and modules along identifier folders (auditwheel's
+            # <dist>.libs/libfoo-<hash>.so.12 is a bundled library, not a module).
+            if folder and not all(part.isidentifier() for part in folder.split("/")):
+                continue
+            if file == "__init__.py" and folder.count("/") == 0 and folder:
+                names.add(folder)
+            elif not folder and file.endswith(".py") and file[:-3].isidentifier():
+                names.add(file[:-3])
+            elif _EXTENSION.fullmatch(file):
+                # tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so -> tiny_kernel._C
+                module = file.split(".", 1)[0]
+                names.add(f"{folder.replace('/', '.')}.{module}" if folder else module)
     return sorted(names)
 
 

@@ -10,7 +10,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import shutil
 import stat
 import subprocess

@@ -103,3 +103,46 @@ def test_the_known_exceptions_are_still_real():
     # An exception that no longer occurs must leave KNOWN (so the list only shrinks).
     for module, dep in KNOWN:
         assert dep in imports(module, modules()[module]), (module, dep)
+
+
+# --------------------------------------------------------------------------------------------
+# One unit test file per module
+
+
+UNIT = Path(__file__).resolve().parent
+NOT_MODULES = {"__init__", "__main__"}  # a package's docstring; `python -m imagegen` (cli.main)
+
+
+def imported_by_test(path: Path) -> set[str]:
+    """The imagegen modules a test file imports, as dotted names below imagegen."""
+    known = modules()
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "imagegen":
+            base = node.module.split(".", 1)[1] if "." in node.module else ""
+            found.add(base)
+            found.update(f"{base}.{a.name}" if base else a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".", 1)[1] for a in node.names if a.name.startswith("imagegen."))
+    return found & set(known)
+
+
+def test_every_module_has_its_own_unit_test_file_that_imports_it():
+    package_modules = {name: path for name, path in modules().items()
+                       if not name.startswith("resources.") and name.split(".")[-1] not in NOT_MODULES}
+    basenames = [name.split(".")[-1] for name in package_modules]
+    assert len(basenames) == len(set(basenames)), "module names must stay unique: tests/unit is one folder"
+    missing = sorted(f"tests/unit/test_{name.split('.')[-1]}.py for imagegen.{name}" for name in package_modules
+                     if not (UNIT / f"test_{name.split('.')[-1]}.py").is_file())
+    assert not missing, missing
+    not_imported = sorted(name for name in package_modules
+                          if name not in imported_by_test(UNIT / f"test_{name.split('.')[-1]}.py"))
+    assert not not_imported, f"these modules' test files do not import them: {not_imported}"
+
+
+def test_the_test_import_reader_sees_both_import_forms(tmp_path):
+    # The test above can only fail if imported_by_test() finds what a test file imports.
+    sample = tmp_path / "test_x.py"
+    sample.write_text("from imagegen.model import arch_parse\nfrom imagegen.render.bake import to_json\n"
+                      "import imagegen.executors.host\nfrom imagegen import cli\n")
+    assert imported_by_test(sample) == {"model.arch_parse", "render.bake", "executors.host", "cli"}

@@ -19,10 +19,10 @@ import pytest
 from packaging.version import Version
 
 from imagegen.cell_rules import expected_archs
-from imagegen.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, elf_sections, find_cuobjdump, read_so
+from imagegen.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, FatbinEntry, elf_sections, find_cuobjdump, read_so
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.verify import SoReport, verify_wheel
+from imagegen.verify import SoReport, VerifyError, verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_WHEEL = next((ROOT / "tests" / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
@@ -313,3 +313,35 @@ def test_cli_verify_reads_the_request_the_way_the_recipe_builds_it(tmp_path):
     }, dist="sageattention")
     proc = imagegen("verify", str(bad), "--arch", "8.0 8.6 9.0 12.0+PTX", cwd=tmp_path)
     assert proc.returncode == 6 and "_qattn_sm89" in proc.stderr and "sm_120" in proc.stderr
+
+
+# ------------------------------------------------------- the fixture wheel, bad wheels
+
+MOVED_WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
+
+
+def test_missing_arch_fails_verification():
+    report = verify_wheel(MOVED_WHEEL, parse_arch_list("8.6;9.0;12.0+PTX"), cuobjdump=None)
+    assert not report.ok
+    assert "lacks sm_86, sm_120, compute_120" in report.problems[0]
+
+
+def test_bad_wheel_names_and_files(tmp_path):
+    bad = tmp_path / "not-a-wheel.whl"
+    bad.write_bytes(b"x")
+    with pytest.raises(VerifyError):
+        verify_wheel(bad, None)
+    junk = tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(VerifyError, match="not a readable wheel"):
+        verify_wheel(junk, None)
+
+
+def test_so_summary_lists_repeated_entries_once():
+    # More in tests/unit/test_verify.py (counts where they differ, archs not requested).
+    so = verify_wheel(MOVED_WHEEL, parse_arch_list("8.0")).extensions[0]
+    doubled = SoReport(so.name, so.entries + so.entries)
+    assert doubled.summary() == so.summary() == "sm_80, sm_90, compute_90"
+    assert doubled.counts() == {"sm_80": 2, "sm_90": 2, "compute_90": 2}
+    assert isinstance(so.entries[0], FatbinEntry)
+

@@ -1,10 +1,12 @@
-"""The peak-RAM model behind MAX_JOBS when the gencode audit has run (imagegen.model.jobs.peak_estimate and
-the in-build script's copy): what runs at once per extension, checked against the H100 builds
-recorded in docs/gpu-results/2026-11-24 (audit reports + measured peaks)."""
+"""Tests for imagegen.model.jobs: MAX_JOBS x NVCC_THREADS from RAM and cores (settings_for, batch_size,
+split_extensions, host), and the peak-RAM model behind them when the gencode audit has run (peak_estimate,
+load_profile and the in-build script's copy): what runs at once per extension, checked against the H100
+builds recorded in docs/gpu-results/2026-11-24 (audit reports + measured peaks)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,54 @@ RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
 
 
 B = builder_module("imagegen_build_jobs_model")
+
+
+# ---------------------------------------------------------------------- job sizing without an audit
+
+
+def test_small_machine_gets_seed_002_settings():
+    s = jobs.settings_for(5.0, 4, jobs.Host(cpus=16, mem_gb=6))
+    assert (s.max_jobs, s.nvcc_threads) == (1, 1)
+
+
+def test_jobs_follow_memory_and_cores():
+    assert jobs.settings_for(2.0, 4, jobs.Host(cpus=16, mem_gb=64)).max_jobs == 8
+    assert jobs.settings_for(2.0, 4, jobs.Host(cpus=4, mem_gb=256)).max_jobs == 4
+    shared = jobs.settings_for(2.0, 4, jobs.Host(cpus=16, mem_gb=64), share=2)
+    assert shared.max_jobs == 4 and shared.peak_gb == 32
+
+
+def test_jobs_count_only_the_nvcc_threads_that_have_work():
+    # nvcc --threads runs one thread per -gencode target: a one-arch build of a recipe that pins
+    # 8 threads needs one thread's memory per job, a four-target build four threads' worth.
+    h = jobs.Host(cpus=16, mem_gb=100)
+    assert jobs.settings_for(2.5, 8, h, targets=1).max_jobs == 16
+    assert jobs.settings_for(2.5, 8, h, targets=4).max_jobs == 10
+    assert jobs.settings_for(2.5, 8, h).max_jobs == 5  # unknown: every thread counts
+    assert parse_arch_list("8.0;9.0+PTX").gencode_targets == 3
+    assert B.auto_jobs({"memory_per_thread_gb": 2.5}, 8, 1) >= B.auto_jobs({"memory_per_thread_gb": 2.5}, 8, 4)
+
+
+def test_explicit_values_win():
+    s = jobs.settings_for(5.0, 4, jobs.Host(cpus=2, mem_gb=4), max_jobs=3, nvcc_threads=2)
+    assert (s.max_jobs, s.nvcc_threads) == (3, 2)
+
+
+def test_batch_size_bounds():
+    assert jobs.batch_size(10, jobs.Host(cpus=2, mem_gb=24), 5.0) == 2
+    assert jobs.batch_size(1, jobs.Host(cpus=64, mem_gb=512), 5.0) == 1
+    assert jobs.batch_size(10, jobs.Host(cpus=64, mem_gb=4), 5.0) == 1
+
+
+@given(st.integers(1, 256), st.integers(1, 8))
+def test_extension_split_stays_within_the_budget_and_agrees_with_the_builder(total, ext_max):
+    parallel, per_ext = jobs.split_extensions(total, ext_max)
+    assert 1 <= parallel <= ext_max and parallel * per_ext <= total
+    assert parallel == min(ext_max, total)  # as many extensions at once as the budget allows
+    assert B.split_extensions(total, ext_max) == (parallel, per_ext)
+
+
+# --------------------------------------------------------------- the peak-RAM model from the audit
 
 
 def recorded(case: str) -> tuple[tuple[jobs.ExtensionLoad, ...], float]:
@@ -221,3 +271,89 @@ def test_print_env_can_show_the_jobs_the_audit_gives(tmp_path, monkeypatch):
     audited = native.build_env_native(cell, host, work=tmp_path / "b", audit=True)
     assert (plain["EXT_PARALLEL"], plain["MAX_JOBS"], plain["NVCC_THREADS"]) == ("4", "2", "8")
     assert (audited["EXT_PARALLEL"], audited["MAX_JOBS"], audited["NVCC_THREADS"]) == ("4", "4", "8")
+
+
+# ------------------------------------------------------------------------ the rest of the module
+
+
+def test_host_is_this_machines_cores_and_its_share_of_ram():
+    h = jobs.host()
+    assert h.cpus == len(os.sched_getaffinity(0))
+    total_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                    if line.startswith("MemTotal:"))
+    assert h.mem_gb == pytest.approx(total_kb / 1024 / 1024 * jobs.RAM_SHARE)
+    assert 0 < jobs.RAM_SHARE < 1 and h.mem_gb < total_kb / 1024 / 1024  # a share, never all of it
+    assert h.describe() == f"{h.cpus} cores, {h.mem_gb:.0f} GB RAM for builds"
+
+
+def test_descriptions_name_the_numbers_a_user_acts_on():
+    assert jobs.Host(cpus=16, mem_gb=100.4).describe() == "16 cores, 100 GB RAM for builds"
+    # Without an audit: the "(~N GB peak)" that scripts/gpu/proof_multiarch.sh reads, and nothing more.
+    plain = jobs.JobSettings(max_jobs=4, nvcc_threads=2, peak_gb=19.6)
+    assert plain.describe() == "MAX_JOBS=4 NVCC_THREADS=2 (~20 GB peak)"
+    assert jobs.PeakEstimate(gb=37.6, nvcc=5, threads=13).describe() == "~38 GB peak: 5 nvcc at once, 13 busy threads"
+
+
+def test_an_extension_load_is_what_the_rules_and_the_cell_file_take():
+    plain = jobs.ExtensionLoad("pkg._C", (2, 3), 8)
+    assert plain.as_load() == {"module": "pkg._C", "chains": [2, 3], "threads": 8}  # no "gb" unless a figure is named
+    heavy = jobs.ExtensionLoad("pkg._C", (4, 1), None, (2.0, None))
+    assert heavy.as_load() == {"module": "pkg._C", "chains": [4, 1], "threads": None, "gb": [2.0, None]}
+    # The named figure counts for its source only: 1 host + 4 threads x 2.0, then 1 host + 1 x 0.5.
+    est = jobs.peak_estimate((heavy,), 2, 4, 0.5)
+    assert (est.nvcc, est.threads, est.gb) == (2, 5, pytest.approx(9.0 + 1.5))
+    assert json.loads(json.dumps(heavy.as_load())) == heavy.as_load()  # plain JSON, as the cell file carries it
+
+
+def test_load_profile_takes_threads_from_the_flags_and_bounds_what_a_build_wrote():
+    report = {"extensions": [
+        {"module": "a._C", "nvcc_flags": ["-O3", "--threads", "4"],
+         "cuda_sources": [{"source": "csrc/a.cu", "targets": ["sass:sm_80", "sass:sm_90", "ptx:compute_90"]},
+                          {"source": "csrc/b.cu", "targets": "not a list"}]},
+        {"module": "", "cuda_sources": [{"targets": ["sass:sm_80"]}]},  # no name: still counted
+        {"module": "x" * 300, "cuda_sources": [{"targets": []}]},
+        {"module": "no_cuda", "cuda_sources": []},  # nothing compiled by nvcc: no load
+    ]}
+    a, unnamed, long = jobs.load_profile(report)
+    assert a == jobs.ExtensionLoad("a._C", (2, 1), 4)
+    assert unnamed.module == "?" and unnamed.threads is None
+    assert long.module == "x" * 200 and long.chains == (1,)
+    many = {"extensions": [{"module": f"m{i}", "cuda_sources": [{"targets": ["sass:sm_80"]}]} for i in range(600)]}
+    assert len(jobs.load_profile(many)) == 500
+
+
+def test_source_figures_match_at_a_folder_boundary_on_any_platform():
+    figures = {"csrc/causal_conv1d_bwd.cu": 2.0}
+    assert jobs.source_figure("C:\\build\\src\\csrc\\causal_conv1d_bwd.cu", figures) == 2.0  # a Windows build's path
+    assert jobs.source_figure("csrc/causal_conv1d_bwd.cu", figures) == 2.0
+    assert jobs.source_figure("csrc/causal_conv1d_bwd.cuh", figures) is None
+    assert jobs.source_figure(42, figures) is None  # the report is a package build's: not always a string
+    report = {"extensions": [{"module": "m", "cuda_sources": [
+        {"source": "/src/csrc/causal_conv1d_fwd.cu", "targets": ["sass:sm_80"]}]}]}
+    assert jobs.load_profile(report, figures)[0].gb_per_thread == ()  # no source named: the recipe's figure
+
+
+def test_an_empty_profile_estimates_nothing_and_settings_fall_back_to_the_plain_rule():
+    assert jobs.peak_estimate((), 8, 8, 2.5) == jobs.PeakEstimate(0.0, 0, 0)
+    h = jobs.Host(cpus=16, mem_gb=64)
+    assert jobs.settings_for(2.0, 4, h, profile=()) == jobs.settings_for(2.0, 4, h)
+    assert jobs.settings_for(2.0, 4, h).estimate is None
+
+
+def test_little_ram_lowers_the_threads_unless_they_are_given():
+    h = jobs.Host(cpus=16, mem_gb=10)
+    s = jobs.settings_for(2.0, 8, h)  # 8 threads x 2 GB do not fit in 10 GB: 5 threads, one job
+    assert (s.max_jobs, s.nvcc_threads, s.peak_gb) == (1, 5, 10.0)
+    given_threads = jobs.settings_for(2.0, 8, h, nvcc_threads=8)
+    assert (given_threads.max_jobs, given_threads.nvcc_threads, given_threads.peak_gb) == (1, 8, 16.0)
+
+
+def test_builds_sharing_a_machine_never_get_less_than_one_core_each():
+    s = jobs.settings_for(2.0, 4, jobs.Host(cpus=16, mem_gb=64), share=32)
+    assert (s.max_jobs, s.nvcc_threads) == (1, 1)  # 1 core, 2 GB: one job of one thread
+
+
+def test_batch_size_follows_memory_and_stops_at_four():
+    assert jobs.batch_size(10, jobs.Host(cpus=64, mem_gb=30), 10.0) == 3
+    assert jobs.batch_size(10, jobs.Host(cpus=64, mem_gb=512), 0.1) == 4  # never more than four cells at once
+    assert jobs.batch_size(10, jobs.Host(cpus=64, mem_gb=1.5), 0.1) == 3  # a tiny figure counts as 0.5 GB

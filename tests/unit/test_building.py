@@ -1,0 +1,158 @@
+"""Tests for imagegen.commands.building: `imagegen build` up to the engine, container and native.
+
+The flags a container build refuses, the checks made before buildx runs (builders, jobs, CA bundle, cache
+specs, one target per cell, nothing to do), and the native path with a stand-in host Python: --print-env
+and the refusal to replace a wheel built for other archs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imagegen.commands import building, common
+from imagegen.config import Config
+from imagegen.errors import NothingToDoError, RecipeError, UsageError
+from imagegen.executors import buildx, native
+from imagegen.model.catalogue import load_catalogue
+from tests.unit._h6_helpers import CELL, TINY, call, fake_host, never, parse
+
+
+@pytest.fixture(autouse=True)
+def _no_engine(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(buildx, "build", never("buildx bake"))
+    monkeypatch.setattr(native, "build_native", never("the native compile"))
+
+
+def build(*argv) -> int:
+    return call(building.cmd_build, "build", *argv)
+
+
+# ------------------------------------------------------------------------------- container build
+
+
+@pytest.mark.parametrize("flag", [["--print-env"], ["--verbose-build"], ["--flat"], ["--src-dir", "src"],
+                                  ["--python-exe", "python3"]])
+def test_a_container_build_refuses_the_native_only_flags(flag):
+    with pytest.raises(UsageError, match=f"^{flag[0]} goes with --native"):
+        build("sage", *CELL, *flag)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--builder", "good", "--builder", "bad name"], "--builder 'bad name': not a buildx builder name"),
+    (["--max-jobs", "0"], "--max-jobs must be between 1 and 1024"),
+    (["--max-jobs", "1025"], "--max-jobs must be between 1 and 1024"),
+    (["--nvcc-threads", "-1"], "--nvcc-threads must be between 1 and 1024"),
+    (["--ca-bundle", "missing.pem"], "--ca-bundle missing.pem: no such file"),
+    (["--cache-from", "type=local,src=a b"], "cache spec 'type=local,src=a b'"),
+    (["--cache-to", "not a spec"], "cache spec 'not a spec'"),
+])
+def test_a_container_build_checks_its_values_before_buildx_runs(argv, says):
+    with pytest.raises(UsageError) as info:
+        build("sage", *CELL, *argv)
+    assert str(info.value).startswith(says) and "\n" not in str(info.value)
+
+
+def test_bad_job_limits_are_refused_before_planning_and_then_the_plan_speaks(capsys):
+    with pytest.raises(UsageError, match="--max-jobs must be between 1 and 1024"):
+        build("sage", *CELL[:6], "--arch", "7.0", "--max-jobs", "0")
+    # With good flags, nothing buildable is said, with each rejected cell's reason.
+    with pytest.raises(NothingToDoError, match="no cell of this matrix can build"):
+        build("sage", *CELL[:6], "--arch", "7.0", "--max-jobs", "2")
+    err = capsys.readouterr().err
+    assert err == ("[sage-2_2_0-torch2_8-cu128-py312] rejected: sageattention 2.2.0 does not support sm_70"
+                   " (it supports 8.0, 8.6, 8.9, 9.0, 12.0)\n")
+
+
+def test_a_container_build_makes_one_target_per_cell():
+    with pytest.raises(UsageError, match="asked for two arch lists \\(8.0 and 9.0\\)"):
+        build("sage", *CELL[:6], "--arch", "8.0", "--arch", "9.0")
+
+
+def test_a_variable_imagegen_sets_is_refused_before_anything_runs():
+    with pytest.raises(RecipeError, match="--env MAX_JOBS: imagegen sets MAX_JOBS .*use --max-jobs"):
+        build("sage", *CELL, "--env", "MAX_JOBS=3")
+
+
+# ---------------------------------------------------------------------------------- native build
+
+
+def test_print_env_of_a_native_build_shows_the_variables_and_builds_nothing(tmp_path, capsys):
+    py = fake_host(tmp_path)
+    work = tmp_path / "work"
+    assert build("--native", "--source", TINY, "--arch", "8.0;9.0", "--python-exe", py, "--print-env",
+                 "--no-audit", "--max-jobs", "3", "--nvcc-threads", "2", "--work", work) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    env = json.loads(out)
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0" and env["MAX_JOBS"] == "3" and env["NVCC_THREADS"] == "2"
+    assert env["CUDA_HOME"] == str(tmp_path / "host-cuda")
+    # The cell file and the in-build script are prepared; no wheelhouse, no wheel.
+    cell = json.loads((work / "cell.json").read_text())
+    assert cell["src_dir"] == str(TINY) and cell["base_python"] == py and (work / "imagegen_build.py").is_file()
+    assert not (tmp_path / "wheelhouse").exists() and not list(tmp_path.rglob("*.whl"))
+
+
+def test_print_env_gives_the_recipes_own_arch_knob_and_the_src_dir(tmp_path, capsys):
+    py = fake_host(tmp_path)
+    assert build("--native", "fa2", "--arch", "9.0", "--python-exe", py, "--print-env", "--no-audit",
+                 "--src-dir", tmp_path / "flash-attention", "--work", tmp_path / "w") == 0
+    env = json.loads(capsys.readouterr().out)
+    assert env["FLASH_ATTN_CUDA_ARCHS"] == "90" and env["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    assert json.loads((tmp_path / "w" / "cell.json").read_text())["src_dir"] == str(tmp_path / "flash-attention")
+    assert not (tmp_path / "flash-attention").exists()  # nothing fetched without the audit
+
+
+def _earlier_wheel(tmp_path: Path, py: str, out: Path) -> Path:
+    """A wheelhouse entry for sage's native cell, built for archs 8.0."""
+    args = parse("build", "--native", "sage", "--arch", "9.0", "--python-exe", py)
+    cell, _ = common.native_cell(args, Config(), load_catalogue())
+    folder = out / cell.wheel_dir
+    folder.mkdir(parents=True)
+    wheel = folder / "sageattention-2.2.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl"
+    wheel.write_bytes(b"PK")
+    (folder / "manifest.json").write_text(json.dumps({"schema": 1, "cells": {cell.name: {"wheel": wheel.name,
+                                                                                          "archs": "8.0"}}}))
+    return wheel
+
+
+def test_a_native_build_refuses_to_replace_a_wheel_built_for_other_archs(tmp_path):
+    py = fake_host(tmp_path)
+    out = tmp_path / "wh"
+    wheel = _earlier_wheel(tmp_path, py, out)
+    with pytest.raises(UsageError) as info:
+        build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--out", out, "--no-audit")
+    assert str(info.value) == (f"{wheel} (built for archs 8.0) would be replaced by the wheel for archs 9.0 (same file"
+                               " name): build into another --out to keep both, or --force to replace it")
+    assert wheel.read_bytes() == b"PK"
+
+
+def test_force_and_flat_let_a_native_build_go_on_to_the_compile(tmp_path, monkeypatch, capsys):
+    py = fake_host(tmp_path)
+    out = tmp_path / "wh"
+    _earlier_wheel(tmp_path, py, out)
+    handed: list[dict] = []
+
+    def compile_step(cell, host, **kw):  # where the real compile would start
+        handed.append(kw)
+        return kw["out"] / "new.whl"
+
+    monkeypatch.setattr(native, "build_native", compile_step)
+    assert build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--out", out, "--force", "--no-audit") == 0
+    captured = capsys.readouterr()
+    assert "--force: the new wheel replaces" in captured.err and captured.out == f"{out / 'new.whl'}\n"
+    # --flat puts the wheel straight into --out (the config's here): no wheelhouse layout to protect.
+    (tmp_path / "imagegen.toml").write_text('out = "wh"\n')
+    assert build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--flat", "--verbose-build") == 0
+    assert [(k["out"], k["flat"], k["audit"]) for k in handed] == [(out, False, False), (out, True, True)]
+    assert handed[1]["verbose_build"] is True
+
+
+@pytest.mark.parametrize("flag, value", [("--max-jobs", "0"), ("--max-jobs", "5000"), ("--nvcc-threads", "0")])
+def test_a_native_build_checks_the_job_limits_like_a_container_build(tmp_path, flag, value):
+    py = fake_host(tmp_path)
+    with pytest.raises(UsageError, match=f"{flag} must be between 1 and 1024"):
+        build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--print-env", "--no-audit", flag, value,
+              "--work", tmp_path / "w")

@@ -1,0 +1,308 @@
+"""Tests for imagegen.commands.common: config, catalogue, matrix, plan and the checks of handed-on values.
+
+Recipe resolution, the lock file, the matrix and plan (de-duplication, one target per cell), the native
+cell, and the checks of --env, registry, builders, cache specs, CA bundle, executables, the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from imagegen.commands import common
+from imagegen.config import Config, Matrix
+from imagegen.errors import CompatError, LockFileError, NothingToDoError, RecipeError, RegistryError, UsageError
+from imagegen.model.catalogue import load_catalogue
+from imagegen.plan import BUILDABLE, defaults
+from tests.unit._h6_helpers import CELL, FIXTURES, TINY, fake_host, parse
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no project config of the checkout is found
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalogue()
+
+
+# ------------------------------------------------------------------------------ config, catalogue
+
+
+def test_config_is_searched_from_the_current_folder_or_read_from_config(tmp_path):
+    assert common.config(parse("plan")).path is None  # nothing here: imagegen's defaults
+    (tmp_path / "imagegen.toml").write_text('flavor = "pypi"\n')
+    assert common.config(parse("plan")).flavor == "pypi"
+    other = tmp_path / "elsewhere" / "ci.toml"
+    other.parent.mkdir()
+    other.write_text('flavor = "cuda"\nregistry = "127.0.0.1:5000/ml"\n')
+    config = common.config(parse("plan", "--config", other))
+    assert (config.flavor, config.registry, config.path) == ("cuda", "127.0.0.1:5000/ml", other)
+
+
+def test_catalogue_adds_the_config_and_flag_recipe_dirs(tmp_path):
+    assert "routed-kernels" not in load_catalogue().names()
+    by_flag = common.catalogue(parse("plan", "--recipe-dir", FIXTURES / "routed_kernels"), Config())
+    assert "routed-kernels" in by_flag.names() and "sageattention" in by_flag.names()
+    (tmp_path / "imagegen.toml").write_text(f'recipe-dirs = ["{FIXTURES / "routed_kernels"}"]\n')
+    args = parse("plan")
+    assert "routed-kernels" in common.catalogue(args, common.config(args)).names()
+    with pytest.raises(RecipeError, match="does not exist"):
+        common.catalogue(parse("plan", "--recipe-dir", tmp_path / "missing"), Config())
+
+
+# ---------------------------------------------------------------------------------------- --env
+
+
+def test_user_env_keeps_the_value_after_the_first_equals_sign_and_allows_empty_values():
+    assert common.user_env(argparse.Namespace()) == {}  # a command without --env
+    assert common.user_env(parse("plan", "--env", "A=b=c", "--env", "B=", "--env", "A=b=c")) == {"A": "b=c", "B": ""}
+
+
+@pytest.mark.parametrize("item, says", [
+    ("lower-case-dash=1", "expected NAME=VALUE"),
+    ("A" * 129 + "=1", "expected NAME=VALUE"),
+    ("A='x'", "bad value"),
+    ('A="x"', "bad value"),
+])
+def test_user_env_refuses_names_and_values_it_cannot_pass_on(item, says):
+    with pytest.raises(UsageError, match=says) as info:
+        common.user_env(parse("plan", "--env", item))
+    assert "\n" not in str(info.value) and len(str(info.value)) < 250
+
+
+# ---------------------------------------------------------------------------------------- resolve
+
+
+def test_resolve_needs_a_recipe_or_a_source(cat):
+    with pytest.raises(UsageError, match="name a recipe .* or give --source PATH"):
+        common.resolve(cat, None, None, None)
+    with pytest.raises(RecipeError, match="unknown recipe 'nosuch'"):
+        common.resolve(cat, "nosuch", None, None)
+
+
+def test_resolve_takes_aliases_versions_paths_and_the_users_env(cat):
+    recipe, version = common.resolve(cat, "fa2", None, "main", env={"FLASH_ATTENTION_DISABLE_BACKWARD": "TRUE"})
+    assert (recipe.name, version.version) == ("flash-attn", "main")
+    assert version.env["FLASH_ATTENTION_DISABLE_BACKWARD"] == "TRUE"
+    assert common.resolve(cat, "fa2", None, None)[1].version == recipe.default_version
+    # A name that looks like a path is a local project, like --source.
+    by_name = common.resolve(cat, str(TINY), None, None)
+    by_source = common.resolve(cat, None, TINY, None)
+    assert by_name[0].name == by_source[0].name == "tiny-kernel" and by_name[0].source_kind == "local"
+
+
+# ------------------------------------------------------------------------------------------ lock
+
+
+def test_lock_defaults_to_imagegen_lock_here_and_reads_it(tmp_path):
+    assert common.lock(parse("plan")).path.name == "imagegen.lock"
+    (tmp_path / "imagegen.lock").write_text('{"schema": 1, "base_images": {"a/b:1": "a/b:1@sha256:' + "0" * 64 + '"}}')
+    assert common.lock(parse("plan")).base_images == {"a/b:1": "a/b:1@sha256:" + "0" * 64}
+
+
+def test_a_named_lock_file_must_exist_except_for_the_commands_that_write_it(tmp_path):
+    missing = tmp_path / "pins.lock"
+    with pytest.raises(UsageError, match="no such file \\(imagegen lock writes it\\)"):
+        common.lock(parse("plan", "--lock", missing))
+    with pytest.raises(UsageError, match="give the lock file's path"):
+        common.lock(parse("plan", "--lock", " "))
+    for command in ("lock", "push"):  # they write it: an empty lock to fill
+        lock = common.lock(parse(command, "sage", "--lock", missing))
+        assert lock.path == missing and lock.base_images == {} and lock.builder_images == {}
+    (tmp_path / "garbage.lock").write_text("[1, 2]")
+    with pytest.raises(LockFileError):
+        common.lock(parse("plan", "--lock", tmp_path / "garbage.lock"))
+
+
+def test_is_file_is_false_for_names_the_os_refuses(tmp_path):
+    (tmp_path / "f").write_text("")
+    assert common.is_file(tmp_path / "f") and not common.is_file(tmp_path)
+    assert not common.is_file(tmp_path / "nul\0byte") and not common.is_file(tmp_path / ("x" * 5000))
+
+
+# ----------------------------------------------------------------------------------- matrix, plan
+
+
+def test_matrix_builds_a_recipe_named_several_ways_once_and_each_arch_list_once(cat):
+    m = common.matrix(parse("plan", "sage", "SAGE", "sageattention", "--arch", "9.0", "--arch", "sm_90",
+                            "--arch", "8.0;9.0", "--torch", "2.8"), Config(), cat)
+    assert [r.name for r, _ in m.recipes] == ["sageattention"]
+    assert [str(a) for a in m.archs] == ["9.0", "8.0;9.0"] and m.torch == ["2.8"]
+
+
+def test_matrix_recipes_come_from_the_flags_then_source_then_config_then_the_catalogue(cat):
+    assert [r.name for r, _ in common.matrix(parse("plan", "--source", TINY), Config(), cat).recipes] == ["tiny-kernel"]
+    config = Config(matrix=Matrix(recipes=("fa2",)))
+    assert [r.name for r, _ in common.matrix(parse("plan"), config, cat).recipes] == ["flash-attn"]
+    assert [r.name for r, _ in common.matrix(parse("plan", "natten"), config, cat).recipes] == ["natten"]
+    everything = common.matrix(parse("plan"), Config(), cat)
+    assert sorted(r.name for r, _ in everything.recipes) == sorted(cat.names())
+    both = common.matrix(parse("plan", "sage", "--source", TINY), Config(), cat)
+    assert [r.name for r, _ in both.recipes] == ["sageattention", "tiny-kernel"]
+
+
+def test_planned_has_each_cell_once_and_pins_locked_bases(tmp_path, cat):
+    args = parse("plan", "sage", "SAGE", "--torch", "2.8", "--torch", "2.8.0", "--cuda", "12.8", "--cuda", "cu128",
+                 "--python", "3.12", "--arch", "9.0")
+    plan = common.planned(args, Config(), cat)
+    assert [c.name for c in plan.cells] == ["sage-2_2_0-torch2_8-cu128-py312"]
+    base = plan.cells[0].base.ref
+    pinned = base.split("@")[0] + "@sha256:" + "ab" * 32
+    (tmp_path / "imagegen.lock").write_text('{"schema": 1, "base_images": {"%s": "%s"}}' % (base, pinned))
+    assert common.planned(args, Config(), cat).cells[0].base.ref == pinned
+
+
+def test_one_target_per_cell_refuses_two_arch_lists_of_one_cell_and_says_how_to_merge(cat):
+    args = parse("bake", "sage", *CELL[:6], "--arch", "8.0", "--arch", "9.0")
+    plan = common.planned(args, Config(), cat)
+    assert len(plan.buildable) == 2
+    with pytest.raises(UsageError, match="two arch lists \\(8.0 and 9.0\\).*--arch '8.0;9.0'"):
+        common.one_target_per_cell(plan)
+    one = common.planned(parse("bake", "sage", *CELL), Config(), cat)
+    assert common.one_target_per_cell(one) is one
+
+
+def test_buildable_keeps_one_cell_per_image_when_arch_free_and_reports_rejected_cells(cat, capsys):
+    args = parse("push", "sage", *CELL[:6], "--arch", "8.0", "--arch", "9.0")
+    plan = common.buildable(args, Config(), cat, arch_free=True)  # a builder image has no arch
+    assert [(c.name, str(c.archs)) for c in plan.buildable] == [("sage-2_2_0-torch2_8-cu128-py312", "8.0")]
+    with pytest.raises(UsageError, match="two arch lists"):
+        common.buildable(args, Config(), cat)
+    plan = common.buildable(parse("pull", "sage", "--torch", "2.8", "--cuda", "12.6", "--cuda", "12.8", "--python",
+                                  "3.12", "--arch", "12.0"), Config(), cat)
+    assert [c.status for c in plan.buildable] == [BUILDABLE] and len(plan.rejected) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("[sage-2_2_0-torch2_8-cu126-py312] rejected: sm_120 needs CUDA >= 12.8")
+    assert err.count("\n") == 1
+    with pytest.raises(NothingToDoError, match="no cell of this matrix can build"):
+        common.buildable(parse("pull", "sage", *CELL[:6], "--arch", "7.0"), Config(), cat)
+
+
+# ---------------------------------------------------------------------------------------- registry
+
+
+def test_registry_comes_from_the_flag_or_the_config_and_is_checked():
+    with pytest.raises(UsageError, match="no registry: pass --registry"):
+        common.registry(parse("push", "sage"), Config())
+    assert common.registry(parse("push", "sage"), Config(registry="127.0.0.1:5000/ml")) == "127.0.0.1:5000/ml"
+    assert common.registry(parse("push", "sage", "--registry", "ghcr.io/me"), Config(registry="a:1/b")) == "ghcr.io/me"
+    with pytest.raises(RegistryError, match="is not HOST\\[:PORT\\]/NAMESPACE"):
+        common.registry(parse("push", "sage", "--registry", "Upper/Case"), Config())
+    with pytest.raises(RegistryError):
+        common.registry(parse("push", "sage", "--registry", "no-namespace"), Config())
+
+
+# ---------------------------------------------------------------------- builders, caches, CA bundle
+
+
+def test_check_builders_takes_one_name_or_several():
+    assert common.check_builders(None) is None and common.check_builders([]) is None
+    common.check_builders("node-1.lab+gpu_2")
+    common.check_builders(["a", "b"])
+    for bad in ("-flag", "two words", "x" * 101, "semi;colon", ""):
+        with pytest.raises(UsageError, match="not a buildx builder name"):
+            common.check_builders(["ok", bad])
+
+
+def test_check_cache_specs_takes_buildx_forms_and_refuses_others():
+    good = ["type=registry,ref=ghcr.io/me/cache:tag,mode=max", "type=inline", "type=gha", "ghcr.io/me/cache:1",
+            "127.0.0.1:5000/ml/cache@sha256:abc"]
+    assert common.check_cache_specs(good) == good and common.check_cache_specs(()) == []
+    for bad in ("type=local,src=/a b", "type=registry,ref=x\ny", "TYPE=inline", "just-a-word", "type=x,ref=$(id)"):
+        with pytest.raises(UsageError, match="expected buildx's key=value"):
+            common.check_cache_specs(["type=inline", bad])
+
+
+def test_ca_bundle_must_be_a_file(tmp_path):
+    assert common.ca_bundle(None) is None
+    pem = tmp_path / "ca.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert common.ca_bundle(str(pem)) == str(pem)
+    for bad in (str(tmp_path / "missing.pem"), str(tmp_path), "x" * 5000):
+        with pytest.raises(UsageError, match="--ca-bundle .*: no such file"):
+            common.ca_bundle(bad)
+
+
+# ----------------------------------------------------------------------------------- command line
+
+
+def test_command_line_is_one_line_that_a_shell_reads_back_as_the_argv():
+    line = common.command_line(["render", "sage", "a b", "it's", "x\ny", "\x1b[2J", "é"])
+    assert "\n" not in line and "\x1b" not in line
+    assert line == "imagegen render sage 'a b' 'it'\"'\"'s' $'x\\ny' $'\\x1b[2J' 'é'"
+    assert common.quote_arg("a'\tb\\") == "$'a\\'\\tb\\\\'"
+    assert common.command_line([]) == "imagegen "
+
+
+# ------------------------------------------------------------------------------------- check_exe
+
+
+def test_check_exe_accepts_an_executable_file_or_a_name_on_path(tmp_path, monkeypatch):
+    assert common.check_exe(None, "--python-exe") is None
+    exe = tmp_path / "bin" / "mypython"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert common.check_exe(str(exe), "--python-exe") == str(exe)
+    monkeypatch.setenv("PATH", str(exe.parent))
+    assert common.check_exe("mypython", "--python-exe") == "mypython"
+
+
+def test_check_exe_says_why_an_interpreter_is_unusable(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    cases = [("", "not a usable interpreter path"), ("a\nb", "not a usable interpreter path"),
+             ("p" * 4097, "not a usable interpreter path"), ("nosuch-python", "no such interpreter on PATH"),
+             (str(tmp_path / "gone"), "no such file"), (str(tmp_path), "not a file"),
+             (str(plain), "not executable"), (str(loop), "a symlink loop")]
+    for value, why in cases:
+        with pytest.raises(UsageError, match="^--exe-flag .*: " + why) as info:
+            common.check_exe(value, "--exe-flag")
+        assert "\n" not in str(info.value) and len(str(info.value)) < 200
+
+
+# ---------------------------------------------------------------------------------------- native
+
+
+def test_native_cell_is_the_hosts_build_of_one_recipe(tmp_path, cat):
+    py = fake_host(tmp_path)
+    cell, host = common.native_cell(parse("build", "--native", "sage", "--torch", "2.8", "--cuda", "cu128",
+                                          "--python", "3.12", "--arch", "9.0", "--python-exe", py), Config(), cat)
+    assert (cell.name, str(cell.archs), cell.status) == ("sage-2_2_0-torch2_8-cu128-py312", "9.0", BUILDABLE)
+    assert cell.base.ref == "native" and host.python_exe == py and str(host.nvcc) == "12.8"
+    cell, host = common.native_cell(parse("build", "--native", "--source", TINY, "--python-exe", py), Config(), cat)
+    # No --arch: the host's GPUs, else the default list.
+    assert str(cell.archs) == (";".join(host.ccs) or str(defaults()["matrix"]["arch"]))
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["sage", "fa2"], "--native builds one recipe"),
+    ([], "--native builds one recipe"),
+    (["sage", "--source", str(TINY)], "--native builds one recipe"),
+    (["sage", "--arch", "8.0", "--arch", "9.0"], "--native takes one --arch list"),
+    (["sage", "--torch", "2.9"], "--torch 2.9 asked, but this host has 2.8.0"),
+    (["sage", "--cuda", "13.0"], "--cuda 13.0 asked, but this host has 12.8"),
+    (["sage", "--python", "3.11"], "--python 3.11 asked, but this host has 3.12"),
+])
+def test_native_cell_refuses_what_the_host_cannot_be(tmp_path, cat, argv, says):
+    py = fake_host(tmp_path)
+    with pytest.raises(UsageError, match=says.replace("+", "\\+")):
+        common.native_cell(parse("build", "--native", *argv, "--python-exe", py), Config(), cat)
+
+
+def test_native_cell_preflight_says_what_to_install(tmp_path, cat):
+    no_torch = fake_host(tmp_path / "a", torch=None, torch_cuda=None)
+    with pytest.raises(CompatError, match="torch is not importable"):
+        common.native_cell(parse("build", "--native", "sage", "--python-exe", no_torch), Config(), cat)
+    old_nvcc = fake_host(tmp_path / "b", nvcc="12.4")
+    with pytest.raises(CompatError, match="sm_120 needs CUDA >= 12.8"):
+        common.native_cell(parse("build", "--native", "sage", "--arch", "12.0", "--python-exe", old_nvcc), Config(),
+                           cat)
+    assert not os.path.exists(tmp_path / ".imagegen")  # nothing prepared for a cell that cannot build

@@ -1,0 +1,215 @@
+"""Tests for imagegen.resources.builder.imagegen_build (the in-build script, loaded by path as a module): its
+job budget (the EXT_PARALLEL split, the imagegen_jobs secret), the PATH it gives the build, applying a
+recipe's patches, its arch formats against imagegen's own, and retagging a wheel with the local version."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagegen.model.arch_format import to_cmake, to_dotted_list, to_gencode, to_numeric_list, to_torch_arch_list
+from imagegen.model.arch_parse import parse_arch_list
+from imagegen.model.catalogue import load_catalogue
+from imagegen.plan import make_cell
+from imagegen.render.dockerfile import builder_script
+from tests.unit.builder_script import builder_module
+
+B = builder_module("imagegen_build")
+
+
+# ------------------------------------------------------------------------------- job budget and PATH
+
+
+def _sage_cell_doc(**extra):
+    from imagegen.render.dockerfile import cell_document
+    recipe = load_catalogue().get("sageattention")
+    doc = cell_document(make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", parse_arch_list("9.0"),
+                                  "pypi"))
+    doc.update(extra)
+    return doc
+
+
+def test_builder_splits_the_job_budget_between_sage_extensions(monkeypatch):
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    monkeypatch.setenv("MAX_JOBS", "16")
+    monkeypatch.delenv("EXT_PARALLEL", raising=False)
+    env = B.build_env(_sage_cell_doc())
+    assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("4", "4")
+    monkeypatch.setenv("MAX_JOBS", "1")  # seed 002's settings: one extension, one job
+    env = B.build_env(_sage_cell_doc())
+    assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("1", "1")
+
+
+def test_job_settings_from_imagegens_bake_come_as_a_secret_and_win(monkeypatch, tmp_path):
+    # imagegen's bake hands each batch's MAX_JOBS/NVCC_THREADS in the imagegen_jobs secret (no cache
+    # key, unlike a build arg): it wins over the ARGs' environment; junk in it is ignored.
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    monkeypatch.setattr(B, "SECRETS", str(secrets))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    monkeypatch.setenv("MAX_JOBS", "16")
+    monkeypatch.setenv("NVCC_THREADS", "8")
+    monkeypatch.delenv("EXT_PARALLEL", raising=False)
+    assert B.jobs_from_secret() == {}  # no secret: the ARGs/environment as before
+    (secrets / "imagegen_jobs").write_text("MAX_JOBS=2\nNVCC_THREADS=3\nPATH=/evil\nMAX_JOBS_X=9\n")
+    assert B.jobs_from_secret() == {"MAX_JOBS": "2", "NVCC_THREADS": "3"}
+    env = B.build_env(_sage_cell_doc())
+    assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("2", "1") and env["PATH"] != "/evil"
+    (secrets / "imagegen_jobs").write_text("MAX_JOBS=0\nNVCC_THREADS=lots\n")
+    assert B.jobs_from_secret() == {}
+
+
+def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_path):
+    def toolkit(name):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        nvcc = tmp_path / name / "bin" / "nvcc"
+        nvcc.write_text("#!/bin/sh\n")
+        nvcc.chmod(0o755)
+        return tmp_path / name
+    home, other = toolkit("cuda-13.0"), toolkit("cuda-12.8")
+    (tmp_path / "cuda").symlink_to(home)  # /usr/local/cuda -> cuda-13.0, as on most hosts
+    user_path = os.pathsep.join([str(tmp_path / "cuda" / "bin"), "/usr/bin"])
+    # The user's nvcc is CUDA_HOME's (through the symlink): their PATH, untouched, so that a plain
+    # `pip wheel` with the --print-env variables repeats the build exactly.
+    assert B.path_with_nvcc(user_path, str(home)) == user_path
+    # Another toolkit's nvcc first, or none at all: CUDA_HOME's bin goes in front.
+    other_first = os.pathsep.join([str(other / "bin"), str(home / "bin")])
+    assert B.path_with_nvcc(other_first, str(home)).split(os.pathsep) == [str(home / "bin"), str(other / "bin"), str(home / "bin")]
+    assert B.path_with_nvcc("/usr/bin", str(home)).split(os.pathsep)[0] == str(home / "bin")
+    assert B.path_with_nvcc("", str(home)) == str(home / "bin")
+
+
+
+# ----------------------------------------------------------------------------------------- patches
+
+
+def _sm90_patch():
+    patch = load_catalogue().get("sageattention").version("2.2.0").patches[0]
+    return {"name": patch.name, "reason": patch.reason, "text": patch.text}
+
+
+def _sm90_tree(tree):
+    """The patched region of v2.2.0's sm90_compile.py, enough context for the hunk to apply."""
+    (tree / "sageattention").mkdir(parents=True)
+    body = ["" for _ in range(73)] + [
+        "", "", '@torch.library.register_fake("sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf")',
+        "def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(",
+        "    query: torch.Tensor, ", "    key: torch.Tensor, ", "    value: torch.Tensor, "]
+    target = tree / "sageattention" / "sm90_compile.py"
+    target.write_text("\n".join(body[1:]) + "\n")
+    return target
+
+
+@pytest.mark.parametrize("layout", ["vendored", "own-checkout"])
+def test_patches_apply_to_a_tree_inside_a_git_work_tree(tmp_path, layout):
+    # Found on the H100: a --src-dir inside the user's own repository got "applying patch" and an
+    # unpatched wheel, because `git apply` read the patch's paths from the outer repository's root
+    # and skipped them all with exit 0.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    outer = tmp_path / "project"
+    outer.mkdir()
+    subprocess.run([*git, "init", "-q", str(outer)], check=True)
+    tree = outer / "vendor" / "SageAttention"
+    target = _sm90_tree(tree)
+    if layout == "own-checkout":  # the tree is a clone of its own: its .git is the one that counts
+        subprocess.run([*git, "init", "-q", str(tree)], check=True)
+        subprocess.run([*git, "-C", str(tree), "add", "-A"], check=True)
+        subprocess.run([*git, "-C", str(tree), "commit", "-qm", "v2.2.0"], check=True)
+    B.apply_patch(_sm90_patch(), str(tree))
+    assert "_fake_impl(" in target.read_text()
+
+
+def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
+    doc = _sm90_patch()
+    tree = tmp_path / "src"
+    target = _sm90_tree(tree)
+    B.apply_patch(doc, str(tree))
+    assert "_fake_impl(" in target.read_text()
+    B.apply_patch(doc, str(tree))  # the same --src-dir fetched again: already applied, not an error
+    assert "already applied" in capsys.readouterr().out
+    target.write_text("something else\n")
+    with pytest.raises(SystemExit):
+        B.apply_patch(doc, str(tree))
+
+
+
+# ------------------------------------------------------------------------------ formats and retag
+
+
+def test_builder_script_is_what_render_embeds():
+    assert builder_script() == (Path(B.__file__)).read_text()
+
+
+CANONICAL = st.lists(st.sampled_from(["7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "12.0",
+                                      "12.0a", "12.1"]), min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(CANONICAL, st.lists(st.booleans(), min_size=5, max_size=5))
+def test_builder_formats_agree_with_the_arch_model(entries, ptx_flags):
+    text = ";".join(e + ("+PTX" if p else "") for e, p in zip(entries, ptx_flags))
+    archs = parse_arch_list(text)
+    canonical = str(archs)  # what the Dockerfile's ARG carries
+    parsed = B.parse_archs(canonical)
+    assert B.format_archs(parsed, "numeric") == to_numeric_list(archs)
+    assert B.format_archs(parsed, "numeric", keep_variant=True) == to_numeric_list(archs, keep_variant=True)
+    assert B.format_archs(parsed, "dotted") == to_dotted_list(archs)
+    assert B.format_archs(parsed, "cmake") == to_cmake(archs)
+    assert B.format_archs(parsed, "gencode") == " ".join(to_gencode(archs))
+    if not any(a.variant == "f" for a in archs):
+        assert B.format_archs(parsed, "torch") == to_torch_arch_list(archs)
+
+
+def test_retag_rewrites_name_metadata_and_record(tmp_path):
+    src = tmp_path / "demo-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(src, "w") as zf:
+        zf.writestr("demo/__init__.py", "")
+        zf.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+        zf.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+        zf.writestr("demo-1.0.dist-info/RECORD", "")
+    out = Path(B.retag(str(src), "cu128torch2.8", str(tmp_path)))
+    assert out.name == "demo-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        assert "demo-1.0+cu128torch2.8.dist-info/METADATA" in names
+        assert "Version: 1.0+cu128torch2.8" in zf.read("demo-1.0+cu128torch2.8.dist-info/METADATA").decode()
+        record = zf.read("demo-1.0+cu128torch2.8.dist-info/RECORD").decode()
+        assert "demo/__init__.py,sha256=" in record and not any(n.startswith("demo-1.0.dist-info") for n in names)
+    # A wheel that already has a local version (the package's own knob) is left alone.
+    assert B.retag(str(out), "x", str(tmp_path)) == str(out)
+
+
+def test_retag_copies_compressed_entries_as_they_are_and_pip_installs_the_result(tmp_path):
+    """The .so files are copied without a second deflate (seconds on a CUDA wheel), and the result is
+    still a wheel that zip readers and pip accept."""
+    payload = os.urandom(1 << 16) * 8 + bytes(1 << 18)  # compressible, like a cubin
+    src = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("demo/__init__.py", "VALUE = 42\n")
+        zf.writestr("demo/_C.so", payload)
+        zf.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+        zf.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("demo-1.0.dist-info/RECORD", "")
+    out = Path(B.retag(str(src), "cu130torch2.11", str(tmp_path)))
+    with zipfile.ZipFile(src) as before, zipfile.ZipFile(out) as after:
+        assert after.testzip() is None
+        assert after.read("demo/_C.so") == payload
+        assert after.getinfo("demo/_C.so").compress_size == before.getinfo("demo/_C.so").compress_size < len(payload)
+        record = after.read("demo-1.0+cu130torch2.11.dist-info/RECORD").decode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(payload).digest()).rstrip(b"=").decode()
+        assert f"demo/_C.so,sha256={digest},{len(payload)}" in record
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(out)],
+                   check=True)
+    assert (target / "demo" / "_C.so").read_bytes() == payload
+    assert (target / "demo-1.0+cu130torch2.11.dist-info").is_dir()
+

@@ -1,0 +1,211 @@
+"""Tests for imagegen.commands.rendering: `imagegen render` and `imagegen bake` without --print.
+
+render: the flags a Dockerfile or a --shell script refuses, the Windows script's values and checks, the
+lock's pinned base, -o with the scripts folder beside it; bake: the files written, rejected cells, the
+output folder, --repo."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from imagegen.commands import rendering
+from imagegen.errors import NothingToDoError, UsageError
+from imagegen.render.dockerfile import SCRIPTS_CONTEXT
+from tests.unit._h6_helpers import CELL, call
+
+SAGE_NAME = "sage-2_2_0-torch2_8-cu128-py312"
+SAGE_BASE = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def render(*argv) -> int:
+    return call(rendering.cmd_render, "render", *argv)
+
+
+def bake(*argv) -> int:
+    return call(rendering.cmd_bake, "bake", *argv)
+
+
+# ----------------------------------------------------------------------------------------- render
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--shell", "cmd", "--lock", "imagegen.lock"], "--lock does not apply to --shell (a native script uses the"
+                                                    " host's toolchain, no image)"),
+    (["--shell", "powershell", "--python", "3.12"], "--python does not apply to --shell (a native script uses the"
+                                                    " host's interpreter: give --python-exe)"),
+    (["--shell", "cmd", "--torch", "2.8"], "with --shell, --torch and --cuda go together"),
+    (["--src-dir", "src"], "--src-dir goes with --shell cmd|powershell"),
+    (["--python-exe", "python"], "--python-exe goes with --shell cmd|powershell"),
+    (["--nvcc-threads", "2"], "--nvcc-threads goes with --shell cmd|powershell"),
+])
+def test_render_refuses_a_flag_the_chosen_output_would_ignore(argv, says, capsys):
+    with pytest.raises(UsageError) as info:
+        render("sage", "--arch", "9.0", *argv)
+    assert str(info.value).startswith(says)
+    assert capsys.readouterr().out == ""
+
+
+def test_the_windows_script_carries_every_value_given(capsys):
+    assert render("fa2", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8", "--python-exe",
+                  "C:\\py\\python.exe", "--src-dir", "fa", "--vcvars", "D:\\vc.bat", "--max-jobs", "4",
+                  "--nvcc-threads", "2") == 0
+    lines = capsys.readouterr().out.splitlines()
+    for line in ('set "MAX_JOBS=4"', 'set "NVCC_THREADS=2"', 'set "FLASH_ATTN_CUDA_ARCHS=90"',
+                 'set "FLASH_ATTN_LOCAL_VERSION=cu128torch2.8"', 'call "D:\\vc.bat" x64 || exit /b 1',
+                 'cd /d "fa" || exit /b 1'):
+        assert line in lines
+    assert any(line.startswith('"C:\\py\\python.exe" -m pip wheel --no-build-isolation') for line in lines)
+    # The command line that made it, as a comment, quoted the way a shell reads it back.
+    assert "rem Re-render with: imagegen render fa2 --arch 9.0 --shell cmd --torch 2.8 --cuda 12.8 --python-exe" \
+           " 'C:\\py\\python.exe'" in "\n".join(lines)
+
+
+def test_the_windows_script_defaults_are_the_safe_ones(capsys):
+    assert render("sage", "--arch", "9.0", "--shell", "powershell") == 0
+    out = capsys.readouterr().out
+    assert "$env:MAX_JOBS = '1'" in out and "$env:NVCC_THREADS = '1'" in out  # no OOM on a small machine
+    assert "$env:TORCH_CUDA_ARCH_LIST = '9.0'" in out and "Set-Location 'sageattention'" in out
+    assert "\\2022\\Community\\VC\\Auxiliary\\Build\\vcvarsall.bat" in out and "& 'python' -m pip wheel" in out
+    assert "LOCAL_VERSION" not in out  # no --torch/--cuda: no local version named
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["sage", "--arch", "7.0"], "sageattention 2.2.0 does not support sm_70 (it supports "),
+    (["fa2", "--arch", "8.6"], "flash-attn 2.8.3 does not support sm_86"),
+    (["sage", "--arch", "9.0", "--max-jobs", "0"], "--max-jobs must be between 1 and 1024"),
+    (["sage", "--arch", "9.0", "--nvcc-threads", "1025"], "--nvcc-threads must be between 1 and 1024"),
+])
+def test_the_windows_script_refuses_archs_the_recipe_cannot_build_and_bad_job_counts(argv, says):
+    # No plan maps 8.6 to sm_80 here: the script hands the knob what it is given.
+    with pytest.raises(UsageError, match="^" + says.replace("(", "\\(")):
+        render(*argv, "--shell", "cmd")
+
+
+def test_a_recipe_with_a_fixed_arch_list_renders_any_request(capsys):
+    # flash-attn-3 compiles its own list whatever is asked: nothing to check against the request.
+    assert render("fa3", "--arch", "7.0", "--shell", "cmd") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("@echo off\r\n") and "TORCH_CUDA_ARCH_LIST" not in out  # cmd.exe's line ends
+
+
+def test_render_pins_the_base_image_the_lock_file_names(tmp_path, capsys):
+    pinned = f"{SAGE_BASE}@sha256:" + "cd" * 32
+    (tmp_path / "imagegen.lock").write_text(json.dumps({"schema": 1, "base_images": {SAGE_BASE: pinned}}))
+    assert render("sage", *CELL) == 0
+    out = capsys.readouterr().out
+    assert f"ARG BASE_IMAGE={pinned}\n" in out and f"ARG BASE_IMAGE={SAGE_BASE}\n" not in out
+    with pytest.raises(UsageError, match="--lock other.lock: no such file"):
+        render("sage", *CELL, "--lock", "other.lock")
+
+
+def test_render_to_a_file_writes_the_build_scripts_beside_it(tmp_path, capsys):
+    target = tmp_path / "out" / "Dockerfile"
+    assert render("sage", *CELL, "-o", target) == 0
+    scripts = tmp_path / "out" / SCRIPTS_CONTEXT
+    assert sorted(p.name for p in scripts.iterdir()) == ["imagegen_audit.py", "imagegen_build.py",
+                                                         "imagegen_rules.py", "imagegen_toolchain.py"]
+    # Exactly what the Dockerfile copies from that build context.
+    copied = {name for line in target.read_text().splitlines() if line.startswith(f"COPY --from={SCRIPTS_CONTEXT} ")
+              for name in line.split()[2:-1]}
+    assert copied == {p.name for p in scripts.iterdir()}
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"wrote {target} and {scripts}/: sageattention 2.2.0 torch 2.8.0 cu128 py3.12 arch 9.0"
+                            f" [runpod] on {SAGE_BASE}\n")
+    assert render("sage", *CELL, "-o", "-") == 0  # '-' is stdout: no scripts folder for it
+    assert capsys.readouterr().out.startswith("# Generated by imagegen")
+    assert not (tmp_path / SCRIPTS_CONTEXT).exists()
+
+
+# ------------------------------------------------------------------------------------------- bake
+
+
+@pytest.fixture
+def no_buildx(tmp_path, monkeypatch):
+    """A docker CLI without the buildx plugin, first on PATH: bake writes its files and says they were not
+    checked (with --print it would insist)."""
+    folder = tmp_path / "no-buildx"
+    folder.mkdir()
+    docker = folder / "docker"
+    docker.write_text("#!/bin/sh\necho \"docker: 'buildx' is not a docker command.\" >&2\nexit 1\n")
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+def wrote(err: str) -> list[str]:
+    """The files bake says it wrote (its stderr, less the warning that buildx did not check them)."""
+    lines = err.splitlines()
+    assert all(line.startswith(("wrote ", "imagegen: warning: ")) for line in lines), err
+    return [line.removeprefix("wrote ") for line in lines if line.startswith("wrote ")]
+
+
+def test_bake_writes_one_dockerfile_per_cell_and_the_bake_file(tmp_path, no_buildx, capsys):
+    assert bake("sage", "fa2", *CELL[:6], "--arch", "9.0", "-f", "matrix.json", "--dockerfiles", "df") == 0
+    data = json.loads((tmp_path / "matrix.json").read_text())
+    assert sorted(data["target"]) == ["fa2-2_8_3-torch2_8-cu128-py312", SAGE_NAME]
+    sage = data["target"][SAGE_NAME]
+    assert sage["context"] == "df" and sage["dockerfile"] == f"{SAGE_NAME}.Dockerfile"
+    assert sage["output"] == ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
+    assert (tmp_path / "df" / f"{SAGE_NAME}.Dockerfile").read_text().startswith("# Generated by imagegen")
+    assert (tmp_path / "df" / SCRIPTS_CONTEXT / "imagegen_build.py").is_file()
+    err = capsys.readouterr().err
+    assert wrote(err)[-1] == str(tmp_path / "matrix.json")
+    assert str(tmp_path / "df" / f"{SAGE_NAME}.Dockerfile") in wrote(err)
+    assert f"imagegen: warning: {tmp_path / 'matrix.json'} not checked with buildx" in err
+    assert capsys.readouterr().out == ""  # without --print nothing is shown
+
+
+def test_bake_skips_rejected_cells_and_refuses_a_matrix_with_none_buildable(tmp_path, no_buildx, capsys):
+    assert bake("sage", "--torch", "2.8", "--cuda", "12.6", "--cuda", "12.8", "--python", "3.12", "--arch",
+                "12.0") == 0
+    err = capsys.readouterr().err
+    assert err.startswith("skipping sage-2_2_0-torch2_8-cu126-py312: sm_120 needs CUDA >= 12.8")
+    hcl = (tmp_path / "docker-bake.hcl").read_text()
+    assert f'target "{SAGE_NAME}"' in hcl and 'target "sage-2_2_0-torch2_8-cu126-py312"' not in hcl
+    assert [p.name for p in tmp_path.glob("dockerfiles/*.Dockerfile")] == [f"{SAGE_NAME}.Dockerfile"]
+    for f in (tmp_path / "docker-bake.hcl", *tmp_path.glob("dockerfiles/*.Dockerfile")):
+        f.unlink()
+    with pytest.raises(NothingToDoError, match="no cell of this matrix can build"):
+        bake("sage", *CELL[:6], "--arch", "7.0")
+    assert not (tmp_path / "docker-bake.hcl").exists() and not list(tmp_path.glob("dockerfiles/*.Dockerfile"))
+
+
+def test_bake_output_folder_comes_from_out_or_the_config_relative_to_here(tmp_path, no_buildx, monkeypatch):
+    (tmp_path / "imagegen.toml").write_text('out = "project/wh"\n')
+    here = tmp_path / "project"
+    here.mkdir()
+    monkeypatch.chdir(here)  # the config is found in the folder above
+    assert bake("sage", *CELL, "-f", "b.json") == 0
+    output = json.loads((here / "b.json").read_text())["target"][SAGE_NAME]["output"]
+    assert output == ["type=local,dest=wh/sageattention-2.2.0/torch2.8/cu128"]  # the config's, from here
+    assert bake("sage", *CELL, "-f", "b.json", "--out", "elsewhere") == 0
+    assert json.loads((here / "b.json").read_text())["target"][SAGE_NAME]["output"] == [
+        "type=local,dest=elsewhere/sageattention-2.2.0/torch2.8/cu128"]
+    (here / "a-file").write_text("")
+    with pytest.raises(UsageError, match="^--out a-file: exists and is not a folder"):
+        bake("sage", *CELL, "--out", "a-file")
+
+
+def test_bake_repo_regenerates_the_repositorys_files_and_removes_stale_ones(tmp_path, capsys):
+    assert bake("--repo") == 0
+    written = {line.removeprefix("wrote ") for line in capsys.readouterr().err.splitlines()}
+    assert str(tmp_path / "docker-bake.hcl") in written
+    assert any(p.endswith(".Dockerfile") for p in written)
+    assert any(p.startswith(str(tmp_path / "bake")) for p in written)
+    # Up to date: nothing rewritten.
+    assert bake("--repo") == 0 and capsys.readouterr().err == ""
+    # A Dockerfile of a cell that left the matrix goes; a file of the user's stays.
+    stale = tmp_path / "dockerfiles" / "gone-cell.Dockerfile"
+    stale.write_text("FROM scratch\n")
+    keep = tmp_path / "dockerfiles" / "notes.txt"
+    keep.write_text("mine\n")
+    assert bake("--repo") == 0
+    assert capsys.readouterr().err == f"wrote {stale}\n" and not stale.exists() and keep.read_text() == "mine\n"
