@@ -294,13 +294,14 @@ def _seed_001_request(versions_of):
                          python=["3.12"], archs=[parse_arch_list("80;86;89;90")], flavor="manylinux")
 
 
-def test_seed_001_matrix_gives_its_18_cells():
+def test_seed_001_matrix_gives_its_cells_for_every_version_including_its_default_2_8_2():
     from dataclasses import replace
 
     fa = CAT.get("flash-attn")
-    assert [v for v in fa.versions] == ["2.8.3", "2.8.3.post1", "main"]
+    assert [v for v in fa.versions] == ["2.8.3", "2.8.3.post1", "2.8.2", "main"]
     plan = expand(_seed_001_request([(fa, v) for v in fa.versions.values()]))
-    assert len(plan.buildable) == 18, [c.problems for c in plan.rejected]
+    assert len(plan.buildable) == 24, [c.problems for c in plan.rejected]  # 6 per version
+    assert len([c for c in plan.buildable if c.version.version == "2.8.2"]) == 6
     # The other 9 combinations are pairs the seed's own table does not have either.
     assert all(len(c.problems) == 1 and "has no cu12" in c.problems[0] for c in plan.rejected)
     assert all("8.6, 8.9 run the sm_80 cubin" in c.notes and str(c.archs) == "8.0;9.0" for c in plan.buildable)
