@@ -46,7 +46,12 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--flavor", choices=compat.container_flavors(), help="builder base-image family (default: runpod;"
                    " imagegen/resources/compat/base_images.yaml lists them)")
     p.add_argument("--base-image", help="use this base image instead of the flavor's catalogue image")
-    p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default)")
+    p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default);"
+                   " with --ref/--git: the version that source is, whose recipe rules apply")
+    p.add_argument("--ref", help="build this tag, branch or commit of the recipe's repository (resolved to a commit"
+                   " with git ls-remote before planning); the recipe's rules for its version apply")
+    p.add_argument("--git", metavar="URL[@REF]", help="build a fork: this repository (at REF, default its HEAD)"
+                   " with the recipe's rules for its version")
     p.add_argument("--fetch", choices=FETCH_KINDS, help="where the source comes from: git (default) or the version's"
                    " sdist pinned by sha256 (PyPI, where the git host cannot be reached)")
     p.add_argument("--source", type=Path, **kw, help="build a local project tree (setup.py / pyproject.toml) as a recipe"

@@ -29,7 +29,7 @@ PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,-]+\])?(
 SYSTEM_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,99}")
 
 # Sources
-GIT_URL = re.compile(r"(https://|ssh://|git@)[A-Za-z0-9._~:/@%+-]+?(\.git)?")
+GIT_URL = re.compile(r"(https?://|ssh://|git@)[A-Za-z0-9._~:/@%+-]+?(\.git)?")
 GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
 GIT_SHA = re.compile(r"[0-9a-f]{7,40}")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import options, safety
+from imagegen import options, refs, safety
 from imagegen.config import Config, load_config
 from imagegen.errors import NothingToDoError, UsageError
 from imagegen.model import compat
@@ -52,7 +52,8 @@ def user_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None,
-            fetch: str | None = None, env: dict[str, str] | None = None) -> tuple[Recipe, RecipeVersion]:
+            fetch: str | None = None, env: dict[str, str] | None = None, *, ref: str | None = None,
+            git: str | None = None) -> tuple[Recipe, RecipeVersion]:
     if source is not None and name is not None:
         raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
     if source is not None:
@@ -63,7 +64,12 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         recipe = recipe_from_source_tree(Path(name))
     else:
         recipe = cat.get(name)
-    recipe, version = fetched_from(recipe, recipe.version(wanted_version), fetch)
+    if ref or git:
+        if fetch == "sdist":
+            raise UsageError("--fetch sdist builds a pinned version's source distribution; --ref/--git fetch from git")
+        recipe, version = refs.at_ref(recipe, ref, git, wanted_version)
+    else:
+        recipe, version = fetched_from(recipe, recipe.version(wanted_version), fetch)
     return recipe, with_env(recipe, version, env or {})
 
 
@@ -201,7 +207,11 @@ def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRe
     pairs, seen = [], set()
     # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
     env = user_env(args)
-    for recipe, version in [resolve(cat, n, None, args.recipe_version, args.fetch, env) for n in names] \
+    ref, git = getattr(args, "ref", None), getattr(args, "git", None)
+    if (ref or git) and (sources or len({cat.get(n).name if not looks_like_path(n) else n for n in names}) != 1):
+        raise UsageError("--ref/--git name one recipe's source: give exactly one recipe with them")
+    for recipe, version in [resolve(cat, n, None, args.recipe_version, args.fetch, env, ref=ref, git=git)
+                            for n in names] \
             + [resolve(cat, None, source, None, args.fetch, env) for source in sources]:
         key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
         if key not in seen:
@@ -252,7 +262,8 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     if len(args.arch or []) > 1:
         raise UsageError("--native takes one --arch list")
     recipe, version = resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
-                              args.recipe_version, args.fetch, user_env(args))
+                              args.recipe_version, args.fetch, user_env(args), ref=getattr(args, "ref", None),
+                              git=getattr(args, "git", None))
     host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
     for flag, wanted, have in (("--torch", options.flag_values(args, "torch"), host.torch),

@@ -25,7 +25,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = common.catalogue(args, config)
     _render_flags(args)
     recipe, version = common.resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch,
-                                     common.user_env(args))
+                                     common.user_env(args), ref=args.ref, git=args.git)
     opts = options.resolve(args, config)
     archs = parse_arch_list(opts.arch_configured or defaults()["matrix"]["arch"])
     if args.shell:

@@ -592,7 +592,7 @@ def _cwd(path: Path):
 
 @contextlib.contextmanager
 def _stubs():
-    from imagegen import check, doctor
+    from imagegen import check, doctor, refs
     from imagegen.executors import buildx as execute
     from imagegen.executors import buildx_audit, native
     from imagegen.render import bakefiles, workflow
@@ -604,7 +604,8 @@ def _stubs():
     saved = []
     for owner, name in ((execute, "build"), (buildx_audit, "audit"), (push, "push"), (prebuilt, "pull"),
                         (registry, "lock_bases"), (registry, "probe"), (native, "build_native"),
-                        (native, "audit_native"), (doctor, "check_engine"), (check, "probe_gpu")):
+                        (native, "audit_native"), (doctor, "check_engine"), (check, "probe_gpu"),
+                        (refs, "resolve_commit")):
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, reached)
     # `ci github` reads the bake file through the pure stand-in for `docker buildx bake --print`

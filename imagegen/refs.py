@@ -1,0 +1,142 @@
+"""Any ref of a package, or a fork: ``--ref TAG|BRANCH|COMMIT`` and ``--git URL[@REF]``, resolved before
+anything is planned.
+
+A ref is resolved to one commit with ``git ls-remote`` (a branch moves; the build then fetches the ref and
+refuses a checkout that is not that commit, and the commit is what keys the build cache). The build
+facts come from the recipe: the catalogue's pin when the commit is one, else the ``by_version`` range
+that holds the source's version: the one the user declares (``--version``), the one a tag names
+(``v2.8.2``), or the pin that follows the same branch (``main``). A ref whose version cannot be told
+is refused with what to add, never built with facts guessed for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+
+from imagegen import safety
+from imagegen.errors import RecipeError, UsageError
+from imagegen.model.recipe_reader import quoted
+from imagegen.model.recipes import Recipe, RecipeVersion
+
+FULL_SHA = re.compile(r"[0-9a-f]{40}")
+# A tag that names a version: v2.8.2, 2.8.3.post1, V1.0 (what remains is read as PEP 440).
+_VERSION_TAG = re.compile(r"[vV]?(\d+(\.\d+)*([._-]?(a|b|rc|post|dev)\d*)*)")
+LS_REMOTE_TIMEOUT = 60
+MAX_LS_REMOTE_BYTES = 1 << 20
+
+
+def split_git(value: str) -> tuple[str, str | None]:
+    """``--git URL[@REF]`` -> (URL, REF or None). The ref follows the last ``@`` whose left part is a
+    repository URL (``git@host:org/repo.git@v1``, ``https://host/org/repo@feature/x``)."""
+    if not isinstance(value, str) or not value or len(value) > 500:
+        raise UsageError("--git: give a repository URL, optionally @REF (https://host/org/repo.git@v2.8.2)")
+    if _repo_url(value):
+        return value, None
+    for at in reversed([i for i, c in enumerate(value) if c == "@"]):
+        url, ref = value[:at], value[at + 1:]
+        if _repo_url(url) and ref:
+            return url, ref
+    raise UsageError(f"--git {quoted(value)}: not a repository URL (https://, http://, ssh:// or git@host:path),"
+                     " optionally followed by @REF")
+
+
+def _repo_url(url: str) -> bool:
+    if not safety.GIT_URL.fullmatch(url):
+        return False
+    if url.startswith("git@"):
+        host, _, path = url[4:].partition(":")
+        return bool(host and path) and "@" not in path
+    rest = url.split("://", 1)[1]
+    return "/" in rest.strip("/") and "@" not in rest.split("/", 1)[1]
+
+
+def resolve_commit(url: str, ref: str) -> str:
+    """The commit ``ref`` names in the repository at ``url`` (a full commit names itself)."""
+    if FULL_SHA.fullmatch(ref):
+        return ref
+    git = shutil.which("git")
+    if git is None:
+        raise UsageError(f"--ref {ref}: git is not installed here, and it is needed to resolve the ref to a commit"
+                         " (install git, or give the full 40-character commit)")
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "LC_ALL": "C"}
+    try:
+        # The pattern `REF^{}` lists an annotated tag's commit (the tag object is listed under REF).
+        proc = subprocess.run([git, "ls-remote", "--", url, ref, ref + "^{}"], capture_output=True, env=env,
+                              timeout=LS_REMOTE_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote took over {LS_REMOTE_TIMEOUT} s"
+                         " (no network? give the full 40-character commit)") from None
+    except OSError as exc:
+        raise UsageError(f"cannot resolve {ref} at {url}: {safety.os_reason(exc)}") from None
+    out = proc.stdout[:MAX_LS_REMOTE_BYTES].decode("utf-8", "replace")
+    if proc.returncode != 0:
+        last = (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote failed: {last[:200]}"
+                         " (a private repository needs git credentials; offline, give the full commit)")
+    found = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if FULL_SHA.fullmatch(sha):
+            found[name] = sha
+    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
+        if name in found:
+            return found[name]
+    if re.fullmatch(r"[0-9a-f]{7,39}", ref):
+        raise UsageError(f"--ref {ref}: a short commit cannot be resolved remotely: give the full 40-character commit")
+    raise UsageError(f"--ref {ref}: {url} has no branch or tag of that name")
+
+
+def version_tag(ref: str) -> str | None:
+    """The version a tag names (``v2.8.2`` -> ``2.8.2``), else None."""
+    m = _VERSION_TAG.fullmatch(ref.rsplit("/", 1)[-1])
+    return m.group(1) if m else None
+
+
+def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | None) -> tuple[Recipe, RecipeVersion]:
+    """``recipe`` and the version to build for ``--ref``/``--git`` (one of them given)."""
+    if recipe.source_kind != "git" or recipe.source_url is None:
+        raise UsageError(f"--ref/--git apply to a recipe whose source is a git repository; {recipe.name} is"
+                         f" {recipe.source_kind} (give --src-dir for a checkout of your own)")
+    url, ref_in_url = split_git(git) if git else (recipe.source_url, None)
+    if ref and ref_in_url:
+        raise UsageError(f"--ref {ref} and --git ...@{ref_in_url}: give the ref once")
+    ref = ref or ref_in_url or "HEAD"
+    safety.check(ref, safety.GIT_REF, "--ref")
+    commit = resolve_commit(url, ref)
+    forked = url != recipe.source_url
+    if forked:
+        recipe = replace(recipe, source_url=url)
+
+    pin = next((v for v in recipe.versions.values() if v.commit and commit.startswith(v.commit)), None)
+    if pin is not None and not forked and declared in (None, pin.version):
+        # The catalogue's own pin: built exactly as `--version` would.
+        return recipe, replace(pin, ref=ref, commit=commit, notes=_note(ref, commit, f"the pinned {pin.version}", pin))
+    said = declared or version_tag(ref)
+    if said is not None:
+        facts = recipe.versions.get(said) or recipe.facts_for(said)
+        how = f"its version {said}" + (" (--version)" if declared else f" (from the tag {ref})")
+        if facts is None:
+            ranges = "; ".join(str(spec) for spec, _ in recipe.by_version) or "none"
+            raise RecipeError(f"{recipe.name} {said}: no pinned version and no by_version range holds it (ranges:"
+                              f" {ranges}); add a range to the recipe (--recipe-dir) or give --version of a known one")
+    else:
+        same_branch = [v for v in recipe.versions.values() if v.ref == ref]
+        if not same_branch:
+            raise UsageError(f"--ref {ref}: which version is that source? give --version X.Y.Z (what its setup.py or"
+                             " __init__ says) so imagegen applies that version's recipe rules")
+        facts, how = same_branch[0], f"the catalogue's {same_branch[0].version} rules (it follows {ref})"
+        said = facts.source_version or facts.version
+    label = f"{said}+g{commit[:8]}"
+    safety.check(label, safety.VERSION_LABEL, "version label")
+    version = replace(facts, version=label, ref=ref, commit=commit, sdist=None, source_version=said,
+                      notes=_note(ref, commit, how, facts))
+    return recipe, version
+
+
+def _note(ref: str, commit: str, how: str, facts: RecipeVersion) -> str:
+    rules = f"; rules: {facts.rules_from}" if facts.rules_from else ""
+    return f"{ref} is {commit[:12]}, built with {how}{rules}" + (f"; {facts.notes}" if facts.notes else "")

@@ -1,0 +1,195 @@
+"""Tests for imagegen.refs: --ref and --git URL@REF, resolved against a real git server (git's own
+http-backend on 127.0.0.1, tests/git_server.py) before anything is planned, and the recipe facts each
+ref gets: the catalogue's pin, the by_version range of the version it names or declares, or a refusal."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from imagegen import refs
+from imagegen.cli import main
+from imagegen.errors import RecipeError, UnsafeValueError, UsageError
+from imagegen.model.catalogue import load_catalogue
+from tests.git_server import GitServer, git, make_repo
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("git") / "srv"
+    root.mkdir()
+    work = make_repo(root, "demo.git", {"setup.py": "version = '1.2.0'\n"})
+    shas = {"v1.2.0": git(work, "rev-parse", "HEAD")}
+    git(work, "tag", "-a", "v1.2.0", "-m", "release")  # annotated: ls-remote lists it peeled as well
+    (work / "setup.py").write_text("version = '1.3.0.dev0'\n")
+    git(work, "commit", "-q", "-am", "dev")
+    shas["main"] = git(work, "rev-parse", "HEAD")
+    git(work, "tag", "light")  # lightweight
+    git(work, "checkout", "-q", "-b", "feature/x")
+    (work / "setup.py").write_text("version = '1.3.0.dev1'\n")
+    git(work, "commit", "-q", "-am", "feature")
+    shas["feature/x"] = git(work, "rev-parse", "HEAD")
+    git(work, "push", "-q", "origin", "main", "feature/x", "v1.2.0", "light")
+    with GitServer(root) as srv:
+        yield srv, shas
+
+
+def _recipe_dir(tmp_path, url: str, main_commit: str = "0" * 40):
+    d = tmp_path / "recipes"
+    d.mkdir(exist_ok=True)
+    (d / "demo.yaml").write_text(textwrap.dedent(f"""\
+        schema: 1
+        name: demo
+        source: {{git: "{url}"}}
+        by_version:
+          - match: ">=1.3.dev0"
+            archs: ["8.0", "9.0", "12.0"]
+            notes: "1.3 line"
+          - match: ">=1.0,<1.3.dev0"
+            archs: ["8.0", "9.0"]
+            emits: {{"9.0": "9.0a"}}
+        versions:
+          "1.1":
+            ref: v1.1
+            commit: "{"1" * 40}"
+          main:
+            ref: main
+            commit: "{main_commit}"
+            source_version: "1.3.0.dev0"
+        arch: {{env: DEMO_ARCHS, style: numeric, ptx: none}}
+        smoke: {{imports: [demo]}}
+        """))
+    return d
+
+
+def _demo(tmp_path, server, **kw):
+    srv, _ = server
+    return load_catalogue((_recipe_dir(tmp_path, srv.url("demo.git"), **kw),)).get("demo")
+
+
+def test_tags_branches_and_commits_resolve_to_the_commit_they_name(server):
+    srv, shas = server
+    url = srv.url("demo.git")
+    assert refs.resolve_commit(url, "v1.2.0") == shas["v1.2.0"]  # the annotated tag's commit, not the tag object
+    assert refs.resolve_commit(url, "light") == shas["main"]
+    assert refs.resolve_commit(url, "main") == shas["main"]
+    assert refs.resolve_commit(url, "feature/x") == shas["feature/x"]
+    assert refs.resolve_commit(url, "HEAD") == shas["main"]
+    assert refs.resolve_commit(url, "a" * 40) == "a" * 40  # a full commit names itself, no network
+
+
+def test_unknown_refs_short_commits_and_unreachable_hosts_are_one_line(server):
+    srv, shas = server
+    with pytest.raises(UsageError, match="has no branch or tag of that name"):
+        refs.resolve_commit(srv.url("demo.git"), "nope")
+    with pytest.raises(UsageError, match="give the full 40-character commit"):
+        refs.resolve_commit(srv.url("demo.git"), shas["main"][:10])
+    with pytest.raises(UsageError, match="git ls-remote failed"):
+        refs.resolve_commit(srv.url("missing.git"), "main")
+    with pytest.raises(UsageError, match="git ls-remote failed"):
+        refs.resolve_commit("http://127.0.0.1:9/demo.git", "main")  # nothing listens on port 9
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("https://github.com/me/fork.git", ("https://github.com/me/fork.git", None)),
+    ("https://github.com/me/fork.git@v2.8.2", ("https://github.com/me/fork.git", "v2.8.2")),
+    ("https://github.com/me/fork@feature/x", ("https://github.com/me/fork", "feature/x")),
+    ("git@github.com:me/fork.git", ("git@github.com:me/fork.git", None)),
+    ("git@github.com:me/fork.git@main", ("git@github.com:me/fork.git", "main")),
+    ("https://user@host.example/org/repo.git@v1", ("https://user@host.example/org/repo.git", "v1")),
+    ("http://127.0.0.1:8080/demo.git", ("http://127.0.0.1:8080/demo.git", None)),
+])
+def test_split_git(value, expected):
+    assert refs.split_git(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "file:///etc/passwd", "ext::sh -c id", "https://host", "git@host:",
+                                   "https://github.com/me/fork.git@", "https://github.com/me/fork;id"])
+def test_split_git_refuses_what_is_not_a_repository(value):
+    with pytest.raises(UsageError, match="--git"):
+        refs.split_git(value)
+
+
+def test_version_tag():
+    assert refs.version_tag("v2.8.2") == "2.8.2" and refs.version_tag("2.8.3.post1") == "2.8.3.post1"
+    assert refs.version_tag("releases/v1.0") == "1.0"
+    assert refs.version_tag("main") is None and refs.version_tag("feature/x") is None
+
+
+def test_a_version_tag_gets_the_facts_of_the_range_that_holds_it(tmp_path, server):
+    _, shas = server
+    recipe, v = refs.at_ref(_demo(tmp_path, server), "v1.2.0", None, None)
+    assert v.commit == shas["v1.2.0"] and v.ref == "v1.2.0" and v.version == f"1.2.0+g{shas['v1.2.0'][:8]}"
+    assert str(v.archs) == "8.0;9.0" and dict(v.emits) == {"9.0": "9.0a"} and v.source_version == "1.2.0"
+    assert "built with its version 1.2.0 (from the tag v1.2.0); rules: by_version[1]" in v.notes
+
+
+def test_a_branch_a_pin_follows_gets_that_pins_facts_at_the_new_commit(tmp_path, server):
+    _, shas = server
+    _, v = refs.at_ref(_demo(tmp_path, server), "main", None, None)
+    assert v.commit == shas["main"] and str(v.archs) == "8.0;9.0;12.0"
+    assert v.version == f"1.3.0.dev0+g{shas['main'][:8]}" and "it follows main" in v.notes
+
+
+def test_the_pinned_commit_is_the_pin_itself(tmp_path, server):
+    _, shas = server
+    recipe = _demo(tmp_path, server, main_commit=shas["main"])
+    _, v = refs.at_ref(recipe, "main", None, None)
+    assert v.version == "main" and v.commit == shas["main"] and "the pinned main" in v.notes
+
+
+def test_a_branch_without_a_version_needs_one_declared(tmp_path, server):
+    _, shas = server
+    recipe = _demo(tmp_path, server)
+    with pytest.raises(UsageError, match="give --version X.Y.Z"):
+        refs.at_ref(recipe, "feature/x", None, None)
+    _, v = refs.at_ref(recipe, "feature/x", None, "1.3.0.dev1")
+    assert v.commit == shas["feature/x"] and str(v.archs) == "8.0;9.0;12.0" and "(--version)" in v.notes
+    with pytest.raises(RecipeError, match="no by_version range holds it"):
+        refs.at_ref(recipe, "feature/x", None, "0.5")
+
+
+def test_a_fork_is_the_recipe_at_another_url(tmp_path, server):
+    srv, shas = server
+    recipe = _demo(tmp_path, server, main_commit=shas["main"])
+    fork = srv.url("demo.git").replace("127.0.0.1", "localhost")  # another URL, the same repository
+    forked, v = refs.at_ref(recipe, None, f"{fork}@v1.2.0", None)
+    assert forked.source_url == fork and forked.name == "demo" and v.commit == shas["v1.2.0"]
+    # The fork's main at the pinned commit is still a fork: never mistaken for the catalogue's pin.
+    _, v = refs.at_ref(recipe, None, f"{fork}@main", None)
+    assert v.version == f"1.3.0.dev0+g{shas['main'][:8]}"
+    with pytest.raises(UsageError, match="give the ref once"):
+        refs.at_ref(recipe, "main", f"{fork}@main", None)
+
+
+def test_refs_apply_to_git_recipes_only_and_are_checked(tmp_path, server):
+    from tests.unit._h4_helpers import tiny_recipe
+
+    with pytest.raises(UsageError, match="apply to a recipe whose source is a git repository"):
+        refs.at_ref(tiny_recipe(), "main", None, None)
+    with pytest.raises(UnsafeValueError):
+        refs.at_ref(_demo(tmp_path, server), "main;id", None, None)
+
+
+def test_plan_and_render_build_the_ref(tmp_path, server, capsys, monkeypatch):
+    srv, shas = server
+    d = _recipe_dir(tmp_path, srv.url("demo.git"))
+    cell = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0", "--recipe-dir", str(d)]
+    assert main(["plan", "demo", "--ref", "v1.2.0", "--json", *cell]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["cells"]
+    assert c["status"] == "buildable" and c["version"] == f"1.2.0+g{shas['v1.2.0'][:8]}"
+    assert c["expected_archs"] == "9.0a"  # the 1.0-1.3 range's emits
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "demo", "--ref", "v1.2.0", "-o", "Dockerfile", *cell]) == 0
+    text = (tmp_path / "Dockerfile").read_text()
+    # the build fetches the resolved commit, from the recipe's URL
+    assert f'"commit":"{shas["v1.2.0"]}","kind":"git","ref":"{shas["v1.2.0"]}"' in text
+    assert f'"url":"{srv.url("demo.git")}"' in text and "imagegen render demo --ref v1.2.0" in text
+    capsys.readouterr()
+    assert main(["plan", "demo", "demo", "--ref", "v1.2.0", *cell]) == 0  # one recipe, named twice
+    code = main(["plan", "demo", "sage", "--ref", "v1.2.0", *cell])
+    assert code == 2 and "exactly one recipe" in capsys.readouterr().err
+    code = main(["plan", "demo", "--ref", "v1.2.0", "--fetch", "sdist", *cell])
+    assert code == 2 and "--fetch sdist" in capsys.readouterr().err
