@@ -127,6 +127,8 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
             base_problem.append(str(exc))
     nvcc = base.nvcc if base is not None and base.nvcc is not None else Version(cuda.toolkit if fl.toolkit == "image" else (cuda.pypi_toolkit or cuda.toolkit))
     nvcc = Version(fmt_version(nvcc))
+    if version.resolved:
+        notes.append(version.resolved)
     requested = archs
     archs, mapped = compiled_archs(version, requested)
     if mapped:

@@ -114,7 +114,7 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
     pin = next((v for v in recipe.versions.values() if v.commit and commit.startswith(v.commit)), None)
     if pin is not None and not forked and declared in (None, pin.version):
         # The catalogue's own pin: built exactly as `--version` would.
-        return recipe, replace(pin, ref=ref, commit=commit, notes=_note(ref, commit, f"the pinned {pin.version}", pin))
+        return recipe, replace(pin, ref=ref, commit=commit, resolved=_note(ref, commit, f"the pinned {pin.version}", pin))
     said = declared or version_tag(ref)
     if said is not None:
         facts = recipe.versions.get(said) or recipe.facts_for(said)
@@ -133,10 +133,10 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
     label = f"{said}+g{commit[:8]}"
     safety.check(label, safety.VERSION_LABEL, "version label")
     version = replace(facts, version=label, ref=ref, commit=commit, sdist=None, source_version=said,
-                      notes=_note(ref, commit, how, facts))
+                      resolved=_note(ref, commit, how, facts))
     return recipe, version
 
 
 def _note(ref: str, commit: str, how: str, facts: RecipeVersion) -> str:
-    rules = f"; rules: {facts.rules_from}" if facts.rules_from else ""
-    return f"{ref} is {commit[:12]}, built with {how}{rules}" + (f"; {facts.notes}" if facts.notes else "")
+    rules = f" (recipe rules: {facts.rules_from})" if facts.rules_from else ""
+    return f"{ref} is {commit[:12]}, built with {how}{rules}"

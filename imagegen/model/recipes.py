@@ -149,6 +149,8 @@ class RecipeVersion:
     source_version: str | None = None
     # Which by_version range gave this version its facts ("" where the entry gives them itself).
     rules_from: str = ""
+    # For a --ref/--git/--src-dir source: what it resolved to and which rules apply (the plan says it).
+    resolved: str = ""
 
     @property
     def pinned_ref(self) -> str:

@@ -123,21 +123,21 @@ def test_a_version_tag_gets_the_facts_of_the_range_that_holds_it(tmp_path, serve
     recipe, v = refs.at_ref(_demo(tmp_path, server), "v1.2.0", None, None)
     assert v.commit == shas["v1.2.0"] and v.ref == "v1.2.0" and v.version == f"1.2.0+g{shas['v1.2.0'][:8]}"
     assert str(v.archs) == "8.0;9.0" and dict(v.emits) == {"9.0": "9.0a"} and v.source_version == "1.2.0"
-    assert "built with its version 1.2.0 (from the tag v1.2.0); rules: by_version[1]" in v.notes
+    assert "built with its version 1.2.0 (from the tag v1.2.0) (recipe rules: by_version[1]" in v.resolved
 
 
 def test_a_branch_a_pin_follows_gets_that_pins_facts_at_the_new_commit(tmp_path, server):
     _, shas = server
     _, v = refs.at_ref(_demo(tmp_path, server), "main", None, None)
     assert v.commit == shas["main"] and str(v.archs) == "8.0;9.0;12.0"
-    assert v.version == f"1.3.0.dev0+g{shas['main'][:8]}" and "it follows main" in v.notes
+    assert v.version == f"1.3.0.dev0+g{shas['main'][:8]}" and "it follows main" in v.resolved
 
 
 def test_the_pinned_commit_is_the_pin_itself(tmp_path, server):
     _, shas = server
     recipe = _demo(tmp_path, server, main_commit=shas["main"])
     _, v = refs.at_ref(recipe, "main", None, None)
-    assert v.version == "main" and v.commit == shas["main"] and "the pinned main" in v.notes
+    assert v.version == "main" and v.commit == shas["main"] and "the pinned main" in v.resolved
 
 
 def test_a_branch_without_a_version_needs_one_declared(tmp_path, server):
@@ -146,7 +146,7 @@ def test_a_branch_without_a_version_needs_one_declared(tmp_path, server):
     with pytest.raises(UsageError, match="give --version X.Y.Z"):
         refs.at_ref(recipe, "feature/x", None, None)
     _, v = refs.at_ref(recipe, "feature/x", None, "1.3.0.dev1")
-    assert v.commit == shas["feature/x"] and str(v.archs) == "8.0;9.0;12.0" and "(--version)" in v.notes
+    assert v.commit == shas["feature/x"] and str(v.archs) == "8.0;9.0;12.0" and "(--version)" in v.resolved
     with pytest.raises(RecipeError, match="no by_version range holds it"):
         refs.at_ref(recipe, "feature/x", None, "0.5")
 
@@ -181,6 +181,8 @@ def test_plan_and_render_build_the_ref(tmp_path, server, capsys, monkeypatch):
     (c,) = json.loads(capsys.readouterr().out)["cells"]
     assert c["status"] == "buildable" and c["version"] == f"1.2.0+g{shas['v1.2.0'][:8]}"
     assert c["expected_archs"] == "9.0a"  # the 1.0-1.3 range's emits
+    assert c["notes"] == [f"v1.2.0 is {shas['v1.2.0'][:12]}, built with its version 1.2.0 (from the tag v1.2.0)"
+                          " (recipe rules: by_version[1] (<1.3.dev0,>=1.0))"]
     monkeypatch.chdir(tmp_path)
     assert main(["render", "demo", "--ref", "v1.2.0", "-o", "Dockerfile", *cell]) == 0
     text = (tmp_path / "Dockerfile").read_text()
