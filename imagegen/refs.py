@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 from imagegen import safety
 from imagegen.errors import RecipeError, UsageError
@@ -140,3 +141,53 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
 def _note(ref: str, commit: str, how: str, facts: RecipeVersion) -> str:
     rules = f" (recipe rules: {facts.rules_from})" if facts.rules_from else ""
     return f"{ref} is {commit[:12]}, built with {how}{rules}"
+
+
+def checkout_head(root: Path) -> tuple[str | None, bool]:
+    """(HEAD's commit or None, whether the work tree has changes) of a git checkout; (None, False) where
+    ``root`` is not one or git is missing."""
+    git = shutil.which("git")
+    if git is None or not (root / ".git").exists():
+        return None, False
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        head = subprocess.run([git, "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, env=env,
+                              timeout=60, stdin=subprocess.DEVNULL)
+        status = subprocess.run([git, "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None, False
+    sha = head.stdout.strip()
+    return (sha if FULL_SHA.fullmatch(sha) else None), bool(status.stdout.strip())
+
+
+def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | None) -> tuple[Recipe, RecipeVersion]:
+    """A local tree of a package the catalogue knows (``--src-dir`` on a fork or a dirty checkout,
+    ``--source`` on its sdist): built in place as a local source, with the recipe's knowledge (arch
+    knob, force-build and local-version variables, patches, routing) for the tree's version. The
+    catalogue's pin itself (HEAD at the pinned commit, no changes) is returned as it is."""
+    from imagegen.model.source_tree import pkg_info, recipe_from_source_tree
+
+    root = root.expanduser().resolve()
+    head, dirty = checkout_head(root)
+    if head and version.commit and head.startswith(version.commit) and not dirty and recipe.source_kind == "git":
+        return recipe, version
+    tree = recipe_from_source_tree(root)
+    pinned = recipe.versions.get(declared or "")
+    # The version the tree is: what the user declares (a pin's label says its version), else its metadata.
+    said = (pinned.source_version or declared) if pinned else declared
+    said = said or (pkg_info(root) or (None, tree.default_version))[1]
+    facts = pinned or recipe.versions.get(said) or recipe.facts_for(said)
+    if facts is None:
+        ranges = "; ".join(str(spec) for spec, _ in recipe.by_version) or "none"
+        raise RecipeError(f"{root} is {recipe.name} {said}, which no pinned version or by_version range holds"
+                          f" (ranges: {ranges}): give --version of the pinned version it is closest to"
+                          f" ({', '.join(recipe.versions)}), or add a range (--recipe-dir)")
+    where = f"HEAD {head[:12]}" + (", with changes" if dirty else "") if head else "no git history"
+    how = (f"the rules of {recipe.name} {facts.version}" + (f" ({facts.rules_from})" if facts.rules_from else ""))
+    resolved = (f"{root} ({where}; version {said}) is built as a local tree with {how}; up to date only while"
+                " its content is unchanged")
+    local = replace(recipe, source_kind="local", source_path=root, source_url=None, submodules=False)
+    label = f"{said}+local"
+    safety.check(label, safety.VERSION_LABEL, "version label")
+    return local, replace(facts, version=label, ref="", commit=None, sdist=None, source_version=said, resolved=resolved)

@@ -56,12 +56,16 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
             git: str | None = None) -> tuple[Recipe, RecipeVersion]:
     if source is not None and name is not None:
         raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
+    if source is None and name is not None and looks_like_path(name):
+        source = Path(name)
     if source is not None:
         recipe = recipe_from_source_tree(source)
+        known = cat.by_distribution(recipe.distribution)
+        if known is not None:  # a tree of a package the catalogue knows: built with that recipe's knowledge
+            recipe, version = refs.at_tree(known, known.version(None), source, wanted_version)
+            return recipe, with_env(recipe, version, env or {})
     elif name is None:
         raise UsageError("name a recipe (imagegen recipes lists them) or give --source PATH")
-    elif looks_like_path(name):
-        recipe = recipe_from_source_tree(Path(name))
     else:
         recipe = cat.get(name)
     if ref or git:
@@ -264,6 +268,11 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     recipe, version = resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
                               args.recipe_version, args.fetch, user_env(args), ref=getattr(args, "ref", None),
                               git=getattr(args, "git", None))
+    src_dir = getattr(args, "src_dir", None)
+    if src_dir is not None and recipe.source_kind == "git" and any(
+            (Path(src_dir) / f).is_file() for f in ("setup.py", "pyproject.toml")):
+        # --src-dir on a checkout: the pin as it is, or a fork / changed tree built with the recipe's knowledge
+        recipe, version = refs.at_tree(recipe, version, Path(src_dir), args.recipe_version)
     host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
     for flag, wanted, have in (("--torch", options.flag_values(args, "torch"), host.torch),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from importlib import resources
@@ -32,6 +33,15 @@ class Catalogue:
         self.recipes[recipe.name] = recipe
         for alias in recipe.aliases:
             self.aliases[alias] = recipe.name
+
+    def by_distribution(self, distribution: str) -> Recipe | None:
+        """The recipe that builds ``distribution`` (a local tree's project name: flash_attn, causal-conv1d)."""
+        key = re.sub(r"[-_.]+", "-", distribution).lower()
+        for recipe in self.recipes.values():
+            if recipe.source_kind == "git" and key in {re.sub(r"[-_.]+", "-", n).lower()
+                                                       for n in (recipe.distribution, recipe.name)}:
+                return recipe
+        return None
 
     def names(self) -> list[str]:
         return sorted(self.recipes)

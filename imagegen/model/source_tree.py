@@ -71,9 +71,35 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
     )
 
 
+def pkg_info(root: Path) -> tuple[str, str] | None:
+    """Name and version from the tree's PKG-INFO: an sdist's metadata, written by its build backend
+    (causal-conv1d's setup.py computes its version; its PKG-INFO says 1.6.1). Read, never run."""
+    path = root / "PKG-INFO"
+    if not path.is_file():
+        return None
+    try:
+        text = safety.read_regular_file(path, limit=1 << 20, inside=root).decode("utf-8", "replace")
+    except safety.Unreadable:
+        return None
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():  # the header block (the body is the long description)
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in fields:
+            fields[key] = value.strip()
+    if "Name" not in fields or "Version" not in fields:
+        return None
+    try:
+        return fields["Name"], str(Version(fields["Version"]))
+    except InvalidVersion:
+        return None
+
+
 def _project_name_version(root: Path) -> tuple[str, str]:
     from imagegen.config import read_toml  # local import keeps tomllib optional here
 
+    from_metadata = pkg_info(root)
+    if from_metadata is not None:
+        return from_metadata
     name, version = root.name, "0.0.0"
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
@@ -91,7 +117,9 @@ def _project_name_version(root: Path) -> tuple[str, str]:
             text = safety.read_regular_file(setup, limit=MAX_PATCH_BYTES, inside=root).decode("utf-8", "replace")
         except safety.Unreadable:
             text = ""
-        m = re.search(r"""name\s*=\s*["']([A-Za-z0-9_.\-]+)["']""", text)
+        # The setup() call's name, not an Extension's (CUDAExtension(name="causal_conv1d_cuda", ...) comes first).
+        call = re.search(r"\bsetup\s*\(", text)
+        m = re.search(r"""\bname\s*=\s*["']([A-Za-z0-9_.\-]+)["']""", text[call.end():] if call else text)
         if m and name == root.name:
             name = m.group(1)
         m = re.search(r"""version\s*=\s*["']([0-9][A-Za-z0-9_.+\-]*)["']""", text)

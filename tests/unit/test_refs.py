@@ -195,3 +195,90 @@ def test_plan_and_render_build_the_ref(tmp_path, server, capsys, monkeypatch):
     assert code == 2 and "exactly one recipe" in capsys.readouterr().err
     code = main(["plan", "demo", "--ref", "v1.2.0", "--fetch", "sdist", *cell])
     assert code == 2 and "--fetch sdist" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# Local trees of catalogue packages: --src-dir on a fork or a changed checkout, --source on an sdist
+
+
+CAUSAL_SETUP = """from setuptools import setup
+from torch.utils.cpp_extension import CUDAExtension
+ext_modules = [CUDAExtension(name="causal_conv1d_cuda", sources=["csrc/causal_conv1d.cpp"])]
+setup(name="causal_conv1d", version=get_package_version(), ext_modules=ext_modules)
+"""
+
+
+def test_an_sdist_of_a_catalogue_package_gets_its_name_version_and_knobs_from_pkg_info(tmp_path):
+    from imagegen.commands.common import resolve
+
+    tree = tmp_path / "causal_conv1d-1.6.1"
+    tree.mkdir()
+    (tree / "setup.py").write_text(CAUSAL_SETUP)
+    (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: causal_conv1d\nVersion: 1.6.1\nSummary: x\n\n"
+                                   "Name: not-this\nVersion: 9.9\n")
+    cat = load_catalogue()
+    recipe, v = resolve(cat, None, tree, None)
+    pinned = cat.get("causal-conv1d")
+    assert recipe.name == "causal-conv1d" and recipe.source_kind == "local" and recipe.source_path == tree
+    assert recipe.force_env == pinned.force_env and recipe.force_env  # no download of a prebuilt wheel
+    assert v.version == "1.6.1+local" and v.archs == pinned.versions["1.6.1"].archs
+    assert "is built as a local tree with the rules of causal-conv1d 1.6.1" in v.resolved
+    # The same tree as a path argument, and without PKG-INFO: setup()'s name, not the extension's
+    (tree / "PKG-INFO").unlink()
+    recipe, v = resolve(cat, str(tree), None, "1.6.1")
+    assert recipe.name == "causal-conv1d" and v.version == "1.6.1+local"
+
+
+def test_a_fork_checkout_is_built_in_place_with_the_rules_of_its_version(tmp_path, server):
+    from tests.git_server import git as run_git
+
+    recipe = _demo(tmp_path, server)
+    work = tmp_path / "fork"
+    work.mkdir()
+    run_git(work, "init", "-q", "-b", "main")
+    (work / "setup.py").write_text("from setuptools import setup\nsetup(name='demo', version='1.2.0')\n")
+    run_git(work, "add", "-A")
+    run_git(work, "commit", "-q", "-m", "fork")
+    local, v = refs.at_tree(recipe, recipe.version("main"), work, None)
+    assert local.source_kind == "local" and local.source_path == work and local.source_url is None
+    assert v.version == "1.2.0+local" and dict(v.emits) == {"9.0": "9.0a"} and v.commit is None
+    head = run_git(work, "rev-parse", "HEAD")
+    assert f"HEAD {head[:12]}; version 1.2.0" in v.resolved and "by_version[1]" in v.resolved
+    (work / "setup.py").write_text("from setuptools import setup\nsetup(name='demo', version='1.2.0')  # edited\n")
+    assert ", with changes" in refs.at_tree(recipe, recipe.version("main"), work, None)[1].resolved
+    with pytest.raises(RecipeError, match="no pinned version or by_version range holds"):
+        refs.at_tree(recipe, recipe.version("main"), work, "0.1")
+
+
+def test_a_clean_checkout_at_the_pinned_commit_is_the_pin(tmp_path, server):
+    srv, shas = server
+    checkout = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", srv.url("demo.git"), str(checkout))
+    recipe = _demo(tmp_path, server, main_commit=shas["main"])
+    same, v = refs.at_tree(recipe, recipe.version("main"), checkout, None)
+    assert same is recipe and v is recipe.version("main")
+    assert refs.checkout_head(checkout) == (shas["main"], False)
+    assert refs.checkout_head(tmp_path) == (None, False)  # not a checkout
+
+
+def test_build_native_src_dir_on_a_fork_uses_the_recipes_knobs(tmp_path, capsys):
+    """Seed 000: `imagegen build bsa --native --src-dir ./my-fork` on a fork of Block-Sparse-Attention."""
+    from tests.unit._h6_helpers import fake_host
+
+    fork = tmp_path / "Block-Sparse-Attention"
+    fork.mkdir()
+    git(fork, "init", "-q", "-b", "main")
+    (fork / "setup.py").write_text("from setuptools import setup\nsetup(name='block_sparse_attn', version='0.0.2')\n")
+    git(fork, "add", "-A")
+    git(fork, "commit", "-q", "-m", "my fork")
+    py = fake_host(tmp_path)
+    work = tmp_path / "work"
+    assert main(["build", "bsa", "--native", "--src-dir", str(fork), "--arch", "8.0", "--python-exe", py,
+                 "--print-env", "--no-audit", "--work", str(work)]) == 0
+    env = json.loads(capsys.readouterr().out)
+    bsa = load_catalogue().get("bsa")
+    assert env["BLOCK_SPARSE_ATTN_CUDA_ARCHS"] == "80"  # the recipe's own arch knob
+    assert all(env.get(k) == v for k, v in bsa.force_env.items())
+    cell = json.loads((work / "cell.json").read_text())
+    assert cell["source"]["kind"] == "local" and cell["src_dir"] == str(fork) and cell["version"] == "0.0.2+local"
+    assert [p["name"] for p in cell["patches"]] == [p.name for p in bsa.versions["0.0.2"].patches]
