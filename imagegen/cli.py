@@ -204,6 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-engine", action="store_true", help="skip the Docker checks")
     _add_json(p)
 
+    p = sub.add_parser("refresh", help="add new torch series and CUDA toolkits from PyPI to your compatibility tables",
+                       description=(
+        "Read PyPI (torch's wheels and their metadata, cuda-toolkit) and add what imagegen's tables lack: new torch"
+        " series (newest release, Python range, the CUDA variant of its PyPI wheel) and CUDA toolkits; update the"
+        " PyPI-derived facts of known series. Written to a user-level overlay ($IMAGEGEN_COMPAT_DIR, else"
+        " ~/.config/imagegen/compat), never into the installed package. Refuses an answer that looks broken"
+        " (a release going backwards, lost series or Pythons, an unknown CUDA). The cuXYZ builds of"
+        " download.pytorch.org cannot be read from PyPI: a new series lists only its PyPI variant."))
+    p.add_argument("--index-url", help="a PyPI-compatible simple index with the JSON API (default: https://pypi.org/simple/)")
+    p.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
+
     p = sub.add_parser("recipes", help="list the recipe catalogue", description="List every recipe with its versions, arch knob and supported archs.")
     _add_json(p)
     _add_common(p)
@@ -263,7 +274,8 @@ COMMANDS = {"plan": planning.cmd_plan, "recipes": planning.cmd_recipes, "archs":
             "render": rendering.cmd_render, "bake": rendering.cmd_bake, "ci": ci.run,
             "build": building.cmd_build,
             "verify": checking.cmd_verify, "check": checking.cmd_check, "doctor": checking.cmd_doctor,
-            "push": images.cmd_push, "pull": images.cmd_pull, "lock": images.cmd_lock}
+            "push": images.cmd_push, "pull": images.cmd_pull, "lock": images.cmd_lock,
+            "refresh": planning.cmd_refresh}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

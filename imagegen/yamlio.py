@@ -88,3 +88,8 @@ def _check_events(text: str, max_depth: int, max_nodes: int) -> None:
             raise UntrustedYAMLError(problem=f"nested deeper than {max_depth} levels",
                                      problem_mark=getattr(exc, "problem_mark", None)) from None
         raise
+
+
+def dump(data: Any) -> str:
+    """``data`` as block YAML in the order given (what imagegen writes for people to read)."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120, allow_unicode=False)

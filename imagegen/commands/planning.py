@@ -122,6 +122,12 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
     return 0
 
 
+def cmd_refresh(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen import refresh
+
+    return refresh.run(args.index_url, args.dry_run)
+
+
 def cmd_recipes(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.lock is not None:
         common.lock(args)  # recipes uses no image, but a --lock that is not a lock file is a mistake worth saying

@@ -8,9 +8,11 @@ this module only loads them into types and answers questions about them. The arc
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any, Mapping
 
 from packaging.version import InvalidVersion, Version
@@ -18,10 +20,52 @@ from packaging.version import InvalidVersion, Version
 from imagegen import safety, yamlio
 from imagegen.errors import CompatError, NoBaseImage, UsageError
 
+# The tables `imagegen refresh` may extend, and the mapping in each that it adds rows to.
+OVERLAY_KEYS = {"torch.yaml": "series", "cuda.yaml": "variants"}
+MAX_OVERLAY_BYTES = 1 << 20
+
 
 def _load(name: str) -> dict[str, Any]:
     path = resources.files("imagegen") / "resources" / "compat" / name
-    return yamlio.load(path.read_text(encoding="utf-8"))
+    data = yamlio.load(path.read_text(encoding="utf-8"))
+    key = OVERLAY_KEYS.get(name)
+    if key is not None:
+        data[key] = {**data[key], **read_overlay(overlay_dir() / name, key)}
+    return data
+
+
+def overlay_dir() -> Path:
+    """Where `imagegen refresh` writes its overlay: user-level, never the installed package."""
+    if os.environ.get("IMAGEGEN_COMPAT_DIR"):
+        return Path(os.environ["IMAGEGEN_COMPAT_DIR"]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "imagegen" / "compat"
+
+
+def read_overlay(path: Path, key: str) -> dict[str, Any]:
+    """The rows of an overlay file `imagegen refresh` wrote ({} where there is none); a broken one is a
+    one-line error naming it (delete it to go back to imagegen's own tables)."""
+    try:
+        raw = safety.read_regular_file(path, limit=MAX_OVERLAY_BYTES)
+    except safety.Unreadable as exc:
+        if not path.exists() and not path.is_symlink():
+            return {}
+        raise CompatError(f"{path}: cannot read the compatibility overlay: {exc} (delete it, or run imagegen refresh)")
+    try:
+        data = yamlio.load_untrusted(raw.decode("utf-8"))
+        rows = data[key] if isinstance(data, dict) else None
+        if not isinstance(rows, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in rows.items()):
+            raise ValueError(f"no {key} mapping")
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, yamlio.YAMLError) as exc:
+        raise CompatError(f"{path}: not a compatibility overlay ({str(exc)[:80]}): delete it, or run imagegen"
+                          " refresh") from None
+    return rows
+
+
+def reload() -> None:
+    """Read the tables again (after `imagegen refresh` wrote the overlay)."""
+    for cached in (torch_table, cuda_table, flavors):
+        cached.cache_clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,6 +150,7 @@ def torch_table() -> dict[str, TorchSeries]:
 @functools.cache
 def cuda_table() -> dict[str, CudaVariant]:
     raw = _load("cuda.yaml")["variants"]
+    raw = dict(sorted(raw.items(), key=lambda kv: (int(kv[0][2:-1]), int(kv[0][-1]))))  # cu118 ... cu132, cu133
     return {
         name: CudaVariant(
             name=name,
@@ -132,7 +177,7 @@ def torch_series(text: str) -> tuple[TorchSeries, str]:
     if series not in table:
         raise CompatError(
             f"torch {series} is not in imagegen's compatibility table (known: {', '.join(table)});"
-            " run scripts/refresh_compat.py or pick a known series"
+            " run `imagegen refresh` (adds the series PyPI has to your overlay) or pick a known series"
         )
     row = table[series]
     return row, t if m.group(3) is not None else row.latest
@@ -151,7 +196,9 @@ def cuda_variant(text: str) -> CudaVariant:
     name = f"cu{int(major)}{minor}"
     table = cuda_table()
     if name not in table:
-        raise CompatError(f"CUDA {int(major)}.{minor} has no torch wheels (known: {', '.join(table)})")
+        with_torch = [v for v in table if any(v in s.cuda for s in torch_table().values())]
+        raise CompatError(f"CUDA {int(major)}.{minor} has no torch wheels (known: {', '.join(with_torch)});"
+                          " `imagegen refresh` adds what PyPI has since")
     return table[name]
 
 

@@ -62,7 +62,7 @@ def test_cuda_variant_row() -> None:
     assert str(cu128) == "cu128"
     assert cu128.toolkit == "12.8.1" and cu128.pypi_toolkit is None and cu128.pypi_extras == ()
     cu130 = compat.cuda_table()["cu130"]
-    assert cu130.pypi_toolkit == "13.0.2" and "nvcc" in cu130.pypi_extras
+    assert cu130.pypi_toolkit == "13.0.3" and "nvcc" in cu130.pypi_extras
     assert compat.cuda_table()["cu132"].ubuntu == ("24.04",)
 
 
@@ -89,7 +89,7 @@ def test_torch_series_unknown_is_compat_error_naming_the_known() -> None:
         compat.torch_series("1.13")
     message = str(info.value)
     assert message.startswith("torch 1.13 is not in imagegen's compatibility table (known: 2.4, 2.5, ")
-    assert "scripts/refresh_compat.py" in message
+    assert "run `imagegen refresh`" in message
     assert info.value.exit_code == 3
 
 
@@ -104,7 +104,8 @@ def test_cuda_variant_errors() -> None:
     with pytest.raises(CompatError) as info:
         compat.cuda_variant("12.5")
     assert str(info.value) == (
-        "CUDA 12.5 has no torch wheels (known: cu118, cu121, cu124, cu126, cu128, cu129, cu130, cu132)"
+        "CUDA 12.5 has no torch wheels (known: cu118, cu121, cu124, cu126, cu128, cu129, cu130, cu132);"
+        " `imagegen refresh` adds what PyPI has since"
     )
     for bad in ("cu1280", "13", "twelve", "12", ""):
         with pytest.raises(UsageError, match="is not a CUDA version like 12.8 or cu128"):
@@ -237,7 +238,7 @@ def test_cuda_flavor_prefers_an_ubuntu_whose_python_matches(torch: str, cuda: st
 def test_pypi_flavor_needs_a_cuda_13_toolkit_wheel() -> None:
     image = base("pypi", "2.9", "13.0", "3.13")
     assert (image.ref, image.python, image.toolkit) == ("python:3.13-slim-bookworm", "python3.13", "pypi")
-    assert image.nvcc == Version("13.0.2")
+    assert image.nvcc == Version("13.0.3")
     with pytest.raises(NoBaseImage, match="PyPI has no nvcc for cu128"):
         base("pypi", "2.8", "12.8", "3.12")
 

@@ -505,6 +505,7 @@ def _base(command: tuple[str, ...], wheel: str) -> list[str]:
         ("check",): ["check", wheel],
         ("doctor",): ["doctor", "--no-engine"],
         ("recipes",): ["recipes"],
+        ("refresh",): ["refresh", "--dry-run"],
         ("archs",): ["archs", "9.0"],
         ("push",): ["push", *cell, "--registry", "127.0.0.1:1/ml", "--work", "w"],
         ("pull",): ["pull", *cell, "--registry", "127.0.0.1:1/ml", "--out", "o", "--work", "w"],
@@ -592,7 +593,7 @@ def _cwd(path: Path):
 
 @contextlib.contextmanager
 def _stubs():
-    from imagegen import check, doctor, refs
+    from imagegen import check, doctor, refresh, refs
     from imagegen.executors import buildx as execute
     from imagegen.executors import buildx_audit, native
     from imagegen.render import bakefiles, workflow
@@ -605,7 +606,7 @@ def _stubs():
     for owner, name in ((execute, "build"), (buildx_audit, "audit"), (push, "push"), (prebuilt, "pull"),
                         (registry, "lock_bases"), (registry, "probe"), (native, "build_native"),
                         (native, "audit_native"), (doctor, "check_engine"), (check, "probe_gpu"),
-                        (refs, "resolve_commit")):
+                        (refs, "resolve_commit"), (refresh, "refresh")):
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, reached)
     # `ci github` reads the bake file through the pure stand-in for `docker buildx bake --print`
@@ -648,7 +649,7 @@ def _drive(world: dict, command: tuple[str, ...], option: str, how: str, value: 
     elif how == "positional":
         argv = list(base)
         index = {("verify",): 1, ("check",): 1, ("archs",): 1}.get(command, len(command))
-        if command in (("doctor",), ("recipes",), ("ci", "github")) or index >= len(argv):
+        if command in (("doctor",), ("recipes",), ("refresh",), ("ci", "github")) or index >= len(argv):
             argv.append(value)
         else:
             argv[index] = value

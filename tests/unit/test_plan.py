@@ -101,7 +101,7 @@ def test_cuda_flavor_picks_ubuntu_by_python_and_deadsnakes_otherwise():
 def test_pypi_flavor_gets_the_toolkit_from_pypi():
     c = cell("sage", "9.0", torch="2.11", cuda="13.0", python="3.11", flavor="pypi")
     assert c.status == BUILDABLE and c.base.ref == "python:3.11-slim-bookworm" and c.base.toolkit == "pypi"
-    assert str(c.base.nvcc) == "13.0.2"
+    assert str(c.base.nvcc) == "13.0.3"
 
 
 def test_choose_cell_fills_newest_buildable_combination():

@@ -1,0 +1,278 @@
+"""`imagegen refresh`: the compatibility tables brought up to date from PyPI, as a user-level overlay.
+
+What PyPI can tell, read from its JSON simple API (PEP 691) and each release's wheel metadata (PEP 658,
+or the wheel's METADATA read through HTTP range requests, never the multi-GB wheel):
+  - every torch series with a release on PyPI: its newest release, the CPython range of its Linux
+    wheels, the CUDA variant its PyPI wheel pins (``nvidia-cuda-runtime-cuXX==X.Y.*`` or
+    ``cuda-toolkit==X.Y.*``), and the ABI/manylinux/C++ facts of the series before it;
+  - every CUDA 13+ toolkit ``cuda-toolkit`` publishes with a compiler (the newest X.Y.Z of each X.Y).
+What it cannot tell stays curated and is marked so: the cuXYZ builds on download.pytorch.org (a new
+series lists only its PyPI variant, ``cuda_curated: false``), the Ubuntu releases of NVIDIA's images.
+
+The result is written to the overlay folder (``$IMAGEGEN_COMPAT_DIR``, else
+``$XDG_CONFIG_HOME/imagegen/compat``, else ``~/.config/imagegen/compat``), never into the installed
+package; imagegen.model.compat reads the overlay over its own tables. Like cog's compatgen, a result
+that looks broken is refused instead of written: a release going backwards, a series or a Python
+disappearing, a default variant with no known toolkit, an answer with far fewer series than the table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import urllib.error
+import urllib.request
+import zipfile
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from imagegen import outputs, yamlio
+from imagegen.errors import CompatError, UsageError
+from imagegen.model import compat
+
+PYPI = "https://pypi.org/simple/"
+JSON_API = "application/vnd.pypi.simple.v1+json"
+TORCH_WHEEL = re.compile(r"torch-(\d+)\.(\d+)\.(\d+)-cp3(\d+)-cp3\d+t?-(?:manylinux|linux)\S*x86_64\.whl$")
+TOOLKIT_FILE = re.compile(r"cuda_toolkit-(\d+)\.(\d+)\.(\d+)(?:\.\d+)?-\S+\.whl$")
+CUDA_PIN = (re.compile(r"Requires-Dist: nvidia-cuda-runtime-cu\d+\s*\(?\s*==\s*(\d+)\.(\d+)"),
+            re.compile(r"Requires-Dist: cuda-toolkit\S*\s*\(?\s*==\s*(\d+)\.(\d+)"))
+MAX_ANSWER = 64 << 20  # PyPI's torch page is ~2 MB of JSON; a wheel's METADATA a few KB
+TIMEOUT = 60
+PYPI_EXTRAS = ["nvcc", "crt", "cccl", "cudart", "nvvm"]
+
+
+def _mm(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor.split(".")[0] or 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading PyPI
+
+
+def get(url: str, accept: str | None = None, limit: int = MAX_ANSWER) -> bytes:
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310 - the index the user gave
+            data = resp.read(limit + 1)
+    except urllib.error.HTTPError:
+        raise
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CompatError(f"cannot read {url}: {getattr(exc, 'reason', exc)} (offline? give --index-url of a"
+                          " PyPI mirror)") from None
+    if len(data) > limit:
+        raise CompatError(f"{url}: answer larger than {limit >> 20} MB: refusing it")
+    return data
+
+
+class _RangeFile(io.RawIOBase):
+    """A read-only, seekable view of a remote file through HTTP range requests: zipfile reads one
+    wheel's METADATA without downloading the wheel."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self.url, self.size, self.pos = url, size, 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        req = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{end - 1}"})
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310
+            data = resp.read(end - self.pos)
+        self.pos += len(data)
+        return data
+
+
+def project_files(index: str, project: str) -> list[dict]:
+    page = get(index.rstrip("/") + f"/{project}/", JSON_API)
+    try:
+        files = json.loads(page)["files"]
+    except (ValueError, KeyError, TypeError):
+        raise CompatError(f"{index}: the {project} page is not PEP 691 JSON (use a PyPI-compatible index)") from None
+    return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
+
+
+def wheel_metadata(file: dict) -> str:
+    """PEP 658 metadata beside the wheel when the index serves it, else read out of the zip."""
+    if file.get("core-metadata") or file.get("data-dist-info-metadata"):
+        try:
+            return get(file["url"] + ".metadata", limit=1 << 20).decode("utf-8", "replace")
+        except urllib.error.HTTPError:
+            pass
+    with zipfile.ZipFile(_RangeFile(file["url"], int(file.get("size") or 0))) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        return zf.read(name)[: 1 << 20].decode("utf-8", "replace")
+
+
+def torch_releases(files: list[dict]) -> dict[str, dict]:
+    """series -> {latest, python: [lo, hi], wheel: a file of the latest release} from PyPI's torch files."""
+    by_series: dict[str, dict[tuple[int, int, int], list]] = {}
+    for f in files:
+        m = TORCH_WHEEL.search(f["filename"])
+        if m and not f.get("yanked"):
+            major, minor, patch, py = (int(x) for x in m.groups())
+            by_series.setdefault(f"{major}.{minor}", {}).setdefault((major, minor, patch), []).append((py, f))
+    out = {}
+    for series, releases in by_series.items():
+        newest = max(releases)
+        pys = sorted({py for py, _ in releases[newest]})
+        out[series] = {"latest": ".".join(map(str, newest)), "python": [f"3.{pys[0]}", f"3.{pys[-1]}"],
+                       "wheel": max(releases[newest], key=lambda pf: pf[0])[1]}
+    return out
+
+
+def pinned_variant(metadata: str) -> str | None:
+    for line in metadata.splitlines():
+        for pattern in CUDA_PIN:
+            m = pattern.match(line)
+            if m:
+                return f"cu{m.group(1)}{m.group(2)}"
+    return None
+
+
+def toolkits(files: list[dict]) -> dict[str, str]:
+    """cuXYZ -> the newest cuda-toolkit X.Y.Z on PyPI (the wheels that carry nvcc: CUDA 13 on)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for f in files:
+        m = TOOLKIT_FILE.search(f["filename"])
+        if m and not f.get("yanked"):
+            v = tuple(int(x) for x in m.groups())
+            if v[0] >= 13:
+                key = f"cu{v[0]}{v[1]}"
+                out[key] = max(out.get(key, v), v)
+    return {k: ".".join(map(str, v)) for k, v in sorted(out.items())}
+
+
+# --------------------------------------------------------------------------------------------
+# The overlay
+
+
+def refresh(index: str = PYPI, *, today: str | None = None) -> tuple[dict, dict, list[str]]:
+    """(torch overlay, cuda overlay, what changed) against the tables imagegen reads now."""
+    known_torch, known_cuda = compat.torch_table(), compat.cuda_table()
+    stamp = today or date.today().isoformat()
+    releases = torch_releases(project_files(index, "torch"))
+    kits = toolkits(project_files(index, "cuda-toolkit"))
+    torch_rows: dict[str, Any] = {}
+    cuda_rows: dict[str, Any] = {}
+    changes: list[str] = []
+
+    for variant, version in kits.items():
+        old = known_cuda.get(variant)
+        if old is None:
+            cuda_rows[variant] = {"toolkit": version, "pypi_toolkit": version, "pypi_extras": PYPI_EXTRAS,
+                                  "ubuntu": [], "source": f"imagegen refresh {stamp} (PyPI cuda-toolkit)",
+                                  "ubuntu_curated": False}
+            changes.append(f"CUDA {variant}: new, cuda-toolkit {version} from PyPI")
+        elif old.pypi_toolkit is not None and _newer(version, old.pypi_toolkit):
+            cuda_rows[variant] = {**_cuda_row(old), "pypi_toolkit": version,
+                                  "source": f"imagegen refresh {stamp} (PyPI cuda-toolkit)"}
+            changes.append(f"CUDA {variant}: cuda-toolkit {old.pypi_toolkit} -> {version}")
+
+    newest_known = max(known_torch.values(), key=lambda s: s.key)
+    for series, got in sorted(releases.items(), key=lambda kv: _mm(kv[0])):
+        old = known_torch.get(series)
+        if old is None and _mm(series) < newest_known.key:
+            continue  # an old series the table never carried (before 2.4): not imagegen's to add
+        variant = pinned_variant(wheel_metadata(got["wheel"]))
+        if variant is None:
+            raise CompatError(f"torch {got['latest']}: its wheel pins no CUDA runtime (nvidia-cuda-runtime-cuXX /"
+                              " cuda-toolkit): refusing to guess its default variant")
+        if variant not in known_cuda and variant not in cuda_rows:
+            raise CompatError(f"torch {got['latest']} pins CUDA {variant}, which no known toolkit provides:"
+                              " refusing (update imagegen, or its cuda table)")
+        if old is None:
+            torch_rows[series] = {
+                "latest": got["latest"], "released": stamp[:7], "python": got["python"], "cuda": [variant],
+                "pypi_default": variant, "cxx11_abi": newest_known.cxx11_abi, "manylinux": newest_known.manylinux,
+                "cxx_std": newest_known.cxx_std, "cuda_curated": False,
+                "source": f"imagegen refresh {stamp} (PyPI; the download.pytorch.org variants are not known)"}
+            changes.append(f"torch {series}: new, {got['latest']}, Python {got['python'][0]}-{got['python'][1]},"
+                           f" PyPI's variant {variant}")
+            continue
+        _refuse_suspicious(old, got, variant)
+        row = _torch_row(old)
+        new = {**row, "latest": got["latest"], "python": got["python"], "pypi_default": variant}
+        if variant not in new["cuda"]:
+            new["cuda"] = [*new["cuda"], variant]
+        if new != row:
+            torch_rows[series] = {**new, "source": f"imagegen refresh {stamp} (PyPI)"}
+            changes.append(f"torch {series}: " + ", ".join(f"{k} {row[k]} -> {new[k]}" for k in new if new[k] != row[k]))
+    gone = [s for s in known_torch if s not in releases]
+    if len(gone) > len(known_torch) // 2:
+        raise CompatError(f"PyPI lists none of torch {', '.join(gone)}: refusing an answer that lost most of the"
+                          " table (a wrong --index-url?)")
+    return torch_rows, cuda_rows, changes
+
+
+def _newer(a: str, b: str) -> bool:
+    return tuple(int(x) for x in a.split(".")) > tuple(int(x) for x in b.split("."))
+
+
+def _refuse_suspicious(old: compat.TorchSeries, got: dict, variant: str) -> None:
+    if _newer(old.latest, got["latest"]):
+        raise CompatError(f"torch {old.series}: PyPI's newest is {got['latest']}, older than the table's {old.latest}:"
+                          " refusing (a stale mirror?)")
+    lo, hi = (_mm(p) for p in got["python"])
+    if lo > _mm(old.python[0]) or hi < _mm(old.python[1]):
+        raise CompatError(f"torch {old.series}: PyPI's wheels cover Python {got['python'][0]}-{got['python'][1]},"
+                          f" less than the table's {old.python[0]}-{old.python[1]}: refusing")
+
+
+def _torch_row(s: compat.TorchSeries) -> dict:
+    return {"latest": s.latest, "python": list(s.python), "cuda": list(s.cuda), "pypi_default": s.pypi_default,
+            "cxx11_abi": s.cxx11_abi, "manylinux": s.manylinux, "cxx_std": s.cxx_std}
+
+
+def _cuda_row(v: compat.CudaVariant) -> dict:
+    return {"toolkit": v.toolkit, "pypi_toolkit": v.pypi_toolkit, "pypi_extras": list(v.pypi_extras),
+            "ubuntu": list(v.ubuntu)}
+
+
+def write_overlay(folder: Path, torch_rows: dict, cuda_rows: dict) -> list[Path]:
+    """Merge the rows into the overlay's torch.yaml / cuda.yaml (atomically); returns what it wrote."""
+    written = []
+    for name, key, rows in (("torch.yaml", "series", torch_rows), ("cuda.yaml", "variants", cuda_rows)):
+        if not rows:
+            continue
+        path = folder / name
+        current = compat.read_overlay(path, key)
+        merged = {**current, **rows}
+        text = ("# Written by `imagegen refresh` (PyPI); imagegen reads it over its own tables. Delete the file\n"
+                "# to go back to the tables imagegen ships.\n" + yamlio.dump({"schema": 1, key: merged}))
+        folder.mkdir(parents=True, exist_ok=True)
+        outputs.write_text_atomic(path, text, what="compatibility overlay")
+        written.append(path)
+    return written
+
+
+def run(index: str | None, dry_run: bool) -> int:
+    if index is not None and not re.fullmatch(r"https?://[A-Za-z0-9._~:/@%+-]+", index):
+        raise UsageError(f"--index-url {index!r}: give the http(s) URL of a PyPI-compatible simple index")
+    torch_rows, cuda_rows, changes = refresh(index or PYPI)
+    for line in changes:
+        print(line)
+    if not changes:
+        print("the compatibility tables are current")
+        return 0
+    if dry_run:
+        print(f"(dry run: {compat.overlay_dir()} not written)")
+        return 0
+    for path in write_overlay(compat.overlay_dir(), torch_rows, cuda_rows):
+        print(f"wrote {path}")
+    return 0
