@@ -4,7 +4,7 @@
 #   cell     torch 2.8.0 (cu128), Python 3.12, archs 12.0+PTX
 #   source   https://github.com/thu-ml/SageAttention.git @ v2.2.0 (eb615cf6cf4d221338033340ee2de1c37fbdba4a)
 #   base     runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404 (runpod flavor: runpod/pytorch images (Ubuntu, nvidia/cuda cudnn-devel underneath, deadsnakes Pythons))
-#   obsolete patch_setup.py: add sm_120 (RTX 5090) support (seed 004): obsolete for >= v2.2.0: the tag compiles sm_120 and honours TORCH_CUDA_ARCH_LIST without a GPU; main >= c03f15f also builds sm_120a/sm_121a. Only the Feb-Oct 2025 main commits needed it.
+#   obsolete patch_setup.py: add sm_120 (RTX 5090) support (seed 004): obsolete for >= v2.2.0: the tag compiles sm_120 and honours TORCH_CUDA_ARCH_LIST without a GPU; main >= c03f15f also builds sm_120a/sm_121a. Harmful at 2.1.1 (e9b072f): sm_120 is built there already, and the script adds a _qattn_sm120 extension from sources that do not exist (csrc/qattn/pybind_sm120.cpp, qk_int_sv_f8_cuda_sm120.cu), so a 12.0 build fails; it never made TORCH_CUDA_ARCH_LIST work (2.1.1 uses sageattention-2.1.1-arch-list.patch).
 #
 # Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy), in
 # the folder where `imagegen render ... -o Dockerfile` wrote this file and imagegen-scripts/:
