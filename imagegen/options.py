@@ -73,6 +73,25 @@ def flag_values(args: argparse.Namespace, name: str) -> tuple[str, ...]:
     return tuple(compat.check_python(v) for v in values) if name == "python" else values
 
 
+def _for_torch(torches: tuple[str, ...], axis: str, default: list[str]) -> list[str]:
+    """The default CUDA variants or Pythons, narrowed to what the torch series asked for publish; where
+    none of the defaults fits (a series newer than the defaults: torch 2.15 is cu132, Python >= 3.11),
+    what that series publishes."""
+    series = []
+    for t in torches:
+        try:
+            series.append(compat.torch_series(t)[0])
+        except Exception:  # an unknown series is reported by the plan, with what to do
+            return default
+    if axis == "cuda":
+        published = [f"{int(c[2:-1])}.{c[-1]}" for s in series for c in s.cuda]
+        fits = [c for c in default if c in published]
+    else:
+        published = [p for s in series for p in s.pythons]
+        fits = [p for p in default if p in published]
+    return fits or sorted(set(published), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
 def resolve(args: argparse.Namespace, config: Config) -> Options:
     d = defaults()
     m = config.matrix
@@ -80,6 +99,7 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
     arch = _flag(args, "arch")  # a list of archs is one value ("8.0 9.0"); several lists are several flags
     arch = tuple(arch) if isinstance(arch, (list, tuple)) else (() if arch is None else (arch,))
     out = _flag(args, "out")
+    torches = _unique(torch or m.torch or d["matrix"]["torch"])
     return Options(
         config=config,
         flavor=_flag(args, "flavor") or config.flavor or d["flavor"],
@@ -89,9 +109,9 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         out=Path(out) if out else config.out,
         out_given=bool(out or config.path),
         recipes=tuple(_flag(args, "recipes") or ()) or tuple(m.recipes),
-        torch=_unique(torch or m.torch or d["matrix"]["torch"]),
-        cuda=_unique(cuda or m.cuda or d["matrix"]["cuda"]),
-        python=_unique(python or m.python or d["matrix"]["python"]),
+        torch=torches,
+        cuda=_unique(cuda or m.cuda or _for_torch(torches, "cuda", d["matrix"]["cuda"])),
+        python=_unique(python or m.python or _for_torch(torches, "python", d["matrix"]["python"])),
         archs=arch or ((m.arch,) if m.arch else (d["matrix"]["arch"],)),
         torch_one=(torch[0] if torch else None) or (m.torch[-1] if m.torch else None),
         cuda_one=(cuda[0] if cuda else None) or (m.cuda[-1] if m.cuda else None),

@@ -312,8 +312,8 @@ def _runpod(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVaria
     if not matches:
         have = ", ".join(img["cuda"] for img in raw["images"])
         raise NoBaseImage(
-            f"runpod/pytorch has no CUDA {cuda.dotted} image (it has {have}); use --flavor cuda or"
-            f" manylinux, or a CUDA the runpod images carry"
+            f"runpod/pytorch has no CUDA {cuda.dotted} image (it has {have}); use --flavor cuda, manylinux"
+            + (" or pypi" if cuda.pypi_toolkit else "") + ", or a CUDA the runpod images carry"
         )
     img = matches[0]
     torches = img["torch"]

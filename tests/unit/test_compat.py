@@ -204,9 +204,11 @@ def test_runpod_without_that_cuda() -> None:
     with pytest.raises(NoBaseImage) as info:
         base("runpod", "2.8", "12.6", "3.12")
     assert str(info.value) == (
-        "runpod/pytorch has no CUDA 12.6 image (it has 12.8.1, 12.9.0, 13.0.0); use --flavor cuda or"
+        "runpod/pytorch has no CUDA 12.6 image (it has 12.8.1, 12.9.0, 13.0.0); use --flavor cuda,"
         " manylinux, or a CUDA the runpod images carry"
     )
+    with pytest.raises(NoBaseImage, match="use --flavor cuda, manylinux or pypi, or a CUDA"):
+        base("runpod", "2.15", "13.2", "3.12")  # PyPI carries CUDA 13.2's nvcc
 
 
 def test_manylinux_primary_and_fallback() -> None:

@@ -83,3 +83,17 @@ def test_the_seed_notations_reach_a_plan_through_the_command_line():
     assert sorted((c["torch"][:3], c["python"]) for c in cells) == [("2.8", "3.12"), ("2.9", "3.12")], cells
     code, _, err = run("render", "sage", "--torch", "2.8 2.9", "--arch", "9.0")
     assert code == 2 and err.count("\n") == 1 and "--torch takes one value here" in err
+
+
+def test_a_torch_newer_than_the_defaults_gets_its_own_cuda_and_pythons():
+    # torch 2.15 publishes cu132 only and Python 3.11-3.15: the default matrix (CUDA 12.6-13.0, Python
+    # 3.10-3.13) would reject every cell, so the defaults narrow to what the series asked for has.
+    import argparse
+
+    args = argparse.Namespace(torch=["2.15"], cuda=None, python=None, arch=None, out=None, flavor=None,
+                              base_image=None, registry=None, recipes=None)
+    opts = options.resolve(args, Config())
+    assert opts.cuda == ("13.2",) and opts.python == ("3.11", "3.12", "3.13")
+    args.torch = ["2.8"]  # the defaults that fit stay as they are
+    opts = options.resolve(args, Config())
+    assert opts.cuda == ("12.6", "12.8", "12.9") and opts.python == ("3.10", "3.11", "3.12", "3.13")

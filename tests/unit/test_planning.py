@@ -61,7 +61,7 @@ def test_plan_table_is_aligned_and_only_filters_rows_not_the_summary(capsys):
     assert lines[0].split() == ["STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", "ARCHS", "WHY"]
     assert {line.index("sageattention") for line in lines[1:3]} == {lines[0].index("RECIPE")}
     assert [line.split()[0] for line in lines[1:3]] == ["rejected", "buildable"]
-    assert lines[1].endswith("use --flavor cuda or manylinux, or a CUDA the runpod images carry")
+    assert lines[1].endswith("use --flavor cuda, manylinux, or a CUDA the runpod images carry")
     assert lines[2].endswith("runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404")  # a buildable row: its base image
     assert lines[-1] == "1 buildable, 1 rejected, 0 skipped of 2 cells"
     assert plan("sage", *MATRIX_2, "--only", "buildable") == 0
