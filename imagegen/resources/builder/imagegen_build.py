@@ -370,9 +370,13 @@ def apply_patch(patch, dest):
         if not git_apply() or not git_apply("--reverse", "--check"):
             fail("patch %s failed to apply in %s" % (patch["name"], dest))
     elif git_apply("--reverse", "--check"):
-        log("patch %s is already applied in %s" % (patch["name"], dest))
+        # The source already has it: upstream took the fix (a newer ref), or an earlier fetch applied it.
+        log("patch %s is already in the source at %s (upstream has it, or an earlier fetch applied it):"
+            " not applied again" % (patch["name"], dest))
     else:
-        fail("patch %s does not apply to the source in %s: is it the pinned version?" % (patch["name"], dest))
+        fail("patch %s neither applies to the source in %s nor is already in it: the patch is broken for this"
+             " version (its recipe's by_version range may hold a version it was not written for)"
+             % (patch["name"], dest))
 
 
 # ------------------------------------------------------------------------------------------------
