@@ -11,10 +11,13 @@ is refused with what to add, never built with facts guessed for it.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import subprocess
+import tarfile
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,11 +44,18 @@ def split_git(value: str) -> tuple[str, str | None]:
         url, ref = value[:at], value[at + 1:]
         if _repo_url(url) and ref:
             return url, ref
-    raise UsageError(f"--git {quoted(value)}: not a repository URL (https://, http://, ssh:// or git@host:path),"
+    raise UsageError(f"--git {quoted(value)}: not a repository URL (https://, http://, ssh://, git@host:path or file:///path),"
                      " optionally followed by @REF")
 
 
+# A repository on this machine (--git only; recipe files name remote sources): exported on the host,
+# since a build container cannot reach the host's paths.
+FILE_URL = re.compile(r"file:///[A-Za-z0-9._~/+-]+")
+
+
 def _repo_url(url: str) -> bool:
+    if FILE_URL.fullmatch(url):
+        return ".." not in url.split("/")
     if not safety.GIT_URL.fullmatch(url):
         return False
     if url.startswith("git@"):
@@ -135,7 +145,44 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
     safety.check(label, safety.VERSION_LABEL, "version label")
     version = replace(facts, version=label, ref=ref, commit=commit, sdist=None, source_version=said,
                       resolved=_note(ref, commit, how, facts))
+    if url.startswith("file://"):
+        tree = export_commit(Path(url[len("file://"):]), commit, recipe.name)
+        recipe = replace(recipe, source_kind="local", source_path=tree, source_url=None, submodules=False)
+        version = replace(version, ref="", commit=None,
+                          resolved=f"{version.resolved}; exported from {url} to {tree} (no submodules)")
     return recipe, version
+
+
+def export_commit(repo: Path, commit: str, name: str) -> Path:
+    """``commit`` of a repository on this machine as a plain tree in imagegen's cache
+    (``$XDG_CACHE_HOME/imagegen/sources``, else ~/.cache/...), made once and then reused: what the build
+    context of a local source can carry into a container."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "imagegen" / "sources"
+    dest = base / f"{name}-{commit[:16]}"
+    marker = dest / ".imagegen-export"
+    if marker.is_file() and marker.read_text().strip() == commit:
+        return dest
+    git = shutil.which("git")
+    if git is None:
+        raise UsageError("git is not installed here, and it is needed to export the --git file:// repository")
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=base))
+    try:
+        archive = subprocess.run([git, "-C", str(repo), "archive", "--format=tar", commit], capture_output=True,
+                                 timeout=600, stdin=subprocess.DEVNULL)
+        if archive.returncode != 0:
+            last = (archive.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
+            raise UsageError(f"cannot export {commit[:12]} of {repo}: {last[:200]}")
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tmp, filter="data")  # nothing outside tmp, no devices, no links out
+        (tmp / ".imagegen-export").write_text(commit + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
 
 
 def _note(ref: str, commit: str, how: str, facts: RecipeVersion) -> str:

@@ -79,3 +79,19 @@ def make_repo(root: Path, name: str, files: dict[str, str]) -> Path:
     git(root, "clone", "-q", "--bare", str(work), name)
     git(work, "remote", "add", "origin", str(root / name))
     return work
+
+
+def tiny_kernel_repo(folder: Path) -> tuple[Path, str]:
+    """A local git repository of the tiny fixture kernel, tagged v0.1.0, whose README.md is the line the
+    fixture recipe's patch adds (a patch upstream already took). Returns (repository, the tag's commit)."""
+    import shutil
+
+    fixture = Path(__file__).parent / "fixtures" / "tiny_kernel"
+    repo = folder / "tiny-kernel"
+    shutil.copytree(fixture, repo, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (repo / "README.md").write_text("tiny kernel: taken upstream at v0.1.0\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "tiny kernel 0.1.0")
+    git(repo, "tag", "-a", "v0.1.0", "-m", "0.1.0")
+    return repo, git(repo, "rev-parse", "HEAD")

@@ -6,22 +6,18 @@ workflow's structure, options and refusals are tests/unit/test_workflow.py."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from imagegen import cli
-from imagegen.errors import EngineError, ImagegenError
-from imagegen.render import workflow as ci
+from imagegen.errors import EngineError
+from tests.workflow_cli import generate, imagegen, steps_by_name
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -34,41 +30,10 @@ def buildx():
         pytest.fail("docker buildx is required for these tests: run scripts/install-engine.sh (scripts/test.sh does)")
 
 
-def _parser():
-    parser = cli._Parser(prog="imagegen")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=cli._Parser)
-    sub.required = True
-    ci.add_parser(sub)
-    return parser
 
 
-def imagegen(*argv: str) -> tuple[int, str, str]:
-    """`imagegen ...` as the command line runs it: cli.main once cli.py wires `ci`; until then the same
-    parser class and the same error handling (one `imagegen: error:` line, the error's exit code)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        if "ci" in cli.COMMANDS:
-            code = cli.main(list(argv))
-        else:
-            try:
-                code = ci.run(_parser().parse_args(list(argv)))
-            except ImagegenError as exc:
-                print(f"imagegen: error: {exc}", file=sys.stderr)
-                code = exc.exit_code
-    return code, out.getvalue(), err.getvalue()
 
 
-def generate(tmp_path: Path, *extra: str, name: str = "imagegen.yml") -> tuple[str, dict]:
-    """Run `imagegen ci github` in the repository's top folder through ci.run; return text and YAML."""
-    out = tmp_path / name
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        assert ci.run(_parser().parse_args(["ci", "github", "--output", str(out), *extra])) == 0
-    finally:
-        os.chdir(cwd)
-    text = out.read_text(encoding="utf-8")
-    return text, yaml.safe_load(text)
 
 
 def bake_print(*names: str, cwd: Path = ROOT, file: str = "docker-bake.hcl") -> dict:
@@ -90,8 +55,6 @@ def local_dest(outputs: list) -> str:
     return fields["dest"]
 
 
-def steps_by_name(doc: dict) -> dict[str, dict]:
-    return {s["name"]: s for s in doc["jobs"]["build"]["steps"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,28 +167,9 @@ def test_stdout_output(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
-# Refusals: one line, non-zero, nothing written
+# Definitions buildx resolves: refused in one line, nothing written
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--registry", "x; rm -rf /"], "--registry"),
-    (["--registry", "ghcr.io/evil"], "--registry"),
-    (["--registry", "nodots"], "--registry"),
-    (["--namespace", "a$(id)"], "--namespace"),
-    (["--namespace", "${{ github.event.head_commit.message }}"], "--namespace"),
-    (["--namespace", "Upper"], "--namespace"),
-    (["--targets", "sage$(reboot)"], "--targets"),
-    (["--targets", "a`id`"], "--targets"),
-    (["--group", "default;id"], "--group"),
-    (["--runs-on", "ubuntu-latest\n    evil: 1"], "--runs-on"),
-    (["--bake-file", "../docker-bake.hcl"], "--bake-file"),
-    (["--bake-file", "/etc/passwd"], "--bake-file"),
-    (["--bake-file", "a b.hcl"], "--bake-file"),
-    (["--max-parallel", "0"], "--max-parallel"),
-    (["--max-parallel", "many"], "--max-parallel"),
-    (["--group", "default", "--targets", "x"], "not allowed with"),
-    (["--bake-file", "missing.hcl"], "no such file"),
-])
 def _bake_json(tmp_path: Path, definition: dict) -> None:
     (tmp_path / "docker-bake.json").write_text(json.dumps(definition), encoding="utf-8")
 

@@ -253,3 +253,22 @@ def test_edited_source_is_rebuilt_and_ccache_serves_what_did_not_change(first_bu
     manifest = json.loads((Path(second["wheel"]).parent / "manifest.json").read_text())
     assert manifest["cells"][TINY]["ccache"] == second["ccache"]
     assert hashlib.sha256(Path(second["wheel"]).read_bytes()).hexdigest() == manifest["cells"][TINY]["sha256"]
+
+
+def test_a_build_from_a_local_git_repository_at_a_tag(workspace, tmp_path):
+    """`--git file:///...@v0.1.0` of a local repository (issue 18): resolved to the tag's commit, exported on the
+    host (a build container cannot reach the path), built with the recipe's rules for 0.1.0, verified and
+    imported; the recipe's patch that the repository already has is reported as taken, not applied again."""
+    sys.path.insert(0, str(ROOT))
+    from tests.git_server import tiny_kernel_repo
+
+    repo, commit = tiny_kernel_repo(tmp_path)
+    proc = sh(IMAGEGEN, "build", "tiny", "--git", f"file://{repo}@v0.1.0", "--recipe-dir",
+              str(FIXTURES / "tiny_git_recipe"), *CELL, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+              "--ca-bundle", str(workspace["ca"]), cwd=tmp_path, env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "out" / f"tiny-0.1.0+g{commit[:8]}" / "torch2.11" / "cu130").glob("*.whl")
+    assert wheel.name.startswith("tiny_kernel-0.1.0+cu130torch2.11-cp311-")  # the version is the source's
+    assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
+    assert "patch tiny-readme.patch is already in the source" in logs, logs[-3000:]

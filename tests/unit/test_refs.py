@@ -282,3 +282,36 @@ def test_build_native_src_dir_on_a_fork_uses_the_recipes_knobs(tmp_path, capsys)
     cell = json.loads((work / "cell.json").read_text())
     assert cell["source"]["kind"] == "local" and cell["src_dir"] == str(fork) and cell["version"] == "0.0.2+local"
     assert [p["name"] for p in cell["patches"]] == [p.name for p in bsa.versions["0.0.2"].patches]
+
+
+# --------------------------------------------------------------------------------------------
+# --git file:///path@REF: a repository on this machine, exported on the host for the build
+
+
+def test_a_local_repository_is_resolved_exported_and_built_as_a_local_tree(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from tests.git_server import tiny_kernel_repo
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo, commit = tiny_kernel_repo(tmp_path)
+    recipes = Path(__file__).parents[1] / "fixtures" / "tiny_git_recipe"
+    cell = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0", "--flavor", "pypi",
+            "--recipe-dir", str(recipes)]
+    assert main(["plan", "tiny", "--git", f"file://{repo}@v0.1.0", "--json", *cell]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["cells"]
+    tree = tmp_path / "cache" / "imagegen" / "sources" / f"tiny-{commit[:16]}"
+    assert c["status"] == "buildable" and c["version"] == f"0.1.0+g{commit[:8]}"
+    assert f"exported from file://{repo} to {tree}" in c["notes"][0] and "by_version[0]" in c["notes"][0]
+    assert (tree / "setup.py").read_text() == (repo / "setup.py").read_text() and not (tree / ".git").exists()
+    assert (tree / ".imagegen-export").read_text().strip() == commit
+    # the build gets the exported tree as its local source (a container cannot reach the host's path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "tiny", "--git", f"file://{repo}@v0.1.0", "-o", "Dockerfile", *cell]) == 0
+    text = (tmp_path / "Dockerfile").read_text()
+    assert '"kind":"local"' in text and "COPY --from=source" in text
+    # an unknown ref, a relative or hostile path: one line each
+    for value, words in ((f"file://{repo}@v9", "has no branch or tag"), ("file://relative/x@v1", "not a repository URL"),
+                         (f"file://{repo}/../x@v0.1.0", "not a repository URL")):
+        assert main(["plan", "tiny", "--git", value, *cell]) == 2
+        assert words in capsys.readouterr().err

@@ -8,8 +8,6 @@ tests/integration/test_ci_workflow.py."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -20,13 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from imagegen import cli
-from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
+from imagegen.errors import EngineError, UnsafeValueError, UsageError
 from imagegen.render import bakefiles
 from imagegen.render import workflow as ci
 from tests.unit import bake_print_stand_in as stand_in
+from tests.workflow_cli import generate, imagegen, parser, steps_by_name
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{40})")
@@ -54,45 +51,12 @@ def actionlint() -> list[str]:
     return cmd
 
 
-def _parser():
-    parser = cli._Parser(prog="imagegen")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=cli._Parser)
-    sub.required = True
-    ci.add_parser(sub)
-    return parser
 
 
-def imagegen(*argv: str) -> tuple[int, str, str]:
-    """`imagegen ...` as the command line runs it: cli.main once cli.py wires `ci`; until then the same
-    parser class and the same error handling (one `imagegen: error:` line, the error's exit code)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        if "ci" in cli.COMMANDS:
-            code = cli.main(list(argv))
-        else:
-            try:
-                code = ci.run(_parser().parse_args(list(argv)))
-            except ImagegenError as exc:
-                print(f"imagegen: error: {exc}", file=sys.stderr)
-                code = exc.exit_code
-    return code, out.getvalue(), err.getvalue()
 
 
-def generate(tmp_path: Path, *extra: str, name: str = "imagegen.yml") -> tuple[str, dict]:
-    """Run `imagegen ci github` in the repository's top folder through ci.run; return text and YAML."""
-    out = tmp_path / name
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        assert ci.run(_parser().parse_args(["ci", "github", "--output", str(out), *extra])) == 0
-    finally:
-        os.chdir(cwd)
-    text = out.read_text(encoding="utf-8")
-    return text, yaml.safe_load(text)
 
 
-def steps_by_name(doc: dict) -> dict[str, dict]:
-    return {s["name"]: s for s in doc["jobs"]["build"]["steps"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,7 +215,7 @@ def test_hostile_values_stop_in_run_before_buildx(monkeypatch, tmp_path):
     monkeypatch.setattr(ci, "print_bake", lambda *a, **k: called.append(a))
     for argv in (["--registry", "x; rm -rf /"], ["--targets", "x$(id)"]):
         with pytest.raises(UnsafeValueError) as exc:
-            ci.run(_parser().parse_args(["ci", "github", "--output", str(tmp_path / "wf.yml"), *argv]))
+            ci.run(parser().parse_args(["ci", "github", "--output", str(tmp_path / "wf.yml"), *argv]))
         assert "\n" not in str(exc.value) and exc.value.exit_code != 0
     assert called == []
 
