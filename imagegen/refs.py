@@ -141,7 +141,8 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
                              " __init__ says) so imagegen applies that version's recipe rules")
         facts, how = same_branch[0], f"the catalogue's {same_branch[0].version} rules (it follows {ref})"
         said = facts.source_version or facts.version
-    label = f"{said}+g{commit[:8]}"
+    # "+" would not do: the label names wheelhouse folders and bake outputs (safety.LOCAL_PATH)
+    label = f"{said}-g{commit[:8]}"
     safety.check(label, safety.VERSION_LABEL, "version label")
     version = replace(facts, version=label, ref=ref, commit=commit, sdist=None, source_version=said,
                       resolved=_note(ref, commit, how, facts))
@@ -235,6 +236,6 @@ def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | 
     resolved = (f"{root} ({where}; version {said}) is built as a local tree with {how}; up to date only while"
                 " its content is unchanged")
     local = replace(recipe, source_kind="local", source_path=root, source_url=None, submodules=False)
-    label = f"{said}+local"
+    label = f"{said}-local"
     safety.check(label, safety.VERSION_LABEL, "version label")
     return local, replace(facts, version=label, ref="", commit=None, sdist=None, source_version=said, resolved=resolved)

@@ -267,7 +267,7 @@ def test_a_build_from_a_local_git_repository_at_a_tag(workspace, tmp_path):
               str(FIXTURES / "tiny_git_recipe"), *CELL, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
               "--ca-bundle", str(workspace["ca"]), cwd=tmp_path, env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (wheel,) = (tmp_path / "out" / f"tiny-0.1.0+g{commit[:8]}" / "torch2.11" / "cu130").glob("*.whl")
+    (wheel,) = (tmp_path / "out" / f"tiny-0.1.0-g{commit[:8]}" / "torch2.11" / "cu130").glob("*.whl")
     assert wheel.name.startswith("tiny_kernel-0.1.0+cu130torch2.11-cp311-")  # the version is the source's
     assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
