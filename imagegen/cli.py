@@ -62,6 +62,9 @@ def _add_matrix_args(p: argparse.ArgumentParser) -> None:
     """The recipes and the matrix axes of a command that plans several cells."""
     p.add_argument("recipes", nargs="*", help="recipes (default: the config's matrix, else every recipe)")
     _add_cell_args(p, many=True)
+    p.add_argument("--layout", help="wheelhouse folders below the output folder, from {package} {short} {version}"
+                   " {torch} {cuda} {python} {py} (default: {package}-{version}/torch{torch}/{cuda}; seed 001's:"
+                   " fa{version}/torch{torch}/{cuda})")
 
 
 def _add_compile_args(p: argparse.ArgumentParser) -> None:

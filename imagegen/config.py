@@ -31,8 +31,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from imagegen import safety
-from imagegen.errors import ConfigError
+from imagegen.errors import ConfigError, UsageError
 from imagegen.model.compat import container_flavors
+from imagegen.model.layout import check_layout
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; a larger one is a mistake
 
@@ -74,6 +75,7 @@ class Config:
     recipe_dirs: tuple[Path, ...] = ()
     torch_index_url: str | None = None
     matrix: Matrix = field(default_factory=Matrix)
+    layout: str | None = None  # the wheelhouse layout (imagegen.model.layout)
 
 
 def _list(where: str, value: Any) -> tuple[str, ...]:
@@ -122,7 +124,7 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: [tool.imagegen] must be a table")
     where = f"{path}: tool.imagegen"
-    known = {"out", "registry", "flavor", "base-image", "recipe-dirs", "torch-index-url", "matrix"}
+    known = {"out", "layout", "registry", "flavor", "base-image", "recipe-dirs", "torch-index-url", "matrix"}
     for key in section:
         if key not in known:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
@@ -142,6 +144,12 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     out = section.get("out", "wheelhouse")
     if not isinstance(out, str):
         raise ConfigError(f"{where}.out: expected a path string")
+    layout = section.get("layout")
+    if layout is not None:
+        try:
+            check_layout(layout, f"{where}.layout")
+        except UsageError as exc:
+            raise ConfigError(str(exc)) from None
     m = section.get("matrix", {})
     if not isinstance(m, dict):
         raise ConfigError(f"{where}.matrix: must be a table")
@@ -157,6 +165,7 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     return Config(
         path=path,
         out=(base_dir / out),
+        layout=layout,
         registry=registry,
         flavor=flavor,
         base_image=base,

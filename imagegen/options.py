@@ -13,6 +13,7 @@ from pathlib import Path
 from imagegen.config import Config
 from imagegen.errors import UsageError
 from imagegen.model import compat
+from imagegen.model.layout import DEFAULT_LAYOUT, check_layout
 from imagegen.plan import defaults
 
 
@@ -36,6 +37,7 @@ class Options:
     cuda_one: str | None
     python_one: str | None
     arch_configured: str | None  # --arch, else the config's (None: the caller's own default applies)
+    layout: str = DEFAULT_LAYOUT  # where wheels land below out: --layout, else the config's, else the default
 
 
 def _flag(args: argparse.Namespace, name: str):
@@ -117,6 +119,7 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         cuda_one=(cuda[0] if cuda else None) or (m.cuda[-1] if m.cuda else None),
         python_one=(python[0] if python else None) or (m.python[-1] if m.python else None),
         arch_configured=(arch[0] if arch else None) or m.arch,
+        layout=check_layout(_flag(args, "layout")) if _flag(args, "layout") else config.layout or DEFAULT_LAYOUT,
     )
 
 

@@ -33,6 +33,7 @@ from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.arch_rules import nvcc_problems
 from imagegen.model.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
+from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.recipes import Recipe, RecipeVersion
 
 BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"
@@ -61,6 +62,8 @@ class Cell:
     # What the user asked for when the package compiles something else for it (8.0;8.6;8.9;9.0 ->
     # 8.0;9.0 for flash-attn: see compiled_archs); None when ``archs`` is the request itself.
     requested_archs: ArchList | None = None
+    # The wheelhouse layout (check_layout): seed 001 keeps its team's fa<v>/torch<s>/cu<x>/.
+    layout: str = DEFAULT_LAYOUT
 
     @property
     def buildable(self) -> bool:
@@ -81,8 +84,10 @@ class Cell:
 
     @property
     def wheel_dir(self) -> str:
-        """Where the wheel lands under the output folder: <pkg>-<ver>/torch<X.Y>/cu<XYZ>/."""
-        return f"{self.recipe.name}-{self.version.version}/torch{self.torch.series}/{self.cuda.name}"
+        """Where the wheel lands under the output folder: the layout (default <pkg>-<ver>/torch<X.Y>/cu<XYZ>/)."""
+        return self.layout.format(package=self.recipe.name, short=min((self.recipe.name, *self.recipe.aliases), key=len),
+                                  version=self.version.version, torch=self.torch.series, cuda=self.cuda.name,
+                                  python=self.python, py=self.python.replace(".", ""))
 
     @property
     def expected_archs(self) -> ArchList:
@@ -172,6 +177,11 @@ def _dedupe(items: Iterable[str]) -> list[str]:
     for i in items:
         seen.setdefault(i, None)
     return list(seen)
+
+
+def with_layout(plan: "Plan", layout: str) -> "Plan":
+    """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
+    return Plan(cells=[replace(c, layout=layout) for c in plan.cells])
 
 
 @dataclass(frozen=True)

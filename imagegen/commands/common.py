@@ -4,6 +4,7 @@ of the values it hands on (registry, builders, cache specs, CA bundle, executabl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import os
 import re
@@ -23,7 +24,7 @@ from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree
 from imagegen.outputs import shown
-from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand
+from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand, with_layout
 
 
 def config(args: argparse.Namespace) -> Config:
@@ -98,7 +99,8 @@ def is_file(path: Path) -> bool:
 def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
     """The matrix expanded, with locked base images pinned to their digests; a cell asked twice
     (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8 --cuda cu128``) is there once."""
-    return lock(args).pin_bases(unique_cells(expand(matrix(args, config, cat))))
+    plan = with_layout(unique_cells(expand(matrix(args, config, cat))), options.resolve(args, config).layout)
+    return lock(args).pin_bases(plan)
 
 
 def unique_cells(plan: Plan) -> Plan:
@@ -286,4 +288,5 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
     archs = parse_arch_list(options.resolve(args, config).arch_configured or ";".join(host.ccs)
                             or defaults()["matrix"]["arch"])
-    return host_toolchain.preflight(recipe, version, archs, host), host
+    cell = host_toolchain.preflight(recipe, version, archs, host)
+    return dataclasses.replace(cell, layout=options.resolve(args, config).layout), host
