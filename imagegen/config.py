@@ -31,7 +31,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from imagegen import safety
-from imagegen.errors import ConfigError, UsageError
+from imagegen.errors import ConfigError, ImagegenError, UsageError
+from imagegen.model import compat
 from imagegen.model.compat import container_flavors
 from imagegen.model.layout import check_layout
 
@@ -71,7 +72,7 @@ class Config:
     out: Path = Path("wheelhouse")
     registry: str | None = None
     flavor: str | None = None
-    base_image: str | None = None
+    base_image: str | dict[str, str] | None = None  # one image, or per CUDA variant {cuXYZ: image}
     recipe_dirs: tuple[Path, ...] = ()
     torch_index_url: str | None = None
     matrix: Matrix = field(default_factory=Matrix)
@@ -132,9 +133,14 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     if flavor is not None and flavor not in container_flavors():
         raise ConfigError(f"{where}.flavor: {flavor!r} is not one of {', '.join(container_flavors())}")
     base = section.get("base-image")
-    if base is not None:
-        if not isinstance(base, str) or not safety.IMAGE_REF.fullmatch(base):
-            raise ConfigError(f"{where}.base-image: {base!r} is not an image reference")
+    if isinstance(base, dict):  # per CUDA version: {"12.8" = "IMAGE", "13.0" = "IMAGE"}
+        try:
+            base = {compat.cuda_variant(str(k)).name: v for k, v in base.items()}
+        except ImagegenError as exc:
+            raise ConfigError(f"{where}.base-image: {exc}") from None
+    for image in (base.values() if isinstance(base, dict) else [base] if base is not None else []):
+        if not isinstance(image, str) or not safety.IMAGE_REF.fullmatch(image):
+            raise ConfigError(f"{where}.base-image: {image!r} is not an image reference")
     registry = section.get("registry")
     if registry is not None and (not isinstance(registry, str) or not safety.IMAGE_REF.fullmatch(registry)):
         raise ConfigError(f"{where}.registry: {registry!r} is not a registry/namespace like 127.0.0.1:5000/ml")

@@ -21,7 +21,8 @@ from imagegen.plan import defaults
 class Options:
     config: Config
     flavor: str
-    base_image: str | None
+    # One image for every cell, or per CUDA variant: {"cu128": IMAGE, "*": IMAGE} (base_images)
+    base_image: str | dict[str, str] | None
     torch_index_url: str | None
     registry: str | None
     out: Path  # where wheels go (the config's out, else wheelhouse)
@@ -75,6 +76,24 @@ def flag_values(args: argparse.Namespace, name: str) -> tuple[str, ...]:
     return tuple(compat.check_python(v) for v in values) if name == "python" else values
 
 
+def base_images(values) -> str | dict[str, str] | None:
+    """--base-image IMAGE (every cell) or CUDA=IMAGE (the cells of that CUDA version), repeatable:
+    one image, or {cuXYZ: image, "*": image}."""
+    if not values:
+        return None
+    values = [values] if isinstance(values, str) else list(values)
+    out: dict[str, str] = {}
+    for value in values:
+        cuda, sep, image = value.partition("=") if "=" in value.split("/")[0].split(":")[0] else ("", "", value)
+        key = compat.cuda_variant(cuda).name if sep else "*"
+        if key in out and out[key] != image:
+            which = f"CUDA {compat.cuda_variant(cuda).dotted}" if sep else "every cell"
+            raise UsageError(f"--base-image: two images for {which}"
+                             f" ({out[key]} and {image})")
+        out[key] = image
+    return out["*"] if list(out) == ["*"] else out
+
+
 def _for_torch(torches: tuple[str, ...], axis: str, default: list[str]) -> list[str]:
     """The default CUDA variants or Pythons, narrowed to what the torch series asked for publish; where
     none of the defaults fits (a series newer than the defaults: torch 2.15 is cu132, Python >= 3.11),
@@ -105,7 +124,7 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
     return Options(
         config=config,
         flavor=_flag(args, "flavor") or config.flavor or d["flavor"],
-        base_image=_flag(args, "base_image") or config.base_image,
+        base_image=base_images(_flag(args, "base_image")) or config.base_image,
         torch_index_url=config.torch_index_url,
         registry=_flag(args, "registry") or config.registry,
         out=Path(out) if out else config.out,

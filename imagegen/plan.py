@@ -167,6 +167,13 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
     )
 
 
+def image_for(base_image: str | dict[str, str] | None, cuda: CudaVariant) -> str | None:
+    """The --base-image of a cell of ``cuda``: one image for all, or the one given for that CUDA version."""
+    if isinstance(base_image, dict):
+        return base_image.get(cuda.name, base_image.get("*"))
+    return base_image
+
+
 @functools.lru_cache(maxsize=4096)
 def _resolve_base(fl, series, torch_version, cuda, python, base_image):
     return compat.resolve_base_image(fl, series, torch_version, cuda, python, base_image)
@@ -192,7 +199,7 @@ class MatrixRequest:
     python: Sequence[str]
     archs: Sequence[ArchList]
     flavor: str
-    base_image: str | None = None
+    base_image: str | dict[str, str] | None = None  # per CUDA variant: {"cu128": IMAGE, "*": IMAGE}
     torch_index_override: str | None = None
 
 
@@ -222,7 +229,8 @@ def expand(req: MatrixRequest) -> Plan:
     for (recipe, version), (s, tv), cuda, archs in itertools.product(req.recipes, series, variants, req.archs):
         built_for: str | None = None
         for py in pythons:
-            cell = _cell(recipe, version, s, tv, cuda, py, archs, req.flavor, req.base_image, req.torch_index_override)
+            cell = _cell(recipe, version, s, tv, cuda, py, archs, req.flavor, image_for(req.base_image, cuda),
+                         req.torch_index_override)
             if cell.buildable and recipe.abi3:
                 if built_for is not None:
                     cell = replace(cell, status=SKIPPED, notes=cell.notes + (
@@ -245,7 +253,7 @@ def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_ba
 
 
 def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch: str | None, cuda: str | None,
-                python: str | None, flavor: str, base_image: str | None = None,
+                python: str | None, flavor: str, base_image: str | dict[str, str] | None = None,
                 torch_index_override: str | None = None) -> Cell:
     """The one cell ``render`` builds: what was given, the rest filled with the newest combination
     that can build. Raises CompatError with the reasons of the closest candidate when none can."""
@@ -270,7 +278,7 @@ def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torc
             pys = ([default_py] if s.supports_python(default_py) else []) + list(reversed(s.pythons))
         for cv in variants:
             for py in pys:
-                cell = _cell(recipe, version, s, tv, cv, py, archs, flavor, base_image, torch_index_override)
+                cell = _cell(recipe, version, s, tv, cv, py, archs, flavor, image_for(base_image, cv), torch_index_override)
                 if cell.buildable:
                     return cell
                 if first is None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pytest
+
 from imagegen import options
 from imagegen.config import Config, Matrix, load_config
 from imagegen.plan import defaults
@@ -97,3 +99,31 @@ def test_a_torch_newer_than_the_defaults_gets_its_own_cuda_and_pythons():
     args.torch = ["2.8"]  # the defaults that fit stay as they are
     opts = options.resolve(args, Config())
     assert opts.cuda == ("12.6", "12.8", "12.9") and opts.python == ("3.10", "3.11", "3.12", "3.13")
+
+
+def test_base_image_per_cuda_version(tmp_path, capsys):
+    import json
+
+    from imagegen.cli import main
+    from imagegen.config import load_config
+    from imagegen.errors import ConfigError, UsageError
+
+    assert options.base_images(None) is None and options.base_images(["img:1"]) == "img:1"
+    assert options.base_images(["12.8=a/b:1", "cu130=c/d:2", "e/f:3"]) == {"cu128": "a/b:1", "cu130": "c/d:2", "*": "e/f:3"}
+    assert options.base_images("127.0.0.1:5000/x=y:1") == "127.0.0.1:5000/x=y:1"  # "=" after the host: the image's
+    with pytest.raises(UsageError, match="two images for CUDA 12.8"):
+        options.base_images(["12.8=a:1", "cu128=b:1"])
+    with pytest.raises(UsageError, match="is not a CUDA version"):
+        options.base_images(["twelve=a:1"])
+    argv = ["plan", "sage", "--torch", "2.11", "--cuda", "12.8 13.0", "--python", "3.11", "--arch", "9.0",
+            "--flavor", "pypi", "--base-image", "12.8=imagegen-test/python:3.11-bookworm", "--base-image",
+            "python:3.11-slim", "--json"]
+    assert main(argv) == 0
+    cells = {c["cuda"]: c["base_image"] for c in json.loads(capsys.readouterr().out)["cells"]}
+    assert cells == {"cu128": "imagegen-test/python:3.11-bookworm", "cu130": "python:3.11-slim"}
+    cfg = tmp_path / "imagegen.toml"
+    cfg.write_text('[tool.imagegen.base-image]\n"12.8" = "a/b:1"\n"13.0" = "c/d:2"\n')
+    assert load_config(cfg).base_image == {"cu128": "a/b:1", "cu130": "c/d:2"}
+    cfg.write_text('[tool.imagegen.base-image]\n"12.8" = "a b"\n')
+    with pytest.raises(ConfigError, match="base-image"):
+        load_config(cfg)
