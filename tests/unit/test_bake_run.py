@@ -20,7 +20,7 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
 from imagegen.render.bake import build_definition
-from tests.unit._h4_helpers import FIXTURES, FakeBake, output_dest, tiny_cell
+from tests.unit.executor_fixtures import FIXTURES, FakeBake, output_dest, tiny_cell
 
 
 def test_every_bake_sets_the_ca_bundle_and_blanks_the_overrides():

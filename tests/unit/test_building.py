@@ -16,7 +16,7 @@ from imagegen.config import Config
 from imagegen.errors import NothingToDoError, RecipeError, UsageError
 from imagegen.executors import buildx, native
 from imagegen.model.catalogue import load_catalogue
-from tests.unit._h6_helpers import CELL, TINY, call, fake_host, never, parse
+from tests.unit.command_helpers import CELL, TINY, call, fake_host, never, parse
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from imagegen.finish import finish
 from imagegen.model import jobs
 from imagegen.plan import Plan
 from imagegen.render.dockerfile import cell_document, inputs_hash
-from tests.unit._h4_helpers import WHEEL, FakeBake, audit_report, temp_files_under, tiny_cell
+from tests.unit.executor_fixtures import WHEEL, FakeBake, audit_report, temp_files_under, tiny_cell
 
 PY311, PY312 = tiny_cell(python="3.11"), tiny_cell(python="3.12")
 

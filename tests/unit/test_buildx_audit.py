@@ -15,7 +15,7 @@ from imagegen.executors.bake_log import AUDIT_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import prepare_run
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.plan import Plan, make_cell
-from tests.unit._h4_helpers import FakeBake, audit_report, tiny_cell, tiny_recipe
+from tests.unit.executor_fixtures import FakeBake, audit_report, tiny_cell, tiny_recipe
 
 PY311, PY312 = tiny_cell(python="3.11"), tiny_cell(python="3.12")
 GOOD = audit_report(["sm_80", "sm_90"], ["compute_90"])  # what 8.0;9.0+PTX asks for

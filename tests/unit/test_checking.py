@@ -18,7 +18,7 @@ from imagegen.commands import checking
 from imagegen.errors import ImagegenError, RecipeError, UsageError, VerifyError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from tests.unit._h6_helpers import WHEEL, call, fake_host, never
+from tests.unit.command_helpers import WHEEL, call, fake_host, never
 
 SO = "tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so"
 

@@ -15,7 +15,7 @@ from imagegen.config import Config, Matrix
 from imagegen.errors import CompatError, LockFileError, NothingToDoError, RecipeError, RegistryError, UsageError
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import BUILDABLE, defaults
-from tests.unit._h6_helpers import CELL, FIXTURES, TINY, fake_host, parse
+from tests.unit.command_helpers import CELL, FIXTURES, TINY, fake_host, parse
 
 
 @pytest.fixture(autouse=True)

@@ -234,7 +234,7 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
     its own copy of it): they get their own RUN after it, and the base's package list stays the same."""
     from imagegen.model.recipe_file import load_recipe_file
     from imagegen.plan import make_cell
-    from tests.unit.test_recipes import GOOD, write
+    from tests.unit.recipe_texts import GOOD, write
 
     text = GOOD.replace("build:\n", "build:\n  system_requires: [libaio-dev, make]\n")
     assert text != GOOD

@@ -17,11 +17,6 @@ import pytest
 from imagegen.executors.bake_log import TargetLogs
 from tests.unit.builder_script import SCRIPT, builder_module
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-
-
 B = builder_module("imagegen_build_failfast")
 
 

@@ -12,7 +12,7 @@ import pytest
 from imagegen import wheelhouse
 from imagegen.errors import VerifyError
 from imagegen.finish import finish
-from tests.unit._h4_helpers import WHEEL, pure_wheel, temp_files_under, tiny_cell
+from tests.unit.executor_fixtures import WHEEL, pure_wheel, temp_files_under, tiny_cell
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from packaging.version import Version
 from imagegen.errors import CompatError, EngineError
 from imagegen.executors.host import HostToolchain, gpus, nvcc_version, preflight, probe
 from imagegen.model.arch_parse import parse_arch_list
-from tests.unit._h4_helpers import executable, python_stand_in, tiny_recipe
+from tests.unit.executor_fixtures import executable, python_stand_in, tiny_recipe
 
 
 def _nvcc(path: Path, release: str) -> Path:

@@ -14,7 +14,7 @@ from imagegen.commands import images
 from imagegen.errors import LockFileError, NothingToDoError, RegistryError, UsageError
 from imagegen.executors import prebuilt
 from imagegen.publish import push
-from tests.unit._h6_helpers import CELL, call, never
+from tests.unit.command_helpers import CELL, call, never
 
 REG = ["--registry", "127.0.0.1:5000/ml"]
 DIGEST = "sha256:" + "ab" * 32

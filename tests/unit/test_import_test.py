@@ -18,7 +18,7 @@ from imagegen.executors.import_test import Importer, import_test, smoke_test, wh
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
-from tests.unit._h4_helpers import WHEEL, pure_wheel, temp_files_under, tiny_cell
+from tests.unit.executor_fixtures import WHEEL, pure_wheel, temp_files_under, tiny_cell
 
 
 @pytest.fixture(autouse=True)

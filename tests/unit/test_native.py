@@ -23,7 +23,7 @@ from imagegen.finish import finish
 from imagegen.model import jobs
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from tests.unit._h4_helpers import FIXTURES, WHEEL, audit_report, python_stand_in, temp_files_under, tiny_recipe
+from tests.unit.executor_fixtures import FIXTURES, WHEEL, audit_report, python_stand_in, temp_files_under, tiny_recipe
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from imagegen.commands import planning
 from imagegen.errors import ArchError, CompatError, NothingToDoError, UsageError
 from imagegen.executors import buildx_audit
 from imagegen.model.catalogue import load_catalogue
-from tests.unit._h6_helpers import CELL, FIXTURES, TINY, call, fake_host, never
+from tests.unit.command_helpers import CELL, FIXTURES, TINY, call, fake_host, never
 
 MATRIX_2 = ["--torch", "2.8", "--cuda", "12.6", "--cuda", "12.8", "--python", "3.12", "--arch", "12.0"]
 

@@ -24,7 +24,7 @@ from imagegen.model.recipes import with_env
 from imagegen.plan import Plan
 from imagegen.registry import Lock, image_ref
 from imagegen.render.dockerfile import cell_document, inputs_hash
-from tests.unit._h4_helpers import WHEEL, audit_report, temp_files_under, tiny_cell
+from tests.unit.executor_fixtures import WHEEL, audit_report, temp_files_under, tiny_cell
 
 REG = "registry.example:5000/ml"
 DIGEST = "sha256:" + "ab" * 32

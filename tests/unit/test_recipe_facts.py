@@ -17,7 +17,7 @@ from imagegen.model import recipe_facts
 from imagegen.model.recipe_file import load_recipe_file
 from imagegen.model.recipe_reader import Reader
 from imagegen.model.recipes import ArchKnob
-from tests.unit._h3_helpers import GOOD, write
+from tests.unit.recipe_texts import GOOD, write
 
 KNOB = ArchKnob(env="DEMO_ARCHS", style="numeric", ptx="none")
 

@@ -20,7 +20,7 @@ from imagegen.errors import RecipeError
 from imagegen.model import recipe_file
 from imagegen.model.recipe_file import load_recipe_file
 from imagegen.model.recipe_reader import MAX_RECIPE_BYTES
-from tests.unit._h3_helpers import GOOD, write
+from tests.unit.recipe_texts import GOOD, write
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "imagegen" / "resources" / "recipe.schema.json").read_text())

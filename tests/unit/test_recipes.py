@@ -22,7 +22,7 @@ from imagegen.model.recipes import ArchKnob, Recipe, Rule, Sdist, fetched_from, 
 from imagegen.model.source_tree import recipe_from_source_tree
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import render_dockerfile
-from tests.unit._h3_helpers import GOOD, write
+from tests.unit.recipe_texts import GOOD, write
 
 BUILTINS = {"sageattention", "flash-attn", "flash-attn-3", "block-sparse-attn", "causal-conv1d", "mamba-ssm",
             "xformers", "natten"}

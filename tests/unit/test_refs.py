@@ -165,7 +165,7 @@ def test_a_fork_is_the_recipe_at_another_url(tmp_path, server):
 
 
 def test_refs_apply_to_git_recipes_only_and_are_checked(tmp_path, server):
-    from tests.unit._h4_helpers import tiny_recipe
+    from tests.unit.executor_fixtures import tiny_recipe
 
     with pytest.raises(UsageError, match="apply to a recipe whose source is a git repository"):
         refs.at_ref(tiny_recipe(), "main", None, None)
@@ -263,7 +263,7 @@ def test_a_clean_checkout_at_the_pinned_commit_is_the_pin(tmp_path, server):
 
 def test_build_native_src_dir_on_a_fork_uses_the_recipes_knobs(tmp_path, capsys):
     """Seed 000: `imagegen build bsa --native --src-dir ./my-fork` on a fork of Block-Sparse-Attention."""
-    from tests.unit._h6_helpers import fake_host
+    from tests.unit.command_helpers import fake_host
 
     fork = tmp_path / "Block-Sparse-Attention"
     fork.mkdir()

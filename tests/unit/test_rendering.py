@@ -14,7 +14,7 @@ import pytest
 from imagegen.commands import rendering
 from imagegen.errors import NothingToDoError, UsageError
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT
-from tests.unit._h6_helpers import CELL, call
+from tests.unit.command_helpers import CELL, call
 
 SAGE_NAME = "sage-2_2_0-torch2_8-cu128-py312"
 SAGE_BASE = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from imagegen.executors.results import results_json, summary
 from imagegen.wheelhouse import CellResult
-from tests.unit._h4_helpers import tiny_cell
+from tests.unit.executor_fixtures import tiny_cell
 
 
 def _results(tmp_path: Path) -> list[CellResult]:

@@ -8,11 +8,9 @@ tests/integration/test_ci_workflow.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -49,14 +47,6 @@ def actionlint() -> list[str]:
     if shellcheck:
         cmd.append(f"-shellcheck={shellcheck}")
     return cmd
-
-
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,28 +122,6 @@ def test_actionlint_would_catch_an_injection(repo_workflow, actionlint, tmp_path
     assert proc.returncode != 0 and "untrusted" in proc.stdout
 
 
-@pytest.fixture
-def docker_print_shim(tmp_path) -> Path:
-    """A `docker` first on PATH that runs the real one with --print added and logs its arguments."""
-    real = shutil.which("docker")
-    shim_dir = tmp_path / "shim"
-    shim_dir.mkdir()
-    shim = shim_dir / "docker"
-    shim.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\nexec "{real}" "$@" --print\n')
-    shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
-    return shim_dir
-
-
-def _cache(entries: list) -> list[dict]:
-    out = []
-    for e in entries:
-        if isinstance(e, dict):  # newer buildx prints objects
-            out.append({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in e.items()})
-        else:
-            out.append(dict(f.split("=", 1) for f in e.split(",")))
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # Options
 
@@ -218,10 +186,6 @@ def test_hostile_values_stop_in_run_before_buildx(monkeypatch, tmp_path):
             ci.run(parser().parse_args(["ci", "github", "--output", str(tmp_path / "wf.yml"), *argv]))
         assert "\n" not in str(exc.value) and exc.value.exit_code != 0
     assert called == []
-
-
-def _bake_json(tmp_path: Path, definition: dict) -> None:
-    (tmp_path / "docker-bake.json").write_text(json.dumps(definition), encoding="utf-8")
 
 
 def test_without_docker(monkeypatch, tmp_path):
