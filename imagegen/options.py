@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagegen.config import Config
-from imagegen.errors import UsageError
+from imagegen.errors import ImagegenError, UsageError
 from imagegen.model import compat
 from imagegen.model.layout import DEFAULT_LAYOUT, check_layout
 from imagegen.plan import defaults
@@ -85,9 +85,10 @@ def base_images(values) -> str | dict[str, str] | None:
     out: dict[str, str] = {}
     for value in values:
         cuda, sep, image = value.partition("=") if "=" in value.split("/")[0].split(":")[0] else ("", "", value)
-        key = compat.cuda_variant(cuda).name if sep else "*"
+        variant = compat.cuda_variant(cuda) if sep else None
+        key = variant.name if variant else "*"
         if key in out and out[key] != image:
-            which = f"CUDA {compat.cuda_variant(cuda).dotted}" if sep else "every cell"
+            which = f"CUDA {variant.dotted}" if variant else "every cell"
             raise UsageError(f"--base-image: two images for {which}"
                              f" ({out[key]} and {image})")
         out[key] = image
@@ -102,7 +103,7 @@ def _for_torch(torches: tuple[str, ...], axis: str, default: list[str]) -> list[
     for t in torches:
         try:
             series.append(compat.torch_series(t)[0])
-        except Exception:  # an unknown series is reported by the plan, with what to do
+        except ImagegenError:  # an unknown series is reported by the plan, with what to do
             return default
     if axis == "cuda":
         published = [f"{int(c[2:-1])}.{c[-1]}" for s in series for c in s.cuda]

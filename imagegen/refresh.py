@@ -43,11 +43,6 @@ TIMEOUT = 60
 PYPI_EXTRAS = ["nvcc", "crt", "cccl", "cudart", "nvvm"]
 
 
-def _mm(text: str) -> tuple[int, int]:
-    major, _, minor = str(text).partition(".")
-    return int(major), int(minor.split(".")[0] or 0)
-
-
 # --------------------------------------------------------------------------------------------
 # Reading PyPI
 
@@ -185,9 +180,9 @@ def refresh(index: str = PYPI, *, today: str | None = None) -> tuple[dict, dict,
             changes.append(f"CUDA {variant}: cuda-toolkit {old.pypi_toolkit} -> {version}")
 
     newest_known = max(known_torch.values(), key=lambda s: s.key)
-    for series, got in sorted(releases.items(), key=lambda kv: _mm(kv[0])):
+    for series, got in sorted(releases.items(), key=lambda kv: compat.major_minor(kv[0])):
         old = known_torch.get(series)
-        if old is None and _mm(series) < newest_known.key:
+        if old is None and compat.major_minor(series) < newest_known.key:
             continue  # an old series the table never carried (before 2.4): not imagegen's to add
         variant = pinned_variant(wheel_metadata(got["wheel"]))
         if variant is None:
@@ -228,8 +223,8 @@ def _refuse_suspicious(old: compat.TorchSeries, got: dict, variant: str) -> None
     if _newer(old.latest, got["latest"]):
         raise CompatError(f"torch {old.series}: PyPI's newest is {got['latest']}, older than the table's {old.latest}:"
                           " refusing (a stale mirror?)")
-    lo, hi = (_mm(p) for p in got["python"])
-    if lo > _mm(old.python[0]) or hi < _mm(old.python[1]):
+    lo, hi = (compat.major_minor(p) for p in got["python"])
+    if lo > compat.major_minor(old.python[0]) or hi < compat.major_minor(old.python[1]):
         raise CompatError(f"torch {old.series}: PyPI's wheels cover Python {got['python'][0]}-{got['python'][1]},"
                           f" less than the table's {old.python[0]}-{old.python[1]}: refusing")
 
@@ -247,7 +242,9 @@ def _cuda_row(v: compat.CudaVariant) -> dict:
 def write_overlay(folder: Path, torch_rows: dict, cuda_rows: dict) -> list[Path]:
     """Merge the rows into the overlay's torch.yaml / cuda.yaml (atomically); returns what it wrote."""
     written = []
-    for name, key, rows in (("torch.yaml", "series", torch_rows), ("cuda.yaml", "variants", cuda_rows)):
+    rows_by_file = {"torch.yaml": torch_rows, "cuda.yaml": cuda_rows}
+    for name, key in compat.OVERLAY_KEYS.items():  # the files and mappings compat reads the overlay from
+        rows = rows_by_file[name]
         if not rows:
             continue
         path = folder / name

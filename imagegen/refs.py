@@ -24,13 +24,28 @@ from pathlib import Path
 from imagegen import safety
 from imagegen.errors import RecipeError, UsageError
 from imagegen.model.recipe_reader import quoted
-from imagegen.model.recipes import Recipe, RecipeVersion
+from imagegen.model.recipes import Recipe, RecipeVersion, ranges_text
 
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 # A tag that names a version: v2.8.2, 2.8.3.post1, V1.0 (what remains is read as PEP 440).
 _VERSION_TAG = re.compile(r"[vV]?(\d+(\.\d+)*([._-]?(a|b|rc|post|dev)\d*)*)")
 LS_REMOTE_TIMEOUT = 60
 MAX_LS_REMOTE_BYTES = 1 << 20
+# git never asks: a missing credential fails at once instead of waiting on a prompt nobody sees.
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+
+
+def _git(args: list[str], *, timeout: int, missing: str) -> subprocess.CompletedProcess:
+    """git ``args`` (output as bytes); ``missing`` is the UsageError's message when git is not installed."""
+    git = shutil.which("git")
+    if git is None:
+        raise UsageError(missing)
+    return subprocess.run([git, *args], capture_output=True, env={**os.environ, **_GIT_ENV}, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def _stderr_tail(proc: subprocess.CompletedProcess) -> str:
+    return (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1][:200]
 
 
 def split_git(value: str) -> tuple[str, str | None]:
@@ -69,15 +84,11 @@ def resolve_commit(url: str, ref: str) -> str:
     """The commit ``ref`` names in the repository at ``url`` (a full commit names itself)."""
     if FULL_SHA.fullmatch(ref):
         return ref
-    git = shutil.which("git")
-    if git is None:
-        raise UsageError(f"--ref {ref}: git is not installed here, and it is needed to resolve the ref to a commit"
-                         " (install git, or give the full 40-character commit)")
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "LC_ALL": "C"}
     try:
         # The pattern `REF^{}` lists an annotated tag's commit (the tag object is listed under REF).
-        proc = subprocess.run([git, "ls-remote", "--", url, ref, ref + "^{}"], capture_output=True, env=env,
-                              timeout=LS_REMOTE_TIMEOUT, stdin=subprocess.DEVNULL)
+        proc = _git(["ls-remote", "--", url, ref, ref + "^{}"], timeout=LS_REMOTE_TIMEOUT,
+                    missing=f"--ref {ref}: git is not installed here, and it is needed to resolve the ref to a commit"
+                            " (install git, or give the full 40-character commit)")
     except subprocess.TimeoutExpired:
         raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote took over {LS_REMOTE_TIMEOUT} s"
                          " (no network? give the full 40-character commit)") from None
@@ -85,8 +96,7 @@ def resolve_commit(url: str, ref: str) -> str:
         raise UsageError(f"cannot resolve {ref} at {url}: {safety.os_reason(exc)}") from None
     out = proc.stdout[:MAX_LS_REMOTE_BYTES].decode("utf-8", "replace")
     if proc.returncode != 0:
-        last = (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote failed: {last[:200]}"
+        raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote failed: {_stderr_tail(proc)}"
                          " (a private repository needs git credentials; offline, give the full commit)")
     found = {}
     for line in out.splitlines():
@@ -131,7 +141,7 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
         facts = recipe.versions.get(said) or recipe.facts_for(said)
         how = f"its version {said}" + (" (--version)" if declared else f" (from the tag {ref})")
         if facts is None:
-            ranges = "; ".join(str(spec) for spec, _ in recipe.by_version) or "none"
+            ranges = ranges_text(recipe.by_version) or "none"
             raise RecipeError(f"{recipe.name} {said}: no pinned version and no by_version range holds it (ranges:"
                               f" {ranges}); add a range to the recipe (--recipe-dir) or give --version of a known one")
     else:
@@ -163,17 +173,13 @@ def export_commit(repo: Path, commit: str, name: str) -> Path:
     marker = dest / ".imagegen-export"
     if marker.is_file() and marker.read_text().strip() == commit:
         return dest
-    git = shutil.which("git")
-    if git is None:
-        raise UsageError("git is not installed here, and it is needed to export the --git file:// repository")
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=base))
     try:
-        archive = subprocess.run([git, "-C", str(repo), "archive", "--format=tar", commit], capture_output=True,
-                                 timeout=600, stdin=subprocess.DEVNULL)
+        archive = _git(["-C", str(repo), "archive", "--format=tar", commit], timeout=600,
+                       missing="git is not installed here, and it is needed to export the --git file:// repository")
         if archive.returncode != 0:
-            last = (archive.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
-            raise UsageError(f"cannot export {commit[:12]} of {repo}: {last[:200]}")
+            raise UsageError(f"cannot export {commit[:12]} of {repo}: {_stderr_tail(archive)}")
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tmp, filter="data")  # nothing outside tmp, no devices, no links out
         (tmp / ".imagegen-export").write_text(commit + "\n")
@@ -194,40 +200,38 @@ def _note(ref: str, commit: str, how: str, facts: RecipeVersion) -> str:
 def checkout_head(root: Path) -> tuple[str | None, bool]:
     """(HEAD's commit or None, whether the work tree has changes) of a git checkout; (None, False) where
     ``root`` is not one or git is missing."""
-    git = shutil.which("git")
-    if git is None or not (root / ".git").exists():
+    if not (root / ".git").exists():
         return None, False
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"}
     try:
-        head = subprocess.run([git, "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, env=env,
-                              timeout=60, stdin=subprocess.DEVNULL)
-        status = subprocess.run([git, "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        head = _git(["-C", str(root), "rev-parse", "HEAD"], timeout=60, missing="")
+        status = _git(["-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=120, missing="")
+    except (UsageError, OSError, subprocess.TimeoutExpired):  # no git, or it failed to run: not a checkout to us
         return None, False
-    sha = head.stdout.strip()
+    sha = head.stdout.decode("utf-8", "replace").strip()
     return (sha if FULL_SHA.fullmatch(sha) else None), bool(status.stdout.strip())
 
 
-def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | None) -> tuple[Recipe, RecipeVersion]:
+def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | None,
+            tree: Recipe | None = None) -> tuple[Recipe, RecipeVersion]:
     """A local tree of a package the catalogue knows (``--src-dir`` on a fork or a dirty checkout,
     ``--source`` on its sdist): built in place as a local source, with the recipe's knowledge (arch
     knob, force-build and local-version variables, patches, routing) for the tree's version. The
-    catalogue's pin itself (HEAD at the pinned commit, no changes) is returned as it is."""
-    from imagegen.model.source_tree import pkg_info, recipe_from_source_tree
+    catalogue's pin itself (HEAD at the pinned commit, no changes) is returned as it is. ``tree``: the
+    tree already read as a recipe (source_tree.recipe_from_source_tree), where the caller has it."""
+    from imagegen.model.source_tree import recipe_from_source_tree
 
     root = root.expanduser().resolve()
     head, dirty = checkout_head(root)
     if head and version.commit and head.startswith(version.commit) and not dirty and recipe.source_kind == "git":
         return recipe, version
-    tree = recipe_from_source_tree(root)
     pinned = recipe.versions.get(declared or "")
-    # The version the tree is: what the user declares (a pin's label says its version), else its metadata.
+    # The version the tree is: what the user declares (a pin's label says its version), else its own
+    # metadata (PKG-INFO first: recipe_from_source_tree reads it).
     said = (pinned.source_version or declared) if pinned else declared
-    said = said or (pkg_info(root) or (None, tree.default_version))[1]
+    said = said or (tree or recipe_from_source_tree(root)).default_version
     facts = pinned or recipe.versions.get(said) or recipe.facts_for(said)
     if facts is None:
-        ranges = "; ".join(str(spec) for spec, _ in recipe.by_version) or "none"
+        ranges = ranges_text(recipe.by_version) or "none"
         raise RecipeError(f"{root} is {recipe.name} {said}, which no pinned version or by_version range holds"
                           f" (ranges: {ranges}): give --version of the pinned version it is closest to"
                           f" ({', '.join(recipe.versions)}), or add a range (--recipe-dir)")

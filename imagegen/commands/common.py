@@ -63,7 +63,7 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         recipe = recipe_from_source_tree(source)
         known = cat.by_distribution(recipe.distribution)
         if known is not None:  # a tree of a package the catalogue knows: built with that recipe's knowledge
-            recipe, version = refs.at_tree(known, known.version(None), source, wanted_version)
+            recipe, version = refs.at_tree(known, known.version(None), source, wanted_version, tree=recipe)
             return recipe, with_env(recipe, version, env or {})
     elif name is None:
         raise UsageError("name a recipe (imagegen recipes lists them) or give --source PATH")
@@ -104,8 +104,6 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
 
 
 def unique_cells(plan: Plan) -> Plan:
-    import dataclasses
-
     seen: set = set()
     cells = []
     for c in plan.cells:
@@ -245,8 +243,6 @@ def buildable(args, config, cat, *, arch_free: bool = False):
     whatever the arch lists)."""
     plan = planned(args, config, cat)
     if arch_free:
-        import dataclasses
-
         names: set[str] = set()
         plan = dataclasses.replace(plan, cells=[c for c in plan.cells if not (c.status == BUILDABLE and (
             c.name in names or names.add(c.name)))])
@@ -286,7 +282,7 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
                 raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
                                  " install the one you want, or build in a container")
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
-    archs = parse_arch_list(options.resolve(args, config).arch_configured or ";".join(host.ccs)
-                            or defaults()["matrix"]["arch"])
+    opts = options.resolve(args, config)
+    archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["matrix"]["arch"])
     cell = host_toolchain.preflight(recipe, version, archs, host)
-    return dataclasses.replace(cell, layout=options.resolve(args, config).layout), host
+    return dataclasses.replace(cell, layout=opts.layout), host

@@ -85,14 +85,14 @@ class TorchSeries:
 
     @property
     def key(self) -> tuple[int, int]:
-        return _mm(self.series)
+        return major_minor(self.series)
 
     def supports_python(self, py: str) -> bool:
-        return _mm(self.python[0]) <= _mm(py) <= _mm(self.python[1])
+        return major_minor(self.python[0]) <= major_minor(py) <= major_minor(self.python[1])
 
     @property
     def pythons(self) -> list[str]:
-        lo, hi = _mm(self.python[0]), _mm(self.python[1])
+        lo, hi = major_minor(self.python[0]), major_minor(self.python[1])
         return [f"3.{m}" for m in range(lo[1], hi[1] + 1)] if lo[0] == hi[0] == 3 else []
 
 
@@ -124,7 +124,8 @@ class CudaVariant:
         return self.name
 
 
-def _mm(text: str) -> tuple[int, int]:
+def major_minor(text: str) -> tuple[int, int]:
+    """(2, 8) for "2.8", "2.8.1" or "3.12": series and Pythons compare as numbers, not text."""
     parts = str(text).split(".")
     return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
 
@@ -308,7 +309,7 @@ def resolve_base_image(fl: Flavor, series: TorchSeries, torch_version: str, cuda
 
 def _runpod(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
     raw = fl.raw
-    matches = [img for img in raw["images"] if _mm(img["cuda"]) == (cuda.major, cuda.minor)]
+    matches = [img for img in raw["images"] if major_minor(img["cuda"]) == (cuda.major, cuda.minor)]
     if not matches:
         have = ", ".join(img["cuda"] for img in raw["images"])
         raise NoBaseImage(
@@ -389,7 +390,7 @@ def _custom_base(fl: Flavor, ref: str, python: str) -> BaseImage:
         nvcc = Version(f"{m.group(1)}.{m.group(2)}")
         tv = f"{m.group(4)}.{int(m.group(5))}.{m.group(6)}"
         for img in flavors()["runpod"].raw["images"]:
-            if _mm(img["cuda"]) == (nvcc.major, nvcc.minor) and tv in img["torch"]:
+            if major_minor(img["cuda"]) == (nvcc.major, nvcc.minor) and tv in img["torch"]:
                 torch_cuda = img["torch"][tv]
     elif m := _RUNPOD_OLD.fullmatch(tag):
         nvcc = Version(m.group(2))

@@ -31,7 +31,7 @@ from imagegen.model.recipe_reader import (
     read_recipe_text,
     shown_path,
 )
-from imagegen.model.recipes import RECIPE_SCHEMA, Recipe, RecipeVersion, Sdist, SmokeTest
+from imagegen.model.recipes import RECIPE_SCHEMA, Recipe, RecipeVersion, Sdist, SmokeTest, ranges_text
 
 
 def _local_source(source: Reader, local: str, recipe_dir: Path) -> Path:
@@ -121,7 +121,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         if matched is not None:
             facts = {**by_version_raw(r)[matched], **facts}
         elif "archs" not in facts:
-            ranges = "; ".join(str(spec) for spec, _ in by_version)
+            ranges = ranges_text(by_version)
             raise pin.error("list the archs this version supports (and its other facts), or add a by_version range"
                             f" that holds {said or quoted(key)}" + (f" (the ranges: {ranges})" if ranges else ""), "archs")
         version = version_facts(Reader(shown, facts, f"versions.{key}"), shown, recipe_dir, arch, key)

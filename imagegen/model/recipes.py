@@ -247,6 +247,11 @@ class Recipe:
         return self.versions[key]
 
 
+def ranges_text(by_version: tuple[tuple[SpecifierSet, RecipeVersion], ...] | list) -> str:
+    """A recipe's by_version ranges as messages show them: ``>=2.0; <2.0,>=1.0`` ("" where there are none)."""
+    return "; ".join(str(spec) for spec, _ in by_version)
+
+
 FETCH_KINDS = ("git", "sdist")
 
 
