@@ -94,7 +94,12 @@ class _RangeFile(io.RawIOBase):
 
 
 def project_files(index: str, project: str) -> list[dict]:
-    page = get(index.rstrip("/") + f"/{project}/", JSON_API)
+    url = index.rstrip("/") + f"/{project}/"
+    try:
+        page = get(url, JSON_API)
+    except urllib.error.HTTPError as exc:  # get() passes these on for wheel_metadata's fallback
+        raise CompatError(f"{url}: HTTP {exc.code}: the index has no {project} project page (a PyPI-compatible"
+                          " simple index with the JSON API is needed)") from None
     try:
         files = json.loads(page)["files"]
     except (ValueError, KeyError, TypeError):

@@ -47,6 +47,9 @@ class FakeIndex:
                 path = self.path.split("?")[0]
                 if path.startswith("/simple/"):
                     project = path.strip("/").split("/")[1]
+                    if project not in index.files:  # like PyPI: no page for a project it does not have
+                        self.send_error(404)
+                        return
                     files = [{"filename": fn, "url": f"http://127.0.0.1:{index.port}/files/{fn}", "size": len(data),
                               "hashes": {}, **({"core-metadata": True} if fn in index.pep658 else {})}
                              for fn, data in index.files.get(project, {}).items()]
@@ -180,6 +183,7 @@ def test_a_newer_patch_release_and_toolkit_update_a_known_series(index, overlay)
     (lambda i: i.torch("2.99.0", [12], "Requires-Dist: filelock"), "pins no CUDA runtime"),
     (lambda i: i.torch("2.99.0", [12], "Requires-Dist: cuda-toolkit==14.7.*"), "pins CUDA cu147, which no known toolkit"),
     (lambda i: i.files["torch"].clear(), "refusing an answer that lost most of the table"),
+    (lambda i: i.files.pop("cuda-toolkit"), "HTTP 404: the index has no cuda-toolkit project page"),
 ])
 def test_suspicious_answers_are_refused_and_nothing_is_written(index, overlay, capsys, setup, words):
     setup(index)
