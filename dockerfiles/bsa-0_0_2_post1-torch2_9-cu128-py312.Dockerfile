@@ -4,6 +4,7 @@
 #   cell     torch 2.9.1 (cu128), Python 3.12, archs 8.0;9.0;12.0
 #   source   https://github.com/mit-han-lab/Block-Sparse-Attention.git @ v0.0.2.post1 (b346156b69dc2f33911ba390d1867ee3de0f5402)
 #   base     runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404 (runpod flavor: runpod/pytorch images (Ubuntu, nvidia/cuda cudnn-devel underneath, deadsnakes Pythons))
+#   venv     torch 2.9.1 (cu128) of the base image, reused
 #
 # Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy), in
 # the folder where `imagegen render ... -o Dockerfile` wrote this file and imagegen-scripts/:
@@ -19,7 +20,7 @@ ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"block_sparse_attn","env":{},"ext_parallel":null,"force_env":{"BLOCK_SPARSE_ATTN_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"BLOCK_SPARSE_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.9","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"recipe":"block-sparse-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["block_sparse_attn","block_sparse_attn_cuda"],"source":{"commit":"b346156b69dc2f33911ba390d1867ee3de0f5402","kind":"git","ref":"b346156b69dc2f33911ba390d1867ee3de0f5402","subdir":"","submodules":true,"url":"https://github.com/mit-han-lab/Block-Sparse-Attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"0.0.2.post1","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"block_sparse_attn","env":{},"ext_parallel":null,"force_env":{"BLOCK_SPARSE_ATTN_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"BLOCK_SPARSE_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.9","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"recipe":"block-sparse-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["block_sparse_attn","block_sparse_attn_cuda"],"source":{"commit":"b346156b69dc2f33911ba390d1867ee3de0f5402","kind":"git","ref":"b346156b69dc2f33911ba390d1867ee3de0f5402","subdir":"","submodules":true,"url":"https://github.com/mit-han-lab/Block-Sparse-Attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"0.0.2.post1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -52,7 +53,8 @@ RUN --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_build.py fetch
 
-# --- base: a venv with exactly the torch asked for and the recipe's build requirements (no source) ---
+# --- base: a venv with exactly the torch asked for (the image's own where it has it) and the recipe's
+# build requirements (no source) ---
 FROM os AS base
 LABEL org.opencontainers.image.title="imagegen builder for block-sparse-attn 0.0.2.post1" \
       org.opencontainers.image.source="https://github.com/mit-han-lab/Block-Sparse-Attention" \
@@ -70,11 +72,11 @@ LABEL org.opencontainers.image.title="imagegen builder for block-sparse-attn 0.0
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
-{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv"}
+{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv"}
 IMAGEGEN_TOOLCHAIN_JSON
 
-# torch 2.9.1 (cu128), asserted: the heavy layer (several GB),
-# shared by every recipe's builder for this torch x CUDA x Python on this base.
+# torch 2.9.1 (cu128) is the base image's own: a venv that sees the system site packages
+# reuses it (no torch download), asserted. Shared by every recipe's builder here.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
@@ -139,7 +141,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="d95d535f91261cf6"
+      io.imagegen.inputs="f7c98806ed1e66e2"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

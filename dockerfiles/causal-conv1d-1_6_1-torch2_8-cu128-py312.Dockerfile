@@ -4,7 +4,7 @@
 #   cell     torch 2.8.0 (cu128), Python 3.12, archs 8.0;9.0;12.0
 #   source   https://github.com/Dao-AILab/causal-conv1d.git @ v1.6.1 (c51519fb10d92ffa257c1982e1831d3243454b2f)
 #   base     runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404 (runpod flavor: runpod/pytorch images (Ubuntu, nvidia/cuda cudnn-devel underneath, deadsnakes Pythons))
-#   note     causal-conv1d compiles a fixed arch list: 6.2;7.0;7.2;7.5;8.0;8.7;9.0;10.0;12.0
+#   venv     torch 2.8.0 (cu128) of the base image, reused
 #
 # Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy), in
 # the folder where `imagegen render ... -o Dockerfile` wrote this file and imagegen-scripts/:
@@ -20,7 +20,7 @@ ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"causal_conv1d","env":{},"ext_parallel":null,"force_env":{"CAUSAL_CONV1D_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.8","local_version_env":"CAUSAL_CONV1D_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":0.2,"memory_per_thread_gb_max":2.0,"patches":[],"recipe":"causal-conv1d","schema":1,"smoke_driver_imports":[],"smoke_imports":["causal_conv1d","causal_conv1d_cuda"],"source":{"commit":"c51519fb10d92ffa257c1982e1831d3243454b2f","kind":"git","ref":"c51519fb10d92ffa257c1982e1831d3243454b2f","subdir":"","submodules":false,"url":"https://github.com/Dao-AILab/causal-conv1d.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"1.6.1","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"causal_conv1d","env":{},"ext_parallel":null,"force_env":{"CAUSAL_CONV1D_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu128torch2.8","local_version_env":"CAUSAL_CONV1D_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":0.2,"memory_per_thread_gb_max":2.0,"patches":[{"name":"causal-conv1d-arch-list.patch","reason":"setup.py ignores TORCH_CUDA_ARCH_LIST and compiles a fixed list of up to nine archs (6.2-8.7, 9.0, 10.0, 12.0, and 10.3/11.0/12.1 with nvcc 13), so `--arch 9.0` still built all of them (over 17 min on 2 cores; csrc/causal_conv1d_bwd.cu takes 3.1 GiB per arch) and +PTX was impossible. With the patch a TORCH_CUDA_ARCH_LIST that is set empties that list and torch's cpp_extension adds the -gencode flags for exactly the archs asked for (+PTX honoured); unset, the upstream list stays. The same hunk applies to v1.6.1, main 0d2252d and PyPI's 1.6.2.post1 and 1.7.0.","text":"diff --git a/setup.py b/setup.py\nindex 7f5faaa..1dfd253 100644\n--- a/setup.py\n+++ b/setup.py\n@@ -202,6 +202,12 @@ if not SKIP_CUDA_BUILD:\n             cc_flag.append(\"-gencode\")\n             cc_flag.append(\"arch=compute_121,code=sm_121\")\n \n+        # imagegen patch: a TORCH_CUDA_ARCH_LIST that is set replaces the hard-coded list above. With\n+        # no -gencode among the nvcc flags, torch's cpp_extension turns the list into -gencode flags\n+        # (+PTX included), so a build compiles the archs asked for instead of up to nine.\n+        if os.environ.get(\"TORCH_CUDA_ARCH_LIST\", \"\").strip():\n+            cc_flag = []\n+\n     # HACK: The compiler flag -D_GLIBCXX_USE_CXX11_ABI is set to be the same as\n     # torch._C._GLIBCXX_USE_CXX11_ABI\n     # https://github.com/pytorch/pytorch/blob/8472c24e3b5b60150096486616d98b7bea01500b/torch/utils/cpp_extension.py#L920\n"}],"recipe":"causal-conv1d","schema":1,"smoke_driver_imports":[],"smoke_imports":["causal_conv1d","causal_conv1d_cuda"],"source":{"commit":"c51519fb10d92ffa257c1982e1831d3243454b2f","kind":"git","ref":"c51519fb10d92ffa257c1982e1831d3243454b2f","subdir":"","submodules":false,"url":"https://github.com/Dao-AILab/causal-conv1d.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"1.6.1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -41,7 +41,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     && apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
 
-# --- fetch: the pinned source, beside the toolchain (BuildKit runs both
+# --- fetch: the pinned source and the recipe's patches, beside the toolchain (BuildKit runs both
 # at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
 FROM os AS fetch
 # hadolint ignore=DL3022
@@ -53,7 +53,8 @@ RUN --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_build.py fetch
 
-# --- base: a venv with exactly the torch asked for and the recipe's build requirements (no source) ---
+# --- base: a venv with exactly the torch asked for (the image's own where it has it) and the recipe's
+# build requirements (no source) ---
 FROM os AS base
 LABEL org.opencontainers.image.title="imagegen builder for causal-conv1d 1.6.1" \
       org.opencontainers.image.source="https://github.com/Dao-AILab/causal-conv1d" \
@@ -71,11 +72,11 @@ LABEL org.opencontainers.image.title="imagegen builder for causal-conv1d 1.6.1" 
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
-{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv"}
+{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv"}
 IMAGEGEN_TOOLCHAIN_JSON
 
-# torch 2.8.0 (cu128), asserted: the heavy layer (several GB),
-# shared by every recipe's builder for this torch x CUDA x Python on this base.
+# torch 2.8.0 (cu128) is the base image's own: a venv that sees the system site packages
+# reuses it (no torch download), asserted. Shared by every recipe's builder here.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
@@ -140,7 +141,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="dc2aa24b712248a4"
+      io.imagegen.inputs="229cedc7fe6c6e92"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

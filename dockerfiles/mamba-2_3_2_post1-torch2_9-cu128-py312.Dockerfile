@@ -4,6 +4,7 @@
 #   cell     torch 2.9.1 (cu128), Python 3.12, archs 8.0;9.0;12.0
 #   source   https://github.com/state-spaces/mamba.git @ v2.3.2.post1 (a14b1dff0454a3bc27d9eb31355dc01e4b2490ec)
 #   base     runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404 (runpod flavor: runpod/pytorch images (Ubuntu, nvidia/cuda cudnn-devel underneath, deadsnakes Pythons))
+#   venv     torch 2.9.1 (cu128) of the base image, reused
 #   note     mamba-ssm compiles a fixed arch list: 7.5;8.0;8.7;9.0;10.0;12.0
 #
 # Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy), in
@@ -20,7 +21,7 @@ ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":2.0,"patches":[],"recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":2.0,"patches":[],"recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -53,7 +54,8 @@ RUN --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_build.py fetch
 
-# --- base: a venv with exactly the torch asked for and the recipe's build requirements (no source) ---
+# --- base: a venv with exactly the torch asked for (the image's own where it has it) and the recipe's
+# build requirements (no source) ---
 FROM os AS base
 LABEL org.opencontainers.image.title="imagegen builder for mamba-ssm 2.3.2.post1" \
       org.opencontainers.image.source="https://github.com/state-spaces/mamba" \
@@ -71,11 +73,11 @@ LABEL org.opencontainers.image.title="imagegen builder for mamba-ssm 2.3.2.post1
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
-{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv"}
+{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv"}
 IMAGEGEN_TOOLCHAIN_JSON
 
-# torch 2.9.1 (cu128), asserted: the heavy layer (several GB),
-# shared by every recipe's builder for this torch x CUDA x Python on this base.
+# torch 2.9.1 (cu128) is the base image's own: a venv that sees the system site packages
+# reuses it (no torch download), asserted. Shared by every recipe's builder here.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
@@ -140,7 +142,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="e8495c8d6d24d498"
+      io.imagegen.inputs="a1698bd2cf82894a"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

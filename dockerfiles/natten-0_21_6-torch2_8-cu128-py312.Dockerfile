@@ -4,6 +4,7 @@
 #   cell     torch 2.8.0 (cu128), Python 3.12, archs 8.0;9.0;12.0
 #   source   https://github.com/SHI-Labs/NATTEN.git @ v0.21.6 (4472b95f46f55a8ba2c5f9869eba252bbf5a22f5)
 #   base     runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404 (runpod flavor: runpod/pytorch images (Ubuntu, nvidia/cuda cudnn-devel underneath, deadsnakes Pythons))
+#   venv     torch 2.8.0 (cu128) of the base image, reused
 #
 # Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy), in
 # the folder where `imagegen render ... -o Dockerfile` wrote this file and imagegen-scripts/:
@@ -19,7 +20,7 @@ ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.20"],"cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"ext_parallel":null,"force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.8","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.21.6","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.20"],"cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"ext_parallel":null,"force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.8","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.21.6","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -52,7 +53,8 @@ RUN --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_build.py fetch
 
-# --- base: a venv with exactly the torch asked for and the recipe's build requirements (no source) ---
+# --- base: a venv with exactly the torch asked for (the image's own where it has it) and the recipe's
+# build requirements (no source) ---
 FROM os AS base
 LABEL org.opencontainers.image.title="imagegen builder for natten 0.21.6" \
       org.opencontainers.image.source="https://natten.org" \
@@ -70,11 +72,11 @@ LABEL org.opencontainers.image.title="imagegen builder for natten 0.21.6" \
 # hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
-{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"version":"2.8.0"},"venv":"/opt/imagegen/venv"}
+{"base_python":"/usr/bin/python3.12","cuda_home":null,"schema":1,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv"}
 IMAGEGEN_TOOLCHAIN_JSON
 
-# torch 2.8.0 (cu128), asserted: the heavy layer (several GB),
-# shared by every recipe's builder for this torch x CUDA x Python on this base.
+# torch 2.8.0 (cu128) is the base image's own: a venv that sees the system site packages
+# reuses it (no torch download), asserted. Shared by every recipe's builder here.
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=pip_index_url \
@@ -139,7 +141,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="22fba8595c2cc64e"
+      io.imagegen.inputs="fe0bd5b0b6265f40"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -45,8 +45,9 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
                    " variable, e.g. FLASH_ATTENTION_DISABLE_BACKWARD=TRUE (repeatable; the ones imagegen sets are refused)")
     p.add_argument("--flavor", choices=compat.container_flavors(), help="builder base-image family (default: runpod;"
                    " imagegen/resources/compat/base_images.yaml lists them)")
-    p.add_argument("--base-image", **kw, metavar="[CUDA=]IMAGE", help="use this base image instead of the flavor's"
-                   " catalogue image; CUDA=IMAGE for the cells of one CUDA version (12.8=IMAGE)"
+    p.add_argument("--base-image", **kw, metavar="[CUDA=]IMAGE[,FALLBACK]", help="use this base image instead of the"
+                   " flavor's catalogue image; CUDA=IMAGE for the cells of one CUDA version (12.8=IMAGE); IMAGE,FALLBACK"
+                   " tries FALLBACK (same CUDA) when IMAGE cannot be pulled"
                    + (" (repeatable)" if many else ""))
     p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default);"
                    " with --ref/--git: the version that source is, whose recipe rules apply")

@@ -133,14 +133,21 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     if flavor is not None and flavor not in container_flavors():
         raise ConfigError(f"{where}.flavor: {flavor!r} is not one of {', '.join(container_flavors())}")
     base = section.get("base-image")
-    if isinstance(base, dict):  # per CUDA version: {"12.8" = "IMAGE", "13.0" = "IMAGE"}
+    if isinstance(base, dict):  # per CUDA version: {"12.8" = "IMAGE", "13.0" = ["PRIMARY", "FALLBACK"]}
         try:
             base = {compat.cuda_variant(str(k)).name: v for k, v in base.items()}
         except ImagegenError as exc:
             raise ConfigError(f"{where}.base-image: {exc}") from None
-    for image in (base.values() if isinstance(base, dict) else [base] if base is not None else []):
-        if not isinstance(image, str) or not safety.IMAGE_REF.fullmatch(image):
-            raise ConfigError(f"{where}.base-image: {image!r} is not an image reference")
+    for key, value in (base.items() if isinstance(base, dict) else [("*", base)] if base is not None else []):
+        # A list is the primary image and its fallbacks, tried in order (one string "A,B" inside imagegen).
+        images = value if isinstance(value, list) and value else [value]
+        for image in images:
+            if not isinstance(image, str) or not safety.IMAGE_REF.fullmatch(image):
+                raise ConfigError(f"{where}.base-image: {image!r} is not an image reference")
+        if isinstance(base, dict):
+            base[key] = ",".join(images)
+        else:
+            base = ",".join(images)
     registry = section.get("registry")
     if registry is not None and (not isinstance(registry, str) or not safety.IMAGE_REF.fullmatch(registry)):
         raise ConfigError(f"{where}.registry: {registry!r} is not a registry/namespace like 127.0.0.1:5000/ml")

@@ -78,7 +78,8 @@ def flag_values(args: argparse.Namespace, name: str) -> tuple[str, ...]:
 
 def base_images(values) -> str | dict[str, str] | None:
     """--base-image IMAGE (every cell) or CUDA=IMAGE (the cells of that CUDA version), repeatable:
-    one image, or {cuXYZ: image, "*": image}."""
+    one image, or {cuXYZ: image, "*": image}. IMAGE may be PRIMARY,FALLBACK[,...]: the images tried in
+    order when the first cannot be pulled (each checked as an image reference by the plan)."""
     if not values:
         return None
     values = [values] if isinstance(values, str) else list(values)

@@ -27,7 +27,7 @@ from imagegen.cell_rules import (
     rule_problems,
     torch_cuda_problems,
 )
-from imagegen.errors import ArchError, CompatError, NothingToDoError
+from imagegen.errors import ArchError, CompatError, ImagegenError, NothingToDoError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
@@ -94,6 +94,32 @@ class Cell:
         """What the built .so must carry: the request mapped through the recipe's ``emits``."""
         return expected_archs(self.version, self.archs, self.cuda.version if self.base is None or self.base.nvcc is None else self.base.nvcc)
 
+    @property
+    def torch_from(self) -> str | None:
+        """Where the builder's torch comes from: ``image`` (the base image's own, reused: no download),
+        ``venv`` (installed into a venv), ``image-or-venv`` (a custom image whose contents imagegen does
+        not know: the build reuses its torch when it is exactly the one asked for), ``host`` (native)."""
+        base = self.base
+        if base is None:
+            return None
+        if base.flavor.name == "native":
+            return "host"
+        if base.image_torch == self.torch_version and base.image_torch_cuda == self.cuda.name:
+            return "image"
+        if base.custom and base.image_torch is None:
+            return "image-or-venv"
+        return "venv"
+
+    def torch_from_text(self) -> str:
+        """``torch_from`` in words, for the plan and the Dockerfile's header."""
+        what = f"torch {self.torch_version} ({self.cuda.name})"
+        return {
+            "image": f"{what} of the base image, reused",
+            "venv": f"{what} into a venv",
+            "image-or-venv": f"{what}: the image's own if it has exactly that, else into a venv",
+            "host": f"{what} of this host",
+        }.get(self.torch_from or "", what)
+
     def describe(self) -> str:
         asked = self.requested_archs
         archs = f"{asked} (compiled as {self.archs})" if asked is not None and asked != self.archs else str(self.archs)
@@ -147,8 +173,8 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
     problems += recipe_problems(recipe, version, series, cuda, compilable, nvcc)
     if base is not None:
         problems += base_problems(base, cuda)
-        if base.fallback:
-            notes.append(f"fallback base image: {base.fallback}")
+        if base.fallbacks:
+            notes.append(f"fallback base image: {', then '.join(base.fallbacks)} (if {base.ref} cannot be pulled)")
         if base.deadsnakes:
             notes.append(f"Python {python} comes from the deadsnakes PPA on this Ubuntu image")
     problems += base_problem
@@ -266,6 +292,20 @@ def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torc
     given_py = compat.check_python(python) if python else None
     default_py = str(defaults()["python"])
     first: Cell | None = None
+    if not torch and base_image is None:
+        # The torch the flavor's images ship, newest first: a builder that reuses it downloads no torch.
+        image_py, shipped = compat.shipped_torches(compat.flavor(flavor))
+        for tv, variant in shipped:
+            if image_py is None or (given_py and given_py != image_py) or (given_cuda and given_cuda.name != variant):
+                continue
+            try:
+                s, tv = compat.torch_series(tv)
+                cv = compat.cuda_variant(variant)
+            except ImagegenError:  # a release the torch table does not know (yet)
+                continue
+            cell = _cell(recipe, version, s, tv, cv, image_py, archs, flavor, None, torch_index_override)
+            if cell.buildable and cell.torch_from == "image":
+                return cell
     for s, tv in series_list:
         if given_cuda:
             variants = [given_cuda]

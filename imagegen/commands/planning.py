@@ -33,6 +33,8 @@ def _cell_record(cell) -> dict:
         "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
         "flavor": cell.flavor,
         "base_image": cell.base.ref if cell.base else None,
+        # image (the base image's torch, reused), venv, image-or-venv (a custom image), host (native)
+        "torch_from": cell.torch_from if cell.status != "rejected" else None,
         "reasons": list(cell.problems),
         "notes": list(cell.notes),
         "wheel_dir": cell.wheel_dir,
@@ -43,7 +45,8 @@ def _print_plan(plan: Plan, only: str | None) -> None:
     cells = [c for c in plan.cells if only is None or c.status == only]
     rows = [("STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", "ARCHS", "WHY")]
     for c in cells:
-        why = "; ".join(c.problems) if c.problems else "; ".join(c.notes) or (c.base.ref if c.base else "")
+        why = "; ".join(c.problems) if c.problems else "; ".join(
+            ([f"{c.base.ref}: {c.torch_from_text()}"] if c.base else []) + list(c.notes))
         rows.append((c.status, c.recipe.name, c.version.version, c.torch.series, c.cuda.name, c.python, str(c.archs), why))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     out = sys.stdout

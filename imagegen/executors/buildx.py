@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from imagegen import engine, interrupt, wheelhouse
 from imagegen.errors import UsageError
+from imagegen.executors import bases
 from imagegen.executors.bake_log import LOG_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import Run, prepare_run, run_bake
 from imagegen.executors.buildx_audit import audit_gate
@@ -49,7 +50,13 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
     results: dict[str, CellResult] = {}
     todo: list[Cell] = []
     hashes: dict[str, str] = {}
+    # A cell with fallback base images builds on the first one that can be had (its manifest says which).
+    cells, no_base = bases.pick(plan.buildable, say)
     for cell in plan.buildable:
+        if cell.name in no_base:
+            results[cell.name] = CellResult(cell, "failed", error=no_base[cell.name])
+            say(f"[{cell.name}] {no_base[cell.name]}")
+    for cell in cells:
         h = inputs_hash(cell, cell_document(cell))
         hashes[cell.name] = h
         existing = None if force else wheelhouse.up_to_date(out, cell, h)

@@ -7,6 +7,7 @@ this module only loads them into types and answers questions about them. The arc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -256,9 +257,18 @@ class BaseImage:
     toolkit: str  # "image" | "pypi"
     nvcc: Version | None  # nvcc in the image (None: from PyPI, or unknown for a custom image)
     image_torch_cuda: str | None  # CUDA variant of a torch preinstalled in the image, if known
-    fallback: str | None = None
+    # The torch release preinstalled in ``python`` (None: none, or not known): a cell asking for
+    # exactly it (and ``image_torch_cuda``) reuses it instead of downloading torch again.
+    image_torch: str | None = None
+    # The images tried, in order, when ``ref`` cannot be pulled (same CUDA; seed 001's ALT_LINUX_IMAGE_CU*):
+    # the manylinux flavor's sameli image, or the later images of --base-image CUDA=PRIMARY,FALLBACK.
+    fallbacks: tuple[str, ...] = ()
     deadsnakes: bool = False  # Python must come from the deadsnakes PPA
     custom: bool = False
+
+    @property
+    def fallback(self) -> str | None:
+        return self.fallbacks[0] if self.fallbacks else None
 
 
 @functools.cache
@@ -302,9 +312,39 @@ def resolve_base_image(fl: Flavor, series: TorchSeries, torch_version: str, cuda
     if python not in fl.pythons:
         raise NoBaseImage(f"the {fl.name} flavor has no Python {python} (it has {', '.join(fl.pythons)})")
     if override:
-        return _custom_base(fl, override, python)
+        # PRIMARY[,FALLBACK...]: the later images are tried in order when the first cannot be pulled.
+        first, *rest = override.split(",")
+        base = _custom_base(fl, first.strip(" "), python)
+        fallbacks = []
+        for ref in (r.strip(" ") for r in rest):
+            other = _custom_base(fl, ref, python)
+            if other.nvcc and base.nvcc and major_minor(str(other.nvcc)) != major_minor(str(base.nvcc)):
+                raise NoBaseImage(f"--base-image: the fallback {ref} has CUDA {other.nvcc}, but {first} has"
+                                  f" {base.nvcc}: a fallback must carry the same CUDA version")
+            if ref != base.ref and ref not in fallbacks:
+                fallbacks.append(ref)
+        return dataclasses.replace(base, fallbacks=tuple(fallbacks)) if fallbacks else base
     builder = _BUILDERS[fl.name]
     return builder(fl, series, torch_version, cuda, python)
+
+
+def shipped_torches(fl: Flavor) -> tuple[str | None, list[tuple[str, str]]]:
+    """The Python a flavor's images preinstall torch into, and the (torch release, CUDA variant)
+    pairs they ship, newest first: what `render` defaults to, so that its builder reuses the image's
+    torch instead of downloading another (None and [] for flavors whose images ship no torch)."""
+    py = fl.raw.get("torch_python")
+    pairs = {(tv, variant) for img in fl.raw.get("images", ()) if isinstance(img.get("torch"), Mapping)
+             for tv, variant in img["torch"].items()}
+    newest = sorted(pairs, key=lambda p: (Version(p[0]), int(p[1][2:])), reverse=True)
+    return (str(py) if py else None), newest
+
+
+def on_fallback(base: BaseImage, ref: str, python: str) -> BaseImage:
+    """``base`` with its fallback ``ref`` in place of the primary: what imagegen knows of that image
+    (a custom image's tag is read again: its torch may differ), with no further fallbacks."""
+    if base.custom:
+        return _custom_base(base.flavor, ref, python)
+    return dataclasses.replace(base, ref=ref, fallbacks=())
 
 
 def _runpod(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
@@ -327,7 +367,8 @@ def _runpod(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVaria
         ubuntu_digits=_digits(ubuntu),
     )
     return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="image",
-                     nvcc=Version(img["cuda"]), image_torch_cuda=torches[tv])
+                     nvcc=Version(img["cuda"]), image_torch_cuda=torches[tv],
+                     image_torch=tv if python == str(raw.get("torch_python")) else None)
 
 
 def _manylinux(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
@@ -343,7 +384,7 @@ def _manylinux(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVa
     ref = primary or fallback
     return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="image",
                      nvcc=Version(mm), image_torch_cuda=None,
-                     fallback=fallback if primary else None)
+                     fallbacks=(fallback,) if primary and fallback else ())
 
 
 def _cuda(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
@@ -385,25 +426,32 @@ def _custom_base(fl: Flavor, ref: str, python: str) -> BaseImage:
     safety.check(ref, safety.IMAGE_REF, "--base-image")
     nvcc: Version | None = None
     torch_cuda: str | None = None
+    image_torch: str | None = None
     tag = ref.split("@", 1)[0]
+    runpod = flavors()["runpod"].raw
     if m := _RUNPOD_NEW.fullmatch(tag):
         nvcc = Version(f"{m.group(1)}.{m.group(2)}")
         tv = f"{m.group(4)}.{int(m.group(5))}.{m.group(6)}"
-        for img in flavors()["runpod"].raw["images"]:
+        for img in runpod["images"]:
             if major_minor(img["cuda"]) == (nvcc.major, nvcc.minor) and tv in img["torch"]:
                 torch_cuda = img["torch"][tv]
+        image_torch = tv if python == str(runpod.get("torch_python")) else None
     elif m := _RUNPOD_OLD.fullmatch(tag):
         nvcc = Version(m.group(2))
-        # The legacy scheme names the one Python the image carries.
+        # The legacy scheme names the one Python the image carries, and torch is installed into it.
         image_py = re.search(r"-py(3\.\d+)-", tag)
         if image_py and image_py.group(1) != python:
             raise NoBaseImage(f"{ref} carries Python {image_py.group(1)}, not {python}: use --python {image_py.group(1)}")
+        image_torch = m.group(1)
+        torch_cuda = next((img["torch_cuda"] for img in runpod.get("legacy_images", ())
+                           if img["torch"] == image_torch and (image_py is None or img["py"] == image_py.group(1))
+                           and major_minor(img["cuda"]) == (nvcc.major, nvcc.minor)), None)
     elif m := (_NVIDIA.fullmatch(tag) or _MANYLINUX.fullmatch(tag) or _SAMELI.fullmatch(tag)):
         nvcc = Version(m.group(1))
     if fl.toolkit == "pypi":
         nvcc = None
     return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit=fl.toolkit,
-                     nvcc=nvcc, image_torch_cuda=torch_cuda, custom=True)
+                     nvcc=nvcc, image_torch_cuda=torch_cuda, image_torch=image_torch, custom=True)
 
 
 def parse_version(text: str, what: str) -> Version:

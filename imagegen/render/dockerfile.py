@@ -172,6 +172,10 @@ def cell_document(cell: Cell) -> dict:
             "cuda": cell.cuda.name,
             "cuda_dotted": cell.cuda.dotted,
             "index_url": cell.torch_index_url,
+            # "image": the base image's interpreter has this torch (the plan knows the image): reuse it
+            # through a venv with the system site packages; "if-present": a custom image, checked in the
+            # build; None: install it into an isolated venv.
+            "reuse": {"image": "image", "image-or-venv": "if-present"}.get(cell.torch_from or ""),
         },
         "toolkit": toolkit,
         "cuda_home": PYPI_CUDA_HOME if base.toolkit == "pypi" else None,

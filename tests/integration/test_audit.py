@@ -65,19 +65,18 @@ def test_audit_knows_which_archs_each_extension_may_take(torch_venv, tmp_path):
     assert not list((tmp_path / "out").rglob("*.whl")) and time.time() - t0 < 120
 
 
-# causal-conv1d 1.6.1 on CUDA 13.0: setup.py's fixed list (L176-203), sm_62/70/72 left out from 13.0 on.
-CAUSAL_CONV1D_SASS = ["sm_75", "sm_80", "sm_87", "sm_90", "sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]
-
-
 def test_a_catalogue_recipe_fetched_as_its_pypi_sdist_is_audited_natively(torch_venv, tmp_path):
     # A real catalogue package, end to end where GitHub cannot be reached: its sdist from PyPI,
     # checked against the recipe's sha256, then its own setup.py run with the recipe's knobs.
-    proc = imagegen("plan", "--audit", "--native", "causal-conv1d", "--fetch", "sdist", "--arch", "8.0;9.0",
+    # Upstream compiles a fixed list of nine archs on CUDA 13 and ignores --arch; with the recipe's
+    # arch-list patch (applied to the sdist here) the package's own build compiles what was asked.
+    proc = imagegen("plan", "--audit", "--native", "causal-conv1d", "--fetch", "sdist", "--arch", "8.0;9.0+PTX",
                     "--python-exe", torch_venv / "bin" / "python", "--work", tmp_path / "w", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "causal_conv1d-1.6.1.tar.gz" in proc.stderr and "sha256 ok" in proc.stderr
     got = json.loads(proc.stdout)["audit"]
     assert got["verdict"] == "ok", got
     (ext,) = got["extensions"]
-    assert ext["module"] == "causal_conv1d_cuda" and ext["sass"] == CAUSAL_CONV1D_SASS and ext["ptx"] == []
-    assert any("not requested: a hard-coded arch list that ignores --arch" in w for w in got["warnings"])
+    assert ext["module"] == "causal_conv1d_cuda" and ext["sass"] == ["sm_80", "sm_90"] and ext["ptx"] == ["compute_90"]
+    assert not any("hard-coded arch list" in w for w in got["warnings"]), got["warnings"]
+    assert "causal-conv1d-arch-list.patch" in proc.stderr

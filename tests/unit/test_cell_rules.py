@@ -195,8 +195,17 @@ def test_expected_archs_follow_emits_and_fixed_lists():
     # FA3 always builds 8.0;9.0a: what covers the request is what the wheel must carry.
     assert str(expected_archs(catalogue.get("flash-attn-3").version("3.0.0"), parse_arch_list("8.6;9.0"),
                               Version("12.8"))) == "8.0;9.0a"
-    # causal-conv1d's list depends on nvcc: CUDA 13 drops 7.0 from it.
-    conv = catalogue.get("causal-conv1d").version("1.6.1")
+    # A fixed list that depends on nvcc (upstream causal-conv1d 1.6.1, setup.py L176-203): CUDA 13
+    # drops 7.0 from it. (The catalogue's causal-conv1d patches it to take TORCH_CUDA_ARCH_LIST.)
+    import dataclasses
+
+    from imagegen.model.recipes import ArchKnob
+
+    knob = ArchKnob(env=None, style="fixed", ptx="none",
+                    fixed=((Version("11.6"), parse_arch_list("6.2;7.0;7.2;7.5;8.0;8.7")), (Version("11.8"), parse_arch_list("9.0")),
+                           (Version("12.8"), parse_arch_list("10.0;12.0")), (Version("13.0"), parse_arch_list("10.3;11.0;12.1"))),
+                    fixed_dropped=((Version("13.0"), parse_arch_list("6.2;7.0;7.2")),))
+    conv = dataclasses.replace(catalogue.get("causal-conv1d").version("1.6.1"), arch=knob)
     asked = parse_arch_list("7.0;8.0;12.0")
     assert str(expected_archs(conv, asked, Version("12.8"))) == "7.0;8.0;12.0"
     assert str(expected_archs(conv, asked, Version("13.0"))) == "8.0;12.0"

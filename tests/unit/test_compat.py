@@ -302,3 +302,62 @@ def test_python_is_checked_before_the_override() -> None:
     with pytest.raises(NoBaseImage, match="no Python 3.8"):
         compat.resolve_base_image(compat.flavor("cuda"), compat.torch_table()["2.8"], "2.8.0",
                                   compat.cuda_variant("12.8"), "3.8", "registry:5000/mine:latest")
+
+
+# --------------------------------------------------------------------------------------------
+# The torch an image ships (reused instead of downloaded) and fallback base images
+# --------------------------------------------------------------------------------------------
+
+
+def test_runpod_images_ship_torch_in_their_python_312_only() -> None:
+    image = base("runpod", "2.9", "12.8", "3.12")
+    assert (image.image_torch, image.image_torch_cuda) == ("2.9.1", "cu128")
+    assert base("runpod", "2.9", "12.8", "3.11").image_torch is None  # deadsnakes 3.11 has no torch
+    # torch 2.11 is not shipped: the image's newest (2.9.1) is named, and a cell for 2.11 cannot reuse it
+    assert base("runpod", "2.11", "13.0", "3.12").image_torch == "2.9.1"
+
+
+def test_shipped_torches_are_newest_first() -> None:
+    py, pairs = compat.shipped_torches(compat.flavor("runpod"))
+    assert py == "3.12"
+    assert pairs[:4] == [("2.9.1", "cu130"), ("2.9.1", "cu129"), ("2.9.1", "cu128"), ("2.8.0", "cu129")]
+    assert ("2.6.0", "cu126") in pairs
+    assert compat.shipped_torches(compat.flavor("pypi")) == (None, [])
+    assert compat.shipped_torches(compat.flavor("manylinux")) == (None, [])
+
+
+def test_a_custom_runpod_tag_tells_its_torch() -> None:
+    image = base("runpod", "2.9", "12.8", "3.12", override="runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404")
+    assert (image.image_torch, image.image_torch_cuda, image.custom) == ("2.9.1", "cu128", True)
+    assert base("runpod", "2.9", "12.8", "3.11", override="runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404").image_torch is None
+    legacy = base("runpod", "2.8", "12.8", "3.11", override="runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04")
+    assert (legacy.image_torch, legacy.image_torch_cuda) == ("2.8.0", "cu128")
+    assert base("cuda", "2.8", "12.8", "3.12", override="my/image:1").image_torch is None
+
+
+def test_base_image_with_fallbacks() -> None:
+    image = base("pypi", "2.11", "13.0", "3.11", override="127.0.0.1:9/x/base:1, a/b:2 ,a/b:2,c/d@sha256:" + "0" * 64)
+    assert image.ref == "127.0.0.1:9/x/base:1"
+    assert image.fallbacks == ("a/b:2", "c/d@sha256:" + "0" * 64) and image.fallback == "a/b:2"
+    assert base("pypi", "2.11", "13.0", "3.11", override="a/b:1").fallbacks == ()
+
+
+def test_a_fallback_of_another_cuda_or_an_unsafe_one_is_refused() -> None:
+    with pytest.raises(NoBaseImage, match="fallback nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 has CUDA 12.8, but"
+                       " nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04 has 13.0: a fallback must carry the same CUDA"):
+        base("cuda", "2.11", "13.0", "3.12",
+             override="nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04,nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04")
+    with pytest.raises(UnsafeValueError):
+        base("cuda", "2.11", "13.0", "3.12", override="a/b:1,$(id)")
+
+
+def test_on_fallback_reads_a_custom_fallback_again() -> None:
+    primary = base("runpod", "2.9", "12.8", "3.12",
+                   override="my/base:1,runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404")
+    assert primary.image_torch is None
+    after = compat.on_fallback(primary, "runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404", "3.12")
+    assert (after.ref, after.fallbacks, after.image_torch) == ("runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404", (), "2.9.1")
+    many = base("manylinux", "2.8", "12.8", "3.12")
+    after = compat.on_fallback(many, "sameli/manylinux_2_34_x86_64_cuda_12.8", "3.12")
+    assert after.ref == "sameli/manylinux_2_34_x86_64_cuda_12.8" and after.fallbacks == () and not after.custom
+    assert after.python == many.python and after.nvcc == many.nvcc

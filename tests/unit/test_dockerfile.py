@@ -252,3 +252,27 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
         assert " make" not in installs[0][1]  # already in the base's apt list
     assert "libaio-dev" not in runs[0][1]  # the base's own package RUN
     assert run_hadolint(rendered, tmp_path) == []
+
+
+@pytest.mark.parametrize(("kw", "reuse", "says"), [
+    (dict(torch="2.9", cuda="12.8", python="3.12", flavor="runpod"), "image",
+     "#   venv     torch 2.9.1 (cu128) of the base image, reused\n"),
+    (dict(torch="2.11", cuda="12.8", python="3.12", flavor="runpod"), None,
+     "#   venv     torch 2.11.0 (cu128) into a venv\n"),
+    (dict(torch="2.11", cuda="13.0", python="3.11", flavor="pypi", base_image="my/image:1"), "if-present",
+     "#   venv     torch 2.11.0 (cu130): the image's own if it has exactly that, else into a venv\n"),
+])
+def test_the_toolchain_document_says_whether_the_images_torch_is_reused(tmp_path, kw, reuse, says):
+    """The toolchain layer's input carries the plan's decision, so the build does what `plan` said."""
+    from imagegen.plan import make_cell
+
+    r = CATALOGUE.get("sage")
+    cell = make_cell(r, r.version(None), kw.pop("torch"), kw.pop("cuda"), kw.pop("python"), parse_arch_list("9.0"),
+                     kw.pop("flavor"), kw.pop("base_image", None))
+    assert cell.buildable, cell.problems
+    rendered = render_dockerfile(cell).dockerfile
+    assert says in rendered
+    toolchain = next(json.loads(line) for line in rendered.splitlines() if line.startswith('{"base_python"') and '"build_requires"' not in line)
+    assert toolchain["torch"]["reuse"] == reuse
+    assert ("a venv that sees the system site packages" in rendered) == (reuse == "image")
+    assert run_hadolint(rendered, tmp_path) == []

@@ -127,3 +127,12 @@ def test_base_image_per_cuda_version(tmp_path, capsys):
     cfg.write_text('[tool.imagegen.base-image]\n"12.8" = "a b"\n')
     with pytest.raises(ConfigError, match="base-image"):
         load_config(cfg)
+    # A list is the primary and its fallbacks, tried in order when the primary cannot be pulled.
+    cfg.write_text('[tool.imagegen.base-image]\n"12.8" = ["a/b:1", "c/d:2"]\n')
+    assert load_config(cfg).base_image == {"cu128": "a/b:1,c/d:2"}
+    cfg.write_text('[tool.imagegen]\nbase-image = ["a/b:1", "c/d:2"]\n')
+    assert load_config(cfg).base_image == "a/b:1,c/d:2"
+    cfg.write_text('[tool.imagegen]\nbase-image = ["a/b:1", "$(id)"]\n')
+    with pytest.raises(ConfigError, match="base-image"):
+        load_config(cfg)
+    assert options.base_images(["13.0=127.0.0.1:9/x/y:1,a/b:2"]) == {"cu130": "127.0.0.1:9/x/y:1,a/b:2"}

@@ -88,6 +88,7 @@ def test_manylinux_fallback_and_missing():
     assert ok.base.ref == "pytorch/manylinux2_28-builder:cuda12.8"
     assert ok.base.python == "/opt/python/cp312-cp312/bin/python"
     assert ok.base.fallback == "sameli/manylinux_2_34_x86_64_cuda_12.8"
+    assert "fallback base image: sameli/manylinux_2_34_x86_64_cuda_12.8 (if pytorch/manylinux2_28-builder:cuda12.8 cannot be pulled)" in ok.notes
     bad = cell("sage", "9.0", torch="2.6", cuda="12.4", flavor="manylinux")
     assert any(p.startswith("no manylinux builder image for CUDA 12.4") for p in bad.problems)
 
@@ -109,6 +110,37 @@ def test_choose_cell_fills_newest_buildable_combination():
     c = choose_cell(r, r.version(None), parse_arch_list("12.0+PTX"), torch=None, cuda=None, python=None, flavor="runpod")
     assert c.status == BUILDABLE and c.cuda.version >= Version("12.8")
     assert c.python == defaults()["python"]
+
+
+def test_choose_cell_defaults_to_the_torch_the_flavors_image_ships():
+    """render's default on runpod is the newest torch a runpod image ships, so the builder reuses it
+    (no second torch of several GB); given values, or a flavor without torch, keep the newest."""
+    r = CAT.get("sage")
+    v = r.version(None)
+    c = choose_cell(r, v, parse_arch_list("12.0+PTX"), torch=None, cuda=None, python=None, flavor="runpod")
+    assert (c.torch_version, c.cuda.name, c.python, c.torch_from) == ("2.9.1", "cu130", "3.12", "image")
+    assert c.base.ref == "runpod/pytorch:1.0.2-cu1300-torch291-ubuntu2404"
+    c = choose_cell(r, v, parse_arch_list("9.0"), torch=None, cuda="12.8", python=None, flavor="runpod")
+    assert (c.torch_version, c.cuda.name, c.torch_from) == ("2.9.1", "cu128", "image")
+    # Newer torch than any image ships (runpod has no CUDA 13.2 image for 2.15, so 2.14.1 there).
+    c = choose_cell(r, v, parse_arch_list("9.0"), torch=None, cuda=None, python="3.11", flavor="runpod")
+    assert c.torch_version == "2.14.1" and c.torch_from == "venv"  # runpod's 3.11 has no torch
+    c = choose_cell(r, v, parse_arch_list("9.0"), torch="2.8", cuda=None, python=None, flavor="runpod")
+    assert c.torch_version == "2.8.0" and c.torch_from == "image"
+    c = choose_cell(r, v, parse_arch_list("9.0"), torch=None, cuda=None, python=None, flavor="pypi")
+    assert c.torch_version == "2.15.0" and c.torch_from == "venv"
+
+
+def test_torch_from_of_each_kind_of_base():
+    assert cell("sage", "9.0", torch="2.9", cuda="12.9").torch_from == "image"
+    assert cell("sage", "9.0", torch="2.9", cuda="13.0").torch_from == "image"  # the cu1300 image's 2.9.1 is cu130
+    assert cell("sage", "9.0", torch="2.8", cuda="13.0").status == REJECTED  # its 2.8.0 is a cu129 build
+    assert cell("sage", "9.0", torch="2.9.0", cuda="12.8").torch_from == "venv"  # the image has 2.9.1, not 2.9.0
+    assert cell("sage", "9.0", torch="2.10", cuda="12.8").torch_from == "venv"
+    custom = cell("sage", "9.0", torch="2.11", cuda="13.0", flavor="pypi", base_image="my/image:1")
+    assert custom.torch_from == "image-or-venv"
+    assert "the image's own if it has exactly that" in custom.torch_from_text()
+    assert cell("sage", "9.0", torch="2.11", cuda="12.8", flavor="cuda").torch_from == "venv"
 
 
 def test_choose_cell_error_names_the_fix():

@@ -43,6 +43,7 @@ def test_plan_json_records_what_was_asked_and_what_the_package_compiles(capsys):
     assert (cell["recipe"], cell["version"], cell["torch"], cell["cuda"], cell["python"]) == \
         ("flash-attn", "2.8.3", "2.8.0", "cu128", "3.12")
     assert cell["wheel_dir"] == "flash-attn-2.8.3/torch2.8/cu128" and cell["base_image"].startswith("runpod/pytorch:")
+    assert cell["torch_from"] == "image"  # runpod's torch 2.8.0 cu128 in its Python 3.12: reused
     assert data["summary"] == {"buildable": 1, "rejected": 0, "skipped": 0, "total": 1}
 
 
@@ -62,7 +63,8 @@ def test_plan_table_is_aligned_and_only_filters_rows_not_the_summary(capsys):
     assert {line.index("sageattention") for line in lines[1:3]} == {lines[0].index("RECIPE")}
     assert [line.split()[0] for line in lines[1:3]] == ["rejected", "buildable"]
     assert lines[1].endswith("use --flavor cuda, manylinux, or a CUDA the runpod images carry")
-    assert lines[2].endswith("runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404")  # a buildable row: its base image
+    # a buildable row: its base image, and whether the builder reuses that image's torch
+    assert lines[2].endswith("runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404: torch 2.8.0 (cu128) of the base image, reused")
     assert lines[-1] == "1 buildable, 1 rejected, 0 skipped of 2 cells"
     assert plan("sage", *MATRIX_2, "--only", "buildable") == 0
     lines = capsys.readouterr().out.splitlines()
@@ -201,3 +203,14 @@ def test_archs_refuses_what_it_cannot_read():
         call(planning.cmd_archs, "archs", "8.0", "--cuda", "12.x")
     with pytest.raises(UsageError, match="--torch 'banana' is not a torch version"):
         call(planning.cmd_archs, "archs", "8.0", "--torch", "banana")
+
+
+def test_plan_says_where_each_cells_torch_comes_from(capsys):
+    assert plan("sage", "--torch", "2.9 2.11", "--cuda", "12.8", "--python", "3.11 3.12", "--arch", "9.0", "--json") == 0
+    cells = {(c["torch"], c["python"]): c["torch_from"] for c in json.loads(capsys.readouterr().out)["cells"]}
+    assert cells == {("2.9.1", "3.11"): "venv", ("2.9.1", "3.12"): "image", ("2.11.0", "3.11"): "venv",
+                     ("2.11.0", "3.12"): "venv"}
+    assert plan("sage", "--torch", "2.11", "--cuda", "13.0", "--python", "3.12", "--arch", "9.0", "--flavor", "pypi",
+                "--base-image", "my/image:1") == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.endswith("my/image:1: torch 2.11.0 (cu130): the image's own if it has exactly that, else into a venv")

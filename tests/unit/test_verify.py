@@ -186,14 +186,14 @@ def test_missing_still_fails_and_variants_match_exactly(tmp_path):
 
 
 def test_a_hard_coded_list_is_flagged_against_the_plans_expected_archs(tmp_path):
-    # causal-conv1d compiles a fixed list whatever TORCH_CUDA_ARCH_LIST says; the plan expects, for
+    # mamba-ssm compiles a fixed list whatever TORCH_CUDA_ARCH_LIST says; the plan expects, for
     # a request of 8.6, the fixed entry that runs there (sm_80). Everything else is not requested.
-    version = load_catalogue().get("causal-conv1d").version(None)
+    version = load_catalogue().get("mamba-ssm").version(None)
     fixed = version.arch.fixed_for(Version("12.8"))
     expected = expected_archs(version, parse_arch_list("8.6"), Version("12.8"))
     assert [a.sm for a in expected] == ["sm_80"]
     fatbin = fatbin_container(*(a.sm for a in fixed)) * 4
-    report = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin}, dist="causal_conv1d"), expected, cuobjdump=None)
+    report = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin}, dist="mamba_ssm"), expected, cuobjdump=None)
     (so,) = report.extensions
     assert report.ok and so.missing == []
     assert so.extra == [a.sm for a in fixed if a.sm != "sm_80"] and len(so.extra) >= 2

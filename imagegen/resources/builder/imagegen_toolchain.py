@@ -89,22 +89,55 @@ def cmd_toolchain(cell, args):
     CUDA, Python), so every recipe's builder for the same torch x CUDA x Python shares it."""
     env = secret_env(os.environ)
     venv = cell["venv"]
+    torch = cell["torch"]
+    reused = image_torch_matches(cell) if torch.get("reuse") else False
     if not os.path.exists(venv_python(cell)):
-        run([cell["base_python"], "-m", "venv", venv], env=env)
+        # The image's own torch is seen through the system site packages; anything installed later
+        # (build requirements, the wheel) goes into the venv, never into the image's Python.
+        run([cell["base_python"], "-m", "venv"] + (["--system-site-packages"] if reused else []) + [venv], env=env)
     py = venv_python(cell)
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
     run(pip + ["--upgrade", "pip"], env=env)
-    torch = cell["torch"]
-    spec = ["torch==" + torch["version"]]
-    if torch.get("index_url"):
-        spec += ["--index-url", torch["index_url"]]
-    run(pip + spec, env=env)
+    if reused:
+        log("torch %s (%s) is the base image's own: reused, not downloaded" % (torch["version"], torch["cuda"]))
+    else:
+        spec = ["torch==" + torch["version"]]
+        if torch.get("index_url"):
+            spec += ["--index-url", torch["index_url"]]
+        run(pip + spec, env=env)
     tk = cell.get("toolkit") or {}
     if tk.get("kind") == "pypi":
         extras = ",".join(tk["extras"])
         run(pip + ["cuda-toolkit[%s]==%s" % (extras, tk["version"])], env=env)
         assemble_cuda_home(py, tk["home"])
     check_torch(cell, py)
+
+
+def image_torch_matches(cell):
+    """Whether the base image's interpreter already has exactly the torch release and CUDA variant
+    the cell asks for. Asked only where the plan expects it ("image") or cannot know ("if-present");
+    a mismatch means the venv gets its own torch, as for any other image."""
+    want = cell["torch"]
+    code = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
+    try:
+        out = subprocess.run([cell["base_python"], "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             timeout=300).stdout.decode(errors="replace").strip().splitlines()
+        got_version, got_cuda = json.loads(out[-1]) if out else (None, None)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        got_version, got_cuda = None, None
+    if got_version is None:
+        found = "no torch"
+    else:
+        found = "torch %s (CUDA %s)" % (got_version, got_cuda)
+        if got_version.split("+")[0] == want["version"] and (got_cuda or "") == want["cuda_dotted"]:
+            return True
+    if want.get("reuse") == "image":
+        log("warning: the plan expected torch %s (%s) in the base image's %s, which has %s: installing it into the venv"
+            % (want["version"], want["cuda"], cell["base_python"], found))
+    else:
+        log("the base image's %s has %s, not torch %s (%s): installing it into the venv"
+            % (cell["base_python"], found, want["version"], want["cuda"]))
+    return False
 
 
 def assemble_cuda_home(py, home):

@@ -1,0 +1,61 @@
+"""The toolchain step's question "does the base image already have exactly this torch?" asked of real
+interpreters: stand-ins that answer as an image's Python with torch X, another torch, or none would."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder" / "imagegen_toolchain.py"
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    spec = importlib.util.spec_from_file_location("toolchain_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def interpreter(tmp_path: Path, torch: tuple[str, str | None] | None) -> str:
+    """A Python whose `import torch` gives ``torch`` (version, CUDA) or fails."""
+    site = tmp_path / "site"
+    if torch is not None:
+        (site / "torch" / "version").mkdir(parents=True)
+        (site / "torch" / "__init__.py").write_text(f"__version__ = {torch[0]!r}\nfrom torch import version\n")
+        (site / "torch" / "version" / "__init__.py").write_text(f"cuda = {torch[1]!r}\n")
+    exe = tmp_path / "python3"
+    exe.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def cell(python: str, reuse: str | None = "image") -> dict:
+    return {"base_python": python, "torch": {"version": "2.9.1", "cuda": "cu128", "cuda_dotted": "12.8", "reuse": reuse}}
+
+
+def test_the_images_own_torch_when_it_is_exactly_the_one_asked_for(toolchain, tmp_path, capsys):
+    assert toolchain.image_torch_matches(cell(interpreter(tmp_path, ("2.9.1+cu128", "12.8")))) is True
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("torch", "found"), [
+    (("2.9.0+cu128", "12.8"), "torch 2.9.0+cu128 (CUDA 12.8)"),
+    (("2.9.1+cu130", "13.0"), "torch 2.9.1+cu130 (CUDA 13.0)"),
+    (("2.9.1+cpu", None), "torch 2.9.1+cpu (CUDA None)"),
+    (None, "no torch"),
+])
+def test_any_other_torch_or_none_means_a_venv_of_its_own(toolchain, tmp_path, capsys, torch, found):
+    python = interpreter(tmp_path, torch)
+    assert toolchain.image_torch_matches(cell(python)) is False
+    out = capsys.readouterr().out
+    assert f"warning: the plan expected torch 2.9.1 (cu128) in the base image's {python}, which has {found}" in out
+    assert toolchain.image_torch_matches(cell(python, reuse="if-present")) is False
+    assert f"the base image's {python} has {found}, not torch 2.9.1 (cu128): installing it into the venv" in capsys.readouterr().out
+
+
+def test_an_interpreter_that_is_not_there(toolchain, tmp_path):
+    assert toolchain.image_torch_matches(cell(str(tmp_path / "no-such-python"))) is False
