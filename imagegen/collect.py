@@ -85,6 +85,8 @@ def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) ->
                    "path": str(cell.recipe.source_path) if cell.recipe.source_path else None,
                    **({"sha256": cell.version.sdist.sha256} if cell.recipe.source_kind == "sdist" and cell.version.sdist
                       else {})},
+        # The recipe's patches the build applied to that source (before compiling; see the audit).
+        "patches": [p.name for p in cell.version.patches],
         "torch": cell.torch_version,
         "cuda": cell.cuda.name,
         "python": cell.python,

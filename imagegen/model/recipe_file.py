@@ -127,7 +127,8 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         version = version_facts(Reader(shown, facts, f"versions.{key}"), shown, recipe_dir, arch, key)
         versions[key] = replace(
             version,
-            ref=pin.str("ref", required=url is not None, pattern=safety.GIT_REF) or "",
+            # A version that only PyPI has (its tag is not in the git mirror) is pinned by its sdist alone.
+            ref=pin.str("ref", required=url is not None and pin.data.get("sdist") is None, pattern=safety.GIT_REF) or "",
             commit=pin.str("commit", pattern=safety.GIT_SHA),
             sdist=_sdist(pin),
             source_version=str(said) if said is not None else None,

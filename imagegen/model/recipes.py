@@ -260,6 +260,12 @@ def fetched_from(recipe: Recipe, version: RecipeVersion, fetch: str | None) -> t
     ``fetch="sdist"`` from the version's pinned source distribution. The sdist carries the same
     recipe knowledge (arch knob, routing, patches, smoke test): the catalogue checks that its files
     are the tagged commit's (docs/recipes.md)."""
+    sdist_only = not version.ref and version.sdist is not None and recipe.source_kind == "git"
+    if fetch is None and sdist_only:
+        fetch = "sdist"  # pinned by its sdist alone: PyPI has it, the git mirror does not
+    if fetch == "git" and sdist_only:
+        raise RecipeError(f"{recipe.name} {version.version} is pinned by its sdist only (no git ref in its recipe):"
+                          " drop --fetch git, or build a ref with --ref")
     if fetch in (None, "git"):
         return recipe, version
     if fetch != "sdist":

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagegen import collect, wheelhouse
+from imagegen.errors import RecipeError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipes import fetched_from
@@ -61,6 +62,7 @@ def test_the_manifest_says_what_was_asked_what_was_compiled_and_from_where(tmp_p
         "recipe": "flash-attn", "version": "2.8.3",
         "source": {"kind": "git", "url": recipe.source_url, "ref": cell.version.ref, "commit": cell.version.commit,
                    "path": None},
+        "patches": [],
         "torch": "2.8.0", "cuda": "cu128", "python": "3.12",
         # 8.6 is served by the sm_80 cubin: the request, what was compiled and why all travel with the wheel.
         "archs": "8.0;9.0", "requested_archs": "8.6;9.0", "expected_archs": "8.0;9.0",
@@ -75,9 +77,20 @@ def test_an_sdist_build_records_the_pinned_hash(tmp_path):
     r, v = fetched_from(recipe, recipe.version("1.6.1"), "sdist")
     cell = make_cell(r, v, "2.8", "12.8", "3.12", parse_arch_list("9.0"), "cuda")
     dest = collect.publish(tmp_path, cell, WHEEL, inputs="h", record={})
-    source = json.loads((dest.parent / "manifest.json").read_text())["cells"][cell.name]["source"]
-    assert source == {"kind": "sdist", "url": v.sdist.url, "ref": "causal_conv1d-1.6.1.tar.gz", "commit": None,
-                      "path": None, "sha256": v.sdist.sha256}
+    entry = json.loads((dest.parent / "manifest.json").read_text())["cells"][cell.name]
+    assert entry["source"] == {"kind": "sdist", "url": v.sdist.url, "ref": "causal_conv1d-1.6.1.tar.gz", "commit": None,
+                               "path": None, "sha256": v.sdist.sha256}
+    assert entry["patches"] == ["causal-conv1d-arch-list.patch"]  # what the build applied to that source
+
+
+def test_a_version_pinned_by_its_sdist_alone_is_fetched_from_there(tmp_path):
+    recipe = load_catalogue().get("causal-conv1d")
+    v = recipe.version("1.7.0")
+    assert v.ref == "" and v.commit is None and v.sdist is not None and v.rules_from.startswith("by_version[0]")
+    r, fetched = fetched_from(recipe, v, None)  # no --fetch: the sdist, since there is no git ref
+    assert (r.source_kind, r.source_url, fetched.ref) == ("sdist", v.sdist.url, "causal_conv1d-1.7.0.tar.gz")
+    with pytest.raises(RecipeError, match="pinned by its sdist only"):
+        fetched_from(recipe, v, "git")
 
 
 def test_cells_that_differ_only_by_python_share_a_folder_and_its_manifest(tmp_path):

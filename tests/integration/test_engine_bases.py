@@ -1,0 +1,112 @@
+"""Base images on a real Docker engine: the fallback when the primary cannot be pulled, and the torch
+an image ships reused instead of downloaded again (issue 18 items 5 and 6).
+
+One `imagegen build` of the tiny_kernel fixture with ``--base-image 13.0=PRIMARY,FALLBACK``: the
+primary is an image on a registry port nothing listens on (so its pull fails at once); the fallback is
+a test image whose system Python already has torch 2.11.0 (cu130), as runpod's images have theirs.
+The build must pass over the primary, build on the fallback, record it in the manifest, and reuse that
+image's torch (a venv with the system site packages, no torch install in the build log).
+
+Needs: a running Docker engine with buildx and the base image made by scripts/make-base-image.sh.
+Installs torch into the fallback image from PyPI through the same pip cache mount the builders use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagegen.verify import verify_wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+TORCH_IMAGE = "imagegen-test/python-torch:3.11-torch2.11.0"
+MISSING = "127.0.0.1:9/imagegen-missing/python:3.11"  # port 9 (discard): nothing answers there
+IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
+SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
+CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "9.0", "--flavor", "pypi"]
+NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
+
+pytestmark = pytest.mark.integration
+
+# torch into the image's own Python (Debian's python3.11 reads /usr/local/lib/python3.11/dist-packages),
+# installed by a throwaway venv's pip: the image then looks like runpod's, torch in the system Python.
+TORCH_DOCKERFILE = f"""\
+FROM {BASE_IMAGE}
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \\
+    --mount=type=secret,id=pip_cert \\
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \\
+    && python3 -m venv /tmp/pip-venv \\
+    && /tmp/pip-venv/bin/pip install -q --target /usr/local/lib/python3.11/dist-packages torch==2.11.0 \\
+    && rm -rf /tmp/pip-venv \\
+    && python3 -c "import torch; assert torch.__version__.startswith('2.11.0') and torch.version.cuda == '13.0'"
+"""
+
+
+def sh(*cmd: str, cwd: Path | None = None, input: str | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def torch_image(tmp_path_factory):
+    if sh("docker", "image", "inspect", BASE_IMAGE).returncode != 0:
+        pytest.fail(f"base image {BASE_IMAGE} missing: run scripts/make-base-image.sh {BASE_IMAGE}")
+    made = sh("docker", "image", "inspect", TORCH_IMAGE).returncode != 0
+    if made:
+        proc = sh("docker", "buildx", "build", "--load", "-t", TORCH_IMAGE, "--secret", f"id=pip_cert,src={SYSTEM_CA}",
+                  "-f", "-", str(tmp_path_factory.mktemp("torch-image")), input=TORCH_DOCKERFILE)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    yield TORCH_IMAGE
+    if made:  # several GB: not left on the engine
+        sh("docker", "image", "rm", TORCH_IMAGE)
+
+
+@pytest.fixture(scope="module")
+def build(torch_image, tmp_path_factory):
+    root = tmp_path_factory.mktemp("bases")
+    plan = sh(IMAGEGEN, "plan", "--source", str(FIXTURES / "tiny_kernel"), *CELL,
+              "--base-image", f"13.0={MISSING},{torch_image}", "--json", cwd=root)
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL,
+              "--base-image", f"13.0={MISSING},{torch_image}", "--out", str(root / "out"), "--work", str(root / "work"),
+              "--ca-bundle", SYSTEM_CA, cwd=root)
+    return {"plan": plan, "proc": proc, "out": root / "out", "image": torch_image}
+
+
+def manifest_entry(build) -> tuple[Path, dict]:
+    (wheel,) = sorted((build["out"] / "tiny-kernel-0.1.0" / "torch2.11" / "cu130").glob("*.whl"))
+    return wheel, json.loads((wheel.parent / "manifest.json").read_text())["cells"][NAME]
+
+
+def test_the_plan_names_the_fallback_and_cannot_know_the_custom_images_torch(build):
+    assert build["plan"].returncode == 0, build["plan"].stderr
+    (cell,) = json.loads(build["plan"].stdout)["cells"]
+    assert cell["base_image"] == MISSING and cell["torch_from"] == "image-or-venv"
+    assert f"fallback base image: {build['image']} (if {MISSING} cannot be pulled)" in cell["notes"]
+
+
+def test_the_cell_builds_on_the_fallback_and_the_manifest_says_so(build):
+    proc = build["proc"]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"[{NAME}] base image {MISSING}: " in proc.stderr and f"building on the fallback {build['image']}" in proc.stderr
+    wheel, entry = manifest_entry(build)
+    assert entry["base_image"] == build["image"]
+    (note,) = [n for n in entry["notes"] if n.startswith("built on the fallback base image")]
+    assert note.startswith(f"built on the fallback base image {build['image']}: {MISSING}: ")
+    assert entry["smoke"] == {"tiny_kernel": "ok"}
+    (so,) = verify_wheel(wheel, None).extensions
+    assert sorted(map(str, so.entries)) == ["sm_90"]
+
+
+def test_the_images_own_torch_is_reused_not_downloaded(build):
+    assert build["proc"].returncode == 0, build["proc"].stderr[-4000:]
+    _, entry = manifest_entry(build)
+    log = Path(entry["log"]).read_text(errors="replace")
+    assert "torch 2.11.0 (cu130) is the base image's own: reused, not downloaded" in log
+    assert "--system-site-packages" in log
+    assert "torch==2.11.0" not in log  # neither the toolchain step nor deps installed torch
