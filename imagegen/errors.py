@@ -114,6 +114,11 @@ class NoGpuError(ImagegenError, exit_code=8):
     """The interpreter has no torch, or torch sees no CUDA GPU: the check cannot run here."""
 
 
+class PublishError(ImagegenError, exit_code=9):
+    """The last mile failed: an index that cannot be written, a wheel auditwheel cannot repair, an
+    upload refused (bad credentials, a different file already there under the same name)."""
+
+
 # Internal signals, never shown as they are: each caller turns them into a user error or a plan reason.
 
 

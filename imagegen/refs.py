@@ -20,11 +20,12 @@ import tarfile
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Sequence
 
 from imagegen import safety
 from imagegen.errors import RecipeError, UsageError
 from imagegen.model.recipe_reader import quoted
-from imagegen.model.recipes import Recipe, RecipeVersion, ranges_text
+from imagegen.model.recipes import Patch, Recipe, RecipeVersion, ranges_text
 
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 # A tag that names a version: v2.8.2, 2.8.3.post1, V1.0 (what remains is read as PEP 440).
@@ -35,13 +36,14 @@ MAX_LS_REMOTE_BYTES = 1 << 20
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
 
 
-def _git(args: list[str], *, timeout: int, missing: str) -> subprocess.CompletedProcess:
+def _git(args: list[str], *, timeout: int, missing: str, env: dict[str, str] | None = None,
+         input: bytes | None = None) -> subprocess.CompletedProcess:
     """git ``args`` (output as bytes); ``missing`` is the UsageError's message when git is not installed."""
     git = shutil.which("git")
     if git is None:
         raise UsageError(missing)
-    return subprocess.run([git, *args], capture_output=True, env={**os.environ, **_GIT_ENV}, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run([git, *args], capture_output=True, env={**os.environ, **_GIT_ENV, **(env or {})},
+                          timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
 
 def _stderr_tail(proc: subprocess.CompletedProcess) -> str:
@@ -211,6 +213,27 @@ def checkout_head(root: Path) -> tuple[str | None, bool]:
     return (sha if FULL_SHA.fullmatch(sha) else None), bool(status.stdout.strip())
 
 
+def only_patched(root: Path, patches: Sequence[Patch]) -> bool:
+    """Whether the tracked files of the checkout at ``root`` are HEAD with exactly ``patches`` applied:
+    the tree an earlier build of the pin left (imagegen patches the source in place), which is still
+    the pin. Checked in a throwaway index (HEAD, then each patch applied to it), never in the user's
+    tree or index."""
+    if not patches:
+        return False
+    with tempfile.TemporaryDirectory(prefix="imagegen-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        try:
+            if _git(["-C", str(root), "read-tree", "HEAD"], timeout=120, missing="", env=env).returncode:
+                return False
+            for patch in patches:
+                if _git(["-C", str(root), "apply", "--cached", "-"], timeout=120, missing="", env=env,
+                        input=patch.text.encode()).returncode:
+                    return False
+            return _git(["-C", str(root), "diff", "--quiet"], timeout=300, missing="", env=env).returncode == 0
+        except (UsageError, OSError, subprocess.TimeoutExpired):
+            return False
+
+
 def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | None,
             tree: Recipe | None = None) -> tuple[Recipe, RecipeVersion]:
     """A local tree of a package the catalogue knows (``--src-dir`` on a fork or a dirty checkout,
@@ -222,7 +245,8 @@ def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | 
 
     root = root.expanduser().resolve()
     head, dirty = checkout_head(root)
-    if head and version.commit and head.startswith(version.commit) and not dirty and recipe.source_kind == "git":
+    at_pin = bool(head and version.commit and head.startswith(version.commit) and recipe.source_kind == "git")
+    if at_pin and (not dirty or only_patched(root, version.patches)):
         return recipe, version
     pinned = recipe.versions.get(declared or "")
     # The version the tree is: what the user declares (a pin's label says its version), else its own

@@ -100,3 +100,61 @@ def up_to_date(out: Path, cell: Cell, inputs: str) -> Path | None:
     if not wheel.is_file() or sha256(wheel) != entry.get("sha256"):
         return None
     return wheel
+
+
+@dataclass(frozen=True)
+class VerifiedWheel:
+    """A wheel of the wheelhouse that its folder's manifest lists as built, verified and smoke-tested
+    (imagegen.finish publishes only such wheels), with what the manifest says of it."""
+
+    path: Path
+    sha256: str
+    entry: dict  # the manifest's cell entry: recipe, version, torch, cuda, archs, verify, smoke, ...
+
+
+# Bounds on what a wheelhouse walk reads: it may be a folder a stranger shared.
+MAX_WALK_DEPTH = 8
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def verified_wheels(out: Path, *, problems: list[str] | None = None) -> list[VerifiedWheel]:
+    """Every wheel the manifests under ``out`` list whose file is there with the recorded sha256,
+    sorted by path. A listed wheel that is missing or whose bytes changed since the build is left
+    out and described in ``problems`` (when given). Symlinks are not followed; the walk stops
+    ``MAX_WALK_DEPTH`` folders down and skips a manifest over ``MAX_MANIFEST_BYTES``."""
+    found: dict[Path, VerifiedWheel] = {}
+    out = Path(out)
+    stack = [(out, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for child in entries:
+            if child.is_symlink():
+                continue
+            if child.is_dir() and depth < MAX_WALK_DEPTH:
+                stack.append((child, depth + 1))
+        manifest = folder / MANIFEST
+        if manifest.is_symlink() or not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            continue
+        for name, entry in sorted(read_manifest(folder)["cells"].items()):
+            wheel = entry.get("wheel") if isinstance(entry, dict) else None
+            digest = entry.get("sha256") if isinstance(entry, dict) else None
+            if not isinstance(wheel, str) or "/" in wheel or "\\" in wheel or not wheel.endswith(".whl") \
+                    or not isinstance(digest, str):
+                continue
+            path = folder / wheel
+            if path in found:
+                continue  # cells that differ only by Python share one wheel (abi3) and folder
+            if path.is_symlink() or not path.is_file():
+                if problems is not None:
+                    problems.append(f"{path}: listed in {manifest} but missing")
+                continue
+            if sha256(path) != digest:
+                if problems is not None:
+                    problems.append(f"{path}: changed since it was built and verified (sha256 differs from {manifest})")
+                continue
+            found[path] = VerifiedWheel(path=path, sha256=digest, entry=entry)
+    return [found[p] for p in sorted(found)]

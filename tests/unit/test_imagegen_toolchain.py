@@ -59,3 +59,29 @@ def test_any_other_torch_or_none_means_a_venv_of_its_own(toolchain, tmp_path, ca
 
 def test_an_interpreter_that_is_not_there(toolchain, tmp_path):
     assert toolchain.image_torch_matches(cell(str(tmp_path / "no-such-python"))) is False
+
+
+def test_the_pypi_toolkit_is_assembled_from_every_nvidia_folder_the_venv_sees(toolchain, tmp_path):
+    """With the image's torch reused, pip leaves the CUDA runtime torch brought in the image's site
+    packages and puts nvcc into the venv: CUDA_HOME needs both (cuda_runtime.h was missing once)."""
+    venv_site, image_site = tmp_path / "venv-site", tmp_path / "image-site"
+    nvcc = venv_site / "nvidia" / "cu13" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0'\n")
+    nvcc.chmod(0o755)
+    (venv_site / "nvidia" / "cu13" / "include").mkdir()
+    (venv_site / "nvidia" / "cu13" / "include" / "both.h").write_text("venv\n")
+    (image_site / "nvidia" / "cu13" / "include").mkdir(parents=True)
+    (image_site / "nvidia" / "cu13" / "include" / "cuda_runtime.h").write_text("runtime\n")
+    (image_site / "nvidia" / "cu13" / "include" / "both.h").write_text("image\n")
+    (image_site / "nvidia" / "cu13" / "lib").mkdir()
+    (image_site / "nvidia" / "cu13" / "lib" / "libcudart.so.13").write_text("")
+    py = tmp_path / "python3"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={venv_site}:{image_site} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    home = tmp_path / "cuda"
+    toolchain.assemble_cuda_home(str(py), str(home))
+    assert (home / "include" / "cuda_runtime.h").read_text() == "runtime\n"  # from the image
+    assert (home / "include" / "both.h").read_text() == "venv\n"  # the venv's copy wins
+    assert (home / "bin" / "nvcc").is_file()
+    assert (home / "lib" / "libcudart.so").is_symlink() and (home / "lib64").is_symlink()

@@ -261,6 +261,52 @@ def test_a_clean_checkout_at_the_pinned_commit_is_the_pin(tmp_path, server):
     assert refs.checkout_head(tmp_path) == (None, False)  # not a checkout
 
 
+PATCH_EDIT = """\
+diff --git a/setup.py b/setup.py
+--- a/setup.py
++++ b/setup.py
+@@ -1 +1,2 @@
+ version = '1.3.0.dev0'
++# patched by the recipe
+"""
+PATCH_ADD = """\
+diff --git a/extra.py b/extra.py
+new file mode 100644
+--- /dev/null
++++ b/extra.py
+@@ -0,0 +1 @@
++EXTRA = 1
+"""
+
+
+def test_a_pinned_checkout_an_earlier_build_patched_is_still_the_pin(tmp_path, server):
+    """imagegen patches the source in place: building the same --src-dir again must not turn the pin
+    into a local tree (another version label, other rules) because of imagegen's own patches."""
+    import dataclasses
+
+    from imagegen.model.recipes import Patch
+
+    srv, shas = server
+    checkout = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", srv.url("demo.git"), str(checkout))
+    recipe = _demo(tmp_path, server, main_commit=shas["main"])
+    patches = (Patch("edit.patch", PATCH_EDIT, "r"), Patch("add.patch", PATCH_ADD, "r"))
+    pin = dataclasses.replace(recipe.version("main"), patches=patches)
+    for p in patches:
+        (tmp_path / p.name).write_text(p.text)
+        git(checkout, "apply", str(tmp_path / p.name))
+    assert refs.checkout_head(checkout) == (shas["main"], True)
+    same, v = refs.at_tree(recipe, pin, checkout, None)
+    assert same is recipe and v is pin
+    assert git(checkout, "status", "--porcelain") == "M setup.py\n?? extra.py"  # the user's index untouched
+    # Anything beyond the patches is a change of the user's: a local tree.
+    (checkout / "setup.py").write_text((checkout / "setup.py").read_text() + "# mine\n")
+    assert refs.at_tree(recipe, pin, checkout, None)[1].version == "1.3.0.dev0-local"
+    assert not refs.only_patched(checkout, patches)
+    git(checkout, "checkout", "--", "setup.py")  # only the new file's patch applied now: not the pin's tree
+    assert not refs.only_patched(checkout, patches) and not refs.only_patched(checkout, ())
+
+
 def test_build_native_src_dir_on_a_fork_uses_the_recipes_knobs(tmp_path, capsys):
     """Seed 000: `imagegen build bsa --native --src-dir ./my-fork` on a fork of Block-Sparse-Attention."""
     from tests.unit.command_helpers import fake_host

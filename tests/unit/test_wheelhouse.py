@@ -124,3 +124,50 @@ def test_a_cell_result_is_plain_json(tmp_path):
     failed = wheelhouse.CellResult(cell, "failed", error="the build failed", log_tail=["x"]).as_dict()
     assert (failed["wheel"], failed["log"], failed["error"]) == (None, None, "the build failed")
     assert "log_tail" not in failed
+
+
+def _manifest(folder, cells):
+    import json as _json
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / wheelhouse.MANIFEST).write_text(_json.dumps({"schema": 1, "cells": cells}))
+
+
+def test_verified_wheels_are_the_manifests_intact_wheels(tmp_path):
+    good = tmp_path / "a-1.0" / "torch2.8" / "cu128"
+    good.mkdir(parents=True)
+    (good / "a-1.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl").write_bytes(b"wheel a")
+    (good / "changed-1.0-py3-none-any.whl").write_bytes(b"now different")
+    (good / "stray-1.0-py3-none-any.whl").write_bytes(b"not in any manifest")
+    _manifest(good, {
+        "a-cell-py312": {"wheel": "a-1.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl",
+                         "sha256": wheelhouse.sha256(good / "a-1.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl")},
+        "a-cell-py311": {"wheel": "a-1.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl",
+                         "sha256": wheelhouse.sha256(good / "a-1.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl")},
+        "changed": {"wheel": "changed-1.0-py3-none-any.whl", "sha256": "0" * 64},
+        "gone": {"wheel": "gone-1.0-py3-none-any.whl", "sha256": "0" * 64},
+        "escape": {"wheel": "../../../../etc/passwd.whl", "sha256": "0" * 64},
+        "junk": "not a table",
+    })
+    problems: list[str] = []
+    (only,) = wheelhouse.verified_wheels(tmp_path, problems=problems)
+    assert only.path.name == "a-1.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl" and len(only.sha256) == 64
+    assert only.entry["wheel"] == only.path.name
+    assert sorted(p.split(": ", 1)[1] for p in problems) == [
+        f"changed since it was built and verified (sha256 differs from {good / wheelhouse.MANIFEST})",
+        f"listed in {good / wheelhouse.MANIFEST} but missing"]
+
+
+def test_verified_wheels_follow_no_symlink_and_read_no_huge_manifest(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "x").mkdir(parents=True)
+    (elsewhere / "x" / "x-1.0-py3-none-any.whl").write_bytes(b"x")
+    _manifest(elsewhere / "x", {"x": {"wheel": "x-1.0-py3-none-any.whl", "sha256": wheelhouse.sha256(elsewhere / "x" / "x-1.0-py3-none-any.whl")}})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "link").symlink_to(elsewhere / "x")
+    assert wheelhouse.verified_wheels(out) == []
+    assert len(wheelhouse.verified_wheels(elsewhere)) == 1
+    big = out / "big"
+    big.mkdir()
+    (big / wheelhouse.MANIFEST).write_bytes(b" " * (wheelhouse.MAX_MANIFEST_BYTES + 1))
+    assert wheelhouse.verified_wheels(out) == []

@@ -142,17 +142,21 @@ def image_torch_matches(cell):
 
 def assemble_cuda_home(py, home):
     """Merge the nvidia/* PyPI wheel trees into one CUDA_HOME (bin, include, lib, lib64, nvvm)."""
-    out = subprocess.check_output([py, "-c", "import nvidia; print(list(nvidia.__path__)[0])"])
-    root = out.decode().strip()
+    # Every `nvidia` folder the venv sees: with the image's own torch reused (system site packages),
+    # pip leaves in the image what it already has there (the CUDA runtime torch brought), so the
+    # toolkit is split between the venv and the image. Last first, so the venv's copy wins.
+    out = subprocess.check_output([py, "-c", "import nvidia; print('\\n'.join(nvidia.__path__))"])
+    roots = [line for line in out.decode().splitlines() if line.strip()]
     os.makedirs(home, exist_ok=True)
-    for name in sorted(os.listdir(root)):
-        part = os.path.join(root, name)
-        if not os.path.isdir(part) or not os.path.isdir(os.path.join(part, "include")) and not os.path.isdir(os.path.join(part, "bin")):
-            continue
-        for sub in ("bin", "include", "lib", "nvvm"):
-            src = os.path.join(part, sub)
-            if os.path.isdir(src):
-                shutil.copytree(src, os.path.join(home, sub), symlinks=True, dirs_exist_ok=True)
+    for root in reversed(roots):
+        for name in sorted(os.listdir(root)):
+            part = os.path.join(root, name)
+            if not os.path.isdir(part) or not os.path.isdir(os.path.join(part, "include")) and not os.path.isdir(os.path.join(part, "bin")):
+                continue
+            for sub in ("bin", "include", "lib", "nvvm"):
+                src = os.path.join(part, sub)
+                if os.path.isdir(src):
+                    shutil.copytree(src, os.path.join(home, sub), symlinks=True, dirs_exist_ok=True)
     lib = os.path.join(home, "lib")
     os.makedirs(lib, exist_ok=True)
     # The wheels ship only versioned libraries; the linker wants the plain names.
