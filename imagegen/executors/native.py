@@ -194,7 +194,8 @@ def _settings_from_audit(cell: Cell, doc: dict, cell_file: Path, env: dict, sett
     if not profile:
         return settings
     recipe = cell.recipe
-    ext_max = recipe.ext_parallel_max if recipe.ext_parallel_env else 0
+    ext_env, ext_max = recipe.ext_parallel_for(cell.version)
+    ext_max = ext_max if ext_env else 0
     better = jobs.settings_for(recipe.memory_per_thread_gb, recipe.default_nvcc_threads, jobs.host(), max_jobs=max_jobs,
                                nvcc_threads=settings.nvcc_threads, profile=profile, ext_parallel_max=ext_max)
     load = {"host_gb": jobs.NVCC_HOST_GB,

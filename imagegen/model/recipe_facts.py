@@ -63,6 +63,7 @@ def version_facts(v: Reader, shown: str, recipe_dir: Path, knob: ArchKnob, label
         notes=v.str("notes", "", max_len=MAX_TEXT) or "",
         extensions=_extensions(v),
         requires=_requires(v),
+        ext_parallel=v.bool("ext_parallel", True),
     )
 
 

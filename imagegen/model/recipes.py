@@ -143,6 +143,9 @@ class RecipeVersion:
     extensions: Mapping[str, ArchList] = field(default_factory=dict)
     # Ranges this version needs beyond the recipe's (xformers 0.0.35: torch >= 2.10, CUDA >= 12.5).
     requires: tuple[Rule, ...] = ()
+    # False where this version predates the recipe's ext_parallel variable (extensions built one after
+    # another): the variable is not set and MAX_JOBS not divided by it (Recipe.ext_parallel_for).
+    ext_parallel: bool = True
     sdist: Sdist | None = None
     # The version the source says it is (PEP 440), where known: the label, or the entry's
     # source_version (main -> 2.8.4.dev0); the recipe's by_version ranges are matched against it.
@@ -214,6 +217,13 @@ class Recipe:
         """The GB per nvcc thread to plan with when it is not known which sources run at once (no
         audit): the heaviest source's figure."""
         return max([self.memory_per_thread_gb, *self.source_memory_gb.values()])
+
+    def ext_parallel_for(self, version: RecipeVersion) -> tuple[str | None, int]:
+        """The variable that builds several extensions side by side and its most, for ``version``:
+        (None, 1) where the recipe has none or the version predates it (ext_parallel: false)."""
+        if self.ext_parallel_env and version.ext_parallel:
+            return self.ext_parallel_env, self.ext_parallel_max
+        return None, 1
 
     def rules(self, version: RecipeVersion) -> tuple[Rule, ...]:
         """Every range a cell of ``version`` must fall in: the recipe-wide ones, then the version's."""

@@ -157,6 +157,7 @@ def cell_document(cell: Cell) -> dict:
         source["sha256"] = version.sdist.sha256
     env = dict(recipe.env)
     env.update(version.env)
+    ext_env, ext_max = recipe.ext_parallel_for(version)
     return {
         "schema": 1,
         "recipe": recipe.name,
@@ -194,7 +195,7 @@ def cell_document(cell: Cell) -> dict:
         },
         "jobs_env": recipe.jobs_env,
         "threads_env": recipe.threads_env,
-        "ext_parallel": {"env": recipe.ext_parallel_env, "max": recipe.ext_parallel_max} if recipe.ext_parallel_env else None,
+        "ext_parallel": {"env": ext_env, "max": ext_max} if ext_env else None,
         "default_nvcc_threads": recipe.default_nvcc_threads,
         "memory_per_thread_gb": recipe.memory_per_thread_gb,
         **({"memory_per_thread_gb_max": recipe.heaviest_gb_per_thread} if recipe.source_memory_gb else {}),

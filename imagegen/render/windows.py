@@ -72,9 +72,10 @@ def _env_value(value: str) -> str:
 def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs: int, nvcc_threads: int,
               local_version: str | None) -> list[tuple[str, str]]:
     env: dict[str, str] = {"MAX_JOBS": str(max_jobs), "NVCC_THREADS": str(nvcc_threads), "DISTUTILS_USE_SDK": "1"}
-    if recipe.ext_parallel_env:
-        parallel, max_jobs = split_extensions(max_jobs, recipe.ext_parallel_max)
-        env.update({recipe.ext_parallel_env: str(parallel), "MAX_JOBS": str(max_jobs)})
+    ext_env, ext_max = recipe.ext_parallel_for(version)
+    if ext_env:
+        parallel, max_jobs = split_extensions(max_jobs, ext_max)
+        env.update({ext_env: str(parallel), "MAX_JOBS": str(max_jobs)})
     env.update(recipe.env)
     env.update(version.env)
     env.update(recipe.force_env)

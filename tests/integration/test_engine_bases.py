@@ -47,9 +47,9 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \\
     && /tmp/pip-venv/bin/pip install -q --target /usr/local/lib/python3.11/dist-packages torch==2.11.0 \\
     && rm -rf /tmp/pip-venv \\
     && python3 -c "import torch; assert torch.__version__.startswith('2.11.0') and torch.version.cuda == '13.0'"
-# A new image on every run (the torch layer above stays cached): the build on it runs each step afresh,
-# so its log shows what the toolchain step did, not "CACHED".
-LABEL io.imagegen.test-run={{run}}
+# A new top layer on every run (the torch layer above stays cached; a LABEL would not do: BuildKit keys a
+# FROM by its layers): the build on it runs each step afresh, so its log shows what the toolchain step did.
+RUN echo {{run}} > /etc/imagegen-test-run
 """
 
 

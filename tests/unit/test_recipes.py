@@ -50,6 +50,10 @@ def test_sage_recipe_facts():
     assert any("obsolete for >= v2.2.0" in o["reason"] for o in sage.obsolete_patches)
     # EXT_PARALLEL is sized from the job budget (not pinned), and v2.2.0 carries upstream's sm90 fix.
     assert (sage.ext_parallel_env, sage.ext_parallel_max) == ("EXT_PARALLEL", 4) and "EXT_PARALLEL" not in sage.env
+    assert sage.ext_parallel_for(sage.version("2.2.0")) == ("EXT_PARALLEL", 4)
+    # 2.1.1 predates EXT_PARALLEL: its extensions build one after another, MAX_JOBS is not split for it.
+    assert sage.ext_parallel_for(sage.version("2.1.1")) == (None, 1)
+    assert load_catalogue().get("flash-attn").ext_parallel_for(load_catalogue().get("flash-attn").version(None)) == (None, 1)
     assert "sageattention-2.2.0-sm90-fake-name.patch" in [p.name for p in sage.version("2.2.0").patches]
     assert "sageattention-2.2.0-sm90-fake-name.patch" not in [p.name for p in sage.version("main").patches]  # main has d970424
 

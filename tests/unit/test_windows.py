@@ -66,3 +66,14 @@ def test_powershell_quotes_and_refuses():
 def test_unsupported_arch_is_one_line():
     code, _, err = run("render", "flash-attn", "--shell", "cmd", "--arch", "7.5")
     assert code == 2 and "flash-attn 2.8.3 does not support sm_75" in err
+
+
+def test_a_version_that_predates_ext_parallel_gets_the_whole_job_budget():
+    from imagegen.render.windows import build_env
+
+    sage = load_catalogue().get("sage")
+    archs = parse_arch_list("9.0")
+    new = dict(build_env(sage, sage.version("2.2.0"), archs, 8, 2, None))
+    old = dict(build_env(sage, sage.version("2.1.1"), archs, 8, 2, None))
+    assert "EXT_PARALLEL" in new and int(new["EXT_PARALLEL"]) * int(new["MAX_JOBS"]) <= 8
+    assert "EXT_PARALLEL" not in old and old["MAX_JOBS"] == "8"
