@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
                    " compiler line as it comes (slows down chatty builds; without it pip prints them when the build fails)")
     p.add_argument("--no-audit", action="store_true", help="skip the gencode audit before compiling (the package's"
                    " own build run with stand-in compilers, which refuses a cell whose build would fail or miss an arch)")
+    p.add_argument("--repair", action="store_true", help="give each new wheel a manylinux tag (auditwheel, torch's"
+                   " libraries excluded; imagegen repair), verified and imported again")
+    p.add_argument("--index", action="store_true", help="then bring OUT's pip index up to date (imagegen index):"
+                   " pip install --index-url OUT/simple/ or --find-links OUT/index.html")
     _add_common(p)
 
     p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
@@ -268,8 +272,51 @@ def build_parser() -> argparse.ArgumentParser:
     _add_matrix_args(p)
     _add_common(p)
 
+    p = sub.add_parser("index", help="write a pip index (PEP 503 simple + find-links page) for a wheelhouse", description=(
+        "Write a static package index for the verified wheels of a wheelhouse (those its manifest.json files list):"
+        " OUT/simple/<project>/ pages with #sha256= fragments and data-requires-python (PEP 503; PEP 691 JSON beside"
+        " them) and OUT/index.html for pip --find-links. Servable by any web server, S3 or GitHub Pages."
+        " Rewritten atomically: a reader never sees a half-written index."))
+    p.add_argument("out", type=Path, help="the wheelhouse (imagegen build's --out)")
+    p.add_argument("--base-url", help="absolute URL the wheelhouse is served from (default: links relative to the"
+                   " index, which works wherever the folder is served)")
+    _add_json(p)
+
+    p = sub.add_parser("repair", help="give wheels a manylinux tag with auditwheel (torch's libraries excluded)",
+                       description=(
+        "Run auditwheel repair on each wheel with the libraries torch provides excluded (libtorch, libc10,"
+        " libcudart, libcuda, ...), so the wheel gets the manylinux tag its glibc needs and no copy of torch;"
+        " print the glibc ceiling; verify and import the repaired wheel again."))
+    p.add_argument("wheels", nargs="+", type=Path, help="wheel files")
+    p.add_argument("--out", type=Path, help="where the repaired wheels go (default: beside each wheel, which replaces it"
+                   " in its wheelhouse folder and manifest)")
+    p.add_argument("--plat", help="manylinux tag to ask for (default: the lowest the wheel's symbols allow)")
+    p.add_argument("--python-exe", help="import the repaired wheel with this interpreter (it must have the torch the"
+                   " wheel was built for; default: skip the import test when this one has no torch)")
+    _add_json(p)
+
+    p = sub.add_parser("publish", help="upload a wheelhouse's verified wheels (PyPI-compatible, Hugging Face Hub,"
+                       " GitHub release, S3)", description=(
+        "Upload the verified wheels of a wheelhouse: a wheel already there with the same sha256 is skipped, one"
+        " that differs under the same name is refused. Credentials come from the environment (TWINE_USERNAME /"
+        " TWINE_PASSWORD, HF_TOKEN, GITHUB_TOKEN, AWS_*) or ~/.netrc, never from the command line."))
+    p.add_argument("out", type=Path, help="the wheelhouse (imagegen build's --out)")
+    p.add_argument("--to", required=True, action="append", metavar="DEST", help="pypi:URL (a PyPI-compatible upload"
+                   " endpoint, e.g. pypi:https://upload.pypi.org/legacy/), hf:OWNER/REPO[@REVISION][:PATH],"
+                   " github:OWNER/REPO@TAG, s3://BUCKET[/PREFIX] (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be uploaded or skipped; upload nothing")
+    _add_json(p)
+
     ci.add_parser(sub)
     return parser
+
+
+def _lazy(module: str, name: str):
+    """A command from a module imported only when it runs (its client libraries are heavy)."""
+    def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+        import importlib
+        return getattr(importlib.import_module(f"imagegen.commands.{module}"), name)(args, argv)
+    return run
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,7 +328,9 @@ COMMANDS = {"plan": planning.cmd_plan, "recipes": planning.cmd_recipes, "archs":
             "build": building.cmd_build,
             "verify": checking.cmd_verify, "check": checking.cmd_check, "doctor": checking.cmd_doctor,
             "push": images.cmd_push, "pull": images.cmd_pull, "lock": images.cmd_lock,
-            "refresh": planning.cmd_refresh}
+            "refresh": planning.cmd_refresh,
+            "index": _lazy("indexing", "cmd_index"), "repair": _lazy("repairing", "cmd_repair"),
+            "publish": _lazy("publishing", "cmd_publish")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from imagegen.errors import PublishError
 from imagegen.outputs import new_file_mode
 from imagegen.plan import Cell
 
@@ -101,4 +102,32 @@ def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) ->
         **record,
     }
     _write_json_atomic(folder / MANIFEST, manifest)
+    return dest
+
+
+def replace_wheel(folder: Path, old: str, old_sha256: str, new: Path, *, record: dict) -> Path:
+    """Swap the wheel ``old`` of the cell folder ``folder`` for ``new`` (a finished wheel on the same
+    file system, e.g. in a hidden folder inside ``folder``) and point every manifest entry that lists
+    ``old`` with ``old_sha256`` at it (cells that differ only by Python share a wheel), ``record``
+    merged into each entry (imagegen repair's ``{"repaired": ...}``). Returns the new wheel's path.
+
+    In this order, so that a reader never finds an entry naming a missing file: the new wheel is
+    renamed into the folder, the manifest rewritten atomically, then ``old`` removed (when the names
+    differ). Refused, with nothing changed, when no entry lists ``old`` with that sha256 any more
+    (a build replaced it meanwhile)."""
+    manifest = read_manifest(folder)
+    cells = sorted(name for name, entry in manifest["cells"].items()
+                   if isinstance(entry, dict) and entry.get("wheel") == old and entry.get("sha256") == old_sha256)
+    if not cells:
+        raise PublishError(f"{folder / MANIFEST} no longer lists {old} as it was (rebuilt meanwhile?):"
+                           " nothing replaced")
+    dest = folder / new.name
+    os.chmod(new, new_file_mode())  # the wheelhouse is served, whatever mode the tool that wrote ``new`` gave it
+    os.replace(new, dest)
+    digest = sha256(dest)
+    for name in cells:
+        manifest["cells"][name] = {**manifest["cells"][name], "wheel": dest.name, "sha256": digest, **record}
+    _write_json_atomic(folder / MANIFEST, manifest)
+    if dest.name != old:
+        (folder / old).unlink(missing_ok=True)
     return dest

@@ -45,6 +45,10 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
                             cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
                             audit=not args.no_audit)
+    repaired = _last_mile(args, out, [r.wheel for r in results if r.wheel is not None and r.status == "built"],
+                          any(r.wheel is not None for r in results))
+    for r in results:
+        r.wheel = repaired.get(r.wheel, r.wheel) if r.wheel is not None else None
     if args.json:
         print(report.results_json(results))
     else:
@@ -58,6 +62,8 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
     from imagegen.executors import native
+    if args.flat and (args.repair or args.index):
+        raise UsageError("--repair and --index work on a wheelhouse: drop --flat (a flat folder has no manifest)")
     cell, host = common.native_cell(args, config, cat)
     if args.print_env:
         # With the audit, the MAX_JOBS printed is the one the build will use (sized from the audit).
@@ -80,5 +86,25 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
                                    max_jobs=args.max_jobs,
                                    nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
                                    verbose_build=args.verbose_build, audit=not args.no_audit)
+    dest = _last_mile(args, out, [Path(dest)], True).get(Path(dest), dest)
     print(dest)
     return 0
+
+
+def _last_mile(args: argparse.Namespace, out: Path, built: list[Path], any_wheel: bool) -> dict[Path, Path]:
+    """--repair each wheel this build made (old path -> repaired path), then --index the wheelhouse (when
+    it holds a wheel): the index lists the repaired wheels."""
+    repaired: dict[Path, Path] = {}
+    if args.repair:
+        from imagegen.publish.repair import repair_in_wheelhouse
+        for wheel in built:
+            result = repair_in_wheelhouse(wheel, say=lambda m: print(m, file=sys.stderr))
+            for line in result.lines():
+                print(line, file=sys.stderr)
+            repaired[wheel] = result.wheel
+    if args.index and any_wheel:
+        from imagegen.publish.index import write_index
+        result = write_index(Path(out))
+        print(f"index: {len(result.projects)} project(s), {sum(len(v) for v in result.projects.values())} wheel(s)"
+              f" in {Path(out) / 'simple'}", file=sys.stderr)
+    return repaired

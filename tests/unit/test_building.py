@@ -156,3 +156,59 @@ def test_a_native_build_checks_the_job_limits_like_a_container_build(tmp_path, f
     with pytest.raises(UsageError, match=f"{flag} must be between 1 and 1024"):
         build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--print-env", "--no-audit", flag, value,
               "--work", tmp_path / "w")
+
+
+# ------------------------------------------------------------------------------- the last mile
+
+
+def _built_into(out: Path):
+    """A stand-in for the bake executor that publishes the fixture wheel into ``out`` for each cell, as
+    a build does (collect.publish writes the wheel and its manifest entry)."""
+    from imagegen import collect
+    from imagegen.wheelhouse import CellResult
+    from tests.unit.executor_fixtures import WHEEL
+
+    def fake_build(plan, **kw):
+        return [CellResult(c, "built", wheel=collect.publish(kw["out"], c, WHEEL, inputs="h", record={}))
+                for c in plan.buildable]
+    return fake_build
+
+
+def test_build_index_brings_the_wheelhouses_pip_index_up_to_date(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(buildx, "build", _built_into(tmp_path / "wh"))
+    assert build("sage", *CELL, "--out", tmp_path / "wh", "--index") == 0
+    page = (tmp_path / "wh" / "simple" / "tiny-kernel" / "index.html").read_text()
+    wheel = next((tmp_path / "wh").rglob("*.whl"))
+    assert wheel.name.replace("+", "%2B") in page and "#sha256=" in page
+    assert "index: 1 project(s), 1 wheel(s)" in capsys.readouterr().err
+
+
+def test_build_repair_repairs_each_new_wheel_before_the_index_lists_it(tmp_path, monkeypatch, capsys):
+    from imagegen.publish import repair
+
+    monkeypatch.setattr(buildx, "build", _built_into(tmp_path / "wh"))
+    calls: list[Path] = []
+
+    class Repaired:
+        def __init__(self, wheel: Path):
+            self.wheel = wheel
+
+        def lines(self):
+            return [f"repaired {self.wheel.name}"]
+
+    def fake_repair(wheel, **kw):  # the real one runs auditwheel: tests/unit/test_repair.py
+        calls.append(wheel)
+        return Repaired(wheel)
+
+    monkeypatch.setattr(repair, "repair_in_wheelhouse", fake_repair)
+    assert build("sage", *CELL, "--out", tmp_path / "wh", "--repair", "--index") == 0
+    assert [w.name for w in calls] == [next((tmp_path / "wh").rglob("*.whl")).name]
+    err = capsys.readouterr().err
+    assert err.index("repaired ") < err.index("index: 1 project(s)")
+
+
+def test_a_flat_native_build_has_no_wheelhouse_to_repair_or_index(tmp_path):
+    py = fake_host(tmp_path)
+    for flag in ("--repair", "--index"):
+        with pytest.raises(UsageError, match="--repair and --index work on a wheelhouse: drop --flat"):
+            build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--flat", flag, "--no-audit")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagegen import collect, wheelhouse
-from imagegen.errors import RecipeError
+from imagegen.errors import PublishError, RecipeError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipes import fetched_from
@@ -158,3 +158,57 @@ def test_a_copy_that_cannot_land_leaves_nothing_behind(tmp_path):
     with pytest.raises(FileNotFoundError):  # no wheel to copy: no half-written folder content
         collect.publish(out, _cell(), tmp_path / "missing.whl", inputs="x", record={})
     assert not (wheelhouse.cell_dir(out, _cell()) / "manifest.json").exists() and _partials(out) == []
+
+
+# --------------------------------------------------------------------------------------------
+# replace_wheel: a repaired wheel takes the place of the built one, in its folder and manifest
+
+
+def _shared_folder(tmp_path: Path) -> tuple[Path, list]:
+    """A cell folder whose two cells (Python 3.11 and 3.12) list one wheel, as an abi3 build does."""
+    recipe = load_catalogue().get("sageattention")
+    cells = [make_cell(recipe, recipe.version(None), "2.8", "12.8", py, parse_arch_list("9.0"), "cuda")
+             for py in ("3.11", "3.12")]
+    for cell in cells:
+        built = collect.publish(tmp_path / "out", cell, WHEEL, inputs=cell.python, record={"verify": {"ok": True}})
+    return built.parent, cells
+
+
+def test_replace_wheel_swaps_the_file_and_every_entry_that_lists_it(tmp_path):
+    folder, cells = _shared_folder(tmp_path)
+    repaired_name = WHEEL.name.replace("linux_x86_64", "manylinux_2_34_x86_64")
+    new = _file(folder / ".staging", repaired_name, b"repaired bytes")
+    new.chmod(0o600)
+    dest = collect.replace_wheel(folder, WHEEL.name, wheelhouse.sha256(WHEEL), new,
+                                 record={"repaired": {"tag": "manylinux_2_34_x86_64"}})
+    assert dest == folder / repaired_name and dest.read_bytes() == b"repaired bytes" and not new.exists()
+    assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["manifest.json", repaired_name]
+    assert stat.S_IMODE(dest.stat().st_mode) == new_file_mode()  # served, whatever mode the repair left
+    entries = wheelhouse.read_manifest(folder)["cells"]
+    for cell in cells:
+        entry = entries[cell.name]
+        assert entry["wheel"] == repaired_name and entry["sha256"] == wheelhouse.sha256(dest)
+        assert entry["repaired"] == {"tag": "manylinux_2_34_x86_64"}
+        assert entry["inputs"] == cell.python and entry["verify"] == {"ok": True}  # the rest of the entry stays
+    assert [v.path for v in wheelhouse.verified_wheels(tmp_path / "out")] == [dest]
+    assert _partials(folder) == []
+
+
+def test_replace_wheel_under_the_same_name_replaces_it_in_place(tmp_path):
+    folder, cells = _shared_folder(tmp_path)
+    new = _file(folder / ".staging", WHEEL.name, b"again")
+    dest = collect.replace_wheel(folder, WHEEL.name, wheelhouse.sha256(WHEEL), new, record={})
+    assert dest == folder / WHEEL.name and dest.read_bytes() == b"again"
+    assert wheelhouse.read_manifest(folder)["cells"][cells[0].name]["sha256"] == wheelhouse.sha256(dest)
+
+
+def test_replace_wheel_changes_nothing_when_the_manifest_no_longer_lists_that_wheel(tmp_path):
+    folder, _ = _shared_folder(tmp_path)
+    manifest = (folder / "manifest.json").read_text()
+    new = _file(folder / ".staging", "other.whl", b"repaired")
+    with pytest.raises(PublishError, match=r"manifest\.json no longer lists .* as it was \(rebuilt meanwhile\?\):"
+                                           r" nothing replaced$") as info:
+        collect.replace_wheel(folder, WHEEL.name, "0" * 64, new, record={})  # rebuilt: another sha256
+    assert info.value.exit_code == 9
+    assert (folder / "manifest.json").read_text() == manifest and (folder / WHEEL.name).is_file() and new.is_file()
+    assert not (folder / "other.whl").exists()

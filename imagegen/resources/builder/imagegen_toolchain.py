@@ -97,7 +97,11 @@ def cmd_toolchain(cell, args):
         run([cell["base_python"], "-m", "venv"] + (["--system-site-packages"] if reused else []) + [venv], env=env)
     py = venv_python(cell)
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
-    run(pip + ["--upgrade", "pip"], env=env)
+    # A newer pip reads newer wheel metadata; the venv's own still works, so a failed upgrade (no index:
+    # an offline host whose image already has torch) is a warning, not the end of the build.
+    log("$ " + " ".join(pip + ["--upgrade", "pip"]))
+    if subprocess.call(pip + ["--upgrade", "pip"], env=env) != 0:
+        log("warning: pip could not be upgraded; going on with the venv's own pip")
     if reused:
         log("torch %s (%s) is the base image's own: reused, not downloaded" % (torch["version"], torch["cuda"]))
     else:

@@ -1,0 +1,573 @@
+"""A static pip index of a wheelhouse's verified wheels (those its manifests list, there intact), as plain
+files any web server, S3 bucket or GitHub Pages can serve, and pip can read from disk (``file://``).
+
+What is written, all of it under OUT:
+
+- ``OUT/simple/index.html``: the PEP 503 project list, one anchor per project (its normalized name);
+- ``OUT/simple/<project>/index.html``: one anchor per wheel, with ``#sha256=`` (pip checks the download
+  against it), ``data-requires-python`` and ``data-core-metadata``/``data-dist-info-metadata``;
+- ``index.json`` beside each of those: the same data as PEP 691 JSON (api-version 1.1, PEP 700's
+  ``versions`` and ``size``);
+- ``<wheel>.metadata`` beside each wheel: its METADATA (PEP 658/714);
+- ``OUT/index.html``: every wheel on one page, for ``pip install --find-links``.
+
+Links are relative to their page, so the folder works wherever it is served; with ``base_url`` (where
+OUT is served) wheel links are absolute, for an index served apart from its wheels.
+
+Decisions:
+
+- PEP 658/714 core metadata: yes. These are CUDA wheels of hundreds of MB, one per torch/CUDA pair under
+  the same project; with the metadata beside them pip and uv resolve without downloading a wheel, and
+  download only the one they install. It costs one small file per wheel, read from the METADATA that
+  data-requires-python needs anyway.
+- PEP 691 JSON: yes, though a static host cannot negotiate content: for ``/simple/<project>/`` it serves
+  index.html whatever the Accept header says, and pip (which asks for JSON first) reads that HTML. The
+  JSON costs a few KB, is written under the same rules as the HTML, lets a host that can negotiate (an
+  nginx ``map`` on Accept, a CDN rule) serve the JSON API without another tool, and gives scripts the
+  listing with hashes without parsing HTML.
+
+Consistency: every file is written under a temporary name in its own folder, fsynced and renamed over the
+old one (a reader sees the old file or the new one, never half of one), and a file whose content would
+not change is not rewritten (so indexing after every build is cheap). A page is written only after what
+it links to exists: metadata files, then project pages, then the project list and the find-links page;
+what is no longer listed (a stale project's folder, a metadata file of a wheel gone) is removed last. Two
+runs on one wheelhouse (two builds finishing together) take turns on an advisory lock in OUT, and each
+regenerates the whole index from the verified wheels it finds once it holds the lock, so the last one
+leaves the index of everything there.
+
+A wheelhouse may be a folder a stranger shared: a wheel's METADATA is read from its zip with bounds (the
+central directory's size, the member's size, the bytes decompressed), by name, never extracted, from a
+file opened without following symlinks; every value that reaches a page is percent-encoded (URLs) and
+HTML-escaped; nothing is written outside OUT.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import fcntl
+import hashlib
+import html
+import json
+import os
+import re
+import stat
+import struct
+import sys
+import tempfile
+import zipfile
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+from urllib.parse import quote
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from imagegen import safety
+from imagegen.errors import PublishError, Unreadable, UnsafeValueError, printable
+from imagegen.outputs import new_file_mode, shown
+from imagegen.safety import os_reason
+from imagegen.wheelhouse import MANIFEST, MAX_WALK_DEPTH, VerifiedWheel, verified_wheels
+
+SIMPLE = "simple"
+INDEX_HTML = "index.html"
+INDEX_JSON = "index.json"
+PAGES = (INDEX_HTML, INDEX_JSON)
+METADATA_SUFFIX = ".metadata"  # PEP 658: the metadata file's URL is the wheel's with this appended
+LOCK = ".imagegen-index.lock"
+API_VERSION = "1.1"  # PEP 700: JSON project pages carry versions and each file's size
+
+# Bounds on what is read from a wheel.
+MAX_METADATA_BYTES = 4 << 20
+MAX_CENTRAL_DIRECTORY_BYTES = 8 << 20  # torch's own wheel needs about 2 MiB
+MAX_REQUIRES_PYTHON_CHARS = 200
+
+# A wheel file name as a page may show it: PEP 427's characters, no quote, space, '<', '%' or '/'.
+WHEEL_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
+# A normalized project name (PEP 503): the name of its folder under simple/.
+PROJECT_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+Say = Callable[[str], None]
+
+
+def say_on_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class IndexedWheel:
+    """A verified wheel as the index lists it."""
+
+    path: Path
+    url_path: str  # its path below OUT, percent-encoded
+    project: str  # normalized (PEP 503)
+    version: Version
+    sha256: str
+    size: int
+    requires_python: str | None
+    metadata: bytes  # its METADATA, served as <wheel>.metadata
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.path.with_name(self.path.name + METADATA_SUFFIX)
+
+    @property
+    def metadata_sha256(self) -> str:
+        return hashlib.sha256(self.metadata).hexdigest()
+
+
+@dataclass
+class IndexResult:
+    out: Path
+    base_url: str | None
+    projects: dict[str, list[str]]  # normalized project name -> its wheels' file names
+    written: list[Path]  # files whose content changed (the others were left as they were)
+    removed: list[Path]  # stale project folders and metadata files
+    problems: list[str]  # wheels left out of the index, and why
+
+    @property
+    def wheels(self) -> int:
+        return sum(len(files) for files in self.projects.values())
+
+    def as_dict(self) -> dict:
+        return {"out": str(self.out), "simple": str(self.out / SIMPLE) + "/",
+                "find_links": str(self.out / INDEX_HTML), "base_url": self.base_url,
+                "projects": self.projects, "wheels": self.wheels,
+                "written": [str(p) for p in self.written], "removed": [str(p) for p in self.removed],
+                "problems": self.problems}
+
+
+def write_index(out: Path, *, base_url: str | None = None, say: Say = say_on_stderr) -> IndexResult:
+    """Write (or bring up to date) the static index of the verified wheels under ``out``; see the module's
+    docstring. Each wheel left out is a warning said through ``say`` and listed in the result's problems.
+    A refused ``base_url`` is an UnsafeValueError (exit 2, nothing written); an ``out`` that is not a
+    directory, one that cannot be written, or one with neither a verified wheel nor an index yet (not a
+    wheelhouse: nothing is written there), a PublishError (exit 9)."""
+    out = Path(out)
+    prefix = _wheel_url_prefix(base_url)
+    try:
+        if not stat.S_ISDIR(os.stat(out).st_mode):
+            raise PublishError(f"{shown(out)} is not a directory: give the wheelhouse (imagegen build's --out)")
+    except FileNotFoundError:
+        raise PublishError(f"{shown(out)}: no such directory: give the wheelhouse (imagegen build's --out)") from None
+    except (OSError, ValueError) as exc:
+        raise PublishError(f"{shown(out)}: {os_reason(exc)}") from None
+    resolved = out.resolve()
+    if resolved == Path(resolved.anchor) or resolved == Path.home().resolve():
+        raise PublishError(f"{shown(out)} is not a wheelhouse (the filesystem root or your home folder): give the"
+                           " folder imagegen build --out wrote")
+    nested = _nested_index(out)
+    if nested is not None:
+        raise PublishError(f"{shown(out)} holds another wheelhouse's index ({shown(nested)}): index that wheelhouse"
+                           " itself, not a folder above it")
+    if not os.path.lexists(out / SIMPLE):
+        # A first index: refuse a folder that is no wheelhouse before writing anything there, the lock included.
+        problems: list[str] = []
+        if not verified_wheels(out, problems=problems):
+            for problem in problems:
+                say(f"warning: {printable(problem)}")
+            raise PublishError(f"{shown(out)}: no verified wheel to index (no manifest.json under it lists a wheel"
+                               " that is there intact): give the wheelhouse imagegen build --out wrote")
+    try:
+        with _locked(out, say):
+            return _write_locked(out, prefix, say)
+    except OSError as exc:
+        failed_on = exc.filename2 or exc.filename  # a rename's destination, else the file
+        where = f" ({shown(failed_on)})" if failed_on else ""
+        raise PublishError(f"cannot write the index of {shown(out)}: {os_reason(exc)}{where}") from None
+
+
+def _nested_index(out: Path, depth: int = 8) -> Path | None:
+    """The first folder below ``out`` (``depth`` levels at most, no symlinks followed) that is the root of
+    another imagegen index (its lock file is there): ``imagegen index`` on a folder above wheelhouses
+    would otherwise write metadata files into all of them."""
+    stack = [(out, 0)]
+    while stack:
+        folder, level = stack.pop()
+        if level and (folder / LOCK).is_file() and not (folder / LOCK).is_symlink():
+            return folder
+        if level >= depth:
+            continue
+        try:
+            children = [c for c in folder.iterdir() if c.is_dir() and not c.is_symlink() and c.name != SIMPLE]
+        except OSError:
+            continue
+        stack.extend((c, level + 1) for c in children)
+    return None
+
+
+def _wheel_url_prefix(base_url: str | None) -> str | None:
+    """``base_url`` checked and ending in one '/', or None (links relative to their page)."""
+    if base_url is None:
+        return None
+    safety.check(base_url, safety.URL, "--base-url")
+    if "?" in base_url or "#" in base_url:
+        raise UnsafeValueError(f"--base-url {safety.describe(base_url, 77)} carries a query or fragment: give the"
+                               " URL of the folder the wheelhouse is served from")
+    return base_url.rstrip("/") + "/"
+
+
+@contextmanager
+def _locked(out: Path, say: Say) -> Iterator[None]:
+    """Hold the wheelhouse's index lock (released when the file is closed, by this process or its death)."""
+    lock = out / LOCK
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
+    fd = os.open(lock, flags, new_file_mode())
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PublishError(f"{shown(lock)} is not a regular file: remove it (imagegen index keeps its lock there)")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another imagegen index of {shown(out)} to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_locked(out: Path, prefix: str | None, say: Say) -> IndexResult:
+    problems: list[str] = []
+    verified = verified_wheels(out, problems=problems)
+    wheels = _indexable(out, verified, problems)
+    simple = out / SIMPLE
+    by_project: dict[str, list[IndexedWheel]] = {}
+    for wheel in wheels:
+        by_project.setdefault(wheel.project, []).append(wheel)
+    for files in by_project.values():
+        files.sort(key=lambda w: (w.version, w.path.name))
+    projects = dict(sorted(by_project.items()))
+
+    written: list[Path] = []
+    _real_folder(simple, refuse=True)
+    # What a page links to first, then the pages, the lists of pages last.
+    for wheel in wheels:
+        _write(wheel.metadata_path, wheel.metadata, written)
+    for project, files in projects.items():
+        folder = simple / project
+        _real_folder(folder, refuse=False)
+        _sweep_partials(folder)
+        _write(folder / INDEX_JSON, _project_json(project, files, prefix), written)
+        _write(folder / INDEX_HTML, _project_html(project, files, prefix), written)
+    _sweep_partials(simple)
+    _write(simple / INDEX_JSON, _json({"meta": {"api-version": API_VERSION},
+                                       "projects": [{"name": p} for p in projects]}), written)
+    _write(simple / INDEX_HTML, _page("Simple index", [_anchor(f"{p}/", p) for p in projects]), written)
+    _sweep_partials(out)
+    _write(out / INDEX_HTML, _find_links_html(wheels, prefix), written)
+    # Nothing links to these any more.
+    removed = _remove_stale_projects(simple, set(projects), problems)
+    removed += _remove_stale_metadata(out, {w.metadata_path for w in wheels})
+    for problem in problems:
+        say(f"warning: {printable(problem)}")
+    names = {project: [w.path.name for w in files] for project, files in projects.items()}
+    return IndexResult(out=out, base_url=prefix, projects=names, written=written, removed=removed, problems=problems)
+
+
+# -------------------------------------------------------------------------------------------- wheels
+
+
+def _indexable(out: Path, verified: list[VerifiedWheel], problems: list[str]) -> list[IndexedWheel]:
+    """The verified wheels the index can list: a file name pip can parse, a METADATA that can be read,
+    one file per name (two different wheels under one name would be one link with two meanings)."""
+    by_name: dict[str, IndexedWheel] = {}
+    for verified_wheel in verified:
+        path = verified_wheel.path
+        name = path.name
+        if name in by_name:
+            if by_name[name].sha256 != verified_wheel.sha256:
+                problems.append(f"{shown(path)}: another wheel of the same name is indexed"
+                                f" ({shown(by_name[name].path)}); left out")
+            continue
+        if not WHEEL_FILE_NAME.fullmatch(name):
+            problems.append(f"{shown(path)}: not a wheel file name an index can list; left out")
+            continue
+        try:
+            dist, version, _, _ = parse_wheel_filename(name)
+        except InvalidWheelFilename as exc:
+            problems.append(f"{shown(path)}: {printable(str(exc))[:200]}; left out")
+            continue
+        project = canonicalize_name(dist)
+        try:
+            metadata, size = core_metadata(path, project)
+        except Unreadable as exc:
+            problems.append(f"{shown(path)}: its METADATA cannot be read ({exc}); left out")
+            continue
+        requires_python = _requires_python(metadata, path, problems)
+        by_name[name] = IndexedWheel(path=path, url_path=quote(os.fsencode(path.relative_to(out).as_posix()), safe="/"),
+                                     project=project, version=version, sha256=verified_wheel.sha256, size=size,
+                                     requires_python=requires_python, metadata=metadata)
+    return list(by_name.values())
+
+
+def core_metadata(wheel: Path, project: str) -> tuple[bytes, int]:
+    """The METADATA of ``wheel`` (a wheel of ``project``, normalized) and the wheel's size in bytes.
+
+    Read the way pip finds it (the one top-level ``*.dist-info`` folder, named after the project), by
+    name, never extracted; the file is opened without following a symlink, and the central directory,
+    the member and the bytes decompressed are bounded. Unreadable says why not."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
+    try:
+        fd = os.open(wheel, flags)
+    except OSError as exc:
+        raise Unreadable(os_reason(exc)) from None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise Unreadable("not a regular file")
+            directory = _central_directory_bytes(fh, st.st_size)
+            if directory > MAX_CENTRAL_DIRECTORY_BYTES:
+                raise Unreadable(f"a zip directory of {directory} bytes; at most {MAX_CENTRAL_DIRECTORY_BYTES}"
+                                 " are read")
+            with zipfile.ZipFile(fh) as zf:
+                folders = {n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".dist-info")}
+                if len(folders) != 1:
+                    raise Unreadable(f"{len(folders)} top-level .dist-info folders, where a wheel has one")
+                (folder,) = folders
+                if not canonicalize_name(folder).startswith(project):
+                    raise Unreadable(f"its .dist-info folder {printable(folder[:80])!r} is not named after {project}")
+                try:
+                    member = zf.getinfo(f"{folder}/METADATA")
+                except KeyError:
+                    raise Unreadable("no METADATA in its .dist-info folder") from None
+                if member.file_size > MAX_METADATA_BYTES:
+                    raise Unreadable(f"METADATA of {member.file_size} bytes; at most {MAX_METADATA_BYTES} are read")
+                with zf.open(member) as body:
+                    data = body.read(MAX_METADATA_BYTES + 1)  # whatever its header says it decompresses to
+                if len(data) > MAX_METADATA_BYTES:
+                    raise Unreadable(f"METADATA of more than {MAX_METADATA_BYTES} bytes")
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, struct.error, EOFError, NotImplementedError,
+                RuntimeError, ValueError, OSError) as exc:  # a broken, encrypted or oddly compressed zip
+            raise Unreadable(printable(str(exc))[:200] or exc.__class__.__name__) from None
+    return data, st.st_size
+
+
+# The zip records that say how large the central directory is (APPNOTE 4.3.16, 4.3.15, 4.3.14).
+_END = struct.Struct("<4s4H2LH")
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_END = struct.Struct("<4sQ2H2L4Q")
+
+
+def _central_directory_bytes(fh: BinaryIO, size: int) -> int:
+    """The size of the zip's central directory, found the way zipfile finds it (the end record without a
+    comment, else the last one in the final 64 KiB): what zipfile would read into memory, asked first."""
+    tail_size = min(size, _END.size + 0xFFFF)
+    fh.seek(size - tail_size)
+    tail = fh.read(tail_size)
+    at = len(tail) - _END.size
+    if at < 0 or tail[at:at + 4] != b"PK\x05\x06" or tail[-2:] != b"\0\0":
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or at + _END.size > len(tail):
+            raise Unreadable("not a zip file")
+    _, _, _, _, entries, directory, _, _ = _END.unpack_from(tail, at)
+    if entries != 0xFFFF and directory != 0xFFFFFFFF:
+        return directory
+    if at < _ZIP64_LOCATOR.size:  # ZIP64: the real sizes are in the ZIP64 end record the locator points to
+        raise Unreadable("a ZIP64 zip without its locator")
+    signature, _, offset, _ = _ZIP64_LOCATOR.unpack_from(tail, at - _ZIP64_LOCATOR.size)
+    fh.seek(offset)
+    record = fh.read(_ZIP64_END.size)
+    if signature != b"PK\x06\x07" or len(record) < _ZIP64_END.size or record[:4] != b"PK\x06\x06":
+        raise Unreadable("a ZIP64 zip without its end record")
+    return _ZIP64_END.unpack(record)[8]
+
+
+def _requires_python(metadata: bytes, wheel: Path, problems: list[str]) -> str | None:
+    """The METADATA's Requires-Python, when it is a valid specifier (an invalid one is left off the page,
+    as pip would ignore it, and said)."""
+    headers = email.parser.HeaderParser().parsestr(metadata.decode("utf-8", "replace"), headersonly=True)
+    value = headers.get("Requires-Python")
+    if value is None:
+        return None
+    value = " ".join(str(value).split())
+    try:
+        if len(value) > MAX_REQUIRES_PYTHON_CHARS:
+            raise InvalidSpecifier(f"{len(value)} characters")
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        problems.append(f"{shown(wheel)}: its Requires-Python {safety.describe(value)} is not a version specifier;"
+                        " indexed without it")
+        return None
+    return value
+
+
+# -------------------------------------------------------------------------------------------- pages
+
+
+def _url(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
+    """The wheel's URL from a page ``up`` folders below OUT (absolute with a base URL)."""
+    return f"{prefix if prefix is not None else up}{wheel.url_path}"
+
+
+def _href(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
+    """The wheel's link in an HTML page: its URL with the hash pip checks the download against."""
+    return f"{_url(wheel, prefix, up)}#sha256={wheel.sha256}"
+
+
+def _wheel_anchor(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
+    attributes = {}
+    if wheel.requires_python is not None:
+        attributes["data-requires-python"] = wheel.requires_python
+    # PEP 714's name, and PEP 658's for the pip releases before it.
+    attributes["data-core-metadata"] = attributes["data-dist-info-metadata"] = f"sha256={wheel.metadata_sha256}"
+    return _anchor(_href(wheel, prefix, up), wheel.path.name, attributes)
+
+
+def _anchor(href: str, text: str, attributes: dict[str, str] | None = None) -> str:
+    extra = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in (attributes or {}).items())
+    return f'<a href="{html.escape(href, quote=True)}"{extra}>{html.escape(text)}</a>'
+
+
+def _page(title: str, anchors: list[str]) -> bytes:
+    title = html.escape(title)
+    body = "".join(f"    {a}<br>\n" for a in anchors)
+    return ("<!DOCTYPE html>\n<html>\n  <head>\n    <meta charset=\"utf-8\">\n"
+            f"    <meta name=\"pypi:repository-version\" content=\"{API_VERSION}\">\n"
+            f"    <title>{title}</title>\n  </head>\n  <body>\n    <h1>{title}</h1>\n{body}"
+            "  </body>\n</html>\n").encode()
+
+
+def _project_html(project: str, files: list[IndexedWheel], prefix: str | None) -> bytes:
+    return _page(f"Links for {project}", [_wheel_anchor(w, prefix, "../../") for w in files])
+
+
+def _find_links_html(wheels: list[IndexedWheel], prefix: str | None) -> bytes:
+    ordered = sorted(wheels, key=lambda w: (w.project, w.version, w.path.name))
+    return _page("Wheels", [_wheel_anchor(w, prefix, "") for w in ordered])
+
+
+def _project_json(project: str, files: list[IndexedWheel], prefix: str | None) -> bytes:
+    entries = []
+    for wheel in files:
+        metadata = {"sha256": wheel.metadata_sha256}
+        entry = {"filename": wheel.path.name, "url": _url(wheel, prefix, "../../"), "hashes": {"sha256": wheel.sha256},
+                 "core-metadata": metadata, "dist-info-metadata": metadata, "size": wheel.size}
+        if wheel.requires_python is not None:
+            entry["requires-python"] = wheel.requires_python
+        entries.append(entry)
+    versions = sorted({w.version for w in files})
+    return _json({"meta": {"api-version": API_VERSION}, "name": project, "versions": [str(v) for v in versions],
+                  "files": entries})
+
+
+def _json(document: dict) -> bytes:
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+# -------------------------------------------------------------------------------------------- files
+
+
+def _write(path: Path, data: bytes, written: list[Path]) -> None:
+    """``path`` holds ``data`` afterwards, replaced in one rename (fsynced first) if it held anything else."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_size == len(data) and path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the index is served
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+    written.append(path)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (a crash after it leaves the new file, not a missing one)."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _real_folder(folder: Path, *, refuse: bool) -> None:
+    """``folder`` as a real directory (not a symlink, which would take writes outside OUT). A project folder
+    that is anything else is replaced (simple/ is the index's own); simple/ itself is refused."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        folder.mkdir()
+        return
+    if stat.S_ISDIR(st.st_mode):
+        return
+    if refuse:
+        raise PublishError(f"{shown(folder)} is not a directory (a symlink or a file): move it away; imagegen index"
+                           " writes its pages there and nowhere outside the wheelhouse")
+    folder.unlink()
+    folder.mkdir()
+
+
+def _is_partial(name: str, of: str) -> bool:
+    """Whether ``name`` is a temporary file _write made for ``of`` (left by a run that was killed)."""
+    return name.startswith(f".{of}.") and name.endswith(".partial")
+
+
+def _sweep_partials(folder: Path) -> None:
+    """Remove the temporary page files a killed run left in ``folder`` (the lock is held: no run is writing)."""
+    for entry in os.scandir(folder):
+        if any(_is_partial(entry.name, page) for page in PAGES) and not entry.is_dir(follow_symlinks=False):
+            os.unlink(entry.path)
+
+
+def _remove_stale_projects(simple: Path, current: set[str], problems: list[str]) -> list[Path]:
+    """Remove the folders under simple/ of projects the index no longer lists (the project list is
+    already written without them). A folder holding files imagegen did not write is left, and said."""
+    removed = []
+    for entry in sorted(os.scandir(simple), key=lambda e: e.name):
+        if entry.name in current or not PROJECT_NAME.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        folder = Path(entry.path)
+        for child in os.scandir(folder):
+            ours = child.name in PAGES or any(_is_partial(child.name, page) for page in PAGES)
+            if ours and not child.is_dir(follow_symlinks=False):
+                os.unlink(child.path)
+        try:
+            folder.rmdir()
+        except OSError:
+            problems.append(f"{shown(folder)}: {entry.name} is no longer in the wheelhouse, but its folder holds files"
+                            " imagegen index did not write; left in place")
+            continue
+        removed.append(folder)
+    return removed
+
+
+def _remove_stale_metadata(out: Path, current: set[Path]) -> list[Path]:
+    """Remove the metadata files beside wheels the index no longer lists (gone, or changed since their
+    build), and temporary ones a killed run left; only in wheelhouse folders (those with a manifest)."""
+    removed = []
+    stack = [(out, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        in_wheelhouse = any(e.name == MANIFEST for e in entries)
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if depth < MAX_WALK_DEPTH and not (depth == 0 and entry.name == SIMPLE):
+                    stack.append((Path(entry.path), depth + 1))
+                continue
+            if not in_wheelhouse:
+                continue
+            path = Path(entry.path)
+            if entry.name.endswith(".whl" + METADATA_SUFFIX) and path not in current:
+                os.unlink(path)
+                removed.append(path)
+            elif entry.name.startswith(".") and ".whl" + METADATA_SUFFIX + "." in entry.name \
+                    and entry.name.endswith(".partial"):
+                os.unlink(path)
+    return removed

@@ -1,0 +1,341 @@
+"""`imagegen publish`: the verified wheels of a wheelhouse uploaded to one or more destinations, with
+the same rules everywhere and each wheel's outcome reported.
+
+Destinations, as ``--to`` names them (every part reaches a URL, so each is matched against a strict
+pattern before anything is contacted; a malformed one is a UsageError, exit 2):
+
+- ``pypi:UPLOAD_URL[,simple=INDEX_URL]``: a PyPI-compatible legacy upload endpoint (twine), e.g.
+  ``pypi:https://upload.pypi.org/legacy/`` or pypiserver's ``pypi:http://host:8080/``. What is already
+  there is read from the index's PEP 503 page ``INDEX_URL/<project>/``; INDEX_URL defaults to
+  https://pypi.org/simple/ (test.pypi.org's for TestPyPI), else to the upload URL with a final
+  ``legacy/`` replaced by ``simple/`` (pypiserver, warehouse); other servers (devpi:
+  ``,simple=https://host/user/index/+simple/``) name it.
+- ``hf:OWNER/REPO[@REVISION][:PATH]``: a Hugging Face Hub model repository (that exists), on branch
+  REVISION (default main), in folder PATH (default the top).
+- ``github:OWNER/REPO@TAG``: the assets of the release of TAG (created when there is none).
+- ``s3://BUCKET[/PREFIX]``: objects under PREFIX.
+
+A wheel lands under its own file name (pip reads name, version and tags from it), flat: DEST/<wheel>.
+
+The rules, the same for every destination (the destination modules only read what is there and upload):
+
+- only verified wheels are uploaded (imagegen.wheelhouse.verified_wheels: listed in a manifest.json
+  with the sha256 they still have); a listed wheel that is missing or changed, or two different
+  wheels of one name, are refused;
+- a file already there under the wheel's name with the same sha256 is skipped;
+- a different file under that name is refused and never overwritten. Each upload is also conditional
+  where it can be (an index refuses a name it has, a Hub commit names its parent commit, GitHub refuses a
+  second asset of one name, S3 writes with If-None-Match: *), so a file that appears between the check
+  and the upload is not overwritten either: it is then checked again, and skipped or refused;
+- one refused or failed wheel does not stop the others; a destination that cannot be used at all
+  (credentials refused, repository missing) fails its remaining wheels, and the other destinations go on.
+
+Credentials come from the environment only, never from the command line: TWINE_USERNAME /
+TWINE_PASSWORD or a netrc entry (PyPI-compatible), HF_TOKEN (and HF_ENDPOINT), GITHUB_TOKEN (and
+GITHUB_API_URL), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (and AWS_ENDPOINT_URL,
+AWS_REGION). A dry run reads what is there (with the credentials if they are set, anonymously if not)
+and uploads nothing. Every message a destination or its client library gives is stripped of the
+secret values before it is shown.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
+
+from imagegen.errors import PublishError, UsageError, bounded, printable
+from imagegen.safety import describe
+from imagegen.wheelhouse import VerifiedWheel, verified_wheels
+
+# --------------------------------------------------------------------------------------------
+# Destinations
+
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?"
+# http(s), host, port and path only: no user:password@ (credentials never come from the command line),
+# no query or fragment. A '..' anywhere is refused by the patterns' common look-ahead.
+_HTTP_URL = rf"https?://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9._~%+-]*)*"
+PYPI = re.compile(rf"pypi:(?!.*\.\.)(?P<upload>{_HTTP_URL})(?:,simple=(?P<simple>{_HTTP_URL}))?")
+# Hub repository names: letters, digits, '.', '_', '-', no '--' or '..', at most 96 characters.
+_HUB_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_REPO_PATH = r"[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*"
+HUB = re.compile(rf"hf:(?!.*(?:--|\.\.))(?P<repo>{_HUB_NAME}/{_HUB_NAME})"
+                 rf"(?:@(?P<revision>[A-Za-z0-9][A-Za-z0-9._/-]{{0,199}}))?(?::(?P<path>{_REPO_PATH})/?)?")
+GITHUB = re.compile(r"github:(?!.*\.\.)(?P<repo>[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100})"
+                    r"@(?P<tag>[A-Za-z0-9][A-Za-z0-9._+-]{0,127})")
+S3 = re.compile(r"s3://(?!.*\.\.)(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[A-Za-z0-9._+=-]+"
+                r"(?:/[A-Za-z0-9._+=-]+)*)?/?)?")
+
+FORMS = {"pypi:": ("pypi:UPLOAD_URL[,simple=INDEX_URL]", PYPI), "hf:": ("hf:OWNER/REPO[@REVISION][:PATH]", HUB),
+         "github:": ("github:OWNER/REPO@TAG", GITHUB), "s3://": ("s3://BUCKET[/PREFIX]", S3)}
+
+PYPI_SIMPLE = {"https://upload.pypi.org/legacy/": "https://pypi.org/simple/",
+               "https://test.pypi.org/legacy/": "https://test.pypi.org/simple/"}
+
+
+@dataclass(frozen=True)
+class PypiDest:
+    text: str
+    upload_url: str
+    simple_url: str  # ends with '/': the project page is simple_url + "<normalized name>/"
+
+
+@dataclass(frozen=True)
+class HubDest:
+    text: str
+    repo_id: str
+    revision: str
+    path: str  # folder in the repository, "" for its top
+
+    def path_in_repo(self, name: str) -> str:
+        return f"{self.path}/{name}" if self.path else name
+
+
+@dataclass(frozen=True)
+class GithubDest:
+    text: str
+    repo: str  # OWNER/REPO
+    tag: str
+
+
+@dataclass(frozen=True)
+class S3Dest:
+    text: str
+    bucket: str
+    prefix: str  # "" or ending with '/'
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+
+Dest = PypiDest | HubDest | GithubDest | S3Dest
+
+
+def parse_destination(text: str) -> Dest:
+    """``--to`` as a destination, every part checked; anything else is a one-line UsageError."""
+    form = next((f for prefix, f in FORMS.items() if isinstance(text, str) and text.startswith(prefix)), None)
+    if form is None:
+        raise UsageError(f"--to {describe(text)}: not a destination: use {', '.join(f for f, _ in FORMS.values())}")
+    match = form[1].fullmatch(text)
+    if match is None:
+        raise UsageError(f"--to {describe(text)}: expected {form[0]} (names of letters, digits, '.', '_', '-'; URLs"
+                         " with no user:password@, query, spaces or '..')")
+    if form[1] is PYPI:
+        upload = match["upload"]
+        simple = match["simple"] or PYPI_SIMPLE.get(_slash(upload)) or default_simple(upload)
+        return PypiDest(text, upload, _slash(simple))
+    if form[1] is HUB:
+        return HubDest(text, match["repo"], match["revision"] or "main", match["path"] or "")
+    if form[1] is GITHUB:
+        return GithubDest(text, match["repo"], match["tag"])
+    return S3Dest(text, match["bucket"], _slash(match["prefix"]) if match["prefix"] else "")
+
+
+def default_simple(upload_url: str) -> str:
+    """The PEP 503 index beside an upload URL: ``.../legacy/`` -> ``.../simple/``, else ``<url>/simple/``."""
+    base = _slash(upload_url)
+    return base[: -len("legacy/")] + "simple/" if base.endswith("/legacy/") else base + "simple/"
+
+
+def _slash(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
+# --------------------------------------------------------------------------------------------
+# What a destination module provides
+
+
+@dataclass(frozen=True)
+class Found:
+    """A file already at the destination under a wheel's name."""
+
+    digest: str  # what it is, as the service records it: "sha256:<hex>", "git-sha1:<hex>", "<n> bytes"
+    same: bool  # whether it is the wheel's bytes
+
+
+def found_sha256(remote_hex: str, wheel: VerifiedWheel) -> Found:
+    return Found(f"sha256:{remote_hex}", remote_hex.lower() == wheel.sha256)
+
+
+class Target(Protocol):
+    """A connected destination: each destination module's ``connect`` returns one, or raises PublishError
+    when the destination cannot be used at all (no credentials, a client library not installed)."""
+
+    secrets: tuple[str, ...]  # credentials it found beyond the environment's (a netrc password): never shown
+    unusable: str  # why it cannot be used any more, once it cannot (credentials refused, no such repository)
+
+    def check(self, wheel: VerifiedWheel) -> Found | None:
+        """What is there under the wheel's name; None if nothing. Raises PublishError."""
+
+    def upload(self, wheel: VerifiedWheel) -> str | None:
+        """Upload the wheel; returns where it is now, or None when the service refused it because a file
+        of that name is there now (one that appeared after the check). Raises PublishError."""
+
+
+class Destination:
+    """What the destination modules' targets share."""
+
+    secrets: tuple[str, ...] = ()
+    unusable = ""
+
+    def give_up(self, message: str) -> PublishError:
+        """The error that ends this destination (credentials refused, no such repository): the wheels not
+        yet done there fail with ``message`` instead of being tried."""
+        self.unusable = message
+        return PublishError(message)
+
+
+MODULES = {PypiDest: "pypi_upload", HubDest: "hub_upload", GithubDest: "github_upload", S3Dest: "s3_upload"}
+
+
+def connect(dest: Dest, env: Mapping[str, str], *, write: bool) -> Target:
+    """The destination's module (imported only now: each brings a client library) connected to it."""
+    module = importlib.import_module(f"imagegen.publish.{MODULES[type(dest)]}")
+    return module.connect(dest, env, write=write)
+
+
+def missing_library(package: str) -> PublishError:
+    return PublishError(f"{package} is not installed: pip install 'imagegen[publish]'")
+
+
+# --------------------------------------------------------------------------------------------
+# Outcomes
+
+UPLOADED, WOULD_UPLOAD, SKIPPED, REFUSED, FAILED = "uploaded", "would-upload", "skipped", "refused", "failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    dest: str
+    wheel: str  # file name
+    sha256: str
+    status: str  # uploaded | would-upload | skipped | refused | failed
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return {"dest": self.dest, "wheel": self.wheel, "sha256": self.sha256, "status": self.status,
+                "detail": self.detail}
+
+    def line(self) -> str:
+        return f"{self.status.replace('-', ' '):<12} {self.wheel} -> {self.dest}" + (
+            f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class Report:
+    dry_run: bool
+    outcomes: list[Outcome] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # wheels of the wheelhouse not considered, and why
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status in (REFUSED, FAILED)]
+
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{n} {s.replace('-', ' ')}" for s in (UPLOADED, WOULD_UPLOAD, SKIPPED, REFUSED, FAILED)
+                           if (n := self.count(s)))
+        return counts or "nothing to publish"
+
+    def as_dict(self) -> dict:
+        return {"dry_run": self.dry_run, "outcomes": [o.as_dict() for o in self.outcomes], "problems": self.problems}
+
+
+# --------------------------------------------------------------------------------------------
+# The orchestration
+
+# Environment variables whose values are secrets: no message may show them.
+SECRET_VARIABLES = ("TWINE_PASSWORD", "HF_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+MAX_DETAIL = 300
+
+
+def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping[str, str] | None = None) -> Report:
+    """Upload the verified wheels of ``out`` to every destination of ``to`` (all parsed before any is
+    contacted), or with ``dry_run`` say what would be done. Never raises for one wheel or destination:
+    their failures are in the report."""
+    env = os.environ if env is None else env
+    dests = [parse_destination(text) for text in to]
+    report = Report(dry_run=dry_run)
+    wheels = _unique_names(verified_wheels(Path(out), problems=report.problems), report.problems)
+    if not wheels and not report.problems:
+        raise PublishError(f"{out}: no verified wheel here (imagegen build lists the wheels it verified in each"
+                           " folder's manifest.json; publish uploads only those)")
+    secrets = [v for name in SECRET_VARIABLES if (v := env.get(name))]
+    for dest in dests:
+        report.outcomes += _publish_to(dest, wheels, env=env, dry_run=dry_run, secrets=secrets)
+    return report
+
+
+def _unique_names(wheels: list[VerifiedWheel], problems: list[str]) -> list[VerifiedWheel]:
+    """The wheels by file name (a destination is flat): one of several copies with the same bytes;
+    two different wheels of one name are both refused."""
+    by_name: dict[str, list[VerifiedWheel]] = {}
+    for wheel in wheels:
+        by_name.setdefault(wheel.path.name, []).append(wheel)
+    unique = []
+    for name, group in by_name.items():
+        if len({w.sha256 for w in group}) > 1:
+            folders = ", ".join(str(w.path.parent) for w in group)
+            problems.append(f"{name}: {len(group)} different wheels of this name ({folders}): a destination holds"
+                            " one file per name; publish them from separate wheelhouses")
+        else:
+            unique.append(group[0])
+    return unique
+
+
+def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, str], dry_run: bool,
+                secrets: list[str]) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    if not wheels:
+        return outcomes
+    broken = ""  # why the destination cannot be used: the remaining wheels fail with it
+    try:
+        target = connect(dest, env, write=not dry_run)
+        secrets = secrets + list(target.secrets)
+    except Exception as exc:  # PublishError, or a client library's own error that its module did not foresee
+        broken = _redact(_reason(exc), secrets)
+    for wheel in wheels:
+        if broken:
+            outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, FAILED, broken))
+            continue
+        try:
+            status, detail = _one(target, wheel, dry_run)
+        except Exception as exc:  # this wheel failed; the next is tried unless the destination gave up
+            status, detail = FAILED, _reason(exc)
+        broken = _redact(target.unusable, secrets)
+        outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, status, _redact(detail, secrets)))
+    return outcomes
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, PublishError) else f"{exc.__class__.__name__}: {exc}"
+
+
+def _one(target: Target, wheel: VerifiedWheel, dry_run: bool) -> tuple[str, str]:
+    found = target.check(wheel)
+    if found is None:
+        if dry_run:
+            return WOULD_UPLOAD, ""
+        where = target.upload(wheel)
+        if where is not None:
+            return UPLOADED, where
+        found = target.check(wheel)  # refused as there now: what is it?
+        if found is None:
+            raise PublishError("the destination refused it as already there, but shows no file of that name")
+    if found.same:
+        return SKIPPED, "already there, same sha256"
+    return REFUSED, (f"a different file of that name is there ({found.digest}; this wheel is sha256:{wheel.sha256}):"
+                     " not overwritten; publish a new version, or remove that file first")
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    """``text`` as a report shows it: every secret value replaced by *** (longest first: one may contain
+    another), on one line, at most MAX_DETAIL characters (a server's error page is not echoed whole)."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return bounded(printable(" ".join(text.split())), MAX_DETAIL)
