@@ -40,12 +40,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         cat = None
     for wheel in args.wheels:
-        try:
-            is_file = wheel.is_file()
-        except OSError as exc:  # a 5000-character name
-            raise UsageError(f"{shown(wheel)}: {exc.strerror or 'not a usable path'}") from None
-        if not is_file:
-            raise UsageError(f"{shown(wheel)}: no such wheel file")
+        common.check_wheel_file(wheel)
         expected, knowledge = _recipe_view(cat, wheel, archs)
         report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:

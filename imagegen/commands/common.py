@@ -96,6 +96,16 @@ def is_file(path: Path) -> bool:
         return False
 
 
+def check_wheel_file(wheel: Path) -> None:
+    """A wheel argument (verify, repair) is an existing file, or a one-line UsageError."""
+    try:
+        found = wheel.is_file()
+    except OSError as exc:  # a 5000-character name
+        raise UsageError(f"{shown(wheel)}: {exc.strerror or 'not a usable path'}") from None
+    if not found:
+        raise UsageError(f"{shown(wheel)}: no such wheel file")
+
+
 def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
     """The matrix expanded, with locked base images pinned to their digests; a cell asked twice
     (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8 --cuda cu128``) is there once."""

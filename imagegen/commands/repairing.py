@@ -48,12 +48,7 @@ def _repair_one(wheel: Path, args: argparse.Namespace, python_exe: str | None) -
 
 def cmd_repair(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for wheel in args.wheels:
-        try:
-            is_file = wheel.is_file()
-        except OSError as exc:  # a 5000-character name
-            raise UsageError(f"{shown(wheel)}: {exc.strerror or 'not a usable path'}") from None
-        if not is_file:
-            raise UsageError(f"{shown(wheel)}: no such wheel file")
+        common.check_wheel_file(wheel)
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {shown(args.out)}: not a folder")
     check_plat(args.plat)

@@ -142,7 +142,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="12.0+PTX" \
-      io.imagegen.inputs="f15ef9db08d10923"
+      io.imagegen.inputs="6ef011a7fcbbdea9"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

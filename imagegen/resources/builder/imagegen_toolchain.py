@@ -57,7 +57,8 @@ def secret_env(env):
     return env
 
 
-def run(cmd, env=None, cwd=None, log_file=None):
+def run(cmd, env=None, cwd=None, log_file=None, check=True):
+    """Run ``cmd``, logged; a non-zero exit ends the step unless ``check`` is false (then it is returned)."""
     log("$ " + " ".join(cmd))
     if log_file is None:
         rc = subprocess.call(cmd, env=env, cwd=cwd)
@@ -68,8 +69,9 @@ def run(cmd, env=None, cwd=None, log_file=None):
             sys.stdout.flush()
             log_file.write(line)
         rc = proc.wait()
-    if rc != 0:
+    if rc != 0 and check:
         fail("command failed with exit code %d: %s" % (rc, " ".join(cmd)), rc)
+    return rc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -99,8 +101,7 @@ def cmd_toolchain(cell, args):
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
     # A newer pip reads newer wheel metadata; the venv's own still works, so a failed upgrade (no index:
     # an offline host whose image already has torch) is a warning, not the end of the build.
-    log("$ " + " ".join(pip + ["--upgrade", "pip"]))
-    if subprocess.call(pip + ["--upgrade", "pip"], env=env) != 0:
+    if run(pip + ["--upgrade", "pip"], env=env, check=False) != 0:
         log("warning: pip could not be upgraded; going on with the venv's own pip")
     if reused:
         log("torch %s (%s) is the base image's own: reused, not downloaded" % (torch["version"], torch["cuda"]))
@@ -117,14 +118,23 @@ def cmd_toolchain(cell, args):
     check_torch(cell, py)
 
 
+# Printed by an interpreter asked which torch it has: [version, CUDA version or null].
+TORCH_PROBE = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
+
+
+def is_wanted_torch(want, got_version, got_cuda):
+    """Whether torch ``got_version`` (a local label like +cu128 allowed) built for CUDA ``got_cuda`` is
+    the release and CUDA variant of the toolchain document's ``want``."""
+    return got_version.split("+")[0] == want["version"] and (got_cuda or "") == want["cuda_dotted"]
+
+
 def image_torch_matches(cell):
     """Whether the base image's interpreter already has exactly the torch release and CUDA variant
     the cell asks for. Asked only where the plan expects it ("image") or cannot know ("if-present");
     a mismatch means the venv gets its own torch, as for any other image."""
     want = cell["torch"]
-    code = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
     try:
-        out = subprocess.run([cell["base_python"], "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        out = subprocess.run([cell["base_python"], "-c", TORCH_PROBE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              timeout=300).stdout.decode(errors="replace").strip().splitlines()
         got_version, got_cuda = json.loads(out[-1]) if out else (None, None)
     except (OSError, ValueError, subprocess.TimeoutExpired):
@@ -133,7 +143,7 @@ def image_torch_matches(cell):
         found = "no torch"
     else:
         found = "torch %s (CUDA %s)" % (got_version, got_cuda)
-        if got_version.split("+")[0] == want["version"] and (got_cuda or "") == want["cuda_dotted"]:
+        if is_wanted_torch(want, got_version, got_cuda):
             return True
     if want.get("reuse") == "image":
         log("warning: the plan expected torch %s (%s) in the base image's %s, which has %s: installing it into the venv"
@@ -181,10 +191,8 @@ def check_torch(cell, py):
     if cell.get("torch_checked"):
         return  # a native build: imagegen checked the host's torch before it started
     want = cell["torch"]
-    code = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
-    got_version, got_cuda = json.loads(subprocess.check_output([py, "-c", code]).decode().strip().splitlines()[-1])
-    base = got_version.split("+")[0]
-    if base != want["version"] or (got_cuda or "") != want["cuda_dotted"]:
+    got_version, got_cuda = json.loads(subprocess.check_output([py, "-c", TORCH_PROBE]).decode().strip().splitlines()[-1])
+    if not is_wanted_torch(want, got_version, got_cuda):
         fail("torch %s (CUDA %s) is installed, but the cell asks for torch %s with CUDA %s: check the torch index URL"
              % (got_version, got_cuda, want["version"], want["cuda_dotted"]))
     log("torch %s (CUDA %s) as asked" % (got_version, got_cuda))
