@@ -20,7 +20,7 @@ ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cuda_home":null,"default_nvcc_threads":4,"distribution":"flash_attn","env":{"BUILD_TARGET":"cuda"},"ext_parallel":null,"force_env":{"FLASH_ATTENTION_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"FLASH_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.8","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"recipe":"flash-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["flash_attn","flash_attn_2_cuda"],"source":{"commit":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","kind":"git","ref":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","subdir":"","submodules":true,"url":"https://github.com/Dao-AILab/flash-attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"2.8.3","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cell":"fa2-2_8_3-torch2_8-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"flash_attn","env":{"BUILD_TARGET":"cuda"},"ext_parallel":null,"flavor":"runpod","force_env":{"FLASH_ATTENTION_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"FLASH_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.8","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"python":"3.12","recipe":"flash-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["flash_attn","flash_attn_2_cuda"],"source":{"commit":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","kind":"git","ref":"060c9188beec3a8b62b33a3bfa6d5d2d44975fab","subdir":"","submodules":true,"url":"https://github.com/Dao-AILab/flash-attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"2.8.3","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -102,10 +102,13 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
 FROM base AS builder
 # hadolint ignore=DL3022
 COPY --from=fetch /imagegen/src /imagegen/src
-ENV CCACHE_DIR=/root/.cache/ccache
+# The base image goes into each wheel's build record (beside the wheel: `imagegen collect` reads it).
+ARG BASE_IMAGE
+ENV CCACHE_DIR=/root/.cache/ccache \
+    IMAGEGEN_BASE_IMAGE=${BASE_IMAGE}
 VOLUME ["/out"]
 ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]
-CMD ["build", "--out", "/out"]
+CMD ["build", "--out", "/out", "--smoke"]
 
 # --- audit: the package's own build with stand-in compilers that record instead of compile (seconds):
 # what each extension would really be compiled for. `imagegen build` reads it before compiling. ---
@@ -129,9 +132,12 @@ ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 # (imagegen_rules.py: 5.0 GB per nvcc thread for flash-attn, 4 threads, fewer on a small machine).
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
+# The planned list and inputs hash: the build record keeps the hash only if the list was not overridden.
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
-    NVCC_THREADS=${NVCC_THREADS}
+    NVCC_THREADS=${NVCC_THREADS} \
+    IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
+    IMAGEGEN_INPUTS=15b33a11e183bef4
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -141,7 +147,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="1ab9035ec96ac2c9"
+      io.imagegen.inputs="15b33a11e183bef4"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
@@ -155,6 +161,7 @@ FROM scratch AS buildlog
 COPY --from=compile /imagegen/logs/ /
 COPY --from=smoke /imagegen/logs/smoke.json /
 
-# Only the wheels, and only once they passed the smoke test: what `--output type=local` exports.
+# Only the wheels, and only once they passed the smoke test, each with its build record
+# (<wheel>.imagegen.json, for `imagegen collect`): what `--output type=local` exports.
 FROM scratch AS wheels
 COPY --from=smoke /imagegen/wheelhouse/ /

@@ -255,9 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry_args(p)
     p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
     p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging and logs (default: .imagegen)")
-    p.add_argument("--gpus", choices=("auto", "all", "none"), default="auto",
-                   help="give the container the GPUs (auto: when nvidia-smi works here and Docker has the NVIDIA"
-                   " Container Toolkit)")
+    p.add_argument("--gpus", choices=("auto", "all", "toolkit", "cdi", "devices", "none"), default="auto",
+                   help="give the container the GPUs: toolkit (--gpus all, the NVIDIA Container Toolkit), cdi (--device"
+                   " nvidia.com/gpu=all, a CDI spec), devices (the /dev/nvidia* nodes and the driver's libraries, passed"
+                   " by hand: no toolkit needed); auto: the first of them this host supports, when nvidia-smi works"
+                   " here (imagegen doctor says which); all: --gpus all as it is")
     p.add_argument("--no-fallback", action="store_true", help="fail when the image is missing instead of building it locally")
     p.add_argument("--no-audit", action="store_true", help="skip the gencode audit the image runs before compiling"
                    " (the package's own build with stand-in compilers, which refuses a cell whose build would fail or miss an arch)")
@@ -272,6 +274,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_matrix_args(p)
     _add_common(p)
 
+    p = sub.add_parser("collect", help="verify and record the wheels a builder image exported (docker buildx bake,"
+                       " docker run -v OUT:/out)", description=(
+        "Take into the wheelhouse the wheels that builder images made outside `imagegen build`: a plain"
+        " `docker buildx bake` of the generated bake file, a `docker run -v OUT:/out` of a builder image, the"
+        " build jobs of `imagegen ci github`. Each such wheel has a build record beside it (<wheel>.imagegen.json);"
+        " a wheel whose sha256 and passed smoke test match its record and whose .so files carry the SASS/PTX its"
+        " requested archs need (as its recipe compiles them) is recorded in its folder's manifest.json, which"
+        " `imagegen index` and `imagegen publish` read. Exit 6 when a wheel fails; it is left out, the others"
+        " are recorded."))
+    p.add_argument("out", type=Path, help="the folder the builds exported to (searched for build records)")
+    p.add_argument("--strict", action="store_true", help="fail a wheel whose extensions carry archs not requested")
+    p.add_argument("--recipe-dir", type=Path, action="append", default=[], help="extra directory of recipe YAML"
+                   " files (repeatable), for wheels of your own recipes")
+    p.add_argument("--config", type=Path, help="imagegen.toml or pyproject.toml to read (default: searched from the"
+                   " current directory)")
+    _add_json(p)
+
     p = sub.add_parser("index", help="write a pip index (PEP 503 simple + find-links page) for a wheelhouse", description=(
         "Write a static package index for the verified wheels of a wheelhouse (those its manifest.json files list):"
         " OUT/simple/<project>/ pages with #sha256= fragments and data-requires-python (PEP 503; PEP 691 JSON beside"
@@ -280,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="the wheelhouse (imagegen build's --out)")
     p.add_argument("--base-url", help="absolute URL the wheelhouse is served from (default: links relative to the"
                    " index, which works wherever the folder is served)")
+    p.add_argument("--variants", action=argparse.BooleanOptionalAction, default=None, help=(
+        "also list each wheel as a wheel variant (PEP 817/825: a copy with its CUDA version and GPU archs as variant"
+        " properties, and each version's variants.json) for a variant-aware installer; plain pip ignores them. Costs a"
+        " copy of every wheel; later runs (build --index too) keep them until --no-variants removes them"
+        " (default: as the index has them)"))
     _add_json(p)
 
     p = sub.add_parser("repair", help="give wheels a manylinux tag with auditwheel (torch's libraries excluded)",
@@ -329,6 +353,7 @@ COMMANDS = {"plan": planning.cmd_plan, "recipes": planning.cmd_recipes, "archs":
             "verify": checking.cmd_verify, "check": checking.cmd_check, "doctor": checking.cmd_doctor,
             "push": images.cmd_push, "pull": images.cmd_pull, "lock": images.cmd_lock,
             "refresh": planning.cmd_refresh,
+            "collect": _lazy("collecting", "cmd_collect"),
             "index": _lazy("indexing", "cmd_index"), "repair": _lazy("repairing", "cmd_repair"),
             "publish": _lazy("publishing", "cmd_publish")}
 

@@ -105,6 +105,15 @@ def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict) ->
     return dest
 
 
+def record_entries(folder: Path, entries: dict[str, dict]) -> None:
+    """Record wheels already in ``folder`` (verified by imagegen collect) in its manifest: cell name ->
+    entry, each replacing that cell's earlier entry; one atomic rewrite."""
+    manifest = read_manifest(folder)
+    manifest["schema"] = 1
+    manifest["cells"].update(entries)
+    _write_json_atomic(folder / MANIFEST, manifest)
+
+
 def replace_wheel(folder: Path, old: str, old_sha256: str, new: Path, *, record: dict) -> Path:
     """Swap the wheel ``old`` of the cell folder ``folder`` for ``new`` (a finished wheel on the same
     file system, e.g. in a hidden folder inside ``folder``) and point every manifest entry that lists

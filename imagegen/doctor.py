@@ -3,7 +3,8 @@
 Checks, each with its fix: Python; torch and its CUDA; nvcc and CUDA_HOME, and that nvcc's major
 equals torch's CUDA major; the GPUs and their compute capability (what --arch to ask for); the
 Docker engine and buildx, and whether a bake matrix and a local export really work here (a tiny
-bake run, no registry needed); disk; RAM, cores and the job settings builds would use.
+bake run, no registry needed); how containers can be given the GPUs (toolkit, CDI, or the device
+nodes and driver libraries by hand); disk; RAM, cores and the job settings builds would use.
 """
 
 from __future__ import annotations
@@ -137,6 +138,34 @@ def check_engine(report: Report) -> None:
                    "use buildx >= 0.11 (matrix); on older buildx imagegen's generated files still work (no matrix)")
 
 
+def check_container_gpus(report: Report, *, driver_works: bool | None = None, **probe) -> None:
+    """Which of the three ways to give containers the GPUs this host has (imagegen.executors.gpu_access):
+    each found is a line with its docker run flags, or with what to fix."""
+    from imagegen import engine
+    from imagegen.executors import gpu_access
+
+    if driver_works is None:
+        driver_works = engine.driver_works()
+    if not driver_works:
+        report.add("gpus in containers", OK, "no working NVIDIA driver here: builder containers go by --arch")
+        return
+    if gpu_access.remote_engine():
+        report.add("gpus in containers", WARN, f"the engine is on {gpu_access.remote_engine()}: its GPUs are not known here",
+                   "run imagegen doctor on that machine; imagegen pull --gpus toolkit|cdi|devices chooses one")
+        return
+    probe.setdefault("docker", _docker)
+    ways = gpu_access.supported(**probe)
+    for way in ways:
+        report.add(f"gpus in containers: {way.mode}", OK if way.flags else WARN,
+                   f"{way.detail}: {' '.join(way.flags)}" if way.flags else way.detail, way.fix)
+    if not any(way.flags for way in ways):
+        report.add("gpus in containers", WARN, "none of toolkit (--gpus all), CDI or the device nodes with the driver's"
+                   " libraries: builder containers cannot see the GPUs and go by --arch", gpu_access.TOOLKIT_FIX)
+    else:
+        best = next(way for way in ways if way.flags)
+        report.add("gpus in containers", OK, f"imagegen pull --gpus auto uses {best.mode}")
+
+
 def check_machine(report: Report, root: Path) -> None:
     h = jobs.host()
     free = shutil.disk_usage(root).free / 1e9
@@ -159,5 +188,6 @@ def run(python_exe: str | None = None, root: Path | None = None, engine: bool = 
     check_toolchain(report, python_exe)
     if engine:
         check_engine(report)
+        check_container_gpus(report)
     check_machine(report, root or Path.cwd())
     return report

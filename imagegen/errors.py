@@ -93,6 +93,11 @@ class VerifyError(ImagegenError, exit_code=6):
     """A wheel lacks what was asked (an arch, an extension) or cannot be read as a wheel."""
 
 
+class BuildRecordError(VerifyError, exit_code=6):
+    """A builder's record beside a wheel that cannot be taken (unreadable, another wheel's, no smoke
+    test): that wheel stays out of the wheelhouse (imagegen.records)."""
+
+
 class GpuCheckError(VerifyError, exit_code=6):
     """The recipe's GPU check ran and failed."""
 
@@ -117,6 +122,11 @@ class NoGpuError(ImagegenError, exit_code=8):
 class PublishError(ImagegenError, exit_code=9):
     """The last mile failed: an index that cannot be written, a wheel auditwheel cannot repair, an
     upload refused (bad credentials, a different file already there under the same name)."""
+
+
+class NoVariant(PublishError, exit_code=9):
+    """Why a wheel gets no variant in the index (imagegen.publish.variants): said as a warning, and
+    the wheel is listed as it is."""
 
 
 # Internal signals, never shown as they are: each caller turns them into a user error or a plan reason.

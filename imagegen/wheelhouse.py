@@ -15,6 +15,9 @@ from typing import Callable
 from imagegen.plan import Cell
 
 MANIFEST = "manifest.json"
+# Beside a wheel a builder image made (bake's export, `docker run -v OUT:/out`): its build record,
+# which `imagegen collect` verifies the wheel against (imagegen_build.py writes it).
+RECORD_SUFFIX = ".imagegen.json"
 
 
 @dataclass
@@ -117,14 +120,10 @@ MAX_WALK_DEPTH = 8
 MAX_MANIFEST_BYTES = 16 << 20
 
 
-def verified_wheels(out: Path, *, problems: list[str] | None = None) -> list[VerifiedWheel]:
-    """Every wheel the manifests under ``out`` list whose file is there with the recorded sha256,
-    sorted by path. A listed wheel that is missing or whose bytes changed since the build is left
-    out and described in ``problems`` (when given). Symlinks are not followed; the walk stops
-    ``MAX_WALK_DEPTH`` folders down and skips a manifest over ``MAX_MANIFEST_BYTES``."""
-    found: dict[Path, VerifiedWheel] = {}
-    out = Path(out)
-    stack = [(out, 0)]
+def folders(out: Path):
+    """Each folder under ``out`` (itself first) with its sorted entries, walked without following a
+    symlink and at most ``MAX_WALK_DEPTH`` folders down."""
+    stack = [(Path(out), 0)]
     while stack:
         folder, depth = stack.pop()
         try:
@@ -132,10 +131,18 @@ def verified_wheels(out: Path, *, problems: list[str] | None = None) -> list[Ver
         except OSError:
             continue
         for child in entries:
-            if child.is_symlink():
-                continue
-            if child.is_dir() and depth < MAX_WALK_DEPTH:
+            if not child.is_symlink() and child.is_dir() and depth < MAX_WALK_DEPTH:
                 stack.append((child, depth + 1))
+        yield folder, entries
+
+
+def verified_wheels(out: Path, *, problems: list[str] | None = None) -> list[VerifiedWheel]:
+    """Every wheel the manifests under ``out`` list whose file is there with the recorded sha256,
+    sorted by path. A listed wheel that is missing or whose bytes changed since the build is left
+    out and described in ``problems`` (when given). Symlinks are not followed; the walk stops
+    ``MAX_WALK_DEPTH`` folders down and skips a manifest over ``MAX_MANIFEST_BYTES``."""
+    found: dict[Path, VerifiedWheel] = {}
+    for folder, _ in folders(out):
         manifest = folder / MANIFEST
         if manifest.is_symlink() or not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
             continue

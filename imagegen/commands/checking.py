@@ -12,7 +12,6 @@ from typing import Sequence
 from imagegen.commands import common
 from imagegen.config import load_config
 from imagegen.errors import ImagegenError, UsageError
-from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.outputs import shown
@@ -41,7 +40,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cat = None
     for wheel in args.wheels:
         common.check_wheel_file(wheel)
-        expected, knowledge = _recipe_view(cat, wheel, archs)
+        expected, knowledge = common.expected_for_wheel(cat, wheel, archs)
         report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:
             from imagegen.executors.import_test import import_test, wheel_modules
@@ -80,32 +79,6 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"imagegen: warning: {len(warned)} of {len(reports)} wheels carry archs not requested"
               " (--strict makes that a failure)", file=sys.stderr)
     return 0
-
-
-def _recipe_view(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
-    """What ``wheel`` must carry for the request ``archs``, seen through the recipe that builds its
-    distribution (the version whose label is the wheel's version, else the default one): the
-    request mapped the way the package compiles it (SageAttention builds 9.0 as sm_90a; flash-attn's
-    8.6 runs the sm_80 cubin), and the per-extension knowledge (_qattn_sm90: 9.0a only). A wheel no
-    recipe knows is held to the request as written, in every extension."""
-    from packaging.utils import parse_wheel_filename
-    from packaging.version import Version
-
-    from imagegen import check
-    from imagegen.cell_rules import compiled_archs, expected_archs
-
-    if cat is None:
-        return archs, {}
-    try:
-        dist, version, _, _ = parse_wheel_filename(wheel.name)
-        recipe = check.recipe_for(cat, str(dist))
-    except (ImagegenError, ValueError):
-        return archs, {}
-    chosen = next((v for k, v in recipe.versions.items() if k == version.public), recipe.version(None))
-    if chosen.arch.style == "fixed":  # what it compiles depends on the nvcc that built it: take the request
-        return archs, dict(chosen.extensions)
-    compiled, _ = compiled_archs(chosen, archs)
-    return expected_archs(chosen, compiled, Version("99.0")), dict(chosen.extensions)
 
 
 def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> ImagegenError | None:

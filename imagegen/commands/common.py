@@ -17,8 +17,9 @@ from typing import Sequence
 
 from imagegen import options, refs, safety
 from imagegen.config import Config, load_config
-from imagegen.errors import NothingToDoError, UsageError
+from imagegen.errors import ImagegenError, NothingToDoError, UsageError
 from imagegen.model import compat
+from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
@@ -296,3 +297,29 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["matrix"]["arch"])
     cell = host_toolchain.preflight(recipe, version, archs, host)
     return dataclasses.replace(cell, layout=opts.layout), host
+
+
+def expected_for_wheel(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
+    """What ``wheel`` must carry for the request ``archs``, seen through the recipe that builds its
+    distribution (the version whose label is the wheel's version, else the default one): the
+    request mapped the way the package compiles it (SageAttention builds 9.0 as sm_90a; flash-attn's
+    8.6 runs the sm_80 cubin), and the per-extension knowledge (_qattn_sm90: 9.0a only). A wheel no
+    recipe knows is held to the request as written, in every extension."""
+    from packaging.utils import parse_wheel_filename
+    from packaging.version import Version
+
+    from imagegen import check
+    from imagegen.cell_rules import compiled_archs, expected_archs
+
+    if cat is None:
+        return archs, {}
+    try:
+        dist, version, _, _ = parse_wheel_filename(wheel.name)
+        recipe = check.recipe_for(cat, str(dist))
+    except (ImagegenError, ValueError):
+        return archs, {}
+    chosen = next((v for k, v in recipe.versions.items() if k == version.public), recipe.version(None))
+    if chosen.arch.style == "fixed":  # what it compiles depends on the nvcc that built it: take the request
+        return archs, dict(chosen.extensions)
+    compiled, _ = compiled_archs(chosen, archs)
+    return expected_archs(chosen, compiled, Version("99.0")), dict(chosen.extensions)

@@ -1,5 +1,6 @@
-"""`imagegen index OUT`: write the static pip index of a wheelhouse's verified wheels (imagegen.publish.index)
-and say how pip reads it. Wheels left out (missing, changed since their build, unreadable) are warnings on
+"""`imagegen index OUT [--variants|--no-variants]`: write the static pip index of a wheelhouse's verified wheels
+(imagegen.publish.index), with wheel variants when asked (imagegen.publish.variants), and say how pip reads it.
+Wheels left out (missing, changed since their build, unreadable) and wheels without a variant are warnings on
 stderr; the index of the others is still written."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from imagegen.outputs import shown
 def cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.publish.index import write_index
 
-    result = write_index(args.out, base_url=args.base_url, say=_say)
+    result = write_index(args.out, base_url=args.base_url, variants=args.variants, say=_say)
     if args.json:
         json.dump(result.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -25,6 +26,12 @@ def cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"indexed {result.wheels} wheel{'s' if result.wheels != 1 else ''} of {len(result.projects)}"
           f" project{'s' if len(result.projects) != 1 else ''} ({names}) in {shown(result.out)}"
           f" ({len(result.written)} files written, {len(result.removed)} removed)")
+    if result.variants:
+        files = [name for names in result.variants.values() for name in names]
+        variant_wheels = sum(name.endswith(".whl") for name in files)
+        print(f"  wheel variants (PEP 817/825): {variant_wheels} variant wheel{'s' if variant_wheels != 1 else ''} and"
+              f" {len(files) - variant_wheels} variants.json beside the project pages, for a variant-aware installer;"
+              " plain pip skips them")
     # Where pip finds it: the base URL when given; else this folder, and a placeholder for where it is served.
     served = result.base_url or "<URL the folder is served at>/"
     print(f"  pip install --index-url {served}simple/ PROJECT")

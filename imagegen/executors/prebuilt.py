@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from imagegen import __version__, engine, interrupt, wheelhouse
 from imagegen import registry as reg
 from imagegen.errors import BuildError, EngineError, UsageError
+from imagegen.executors import gpu_access
 from imagegen.executors.bake_run import bake_data, bake_variables, new_run_dir
 from imagegen.model import jobs
 from imagegen.plan import Cell, Plan
@@ -111,28 +113,25 @@ def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, c
     return digests
 
 
-# What Docker needs on the host to honour `--gpus`: the NVIDIA Container Toolkit's hook (or its CLI).
-GPU_TOOLKIT_BINARIES = ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-cli")
-GPU_TOOLKIT_FIX = ("install the NVIDIA Container Toolkit on the Docker host (then `nvidia-ctk runtime configure"
-                   " --runtime=docker` and restart dockerd), or use --gpus none and name the archs with --arch")
+GPU_TOOLKIT_FIX = gpu_access.TOOLKIT_FIX
 
 
 def gpu_flags(gpus: str, say: Say | None = None) -> list[str]:
-    """`--gpus all` when asked, or (auto) when this host has a working NVIDIA driver and the NVIDIA
-    Container Toolkit that lets Docker hand the GPUs to a container (without it `docker run --gpus`
-    fails: 'could not select device driver')."""
-    if gpus == "none":
-        return []
-    if gpus == "all":
-        return ["--gpus", "all"]
-    if not engine.driver_works():
-        return []
-    if not any(shutil.which(b) for b in GPU_TOOLKIT_BINARIES):
-        if say:
-            say("this host has NVIDIA GPUs, but Docker cannot give them to containers (no NVIDIA Container Toolkit):"
-                " the builder runs without them and builds for --arch")
-        return []
-    return ["--gpus", "all"]
+    """The ``docker run`` flags that give the builder this host's GPUs (imagegen.executors.gpu_access):
+    ``all`` is ``--gpus all`` as asked; ``toolkit``, ``cdi``, ``devices`` that way or an error saying
+    what is missing; ``auto`` the first way that works here when the driver works (none, said once,
+    when the GPUs cannot be handed to Docker: the build then goes by --arch)."""
+    access = gpu_access.choose(gpus, driver_works=engine.driver_works, say=say, docker=_docker_or_none)
+    if gpus in gpu_access.MODES and not access.flags:
+        raise EngineError(f"{access.detail}: {access.fix}" if access.fix else access.detail)
+    return list(access.flags)
+
+
+def _docker_or_none(*args: str):
+    try:
+        return engine.docker(*args, timeout=30)
+    except (EngineError, OSError, subprocess.TimeoutExpired):
+        return None
 
 
 def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish: Finisher, gpus: str = "auto",
@@ -264,7 +263,7 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
            "-e", f"NVCC_THREADS={settings.nvcc_threads}",
            *env_args(cell), image, "build", "--out", "/out"]
-    say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if '--gpus' in cmd else ''}")
+    say(f"[{cell.name}] compiling in {image}: {settings.describe()}{' with the GPUs visible' if gpu_args else ''}")
     started = time.time()
     proc = engine.run_container(cmd, log_path)
     seconds = time.time() - started

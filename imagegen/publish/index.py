@@ -39,6 +39,14 @@ A wheelhouse may be a folder a stranger shared: a wheel's METADATA is read from 
 central directory's size, the member's size, the bytes decompressed), by name, never extracted, from a
 file opened without following symlinks; every value that reaches a page is percent-encoded (URLs) and
 HTML-escaped; nothing is written outside OUT.
+
+Wheel variants (``variants``, imagegen.publish.variants): beside each project page, a copy of each wheel
+with its variant label in the file name and ``*.dist-info/variant.json`` in it, its metadata file, and the
+``{name}-{version}-variants.json`` of each version; the project page and the find-links page link them too,
+for a variant-aware installer (plain pip skips both kinds of link). They cost a copy of every wheel, so they
+are written only when asked (``variants=True``), and kept up to date by every later run until
+``variants=False`` removes them (``variants=None``, the default: as the index has them now). They are
+written after the metadata files and before the pages, under the same rules as the rest.
 """
 
 from __future__ import annotations
@@ -57,8 +65,10 @@ import tempfile
 import zipfile
 import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO, Callable, Iterator
 from urllib.parse import quote
 
@@ -77,6 +87,7 @@ INDEX_HTML = "index.html"
 INDEX_JSON = "index.json"
 PAGES = (INDEX_HTML, INDEX_JSON)
 METADATA_SUFFIX = ".metadata"  # PEP 658: the metadata file's URL is the wheel's with this appended
+VARIANTS_JSON_SUFFIX = "-variants.json"  # PEP 817/825: {name}-{version}-variants.json
 LOCK = ".imagegen-index.lock"
 API_VERSION = "1.1"  # PEP 700: JSON project pages carry versions and each file's size
 
@@ -89,6 +100,8 @@ MAX_REQUIRES_PYTHON_CHARS = 200
 WHEEL_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
 # A normalized project name (PEP 503): the name of its folder under simple/.
 PROJECT_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+# A variant label (PEP 825): the last dash-separated part of a variant wheel's file name.
+VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")
 
 Say = Callable[[str], None]
 
@@ -119,14 +132,27 @@ class IndexedWheel:
         return hashlib.sha256(self.metadata).hexdigest()
 
 
+@dataclass(frozen=True)
+class IndexedFile:
+    """A file the index lists that is not a wheel: a version's variants.json."""
+
+    path: Path
+    url_path: str  # its path below OUT, percent-encoded
+    project: str
+    version: Version
+    sha256: str
+    size: int
+
+
 @dataclass
 class IndexResult:
     out: Path
     base_url: str | None
     projects: dict[str, list[str]]  # normalized project name -> its wheels' file names
     written: list[Path]  # files whose content changed (the others were left as they were)
-    removed: list[Path]  # stale project folders and metadata files
+    removed: list[Path]  # stale project folders, metadata and variant files
     problems: list[str]  # wheels left out of the index, and why
+    variants: dict[str, list[str]] = field(default_factory=dict)  # project -> its variant wheels and variants.json
 
     @property
     def wheels(self) -> int:
@@ -137,17 +163,21 @@ class IndexResult:
                 "find_links": str(self.out / INDEX_HTML), "base_url": self.base_url,
                 "projects": self.projects, "wheels": self.wheels,
                 "written": [str(p) for p in self.written], "removed": [str(p) for p in self.removed],
-                "problems": self.problems}
+                "problems": self.problems, "variants": self.variants}
 
 
-def write_index(out: Path, *, base_url: str | None = None, say: Say = say_on_stderr) -> IndexResult:
+def write_index(out: Path, *, base_url: str | None = None, variants: bool | None = None,
+                say: Say = say_on_stderr) -> IndexResult:
     """Write (or bring up to date) the static index of the verified wheels under ``out``; see the module's
     docstring. Each wheel left out is a warning said through ``say`` and listed in the result's problems.
+    ``variants``: write wheel variants (True), remove them (False), or do as the index does now (None).
     A refused ``base_url`` is an UnsafeValueError (exit 2, nothing written); an ``out`` that is not a
     directory, one that cannot be written, or one with neither a verified wheel nor an index yet (not a
-    wheelhouse: nothing is written there), a PublishError (exit 9)."""
+    wheelhouse: nothing is written there), or variants without variantlib, a PublishError (exit 9)."""
     out = Path(out)
     prefix = _wheel_url_prefix(base_url)
+    if variants:
+        _variant_support()  # before anything is written
     try:
         if not stat.S_ISDIR(os.stat(out).st_mode):
             raise PublishError(f"{shown(out)} is not a directory: give the wheelhouse (imagegen build's --out)")
@@ -173,7 +203,7 @@ def write_index(out: Path, *, base_url: str | None = None, say: Say = say_on_std
                                " that is there intact): give the wheelhouse imagegen build --out wrote")
     try:
         with _locked(out, say):
-            return _write_locked(out, prefix, say)
+            return _write_locked(out, prefix, say, variants)
     except OSError as exc:
         failed_on = exc.filename2 or exc.filename  # a rename's destination, else the file
         where = f" ({shown(failed_on)})" if failed_on else ""
@@ -229,7 +259,7 @@ def _locked(out: Path, say: Say) -> Iterator[None]:
         os.close(fd)
 
 
-def _write_locked(out: Path, prefix: str | None, say: Say) -> IndexResult:
+def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None) -> IndexResult:
     problems: list[str] = []
     verified = verified_wheels(out, problems=problems)
     wheels = _indexable(out, verified, problems)
@@ -240,31 +270,180 @@ def _write_locked(out: Path, prefix: str | None, say: Say) -> IndexResult:
     for files in by_project.values():
         files.sort(key=lambda w: (w.version, w.path.name))
     projects = dict(sorted(by_project.items()))
+    if variants is None:
+        variants = _has_variants(simple)
 
     written: list[Path] = []
     _real_folder(simple, refuse=True)
+    for project in projects:
+        _real_folder(simple / project, refuse=False)
+        _sweep_partials(simple / project)
     # What a page links to first, then the pages, the lists of pages last.
     for wheel in wheels:
         _write(wheel.metadata_path, wheel.metadata, written)
+    variant_wheels: list[IndexedWheel] = []
+    variant_files: list[IndexedFile] = []
+    if variants:
+        entries = {v.path: v.entry for v in verified}
+        variant_wheels, variant_files = _write_variants(out, wheels, entries, written, problems)
     for project, files in projects.items():
         folder = simple / project
-        _real_folder(folder, refuse=False)
-        _sweep_partials(folder)
-        _write(folder / INDEX_JSON, _project_json(project, files, prefix), written)
-        _write(folder / INDEX_HTML, _project_html(project, files, prefix), written)
+        extra_wheels = [w for w in variant_wheels if w.project == project]
+        extra_files = [f for f in variant_files if f.project == project]
+        _write(folder / INDEX_JSON, _project_json(project, files, prefix, extra_wheels, extra_files), written)
+        _write(folder / INDEX_HTML, _project_html(project, files, prefix, extra_wheels, extra_files), written)
     _sweep_partials(simple)
     _write(simple / INDEX_JSON, _json({"meta": {"api-version": API_VERSION},
                                        "projects": [{"name": p} for p in projects]}), written)
     _write(simple / INDEX_HTML, _page("Simple index", [_anchor(f"{p}/", p) for p in projects]), written)
     _sweep_partials(out)
-    _write(out / INDEX_HTML, _find_links_html(wheels, prefix), written)
+    _write(out / INDEX_HTML, _find_links_html(wheels, prefix, variant_wheels, variant_files), written)
     # Nothing links to these any more.
     removed = _remove_stale_projects(simple, set(projects), problems)
+    current_variants = {f.path for f in variant_files}
+    current_variants |= {p for w in variant_wheels for p in (w.path, w.metadata_path)}
+    removed += _remove_stale_variants(simple, set(projects), current_variants)
     removed += _remove_stale_metadata(out, {w.metadata_path for w in wheels})
     for problem in problems:
         say(f"warning: {printable(problem)}")
     names = {project: [w.path.name for w in files] for project, files in projects.items()}
-    return IndexResult(out=out, base_url=prefix, projects=names, written=written, removed=removed, problems=problems)
+    variant_names: dict[str, list[str]] = {}
+    for item in sorted([*variant_wheels, *variant_files], key=lambda f: (f.project, f.path.name)):
+        variant_names.setdefault(item.project, []).append(item.path.name)
+    return IndexResult(out=out, base_url=prefix, projects=names, written=written, removed=removed, problems=problems,
+                       variants=variant_names)
+
+
+# -------------------------------------------------------------------------------------------- variants
+
+
+def _variant_support() -> ModuleType:
+    """imagegen.publish.variants, which needs variantlib (imported only when variants are written)."""
+    try:
+        from imagegen.publish import variants
+    except ModuleNotFoundError as exc:
+        if exc.name != "variantlib" and not (exc.name or "").startswith("variantlib."):
+            raise
+        raise PublishError("wheel variants need variantlib, which is not installed: pip install 'imagegen[publish]'"
+                           " (or imagegen index --no-variants)") from None
+    return variants
+
+
+def _has_variants(simple: Path) -> bool:
+    """Whether the index has wheel variants now (a variants.json in a project folder): kept until asked off."""
+    try:
+        folders = [e for e in os.scandir(simple) if e.is_dir(follow_symlinks=False)]
+        return any(e.name.endswith(VARIANTS_JSON_SUFFIX) and e.is_file(follow_symlinks=False)
+                   for folder in folders for e in os.scandir(folder.path))
+    except OSError:  # no index yet
+        return False
+
+
+def _write_variants(out: Path, wheels: list[IndexedWheel], entries: dict[Path, dict], written: list[Path],
+                    problems: list[str]) -> tuple[list[IndexedWheel], list[IndexedFile]]:
+    """Write each wheel's variant (a copy with its label and variant.json) and its metadata file into its
+    project's folder, then each version's variants.json; what the pages are to list. A wheel that gets
+    no variant is said in ``problems`` and stays listed as it is."""
+    support = _variant_support()
+    simple = out / SIMPLE
+    variant_wheels: list[IndexedWheel] = []
+    by_version: dict[tuple[str, Version], dict[str, object]] = {}  # label -> its variant, per version
+    for wheel in sorted(wheels, key=lambda w: (w.project, w.version, w.path.name)):
+        labels = by_version.setdefault((wheel.project, wheel.version), {})
+        try:
+            variant = support.describe(entries[wheel.path])
+            if labels.get(variant.label, variant).description != variant.description:
+                raise support.NoVariant(f"its label {variant.label} names other properties in this version")
+            name = support.variant_wheel_name(wheel.path.name, variant.label)
+            if not WHEEL_FILE_NAME.fullmatch(name):
+                raise support.NoVariant(f"its variant's file name would be too long ({len(name)} characters)")
+            spliced = support.splice(wheel.path, wheel.sha256, wheel.project, support.dist_info_json(variant))
+            path = simple / wheel.project / name
+            sha256, size = _write_variant_wheel(path, spliced, written, support.NoVariant)
+        except support.NoVariant as exc:
+            problems.append(f"{shown(wheel.path)}: no wheel variant ({exc}); listed without one")
+            continue
+        labels[variant.label] = variant
+        variant_wheel = dataclasses_replace(wheel, path=path, url_path=_url_path(out, path), sha256=sha256, size=size)
+        _write(variant_wheel.metadata_path, variant_wheel.metadata, written)
+        variant_wheels.append(variant_wheel)
+    variant_files: list[IndexedFile] = []
+    for (project, version), labels in sorted(by_version.items()):
+        if not labels:
+            continue
+        data = support.variants_json(labels.values())
+        path = simple / project / support.variants_json_name(project, version)
+        _write(path, data, written)
+        variant_files.append(IndexedFile(path=path, url_path=_url_path(out, path), project=project, version=version,
+                                         sha256=hashlib.sha256(data).hexdigest(), size=len(data)))
+    return variant_wheels, variant_files
+
+
+def _write_variant_wheel(path: Path, spliced, written: list[Path], no_variant: type[Exception]) -> tuple[str, int]:
+    """``path`` holds the variant wheel ``spliced`` plans afterwards (written under a temporary name,
+    fsynced and renamed, unless it is there already); its sha256 and size."""
+    if spliced.is_written_at(path):
+        return spliced.sha256(), spliced.size  # what it should be: a copy damaged since fails pip's hash check
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            digest = spliced.write_to(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the index is served
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+    written.append(path)
+    return digest, spliced.size
+
+
+def _url_path(out: Path, path: Path) -> str:
+    return quote(os.fsencode(path.relative_to(out).as_posix()), safe="/")
+
+
+def _is_variant_file(name: str) -> bool:
+    """Whether ``name`` is a file of the index's wheel variants: a variants.json, a wheel whose name has a
+    variant label (with it, not a valid wheel name; without it, one), or such a wheel's metadata file."""
+    if name.endswith(VARIANTS_JSON_SUFFIX):
+        return True
+    if name.endswith(".whl" + METADATA_SUFFIX):
+        name = name[:-len(METADATA_SUFFIX)]
+    if not name.endswith(".whl"):
+        return False
+    plain, _, label = name[:-len(".whl")].rpartition("-")
+    return bool(VARIANT_LABEL.fullmatch(label)) and not _is_wheel_name(name) and _is_wheel_name(plain + ".whl")
+
+
+def _is_wheel_name(name: str) -> bool:
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return False
+    return True
+
+
+def _is_variant_partial(name: str) -> bool:
+    """Whether ``name`` is a temporary file _write or _write_variant_wheel made for a variant file."""
+    if not (name.startswith(".") and name.endswith(".partial")):
+        return False
+    target = name[1:-len(".partial")].rpartition(".")[0]  # mkstemp's random part has no dot
+    return _is_variant_file(target)
+
+
+def _remove_stale_variants(simple: Path, projects: set[str], current: set[Path]) -> list[Path]:
+    """Remove the variant files of listed projects that no page lists any more (variants asked off, a
+    wheel gone or changed); temporary ones a killed run left are gone already (_sweep_partials)."""
+    removed = []
+    for project in sorted(projects):
+        for entry in sorted(os.scandir(simple / project), key=lambda e: e.name):
+            path = Path(entry.path)
+            if _is_variant_file(entry.name) and path not in current and not entry.is_dir(follow_symlinks=False):
+                os.unlink(path)
+                removed.append(path)
+    return removed
 
 
 # -------------------------------------------------------------------------------------------- wheels
@@ -398,13 +577,13 @@ def _requires_python(metadata: bytes, wheel: Path, problems: list[str]) -> str |
 # -------------------------------------------------------------------------------------------- pages
 
 
-def _url(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
-    """The wheel's URL from a page ``up`` folders below OUT (absolute with a base URL)."""
+def _url(wheel: IndexedWheel | IndexedFile, prefix: str | None, up: str) -> str:
+    """The file's URL from a page ``up`` folders below OUT (absolute with a base URL)."""
     return f"{prefix if prefix is not None else up}{wheel.url_path}"
 
 
-def _href(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
-    """The wheel's link in an HTML page: its URL with the hash pip checks the download against."""
+def _href(wheel: IndexedWheel | IndexedFile, prefix: str | None, up: str) -> str:
+    """The file's link in an HTML page: its URL with the hash pip checks the download against."""
     return f"{_url(wheel, prefix, up)}#sha256={wheel.sha256}"
 
 
@@ -431,23 +610,42 @@ def _page(title: str, anchors: list[str]) -> bytes:
             "  </body>\n</html>\n").encode()
 
 
-def _project_html(project: str, files: list[IndexedWheel], prefix: str | None) -> bytes:
-    return _page(f"Links for {project}", [_wheel_anchor(w, prefix, "../../") for w in files])
+def _listed(wheels: list[IndexedWheel], variant_wheels: list[IndexedWheel],
+            variant_files: list[IndexedFile]) -> list[IndexedWheel | IndexedFile]:
+    """What a page lists, in its order: by project, version and file name (a variant wheel beside its
+    wheel, a version's variants.json after its wheels)."""
+    return sorted([*wheels, *variant_wheels, *variant_files], key=lambda f: (f.project, f.version, f.path.name))
 
 
-def _find_links_html(wheels: list[IndexedWheel], prefix: str | None) -> bytes:
-    ordered = sorted(wheels, key=lambda w: (w.project, w.version, w.path.name))
-    return _page("Wheels", [_wheel_anchor(w, prefix, "") for w in ordered])
+def _file_anchor(file: IndexedWheel | IndexedFile, prefix: str | None, up: str) -> str:
+    if isinstance(file, IndexedWheel):
+        return _wheel_anchor(file, prefix, up)
+    return _anchor(_href(file, prefix, up), file.path.name)
 
 
-def _project_json(project: str, files: list[IndexedWheel], prefix: str | None) -> bytes:
+def _project_html(project: str, files: list[IndexedWheel], prefix: str | None,
+                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = ()) -> bytes:
+    listed = _listed(files, list(variant_wheels), list(variant_files))
+    return _page(f"Links for {project}", [_file_anchor(f, prefix, "../../") for f in listed])
+
+
+def _find_links_html(wheels: list[IndexedWheel], prefix: str | None, variant_wheels: list[IndexedWheel] = (),
+                     variant_files: list[IndexedFile] = ()) -> bytes:
+    listed = _listed(wheels, list(variant_wheels), list(variant_files))
+    return _page("Wheels", [_file_anchor(f, prefix, "") for f in listed])
+
+
+def _project_json(project: str, files: list[IndexedWheel], prefix: str | None,
+                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = ()) -> bytes:
     entries = []
-    for wheel in files:
-        metadata = {"sha256": wheel.metadata_sha256}
-        entry = {"filename": wheel.path.name, "url": _url(wheel, prefix, "../../"), "hashes": {"sha256": wheel.sha256},
-                 "core-metadata": metadata, "dist-info-metadata": metadata, "size": wheel.size}
-        if wheel.requires_python is not None:
-            entry["requires-python"] = wheel.requires_python
+    for file in _listed(files, list(variant_wheels), list(variant_files)):
+        entry = {"filename": file.path.name, "url": _url(file, prefix, "../../"), "hashes": {"sha256": file.sha256},
+                 "size": file.size}
+        if isinstance(file, IndexedWheel):
+            metadata = {"sha256": file.metadata_sha256}
+            entry["core-metadata"] = entry["dist-info-metadata"] = metadata
+            if file.requires_python is not None:
+                entry["requires-python"] = file.requires_python
         entries.append(entry)
     versions = sorted({w.version for w in files})
     return _json({"meta": {"api-version": API_VERSION}, "name": project, "versions": [str(v) for v in versions],
@@ -516,9 +714,11 @@ def _is_partial(name: str, of: str) -> bool:
 
 
 def _sweep_partials(folder: Path) -> None:
-    """Remove the temporary page files a killed run left in ``folder`` (the lock is held: no run is writing)."""
+    """Remove the temporary page and variant files a killed run left in ``folder`` (the lock is held: no run
+    is writing)."""
     for entry in os.scandir(folder):
-        if any(_is_partial(entry.name, page) for page in PAGES) and not entry.is_dir(follow_symlinks=False):
+        ours = any(_is_partial(entry.name, page) for page in PAGES) or _is_variant_partial(entry.name)
+        if ours and not entry.is_dir(follow_symlinks=False):
             os.unlink(entry.path)
 
 
@@ -531,7 +731,8 @@ def _remove_stale_projects(simple: Path, current: set[str], problems: list[str])
             continue
         folder = Path(entry.path)
         for child in os.scandir(folder):
-            ours = child.name in PAGES or any(_is_partial(child.name, page) for page in PAGES)
+            ours = child.name in PAGES or any(_is_partial(child.name, page) for page in PAGES) \
+                or _is_variant_file(child.name) or _is_variant_partial(child.name)
             if ours and not child.is_dir(follow_symlinks=False):
                 os.unlink(child.path)
         try:

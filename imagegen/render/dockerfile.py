@@ -160,8 +160,11 @@ def cell_document(cell: Cell) -> dict:
     ext_env, ext_max = recipe.ext_parallel_for(version)
     return {
         "schema": 1,
+        "cell": cell.name,
         "recipe": recipe.name,
         "distribution": recipe.distribution,
+        "python": cell.python,
+        "flavor": base.flavor.name,
         "version": version.version,
         "source": source,
         "src_dir": SRC_DIR,

@@ -11,9 +11,22 @@ with a registry cache per target, ``<registry>/<namespace>/imagegen-cache:<targe
 with ``cache-from`` and exported with ``cache-to ... mode=max`` through ``--set``, and uploads
 the target's local output folder (its ``type=local`` dest from the bake file) as an artifact.
 
+With ``--publish DEST`` (repeatable) a ``publish`` job follows the builds, on tag pushes and manual
+runs only. Each build job then uploads its exported tree (the wheels and, beside each, its build
+record ``<wheel>.imagegen.json``) below the wheelhouse's top folder, so that the publish job's one
+merged download is the wheelhouse layout ``<pkg>-<ver>/torch<X.Y>/cu<XYZ>/``. It installs imagegen
+from ``--imagegen-from`` (a pip requirement: the PyPI name ``imagegen`` belongs to another project, so
+the workflow never guesses it), runs ``imagegen collect`` (which verifies each wheel against its
+record and lists those that pass in the folders' manifest.json) and then ``imagegen publish --to
+DEST ...`` with the destinations' credentials from the repository's secrets (TWINE_USERNAME,
+TWINE_PASSWORD, HF_TOKEN, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; the variables
+AWS_ENDPOINT_URL and AWS_REGION; IMAGEGEN_GITHUB_TOKEN, else the workflow's own token with
+``contents: write``), passed through ``env:`` of the publish step only.
+
 Everything that reaches the YAML or a shell is validated first (registry, namespace, runner
-labels, bake file, target and group names, output folders); the matrix value reaches the
-``run:`` script only through ``env:``. Third-party actions are pinned to full commit SHAs.
+labels, bake file, target and group names, output folders, publish destinations, the requirement);
+the matrix values, the destinations and the requirement reach the ``run:`` scripts only through
+``env:``. Third-party actions are pinned to full commit SHAs.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import posixpath
 import re
 import shlex
 import subprocess
@@ -63,6 +77,14 @@ ACTIONS = {
     "login": Action("docker/login-action", "4907a6ddec9925e35a0a9e82d7399ccc52663121", "v4.1.0"),
     "upload_artifact": Action("actions/upload-artifact", "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
 }
+# The publish job's, beside checkout.
+PUBLISH_ACTIONS = {
+    "download_artifact": Action("actions/download-artifact", "3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
+}
+PUBLISH_TIMEOUT_MINUTES = 60
+# The wheelhouse layout below its top folder (imagegen.model.layout.DEFAULT_LAYOUT): the publish job's
+# wheelhouse is the output folders' common folder above their last LAYOUT_DEPTH parts.
+LAYOUT_DEPTH = 3
 
 # A registry host as docker reads it: a dotted name or localhost, with an optional port. A first path
 # component without a dot or port would be taken for a Docker Hub namespace instead.
@@ -77,6 +99,27 @@ NAMESPACE_EXPRESSIONS = {"${{ github.repository_owner }}": "<owner>", "${{ githu
 # it must start like a tag and fit in one (128 characters).
 BAKE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# A publish destination as it reaches the workflow: its kind and characters safe in YAML and in an
+# environment variable (no quotes, spaces, $ or braces, so no GitHub expression either; no newline, which
+# separates destinations in PUBLISH_TO). `imagegen publish` checks each kind's exact form when the job
+# runs (imagegen.publish.upload.parse_destination; a later step than this module, see test_layers).
+PUBLISH_DEST = re.compile(r"(?:pypi:https?://|hf:|github:|s3://)[A-Za-z0-9._~:/@%+=,-]{1,400}")
+# How the publish job installs imagegen: a pip requirement (name[extras] @ URL, a path, name==version);
+# it cannot start with '-' (a pip option).
+REQUIREMENT = re.compile(r"[A-Za-z0-9.][A-Za-z0-9._\[\],@ :/+=<>!~#%-]{0,299}")
+# The repository secrets each kind of destination reads, by the environment variable `imagegen publish`
+# reads (imagegen/publish/*_upload.py); configuration values that are not secret come from the
+# repository's variables.
+PUBLISH_ENV = {
+    "pypi:": {"TWINE_USERNAME": "secrets.TWINE_USERNAME", "TWINE_PASSWORD": "secrets.TWINE_PASSWORD"},
+    "hf:": {"HF_TOKEN": "secrets.HF_TOKEN"},
+    # GitHub keeps the name GITHUB_* for itself: a token for another repository is IMAGEGEN_GITHUB_TOKEN.
+    "github:": {"GITHUB_TOKEN": "secrets.IMAGEGEN_GITHUB_TOKEN || github.token"},
+    "s3://": {"AWS_ACCESS_KEY_ID": "secrets.AWS_ACCESS_KEY_ID",
+              "AWS_SECRET_ACCESS_KEY": "secrets.AWS_SECRET_ACCESS_KEY",
+              "AWS_SESSION_TOKEN": "secrets.AWS_SESSION_TOKEN",
+              "AWS_ENDPOINT_URL": "vars.AWS_ENDPOINT_URL", "AWS_REGION": "vars.AWS_REGION"},
+}
 
 
 def _check(value: object, pattern: re.Pattern[str], what: str, hint: str) -> str:
@@ -128,6 +171,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--runs-on", action="append", metavar="LABELS", help=f"runner labels (comma-separated or repeated;"
                    f" default: {DEFAULT_RUNS_ON})")
     g.add_argument("--max-parallel", type=int, help="most jobs at once (default: as many as GitHub allows)")
+    g.add_argument("--publish", action="append", metavar="DEST", help="add a publish job: once every target built,"
+                   " on a tag push or a manual run, `imagegen collect` verifies the wheels against their build"
+                   " records and `imagegen publish` uploads those to DEST (as imagegen publish --to takes it;"
+                   " repeatable), with the credentials from the repository's secrets")
+    g.add_argument("--imagegen-from", metavar="REQUIREMENT", help="with --publish: how the publish job installs"
+                   " imagegen, a pip requirement such as"
+                   " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0' or a path in the repository"
+                   " (required: PyPI's 'imagegen' is another project)")
     g.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help=f"workflow file to write, - for stdout"
                    f" (default: {DEFAULT_OUTPUT})")
     return p
@@ -149,7 +200,7 @@ def run(args: argparse.Namespace, argv=None) -> int:
     write_output(text, options.output, what="workflow file")
     if options.output != "-":
         print(f"wrote {options.output}: {len(targets)} jobs, one per target of {options.describe_selection()}"
-              f" in {options.bake_file}", file=sys.stderr)
+              f" in {options.bake_file}" + (", and a publish job" if options.publish else ""), file=sys.stderr)
     return 0
 
 
@@ -167,6 +218,8 @@ class Options:
     runs_on: tuple[str, ...]
     max_parallel: int | None
     output: str
+    publish: tuple[str, ...] = ()
+    imagegen_from: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Options":
@@ -193,8 +246,29 @@ class Options:
             raise UsageError("--output: give a file, or - for stdout")
         if output != "-":
             resolve_target(output, "workflow file")  # a device, folder or odd name: refused before buildx runs
+        publish = tuple(_check(d, PUBLISH_DEST, "--publish", "a destination as imagegen publish --to takes it:"
+                               " pypi:URL, hf:OWNER/REPO[@REVISION][:PATH], github:OWNER/REPO@TAG,"
+                               " s3://BUCKET[/PREFIX]")
+                        for d in dict.fromkeys(getattr(args, "publish", None) or []))
+        imagegen_from = getattr(args, "imagegen_from", None)
+        if publish and imagegen_from is None:
+            raise UsageError("--publish needs --imagegen-from REQUIREMENT: how the publish job installs imagegen (e.g."
+                             " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0'; PyPI's 'imagegen' is"
+                             " another project)")
+        if imagegen_from is not None:
+            if not publish:
+                raise UsageError("--imagegen-from is for the publish job: give --publish DEST too")
+            _check(imagegen_from, REQUIREMENT, "--imagegen-from", "a pip requirement such as"
+                   " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
+            if re.fullmatch(r"imagegen\s*(\[[^\]]*\])?\s*((==|>=|<=|~=|!=|<|>)\s*\S+\s*)?", imagegen_from, re.I):
+                # By name alone pip would install PyPI's 'imagegen', another project, into the job that
+                # holds the publish secrets.
+                raise UsageError(f"--imagegen-from {imagegen_from!r} would install PyPI's 'imagegen', another project:"
+                                 " name this one by URL or path, e.g. 'imagegen[publish] @"
+                                 " git+https://github.com/ORG/imagegen@TAG' or './tools/imagegen'")
         opts = cls(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
-                   runs_on=runs_on, max_parallel=args.max_parallel, output=output)
+                   runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish,
+                   imagegen_from=imagegen_from)
         # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?
         safety.check(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF, "cache reference")
         return opts
@@ -233,9 +307,21 @@ class Options:
             parts += ["--runs-on", ",".join(self.runs_on)]
         if self.max_parallel is not None:
             parts += ["--max-parallel", str(self.max_parallel)]
+        for dest in self.publish:
+            parts += ["--publish", dest]
+        if self.imagegen_from is not None:
+            parts += ["--imagegen-from", self.imagegen_from]
         if self.output not in (DEFAULT_OUTPUT, "-"):
             parts += ["--output", self.output]
         return " ".join(shlex.quote(p) for p in parts)
+
+    def publish_env(self) -> dict[str, str]:
+        """The environment of the publish step: each destination kind's credentials, as GitHub expressions."""
+        env: dict[str, str] = {}
+        for prefix, variables in PUBLISH_ENV.items():
+            if any(dest.startswith(prefix) for dest in self.publish):
+                env.update(variables)
+        return env
 
 
 def _check_top_folder(cwd: Path) -> None:
@@ -299,6 +385,35 @@ def local_output_dests(outputs: list) -> list[str]:
     return dests
 
 
+def wheelhouse_of(targets: list[WorkflowTarget]) -> tuple[str, dict[str, list[str]]]:
+    """For the publish job: the wheelhouse's top folder (relative to the checkout, "." for the checkout
+    itself) and each target's output folders relative to it.
+
+    The top folder is the common folder of the output folders above their last LAYOUT_DEPTH parts
+    (``<pkg>-<ver>/torch<X.Y>/cu<XYZ>``): a build job uploads its folders below it, so that the
+    publish job's one merged download lays every target's out as the wheelhouse does. An output
+    folder outside the checkout, or below the top folder with a name upload-artifact leaves out (one
+    starting with '.'), is refused."""
+    dests = {t.name: [posixpath.normpath(raw) for raw in t.wheels.split("\n")] for t in targets}
+    for name, folders in dests.items():
+        for dest in folders:
+            if dest.startswith("/") or dest == "." or ".." in dest.split("/"):
+                raise UsageError(f"--publish: the output folder {dest} of bake target {name} is outside the checkout:"
+                                 " the publish job gathers every target's output from the build jobs' checkouts")
+    common: list[str] = []
+    for column in zip(*(d.split("/")[:-LAYOUT_DEPTH] for folders in dests.values() for d in folders)):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    below = {name: ["/".join(d.split("/")[len(common):]) for d in folders] for name, folders in dests.items()}
+    for name, folders in below.items():
+        for rel in folders:
+            if any(part.startswith(".") for part in rel.split("/")):
+                raise UsageError(f"--publish: the output folder {rel} of bake target {name} has a name starting with"
+                                 " '.', which upload-artifact leaves out")
+    return "/".join(common) or ".", below
+
+
 # --------------------------------------------------------------------------------------------
 # Rendering
 
@@ -325,19 +440,44 @@ def render_workflow(options: Options, targets: list[WorkflowTarget]) -> str:
         free_disk=len(options.runs_on) == 1 and options.runs_on[0].startswith("ubuntu-"),
         max_parallel=options.max_parallel,
         targets=targets,
-        actions=ACTIONS,
+        actions={**ACTIONS, **PUBLISH_ACTIONS},
+        **_publish_context(options, targets),
     )
-    _self_check(text, targets)
+    _self_check(text, targets, publish=bool(options.publish))
     return text
 
 
-def _self_check(text: str, targets: list[WorkflowTarget]) -> None:
+def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
+    if not options.publish:
+        return {"publish": "", "folders": {}}
+    top, folders = wheelhouse_of(targets)
+    for name, rels in folders.items():
+        for rel in rels:
+            safety.check(rel, safety.RELATIVE_PATH, f"output folder of bake target {name}")
+    if top != ".":
+        safety.check(top, safety.RELATIVE_PATH, "wheelhouse folder")
+    return {
+        "publish": "\n".join(options.publish),
+        "publish_env": options.publish_env(),
+        "publish_github": any(dest.startswith("github:") for dest in options.publish),
+        "imagegen_from": options.imagegen_from,
+        "timeout_minutes": PUBLISH_TIMEOUT_MINUTES,
+        "wheelhouse_top": top,
+        "folders": {name: "\n".join(rels) for name, rels in folders.items()},
+    }
+
+
+def _self_check(text: str, targets: list[WorkflowTarget], *, publish: bool = False) -> None:
     import yaml
 
     try:
         doc = yaml.safe_load(text)
         matrix = doc["jobs"]["build"]["strategy"]["matrix"]["target"]
+        jobs = list(doc["jobs"])
+        scripts = [s.get("run", "") for job in doc["jobs"].values() for s in job["steps"]]
     except Exception as exc:  # a template bug, not the user's
         raise ImagegenError(f"internal error: the rendered workflow does not parse: {exc}") from None
     if matrix != [t.name for t in targets]:
         raise ImagegenError("internal error: the rendered workflow's matrix differs from the bake targets")
+    if jobs != (["build", "publish"] if publish else ["build"]) or any("${{" in script for script in scripts):
+        raise ImagegenError("internal error: the rendered workflow's jobs or scripts are not what was asked")

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,24 @@ def test_stdout_output(monkeypatch):
     code, out, err = imagegen("ci", "github", "--group", "natten", "--output", "-")
     assert code == 0 and err == ""
     assert yaml.safe_load(out)["jobs"]["build"]["strategy"]["matrix"]["target"] == list(bake_print("natten")["target"])
+
+
+def test_publish_through_the_real_cli(tmp_path):
+    """`imagegen ci github --publish` as a user runs it (its own process, the real buildx): each build job
+    stages exactly its bake output folders, below the wheelhouse the publish job downloads into."""
+    out = tmp_path / "wf.yml"
+    exe = Path(sys.executable).parent / "imagegen"
+    proc = subprocess.run([str(exe), "ci", "github", "--group", "natten", "--publish", "hf:octo/wheels",
+                           "--imagegen-from", "imagegen[publish] @ git+https://github.com/octo/imagegen@v0.1.0",
+                           "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = yaml.safe_load(out.read_text())
+    assert list(doc["jobs"]) == ["build", "publish"]
+    stage = next(s for s in doc["jobs"]["build"]["steps"] if s["name"] == "Stage wheels")
+    rows = {row["target"]: row["folders"] for row in doc["jobs"]["build"]["strategy"]["matrix"]["include"]}
+    printed = bake_print("natten")["target"]
+    assert {name: f"{stage['env']['WHEELHOUSE']}/{folder}" for name, folder in rows.items()} == {
+        name: local_dest(body["output"]) for name, body in printed.items()}
 
 
 # --------------------------------------------------------------------------------------------

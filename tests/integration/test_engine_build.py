@@ -161,8 +161,21 @@ def test_plain_docker_buildx_bake_of_a_generated_file(first_build, workspace):
     assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
     # Same inputs as the imagegen build: its layers came from the cache.
     assert "CACHED" in proc.stderr
-    # The export holds only the wheel (no root filesystem).
-    assert [p.name for p in (root / "wheels" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130").iterdir()] == [wheel.name]
+    # The export holds only the wheel and its build record (no root filesystem).
+    folder = root / "wheels" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130"
+    assert sorted(p.name for p in folder.iterdir()) == [wheel.name, wheel.name + ".imagegen.json"]
+    record = json.loads((folder / (wheel.name + ".imagegen.json")).read_text())
+    assert record["cell"] == TINY and record["base_image"] == BASE_IMAGE and record["smoke"]["ok"] is True
+    # Not in a manifest yet: the index has nothing. `imagegen collect` verifies it and records it.
+    proc = sh(IMAGEGEN, "collect", "wheels", cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"ok   {wheel.relative_to(root)}: recorded ({TINY}, SASS/PTX for 8.0;9.0+PTX)"), proc.stdout
+    proc = sh(IMAGEGEN, "index", "wheels", cwd=root)
+    assert proc.returncode == 0 and proc.stdout.startswith("indexed 1 wheel of 1 project (tiny-kernel)"), proc.stdout
+    # The manifest entry is the one `imagegen build` writes: the same cell is up to date, nothing built.
+    proc = sh(IMAGEGEN, "build", "--source", "tiny_kernel", *CELL, "--out", "wheels", "--work", "work", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert f"[{TINY}] up to date" in proc.stderr and "building" not in proc.stderr
 
 
 def test_plain_docker_buildx_build_of_a_rendered_dockerfile(first_build, workspace):

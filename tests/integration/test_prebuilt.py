@@ -154,6 +154,29 @@ def test_pull_of_the_pushed_image_gives_the_same_so_as_a_bake_build(project, pus
     assert so_digests(baked, reproducible_digest) == so_digests(wheel, reproducible_digest)
 
 
+def test_seed_004_docker_run_of_the_pulled_image_then_collect(project, pushed, registry):
+    # Seed 004's own command, with the image's default CMD (no GPU here, so the archs come as -e):
+    # the container compiles, smoke-tests the wheel in itself and leaves it in /out with its build
+    # record; `imagegen collect` verifies it and records it, so `imagegen index` serves it.
+    root = project["root"]
+    digest_ref = pushed["lock"]["builder_images"][pushed["ref"]]
+    assert registry.docker("pull", digest_ref, timeout=900).returncode == 0
+    out = root / "seed004-out"
+    out.mkdir()
+    ran = registry.docker("run", "--rm", "-e", "TORCH_CUDA_ARCH_LIST=8.0", "-v", f"{out}:/out", digest_ref, timeout=1800)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "smoke: import tiny_kernel: ok" in ran.stdout + ran.stderr
+    wheel = one_wheel(out)
+    record = json.loads((out / (wheel.name + ".imagegen.json")).read_text())
+    assert record["requested_archs"] == "8.0" and record["smoke"]["ok"] is True and record["inputs"] is None
+    assert record["base_image"].startswith(project["base"].rsplit(":", 1)[0])  # the tag, or the locked digest
+    collected = run(IMAGEGEN, "collect", str(out), cwd=root)
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert f"ok   {wheel}: recorded ({NAME}, SASS/PTX for 8.0)" in collected.stdout
+    indexed = run(IMAGEGEN, "index", str(out), cwd=root)
+    assert indexed.returncode == 0 and "indexed 1 wheel" in indexed.stdout, indexed.stdout + indexed.stderr
+
+
 def test_wrong_credentials_are_one_clear_line(project, pushed, registry, tmp_path):
     # Not in the local engine (a digest already present would be used without asking the registry).
     for ref in (pushed["ref"], pushed["lock"]["builder_images"][pushed["ref"]]):

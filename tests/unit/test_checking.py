@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from imagegen import doctor
-from imagegen.commands import checking
+from imagegen.commands import checking, common
 from imagegen.errors import ImagegenError, RecipeError, UsageError, VerifyError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
@@ -104,12 +104,12 @@ def test_a_broken_recipe_dir_only_matters_with_gpu(tmp_path, capsys):
         verify(WHEEL, "--arch", "8.0;9.0+PTX", "--gpu")
 
 
-def test_recipe_view_maps_the_request_the_way_the_package_compiles_it():
+def test_expected_for_wheel_maps_the_request_the_way_the_package_compiles_it():
     cat = load_catalogue()
     archs = parse_arch_list
 
     def view(name, request):
-        expected, knowledge = checking._recipe_view(cat, Path(name), archs(request))
+        expected, knowledge = common.expected_for_wheel(cat, Path(name), archs(request))
         return str(expected), {k: str(v) for k, v in knowledge.items()}
 
     # flash-attn's numeric knob builds 8.6 as the sm_80 cubin.
@@ -122,7 +122,7 @@ def test_recipe_view_maps_the_request_the_way_the_package_compiles_it():
     # Unknown distribution, a name that is no wheel name, no catalogue: the request as written.
     assert view("tiny_kernel-0.1.0-cp311-cp311-linux_x86_64.whl", "8.6") == ("8.6", {})
     assert view("flash_attn-main-x.whl", "8.6") == ("8.6", {})
-    assert checking._recipe_view(None, Path("flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"), archs("8.6")) \
+    assert common.expected_for_wheel(None, Path("flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"), archs("8.6")) \
         == (archs("8.6"), {})
 
 

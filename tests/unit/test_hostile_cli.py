@@ -511,6 +511,7 @@ def _base(command: tuple[str, ...], wheel: str) -> list[str]:
         ("pull",): ["pull", *cell, "--registry", "127.0.0.1:1/ml", "--out", "o", "--work", "w"],
         ("lock",): ["lock", *cell],
         ("ci", "github"): ["ci", "github"],
+        ("collect",): ["collect", "o"],
         ("index",): ["index", "o"],
         ("repair",): ["repair", wheel],
         ("publish",): ["publish", "o", "--to", "pypi:http://127.0.0.1:1/"],

@@ -31,7 +31,7 @@ MODULE_STEP = {
     # plan: validated cells, and the gencode audit that proves them
     "plan": 2, "cell_rules": 2, "audit": 2, "registry": 2,
     # finish: verify, collect into the wheelhouse, the GPU check
-    "wheelhouse": 2, "finish": 5, "verify": 5, "fatbin": 5, "collect": 5, "check": 5,
+    "wheelhouse": 2, "finish": 5, "verify": 5, "fatbin": 5, "collect": 5, "records": 5, "check": 5,
     # the shell
     "doctor": 7, "cli": 7, "__main__": 8,
 }

@@ -8,16 +8,19 @@ tests/integration/test_ci_workflow.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from imagegen.errors import EngineError, UnsafeValueError, UsageError
+from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
 from imagegen.render import bakefiles
 from imagegen.render import workflow as ci
 from tests.unit import bake_print_stand_in as stand_in
@@ -232,3 +235,323 @@ def test_matrix_limit():
         ci.targets_from_print(printed)
     del printed["target"]["t0"]
     assert len(ci.targets_from_print(printed)) == ci.MAX_MATRIX_JOBS
+
+
+
+# --------------------------------------------------------------------------------------------
+# The publish job (--publish)
+
+
+REQUIREMENT = "imagegen[publish] @ git+https://github.com/octo/imagegen@v0.1.0"
+DESTS = {"pypi:": "pypi:https://upload.pypi.org/legacy/", "hf:": "hf:octo/sage-wheels@main:cu128",
+         "github:": "github:octo/wheels@v0.1.0", "s3://": "s3://wheels-bucket/cu128/"}
+PUBLISH = [a for d in DESTS.values() for a in ("--publish", d)] + ["--imagegen-from", REQUIREMENT]
+CREDENTIALS = {  # what each kind of destination gets in the publish step's env, and nothing more
+    "pypi:": {"TWINE_USERNAME": "${{ secrets.TWINE_USERNAME }}", "TWINE_PASSWORD": "${{ secrets.TWINE_PASSWORD }}"},
+    "hf:": {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"},
+    "github:": {"GITHUB_TOKEN": "${{ secrets.IMAGEGEN_GITHUB_TOKEN || github.token }}"},
+    "s3://": {"AWS_ACCESS_KEY_ID": "${{ secrets.AWS_ACCESS_KEY_ID }}",
+              "AWS_SECRET_ACCESS_KEY": "${{ secrets.AWS_SECRET_ACCESS_KEY }}",
+              "AWS_SESSION_TOKEN": "${{ secrets.AWS_SESSION_TOKEN }}",
+              "AWS_ENDPOINT_URL": "${{ vars.AWS_ENDPOINT_URL }}", "AWS_REGION": "${{ vars.AWS_REGION }}"},
+}
+# The variables imagegen/publish/*_upload.py read the credentials and settings from.
+PUBLISH_READS = {"TWINE_USERNAME", "TWINE_PASSWORD", "HF_TOKEN", "GITHUB_TOKEN", "AWS_ACCESS_KEY_ID",
+                 "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION"}
+
+
+def _job_steps(doc: dict, job: str) -> dict[str, dict]:
+    return {s["name"]: s for s in doc["jobs"][job]["steps"]}
+
+
+def _leaks(doc: dict, values: list[str]) -> list[str]:
+    """Steps whose run: script holds a GitHub expression or one of ``values`` (empty: none)."""
+    return [f"{job}/{step['name']}" for job, body in doc["jobs"].items() for step in body["steps"]
+            if "${{" in step.get("run", "") or any(v in step.get("run", "") for v in values)]
+
+
+def _lint(actionlint: list[str], path: Path) -> None:
+    proc = subprocess.run([*actionlint, str(path)], capture_output=True, text=True, cwd=path.parent)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stdout + proc.stderr
+
+
+def test_the_publish_job_follows_the_builds_with_secrets_in_env_only(tmp_path, actionlint):
+    text, doc = generate(tmp_path, *PUBLISH)
+    assert list(doc["jobs"]) == ["build", "publish"]
+    job = doc["jobs"]["publish"]
+    assert job["needs"] == "build" and job["runs-on"] == "ubuntu-latest"  # build is the matrix: every target
+    assert job["if"] == "github.event_name == 'workflow_dispatch' || github.ref_type == 'tag'"
+    assert job["permissions"] == {"contents": "write"}  # the GitHub release; nothing else (no packages: write)
+    assert job["timeout-minutes"] == ci.PUBLISH_TIMEOUT_MINUTES == 60
+    steps = _job_steps(doc, "publish")
+    assert list(steps) == ["Check out", "Download wheels", "Install imagegen", "Collect", "Publish"]
+    pins = {m["repo"]: m["sha"] for s in job["steps"] if "uses" in s for m in [SHA_PIN.fullmatch(s["uses"])]}
+    assert pins == {ci.ACTIONS["checkout"].repo: ci.ACTIONS["checkout"].commit,
+                    **{a.repo: a.commit for a in ci.PUBLISH_ACTIONS.values()}}
+    for line in (line for line in text.splitlines() if "uses:" in line):
+        assert re.search(r"uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
+    assert steps["Check out"]["with"] == {"persist-credentials": False}
+    # every build job's artifact, merged into one folder: the wheelhouse
+    assert steps["Download wheels"]["with"] == {"pattern": "wheels-*", "merge-multiple": True,
+                                                "path": "${{ runner.temp }}/wheelhouse"}
+    assert steps["Install imagegen"]["env"] == {"IMAGEGEN_REQUIREMENT": REQUIREMENT}
+    assert "env" not in steps["Collect"]  # no credential where none is needed
+    assert steps["Collect"]["run"].split() == ['"$RUNNER_TEMP/imagegen/bin/imagegen"', "collect",
+                                               '"$RUNNER_TEMP/wheelhouse"']
+    assert 'imagegen" publish "$RUNNER_TEMP/wheelhouse" "${to[@]}"' in steps["Publish"]["run"]
+    assert steps["Publish"]["env"] == {"PUBLISH_TO": "\n".join(DESTS.values()),
+                                       **{k: v for env in CREDENTIALS.values() for k, v in env.items()}}
+    assert set(steps["Publish"]["env"]) - {"PUBLISH_TO"} == PUBLISH_READS
+    assert _leaks(doc, [*DESTS.values(), REQUIREMENT, "octo"]) == []
+    assert "# Regenerate with: imagegen ci github " + " ".join(shlex.quote(a) for a in PUBLISH) in text
+    _lint(actionlint, tmp_path / "imagegen.yml")
+
+
+def test_the_leak_check_can_fail(tmp_path):
+    _, doc = generate(tmp_path, "--publish", DESTS["hf:"], "--imagegen-from", REQUIREMENT)
+    publish = _job_steps(doc, "publish")["Publish"]
+    publish["run"] = publish["run"].replace('"$PUBLISH_TO"', '"hf:octo/sage-wheels@main:cu128"')
+    assert _leaks(doc, [DESTS["hf:"]]) == ["publish/Publish"]
+    publish["run"] += "echo ${{ secrets.HF_TOKEN }}\n"
+    assert _leaks(doc, []) == ["publish/Publish"]
+
+
+def test_the_render_refuses_its_own_expression_in_a_script(tmp_path):
+    text, _ = generate(tmp_path, "--publish", DESTS["hf:"], "--imagegen-from", REQUIREMENT)
+    targets = [ci.WorkflowTarget(name=t, wheels="") for t in yaml.safe_load(text)["jobs"]["build"]["strategy"]["matrix"]["target"]]
+    ci._self_check(text, targets, publish=True)
+    bad = text.replace('collect "$RUNNER_TEMP/wheelhouse"', 'collect "${{ runner.temp }}/wheelhouse"')
+    assert bad != text
+    with pytest.raises(ImagegenError, match="internal error"):
+        ci._self_check(bad, targets, publish=True)
+    with pytest.raises(ImagegenError, match="internal error"):
+        ci._self_check(text, targets, publish=False)  # a publish job nobody asked for
+
+
+@pytest.mark.parametrize("kind", list(DESTS))
+def test_each_kind_gets_its_credentials_only_and_passes_actionlint(kind, tmp_path, actionlint):
+    _, doc = generate(tmp_path, "--publish", DESTS[kind], "--imagegen-from", "./tools/imagegen[publish]",
+                      "--runs-on", "self-hosted,linux")
+    job = doc["jobs"]["publish"]
+    assert job["permissions"] == {"contents": "write" if kind == "github:" else "read"}
+    assert job["runs-on"] == ["self-hosted", "linux"]
+    assert _job_steps(doc, "publish")["Publish"]["env"] == {"PUBLISH_TO": DESTS[kind], **CREDENTIALS[kind]}
+    assert _leaks(doc, [DESTS[kind]]) == []
+    _lint(actionlint, tmp_path / "imagegen.yml")
+
+
+def test_several_destinations_of_some_kinds(tmp_path, actionlint):
+    _, doc = generate(tmp_path, "--publish", "hf:octo/a", "--publish", "s3://bucket-one", "--publish", "hf:octo/b@dev",
+                      "--publish", "hf:octo/a", "--imagegen-from", "./tools/imagegen", "--group", "flash-attn")
+    env = _job_steps(doc, "publish")["Publish"]["env"]
+    assert env == {"PUBLISH_TO": "hf:octo/a\ns3://bucket-one\nhf:octo/b@dev", **CREDENTIALS["hf:"], **CREDENTIALS["s3://"]}
+    assert doc["jobs"]["publish"]["permissions"] == {"contents": "read"}
+    _lint(actionlint, tmp_path / "imagegen.yml")
+
+
+def test_the_build_jobs_upload_their_tree_below_the_wheelhouse_only_with_publish(tmp_path):
+    _, plain = generate(tmp_path)
+    _, doc = generate(tmp_path, "--publish", DESTS["hf:"], "--imagegen-from", REQUIREMENT, name="p.yml")
+    build = doc["jobs"]["build"]
+    rows = build["strategy"]["matrix"]["include"]
+    assert all(f"wheelhouse/{row['folders']}" == row["wheels"] for row in rows)
+    assert all(re.fullmatch(r"[a-z0-9-]+-[0-9][0-9a-z.]*/torch\d+\.\d+/cu\d+", row["folders"]) for row in rows)
+    steps = _job_steps(doc, "build")
+    stage = steps["Stage wheels"]
+    assert stage["env"] == {"WHEELHOUSE": "wheelhouse", "FOLDERS": "${{ matrix.folders }}"}
+    assert steps["Upload wheels"]["with"] == {"name": "wheels-${{ matrix.target }}", "path": "${{ runner.temp }}/export",
+                                              "if-no-files-found": "error"}
+    names = list(steps)
+    assert names.index("Bake") < names.index("Stage wheels") == names.index("Upload wheels") - 1
+    # everything else of the build job is as without --publish
+    for row in rows:
+        del row["folders"]
+    build["steps"] = [s for s in build["steps"] if s["name"] != "Stage wheels"]
+    _job_steps(doc, "build")["Upload wheels"]["with"]["path"] = "${{ matrix.wheels }}"
+    assert build == plain["jobs"]["build"]
+    assert doc["permissions"] == plain["permissions"] and doc["on"] == plain["on"]
+
+
+def test_without_publish_there_is_no_publish_job(repo_workflow):
+    _, text, doc = repo_workflow
+    assert list(doc["jobs"]) == ["build"]
+    body = text.split("\n", 2)[2]  # below the Regenerate line, which holds the test's folder name
+    for word in ("download-artifact", "Stage wheels", "folders", "collect", "publish", "runner.temp"):
+        assert word not in body, word
+
+
+def _stand_in_python(bin_dir: Path, record: Path) -> None:
+    """A python3 whose `-m venv DIR` makes DIR/bin/pip and DIR/bin/imagegen that record argv and env."""
+    recorder = (f"#!{sys.executable}\nimport json, os, sys\n"
+                "line = json.dumps({'argv': sys.argv, 'env': dict(os.environ)})\n"
+                f"open({str(record)!r}, 'a').write(line + '\\n')\n")
+    stand_in = bin_dir / "python3"
+    stand_in.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                        "assert sys.argv[1:3] == ['-m', 'venv'], sys.argv\n"
+                        "os.makedirs(os.path.join(sys.argv[3], 'bin'))\n"
+                        "for tool in ('pip', 'imagegen'):\n"
+                        "    path = os.path.join(sys.argv[3], 'bin', tool)\n"
+                        f"    open(path, 'w').write({recorder!r})\n"
+                        "    os.chmod(path, 0o755)\n")
+    stand_in.chmod(0o755)
+
+
+def _replay(step: dict, env: dict[str, str], values: dict[str, str], cwd: Path) -> None:
+    """A `run:` step as GitHub runs it (bash --noprofile --norc -eo pipefail), its env's expressions substituted."""
+    env = dict(env)
+    for key, value in step.get("env", {}).items():
+        for expression, sub in values.items():
+            value = value.replace("${{ " + expression + " }}", sub)
+        assert "${{" not in value, value
+        env[key] = value
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_steps_lay_out_the_wheelhouse_then_collect_then_publish(tmp_path):
+    """The build jobs' staging and the publish job's scripts as GitHub runs them; download-artifact's
+    merge is a copy of every artifact into one folder, and python3 a stand-in whose venv's pip and
+    imagegen record what they got."""
+    _, doc = generate(tmp_path, *PUBLISH[:-2], "--imagegen-from", REQUIREMENT, "--group", "flash-attn")
+    rows = doc["jobs"]["build"]["strategy"]["matrix"]["include"]
+    assert len(rows) == 2
+    stage = _job_steps(doc, "build")["Stage wheels"]
+    artifacts = tmp_path / "artifacts"
+    built = {}
+    for row in rows:  # one runner per target: its checkout holds what bake exported there, nothing else
+        checkout, runner_temp = tmp_path / row["target"] / "checkout", tmp_path / row["target"] / "temp"
+        for dest in row["wheels"].splitlines():
+            (checkout / dest).mkdir(parents=True)
+            wheel = f"flash_attn-2.8.3+{row['target'][-13:].replace('-', '')}-cp312-cp312-linux_x86_64.whl"
+            (checkout / dest / wheel).write_bytes(b"wheel " + row["target"].encode())
+            (checkout / dest / f"{wheel}.imagegen.json").write_text(json.dumps({"cell": row["target"]}))
+            built[f"{dest.removeprefix('wheelhouse/')}/{wheel}"] = b"wheel " + row["target"].encode()
+        runner_temp.mkdir()
+        _replay(stage, {"PATH": os.environ["PATH"], "RUNNER_TEMP": str(runner_temp)},
+                {"matrix.folders": row["folders"]}, cwd=checkout)
+        # upload-artifact keeps the paths below the folder it is given; download-artifact's merge-multiple
+        # extracts every artifact into the one path
+        shutil.copytree(runner_temp / "export", artifacts, dirs_exist_ok=True)
+    got = {str(p.relative_to(artifacts)) for p in artifacts.rglob("*") if p.is_file()}
+    assert got == set(built) | {f"{w}.imagegen.json" for w in built}
+    assert all(re.fullmatch(r"flash-attn-2\.8\.3/torch2\.[89]/cu128/flash_attn-[^/]+\.whl(\.imagegen\.json)?", p)
+               for p in got), got
+    assert all((artifacts / w).read_bytes() == data for w, data in built.items())
+
+    runner_temp, bin_dir, record = tmp_path / "publish-temp", tmp_path / "bin", tmp_path / "record.jsonl"
+    runner_temp.mkdir()
+    bin_dir.mkdir()
+    shutil.copytree(artifacts, runner_temp / "wheelhouse")  # the Download wheels step
+    _stand_in_python(bin_dir, record)
+    secrets = {"secrets.TWINE_USERNAME": "__token__", "secrets.TWINE_PASSWORD": "pypi-SECRET",
+               "secrets.HF_TOKEN": "hf_SECRET", "secrets.IMAGEGEN_GITHUB_TOKEN || github.token": "ghs_SECRET",
+               "secrets.AWS_ACCESS_KEY_ID": "AKID", "secrets.AWS_SECRET_ACCESS_KEY": "aws-SECRET",
+               "secrets.AWS_SESSION_TOKEN": "", "vars.AWS_ENDPOINT_URL": "", "vars.AWS_REGION": "eu-west-1"}
+    base = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RUNNER_TEMP": str(runner_temp)}
+    steps = _job_steps(doc, "publish")
+    for name in ("Install imagegen", "Collect", "Publish"):
+        _replay(steps[name], base, secrets, cwd=tmp_path)
+    pip, collect, publish = [json.loads(line) for line in record.read_text().splitlines()]
+    assert pip["argv"][1:] == ["install", "--quiet", "--disable-pip-version-check", REQUIREMENT]
+    wheelhouse = f"{runner_temp}/wheelhouse"
+    assert collect["argv"][1:] == ["collect", wheelhouse]  # before publish: the record file is in call order
+    assert publish["argv"][1:] == ["publish", wheelhouse, *[a for d in DESTS.values() for a in ("--to", d)]]
+    env = publish["env"]
+    assert (env["TWINE_PASSWORD"], env["HF_TOKEN"], env["GITHUB_TOKEN"], env["AWS_SECRET_ACCESS_KEY"]) == (
+        "pypi-SECRET", "hf_SECRET", "ghs_SECRET", "aws-SECRET")
+    # an unset secret or variable arrives empty: it is unset, not an empty credential
+    assert "AWS_SESSION_TOKEN" not in env and "AWS_ENDPOINT_URL" not in env and env["AWS_REGION"] == "eu-west-1"
+    for call in (pip, collect):
+        assert not any("SECRET" in v for v in call["env"].values())
+    assert not any("SECRET" in a for a in pip["argv"] + collect["argv"] + publish["argv"])
+
+
+def _cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`imagegen ...` as a user runs it: the venv's console script, in its own process."""
+    exe = Path(sys.executable).parent / "imagegen"
+    assert exe.is_file(), f"no {exe}: pip install -e . in this venv"
+    return subprocess.run([str(exe), *argv], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--publish", "hf:octo/a b", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "pypi:https://x/$(id)", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "hf:${{ secrets.HF_TOKEN }}", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "hf:octo/a\n      run: id", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "hf:octo/a\"; id; \"", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "s3://b/`id`", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "ftp://host/x", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "", "--imagegen-from", "imagegen"], "--publish"),
+    (["--publish", "hf:octo/wheels"], "--publish needs --imagegen-from"),
+    (["--imagegen-from", "imagegen"], "give --publish DEST too"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "x ${{ secrets.HF_TOKEN }}"], "--imagegen-from"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen'; id; '"], "--imagegen-from"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen\nrun: id"], "--imagegen-from"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen $(id)"], "--imagegen-from"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "--index-url=https://evil/ imagegen"], "--imagegen-from"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", ""], "--imagegen-from"),
+    # By name alone: PyPI's 'imagegen' is another project, and the job holds the publish secrets.
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen"], "PyPI's 'imagegen', another project"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen[publish]==0.1.0"], "PyPI's 'imagegen', another project"),
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "IMAGEGEN >= 1"], "PyPI's 'imagegen', another project"),
+])
+def test_hostile_publish_options_through_the_real_cli(argv, needle, tmp_path):
+    # Refused before `docker buildx bake --print`: the unit suite's docker guard fails a test that reaches
+    # it (a value let through would). The same command with good values writing the workflow through the
+    # real buildx is tests/integration/test_ci_workflow.py.
+    out = tmp_path / "wf.yml"
+    proc = _cli("ci", "github", "--output", str(out), *argv)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("imagegen: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert needle in proc.stderr and proc.stdout == "" and not out.exists()
+
+
+def _targets(*dests: str) -> list:
+    return [ci.WorkflowTarget(name=f"t{i}", wheels=d) for i, d in enumerate(dests)]
+
+
+def test_the_wheelhouse_is_the_folder_above_the_layout():
+    assert ci.wheelhouse_of(_targets("wheelhouse/fa-2.8.3/torch2.8/cu128")) == (
+        "wheelhouse", {"t0": ["fa-2.8.3/torch2.8/cu128"]})
+    assert ci.wheelhouse_of(_targets("out/w/a-1/torch2.8/cu128", "./out/w//b-2/torch2.9/cu130/")) == (
+        "out/w", {"t0": ["a-1/torch2.8/cu128"], "t1": ["b-2/torch2.9/cu130"]})
+    # two targets of one folder (cells that differ by Python only), and several folders of one target
+    assert ci.wheelhouse_of(_targets("w/a-1/torch2.8/cu128\nw/a-1/torch2.9/cu128", "w/a-1/torch2.8/cu128")) == (
+        "w", {"t0": ["a-1/torch2.8/cu128", "a-1/torch2.9/cu128"], "t1": ["a-1/torch2.8/cu128"]})
+    # no common folder, or a shallower layout: below the checkout itself
+    assert ci.wheelhouse_of(_targets("x/a-1/torch2.8/cu128", "y/a-1/torch2.8/cu128")) == (
+        ".", {"t0": ["x/a-1/torch2.8/cu128"], "t1": ["y/a-1/torch2.8/cu128"]})
+    assert ci.wheelhouse_of(_targets("out/a")) == (".", {"t0": ["out/a"]})
+
+
+@pytest.mark.parametrize("dest, needle", [
+    ("/srv/wheels/a-1/torch2.8/cu128", "outside the checkout"),
+    ("../wheels/a-1/torch2.8/cu128", "outside the checkout"),
+    ("w/../../a-1/torch2.8/cu128", "outside the checkout"),
+    (".", "outside the checkout"),
+    ("w/.a-1/torch2.8/cu128", "starting with '.'"),
+])
+def test_output_folders_the_publish_job_cannot_gather_are_refused(dest, needle):
+    with pytest.raises(UsageError, match=re.escape(needle)) as exc:
+        ci.wheelhouse_of(_targets("w/b-1/torch2.8/cu128", dest))
+    assert "\n" not in str(exc.value) and exc.value.exit_code == 2
+
+
+def test_a_bake_file_with_such_a_folder_writes_nothing(tmp_path, monkeypatch):
+    (tmp_path / "docker-bake.json").write_text(json.dumps(
+        {"target": {"ok": {"context": ".", "output": ["type=local,dest=/srv/wheels/a-1/torch2.8/cu128"]}}}))
+    monkeypatch.chdir(tmp_path)
+    argv = ["--bake-file", "docker-bake.json", "--targets", "ok", "-o", "wf.yml"]
+    code, _, err = imagegen("ci", "github", *argv, "--publish", "hf:o/r", "--imagegen-from", "./tools/imagegen")
+    assert code == 2 and "outside the checkout" in err and err.count("\n") == 1 and not (tmp_path / "wf.yml").exists()
+    assert imagegen("ci", "github", *argv)[0] == 0  # without --publish the folder is fine
+
+
+def test_the_destination_pattern_takes_what_publish_takes():
+    from imagegen.publish.upload import parse_destination  # the test may reach the later step
+
+    for dest in [*DESTS.values(), "pypi:http://127.0.0.1:8080/,simple=http://127.0.0.1:8080/simple/",
+                 "hf:o/r:a/b", "s3://bucket.example/p+q=r/", "github:o/r@v1.0+cu128"]:
+        parse_destination(dest)
+        assert ci.PUBLISH_DEST.fullmatch(dest), dest

@@ -609,10 +609,82 @@ def cmd_build(cell, args):
     shutil.copyfile(final, tmp)
     give_to_folder_owner(tmp, out)
     os.replace(tmp, dest)
+    write_build_record(cell, plain, dest, started)
     if stats_log:
         report_ccache(stats_log, cell["log_dir"])
     shutil.rmtree(work, ignore_errors=True)
     log("built %s in %.0f s (log: %s)" % (dest, time.time() - started, log_path))
+    if getattr(args, "smoke", False):
+        smoke_test(cell, [dest])
+
+
+RECORD_SUFFIX = ".imagegen.json"  # beside the wheel: what built it (imagegen.wheelhouse.RECORD_SUFFIX)
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_json_beside(path, doc, owner_folder):
+    """``doc`` into ``path`` under a hidden name first, then renamed: never half a file."""
+    tmp = os.path.join(os.path.dirname(path), ".%s.partial" % os.path.basename(path))
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    give_to_folder_owner(tmp, owner_folder)
+    os.replace(tmp, path)
+
+
+def write_build_record(cell, env, wheel, started):
+    """The build record beside ``wheel``: which cell, source, torch, CUDA and archs built it, and
+    its sha256. A bake export or a `docker run -v OUT:/out` carries it with the wheel, so that
+    `imagegen collect` can verify that wheel against what was asked and record it in the wheelhouse's
+    manifest (index and publish take only recorded, verified wheels). `smoke` adds its result."""
+    source = cell["source"]
+    record = {
+        "schema": 1,
+        "kind": "imagegen-build-record",
+        "cell": cell.get("cell"),
+        "recipe": cell["recipe"],
+        "distribution": cell.get("distribution"),
+        "version": cell["version"],
+        "source": dict({k: source.get(k) for k in ("kind", "url", "ref", "commit")},
+                       **({"sha256": source["sha256"]} if source.get("sha256") else {})),
+        "patches": [p["name"] for p in cell.get("patches", [])],
+        "torch": cell["torch"]["version"],
+        "cuda": cell["torch"]["cuda"],
+        "python": cell.get("python") or "%d.%d" % sys.version_info[:2],
+        "flavor": cell.get("flavor"),
+        "base_image": os.environ.get("IMAGEGEN_BASE_IMAGE") or None,
+        # What this build was asked for (a bake --set or the GPUs `docker run --gpus all` shows may
+        # differ from the plan); the plan's inputs hash holds only when it was the planned list.
+        "requested_archs": env.get("TORCH_CUDA_ARCH_LIST") or "",
+        "planned_archs": os.environ.get("IMAGEGEN_PLANNED_ARCHS") or None,
+        "inputs": (os.environ.get("IMAGEGEN_INPUTS") or None)
+        if env.get("TORCH_CUDA_ARCH_LIST") == os.environ.get("IMAGEGEN_PLANNED_ARCHS") else None,
+        "wheel": os.path.basename(wheel),
+        "sha256": file_sha256(wheel),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "duration_s": round(time.time() - started, 1),
+    }
+    write_json_beside(wheel + RECORD_SUFFIX, record, os.path.dirname(wheel))
+
+
+def add_smoke_to_records(wheels, report):
+    """The smoke result into each tested wheel's build record (a wheel without one, e.g. from an
+    older builder, is left alone: `imagegen collect` then refuses it as untested)."""
+    for wheel in wheels:
+        path = wheel + RECORD_SUFFIX
+        if not os.path.isfile(path) or os.path.islink(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            record = json.load(fh)
+        record["smoke"] = report
+        write_json_beside(path, record, os.path.dirname(wheel))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1046,11 +1118,19 @@ _NEEDS_DRIVER = re.compile(r"libcuda\.so|CUDA driver|no CUDA-capable device|NVID
 
 def cmd_smoke(cell, args):
     """Install the built wheel(s) and import the recipe's modules, from / (not the source tree)."""
-    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    wheels = []
     if args.wheels:
         wheels = sorted(os.path.join(args.wheels, f) for f in os.listdir(args.wheels) if f.endswith(".whl"))
         if not wheels:
             fail("no wheel in %s to test" % args.wheels)
+    smoke_test(cell, wheels)
+
+
+def smoke_test(cell, wheels):
+    """Install ``wheels`` (none: the package is installed already) and import the recipe's modules
+    from /, then add the result to each wheel's build record. A failed import fails the step."""
+    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    if wheels:
         run([py, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall"] + wheels)
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
@@ -1075,6 +1155,7 @@ def cmd_smoke(cell, args):
         json.dump({"imports": report, "ok": not failed}, fh, indent=2)
     if failed:
         fail("smoke test failed: cannot import %s" % ", ".join(failed))
+    add_smoke_to_records(wheels, {"imports": report, "ok": True})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1162,6 +1243,8 @@ def main(argv=None):
     sub.add_parser("env")
     b = sub.add_parser("build")
     b.add_argument("--out", default="/out")
+    b.add_argument("--smoke", action="store_true", help="then install the new wheel here and import its modules"
+                   " (`docker run` of a builder image: the container is thrown away after)")
     sm = sub.add_parser("smoke")
     sm.add_argument("--wheels", help="install the wheels in this folder first")
     au = sub.add_parser("audit")

@@ -1,0 +1,89 @@
+"""`imagegen collect OUT`: take the wheels builder images exported (each with its build record) into the
+wheelhouse's manifests, once each is verified (imagegen.records). A wheel that fails stays out and is
+named; the others are recorded. Exit 6 when any failed, 2 when there is nothing to collect."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from imagegen import collect, records
+from imagegen.commands import common
+from imagegen.config import load_config
+from imagegen.errors import BuildRecordError, ImagegenError, UsageError, VerifyError, printable
+from imagegen.model.catalogue import Catalogue, load_catalogue
+from imagegen.outputs import shown
+from imagegen.wheelhouse import read_manifest
+
+
+def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.verify import verify_wheel
+
+    out: Path = args.out
+    if not out.is_dir():
+        raise UsageError(f"{shown(out)} is not a folder: give the folder a bake export or `docker run -v OUT:/out` wrote")
+    found, bare = records.find(out)
+    if not found:
+        hint = f" ({len(bare)} wheel{'s' if len(bare) != 1 else ''} without one: check those with `imagegen verify --arch`)" \
+            if bare else ""
+        raise UsageError(f"no build record (*.whl.imagegen.json) under {shown(out)}{hint}: it is written by builder"
+                         " images of this imagegen version, beside each wheel that passed its smoke test")
+    cat = _catalogue(args)
+    results: list[dict] = []
+    by_folder: dict[Path, dict[str, dict]] = {}
+    for path in found:
+        result: dict = {"wheel": str(path.with_name(path.name[: -len(records.RECORD_SUFFIX)])), "record": str(path)}
+        results.append(result)
+        try:
+            record = records.read(path)
+        except BuildRecordError as exc:
+            result.update(status="failed", problems=[f"build record: {exc}"])
+            continue
+        existing = read_manifest(path.parent)["cells"].get(record.cell)
+        if isinstance(existing, dict) and existing.get("sha256") == record.doc["sha256"] \
+                and existing.get("wheel") == record.wheel.name:
+            result.update(status="recorded before", cell=record.cell)
+            continue
+        expected, knowledge = common.expected_for_wheel(cat, record.wheel, record.requested)
+        report = verify_wheel(record.wheel, expected, strict=args.strict, extension_archs=knowledge)
+        result.update(cell=record.cell, expected_archs=str(expected), verify=report.as_dict())
+        if not report.ok:
+            result.update(status="failed", problems=list(report.problems))
+            continue
+        by_folder.setdefault(path.parent, {})[record.cell] = records.manifest_entry(record, expected, report.as_dict())
+        result.update(status="recorded", warnings=list(report.warnings))
+    for folder, entries in by_folder.items():
+        collect.record_entries(folder, entries)
+    failed = [r for r in results if r["status"] == "failed"]
+    if args.json:
+        json.dump({"results": results, "without_record": [str(b) for b in bare]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for r in results:
+            mark = "FAIL" if r["status"] == "failed" else "ok  "
+            print(f"{mark} {shown(r['wheel'], 300)}: {r['status']}"
+                  + (f" ({r['cell']}, SASS/PTX for {r['expected_archs']})" if r.get("expected_archs") else ""))
+            for line in r.get("warnings", []) + r.get("problems", []):
+                print(f"     {printable(line)}")
+        for wheel in bare:
+            print(f"imagegen: warning: {shown(wheel, 300)} has no build record: left out (imagegen verify --arch checks it)",
+                  file=sys.stderr)
+    if failed:
+        raise VerifyError(f"{len(failed)} of {len(results)} wheels were not recorded: "
+                          f"{Path(failed[0]['wheel']).name}: {failed[0]['problems'][0]}")
+    return 0
+
+
+def _catalogue(args: argparse.Namespace) -> Catalogue | None:
+    """The recipes that say how each package compiles a request; without them a wheel is held to its
+    request as written (a broken user recipe dir is the user's error, said as such)."""
+    config = load_config(args.config, search_from=Path.cwd()) if args.config else load_config(search_from=Path.cwd())
+    try:
+        return load_catalogue(tuple(config.recipe_dirs) + tuple(args.recipe_dir))
+    except ImagegenError:
+        if args.recipe_dir:
+            raise
+        return None

@@ -1,0 +1,53 @@
+"""The GPU-access command lines of imagegen.executors.gpu_access, run by the real Docker engine.
+
+There is no GPU here, so the host is made under tmp_path as in tests/unit/test_gpu_access.py: real
+character device nodes with the NVIDIA names (over /dev/null's numbers) and the driver's library
+folder. What the engine must do with the flags is what it does on a GPU host: create the device
+nodes in the container, mount the driver read-only where CUDA images look, set the library path.
+The same flags gave PyTorch the H100 on the device (docs/verification.md, "GPU in containers")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from imagegen.executors import gpu_access
+from tests.unit.test_gpu_access import gpu_host, ldconfig_for
+
+BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+
+pytestmark = pytest.mark.integration
+
+INSIDE = ("set -e; for n in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia0 nvidia1; do test -c /dev/$n; done;"
+          " echo nodes-ok; echo \"LD=$LD_LIBRARY_PATH\"; cat /usr/local/nvidia/lib64/libcuda.so.1;"
+          " test -x /usr/local/nvidia/bin/nvidia-smi && echo smi-ok;"
+          " if (echo x >> /usr/local/nvidia/lib64/libcuda.so.1) 2>/dev/null; then echo writable; else echo read-only; fi")
+
+
+def run(flags) -> subprocess.CompletedProcess:
+    if shutil.which("docker") is None or subprocess.run(["docker", "image", "inspect", BASE_IMAGE],
+                                                        capture_output=True).returncode != 0:
+        pytest.fail(f"the Docker engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", *flags, BASE_IMAGE, "bash", "-c", INSIDE],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_devices_mode_flags_give_a_container_the_nodes_and_the_driver_tree(tmp_path):
+    libcuda = gpu_host(tmp_path, gpus=2)
+    (tmp_path / "usr/local/nvidia/bin/nvidia-smi").chmod(0o755)
+    access = gpu_access.devices(tmp_path, ldconfig_for(libcuda, tmp_path), "")
+    proc = run(access.flags)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n") == ["nodes-ok", "LD=/usr/local/nvidia/lib64", "libcuda", "smi-ok", "read-only", ""]
+
+
+def test_devices_mode_flags_for_a_driver_among_system_libraries(tmp_path):
+    libcuda = gpu_host(tmp_path, gpus=2, driver_tree=False)
+    (tmp_path / "usr/bin/nvidia-smi").chmod(0o755)
+    access = gpu_access.devices(tmp_path, ldconfig_for(libcuda, tmp_path), "")
+    proc = run(access.flags)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n") == ["nodes-ok", "LD=/usr/local/nvidia/lib64", "libcuda", "smi-ok", "read-only", ""]
