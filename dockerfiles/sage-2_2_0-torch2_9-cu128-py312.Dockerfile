@@ -34,13 +34,22 @@ ENV PYTHONUNBUFFERED=1 \
     IMAGEGEN_CELL=/imagegen/cell.json \
     PATH=/opt/imagegen/venv/bin:${PATH}
 
-# System packages: a compiler, git, and the interpreter's venv/dev parts.
-# hadolint ignore=DL3008
+# System packages: a compiler, git, and the interpreter's venv/dev parts; only those the image lacks,
+# so an image that has them all needs no package index (an offline host). ccache alone
+# may be missing when there is no index: the build then runs without it.
+# hadolint ignore=DL3008,SC2016,SC2086
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
-    rm -f /etc/apt/apt.conf.d/docker-clean \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates ccache g++ git make python3.12-dev python3.12-venv
+    missing=""; for p in ca-certificates ccache g++ git make python3.12-dev python3.12-venv; do \
+        dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing="$missing $p"; \
+    done; \
+    if [ -z "$missing" ]; then echo "imagegen: the OS packages are all there"; \
+    elif ! { rm -f /etc/apt/apt.conf.d/docker-clean \
+             && apt-get update \
+             && apt-get install -y --no-install-recommends $missing; }; then \
+        if [ "$missing" = " ccache" ]; then echo "imagegen: warning: ccache cannot be installed: building without it"; \
+        else echo "imagegen: cannot install$missing" >&2; exit 1; fi; \
+    fi
 
 # --- fetch: the pinned source and the recipe's patches, beside the toolchain (BuildKit runs both
 # at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
@@ -138,7 +147,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=823c6e92cc480975
+    IMAGEGEN_INPUTS=a6ed9885d6d9cbd4
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -148,7 +157,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="823c6e92cc480975"
+      io.imagegen.inputs="a6ed9885d6d9cbd4"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -49,6 +49,9 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
                    " flavor's catalogue image; CUDA=IMAGE for the cells of one CUDA version (12.8=IMAGE); IMAGE,FALLBACK"
                    " tries FALLBACK (same CUDA) when IMAGE cannot be pulled"
                    + (" (repeatable)" if many else ""))
+    p.add_argument("--offline", action="store_true", help="no build step reaches a network (RUN --network=none, pip"
+                   " without an index): the source is a tree on this machine, and torch, nvcc and the build requirements"
+                   " are in the base image; a cell that would download something is refused, naming it")
     p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default);"
                    " with --ref/--git: the version that source is, whose recipe rules apply")
     p.add_argument("--ref", help="build this tag, branch or commit of the recipe's repository (resolved to a commit"

@@ -77,6 +77,7 @@ class Config:
     torch_index_url: str | None = None
     matrix: Matrix = field(default_factory=Matrix)
     layout: str | None = None  # the wheelhouse layout (imagegen.model.layout)
+    offline: bool = False  # build steps without a network (imagegen.plan.with_offline)
 
 
 def _list(where: str, value: Any) -> tuple[str, ...]:
@@ -125,7 +126,7 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: [tool.imagegen] must be a table")
     where = f"{path}: tool.imagegen"
-    known = {"out", "layout", "registry", "flavor", "base-image", "recipe-dirs", "torch-index-url", "matrix"}
+    known = {"out", "layout", "registry", "flavor", "base-image", "recipe-dirs", "torch-index-url", "matrix", "offline"}
     for key in section:
         if key not in known:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
@@ -163,6 +164,9 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
             check_layout(layout, f"{where}.layout")
         except UsageError as exc:
             raise ConfigError(str(exc)) from None
+    offline = section.get("offline", False)
+    if not isinstance(offline, bool):
+        raise ConfigError(f"{where}.offline: expected true or false")
     m = section.get("matrix", {})
     if not isinstance(m, dict):
         raise ConfigError(f"{where}.matrix: must be a table")
@@ -179,6 +183,7 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
         path=path,
         out=(base_dir / out),
         layout=layout,
+        offline=offline,
         registry=registry,
         flavor=flavor,
         base_image=base,

@@ -39,6 +39,7 @@ class Options:
     python_one: str | None
     arch_configured: str | None  # --arch, else the config's (None: the caller's own default applies)
     layout: str = DEFAULT_LAYOUT  # where wheels land below out: --layout, else the config's, else the default
+    offline: bool = False  # --offline, else the config's `offline = true`
 
 
 def _flag(args: argparse.Namespace, name: str):
@@ -141,6 +142,7 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         python_one=(python[0] if python else None) or (m.python[-1] if m.python else None),
         arch_configured=(arch[0] if arch else None) or m.arch,
         layout=check_layout(_flag(args, "layout")) if _flag(args, "layout") else config.layout or DEFAULT_LAYOUT,
+        offline=bool(_flag(args, "offline") or config.offline),
     )
 
 

@@ -64,6 +64,9 @@ class Cell:
     requested_archs: ArchList | None = None
     # The wheelhouse layout (check_layout): seed 001 keeps its team's fa<v>/torch<s>/cu<x>/.
     layout: str = DEFAULT_LAYOUT
+    # --offline: no build step reaches a network (RUN --network=none, pip without an index); the
+    # source, torch, nvcc and the build requirements all come from the machine and the base image.
+    offline: bool = False
 
     @property
     def buildable(self) -> bool:
@@ -212,6 +215,31 @@ def _dedupe(items: Iterable[str]) -> list[str]:
     return list(seen)
 
 
+def offline_problems(cell: Cell) -> list[str]:
+    """Why ``cell`` cannot build without a network: each input it would download."""
+    problems = []
+    if cell.recipe.source_kind != "local":
+        problems.append(f"--offline: the {cell.recipe.source_kind} source would be downloaded: build a tree on this"
+                        " machine (--source DIR, or the recipe with --src-dir DIR)")
+    if cell.base is not None and cell.base.toolkit == "pypi":
+        problems.append("--offline: the CUDA toolkit would come from PyPI: use a base image that has nvcc (--flavor"
+                        " cuda or runpod, or your own --base-image)")
+    if cell.torch_from == "venv":
+        problems.append(f"--offline: torch {cell.torch_version} ({cell.cuda.name}) is not in {cell.base.ref if cell.base else 'the image'}"
+                        " and would be downloaded: use a base image whose Python has it")
+    return problems
+
+
+def with_offline(plan: "Plan") -> "Plan":
+    """``plan`` built without a network: each cell marked so, and rejected where it needs a download."""
+    cells = []
+    for c in plan.cells:
+        problems = offline_problems(c) if c.status == BUILDABLE else []
+        cells.append(replace(c, offline=True, problems=c.problems + tuple(problems),
+                             status=REJECTED if problems else c.status))
+    return Plan(cells=cells)
+
+
 def with_layout(plan: "Plan", layout: str) -> "Plan":
     """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
     return Plan(cells=[replace(c, layout=layout) for c in plan.cells])
@@ -335,5 +363,6 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 
 __all__ = [
     "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
+    "offline_problems", "with_offline",
     "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

@@ -23,7 +23,11 @@ def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.verify import verify_wheel
 
     out: Path = args.out
-    if not out.is_dir():
+    try:
+        is_dir = out.is_dir()
+    except OSError as exc:  # a name too long, a loop of links
+        raise UsageError(f"{shown(out)}: {exc.strerror or 'not a usable path'}") from None
+    if not is_dir:
         raise UsageError(f"{shown(out)} is not a folder: give the folder a bake export or `docker run -v OUT:/out` wrote")
     found, bare = records.find(out)
     if not found:

@@ -25,7 +25,7 @@ from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree
 from imagegen.outputs import shown
-from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand, with_layout
+from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand, with_layout, with_offline
 
 
 def config(args: argparse.Namespace) -> Config:
@@ -110,7 +110,10 @@ def check_wheel_file(wheel: Path) -> None:
 def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
     """The matrix expanded, with locked base images pinned to their digests; a cell asked twice
     (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8 --cuda cu128``) is there once."""
-    plan = with_layout(unique_cells(expand(matrix(args, config, cat))), options.resolve(args, config).layout)
+    opts = options.resolve(args, config)
+    plan = with_layout(unique_cells(expand(matrix(args, config, cat))), opts.layout)
+    if opts.offline:
+        plan = with_offline(plan)
     return lock(args).pin_bases(plan)
 
 

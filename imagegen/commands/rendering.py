@@ -12,11 +12,11 @@ from typing import Sequence
 
 from imagegen import options
 from imagegen.commands import common
-from imagegen.errors import NothingToDoError, UsageError
+from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import shown, write_output
-from imagegen.plan import Plan, choose_cell, defaults
+from imagegen.plan import Plan, choose_cell, defaults, with_offline
 from imagegen.render.dockerfile import render_dockerfile
 
 
@@ -33,6 +33,10 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # A config matrix narrows render's choice; its last entry (the newest listed) wins.
     cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
                        flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url)
+    if opts.offline:
+        cell = with_offline(Plan(cells=[cell])).cells[0]
+        if not cell.buildable:
+            raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
     cell = common.lock(args).pin_bases(Plan(cells=[cell])).cells[0]
     rendered = render_dockerfile(cell, command=common.command_line(argv))
     write_output(rendered.dockerfile, args.output)

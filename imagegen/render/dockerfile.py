@@ -208,17 +208,20 @@ def cell_document(cell: Cell) -> dict:
         "work_dir": WORK_DIR,
         "smoke_imports": list(recipe.smoke.imports),
         "smoke_driver_imports": list(recipe.smoke.driver_imports),
+        # Only when set: every other cell's document (and inputs hash) stays as it was.
+        **({"offline": True} if cell.offline else {}),
     }
 
 
 TOOLCHAIN_KEYS = ("schema", "base_python", "venv", "torch", "toolkit", "cuda_home")
+OPTIONAL_TOOLCHAIN_KEYS = ("offline",)
 
 
 def toolchain_document(doc: dict) -> dict:
     """The part of a cell document the heavy toolchain layer (venv, torch, PyPI CUDA) reads: no
     recipe in it, so every recipe's builder for one torch x CUDA x Python x base shares that layer
     (one copy of several GB on disk and one download, not one per recipe)."""
-    return {key: doc[key] for key in TOOLCHAIN_KEYS}
+    return {**{key: doc[key] for key in TOOLCHAIN_KEYS}, **{key: doc[key] for key in OPTIONAL_TOOLCHAIN_KEYS if key in doc}}
 
 
 def inputs_hash(cell: Cell, doc: dict) -> str:
@@ -341,5 +344,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         jobs_secret=rules.JOBS_SECRET,
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),
+        offline=cell.offline,
+        net=_Raw("--network=none " if cell.offline else ""),
     )
     return Rendered(cell=cell, dockerfile=text, cell_json=doc, inputs_hash=digest)

@@ -101,7 +101,8 @@ def test_lists_accept_a_single_value_and_numbers(tmp_path):
 
 
 @pytest.mark.parametrize("body, needle", [
-    ('colour = "red"\n', "tool.imagegen.colour: unknown key (known: base-image, flavor, layout, matrix, out, recipe-dirs,"),
+    ('colour = "red"\n', "tool.imagegen.colour: unknown key (known: base-image, flavor, layout, matrix, offline, out, recipe-dirs,"),
+    ('offline = "yes"\n', "tool.imagegen.offline: expected true or false"),
     ('flavor = "nightly"\n', "tool.imagegen.flavor: 'nightly' is not one of"),
     ("flavor = 3\n", "tool.imagegen.flavor: 3 is not one of"),
     ('base-image = "FROM x\\nRUN id"\n', "tool.imagegen.base-image: "),

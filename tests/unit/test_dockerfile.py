@@ -277,3 +277,40 @@ def test_the_toolchain_document_says_whether_the_images_torch_is_reused(tmp_path
     assert toolchain["torch"]["reuse"] == reuse
     assert ("a venv that sees the system site packages" in rendered) == (reuse == "image")
     assert run_hadolint(rendered, tmp_path) == []
+
+
+def test_an_offline_render_keeps_every_step_off_the_network(tmp_path):
+    # The device's case: a local tree on a base image whose Python has the torch asked for.
+    from imagegen.plan import Plan, with_offline
+
+    recipe = recipe_from_source_tree(FIXTURE)
+    online = choose_cell(recipe, recipe.version(None), parse_arch_list("9.0"), torch="2.11", cuda="13.0",
+                         python="3.12", flavor="runpod", base_image="imagegen-gpu/host:1")
+    cell = with_offline(Plan(cells=[online])).cells[0]
+    assert cell.buildable and cell.offline
+    text = render_dockerfile(cell).dockerfile
+    cmds = instructions(text)
+    runs = [c for n, c in cmds if n == "RUN"]
+    assert runs and all("--network=none" in c.flags for c in runs)
+    env = " ".join(" ".join(c.value) for n, c in cmds if n == "ENV")
+    assert "PIP_NO_INDEX 1" in env or "PIP_NO_INDEX=1" in env
+    docs = [json.loads(c.heredocs[0].content) for _, c in cmds if c.heredocs]
+    assert all(d.get("offline") is True for d in docs)  # the cell and the toolchain documents
+    check_structure(text, cell)
+    assert run_hadolint(text, tmp_path) == []
+    # Online, nothing of it: the same cell's documents and steps are as they were.
+    plain = render_dockerfile(online).dockerfile
+    assert "--network=none" not in plain and "PIP_NO_INDEX" not in plain and '"offline"' not in plain
+
+
+def test_an_offline_cell_that_would_download_is_refused_naming_the_download():
+    from imagegen.plan import Plan, with_offline
+
+    sage = CATALOGUE.get("sage")
+    cells = [choose_cell(sage, sage.version(None), parse_arch_list("9.0"), torch="2.9", cuda="13.0", python="3.12",
+                         flavor=flavor) for flavor in ("pypi", "cuda")]
+    problems = [c.problems for c in with_offline(Plan(cells=cells)).cells]
+    assert all(any("the git source would be downloaded" in p for p in ps) for ps in problems)
+    assert any("CUDA toolkit would come from PyPI" in p for p in problems[0])
+    assert any("torch 2.9.1 (cu130) is not in" in p for p in problems[1])
+    assert [c.status for c in with_offline(Plan(cells=cells)).cells] == ["rejected", "rejected"]

@@ -101,10 +101,15 @@ def cmd_toolchain(cell, args):
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check"]
     # A newer pip reads newer wheel metadata; the venv's own still works, so a failed upgrade (no index:
     # an offline host whose image already has torch) is a warning, not the end of the build.
-    if run(pip + ["--upgrade", "pip"], env=env, check=False) != 0:
+    if cell.get("offline"):
+        log("offline: the venv's own pip, the image's torch")
+    elif run(pip + ["--upgrade", "pip"], env=env, check=False) != 0:
         log("warning: pip could not be upgraded; going on with the venv's own pip")
     if reused:
         log("torch %s (%s) is the base image's own: reused, not downloaded" % (torch["version"], torch["cuda"]))
+    elif cell.get("offline"):
+        fail("--offline: the base image's %s has no torch %s (%s), and an offline build cannot download it: use a"
+             " base image whose Python has it" % (cell["base_python"], torch["version"], torch["cuda"]))
     else:
         spec = ["torch==" + torch["version"]]
         if torch.get("index_url"):
