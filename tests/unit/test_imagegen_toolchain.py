@@ -85,3 +85,15 @@ def test_the_pypi_toolkit_is_assembled_from_every_nvidia_folder_the_venv_sees(to
     assert (home / "include" / "both.h").read_text() == "venv\n"  # the venv's copy wins
     assert (home / "bin" / "nvcc").is_file()
     assert (home / "lib" / "libcudart.so").is_symlink() and (home / "lib64").is_symlink()
+
+
+def test_offline_without_the_images_torch_stops_with_one_line_and_no_download(toolchain, tmp_path, capsys):
+    python = interpreter(tmp_path, ("2.8.0+cu128", "12.8"))  # another torch than the one asked for
+    doc = dict(cell(python, reuse="if-present"), venv=str(tmp_path / "venv"), toolkit={"kind": "image"}, offline=True)
+    with pytest.raises(SystemExit) as stopped:
+        toolchain.cmd_toolchain(doc, None)
+    assert stopped.value.code != 0
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "--offline: the base image's" in text and "has no torch 2.9.1 (cu128)" in text
+    assert "pip install" not in text and "--upgrade" not in text  # nothing tried to reach an index
