@@ -220,7 +220,8 @@ def offline_problems(cell: Cell) -> list[str]:
     problems = []
     if cell.recipe.source_kind != "local":
         problems.append(f"--offline: the {cell.recipe.source_kind} source would be downloaded: build a tree on this"
-                        " machine (--source DIR, or the recipe with --src-dir DIR)")
+                        " machine with --source DIR (a checkout or unpacked sdist of the package: its recipe's"
+                        " rules apply)")
     if cell.base is not None and cell.base.toolkit == "pypi":
         problems.append("--offline: the CUDA toolkit would come from PyPI: use a base image that has nvcc (--flavor"
                         " cuda or runpod, or your own --base-image)")
