@@ -12,9 +12,8 @@ from typing import Sequence
 
 from imagegen import collect, records
 from imagegen.commands import common
-from imagegen.config import load_config
 from imagegen.errors import BuildRecordError, ImagegenError, UsageError, VerifyError, printable
-from imagegen.model.catalogue import Catalogue, load_catalogue
+from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import shown
 from imagegen.wheelhouse import read_manifest
 
@@ -38,6 +37,7 @@ def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = _catalogue(args)
     results: list[dict] = []
     by_folder: dict[Path, dict[str, dict]] = {}
+    manifests: dict[Path, dict] = {}  # each folder's manifest, read once
     for path in found:
         result: dict = {"wheel": str(path.with_name(path.name[: -len(records.RECORD_SUFFIX)])), "record": str(path)}
         results.append(result)
@@ -46,7 +46,9 @@ def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
         except BuildRecordError as exc:
             result.update(status="failed", problems=[f"build record: {exc}"])
             continue
-        existing = read_manifest(path.parent)["cells"].get(record.cell)
+        if path.parent not in manifests:
+            manifests[path.parent] = read_manifest(path.parent)
+        existing = manifests[path.parent]["cells"].get(record.cell)
         if isinstance(existing, dict) and existing.get("sha256") == record.doc["sha256"] \
                 and existing.get("wheel") == record.wheel.name:
             result.update(status="recorded before", cell=record.cell)
@@ -84,9 +86,9 @@ def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _catalogue(args: argparse.Namespace) -> Catalogue | None:
     """The recipes that say how each package compiles a request; without them a wheel is held to its
     request as written (a broken user recipe dir is the user's error, said as such)."""
-    config = load_config(args.config, search_from=Path.cwd()) if args.config else load_config(search_from=Path.cwd())
+    config = common.config(args)
     try:
-        return load_catalogue(tuple(config.recipe_dirs) + tuple(args.recipe_dir))
+        return common.catalogue(args, config)
     except ImagegenError:
         if args.recipe_dir:
             raise

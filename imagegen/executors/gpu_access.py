@@ -24,7 +24,7 @@ import re
 import shutil
 import stat
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -60,10 +60,6 @@ class GpuAccess:
     flags: tuple[str, ...] = ()
     detail: str = ""
     fix: str = ""
-    mounts: tuple[str, ...] = field(default=(), compare=False)  # devices mode: host paths mounted
-
-    def as_dict(self) -> dict:
-        return {"mode": self.mode, "flags": list(self.flags), "detail": self.detail, "fix": self.fix}
 
 
 NONE = GpuAccess("none", (), "the container sees no GPU")
@@ -256,27 +252,23 @@ def devices(root: Path = Path("/"), ldconfig: Callable[[], str] | None = None,
         flags += ["--device", _pair(root / node.lstrip("/"), node)]
     folder = libcuda.parent
     tree = folder.parent
-    mounts: list[str] = []
     if folder.name in ("lib64", "lib") and _driver_only(tree):
         # A tree of the driver's own (the NVIDIA runtime's /usr/local/nvidia layout): mounted whole.
         flags += ["-v", f"{tree}:{CONTAINER_DRIVER_DIR}:ro"]
-        mounts.append(str(tree))
         libdirs = [f"{CONTAINER_DRIVER_DIR}/{d}" for d in ("lib64", "lib") if (tree / d).is_dir()]
         how = f"the driver folder {tree}"
     else:
         version, pairs = driver_files(libcuda)
         for target, name in pairs:
             flags += ["-v", f"{target}:{CONTAINER_DRIVER_DIR}/lib64/{name}:ro"]
-            mounts.append(str(target))
         smi = next((p for p in (folder.parent / "bin" / "nvidia-smi", root / "usr/bin/nvidia-smi") if p.is_file()), None)
         if smi is not None:
             flags += ["-v", f"{smi}:{CONTAINER_DRIVER_DIR}/bin/nvidia-smi:ro"]
-            mounts.append(str(smi))
         libdirs = [f"{CONTAINER_DRIVER_DIR}/lib64"]
         how = f"{len({t for t, _ in pairs})} driver {version} libraries from {folder}"
     flags += ["-e", f"LD_LIBRARY_PATH={':'.join(libdirs)}"]
     return GpuAccess("devices", tuple(flags), f"{len(nodes)} device nodes and {how}, passed by hand (no toolkit or"
-                     " CDI needed)", mounts=tuple(mounts))
+                     " CDI needed)")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterator, TypeVar
 from urllib.parse import quote
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -104,6 +104,7 @@ PROJECT_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")
 
 Say = Callable[[str], None]
+T = TypeVar("T")
 
 
 def say_on_stderr(message: str) -> None:
@@ -359,7 +360,7 @@ def _write_variants(out: Path, wheels: list[IndexedWheel], entries: dict[Path, d
                 raise support.NoVariant(f"its variant's file name would be too long ({len(name)} characters)")
             spliced = support.splice(wheel.path, wheel.sha256, wheel.project, support.dist_info_json(variant))
             path = simple / wheel.project / name
-            sha256, size = _write_variant_wheel(path, spliced, written, support.NoVariant)
+            sha256, size = _write_variant_wheel(path, spliced, written)
         except support.NoVariant as exc:
             problems.append(f"{shown(wheel.path)}: no wheel variant ({exc}); listed without one")
             continue
@@ -379,25 +380,12 @@ def _write_variants(out: Path, wheels: list[IndexedWheel], entries: dict[Path, d
     return variant_wheels, variant_files
 
 
-def _write_variant_wheel(path: Path, spliced, written: list[Path], no_variant: type[Exception]) -> tuple[str, int]:
-    """``path`` holds the variant wheel ``spliced`` plans afterwards (written under a temporary name,
-    fsynced and renamed, unless it is there already); its sha256 and size."""
+def _write_variant_wheel(path: Path, spliced, written: list[Path]) -> tuple[str, int]:
+    """``path`` holds the variant wheel ``spliced`` plans afterwards (written as _replace writes, unless it
+    is there already); its sha256 and size."""
     if spliced.is_written_at(path):
         return spliced.sha256(), spliced.size  # what it should be: a copy damaged since fails pip's hash check
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            digest = spliced.write_to(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the index is served
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_folder(path.parent)
-    written.append(path)
-    return digest, spliced.size
+    return _replace(path, spliced.write_to, written), spliced.size
 
 
 def _url_path(out: Path, path: Path) -> str:
@@ -426,7 +414,7 @@ def _is_wheel_name(name: str) -> bool:
 
 
 def _is_variant_partial(name: str) -> bool:
-    """Whether ``name`` is a temporary file _write or _write_variant_wheel made for a variant file."""
+    """Whether ``name`` is a temporary file _replace made for a variant file."""
     if not (name.startswith(".") and name.endswith(".partial")):
         return False
     target = name[1:-len(".partial")].rpartition(".")[0]  # mkstemp's random part has no dot
@@ -667,10 +655,16 @@ def _write(path: Path, data: bytes, written: list[Path]) -> None:
             return
     except FileNotFoundError:
         pass
+    _replace(path, lambda fh: fh.write(data), written)
+
+
+def _replace(path: Path, fill: Callable[[BinaryIO], T], written: list[Path]) -> T:
+    """Replace ``path`` in one rename with what ``fill`` writes into a temporary file beside it (fsynced
+    first, then the folder); ``path`` joins ``written``. What ``fill`` returns."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            result = fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the index is served
@@ -680,6 +674,7 @@ def _write(path: Path, data: bytes, written: list[Path]) -> None:
         raise
     _fsync_folder(path.parent)
     written.append(path)
+    return result
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -18,7 +18,9 @@ import os
 import subprocess
 import sys
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -53,21 +55,31 @@ RUN echo {{run}} > /etc/imagegen-test-run
 """
 
 
-def sh(*cmd: str, cwd: Path | None = None, input: str | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout)
+def sh(*cmd: str, cwd: Path | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def torch_image(tmp_path_factory):
     if sh("docker", "image", "inspect", BASE_IMAGE).returncode != 0:
         pytest.fail(f"base image {BASE_IMAGE} missing: run scripts/make-base-image.sh {BASE_IMAGE}")
-    sh("docker", "image", "rm", TORCH_IMAGE)  # one a crashed run left: retagging would leave it dangling
-    proc = sh("docker", "buildx", "build", "--load", "-t", TORCH_IMAGE, "--secret", f"id=pip_cert,src={SYSTEM_CA}",
-              "-f", "-", str(tmp_path_factory.mktemp("torch-image")),
-              input=TORCH_DOCKERFILE.replace("{run}", uuid.uuid4().hex))
+    with built_image(TORCH_IMAGE, tmp_path_factory.mktemp("torch-image"),
+                     TORCH_DOCKERFILE.replace("{run}", uuid.uuid4().hex)) as tag:
+        yield tag
+
+
+@contextmanager
+def built_image(tag: str, context: Path, dockerfile: str) -> Iterator[str]:
+    """``dockerfile`` built in ``context`` and loaded as ``tag`` (pip in it trusts this host's CA bundle);
+    removed after, being several GB."""
+    (context / "Dockerfile").write_text(dockerfile)
+    sh("docker", "image", "rm", tag)  # one a crashed run left: retagging would leave it dangling
+    proc = sh("docker", "buildx", "build", "--load", "-t", tag, "--secret", f"id=pip_cert,src={SYSTEM_CA}", str(context))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    yield TORCH_IMAGE
-    sh("docker", "image", "rm", TORCH_IMAGE)  # several GB: not left on the engine
+    try:
+        yield tag
+    finally:
+        sh("docker", "image", "rm", tag)
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,13 @@ import pytest
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.verify import verify_wheel
+from tests.integration.test_engine_bases import built_image
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
 OFFLINE_IMAGE = "imagegen-test/offline:3.11-torch2.11.0-cu130"
 IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
-SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0"]
 NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
 
@@ -70,13 +70,8 @@ def offline_image(tmp_path_factory):
         pytest.fail(f"the Docker engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
     context = tmp_path_factory.mktemp("offline-image")
     shutil.copy(ROOT / "imagegen" / "resources" / "builder" / "imagegen_toolchain.py", context)
-    (context / "Dockerfile").write_text(image_dockerfile())
-    sh("docker", "image", "rm", OFFLINE_IMAGE)
-    proc = sh("docker", "buildx", "build", "--load", "-t", OFFLINE_IMAGE, "--secret", f"id=pip_cert,src={SYSTEM_CA}",
-              str(context))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    yield OFFLINE_IMAGE
-    sh("docker", "image", "rm", OFFLINE_IMAGE)  # several GB: not left on the engine
+    with built_image(OFFLINE_IMAGE, context, image_dockerfile()) as tag:
+        yield tag
 
 
 @pytest.fixture(scope="module")

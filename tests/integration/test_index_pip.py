@@ -14,8 +14,10 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -36,29 +38,44 @@ class Served:
     other: Path
 
 
-@pytest.fixture
-def served(tmp_path):
-    """The indexed wheelhouse, served on a free port of 127.0.0.1 for the test, stopped after it."""
+def two_project_wheelhouse(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A wheelhouse as builds leave it: the fixture kernel's wheel and a pure wheel of another project,
+    each in its cell folder with its manifest. (wheelhouse, the kernel's wheel, the other wheel)"""
     out = tmp_path / "house"
     tiny = collect.publish(out, tiny_cell(), WHEEL, inputs="inputs", record={})
     source = pure_wheel(tmp_path / "src" / "other_project-1.0-py3-none-any.whl", {"other_project/__init__.py": ""},
                         name="other_project")
     other = collect.publish(out, dataclasses.replace(tiny_cell(), layout="others/a"), source, inputs="i", record={})
-    indexed = imagegen("index", out)
-    assert indexed.returncode == 0 and indexed.stderr == "", indexed.stderr
-    log = tmp_path / "http.log"
+    return out, tiny, other
+
+
+@contextmanager
+def http_server(folder: Path, log: Path) -> Iterator[str]:
+    """``python -m http.server`` serving ``folder`` on a free port of 127.0.0.1, its requests logged to
+    ``log``: its URL (without the final '/'); stopped after."""
     with log.open("w") as log_file:
         server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
-                                   str(out)], stdout=subprocess.PIPE, stderr=log_file, text=True)
+                                   str(folder)], stdout=subprocess.PIPE, stderr=log_file, text=True)
     try:
         banner = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 41234 (http://127.0.0.1:41234/) ..."
         port = re.search(r" port (\d+) ", banner)
         assert port, f"python -m http.server did not start: {banner!r} {log.read_text()[-500:]}"
-        yield Served(out, f"http://127.0.0.1:{port.group(1)}", log, tiny, other)
+        yield f"http://127.0.0.1:{port.group(1)}"
     finally:
         server.terminate()
         server.wait(30)
         server.stdout.close()
+
+
+@pytest.fixture
+def served(tmp_path):
+    """The indexed wheelhouse, served on a free port of 127.0.0.1 for the test, stopped after it."""
+    out, tiny, other = two_project_wheelhouse(tmp_path)
+    indexed = imagegen("index", out)
+    assert indexed.returncode == 0 and indexed.stderr == "", indexed.stderr
+    log = tmp_path / "http.log"
+    with http_server(out, log) as url:
+        yield Served(out, url, log, tiny, other)
 
 
 def imagegen(*argv) -> subprocess.CompletedProcess:

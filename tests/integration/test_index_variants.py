@@ -12,19 +12,23 @@ Same needs as test_index_pip: pip in this interpreter, a CPython 3.11 on x86-64 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from imagegen import collect
-from tests.integration.test_index_pip import TINY, fresh_venv, imagegen, installed, pip_install
-from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell
+from tests.integration.test_index_pip import (
+    TINY,
+    fresh_venv,
+    http_server,
+    imagegen,
+    installed,
+    pip_install,
+    two_project_wheelhouse,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -41,11 +45,7 @@ class Served:
 @pytest.fixture
 def served(tmp_path):
     """The wheelhouse indexed with variants, served on a free port of 127.0.0.1 for the test."""
-    out = tmp_path / "house"
-    tiny = collect.publish(out, tiny_cell(), WHEEL, inputs="inputs", record={})
-    source = pure_wheel(tmp_path / "src" / "other_project-1.0-py3-none-any.whl", {"other_project/__init__.py": ""},
-                        name="other_project")
-    collect.publish(out, dataclasses.replace(tiny_cell(), layout="others/a"), source, inputs="i", record={})
+    out, tiny, _ = two_project_wheelhouse(tmp_path)
     indexed = imagegen("index", out, "--variants")
     assert indexed.returncode == 0 and indexed.stderr == "", indexed.stderr
     assert "2 variant wheels and 2 variants.json" in indexed.stdout, indexed.stdout
@@ -53,18 +53,8 @@ def served(tmp_path):
                            and not p.name.endswith(".metadata"))
     assert len(variant_files) == 4
     log = tmp_path / "http.log"
-    with log.open("w") as log_file:
-        server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
-                                   str(out)], stdout=subprocess.PIPE, stderr=log_file, text=True)
-    try:
-        banner = server.stdout.readline()
-        port = re.search(r" port (\d+) ", banner)
-        assert port, f"python -m http.server did not start: {banner!r} {log.read_text()[-500:]}"
-        yield Served(out, f"http://127.0.0.1:{port.group(1)}", log, tiny, variant_files)
-    finally:
-        server.terminate()
-        server.wait(30)
-        server.stdout.close()
+    with http_server(out, log) as url:
+        yield Served(out, url, log, tiny, variant_files)
 
 
 def dist_info_files(python: Path, project: str) -> list[str]:

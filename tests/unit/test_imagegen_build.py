@@ -89,6 +89,54 @@ def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_pat
 
 
 
+def _other_venvs_ninja(tmp_path):
+    """The H100 base image's case: the ninja package installed in another environment (its binary in
+    that environment's bin/, named by its RECORD), and a build venv that sees that environment's
+    site-packages through a .pth but has no ninja of its own, with neither bin/ on PATH."""
+    other = tmp_path / "other"
+    site = other / "lib" / "site"
+    (site / "ninja").mkdir(parents=True)
+    (site / "ninja" / "__init__.py").write_text("")
+    info = site / "ninja-1.13.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ninja\nVersion: 1.13.0\n")
+    (info / "RECORD").write_text("ninja/__init__.py,,\n../../bin/ninja,,\nninja-1.13.0.dist-info/RECORD,,\n")
+    (other / "bin").mkdir()
+    binary = other / "bin" / "ninja"
+    binary.write_text("#!/bin/sh\necho 1.13.0\n")
+    binary.chmod(0o755)
+    build = tmp_path / "build-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(build)], check=True)
+    purelib = subprocess.run([str(build / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "other-env.pth").write_text(str(site) + "\n")
+    return build / "bin" / "python", binary
+
+
+def test_ninja_from_a_package_whose_binary_is_not_on_path_is_put_in_front(tmp_path, capsys):
+    py, binary = _other_venvs_ninja(tmp_path)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = {"PATH": str(empty)}
+    assert B.ninja_on_path(env, str(py)) == str(binary.parent)
+    assert env["PATH"] == os.pathsep.join([str(binary.parent), str(empty)])
+    # What torch's is_ninja_available() runs now finds it.
+    assert subprocess.run(["ninja", "--version"], env=env, capture_output=True, text=True).stdout == "1.13.0\n"
+    assert "ninja package's binary" in capsys.readouterr().out
+
+
+def test_ninja_already_on_path_is_left_alone_and_none_at_all_is_said(tmp_path, capsys):
+    py, binary = _other_venvs_ninja(tmp_path)
+    on_path = {"PATH": str(binary.parent)}
+    assert B.ninja_on_path(dict(on_path), str(py)) == ""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    env = {"PATH": "/nonexistent"}
+    assert B.ninja_on_path(env, str(bare / "bin" / "python")) is None
+    assert env == {"PATH": "/nonexistent"}
+    assert "one file after another" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------------------- patches
 
 
