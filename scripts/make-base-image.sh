@@ -4,13 +4,17 @@
 #   tar -C <tmpdir> -c . | docker import - NAME:TAG
 # The image has what is needed to `python3 -m venv`, pip-install torch and compile a torch
 # C++/CUDA extension (python3, python3-venv, python3-dev, ca-certificates, git, g++, make).
-# Usage: bash scripts/make-base-image.sh [NAME:TAG]   (default imagegen-test/python:3.11-bookworm)
+# Usage: bash scripts/make-base-image.sh [NAME:TAG] [amd64|arm64]   (default imagegen-test/python:3.11-bookworm,
+# this machine's architecture). arm64 on an x86_64 machine runs debootstrap's second stage under QEMU
+# (scripts/install-qemu.sh first) and imports the image as linux/arm64.
 # Skips the work if the image already exists. Needs root and a running engine
 # (scripts/install-engine.sh). The mirror is read from /etc/apt/sources.list.d/debian.sources.
 set -euo pipefail
 exec </dev/null
 
 IMAGE=${1:-imagegen-test/python:3.11-bookworm}
+ARCH=${2:-$(dpkg --print-architecture)}
+case $ARCH in amd64|arm64) ;; *) echo "make-base-image: architecture $ARCH: use amd64 or arm64" >&2; exit 2 ;; esac
 SUITE=bookworm
 PACKAGES=python3,python3-venv,python3-dev,ca-certificates,git,g++,make
 SOURCES=/etc/apt/sources.list.d/debian.sources
@@ -29,8 +33,13 @@ die() {
 say() { echo "make-base-image: $*"; }
 
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+    have=$(docker image inspect -f '{{.Architecture}}' "$IMAGE")
+    [ "$have" = "$ARCH" ] || die "$IMAGE exists for $have, not $ARCH: remove it or name another tag"
     say "$IMAGE already exists"
     exit 0
+fi
+if [ "$ARCH" != "$(dpkg --print-architecture)" ] && ! grep -qs '^enabled' "/proc/sys/fs/binfmt_misc/qemu-${ARCH/arm64/aarch64}"; then
+    die "$ARCH needs QEMU user emulation here: run scripts/install-qemu.sh first"
 fi
 docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/install-engine.sh first)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap)"
@@ -58,9 +67,9 @@ if ! command -v debootstrap >/dev/null; then
         || die "apt-get install debootstrap failed"
 fi
 
-say "debootstrap $SUITE from $MIRROR"
+say "debootstrap $SUITE ($ARCH) from $MIRROR"
 t0=$SECONDS
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$TMP/rootfs" "$MIRROR" >"$STEP_LOG" 2>&1 \
+debootstrap --arch="$ARCH" --variant=minbase --include="$PACKAGES" "$SUITE" "$TMP/rootfs" "$MIRROR" >"$STEP_LOG" 2>&1 \
     || die "debootstrap failed (see above)"
 R=$TMP/rootfs
 # Slim the tree: downloaded .debs and apt lists are not needed in the image (containers run
@@ -70,11 +79,11 @@ rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/* "$R"/dev/* "$R
 say "debootstrap done in $((SECONDS - t0))s ($(du -sh --one-file-system "$R" | cut -f1))"
 
 t0=$SECONDS
-tar --numeric-owner -C "$R" -c . | docker import \
+tar --numeric-owner -C "$R" -c . | docker import --platform "linux/$ARCH" \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["/bin/bash"]' \
-    --message "imagegen base: debootstrap --variant=minbase $SUITE + $PACKAGES" \
+    --message "imagegen base: debootstrap --arch=$ARCH --variant=minbase $SUITE + $PACKAGES" \
     - "$IMAGE" >/dev/null || die "docker import failed"
 say "imported $IMAGE in $((SECONDS - t0))s; total $((SECONDS - START))s"
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' "$IMAGE"

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,39 @@ def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv,
     assert Path(entry["log"]).read_text().startswith("[imagegen] build env: ")
     assert {"build", "verify+smoke"} <= set(entry["steps_s"]) and entry["verify"]["ok"]
     assert entry["audit"]["verdict"] == "ok"
+
+
+TINY_PATCH = """\
+diff --git a/tiny_kernel/__init__.py b/tiny_kernel/__init__.py
+--- a/tiny_kernel/__init__.py
++++ b/tiny_kernel/__init__.py
+@@ -1,4 +1,5 @@
+ \"\"\"tiny_kernel: x + 1 on the GPU (imagegen's test fixture).\"\"\"
+ 
+ __version__ = "0.1.0"
++PATCHED_BY_RECIPE = True
+ 
+"""
+
+
+def test_native_build_of_a_local_tree_applies_the_recipes_patches_to_its_copy(torch_venv, tmp_path):
+    # Found on the H100: a local SageAttention v2.2.0 tree built natively got none of the recipe's
+    # patches (the container build of the same tree did) and the wheel failed its GPU check.
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny_git_recipe", recipes)
+    (recipes / "patches" / "tiny-readme.patch").write_text(TINY_PATCH)
+    tree = tmp_path / "tiny_kernel"
+    shutil.copytree(TINY, tree)
+    before = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
+    proc = sh(IMAGEGEN, "build", "--native", "--source", tree, "--recipe-dir", recipes, "--arch", "8.0",
+              "--python-exe", torch_venv / "bin" / "python", "--out", tmp_path / "drive", "--flat",
+              "--work", tmp_path / "work", env={"CUDA_HOME": host_cuda_home()})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "applying patch tiny-readme.patch" in proc.stdout + proc.stderr
+    wheel = Path(proc.stdout.strip().splitlines()[-1])
+    with zipfile.ZipFile(wheel) as zf:
+        assert "PATCHED_BY_RECIPE = True" in zf.read("tiny_kernel/__init__.py").decode()
+    assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before  # the user's tree: untouched
 
 
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose-build"])

@@ -1,6 +1,7 @@
 """Tests for imagegen.resources.builder.imagegen_build (the in-build script, loaded by path as a module): its
-job budget (the EXT_PARALLEL split, the imagegen_jobs secret), the PATH it gives the build, applying a
-recipe's patches, its arch formats against imagegen's own, and retagging a wheel with the local version."""
+job budget (the EXT_PARALLEL split, the imagegen_jobs secret), the PATH it gives the build, ninja on PATH,
+applying a recipe's patches (to a local tree's copy, never the tree), its arch formats against imagegen's
+own, and retagging a wheel with the local version."""
 
 from __future__ import annotations
 
@@ -188,6 +189,27 @@ def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         B.apply_patch(doc, str(tree))
     assert "neither applies to the source" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["local", "git"])
+def test_a_local_trees_copy_is_patched_and_the_tree_left_alone(tmp_path, capsys, kind):
+    # Found on the H100: `imagegen build --native --source v2.2.0-tree` skipped the fetch step (the
+    # tree is the user's), so no patch was applied and the wheel returned cosine 0.0002 vs SDPA.
+    tree = tmp_path / "SageAttention"
+    target = _sm90_tree(tree)
+    pristine = target.read_text()
+    cell = {"src_dir": str(tree), "source": {"kind": kind}, "patches": [_sm90_patch()]}
+    if kind == "local":
+        B.cmd_fetch(cell, None)  # fetch leaves a local tree alone
+    assert target.read_text() == pristine
+    work = tmp_path / "work"
+    work.mkdir()
+    built = Path(B.copy_source(cell, str(work)))
+    assert built == work / "src"
+    copied = (built / "sageattention" / "sm90_compile.py").read_text()
+    # a git or sdist source was patched in place by fetch: its copy is taken as it is
+    assert ("_fake_impl(" in copied) == (kind == "local") and target.read_text() == pristine
+    assert ("applying patch" in capsys.readouterr().out) == (kind == "local")
 
 
 

@@ -10,10 +10,11 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
           the venv with the exact torch asked for is imagegen_toolchain.py's step, run before it
           from the toolchain document alone (no recipe), so builders of different recipes share it
   fetch   check out the pinned source (git, or an sdist checked against its sha256) and apply the
-          recipe's patches
+          recipe's patches (a local tree is left alone: build patches its copy)
   env     print, as JSON, the variables `build` would set (arch knob, jobs, force-build, ...)
-  build   derive the package's arch knob from TORCH_CUDA_ARCH_LIST / MAX_JOBS / NVCC_THREADS, build
-          the wheel with --no-build-isolation, retag it with the local version, move it atomically
+  build   derive the package's arch knob from TORCH_CUDA_ARCH_LIST / MAX_JOBS / NVCC_THREADS, put
+          ninja on PATH, build a copy of the source (a local tree's copy patched)
+          with --no-build-isolation, retag it with the local version, move it atomically
           into --out, keep the log
   smoke   import the recipe's modules (the wheel must be installed)
   nvcc-guard N CMD... ARGS...
@@ -202,8 +203,26 @@ def cmd_fetch(cell, args):
         fetch_sdist(src, cell.get("distribution") or cell["recipe"], dest, env)
     elif not os.path.isdir(dest):
         fail("local source expected at %s" % dest)
+    if src["kind"] == "local":
+        return  # the user's own tree is never written to: each build's copy gets the patches (copy_source)
     for patch in cell.get("patches", []):
         apply_patch(patch, dest)
+
+
+def copy_source(cell, work):
+    """The tree a build (or an audit) compiles: a copy of the source in ``work/src``, so the pinned
+    tree stays pristine and a rebuild with other archs starts clean. A local tree (--source DIR, an
+    exported --git file://) is the user's and fetch leaves it alone, so its copy gets the recipe's
+    patches here: natively no fetch runs for it at all, and a tree built without them is the bug the
+    patch fixes (SageAttention 2.2.0 built natively from a local v2.2.0 tree without its sm90 patch
+    compiled, then returned cosine 0.0002 against SDPA on the H100). Returns the folder to build in
+    (the source's subdir)."""
+    src = os.path.join(work, "src")
+    shutil.copytree(cell["src_dir"], src, symlinks=True)
+    if cell["source"]["kind"] == "local":
+        for patch in cell.get("patches", []):
+            apply_patch(patch, src)
+    return os.path.join(src, cell["source"].get("subdir") or "")
 
 
 SDIST_MARKER = ".imagegen-sdist"  # in an unpacked sdist: the sha256 of the archive it came from
@@ -627,10 +646,7 @@ def cmd_build(cell, args):
     os.makedirs(env["TMPDIR"])
     stats_log = use_ccache(env, work, py, relative_paths=not cell.get("work_dir"))
     guard = guard_nvcc(env, cell["log_dir"], work)
-    src = os.path.join(work, "src")
-    # Build from a copy: the pinned tree stays pristine, so a rebuild with other archs starts clean.
-    shutil.copytree(cell["src_dir"], src, symlinks=True)
-    tree = os.path.join(src, cell["source"].get("subdir") or "")
+    tree = copy_source(cell, work)
     dist = os.path.join(work, "dist")
     started = time.time()
     # Unbuffered: the log grows while the build runs (a long compile can be followed with tail -f).
@@ -1222,9 +1238,7 @@ def cmd_audit(cell, args):
     try:
         records = imagegen_audit.install_stubs(work, env, sys.executable, os.path.join(here, "imagegen_audit.py"),
                                                torch_cuda_home(env))
-        src = os.path.join(work, "src")
-        shutil.copytree(cell["src_dir"], src, symlinks=True)
-        tree = os.path.join(src, cell["source"].get("subdir") or "")
+        tree = copy_source(cell, work)
         dist = os.path.join(work, "dist")
         # The build_wheel hook `pip wheel --no-build-isolation` runs (its second setup.py run), with
         # pip's choice of backend, without pip's start-up and metadata step: that step runs setup.py
@@ -1238,7 +1252,7 @@ def cmd_audit(cell, args):
             log("audit: $ " + " ".join(cmd))
             rc, output = _run_audit_build(cmd, env, work, args.timeout)
         text = output.decode("utf-8", "replace")
-        report = imagegen_audit.fold(imagegen_audit.read_records(records), os.path.realpath(src))
+        report = imagegen_audit.fold(imagegen_audit.read_records(records), os.path.realpath(os.path.join(work, "src")))
         report.update({
             "schema": 1,
             "ok": rc == 0,
