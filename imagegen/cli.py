@@ -109,9 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cell_args(p, many=False)
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--shell", choices=("cmd", "powershell"), help="print a native Windows build script instead of a"
-                   " Dockerfile (vcvarsall, the recipe's variables, pip wheel)")
+                   " Dockerfile: one or many cells (--torch 2.8,2.9 --cuda 12.8 --python 3.12: lists), each with its CUDA"
+                   " toolkit (CUDA_PATH_V12_8), a venv (py -3.12) with its torch, the recipe's patches, vcvarsall, pip wheel,"
+                   " the local version, a cuobjdump arch check and an import test; wheels into the wheelhouse layout")
     p.add_argument("--src-dir", help="with --shell: where the source is (cloned there if missing)")
-    p.add_argument("--python-exe", help="with --shell: the Python with torch, e.g. ..\\.venv\\Scripts\\python.exe")
+    p.add_argument("--python-exe", help="with --shell: build one cell with this Python and the torch it has, e.g."
+                   " ..\\.venv\\Scripts\\python.exe (default: a venv per cell made with the py launcher)")
+    p.add_argument("--out", help="with --shell: the wheelhouse the script writes to (default: config out, else"
+                   " wheelhouse; the script's -Wheelhouse / first argument overrides it)")
+    p.add_argument("--audit", action="store_true", help="with --shell: says why the gencode audit cannot run for a"
+                   " Windows cell (the script checks the built archs with cuobjdump)")
     p.add_argument("--vcvars", help="with --shell: path of vcvarsall.bat (default: VS 2022 Community)")
     p.add_argument("--max-jobs", type=int, default=None, help="with --shell: MAX_JOBS (default 1: no OOM)")
     p.add_argument("--nvcc-threads", type=int, default=None, help="with --shell: NVCC_THREADS (default 1)")

@@ -13,7 +13,6 @@ from typing import Sequence
 from imagegen import options
 from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
-from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import shown, write_output
 from imagegen.plan import Plan, choose_cell, defaults, with_offline
@@ -29,7 +28,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     opts = options.resolve(args, config)
     archs = parse_arch_list(opts.arch_configured or defaults()["matrix"]["arch"])
     if args.shell:
-        return _render_windows(args, argv, recipe, version, archs)
+        return _render_windows(args, argv, recipe, version, archs, opts)
     # A config matrix narrows render's choice; its last entry (the newest listed) wins.
     cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
                        flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url)
@@ -52,24 +51,30 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _render_flags(args: argparse.Namespace) -> None:
     """render makes a Dockerfile or (--shell) a Windows script: a flag the chosen one ignores is refused."""
     if args.shell:
-        for flag, value in (("--python", args.python), ("--flavor", args.flavor), ("--base-image", args.base_image),
-                            ("--lock", args.lock)):
+        for flag, value in (("--flavor", args.flavor), ("--base-image", args.base_image), ("--lock", args.lock),
+                            ("--offline", args.offline or None)):
             if value is not None:
-                raise UsageError(f"{flag} does not apply to --shell (a native script uses the host's"
-                                 f" {'interpreter: give --python-exe' if flag == '--python' else 'toolchain, no image'})")
-        if bool(args.torch) != bool(args.cuda):
-            raise UsageError("with --shell, --torch and --cuda go together (they name the wheel's local version,"
-                             " e.g. +cu128torch2.8; the script builds against the torch --python-exe has)")
+                raise UsageError(f"{flag} does not apply to --shell (a native script uses the host's toolchain, no image)")
+        # One script builds many cells: --torch 2.8,2.9 --cuda 12.8 (lists, as plan takes them).
+        for flag in ("torch", "cuda", "python"):
+            value = getattr(args, flag)
+            if value is not None:
+                setattr(args, flag, [value])
     else:
         for flag, value in (("--src-dir", args.src_dir), ("--python-exe", args.python_exe), ("--vcvars", args.vcvars),
-                            ("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads)):
+                            ("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads), ("--out", args.out)):
             if value is not None:
                 raise UsageError(f"{flag} goes with --shell cmd|powershell (a Dockerfile takes MAX_JOBS and"
                                  " NVCC_THREADS as build args at bake time)")
+        if args.audit:
+            raise UsageError("--audit goes with --shell cmd|powershell; a Dockerfile's cell is audited by"
+                             " `imagegen plan --audit` (and before every `imagegen build`)")
 
 
-def _render_windows(args, argv, recipe, version, archs) -> int:
+def _render_windows(args, argv, recipe, version, archs, opts) -> int:
     from imagegen.render import windows
+    if recipe.source_kind == "sdist":
+        raise UsageError("a Windows script clones the recipe's git source: leave out --fetch sdist")
     if version.arch.style != "fixed":
         supported = {a.cc for a in version.archs}
         bad = [a for a in archs if a.cc not in supported]
@@ -77,15 +82,32 @@ def _render_windows(args, argv, recipe, version, archs) -> int:
             raise UsageError(f"{recipe.name} {version.version} does not support {', '.join(a.sm for a in bad)}"
                              f" (it supports {', '.join(sorted(supported, key=lambda cc: tuple(map(int, cc.split('.')))))})")
     common.check_job_flags(args)
-    local = None
-    if args.torch and args.cuda:
-        series, _ = compat.torch_series(args.torch)
-        local = f"{compat.cuda_variant(args.cuda).name}torch{series.series}"
+    torch, cuda, python = (options.flag_values(args, k) for k in ("torch", "cuda", "python"))
+    m = opts.config.matrix  # a config matrix stands in for the flags it names
+    cells, rejected = windows.windows_cells(recipe, version, archs, torch=torch or tuple(m.torch),
+                                            cuda=cuda or tuple(m.cuda), python=python or tuple(m.python),
+                                            layout=opts.layout)
+    if len(cells) + len(rejected) > 1:
+        for c in rejected:
+            print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
+    windows.refuse_rejected(rejected, len(cells) + len(rejected))
+    if args.python_exe is not None and len(cells) > 1:
+        raise UsageError(f"--python-exe builds with that interpreter's torch as it is: one cell only, and these flags"
+                         f" make {len(cells)} ({', '.join(c.name for c in cells)}); leave --python-exe out to get a"
+                         " venv per cell")
+    if args.audit:
+        print("imagegen: --audit: the gencode audit runs the package's build with stand-in compilers on Linux (in the"
+              " cell's builder image, or --native); it cannot run a Windows build, so these cells are not audited:"
+              " the script checks the built extensions' archs with cuobjdump instead", file=sys.stderr)
+    out = args.out or (os.path.relpath(opts.config.out) if opts.config.path else "wheelhouse")
     text = windows.render_script(
-        args.shell, recipe, version, archs, src=args.src_dir or recipe.name, python=args.python_exe or "python",
+        args.shell, recipe, version, cells, src=args.src_dir or recipe.name, python_exe=args.python_exe,
         vcvars=args.vcvars or windows.DEFAULT_VCVARS, max_jobs=args.max_jobs or 1, nvcc_threads=args.nvcc_threads or 1,
-        local_version=local, command=common.command_line(argv))
+        out=str(out), command=common.command_line(argv), index_override=opts.torch_index_url)
     write_output(text, args.output)
+    if args.output not in (None, "-"):
+        print(f"wrote {args.output}: {len(cells)} cell(s) of {recipe.name} {version.version}: "
+              + ", ".join(c.name for c in cells), file=sys.stderr)
     return 0
 
 

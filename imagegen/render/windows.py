@@ -1,28 +1,49 @@
-"""Windows: the native build as a cmd or PowerShell script (seed 002's one-liner, generated).
+"""Windows: the native build of one or many cells as a cmd or PowerShell script (seeds 001 and 002, generated).
 
-The script does what the in-build script does on Linux, with Windows tools: clone the pinned source,
-load Visual Studio's x64 environment (vcvarsall), set the recipe's variables (arch knob, force-build,
-local version, MAX_JOBS/NVCC_THREADS, DISTUTILS_USE_SDK) with ``set "NAME=value"`` so no trailing
-space slips into a value, install the build requirements and run ``pip wheel --no-build-isolation``.
-Windows machines are often short of RAM for nvcc, so MAX_JOBS and NVCC_THREADS default to 1 (seed
-002's OOM workaround) unless given.
+The cells come from the planner (imagegen.plan.native_cell, with the cell's CUDA toolkit as nvcc), so a
+cell the plan rejects (nvcc 12.6 cannot build sm_120, a torch/CUDA pair torch never shipped) is refused
+here with the plan's reason. One script builds every cell in turn and goes on past a failed one; it
+exits non-zero at the end when any failed, and keeps the wheels of those that built.
+
+Per cell the script selects the CUDA toolkit through ``CUDA_PATH_V<major>_<minor>`` (what NVIDIA's
+installer sets; seed 001 picks toolkits the same way), makes a venv with ``py -X.Y`` (or uses
+``--python-exe`` as it is), installs the cell's torch from its index and the recipe's build
+requirements, loads Visual Studio's x64 environment (vcvarsall, unless already loaded), sets the recipe's
+variables with ``set "NAME=value"`` (no trailing space can slip into a value) and runs ``pip wheel
+--no-build-isolation``. What needs real work (the torch/nvcc check, the pinned source and the recipe's
+patches, the local version, the cuobjdump arch check, the import test in a fresh venv, the atomic move
+into the wheelhouse) is resources/windows/imagegen_windows.py, a stdlib-only helper embedded in the
+script and run with the cell's Python, so that it is tested on any OS. Every native command's exit
+code is checked, in both shells. Windows machines are often short of RAM for nvcc, so MAX_JOBS and
+NVCC_THREADS default to 1 (seed 002's OOM workaround) unless given.
 """
 
 from __future__ import annotations
 
+import base64
+import itertools
+import json
 import re
+from dataclasses import replace
+from importlib import resources
 
 import jinja2
 
 from imagegen import __version__
-from imagegen.errors import UnsafeValueError
+from imagegen.errors import CompatError, UnsafeValueError
+from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_format import format_for
+from imagegen.model.compat import BaseImage
 from imagegen.model.jobs import split_extensions
+from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.recipes import Recipe, RecipeVersion
+from imagegen.plan import Cell, defaults, native_cell
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
+DEFAULT_WORK = "imagegen-windows"  # venvs, the build folders, the helper: beside where the script runs
+HELPER = "imagegen_windows.py"
 # Characters cmd or PowerShell would interpret inside our quoting. PowerShell takes the typographic
 # quotes for quotes too: U+2018-U+201B close a single-quoted string like ', U+201C-U+201E a
 # double-quoted one like ".
@@ -32,6 +53,10 @@ _CMD_UNSAFE = re.compile(r'["%!^&|<>\r\n\x00]')
 _PS_UNSAFE = re.compile(r"[`$\r\n\x00]")
 _PS_SINGLE = re.compile(f"([{PS_SINGLE_QUOTES}])")
 _PS_ANY_QUOTE = re.compile(f"[{PS_SINGLE_QUOTES}{PS_DOUBLE_QUOTES}]")
+# A pip requirement inside double quotes in cmd: < and > are literal there (no redirection), so a
+# version range is allowed; nothing that cmd expands inside quotes (%, !, ^, ") is.
+_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=~ ]{0,199}")
+B64_LINE = 76  # characters per echoed base64 line in cmd (far below its 8191-character line limit)
 
 
 def _shown(text: str) -> str:
@@ -52,6 +77,13 @@ def _cmdq(value: object) -> str:
     return f'"{text}"'
 
 
+def _cmd_requirement(value: object) -> str:
+    text = _printable(str(value), "cmd script")
+    if not _REQUIREMENT.fullmatch(text):
+        raise UnsafeValueError(f"build requirement {_shown(text)} cannot be placed in a cmd script")
+    return f'"{text}"'
+
+
 def _psq(value: object) -> str:
     """A PowerShell single-quoted string: every single-quote character (' and its typographic
     forms, which PowerShell treats alike) is doubled, so none can end the string."""
@@ -69,6 +101,16 @@ def _env_value(value: str) -> str:
     return _printable(value, "Windows script")
 
 
+def _here_string(text: str, what: str) -> str:
+    """``text`` for a PowerShell single-quoted here-string (@'...'@): taken verbatim, ended only by a
+    line that starts with '@, which ``text`` must not have."""
+    if any(line.lstrip().startswith(("'@", "\u2018@", "\u2019@", "\u201a@", "\u201b@")) for line in text.splitlines()):
+        raise UnsafeValueError(f"{what} has a line starting with '@, which would end a PowerShell here-string")
+    if not text.isascii():
+        raise UnsafeValueError(f"{what} is not ASCII")
+    return text
+
+
 def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs: int, nvcc_threads: int,
               local_version: str | None) -> list[tuple[str, str]]:
     env: dict[str, str] = {"MAX_JOBS": str(max_jobs), "NVCC_THREADS": str(nvcc_threads), "DISTUTILS_USE_SDK": "1"}
@@ -80,6 +122,8 @@ def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs:
     env.update(version.env)
     env.update(recipe.force_env)
     knob = version.arch
+    if knob.style != "fixed":
+        env["TORCH_CUDA_ARCH_LIST"] = str(archs)  # as on Linux: torch's own default (the visible GPUs) never applies
     if knob.style != "fixed" and knob.env:
         env[knob.env] = format_for(archs, knob.style, **({"keep_variant": True} if knob.keep_variant and knob.style == "numeric" else {}))
     if recipe.jobs_env and recipe.jobs_env != "MAX_JOBS":
@@ -91,30 +135,179 @@ def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs:
     return [(k, _env_value(v)) for k, v in env.items()]
 
 
-def render_script(shell: str, recipe: Recipe, version: RecipeVersion, archs: ArchList, *, src: str, python: str,
-                  vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1, nvcc_threads: int = 1,
-                  local_version: str | None = None, command: str = "") -> str:
+# --------------------------------------------------------------------------------------------
+# The cells
+
+
+def windows_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, torch: str, cuda: compat.CudaVariant,
+                 python: str) -> Cell:
+    """One Windows cell, planned like a native build whose nvcc is the cell's own toolkit (the script
+    selects CUDA_PATH_V<major>_<minor>)."""
+    base = BaseImage(ref="windows", flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
+                     nvcc=cuda.version, image_torch_cuda=None)
+    _, release = compat.torch_series(torch)  # 2.8 -> its newest release, 2.8.0
+    return native_cell(recipe, version, archs, base, release, cuda.name, python)
+
+
+def _candidates(torch: tuple | None, cuda: compat.CudaVariant | None, python: str | None):
+    """(series, torch release, CUDA variant, Python) to try for one combination of the axes given,
+    the ones not given filled newest first (as imagegen.plan.choose_cell fills render's cell)."""
+    series = [torch] if torch else [(s, s.latest) for s in reversed(list(compat.torch_table().values()))]
+    default_py = str(defaults()["python"])
+    for s, tv in series:
+        if cuda:
+            variants = [cuda]
+        else:
+            others = sorted((c for c in s.cuda if c != s.pypi_default), reverse=True)
+            variants = [compat.cuda_table()[c] for c in [s.pypi_default, *others] if c in compat.cuda_table()]
+        pys = [python] if python else ([default_py] if s.supports_python(default_py) else []) + list(reversed(s.pythons))
+        for cv in variants:
+            for py in pys:
+                yield s, tv, cv, py
+
+
+def windows_cells(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch=(), cuda=(), python=(),
+                  layout: str = DEFAULT_LAYOUT) -> tuple[list[Cell], list[Cell]]:
+    """(buildable, rejected) cells: every combination of the torch, CUDA and Python values given; an
+    axis not given is filled, for each combination, with the newest value that builds (none given:
+    one cell, the newest combination that builds). A rejected cell is the candidate
+    with the fewest problems (the first of those tried)."""
+    torches = [compat.torch_series(t) for t in torch] or [None]
+    cudas = [compat.cuda_variant(c) for c in cuda] or [None]
+    pythons = [compat.check_python(p) for p in python] or [None]
+    buildable: list[Cell] = []
+    rejected: list[Cell] = []
+    seen: set[str] = set()
+    for t, c, p in itertools.product(torches, cudas, pythons):
+        closest = chosen = None
+        for s, tv, cv, py in _candidates(t, c, p):
+            cell = windows_cell(recipe, version, archs, tv, cv, py)
+            if cell.buildable:
+                chosen = cell
+                break
+            if closest is None or len(cell.problems) < len(closest.problems):
+                closest = cell  # the reasons of the candidate nearest to building, not of one torch never shipped
+        cell = chosen or closest
+        if cell is None or cell.name in seen:
+            continue
+        seen.add(cell.name)
+        (buildable if chosen else rejected).append(replace(cell, layout=layout))
+    return buildable, rejected
+
+
+def refuse_rejected(rejected: list[Cell], total: int) -> None:
+    """A CompatError with the plan's reasons when any cell asked for cannot build."""
+    if not rejected:
+        return
+    first = rejected[0]
+    more = f" (and {len(rejected) - 1} more of the {total} cells: {', '.join(c.name for c in rejected[1:4])}" \
+           f"{', ...' if len(rejected) > 4 else ''})" if len(rejected) > 1 else ""
+    raise CompatError(f"cannot build {first.describe()}: " + "; ".join(first.problems) + more)
+
+
+def torch_index(cell: Cell, override: str | None = None) -> str:
+    """Where the cell's torch comes from on Windows: PyPI's torch wheels for Windows are CPU-only, so
+    a cell the plan would take from PyPI (its series' default CUDA) takes the PyTorch index of its
+    CUDA variant, as every other variant does."""
+    return compat.torch_index_url(cell.torch, cell.cuda, override) or f"https://download.pytorch.org/whl/{cell.cuda.name}"
+
+
+def cuda_path_var(cell: Cell) -> str:
+    """The variable NVIDIA's Windows installer sets to a toolkit's folder: CUDA_PATH_V12_8."""
+    return f"CUDA_PATH_V{cell.cuda.major}_{cell.cuda.minor}"
+
+
+# --------------------------------------------------------------------------------------------
+# The build document the helper reads
+
+
+def helper_script() -> str:
+    return (resources.files("imagegen") / "resources" / "windows" / HELPER).read_text(encoding="utf-8")
+
+
+def _expected(archs: ArchList) -> list[dict]:
+    return [{"cc": a.cc, "sass": a.sm if a.sass else None, "ptx": a.compute if a.ptx else None} for a in archs]
+
+
+def build_document(recipe: Recipe, version: RecipeVersion, cells: list[Cell], index_override: str | None = None) -> dict:
+    """What imagegen_windows.py needs to know: the source, the patches, the import test and, per cell,
+    the torch, the toolkit, the local version, the wheelhouse folder and the archs to verify."""
+    return {
+        "schema": 1,
+        "kind": "imagegen-windows-build",
+        "imagegen": __version__,
+        "recipe": recipe.name,
+        "distribution": recipe.distribution,
+        "version": version.version,
+        "source": {"kind": recipe.source_kind, "url": recipe.source_url, "ref": version.pinned_ref,
+                   "commit": version.commit, "submodules": recipe.submodules, "subdir": recipe.subdir},
+        "patches": [{"name": p.name, "reason": p.reason, "text": p.text} for p in version.patches],
+        "smoke_imports": list(recipe.smoke.imports),
+        "smoke_driver_imports": list(recipe.smoke.driver_imports),
+        "extension_archs": {module: sorted({a.cc for a in archs}) for module, archs in version.extensions.items()},
+        "cells": [{
+            "name": c.name, "torch": c.torch_version, "torch_series": c.torch.series, "cuda": c.cuda.name,
+            "cuda_dotted": c.cuda.dotted, "toolkit": str(c.cuda.version), "cuda_path_var": cuda_path_var(c),
+            "python": c.python, "torch_index_url": torch_index(c, index_override), "local_version": c.local_version,
+            "wheel_dir": c.wheel_dir, "archs": str(c.archs), "expected": _expected(c.expected_archs),
+        } for c in cells],
+    }
+
+
+def _base64_lines(text: str) -> list[str]:
+    data = base64.b64encode(text.encode("ascii")).decode("ascii")
+    return [data[i:i + B64_LINE] for i in range(0, len(data), B64_LINE)]
+
+
+# --------------------------------------------------------------------------------------------
+# The script
+
+
+def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: list[Cell], *, src: str,
+                  python_exe: str | None = None, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
+                  nvcc_threads: int = 1, out: str = "wheelhouse", command: str = "",
+                  index_override: str | None = None) -> str:
+    """The script that builds ``cells`` (buildable cells of ``recipe`` ``version``) in turn."""
     if shell not in SHELLS:
         raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
     if recipe.source_kind == "sdist":
         raise UnsafeValueError("a Windows script clones the recipe's git source: leave out --fetch sdist")
     if recipe.source_kind != "git":
         raise UnsafeValueError("a Windows script clones a git recipe; for a local project run pip wheel in it directly")
+    if not cells:
+        raise CompatError(f"no cell of {recipe.name} {version.version} to build")
+    if python_exe is not None and len(cells) > 1:
+        raise UnsafeValueError("--python-exe builds with that interpreter's torch as it is: one cell only (leave it"
+                               " out to get a venv per cell)")
     env = jinja2.Environment(loader=jinja2.PackageLoader("imagegen", "templates"), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["cmdq"] = _cmdq
     env.filters["psq"] = _psq
-    for what, value in (("--src-dir", src), ("--python-exe", python), ("--vcvars", vcvars)):
+    env.filters["cmdreq"] = _cmd_requirement
+    env.filters["cmdv"] = lambda value: _cmdq(value)[1:-1]  # a value inside set "NAME=...": checked, unquoted
+    for what, value in (("--src-dir", src), ("--python-exe", python_exe or ""), ("--vcvars", vcvars), ("--out", out)):
         _printable(value, f"Windows script ({what})")  # each also lands in a comment line
-    src_build = src + ("\\" + recipe.subdir.replace("/", "\\") if recipe.subdir else "")
+    doc = build_document(recipe, version, cells, index_override)
+    doc_text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+    helper = helper_script()
     template = "build.cmd.j2" if shell == "cmd" else "build.ps1.j2"
     if shell == "powershell":
         _env_value(vcvars)  # interpolated inside a cmd /c "..." string
+        _here_string(helper, HELPER)
+        _here_string(doc_text, "the build document")
+    subdir = recipe.subdir.replace("/", "\\") if recipe.subdir else ""
     text = env.get_template(template).render(
         imagegen_version=__version__, command=re.sub(r"[^A-Za-z0-9 ._:/\\=+;,'-]", " ", " ".join(command.split())),
-        recipe=recipe, version=version,
-        src=src, src_build=src_build, python=python, vcvars=vcvars,
-        env=build_env(recipe, version, archs, max_jobs, nvcc_threads, local_version),
+        recipe=recipe, version=version, src=src, subdir=subdir, python_exe=python_exe or "", vcvars=vcvars, out=out,
+        python_exe_is_path=bool(python_exe and re.search(r"[\\/]", python_exe)),
+        work=DEFAULT_WORK, helper_name=HELPER,
         requires=list(recipe.build_requires),
+        cells=[{"cell": c, "name": c.name, "torch": c.torch_version, "cuda": c.cuda.name, "toolkit": str(c.cuda.version),
+                "cuda_path_var": cuda_path_var(c), "python": c.python, "index_url": torch_index(c, index_override),
+                "local_version": c.local_version, "archs": str(c.archs), "wheel_dir": c.wheel_dir.replace("/", "\\"),
+                "env": build_env(recipe, version, c.archs, max_jobs, nvcc_threads, c.local_version)} for c in cells],
+        toolkits=sorted({str(c.cuda.version) for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
+        pythons=sorted({c.python for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
+        helper=helper, helper_b64=_base64_lines(helper), doc=doc_text, doc_b64=_base64_lines(doc_text),
     )
     return text.replace("\n", "\r\n") if shell == "cmd" else text

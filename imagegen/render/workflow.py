@@ -23,16 +23,39 @@ TWINE_PASSWORD, HF_TOKEN, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_
 AWS_ENDPOINT_URL and AWS_REGION; IMAGEGEN_GITHUB_TOKEN, else the workflow's own token with
 ``contents: write``), passed through ``env:`` of the publish step only.
 
+With ``--windows RECIPE`` (repeatable) the workflow also builds on Windows runners, one ``build-windows``
+job per cell of ``--windows-torch`` x ``--windows-cuda`` x ``--windows-python`` x ``--windows-arch``. The cells
+are planned here as ``imagegen plan`` plans them (imagegen.plan, with the toolkit the job installs as nvcc),
+and a cell the plan rejects (CUDA 12.6 with arch 12.0, a torch/CUDA pair torch never shipped, a Python the
+torch has no wheel for) is refused before anything is written. Each job (``runs-on: windows-2022`` unless
+``--windows-runs-on``; ``timeout-minutes`` ``--windows-timeout``, default 240, at most GitHub's 360) sets up the
+cell's Python (and a separate 3.12 for imagegen itself), the CUDA toolkit with Jimver/cuda-toolkit (NVIDIA's
+network installer: the cell's full toolkit version, WINDOWS_TOOLKITS, and the sub-packages a torch
+extension build needs, WINDOWS_CUDA_PACKAGES) and MSVC with ilammy/msvc-dev-cmd (x64); installs imagegen from
+``--imagegen-from`` (required with --windows); writes the cell's script with ``imagegen render RECIPE
+--version V --shell powershell --torch T --cuda C --python P --arch A -o build.ps1`` and runs it with
+``powershell -NoProfile -ExecutionPolicy Bypass -File build.ps1 -Wheelhouse wheelhouse``. The script writes the
+wheels (each with its build record) below ``wheelhouse/`` in the wheelhouse layout and its logs in
+``wheelhouse/logs/``: the job uploads the first as
+``wheels-windows-<cell>`` (its paths below ``wheelhouse/``, so that the publish job's merged download lays
+them beside the Linux ones) and the logs as ``logs-windows-<cell>``, also when the build failed. Linux jobs
+are written beside them only when --bake-file, --targets or --group is given (without --windows: always),
+so a Windows-only workflow needs no bake file. The publish job publishes what ``imagegen collect``
+verified, so a Windows wheel reaches it only with its build record beside it.
+
 Everything that reaches the YAML or a shell is validated first (registry, namespace, runner
-labels, bake file, target and group names, output folders, publish destinations, the requirement);
-the matrix values, the destinations and the requirement reach the ``run:`` scripts only through
-``env:``. Third-party actions are pinned to full commit SHAs.
+labels, bake file, target and group names, output folders, publish destinations, the requirement,
+the Windows recipes and cells, the timeout); the matrix values, the destinations and the requirement
+reach the ``run:`` scripts only through ``env:``. Third-party actions are pinned to full commit SHAs.
+_self_check reads the rendered workflow back and refuses it (an internal error) when its jobs,
+matrices or pins are not what was asked, or when a ``run:`` script holds a GitHub expression.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import posixpath
 import re
@@ -45,7 +68,7 @@ from pathlib import Path
 import jinja2
 
 from imagegen import __version__, safety
-from imagegen.errors import ImagegenError, NothingToDoError, UnsafeValueError, UsageError
+from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UnsafeValueError, UsageError
 from imagegen.outputs import resolve_target, write_output
 from imagegen.render.bakefiles import print_bake
 
@@ -81,7 +104,34 @@ ACTIONS = {
 PUBLISH_ACTIONS = {
     "download_artifact": Action("actions/download-artifact", "3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
 }
+# The Windows jobs', beside checkout and upload-artifact.
+WINDOWS_ACTIONS = {
+    "setup_python": Action("actions/setup-python", "a309ff8b426b58ec0e2a45f0f869d46889d02405", "v6.2.0"),
+    "cuda_toolkit": Action("Jimver/cuda-toolkit", "3d45d157f327c09c04b50ee6ccdea2d9d017ec76", "v0.2.35"),
+    "msvc": Action("ilammy/msvc-dev-cmd", "0b201ec74fa43914dc39ae48a89fd1d8cb592756", "v1.13.0"),
+}
 PUBLISH_TIMEOUT_MINUTES = 60
+DEFAULT_WINDOWS_RUNS_ON = "windows-2022"
+DEFAULT_WINDOWS_TIMEOUT = 240
+MAX_TIMEOUT_MINUTES = 360  # GitHub's limit for a job on its hosted runners
+# The Python the Windows jobs install imagegen with (its own venv), whatever the cell's Python is.
+IMAGEGEN_PYTHON = "3.12"
+# The CUDA toolkits the pinned Jimver/cuda-toolkit installs on Windows (its src/links/windows-links.ts at
+# v0.2.35), from 11.8 on. A cell gets imagegen's own toolkit of its CUDA variant (cuda.yaml, as the Linux
+# images have it) when the action has it, else the newest patch of that minor the action has.
+WINDOWS_TOOLKITS = (
+    "11.8.0", "12.0.0", "12.0.1", "12.1.0", "12.1.1", "12.2.0", "12.2.1", "12.2.2", "12.3.0", "12.3.1", "12.3.2",
+    "12.4.0", "12.4.1", "12.5.0", "12.5.1", "12.6.0", "12.6.1", "12.6.2", "12.6.3", "12.8.0", "12.8.1", "12.9.0",
+    "12.9.1", "13.0.0", "13.0.1", "13.0.2", "13.1.0", "13.1.1", "13.2.0",
+)
+# The network installer's sub-packages a torch extension build needs (the action appends _<major>.<minor>):
+# nvcc, the runtime and CCCL (thrust) headers, cuobjdump (imagegen reads the built archs with it), the
+# headers and import libraries of the CUDA libraries torch's own headers include (cuBLAS, cuSPARSE, cuSOLVER,
+# cuRAND, NVRTC; NVTX), and the Visual Studio integration. CUDA 13 moved nvcc's crt headers
+# (crt/host_config.h) into a sub-package of their own.
+WINDOWS_CUDA_PACKAGES = ("nvcc", "cudart", "cuobjdump", "thrust", "cublas_dev", "cusparse_dev", "cusolver_dev",
+                         "curand_dev", "nvrtc_dev", "nvtx", "visual_studio_integration")
+WINDOWS_CUDA_PACKAGES_BY_MAJOR = {13: ("crt",)}
 # The wheelhouse layout below its top folder (imagegen.model.layout.DEFAULT_LAYOUT): the publish job's
 # wheelhouse is the output folders' common folder above their last LAYOUT_DEPTH parts.
 LAYOUT_DEPTH = 3
@@ -99,6 +149,11 @@ NAMESPACE_EXPRESSIONS = {"${{ github.repository_owner }}": "<owner>", "${{ githu
 # it must start like a tag and fit in one (128 characters).
 BAKE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# A --windows recipe as given (a catalogue name or alias; looked up in the catalogue after this check).
+WINDOWS_RECIPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# The matrix values of a Windows cell, as they reach the YAML (through `q`) and the render command line
+# (through env:): the catalogue's own names and versions, and the canonical forms of the planner.
+CELL_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._;+-]{0,199}")
 # A publish destination as it reaches the workflow: its kind and characters safe in YAML and in an
 # environment variable (no quotes, spaces, $ or braces, so no GitHub expression either; no newline, which
 # separates destinations in PUBLISH_TO). `imagegen publish` checks each kind's exact form when the job
@@ -155,9 +210,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "Write a GitHub Actions workflow whose matrix is the bake file's targets (read with `docker buildx"
         " bake --print`, so they always match): each job bakes one target on its own runner with a"
         " docker-container builder and a registry cache (<registry>/<namespace>/imagegen-cache:<target>,"
-        " cache-to mode=max), then uploads the target's local output folder as an artifact. Run it in the"
-        " repository's top folder, where the workflow runs bake."))
-    g.add_argument("--bake-file", default=DEFAULT_BAKE_FILE, help="bake file, relative to the repository's top folder"
+        " cache-to mode=max), then uploads the target's local output folder as an artifact. With --windows, it"
+        " also builds on Windows runners, one job per cell of the --windows-* matrix (planned as `imagegen plan`"
+        " plans it: a cell it rejects is refused); its Linux jobs are then written only when --bake-file,"
+        " --targets or --group is given. Run it in the repository's top folder, where the workflow runs bake."),
+        epilog=("example: imagegen ci github --windows sage --windows-torch 2.8 --windows-cuda 12.8 --windows-python"
+                " 3.12 --windows-arch '8.0;9.0;12.0' --imagegen-from 'imagegen @ git+https://github.com/ORG/imagegen@TAG'"
+                " (Windows jobs only; add --group default for the bake file's Linux jobs too)"))
+    g.add_argument("--bake-file", help="bake file, relative to the repository's top folder"
                    f" (default: {DEFAULT_BAKE_FILE}, written by `imagegen bake --repo`)")
     which = g.add_mutually_exclusive_group()
     which.add_argument("--targets", action="append", metavar="NAMES",
@@ -170,13 +230,31 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    " (default: the repository owner, lower-cased at run time)")
     g.add_argument("--runs-on", action="append", metavar="LABELS", help=f"runner labels (comma-separated or repeated;"
                    f" default: {DEFAULT_RUNS_ON})")
-    g.add_argument("--max-parallel", type=int, help="most jobs at once (default: as many as GitHub allows)")
+    g.add_argument("--max-parallel", type=int, help="most jobs at once, in each of the Linux and the Windows matrix"
+                   " (default: as many as GitHub allows)")
+    w = g.add_argument_group("Windows jobs", "native Windows builds, one job per cell of recipes x torch x CUDA x Python"
+                             " x arch list; every cell must be one `imagegen plan` finds buildable")
+    w.add_argument("--windows", action="append", metavar="RECIPES", help="add Windows jobs building these recipes"
+                   " (catalogue names or aliases, at their default version; comma-separated or repeated); needs"
+                   " --windows-torch, --windows-cuda and --imagegen-from")
+    w.add_argument("--windows-torch", action="append", metavar="VERSIONS", help="torch series or releases of the"
+                   " Windows cells: 2.8 or 2.8.0 (comma-separated or repeated)")
+    w.add_argument("--windows-cuda", action="append", metavar="VERSIONS", help="CUDA variants of the Windows cells:"
+                   " 12.8 or cu128 (comma-separated or repeated)")
+    w.add_argument("--windows-python", action="append", metavar="VERSIONS", help="CPython versions of the Windows"
+                   " cells (comma-separated or repeated; default: imagegen's default Python)")
+    w.add_argument("--windows-arch", action="append", metavar="ARCHS", help="one GPU arch list of the Windows cells,"
+                   " e.g. '8.0;9.0;12.0' (repeat for several lists; default: imagegen's default list)")
+    w.add_argument("--windows-runs-on", action="append", metavar="LABELS", help="runner labels of the Windows jobs"
+                   f" (comma-separated or repeated; default: {DEFAULT_WINDOWS_RUNS_ON})")
+    w.add_argument("--windows-timeout", type=int, metavar="MINUTES", help="timeout-minutes of each Windows job"
+                   f" (default: {DEFAULT_WINDOWS_TIMEOUT}; at most {MAX_TIMEOUT_MINUTES}, GitHub's limit)")
     g.add_argument("--publish", action="append", metavar="DEST", help="add a publish job: once every target built,"
                    " on a tag push or a manual run, `imagegen collect` verifies the wheels against their build"
                    " records and `imagegen publish` uploads those to DEST (as imagegen publish --to takes it;"
                    " repeatable), with the credentials from the repository's secrets")
-    g.add_argument("--imagegen-from", metavar="REQUIREMENT", help="with --publish: how the publish job installs"
-                   " imagegen, a pip requirement such as"
+    g.add_argument("--imagegen-from", metavar="REQUIREMENT", help="with --publish or --windows: how the publish job"
+                   " and the Windows jobs install imagegen, a pip requirement such as"
                    " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0' or a path in the repository"
                    " (required: PyPI's 'imagegen' is another project)")
     g.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help=f"workflow file to write, - for stdout"
@@ -191,16 +269,28 @@ def run(args: argparse.Namespace, argv=None) -> int:
     options = Options.from_args(args)
     root = Path.cwd()
     _check_top_folder(root)
-    if not (root / options.bake_file).is_file():
-        raise UsageError(f"--bake-file {options.bake_file}: no such file in {root} (write it with `imagegen bake --repo`"
-                         " or `imagegen bake -f FILE`, and run imagegen ci github in the repository's top folder)")
-    printed = print_bake(Path(options.bake_file), root, targets=options.selection)
-    targets = targets_from_print(printed)
-    text = render_workflow(options, targets)
+    # The Windows cells first: a cell the plan rejects stops here, before buildx runs.
+    cells = windows_cells(options.windows, root) if options.windows else []
+    targets: list[WorkflowTarget] = []
+    if options.linux:
+        if not (root / options.bake_file).is_file():
+            raise UsageError(f"--bake-file {options.bake_file}: no such file in {root} (write it with `imagegen bake"
+                             " --repo` or `imagegen bake -f FILE`, and run imagegen ci github in the repository's top"
+                             " folder)")
+        printed = print_bake(Path(options.bake_file), root, targets=options.selection)
+        targets = targets_from_print(printed)
+    text = render_workflow(options, targets, cells)
     write_output(text, options.output, what="workflow file")
     if options.output != "-":
-        print(f"wrote {options.output}: {len(targets)} jobs, one per target of {options.describe_selection()}"
-              f" in {options.bake_file}" + (", and a publish job" if options.publish else ""), file=sys.stderr)
+        jobs = []
+        if options.linux:
+            jobs.append(f"{len(targets)} Linux jobs, one per target of {options.describe_selection()} in"
+                        f" {options.bake_file}")
+        if cells:
+            jobs.append(f"{len(cells)} Windows job{'s' if len(cells) != 1 else ''}, one per cell")
+        if options.publish:
+            jobs.append("a publish job")
+        print(f"wrote {options.output}: {', '.join(jobs)}", file=sys.stderr)
     return 0
 
 
@@ -220,10 +310,16 @@ class Options:
     output: str
     publish: tuple[str, ...] = ()
     imagegen_from: str | None = None
+    linux: bool = True  # the bake file's jobs (without --windows always; with it, when asked for)
+    windows: WindowsRequest | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Options":
-        bake_file = safety.check(args.bake_file, safety.RELATIVE_PATH, "--bake-file")
+        windows = WindowsRequest.from_args(args)
+        bake_file_given = getattr(args, "bake_file", None) is not None
+        linux = windows is None or bake_file_given or args.targets is not None or args.group is not None
+        bake_file = safety.check(args.bake_file if bake_file_given else DEFAULT_BAKE_FILE, safety.RELATIVE_PATH,
+                                 "--bake-file")
         targets = tuple(_check(n, BAKE_NAME, "--targets name", "bake target names of letters, digits, '_' and '-'")
                         for n in _names(args.targets))
         if args.targets is not None and not targets:
@@ -255,9 +351,14 @@ class Options:
             raise UsageError("--publish needs --imagegen-from REQUIREMENT: how the publish job installs imagegen (e.g."
                              " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0'; PyPI's 'imagegen' is"
                              " another project)")
+        if windows is not None and imagegen_from is None:
+            raise UsageError("--windows needs --imagegen-from REQUIREMENT: how the Windows jobs install imagegen (e.g."
+                             " 'imagegen @ git+https://github.com/ORG/imagegen@v0.1.0'; PyPI's 'imagegen' is another"
+                             " project)")
         if imagegen_from is not None:
-            if not publish:
-                raise UsageError("--imagegen-from is for the publish job: give --publish DEST too")
+            if not publish and windows is None:
+                raise UsageError("--imagegen-from is for the publish job and the Windows jobs: give --publish DEST or"
+                                 " --windows RECIPE too")
             _check(imagegen_from, REQUIREMENT, "--imagegen-from", "a pip requirement such as"
                    " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
             if re.fullmatch(r"imagegen\s*(\[[^\]]*\])?\s*((==|>=|<=|~=|!=|<|>)\s*\S+\s*)?", imagegen_from, re.I):
@@ -268,7 +369,7 @@ class Options:
                                  " git+https://github.com/ORG/imagegen@TAG' or './tools/imagegen'")
         opts = cls(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
                    runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish,
-                   imagegen_from=imagegen_from)
+                   imagegen_from=imagegen_from, linux=linux, windows=windows)
         # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?
         safety.check(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF, "cache reference")
         return opts
@@ -293,8 +394,9 @@ class Options:
     def command(self) -> str:
         """The command line that writes this workflow again (options at their defaults left out)."""
         parts = ["imagegen", "ci", "github"]
-        if self.bake_file != DEFAULT_BAKE_FILE:
-            parts += ["--bake-file", self.bake_file]
+        if self.bake_file != DEFAULT_BAKE_FILE or (self.linux and self.windows is not None and not self.targets
+                                                   and self.group == DEFAULT_GROUP):
+            parts += ["--bake-file", self.bake_file]  # with --windows, what asks for the Linux jobs
         if self.targets:
             parts += ["--targets", ",".join(self.targets)]
         elif self.group != DEFAULT_GROUP:
@@ -307,6 +409,8 @@ class Options:
             parts += ["--runs-on", ",".join(self.runs_on)]
         if self.max_parallel is not None:
             parts += ["--max-parallel", str(self.max_parallel)]
+        if self.windows is not None:
+            parts += self.windows.command()
         for dest in self.publish:
             parts += ["--publish", dest]
         if self.imagegen_from is not None:
@@ -322,6 +426,184 @@ class Options:
             if any(dest.startswith(prefix) for dest in self.publish):
                 env.update(variables)
         return env
+
+
+# --------------------------------------------------------------------------------------------
+# Windows jobs
+
+# torch, CUDA and Python as given (compat reads each; this keeps its messages short).
+_VERSION_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+]{0,31}")
+# One GPU arch list as given (parse_arch_list reads it): 8.0;9.0;12.0+PTX, sm_90a, Hopper, "8.0 9.0" ...
+_ARCH_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._;:+, -]{0,199}")
+
+
+@dataclass(frozen=True)
+class WindowsRequest:
+    """``--windows`` and its matrix, checked as text (windows_cells plans it)."""
+
+    recipes: tuple[str, ...]
+    torch: tuple[str, ...]
+    cuda: tuple[str, ...]
+    python: tuple[str, ...]  # empty: imagegen's default Python
+    archs: tuple[str, ...]  # one list each; empty: imagegen's default list
+    runs_on: tuple[str, ...]
+    timeout: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "WindowsRequest | None":
+        flags = {"--windows-torch": "windows_torch", "--windows-cuda": "windows_cuda", "--windows-python": "windows_python",
+                 "--windows-arch": "windows_arch", "--windows-runs-on": "windows_runs_on",
+                 "--windows-timeout": "windows_timeout"}
+        values = {flag: getattr(args, dest, None) for flag, dest in flags.items()}
+        if getattr(args, "windows", None) is None:
+            given = [flag for flag, value in values.items() if value is not None]
+            if given:
+                raise UsageError(f"{given[0]} goes with --windows RECIPE (the recipes the Windows jobs build)")
+            return None
+        recipes = tuple(_check(n, WINDOWS_RECIPE, "--windows recipe", "a recipe name or alias such as sage or"
+                               " flash-attn (imagegen recipes lists them)") for n in _names(args.windows))
+        if not recipes:
+            raise UsageError("--windows: name at least one recipe (imagegen recipes lists them)")
+        axes = {}
+        for flag, what in (("--windows-torch", "a torch series or release such as 2.8"),
+                           ("--windows-cuda", "a CUDA version such as 12.8 or cu128"),
+                           ("--windows-python", "a CPython version such as 3.12")):
+            raw = values[flag]
+            axes[flag] = tuple(_check(v, _VERSION_ARG, flag, what) for v in _names(raw))
+            if raw is not None and not axes[flag]:
+                raise UsageError(f"{flag}: give at least one version")
+        for flag in ("--windows-torch", "--windows-cuda"):
+            if not axes[flag]:
+                raise UsageError(f"--windows needs {flag} (comma-separated versions): the Windows matrix is asked for,"
+                                 " never guessed")
+        archs = tuple(dict.fromkeys(_check(a.strip(), _ARCH_ARG, "--windows-arch", "one GPU arch list such as"
+                                           " '8.0;9.0;12.0' or 9.0+PTX per flag") for a in values["--windows-arch"] or []))
+        runs_on = tuple(_check(label, RUNNER_LABEL, "--windows-runs-on label", "runner labels of letters, digits, '.',"
+                               " '_' and '-'") for label in _names(values["--windows-runs-on"] or [DEFAULT_WINDOWS_RUNS_ON]))
+        if not runs_on:
+            raise UsageError("--windows-runs-on: name at least one runner label")
+        timeout = values["--windows-timeout"]
+        if timeout is None:
+            timeout = DEFAULT_WINDOWS_TIMEOUT
+        elif not 1 <= timeout <= MAX_TIMEOUT_MINUTES:
+            raise UsageError(f"--windows-timeout must be between 1 and {MAX_TIMEOUT_MINUTES} minutes (GitHub stops a"
+                             f" hosted job after {MAX_TIMEOUT_MINUTES})")
+        return cls(recipes=recipes, torch=axes["--windows-torch"], cuda=axes["--windows-cuda"],
+                   python=axes["--windows-python"], archs=archs, runs_on=runs_on, timeout=timeout)
+
+    def command(self) -> list[str]:
+        """Its part of the command line that writes the workflow again (defaults left out)."""
+        parts = ["--windows", ",".join(self.recipes), "--windows-torch", ",".join(self.torch),
+                 "--windows-cuda", ",".join(self.cuda)]
+        if self.python:
+            parts += ["--windows-python", ",".join(self.python)]
+        for archs in self.archs:
+            parts += ["--windows-arch", archs]
+        if self.runs_on != (DEFAULT_WINDOWS_RUNS_ON,):
+            parts += ["--windows-runs-on", ",".join(self.runs_on)]
+        if self.timeout != DEFAULT_WINDOWS_TIMEOUT:
+            parts += ["--windows-timeout", str(self.timeout)]
+        return parts
+
+
+@dataclass(frozen=True)
+class WindowsCell:
+    """One Windows job: a buildable cell of the plan, as the workflow's matrix row carries it."""
+
+    name: str  # the cell's name, as plan and bake name it: sage-2_2_0-torch2_8-cu128-py312
+    recipe: str  # the catalogue's name
+    version: str  # the recipe version (render --version): the same cell whatever imagegen's default
+    torch: str  # the torch release
+    cuda: str  # 12.8
+    toolkit: str  # the full toolkit version the job installs: 12.8.1
+    python: str
+    arch: str  # the arch list asked for, as render --arch takes it
+    packages: str  # the toolkit's sub-packages, a JSON array (the action's input)
+
+
+def windows_toolkit(cuda) -> str:
+    """The full CUDA toolkit version a Windows job installs for the CUDA variant ``cuda``."""
+    if cuda.toolkit in WINDOWS_TOOLKITS:
+        return cuda.toolkit
+    from packaging.version import Version
+
+    same = [v for v in WINDOWS_TOOLKITS if v.startswith(f"{cuda.dotted}.")]
+    if not same:
+        first, last = (".".join(WINDOWS_TOOLKITS[i].split(".")[:2]) for i in (0, -1))
+        action = WINDOWS_ACTIONS["cuda_toolkit"]
+        raise CompatError(f"{action.repo} {action.version} has no Windows installer for CUDA {cuda.dotted}"
+                          f" ({cuda.name}): the Windows jobs take CUDA {first} to {last}")
+    return max(same, key=Version)
+
+
+def windows_packages(toolkit: str) -> str:
+    major = int(toolkit.split(".")[0])
+    return json.dumps([*WINDOWS_CUDA_PACKAGES, *WINDOWS_CUDA_PACKAGES_BY_MAJOR.get(major, ())])
+
+
+def windows_cells(request: WindowsRequest, root: Path) -> list[WindowsCell]:
+    """The Windows matrix planned as `imagegen plan` plans a matrix (imagegen.plan), with the toolkit each job
+    installs as its nvcc: every cell must be buildable, or CompatError names the first that is not and why."""
+    from packaging.version import Version
+
+    from imagegen.config import load_config
+    from imagegen.model import compat
+    from imagegen.model.arch_parse import parse_arch_list
+    from imagegen.model.catalogue import load_catalogue
+    from imagegen.plan import defaults, native_cell
+
+    config = load_config(search_from=root)  # the checkout's, as `imagegen render` on the runner reads it
+    cat = load_catalogue(tuple(config.recipe_dirs))
+    recipes = {}
+    for name in request.recipes:
+        recipe = cat.get(name)
+        version = recipe.version(None)
+        if recipe.source_kind != "git" or not version.ref:
+            raise UsageError(f"--windows {name}: the Windows script clones the recipe's git source, and"
+                             f" {recipe.name} {version.version} has no git ref to clone")
+        recipes.setdefault(recipe.name, (recipe, version))
+    series = list({tv: (s, tv) for s, tv in (compat.torch_series(t) for t in request.torch)}.values())
+    variants = list({v.name: v for v in (compat.cuda_variant(c) for c in request.cuda)}.values())
+    pythons = list(dict.fromkeys(compat.check_python(p) for p in request.python or [str(defaults()["python"])]))
+    archs = list({str(a): a for a in (parse_arch_list(a) for a in request.archs or [defaults()["matrix"]["arch"]])}.values())
+    toolkits = {v.name: windows_toolkit(v) for v in variants}
+    cells: list[WindowsCell] = []
+    rejected = []
+    seen: dict[str, str] = {}
+    abi3_built: set[tuple] = set()
+    for (recipe, version), (s, tv), cuda, requested, py in itertools.product(
+            recipes.values(), series, variants, archs, pythons):
+        toolkit = toolkits[cuda.name]
+        host = compat.BaseImage(ref="windows", flavor=compat.flavor("native"), python="python", toolkit="host",
+                                nvcc=Version(toolkit), image_torch_cuda=None)
+        cell = native_cell(recipe, version, requested, host, tv, cuda.name, py)
+        if not cell.buildable:
+            rejected.append(cell)
+            continue
+        key = (recipe.name, tv, cuda.name, str(requested))
+        if recipe.abi3 and key in abi3_built:
+            continue  # a Python-independent wheel: built once per torch x CUDA, as plan skips the others
+        abi3_built.add(key)
+        other = seen.setdefault(cell.name, str(requested))
+        if other != str(requested):
+            raise UsageError(f"Windows cell {cell.name} is asked for two arch lists ({other} and {requested}): a"
+                             " workflow has one job per cell; give one --windows-arch list")
+        row = WindowsCell(name=_check(cell.name, BAKE_NAME, "Windows cell name", "a recipe with a plain name"),
+                          recipe=recipe.name, version=version.version, torch=tv, cuda=cuda.dotted, toolkit=toolkit,
+                          python=py, arch=str(requested), packages=windows_packages(toolkit))
+        for value in (row.recipe, row.version, row.torch, row.cuda, row.toolkit, row.python, row.arch):
+            _check(value, CELL_VALUE, f"Windows cell {row.name}", "a recipe and versions of plain characters")
+        cells.append(row)
+    if rejected:
+        first = rejected[0]
+        more = f" (and {len(rejected) - 1} more rejected cells)" if len(rejected) > 1 else ""
+        why = "; ".join(first.problems)
+        why = why if len(why) <= 240 else why[:237] + "..."
+        raise CompatError(f"Windows cell {first.name} (arch {first.requested_archs or first.archs}) cannot build:"
+                          f" {why}{more}")
+    if len(cells) > MAX_MATRIX_JOBS:
+        raise UsageError(f"{len(cells)} Windows cells: a GitHub matrix holds at most {MAX_MATRIX_JOBS} jobs")
+    return cells
 
 
 def _check_top_folder(cwd: Path) -> None:
@@ -426,7 +708,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render_workflow(options: Options, targets: list[WorkflowTarget]) -> str:
+def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list[WindowsCell] | None = None) -> str:
+    cells = list(cells or [])
+    linux_artifacts = {f"wheels-{t.name}" for t in targets}
+    for cell in cells:
+        if f"wheels-windows-{cell.name}" in linux_artifacts:
+            raise UsageError(f"bake target windows-{cell.name} and the Windows cell {cell.name} would upload one"
+                             " artifact name: rename the bake target")
+    windows = options.windows
     text = _environment().get_template("github-workflow.yml.j2").render(
         version=__version__,
         command=options.command(),
@@ -435,15 +724,23 @@ def render_workflow(options: Options, targets: list[WorkflowTarget]) -> str:
         cache_repo=options.cache_repo,
         cache_repo_shown=options.cache_repo_shown,
         registry=options.registry,
-        ghcr=options.registry == "ghcr.io",
+        linux=bool(targets),
+        ghcr=bool(targets) and options.registry == "ghcr.io",
         runs_on=list(options.runs_on),
         free_disk=len(options.runs_on) == 1 and options.runs_on[0].startswith("ubuntu-"),
         max_parallel=options.max_parallel,
         targets=targets,
-        actions={**ACTIONS, **PUBLISH_ACTIONS},
+        cells=cells,
+        windows_runs_on=list(windows.runs_on) if windows else [],
+        windows_timeout=windows.timeout if windows else None,
+        windows_recipes=", ".join(dict.fromkeys(c.recipe for c in cells)),
+        imagegen_python=IMAGEGEN_PYTHON,
+        imagegen_from=options.imagegen_from,
+        build_jobs=(["build"] if targets else []) + (["build-windows"] if cells else []),
+        actions={**ACTIONS, **PUBLISH_ACTIONS, **WINDOWS_ACTIONS},
         **_publish_context(options, targets),
     )
-    _self_check(text, targets, publish=bool(options.publish))
+    _self_check(text, targets, publish=bool(options.publish), cells=cells)
     return text
 
 
@@ -460,24 +757,45 @@ def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
         "publish": "\n".join(options.publish),
         "publish_env": options.publish_env(),
         "publish_github": any(dest.startswith("github:") for dest in options.publish),
-        "imagegen_from": options.imagegen_from,
         "timeout_minutes": PUBLISH_TIMEOUT_MINUTES,
         "wheelhouse_top": top,
         "folders": {name: "\n".join(rels) for name, rels in folders.items()},
     }
 
 
-def _self_check(text: str, targets: list[WorkflowTarget], *, publish: bool = False) -> None:
+def _self_check(text: str, targets: list[WorkflowTarget], *, publish: bool = False,
+                cells: list[WindowsCell] | None = None) -> None:
+    """The rendered workflow read back: its jobs, matrices and pins are what was asked, and no ``run:``
+    script holds a GitHub expression (values reach the scripts through ``env:`` only)."""
     import yaml
 
+    cells = list(cells or [])
+    want_jobs = (["build"] if targets else []) + (["build-windows"] if cells else []) + (["publish"] if publish else [])
     try:
         doc = yaml.safe_load(text)
-        matrix = doc["jobs"]["build"]["strategy"]["matrix"]["target"]
         jobs = list(doc["jobs"])
+        matrix = doc["jobs"]["build"]["strategy"]["matrix"]["target"] if targets else None
+        windows = doc["jobs"]["build-windows"] if cells else None
         scripts = [s.get("run", "") for job in doc["jobs"].values() for s in job["steps"]]
+        uses = [s["uses"] for job in doc["jobs"].values() for s in job["steps"] if "uses" in s]
+        needs = doc["jobs"]["publish"]["needs"] if publish else None
     except Exception as exc:  # a template bug, not the user's
         raise ImagegenError(f"internal error: the rendered workflow does not parse: {exc}") from None
-    if matrix != [t.name for t in targets]:
+    if targets and matrix != [t.name for t in targets]:
         raise ImagegenError("internal error: the rendered workflow's matrix differs from the bake targets")
-    if jobs != (["build", "publish"] if publish else ["build"]) or any("${{" in script for script in scripts):
+    if jobs != want_jobs or any("${{" in script for script in scripts):
         raise ImagegenError("internal error: the rendered workflow's jobs or scripts are not what was asked")
+    if publish and needs != (want_jobs[0] if len(want_jobs) == 2 else want_jobs[:-1]):
+        raise ImagegenError("internal error: the rendered workflow's publish job does not wait for every build job")
+    pinned = {a.ref for a in (*ACTIONS.values(), *PUBLISH_ACTIONS.values(), *WINDOWS_ACTIONS.values())}
+    if any(ref not in pinned for ref in uses):
+        raise ImagegenError("internal error: the rendered workflow uses an action that is not pinned to its commit")
+    if cells:
+        rows = windows["strategy"]["matrix"].get("include") or []
+        want = [{"cell": c.name, "recipe": c.recipe, "version": c.version, "torch": c.torch, "cuda": c.cuda,
+                 "toolkit": c.toolkit, "python": c.python, "arch": c.arch, "packages": c.packages} for c in cells]
+        if windows["strategy"]["matrix"].get("cell") != [c.name for c in cells] or rows != want:
+            raise ImagegenError("internal error: the rendered workflow's Windows matrix differs from the planned cells")
+        with_env = [s for s in windows["steps"] if "run" in s]
+        if any(s.get("shell") != "pwsh" for s in with_env):
+            raise ImagegenError("internal error: a Windows step does not run in pwsh")

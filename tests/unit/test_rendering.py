@@ -12,7 +12,7 @@ import os
 import pytest
 
 from imagegen.commands import rendering
-from imagegen.errors import NothingToDoError, UsageError
+from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT
 from tests.unit.command_helpers import CELL, call
 
@@ -39,9 +39,9 @@ def bake(*argv) -> int:
 @pytest.mark.parametrize("argv, says", [
     (["--shell", "cmd", "--lock", "imagegen.lock"], "--lock does not apply to --shell (a native script uses the"
                                                     " host's toolchain, no image)"),
-    (["--shell", "powershell", "--python", "3.12"], "--python does not apply to --shell (a native script uses the"
-                                                    " host's interpreter: give --python-exe)"),
-    (["--shell", "cmd", "--torch", "2.8"], "with --shell, --torch and --cuda go together"),
+    (["--shell", "powershell", "--offline"], "--offline does not apply to --shell"),
+    (["--shell", "cmd", "--torch", "2.8,2.9", "--python-exe", "python"], "--python-exe builds with that"
+                                                                         " interpreter's torch as it is: one cell only"),
     (["--src-dir", "src"], "--src-dir goes with --shell cmd|powershell"),
     (["--python-exe", "python"], "--python-exe goes with --shell cmd|powershell"),
     (["--nvcc-threads", "2"], "--nvcc-threads goes with --shell cmd|powershell"),
@@ -56,13 +56,14 @@ def test_render_refuses_a_flag_the_chosen_output_would_ignore(argv, says, capsys
 def test_the_windows_script_carries_every_value_given(capsys):
     assert render("fa2", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8", "--python-exe",
                   "C:\\py\\python.exe", "--src-dir", "fa", "--vcvars", "D:\\vc.bat", "--max-jobs", "4",
-                  "--nvcc-threads", "2") == 0
+                  "--nvcc-threads", "2", "--out", "D:\\wh") == 0
     lines = capsys.readouterr().out.splitlines()
     for line in ('set "MAX_JOBS=4"', 'set "NVCC_THREADS=2"', 'set "FLASH_ATTN_CUDA_ARCHS=90"',
-                 'set "FLASH_ATTN_LOCAL_VERSION=cu128torch2.8"', 'call "D:\\vc.bat" x64 || exit /b 1',
-                 'cd /d "fa" || exit /b 1'):
-        assert line in lines
-    assert any(line.startswith('"C:\\py\\python.exe" -m pip wheel --no-build-isolation') for line in lines)
+                 'set "FLASH_ATTN_LOCAL_VERSION=cu128torch2.8"', 'call "D:\\vc.bat" x64 >nul',
+                 'for %%I in ("fa") do set "IG_SRC=%%~fI"', 'set "IG_PYTHON_EXE=C:\\py\\python.exe"',
+                 'set "IG_WHEELHOUSE=D:\\wh"', 'set "IG_TORCH=2.8.0"', 'set "IG_INDEX_URL=https://download.pytorch.org/whl/cu128"'):
+        assert line in lines, line
+    assert any('-m pip wheel --no-build-isolation --no-deps -w "%IG_DIST%" .' in line for line in lines)
     # The command line that made it, as a comment, quoted the way a shell reads it back.
     assert "rem Re-render with: imagegen render fa2 --arch 9.0 --shell cmd --torch 2.8 --cuda 12.8 --python-exe" \
            " 'C:\\py\\python.exe'" in "\n".join(lines)
@@ -71,10 +72,20 @@ def test_the_windows_script_carries_every_value_given(capsys):
 def test_the_windows_script_defaults_are_the_safe_ones(capsys):
     assert render("sage", "--arch", "9.0", "--shell", "powershell") == 0
     out = capsys.readouterr().out
-    assert "$env:MAX_JOBS = '1'" in out and "$env:NVCC_THREADS = '1'" in out  # no OOM on a small machine
-    assert "$env:TORCH_CUDA_ARCH_LIST = '9.0'" in out and "Set-Location 'sageattention'" in out
-    assert "\\2022\\Community\\VC\\Auxiliary\\Build\\vcvarsall.bat" in out and "& 'python' -m pip wheel" in out
-    assert "LOCAL_VERSION" not in out  # no --torch/--cuda: no local version named
+    assert "'MAX_JOBS' = '1'" in out and "'NVCC_THREADS' = '1'" in out  # no OOM on a small machine
+    assert "'TORCH_CUDA_ARCH_LIST' = '9.0'" in out and "GetUnresolvedProviderPathFromPSPath('sageattention')" in out
+    assert "\\2022\\Community\\VC\\Auxiliary\\Build\\vcvarsall.bat" in out
+    assert "$PythonExe = ''" in out and "'py' @(\"-$($Cell.Python)\", '-m', 'venv', $venv)" in out  # a venv per cell
+    assert "[string]$Wheelhouse = 'wheelhouse'," in out
+
+
+def test_render_lists_make_one_script_of_many_cells(capsys):
+    assert render("sage", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8,2.9", "--cuda", "12.8", "--python",
+                  "3.11,3.12", "-o", "build.cmd") == 0
+    err = capsys.readouterr().err
+    assert "wrote build.cmd: 4 cell(s) of sageattention 2.2.0" in err
+    text = open("build.cmd", newline="").read()
+    assert text.count("\r\n:cell_") == 4 and "sage-2_2_0-torch2_9-cu128-py311" in text
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -89,11 +100,13 @@ def test_the_windows_script_refuses_archs_the_recipe_cannot_build_and_bad_job_co
         render(*argv, "--shell", "cmd")
 
 
-def test_a_recipe_with_a_fixed_arch_list_renders_any_request(capsys):
-    # flash-attn-3 compiles its own list whatever is asked: nothing to check against the request.
-    assert render("fa3", "--arch", "7.0", "--shell", "cmd") == 0
+def test_a_recipe_with_a_fixed_arch_list_renders_what_it_compiles(capsys):
+    # flash-attn-3 compiles its own list whatever is asked: the knob is not set, the plan judges the request.
+    assert render("fa3", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8") == 0
     out = capsys.readouterr().out
     assert out.startswith("@echo off\r\n") and "TORCH_CUDA_ARCH_LIST" not in out  # cmd.exe's line ends
+    with pytest.raises(CompatError, match="does not compile sm_70 with CUDA 12.8"):
+        render("fa3", "--arch", "7.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8")
 
 
 def test_render_pins_the_base_image_the_lock_file_names(tmp_path, capsys):

@@ -1,76 +1,347 @@
-"""Windows scripts (seed 002): golden files for cmd and PowerShell, and hostile values refused."""
+"""Windows scripts (seeds 001 and 002): one or many cells planned by the real planner, golden files for
+cmd and PowerShell (tests/golden/windows/, regenerated with IMAGEGEN_UPDATE_GOLDEN=1), every native
+command's exit code checked, the scripts parsed by real parsers, refusals in one line, and hostile values
+refused. What the scripts' helper does is tested for real in test_imagegen_windows.py.
+
+The parsers are the tree-sitter grammars from PyPI, tree-sitter-powershell (airbus-cert's grammar) and
+tree-sitter-batch: they are not Microsoft's PowerShell or cmd.exe parsers (neither runs on Linux), but they
+fail on an unbalanced brace or parenthesis, an unterminated string or here-string, and a stray token."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from imagegen.errors import UnsafeValueError
+from imagegen.errors import CompatError, UnsafeValueError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.render.windows import render_script
+from imagegen.model.compat import cuda_variant
+from imagegen.render.windows import build_env, render_script, windows_cell, windows_cells
 from tests.unit.test_cli import run
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
-SEED_002 = ["render", "flash-attn", "--arch", "8.0;120", "--src-dir", r"D:\omni\flash-attention",
-            "--python-exe", r"..\.venv\Scripts\python.exe"]
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "windows"
+SEED_002 = ["render", "flash-attn", "--arch", "8.0;120", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+            "--src-dir", r"D:\omni\flash-attention", "--python-exe", r"..\.venv\Scripts\python.exe"]
+SAGE_TWO_TORCHES = ["render", "sage", "--version", "2.2.0", "--torch", "2.8,2.9", "--cuda", "12.8", "--python", "3.12",
+                    "--arch", "8.0;9.0;12.0+PTX"]
+GOLDENS = {"flash-attn-seed-002": SEED_002, "sage-2.2.0-torch2.8-2.9-cu128": SAGE_TWO_TORCHES}
+SUFFIX = {"cmd": "cmd", "powershell": "ps1"}
 
 
-@pytest.mark.parametrize("shell, suffix", [("cmd", "cmd"), ("powershell", "ps1")])
-def test_seed_002_golden(shell, suffix):
-    code, out, err = run(*SEED_002, "--shell", shell)
+def rendered(argv: list[str], shell: str) -> str:
+    code, out, err = run(*argv, "--shell", shell)
     assert code == 0, err
-    path = GOLDEN / f"flash-attn-windows.{suffix}"
+    return out
+
+
+def parse_errors(text: str, shell: str) -> list[str]:
+    """ERROR and MISSING nodes of the script's tree-sitter parse tree, each with its line."""
+    ts = pytest.importorskip("tree_sitter")
+    grammar = pytest.importorskip("tree_sitter_powershell" if shell == "powershell" else "tree_sitter_batch")
+    tree = ts.Parser(ts.Language(grammar.language())).parse(text.encode())
+    found, stack = [], [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.type == "ERROR" or node.is_missing:
+            found.append(f"{node.type} at line {node.start_point[0] + 1}: {text.splitlines()[node.start_point[0]][:100]}")
+        stack.extend(node.children)
+    return found
+
+
+# --------------------------------------------------------------------------------------- goldens
+
+
+@pytest.mark.parametrize("shell", SUFFIX)
+@pytest.mark.parametrize("name", GOLDENS)
+def test_golden(name, shell):
+    out = rendered(GOLDENS[name], shell)
+    path = GOLDEN / f"{name}.{SUFFIX[shell]}"
     if os.environ.get("IMAGEGEN_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
         path.write_bytes(out.encode())
     assert out == path.read_bytes().decode(), f"{path.name} differs: review, then IMAGEGEN_UPDATE_GOLDEN=1"
 
 
+@pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.*")), ids=lambda p: p.name)
+def test_every_golden_parses(path):
+    shell = "powershell" if path.suffix == ".ps1" else "cmd"
+    assert parse_errors(path.read_bytes().decode(), shell) == []
+
+
+def test_the_parsers_do_find_broken_scripts():
+    # The test above can only fail if the parsers refuse what PowerShell and cmd would refuse.
+    assert parse_errors("if ($x -eq 1) {\n    Write-Host 'a'\n", "powershell")
+    assert parse_errors("[IO.File]::WriteAllText($p, @'\nprint(1)\n", "powershell")
+    assert parse_errors("@echo off\nif x==y (\necho a\n", "cmd")
+    assert parse_errors('set "A=1\n', "cmd")
+
+
+# ------------------------------------------------------------------------------ what each cell does
+
+
+def test_one_script_builds_every_cell_in_turn_and_goes_on_past_a_failure():
+    ps = rendered(SAGE_TWO_TORCHES, "powershell")
+    assert "Name = 'sage-2_2_0-torch2_8-cu128-py312'; Torch = '2.8.0'" in ps
+    assert "Name = 'sage-2_2_0-torch2_9-cu128-py312'; Torch = '2.9.1'" in ps
+    assert "foreach ($cell in $Cells) {" in ps and "$Failed += $cell.Name" in ps
+    assert ps.rstrip().endswith("if ($Failed.Count -gt 0) {\n    Write-Step \"FAILED: $($Failed -join ', ')\"\n    exit 1\n}\nexit 0")
+    cmd = rendered(SAGE_TWO_TORCHES, "cmd").split("\r\n")
+    assert cmd.count("call :cell_1") == 1 and cmd.count("call :cell_2") == 1
+    assert 'if errorlevel 1 (set "IG_FAILED=%IG_FAILED% sage-2_2_0-torch2_9-cu128-py312") else' \
+           ' (set "IG_BUILT=%IG_BUILT% sage-2_2_0-torch2_9-cu128-py312")' in cmd
+    assert cmd[cmd.index(":some_failed") + 2] == "exit /b 1"
+
+
+@pytest.mark.parametrize("shell", SUFFIX)
+def test_each_cell_selects_its_cuda_toolkit_and_python(shell):
+    out = rendered(SAGE_TWO_TORCHES, shell)
+    if shell == "powershell":
+        assert "CudaPathVar = 'CUDA_PATH_V12_8'" in out
+        assert "$cudaRoot = [Environment]::GetEnvironmentVariable($Cell.CudaPathVar)" in out
+        assert "$env:CUDA_PATH = $cudaRoot" in out and "$env:CUDA_HOME = $cudaRoot" in out
+        assert "$env:Path = (Join-Path $cudaRoot 'bin') + ';' + $env:Path" in out
+        assert "CUDA $($Cell.Toolkit) is not installed" in out
+        assert "'py' @(\"-$($Cell.Python)\", '-m', 'venv', $venv)" in out
+        assert "\"torch==$($Cell.Torch)\", '--index-url', $Cell.IndexUrl" in out
+        assert "IndexUrl = 'https://download.pytorch.org/whl/cu128'" in out  # never PyPI's CPU-only torch
+    else:
+        lines = out.split("\r\n")
+        for line in ['if not defined CUDA_PATH_V12_8 goto :no_cuda', 'set "CUDA_PATH=%CUDA_PATH_V12_8%"',
+                     'set "CUDA_HOME=%CUDA_PATH_V12_8%"', 'set "PATH=%CUDA_PATH_V12_8%\\bin;%PATH%"',
+                     'set "IG_PY_VERSION=3.12"', 'set "IG_INDEX_URL=https://download.pytorch.org/whl/cu128"',
+                     'py -%IG_PY_VERSION% -m venv "%IG_WORK%\\venv\\%IG_CELL%" >> "%IG_LOG%" 2>&1 || goto :step_failed']:
+            assert line in lines, line
+
+
+@pytest.mark.parametrize("shell", SUFFIX)
+def test_the_steps_come_in_order(shell):
+    out = rendered(SAGE_TWO_TORCHES, shell)
+    body = out[out.index("function Build-Cell" if shell == "powershell" else ":build_cell\r\n"):]
+    if shell == "powershell":
+        steps = ["'venv', $venv", "torch==", "'check', '--doc'", "+ $Requires +", "'fetch', '--doc'", "$Cell.Env.Keys", "'pip', 'wheel'",
+                 "'retag', '--doc'", "'verify', '--doc'", "'smoke', '--doc'", "'place', '--doc'"]
+    else:
+        steps = ["-m venv", "torch==", " check --doc", '"psutil" "torch==', " fetch --doc", "pip wheel", " retag --doc", " verify --doc",
+                 " smoke --doc", " place --doc"]
+    at = [body.index(s) for s in steps]
+    assert at == sorted(at), dict(zip(steps, at))
+
+
+def test_powershell_checks_every_native_commands_exit_code():
+    ps = rendered(SAGE_TWO_TORCHES, "powershell")
+    lines = ps.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s*(\$\w+ = )?& ", line):  # a native call
+            inside_helper = "& $Exe @Arguments" in line
+            checked = inside_helper or "$LASTEXITCODE" in lines[i + 1]
+            assert checked, line
+    helper = ps[ps.index("function Invoke-Checked"):ps.index("function Get-EnvSnapshot")]
+    assert "$code = $LASTEXITCODE" in helper and "if ($code -ne 0) { throw" in helper
+    # Every other native program runs through the helper: py, the cell's python, pip.
+    assert ps.count("Invoke-Checked '") + ps.count('Invoke-Checked "') >= 10
+    assert "$ErrorActionPreference = 'Stop'" in ps
+
+
+def test_cmd_checks_every_native_commands_exit_code():
+    lines = rendered(SAGE_TWO_TORCHES, "cmd").split("\r\n")
+    native = [ln for ln in lines if ln.startswith(('"%IG_PY%"', "py ", "pushd", "mkdir", "if not exist \"%IG_"))]
+    assert len(native) >= 11
+    for line in native:
+        assert line.endswith(("|| goto :step_failed", "|| (popd & goto :step_failed)", "|| exit /b 1")), line
+    at = lines.index('call "C:\\Program Files\\Microsoft Visual Studio\\2022\\Community\\VC\\Auxiliary\\Build\\vcvarsall.bat" x64 >nul')
+    assert lines[at + 1] == "if errorlevel 1 goto :vs_failed"
+
+
+@pytest.mark.parametrize("shell", SUFFIX)
+def test_vcvars_is_loaded_only_where_it_is_not_already(shell):
+    out = rendered(SEED_002, shell)
+    if shell == "powershell":
+        assert "if ($env:VSCMD_ARG_TGT_ARCH -ne 'x64') {" in out
+    else:
+        assert 'if /i "%VSCMD_ARG_TGT_ARCH%"=="x64" goto :vs_ready' in out
+
+
 def test_cmd_script_has_what_seed_002_sets():
-    code, out, _ = run(*SEED_002, "--shell", "cmd")
-    lines = out.split("\r\n")
+    lines = rendered(SEED_002, "cmd").split("\r\n")
     for expected in ['set "MAX_JOBS=1"', 'set "NVCC_THREADS=1"', 'set "FLASH_ATTENTION_FORCE_BUILD=TRUE"',
-                     'set "BUILD_TARGET=cuda"', 'set "DISTUTILS_USE_SDK=1"', 'set "FLASH_ATTN_CUDA_ARCHS=80;120"']:
+                     'set "BUILD_TARGET=cuda"', 'set "DISTUTILS_USE_SDK=1"', 'set "FLASH_ATTN_CUDA_ARCHS=80;120"',
+                     'set "IG_PYTHON_EXE=..\\.venv\\Scripts\\python.exe"']:
         assert expected in lines
-    assert any(line.startswith('call "C:\\Program Files\\Microsoft Visual Studio\\2022') and line.endswith("x64 || exit /b 1")
-               for line in lines)
-    assert all(not line.endswith(" ") or line.startswith("rem") or "pip install" in line for line in lines if line.startswith("set"))
-    assert '-m pip wheel --no-build-isolation --no-deps -w dist .' in out
+    assert all(not line.endswith(" ") for line in lines if line.startswith("set "))
+    assert any('-m pip wheel --no-build-isolation --no-deps -w "%IG_DIST%" .' in line for line in lines)
+    assert max(len(line) for line in lines) < 8191  # cmd's line limit, base64 chunks included
 
 
 def test_more_jobs_when_asked():
+    out = rendered(SEED_002, "powershell")
+    assert "'MAX_JOBS' = '1'" in out
     code, out, _ = run(*SEED_002, "--shell", "powershell", "--max-jobs", "4", "--nvcc-threads", "2")
-    assert "$env:MAX_JOBS = '4'" in out and "$env:NVCC_THREADS = '2'" in out
+    assert "'MAX_JOBS' = '4'" in out and "'NVCC_THREADS' = '2'" in out
+
+
+def test_the_embedded_build_document_carries_patches_local_versions_and_archs():
+    import json
+    ps = rendered(SAGE_TWO_TORCHES, "powershell")
+    start = ps.index("[IO.File]::WriteAllText($Doc, @'\n") + len("[IO.File]::WriteAllText($Doc, @'\n")
+    doc = json.loads(ps[start:ps.index("'@)", start)])
+    assert [p["name"] for p in doc["patches"]] == ["sageattention-2.2.0-sm90-fake-name.patch",
+                                                   "sageattention-2.2.0-per-extension-archs.patch"]
+    assert [(c["local_version"], c["wheel_dir"]) for c in doc["cells"]] == [
+        ("cu128torch2.8", "sageattention-2.2.0/torch2.8/cu128"), ("cu128torch2.9", "sageattention-2.2.0/torch2.9/cu128")]
+    assert [e["sass"] for e in doc["cells"][0]["expected"]] == ["sm_80", "sm_90a", "sm_120"]
+    assert [e["ptx"] for e in doc["cells"][0]["expected"]] == [None, None, "compute_120"]
+    assert doc["extension_archs"]["sageattention._qattn_sm90"] == ["9.0"]
+
+
+def test_the_cmd_script_carries_the_same_helper_and_document():
+    import base64
+    cmd = rendered(SAGE_TWO_TORCHES, "cmd").split("\r\n")
+    start = cmd.index("(", cmd.index("rem base64; each cell's Python decodes them."))
+    end = cmd.index(') > "%IG_HELPER%.b64"')
+    helper = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
+    assert helper == (Path(__file__).resolve().parents[2] / "imagegen/resources/windows/imagegen_windows.py").read_text()
+
+
+def test_the_wheelhouse_is_the_out_flag_or_the_scripts_argument():
+    code, out, _ = run(*SEED_002, "--shell", "powershell", "--out", r"D:\wheels")
+    assert code == 0 and "[string]$Wheelhouse = 'D:\\wheels'," in out
+    code, out, _ = run(*SEED_002, "--shell", "cmd", "--out", r"D:\wheels")
+    assert 'set "IG_WHEELHOUSE=D:\\wheels"' in out and 'if not "%~1"=="" set "IG_WHEELHOUSE=%~1"' in out
+
+
+# ------------------------------------------------------------------------------------------ cells
+
+
+def test_cells_come_from_the_planner():
+    sage = load_catalogue().get("sage")
+    version = sage.version("2.2.0")
+    cells, rejected = windows_cells(sage, version, parse_arch_list("12.0"), torch=("2.8", "2.9"), cuda=("12.8",),
+                                    python=("3.11", "3.12"))
+    assert [c.name for c in cells] == ["sage-2_2_0-torch2_8-cu128-py311", "sage-2_2_0-torch2_8-cu128-py312",
+                                       "sage-2_2_0-torch2_9-cu128-py311", "sage-2_2_0-torch2_9-cu128-py312"]
+    assert not rejected and all(c.flavor == "native" and c.base.nvcc.public == "12.8" for c in cells)
+    _, rejected = windows_cells(sage, version, parse_arch_list("12.0"), torch=("2.8",), cuda=("12.6",), python=("3.12",))
+    assert rejected[0].problems == ("sm_120 needs CUDA >= 12.8; CUDA 12.6 (cu126) selected: use --cuda 12.8 or newer",)
+
+
+def test_an_axis_not_given_is_the_newest_that_builds():
+    sage = load_catalogue().get("sage")
+    cells, _ = windows_cells(sage, sage.version("2.2.0"), parse_arch_list("8.0"), cuda=("12.6",), python=("3.12",))
+    assert len(cells) == 1 and cells[0].cuda.name == "cu126" and cells[0].python == "3.12"
+    cell = windows_cell(sage, sage.version("2.2.0"), parse_arch_list("8.0"), "2.8", cuda_variant("12.8"), "3.12")
+    assert cell.torch_version == "2.8.0" and cell.buildable
+
+
+# --------------------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["render", "sage", "--shell", "cmd", "--cuda", "12.6", "--arch", "12.0"], 3,
+     "sm_120 needs CUDA >= 12.8; CUDA 12.6 (cu126) selected"),
+    (["render", "sage", "--shell", "powershell", "--torch", "2.8", "--cuda", "13.0"], 3, "torch 2.8 has no cu130 build"),
+    (["render", "no-such-recipe", "--shell", "cmd"], 2, "unknown recipe 'no-such-recipe'"),
+    (["render", "sage", "--shell", "powershell", "--arch", "sm_999"], 2, "unknown compute capability"),
+    (["render", "sage", "--shell", "powershell", "--arch", "8.0;;x'y"], 2, "unknown GPU architecture"),
+    (["render", "flash-attn", "--shell", "cmd", "--arch", "7.5"], 2, "flash-attn 2.8.3 does not support sm_75"),
+    (["render", "flash-attn", "--shell", "cmd", "--torch", "2.8,2.9", "--python-exe", "py.exe"], 2,
+     "--python-exe builds with that interpreter's torch as it is: one cell only"),
+    (["render", "flash-attn", "--shell", "cmd", "--flavor", "cuda"], 2, "--flavor does not apply to --shell"),
+    (["render", "flash-attn", "--audit"], 2, "--audit goes with --shell"),
+    (["render", "flash-attn", "--torch", "2.8,2.9"], 2, "--torch takes one value here"),
+])
+def test_refusals_are_one_line_and_exit_non_zero(argv, code, message):
+    got, out, err = run(*argv)
+    assert got == code and message in err and out == "", err
+    assert err.strip().count("\n") == 0 and "Traceback" not in err
+
+
+def test_many_rejected_cells_are_each_named():
+    got, _, err = run("render", "sage", "--shell", "cmd", "--torch", "2.8,2.9", "--cuda", "12.6", "--arch", "12.0")
+    lines = err.strip().splitlines()
+    assert got == 3 and len(lines) == 3 and "and 1 more of the 2 cells: sage-2_2_0-torch2_9-cu126-py312" in lines[-1]
+    assert lines[0].startswith("[sage-2_2_0-torch2_8-cu126-py312] rejected: sm_120 needs CUDA >= 12.8")
+
+
+def test_audit_says_in_one_line_why_it_cannot_run_for_a_windows_cell():
+    got, out, err = run(*SEED_002, "--shell", "powershell", "--audit")
+    assert got == 0 and out.startswith("# Generated by imagegen")
+    assert err.count("\n") == 1 and "--audit: the gencode audit" in err and "cannot run a Windows build" in err
+
+
+def test_render_script_refuses_many_cells_with_one_interpreter():
+    fa = load_catalogue().get("flash-attn")
+    version = fa.version(None)
+    cells, _ = windows_cells(fa, version, parse_arch_list("8.0"), torch=("2.8", "2.9"), cuda=("12.8",), python=("3.12",))
+    with pytest.raises(UnsafeValueError, match="one cell only"):
+        render_script("cmd", fa, version, cells, src="fa", python_exe="python.exe")
+    with pytest.raises(CompatError):
+        render_script("cmd", fa, version, [], src="fa")
+
+
+# ------------------------------------------------------------------------------------ hostile values
+
+
+def one_cell(name: str = "flash-attn"):
+    r = load_catalogue().get(name)
+    version = r.version(None)
+    return r, version, [windows_cell(r, version, parse_arch_list("8.0"), "2.8", cuda_variant("12.8"), "3.12")]
 
 
 @pytest.mark.parametrize("field, value", [
-    ("src", 'D:\\x" & del C:\\ & "'), ("src", "D:\\%PATH%"), ("python", "py.exe & calc"),
+    ("src", 'D:\\x" & del C:\\ & "'), ("src", "D:\\%PATH%"), ("python_exe", "py.exe & calc"), ("src", "D:\\a!b"),
+    ("out", "D:\\w^x"), ("out", "D:\\w|x"), ("vcvars", 'C:\\v"s.bat'),
 ])
 def test_cmd_refuses_hostile_paths(field, value):
-    r = load_catalogue().get("flash-attn")
-    kw = {"src": "D:\\src", "python": "python", field: value}
+    r, version, cells = one_cell()
+    kw = {"src": "D:\\src", "python_exe": None, field: value}
     with pytest.raises(UnsafeValueError):
-        render_script("cmd", r, r.version(None), parse_arch_list("8.0"), **kw)
+        render_script("cmd", r, version, cells, **kw)
 
 
-def test_powershell_quotes_and_refuses():
-    r = load_catalogue().get("flash-attn")
-    out = render_script("powershell", r, r.version(None), parse_arch_list("8.0"), src="D:\\it's", python="python")
-    assert "'D:\\it''s'" in out
+@pytest.mark.parametrize("field, value", [
+    ("src", "D:\\$(calc)"), ("src", "D:\\`ncalc"), ("python_exe", "C:\\py$env:X.exe"), ("out", "D:\\w\nx"),
+    ("vcvars", "C:\\v'$(calc).bat"),
+])
+def test_powershell_refuses_hostile_values(field, value):
+    r, version, cells = one_cell()
+    kw = {"src": "D:\\src", "python_exe": None, field: value}
     with pytest.raises(UnsafeValueError):
-        render_script("powershell", r, r.version(None), parse_arch_list("8.0"), src="D:\\$(calc)", python="python")
+        render_script("powershell", r, version, cells, **kw)
 
 
-def test_unsupported_arch_is_one_line():
-    code, _, err = run("render", "flash-attn", "--shell", "cmd", "--arch", "7.5")
-    assert code == 2 and "flash-attn 2.8.3 does not support sm_75" in err
+@pytest.mark.parametrize("field, value", [
+    ("src", "D:\\it's here"), ("src", "D:\\My Projects (x86)\\flash-attention"), ("python_exe", "C:\\Py 3.12\\python.exe"),
+    ("out", "D:\\wheels; and more"), ("src", "D:\\a#b{c}[d]"), ("vcvars", "C:\\Program Files (x86)\\VS\\vcvarsall.bat"),
+    ("src", "D:\\caf\u00e9"), ("src", "D:\\it\u2019s"), ("python_exe", "python"),
+])
+@pytest.mark.parametrize("shell", SUFFIX)
+def test_hostile_but_accepted_values_stay_quoted_and_parse(shell, field, value):
+    r, version, cells = one_cell()
+    kw = {"src": "D:\\src", "python_exe": None, field: value}
+    out = render_script(shell, r, version, cells, **kw)
+    if shell == "powershell":
+        assert "'" + re.sub("(['\u2019])", r"\1\1", value) + "'" in out
+    assert parse_errors(out, shell) == []
+    baseline = render_script(shell, r, version, cells, src="D:\\src", python_exe=None)
+    assert len(out.splitlines()) == len(baseline.splitlines())  # a value never adds or ends a line
+
+
+def test_powershell_doubles_single_quotes():
+    r, version, cells = one_cell()
+    out = render_script("powershell", r, version, cells, src="D:\\it's", python_exe=None)
+    assert "GetUnresolvedProviderPathFromPSPath('D:\\it''s')" in out
+
+
+def test_a_hostile_torch_index_override_is_refused():
+    r, version, cells = one_cell()
+    with pytest.raises(UnsafeValueError):
+        render_script("cmd", r, version, cells, src="src", index_override="https://x.example/%PATH%/{cuda}")
 
 
 def test_a_version_that_predates_ext_parallel_gets_the_whole_job_budget():
-    from imagegen.render.windows import build_env
-
     sage = load_catalogue().get("sage")
     archs = parse_arch_list("9.0")
     new = dict(build_env(sage, sage.version("2.2.0"), archs, 8, 2, None))

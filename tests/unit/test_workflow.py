@@ -484,7 +484,7 @@ def _cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     (["--publish", "ftp://host/x", "--imagegen-from", "imagegen"], "--publish"),
     (["--publish", "", "--imagegen-from", "imagegen"], "--publish"),
     (["--publish", "hf:octo/wheels"], "--publish needs --imagegen-from"),
-    (["--imagegen-from", "imagegen"], "give --publish DEST too"),
+    (["--imagegen-from", "imagegen"], "give --publish DEST or --windows RECIPE too"),
     (["--publish", "hf:octo/wheels", "--imagegen-from", "x ${{ secrets.HF_TOKEN }}"], "--imagegen-from"),
     (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen'; id; '"], "--imagegen-from"),
     (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen\nrun: id"], "--imagegen-from"),

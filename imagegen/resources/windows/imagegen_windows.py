@@ -1,0 +1,620 @@
+#!/usr/bin/env python3
+"""imagegen's helper for the native Windows build scripts (imagegen render --shell cmd|powershell).
+
+The rendered script embeds this file and runs it with each cell's Python for the steps that need
+real work; the script itself only selects the CUDA toolkit, makes the venv, installs torch and the
+build requirements, loads MSVC, sets the recipe's variables and runs `pip wheel`, checking every
+exit code. Standard library only, Python 3.8+, ASCII only (it is written out by cmd and PowerShell).
+Every value comes from the JSON build document the script writes beside it (--doc); none passes
+through a shell.
+
+  check   the interpreter is the cell's Python, its torch is the cell's torch (release and CUDA
+          variant), and the nvcc on PATH agrees with it (its major equals torch's CUDA major, the
+          rule of the Linux pre-flight) and is the toolkit the cell was planned with
+  fetch   the pinned source in --src (cloned when missing, checked when present), the recipe's
+          patches applied once (one already in the tree is skipped with a log line), the tree's
+          build folder of an earlier cell removed
+  retag   the one wheel in --dist gets the cell's local version (2.2.0 -> 2.2.0+cu128torch2.8)
+  verify  every requested SASS (and PTX where +PTX was asked) is in the wheel's extensions, read
+          with cuobjdump --list-elf / --list-ptx
+  smoke   a fresh venv that sees the cell's environment (torch), the wheel installed into it with
+          --no-deps, the recipe's modules imported from a folder outside the source tree
+  place   the wheel into WHEELHOUSE/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/ under a hidden name, then
+          renamed (never half a wheel there), with its build record <wheel>.imagegen.json
+"""
+
+import argparse
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+RECORD_SUFFIX = ".imagegen.json"  # imagegen.wheelhouse.RECORD_SUFFIX
+SMOKE_FILE = "smoke.json"  # in --dist: the smoke step's result, read by place into the build record
+VERIFY_FILE = "verify.json"  # in --dist: the verify step's result
+
+
+class Failed(Exception):
+    """A step's failure: one line for the user, exit status 1."""
+
+
+def log(msg):
+    print("[imagegen] " + msg, flush=True)
+
+
+def load_doc(path):
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or doc.get("kind") != "imagegen-windows-build":
+        raise Failed("%s is not an imagegen Windows build document" % path)
+    return doc
+
+
+def cell_of(doc, name):
+    for cell in doc["cells"]:
+        if cell["name"] == name:
+            return cell
+    raise Failed("no cell %r in the build document (it has %s)" % (name, ", ".join(c["name"] for c in doc["cells"])))
+
+
+def output_of(cmd, env=None, cwd=None):
+    """(exit status, stdout and stderr together) of ``cmd``; (None, why) when it cannot start."""
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    except OSError as exc:
+        return None, "%s: %s" % (cmd[0], exc)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace")
+
+
+def run(cmd, env=None, cwd=None):
+    log("$ " + " ".join(cmd))
+    try:
+        rc = subprocess.call(cmd, env=env, cwd=cwd)
+    except OSError as exc:
+        raise Failed("cannot run %s: %s" % (cmd[0], exc))
+    if rc != 0:
+        raise Failed("%s exited with code %d" % (" ".join(cmd[:3]), rc))
+
+
+# ------------------------------------------------------------------------------------------------
+# check
+
+TORCH_PROBE = "import json, sys, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
+_NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
+
+
+def nvcc_release(text):
+    """(major, minor) from `nvcc --version`'s output, or None."""
+    m = _NVCC_RELEASE.search(text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def torch_problems(cell, got_version, got_cuda):
+    """Why the torch found is not the cell's (empty: it is). A local label (+cu128) is allowed."""
+    if got_version is None:
+        return ["torch is not installed in %s" % sys.executable]
+    if got_version.split("+")[0] != cell["torch"]:
+        return ["torch %s is installed, the cell asks for torch %s" % (got_version, cell["torch"])]
+    if (got_cuda or "") != cell["cuda_dotted"]:
+        return ["torch %s is built for CUDA %s, the cell asks for CUDA %s (%s): install it from %s"
+                % (got_version, got_cuda or "none (a CPU-only build)", cell["cuda_dotted"], cell["cuda"],
+                   cell["torch_index_url"])]
+    return []
+
+
+def nvcc_problems(cell, release, torch_cuda):
+    """The Linux pre-flight's rule (imagegen.cell_rules.base_problems: nvcc's major must equal torch's
+    CUDA major), and the toolkit the plan chose for the cell (its arch checks assumed that nvcc)."""
+    if release is None:
+        return ["nvcc not found on PATH (CUDA_PATH\\bin): install CUDA Toolkit %s" % cell["toolkit"]]
+    found = "%d.%d" % release
+    out = []
+    major = int(str(torch_cuda or cell["cuda_dotted"]).split(".")[0])
+    if release[0] != major:
+        out.append("nvcc %s cannot build for torch's CUDA %s (nvcc's major must equal torch's CUDA major)"
+                   % (found, torch_cuda or cell["cuda_dotted"]))
+    elif found != cell["toolkit"]:
+        out.append("nvcc on PATH is %s, the cell was planned with CUDA %s: point %s at the %s toolkit"
+                   % (found, cell["toolkit"], cell["cuda_path_var"], cell["toolkit"]))
+    return out
+
+
+def cmd_check(doc, args):
+    cell = cell_of(doc, args.cell)
+    problems = []
+    have = "%d.%d" % sys.version_info[:2]
+    if have != cell["python"]:
+        problems.append("this is Python %s (%s), the cell is for Python %s" % (have, sys.executable, cell["python"]))
+    rc, out = output_of([sys.executable, "-c", TORCH_PROBE])
+    got = (None, None)
+    if rc == 0:
+        try:
+            got = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
+    problems += torch_problems(cell, got[0], got[1])
+    nvcc = shutil.which("nvcc")
+    rc, out = output_of([nvcc, "--version"]) if nvcc else (None, "")
+    release = nvcc_release(out) if rc == 0 else None
+    problems += nvcc_problems(cell, release, got[1])
+    if problems:
+        raise Failed("; ".join(problems))
+    log("Python %s, torch %s (CUDA %s), nvcc %d.%d at %s: as the cell asks"
+        % (have, got[0], got[1], release[0], release[1], nvcc))
+
+
+# ------------------------------------------------------------------------------------------------
+# fetch
+
+
+def git_env(dest):
+    # Inside another repository's work tree `git apply` takes the patch's paths from that
+    # repository's root and silently skips them all: stop git's search for a repository at dest.
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.abspath(dest)))
+    for var in ("GIT_DIR", "GIT_WORK_TREE"):
+        env.pop(var, None)
+    return env
+
+
+def head_of(dest):
+    rc, out = output_of(["git", "-C", dest, "rev-parse", "HEAD"], env=git_env(dest))
+    return out.strip() if rc == 0 else None
+
+
+def apply_patch(patch, dest):
+    """Apply a recipe patch once, as imagegen_build.apply_patch does on Linux: applied when `git apply
+    --check` passes, skipped with a log line when `git apply --reverse --check` passes (the tree
+    already has it), refused otherwise."""
+    text = patch["text"].encode("utf-8")
+    dest = os.path.abspath(dest)
+    env = git_env(dest)
+
+    def git_apply(*flags):
+        try:
+            return subprocess.run(["git", "apply"] + list(flags) + ["-"], input=text, cwd=dest, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        except OSError as exc:
+            raise Failed("cannot run git: %s" % exc)
+
+    if git_apply("--check"):
+        log("applying patch %s: %s" % (patch["name"], patch.get("reason", "")))
+        if not git_apply() or not git_apply("--reverse", "--check"):
+            raise Failed("patch %s failed to apply in %s" % (patch["name"], dest))
+    elif git_apply("--reverse", "--check"):
+        log("patch %s is already in the source at %s (upstream has it, or an earlier cell applied it):"
+            " not applied again" % (patch["name"], dest))
+    else:
+        raise Failed("patch %s neither applies to the source in %s nor is already in it: the tree is not the pinned"
+                     " source (or was checked out with CRLF line endings: clone with -c core.autocrlf=false)"
+                     % (patch["name"], dest))
+
+
+def cmd_fetch(doc, args):
+    src = doc["source"]
+    dest = args.src
+    env = git_env(dest)
+    if os.path.isdir(os.path.join(dest, ".git")):
+        head = head_of(dest)
+        if head is None:
+            raise Failed("%s has a .git folder git cannot read" % dest)
+        if src.get("commit") and not head.startswith(src["commit"]):
+            raise Failed("the checkout at %s is at %s, not the pinned %s: check out the pinned commit, or give"
+                         " another --src-dir" % (dest, head[:12], src["commit"][:12]))
+        log("source already present at %s (%s)" % (dest, head[:12]))
+    elif os.path.isdir(dest) and os.listdir(dest):
+        log("using the source tree at %s as given (no .git, so the pinned %s cannot be checked)"
+            % (dest, src.get("commit") or src["ref"]))
+    else:
+        os.makedirs(dest, exist_ok=True)
+        # LF as in the repository: the recipe's patches are LF, and git apply refuses a CRLF tree.
+        run(["git", "init", "-q", dest], env=env)
+        run(["git", "-C", dest, "config", "core.autocrlf", "false"], env=env)
+        run(["git", "-C", dest, "remote", "add", "origin", src["url"]], env=env)
+        run(["git", "-C", dest, "fetch", "--depth", "1", "origin", src["ref"]], env=env)
+        run(["git", "-C", dest, "checkout", "-q", "FETCH_HEAD"], env=env)
+        head = head_of(dest) or "?"
+        if src.get("commit") and not head.startswith(src["commit"]):
+            raise Failed("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], head, src["commit"]))
+        if src.get("submodules"):
+            run(["git", "-C", dest, "-c", "core.autocrlf=false", "submodule", "update", "--init", "--recursive",
+                 "--depth", "1"], env=env)
+    for patch in doc.get("patches", []):
+        apply_patch(patch, dest)
+    # An earlier cell's objects (another torch, the same Python) would be taken as up to date.
+    tree = os.path.join(dest, src.get("subdir") or "")
+    for stale in ("build",):
+        path = os.path.join(tree, stale)
+        if os.path.isdir(path):
+            log("removing %s (an earlier build's objects)" % path)
+            shutil.rmtree(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# retag
+
+
+def the_wheel(dist):
+    wheels = sorted(f for f in os.listdir(dist) if f.endswith(".whl")) if os.path.isdir(dist) else []
+    if len(wheels) != 1:
+        raise Failed("expected one wheel in %s, found %s" % (dist, ", ".join(wheels) or "none"))
+    return os.path.join(dist, wheels[0])
+
+
+def wheel_name_parts(name):
+    parts = name[:-4].split("-")
+    if len(parts) == 6:  # with a build tag
+        return parts[0], parts[1], "-".join(parts[2:])
+    if len(parts) != 5:
+        raise Failed("%s is not a wheel file name" % name)
+    return parts[0], parts[1], "-".join(parts[2:])
+
+
+def retag(path, label, out_dir):
+    """The wheel at ``path`` with the PEP 440 local version ``label`` (2.2.0 -> 2.2.0+cu128torch2.8),
+    written into ``out_dir``; the path of the new wheel. File name, .dist-info folder, METADATA and
+    RECORD agree (pip refuses a wheel where they do not). A wheel whose version already has a local
+    label (the package's own knob set it) is returned as it is. Same result as imagegen_build.retag."""
+    name = os.path.basename(path)
+    dist, version, tags = wheel_name_parts(name)
+    if "+" in version:
+        return path
+    new_version = version + "+" + label
+    old_info, new_info = "%s-%s.dist-info" % (dist, version), "%s-%s.dist-info" % (dist, new_version)
+    new_path = os.path.join(out_dir, "%s-%s-%s.whl" % (dist, new_version, tags))
+    records = []
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(new_path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            fname = info.filename
+            if fname.startswith(old_info + "/"):
+                fname = new_info + fname[len(old_info):]
+            if fname == new_info + "/RECORD":
+                continue
+            if fname == new_info + "/METADATA":
+                data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new_version.encode(), data, count=1)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            zi = zipfile.ZipInfo(fname, date_time=info.date_time)
+            zi.external_attr = info.external_attr
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(zi, data)
+            records.append((fname, "sha256=" + digest, str(len(data))))
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerows(records)
+        writer.writerow((new_info + "/RECORD", "", ""))
+        zout.writestr(new_info + "/RECORD", buf.getvalue())
+    log("retagged %s -> %s" % (name, os.path.basename(new_path)))
+    return new_path
+
+
+def cmd_retag(doc, args):
+    cell = cell_of(doc, args.cell)
+    path = the_wheel(args.dist)
+    with tempfile.TemporaryDirectory(dir=args.dist) as tmp:
+        new = retag(path, cell["local_version"], tmp)
+        if new != path:
+            os.replace(new, os.path.join(args.dist, os.path.basename(new)))
+            os.unlink(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# verify
+
+_LISTED = re.compile(r"(ELF|PTX) file\s+\d+:\s+\S+?\.sm_(\d+)([af]?)\.(?:cubin|ptx)")
+_EXTENSION = re.compile(r"\.(pyd|so(\.\d+)*)$")
+
+
+def listed_targets(text):
+    """The targets cuobjdump --list-elf / --list-ptx lists, each once: {'sm_80', 'sm_90a', 'compute_120'}."""
+    return {("sm_" if m.group(1) == "ELF" else "compute_") + m.group(2) + m.group(3) for m in _LISTED.finditer(text)}
+
+
+def so_module(name):
+    """``sageattention/_qattn_sm90.cp312-win_amd64.pyd`` -> ``sageattention._qattn_sm90``."""
+    parts = name.replace("\\", "/").split("/")
+    parts[-1] = parts[-1].split(".", 1)[0]
+    return ".".join(p for p in parts if p)
+
+
+def missing_targets(expected, found, allowed=None):
+    """The requested targets (``expected``: {cc, sass, ptx}) an extension with ``found`` lacks; an
+    extension whose kernels can target only some ccs (``allowed``, the recipe's knowledge) is held
+    to those."""
+    out = []
+    for want in expected:
+        if allowed is not None and want["cc"] not in allowed:
+            continue
+        for kind in ("sass", "ptx"):
+            if want.get(kind) and want[kind] not in found:
+                out.append(want[kind])
+    return out
+
+
+def judge(expected, listings, extension_archs):
+    """(problems, lines) for the extensions' listings ({name in the wheel: set of targets}): each
+    CUDA extension must carry every requested target it can, and the wheel must have one."""
+    problems, lines = [], []
+    cuda = {name: found for name, found in sorted(listings.items()) if found}
+    if not cuda:
+        return ["the wheel contains no CUDA extension (no .pyd with device code)"], lines
+    wanted = {t for w in expected for t in (w.get("sass"), w.get("ptx")) if t}
+    for name, found in cuda.items():
+        allowed = extension_archs.get(so_module(name))
+        missing = missing_targets(expected, found, allowed)
+        extra = sorted(found - wanted - {"compute_" + t[3:] for t in wanted if t.startswith("sm_")})
+        lines.append("%s: %s%s" % (name, ", ".join(sorted(found)), " (also %s, not requested)" % ", ".join(extra)
+                                   if extra else ""))
+        if missing:
+            problems.append("%s lacks %s (has %s)" % (name, ", ".join(missing), ", ".join(sorted(found))))
+    return problems, lines
+
+
+def find_cuobjdump():
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        root = os.environ.get(var)
+        for exe in ("cuobjdump.exe", "cuobjdump"):
+            if root and os.path.isfile(os.path.join(root, "bin", exe)):
+                return os.path.join(root, "bin", exe)
+    return None
+
+
+def list_extension(exe, path):
+    """The targets cuobjdump lists for one extension (empty: no device code)."""
+    rc, out = output_of([exe, "--list-elf", "--list-ptx", path])
+    if rc is None:
+        raise Failed("cannot run cuobjdump: %s" % out)
+    found = listed_targets(out)
+    if rc != 0 and not found and "does not contain device code" not in out:
+        raise Failed("cuobjdump failed on %s (exit %d): %s" % (os.path.basename(path), rc, out.strip()[-300:]))
+    return found
+
+
+def cmd_verify(doc, args):
+    cell = cell_of(doc, args.cell)
+    path = the_wheel(args.dist)
+    exe = args.cuobjdump or find_cuobjdump()
+    if not exe:
+        raise Failed("cuobjdump not found (on PATH or in CUDA_PATH\\bin): the CUDA toolkit's cuobjdump checks the archs")
+    listings = {}
+    with zipfile.ZipFile(path) as zf, tempfile.TemporaryDirectory(prefix="imagegen-verify-") as tmp:
+        for i, info in enumerate(zf.infolist()):
+            if not _EXTENSION.search(info.filename):
+                continue
+            copy = os.path.join(tmp, "%d-%s" % (i, os.path.basename(info.filename)))
+            with zf.open(info) as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            listings[info.filename] = list_extension(exe, copy)
+    problems, lines = judge(cell["expected"], listings, doc.get("extension_archs") or {})
+    for line in lines:
+        log("verify: " + line)
+    with open(os.path.join(args.dist, VERIFY_FILE), "w", encoding="utf-8") as fh:
+        json.dump({"ok": not problems, "problems": problems, "extensions": {k: sorted(v) for k, v in listings.items()}},
+                  fh, indent=2)
+    if problems:
+        raise Failed("the wheel does not carry the archs asked for (%s): %s" % (cell["archs"], "; ".join(problems)))
+    log("verify: every requested arch is there (%s)" % cell["archs"])
+
+
+# ------------------------------------------------------------------------------------------------
+# smoke
+
+_SMOKE = """
+import importlib, json, sys
+results = {}
+for name in sys.argv[2:]:
+    try:
+        importlib.import_module(name)
+        results[name] = "ok"
+    except Exception as exc:
+        results[name] = "error: %s: %s" % (type(exc).__name__, exc)
+with open(sys.argv[1], "w") as fh:
+    json.dump(results, fh)
+"""
+
+
+def venv_python(venv):
+    if os.name == "nt":
+        return os.path.join(venv, "Scripts", "python.exe")
+    return os.path.join(venv, "bin", "python")
+
+
+def site_dirs():
+    """The running interpreter's site-packages folders (the cell's environment, where torch is)."""
+    import site
+    import sysconfig
+    out = []
+    for path in [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]] + list(site.getsitepackages()):
+        # site.getsitepackages() also names a venv's own folder on Windows: only the package folders
+        if os.path.basename(path.rstrip("\\/")).lower() in ("site-packages", "dist-packages") \
+                and os.path.isdir(path) and path not in out:
+            out.append(path)
+    return out
+
+
+def driver_present():
+    """Whether this machine has a GPU driver (nvcuda.dll on Windows, libcuda elsewhere)."""
+    if os.name == "nt":
+        return os.path.isfile(os.path.join(os.environ.get("SystemRoot", r"C:\Windows"), "System32", "nvcuda.dll"))
+    import ctypes.util
+    return ctypes.util.find_library("cuda") is not None
+
+
+_NEEDS_DRIVER = re.compile(r"nvcuda\.dll|libcuda\.so|CUDA driver|no CUDA-capable device|NVIDIA driver")
+
+
+def judge_imports(results, modules, driver_modules, has_driver):
+    """(report, failed) of the import results: an import that failed only for want of a GPU driver on
+    a machine without one is skipped, not failed."""
+    report, failed = {}, []
+    for name in list(modules) + list(driver_modules):
+        got = results.get(name, "error: not run")
+        if got != "ok" and (_NEEDS_DRIVER.search(got) or (not has_driver and "DLL load failed" in got)):
+            got = "skipped: needs a GPU driver (%s)" % got.split(": ", 1)[-1][:200]
+        elif got != "ok":
+            failed.append(name)
+        report[name] = got
+    return report, failed
+
+
+def cmd_smoke(doc, args):
+    path = os.path.abspath(the_wheel(args.dist))
+    venv = os.path.abspath(args.venv)
+    if os.path.exists(venv):
+        shutil.rmtree(venv)
+    # --system-site-packages: the base interpreter's packages; a .pth: the cell's own environment's
+    # (a venv made from a venv sees the base's site-packages only). The wheel installed into this venv
+    # comes first on sys.path, before any copy in the cell's environment.
+    run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", venv])
+    py = venv_python(venv)
+    rc, out = output_of([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    if rc != 0:
+        raise Failed("the smoke venv's Python does not run: %s" % out.strip()[-300:])
+    with open(os.path.join(out.strip().splitlines()[-1], "imagegen-cell-env.pth"), "w", encoding="utf-8") as fh:
+        fh.write("".join(d + "\n" for d in site_dirs()))
+    run([py, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "--force-reinstall",
+         path])
+    modules = list(doc.get("smoke_imports") or [])
+    driver_modules = list(doc.get("smoke_driver_imports") or [])
+    with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
+        out_file = os.path.join(tmp, "imports.json")
+        rc, text = output_of([py, "-c", _SMOKE, out_file] + modules + driver_modules, cwd=tmp)
+        try:
+            with open(out_file, encoding="utf-8") as fh:
+                results = json.load(fh)
+        except (OSError, ValueError):
+            raise Failed("the import test did not run (exit %s): %s" % (rc, text.strip()[-300:]))
+    report, failed = judge_imports(results, modules, driver_modules, driver_present())
+    for name, got in report.items():
+        log("smoke: import %s: %s" % (name, got))
+    with open(os.path.join(args.dist, SMOKE_FILE), "w", encoding="utf-8") as fh:
+        json.dump({"imports": report, "ok": not failed}, fh, indent=2)
+    if failed:
+        raise Failed("smoke test failed: cannot import %s" % ", ".join(failed))
+
+
+# ------------------------------------------------------------------------------------------------
+# place
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def copy_atomic(src, dest):
+    """Copy under a hidden name beside ``dest``, then rename: no reader sees half a file."""
+    tmp = os.path.join(os.path.dirname(dest), ".%s.%d.partial" % (os.path.basename(dest), os.getpid()))
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def build_record(doc, cell, wheel, smoke, verify, started):
+    """The build record beside the wheel (the schema of imagegen_build.write_build_record), so that
+    `imagegen collect` can check the wheel against what was asked."""
+    src = doc["source"]
+    return {
+        "schema": 1,
+        "kind": "imagegen-build-record",
+        "cell": cell["name"],
+        "recipe": doc["recipe"],
+        "distribution": doc.get("distribution"),
+        "version": doc["version"],
+        "source": {k: src.get(k) for k in ("kind", "url", "ref", "commit")},
+        "patches": [p["name"] for p in doc.get("patches", [])],
+        "torch": cell["torch"],
+        "cuda": cell["cuda"],
+        "python": cell["python"],
+        "flavor": "windows",
+        "base_image": None,
+        "requested_archs": cell["archs"],
+        "planned_archs": cell["archs"],
+        "inputs": None,
+        "wheel": os.path.basename(wheel),
+        "sha256": file_sha256(wheel),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "duration_s": round(time.time() - started, 1) if started else None,
+        "smoke": smoke,
+        "verify": verify,
+    }
+
+
+def cmd_place(doc, args):
+    cell = cell_of(doc, args.cell)
+    path = the_wheel(args.dist)
+    results = {}
+    for key, name in (("smoke", SMOKE_FILE), ("verify", VERIFY_FILE)):
+        try:
+            with open(os.path.join(args.dist, name), encoding="utf-8") as fh:
+                results[key] = json.load(fh)
+        except (OSError, ValueError):
+            results[key] = None
+        if not (isinstance(results[key], dict) and results[key].get("ok") is True):
+            raise Failed("the wheel has not passed its %s step: it is not placed in the wheelhouse" % key)
+    folder = os.path.join(args.wheelhouse, *cell["wheel_dir"].split("/"))
+    os.makedirs(folder, exist_ok=True)
+    dest = os.path.join(folder, os.path.basename(path))
+    copy_atomic(path, dest)
+    record = build_record(doc, cell, dest, results["smoke"], results["verify"], args.started)
+    tmp = os.path.join(folder, ".%s%s.partial" % (os.path.basename(dest), RECORD_SUFFIX))
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, dest + RECORD_SUFFIX)
+    log("wheel: %s" % dest)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="imagegen_windows.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="step")
+    sub.required = True
+    for name in ("check", "fetch", "retag", "verify", "smoke", "place"):
+        p = sub.add_parser(name)
+        p.add_argument("--doc", required=True, help="the build document (JSON) the script wrote")
+        if name != "fetch":
+            p.add_argument("--cell", required=True)
+        if name == "fetch":
+            p.add_argument("--src", required=True, help="the source folder (cloned there when missing)")
+        if name in ("retag", "verify", "smoke", "place"):
+            p.add_argument("--dist", required=True, help="the folder pip wheel wrote the cell's wheel into")
+        if name == "verify":
+            p.add_argument("--cuobjdump", help="cuobjdump to use (default: PATH, then CUDA_PATH\\bin)")
+        if name == "smoke":
+            p.add_argument("--venv", required=True, help="the fresh venv to make for the import test")
+        if name == "place":
+            p.add_argument("--wheelhouse", required=True)
+            p.add_argument("--started", type=float, default=None, help="when the cell started (epoch seconds)")
+    args = parser.parse_args(argv)
+    steps = {"check": cmd_check, "fetch": cmd_fetch, "retag": cmd_retag, "verify": cmd_verify, "smoke": cmd_smoke,
+             "place": cmd_place}
+    try:
+        steps[args.step](load_doc(args.doc), args)
+    except Failed as exc:
+        print("[imagegen] error: %s" % exc, file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
