@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import shutil
 import struct
@@ -56,13 +57,13 @@ MAX_SO_BYTES = 16 << 30  # an extension larger than this is refused, not read
 SPOOL_BYTES = 64 << 20  # an extension up to this size is read in memory, a larger one goes through a temp file
 
 
-def _read_at(fh: BinaryIO, offset: int, size: int, total: int) -> bytes:
+def _read_at(fh: BinaryIO, offset: int, size: int, total: int, kind: str = "ELF") -> bytes:
     if offset < 0 or size < 0 or offset + size > total:
-        raise VerifyError("malformed ELF: a header points outside the file")
+        raise VerifyError(f"malformed {kind}: a header points outside the file")
     fh.seek(offset)
     data = fh.read(size)
     if len(data) != size:
-        raise VerifyError("malformed ELF: the file is shorter than its headers say")
+        raise VerifyError(f"malformed {kind}: the file is shorter than its headers say")
     return data
 
 
@@ -100,6 +101,54 @@ def elf_section_table(fh: BinaryIO, total: int) -> dict[str, tuple[int, int]]:
         else:
             raise VerifyError(f"malformed ELF: section {label[:40]!r} lies outside the file")
     return out
+
+
+MAX_PE_SECTIONS = 96  # the PE/COFF loader's own limit
+
+
+# Where the fat binary is: `.nv_fatbin` in an ELF .so; `.nv_fatb` in a Windows .pyd/.dll (PE section
+# names are cut at 8 bytes; seen in NVIDIA's own nvjpeg64_12.dll from PyPI, beside `.nvFatBi`).
+FATBIN_SECTIONS = (".nv_fatbin", ".nv_fatb")
+
+
+def pe_section_table(fh: BinaryIO, total: int) -> dict[str, tuple[int, int]]:
+    """Section name -> (offset, size) in the file of a PE image (a Windows .pyd or .dll) of ``total``
+    bytes, read with bounded reads (the headers only). A section's size is the smaller of its size in
+    memory and in the file (the file's is rounded up to the file alignment). Raises VerifyError."""
+    head = _read_at(fh, 0, 64, total, "PE") if total >= 64 else b""
+    if head[:2] != b"MZ":
+        raise VerifyError("not a PE image")
+    pe, = struct.unpack_from("<I", head, 0x3C)
+    coff = _read_at(fh, pe, 24, total, "PE")
+    if coff[:4] != b"PE\0\0":
+        raise VerifyError("malformed PE: no PE signature where the header points")
+    nsec, = struct.unpack_from("<H", coff, 6)
+    opt_size, = struct.unpack_from("<H", coff, 20)
+    if nsec > MAX_PE_SECTIONS:
+        raise VerifyError("malformed PE: bad section table")
+    table = _read_at(fh, pe + 24 + opt_size, 40 * nsec, total, "PE")
+    out = {}
+    for i in range(nsec):
+        raw_name = table[40 * i:40 * i + 8]
+        label = raw_name.split(b"\0", 1)[0].decode(errors="replace")
+        vsize, _va, raw_size, raw_ptr = struct.unpack_from("<IIII", table, 40 * i + 8)
+        size = min(vsize, raw_size) if vsize else raw_size
+        if raw_ptr > total or size > total - raw_ptr:
+            raise VerifyError(f"malformed PE: section {label!r} lies outside the file")
+        out[label] = (raw_ptr, size)
+    return out
+
+
+def extension_section_table(fh: BinaryIO, total: int) -> dict[str, tuple[int, int]]:
+    """The section table of an extension module: ELF (.so) or PE (.pyd, .dll), told by its magic."""
+    fh.seek(0)
+    magic = fh.read(4)
+    return pe_section_table(fh, total) if magic[:2] == b"MZ" else elf_section_table(fh, total)
+
+
+def fatbin_section(sections: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """(offset, size) of the fat binary among ``sections``, or None (a library without device code)."""
+    return next((sections[name] for name in FATBIN_SECTIONS if name in sections), None)
 
 
 def elf_sections(data: bytes) -> dict[str, bytes]:
@@ -190,6 +239,11 @@ def cuobjdump_entries(so_path: Path, exe: str) -> list[FatbinEntry]:
 
 
 def find_cuobjdump() -> str | None:
+    """cuobjdump to check the reader with: IMAGEGEN_CUOBJDUMP (a path, or `none`: the reader alone),
+    else the one on PATH, else PyPI's nvidia-cuda-cuobjdump; None if there is none."""
+    chosen = os.environ.get("IMAGEGEN_CUOBJDUMP", "").strip()
+    if chosen:
+        return None if chosen.lower() == "none" else chosen
     exe = shutil.which("cuobjdump")
     if exe:
         return exe
@@ -205,8 +259,9 @@ def find_cuobjdump() -> str | None:
 
 
 def read_so(data: bytes) -> list[FatbinEntry]:
-    """The fatbin entries of one shared object's bytes (for tools and tests)."""
-    return fatbin_entries(elf_sections(data).get(".nv_fatbin", b""))
+    """The fatbin entries of one shared object's bytes, ELF or PE (for tools and tests)."""
+    where = fatbin_section(extension_section_table(io.BytesIO(data), len(data)))
+    return fatbin_entries(data[where[0]:where[0] + where[1]] if where else b"")
 
 
 _NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")

@@ -1,9 +1,9 @@
 """Verify a wheel: its name parses, and every CUDA extension in it carries the requested archs.
 
 The archs are read from the fat binary that nvcc embeds in each shared object (the ``.nv_fatbin``
-ELF section): a container of entries, each a cubin (SASS for one ``sm_XY``) or PTX (for one
+ELF section of a Linux .so, the ``.nv_fatb`` PE section of a Windows .pyd or .dll): a container of entries, each a cubin (SASS for one ``sm_XY``) or PTX (for one
 ``compute_XY``). When ``cuobjdump`` is available (PyPI ``nvidia-cuda-cuobjdump``) its listing is
-used as well and must agree; the reader below needs nothing but the standard library.
+used as well for .so files and must agree (it finds no device code in a PE image); the reader below needs nothing but the standard library.
 
 What verify says about each extension:
 
@@ -46,14 +46,18 @@ from imagegen.fatbin import (
     SPOOL_BYTES,
     FatbinEntry,
     cuobjdump_entries,
-    elf_section_table,
+    extension_section_table,
     fatbin_entries_at,
+    fatbin_section,
     find_cuobjdump,
 )
 from imagegen.model.arch import ArchList, CudaArch
 
 # --------------------------------------------------------------------------------------------
 # Wheel verification
+
+# A Windows wheel's extension modules (.pyd) and the DLLs beside them: PE images, `.nv_fatb` section.
+WINDOWS_EXTENSION = re.compile(r"\.(pyd|dll)$", re.IGNORECASE)
 
 
 def _order(e: FatbinEntry) -> tuple:
@@ -184,10 +188,13 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
     found: list[tuple[str, list[FatbinEntry], Path | None]] = []  # (name in the wheel, native entries, extracted copy)
     with zf, tempfile.TemporaryDirectory(prefix="imagegen-verify-") as tmp:
         for info in zf.infolist():
-            if not re.search(r"\.so(\.\d+)*$", info.filename):
+            windows = bool(WINDOWS_EXTENSION.search(info.filename))
+            if not windows and not re.search(r"\.so(\.\d+)*$", info.filename):
                 continue
+            # cuobjdump on Linux finds no device code in a PE image: the native reader alone reads those.
+            keep = Path(tmp) / f"{len(found)}.so" if exe and not windows else None
             try:
-                entries, extracted = _read_extension(zf, info, Path(tmp) / f"{len(found)}.so" if exe else None)
+                entries, extracted = _read_extension(zf, info, keep)
             except VerifyError as exc:
                 problems.append(f"{info.filename}: {exc}")
                 continue
@@ -218,7 +225,7 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
             (problems if strict else warnings).append(line)
         reports.append(report)
     if expected and not reports:
-        problems.append("the wheel contains no CUDA extension (.so with a .nv_fatbin section)")
+        problems.append("the wheel contains no CUDA extension (.so or .pyd with a fat binary section)")
     return WheelReport(wheel=path.name, distribution=str(dist), version=str(version),
                        tags=sorted(str(t) for t in tags), extensions=reports, problems=problems, warnings=warnings)
 
@@ -244,18 +251,19 @@ def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo, keep: Path | Non
         except (OSError, EOFError, RuntimeError, NotImplementedError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
             raise VerifyError(f"cannot be read from the wheel ({exc.__class__.__name__})") from None
         try:
-            sections = elf_section_table(buf, total)
+            sections = extension_section_table(buf, total)
         except VerifyError as exc:
-            raise VerifyError(f"not an ELF shared object ({exc})") from None
+            raise VerifyError(f"not an ELF or PE shared object ({exc})") from None
         except (struct.error, ValueError, OverflowError):
-            raise VerifyError("not an ELF shared object (malformed headers)") from None
-        if ".nv_fatbin" not in sections:
+            raise VerifyError("not an ELF or PE shared object (malformed headers)") from None
+        where = fatbin_section(sections)
+        if where is None:
             return None, None
-        offset, size = sections[".nv_fatbin"]
+        offset, size = where
         try:
             entries = fatbin_entries_at(buf, offset, size)
         except (struct.error, ValueError, OverflowError):
-            raise VerifyError("malformed .nv_fatbin section") from None
+            raise VerifyError("malformed fat binary section") from None
         if keep is not None:
             buf.seek(0)
             with keep.open("wb") as out:

@@ -31,3 +31,10 @@ def no_docker_in_unit_tests(_docker_guard: Path):
     after = _docker_guard.read_text() if _docker_guard.exists() else ""
     if after != before:
         pytest.fail(f"a unit test ran the docker CLI: {after[len(before):].splitlines()[0]}")
+
+
+@pytest.fixture
+def without_cuobjdump(monkeypatch):
+    """imagegen, and the `python -m imagegen` processes a test starts, read fatbins without cuobjdump
+    (the test extra installs one; hand-written containers carry no real cubins for it to read)."""
+    monkeypatch.setenv("IMAGEGEN_CUOBJDUMP", "none")

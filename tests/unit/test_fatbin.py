@@ -294,3 +294,78 @@ def test_reproducible_digest_is_a_sha256_of_same_length_blanks():
     blanked = b"a tmpxft_00000000_00000000-6_k.cudafe1.cpp b"
     assert reproducible_digest(data) == hashlib.sha256(blanked).hexdigest()
     assert reproducible_digest(b"tmpxft_1234_7") == hashlib.sha256(b"tmpxft_1234_7").hexdigest()  # not nvcc's form
+
+
+# ------------------------------------------------------------------- Windows: PE images (.pyd, .dll)
+
+
+def _pe(sections: dict[str, bytes], *, pad_to: int = 512) -> bytes:
+    """A PE32+ image with ``sections`` (8-byte names), each padded in the file to ``pad_to`` bytes as
+    a linker's file alignment does: the headers a loader (and imagegen's reader) needs, no code."""
+    pe_at, opt_size = 0x80, 240
+    table_at = pe_at + 24 + opt_size
+    body_at = -(-(table_at + 40 * len(sections)) // pad_to) * pad_to
+    head = bytearray(b"MZ" + b"\0" * (pe_at - 2))
+    struct.pack_into("<I", head, 0x3C, pe_at)
+    head += b"PE\0\0" + struct.pack("<HHIIIHH", 0x8664, len(sections), 0, 0, 0, opt_size, 0x2022)
+    head += struct.pack("<H", 0x20B) + b"\0" * (opt_size - 2)
+    bodies, at = b"", body_at
+    for name, data in sections.items():
+        raw = -(-len(data) // pad_to) * pad_to
+        head += name.encode().ljust(8, b"\0")[:8] + struct.pack("<IIIIIIHHI", len(data), at, raw, at, 0, 0, 0, 0, 0)
+        bodies += data.ljust(raw, b"\0")
+        at += raw
+    return bytes(head).ljust(body_at, b"\0") + bodies
+
+
+def _fixture_fatbin() -> bytes:
+    return elf_sections(_fixture_so())[".nv_fatbin"]
+
+
+def test_a_pe_image_s_nv_fatb_section_is_read_like_an_elf_s_nv_fatbin():
+    image = _pe({".text": b"\xc3" * 100, ".nv_fatb": _fixture_fatbin(), ".nvFatBi": b"\0" * 24})
+    table = fatbin.pe_section_table(io.BytesIO(image), len(image))
+    assert list(table) == [".text", ".nv_fatb", ".nvFatBi"]
+    assert table[".nv_fatb"][1] == len(_fixture_fatbin())  # its size in memory, not the padded size in the file
+    assert sorted(map(str, read_so(image))) == ["compute_90", "sm_80", "sm_90"]
+    assert read_so(_pe({".text": b"\xc3"})) == []  # a DLL without device code
+
+
+def test_a_windows_wheel_is_verified_from_its_pyd(tmp_path):
+    wheel = tmp_path / "tiny_kernel-0.1.0+cu128torch2.8-cp312-cp312-win_amd64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("tiny_kernel/__init__.py", "")
+        zf.writestr("tiny_kernel/_C.cp312-win_amd64.pyd", _pe({".nv_fatb": _fixture_fatbin()}))
+        zf.writestr("tiny_kernel/helper.dll", _pe({".text": b"\xc3"}))  # a CPU-only DLL: not an extension
+    # cuobjdump (Linux's) finds no device code in a PE image: the reader alone must carry it
+    report = verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX"), cuobjdump=find_cuobjdump())
+    assert report.ok, report.problems
+    assert [(r.name, r.archs) for r in report.extensions] == [
+        ("tiny_kernel/_C.cp312-win_amd64.pyd", ["sm_80", "sm_90", "compute_90"])]
+    missing = verify_wheel(wheel, parse_arch_list("12.0"), cuobjdump=None)
+    assert missing.problems == ["tiny_kernel/_C.cp312-win_amd64.pyd lacks sm_120 (has sm_80, sm_90, compute_90)"]
+
+
+@pytest.mark.parametrize("damage", ["no-signature", "section-outside", "too-many-sections", "short"])
+def test_a_broken_pe_image_is_a_one_line_error(damage):
+    image = bytearray(_pe({".nv_fatb": _fixture_fatbin()}))
+    table_at = 0x80 + 24 + 240
+    if damage == "no-signature":
+        image[0x80:0x84] = b"XX\0\0"
+    elif damage == "section-outside":
+        struct.pack_into("<I", image, table_at + 20, len(image))  # PointerToRawData past the end
+    elif damage == "too-many-sections":
+        struct.pack_into("<H", image, 0x80 + 6, 60000)
+    else:
+        image = image[:table_at + 10]
+    with pytest.raises(VerifyError, match="PE"):
+        fatbin.pe_section_table(io.BytesIO(bytes(image)), len(image))
+
+
+def test_imagegen_cuobjdump_chooses_or_turns_off_cuobjdump(monkeypatch, tmp_path):
+    monkeypatch.setenv("IMAGEGEN_CUOBJDUMP", "none")
+    assert find_cuobjdump() is None
+    monkeypatch.setenv("IMAGEGEN_CUOBJDUMP", str(tmp_path / "cuobjdump"))
+    assert find_cuobjdump() == str(tmp_path / "cuobjdump")
+    monkeypatch.delenv("IMAGEGEN_CUOBJDUMP")
+    assert find_cuobjdump() is not None  # the test extra's nvidia-cuda-cuobjdump

@@ -303,7 +303,7 @@ def test_a_large_extension_is_streamed_not_read_into_memory(tmp_path, monkeypatc
     finally:
         tracemalloc.stop()
     assert peak < 80 << 20, peak  # the member is 200 MiB; the spool holds at most SPOOL_BYTES
-    assert report.problems == ["the wheel contains no CUDA extension (.so with a .nv_fatbin section)"]
+    assert report.problems == ["the wheel contains no CUDA extension (.so or .pyd with a fat binary section)"]
     monkeypatch.setattr(verify, "MAX_SO_BYTES", 50 << 20)
     report = verify.verify_wheel(wheel, parse_arch_list("9.0"), cuobjdump=None)
     assert any("larger than" in p for p in report.problems)

@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.cell_rules import expected_archs
-from imagegen.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, FatbinEntry, elf_sections, find_cuobjdump, read_so
+from imagegen.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, FatbinEntry, elf_sections, read_so
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.verify import SoReport, VerifyError, verify_wheel
@@ -105,8 +105,8 @@ def imagegen(*argv, cwd: Path | None = None, env: dict | None = None) -> subproc
 
 
 # The CLI reads cuobjdump's listing too when one is installed; the hand-written containers carry no
-# real cubins for it, so the CLI cases here need a machine without it (the library cases pass None).
-no_cuobjdump = pytest.mark.skipif(find_cuobjdump() is not None, reason="cuobjdump installed: it would read the stand-in cubins")
+# real cubins for it, so the CLI cases here run with IMAGEGEN_CUOBJDUMP=none (the library cases pass None).
+no_cuobjdump = pytest.mark.usefixtures("without_cuobjdump")
 
 
 # ---------------------------------------------------------------------------------- the helpers
