@@ -81,6 +81,17 @@ def _add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
 
 
+def _add_gpu_check_args(p: argparse.ArgumentParser) -> None:
+    """A Dockerfile build that runs the recipe's GPU check inside it (BuildKit CDI, `RUN --device`)."""
+    p.add_argument("--gpu-check-device", metavar="CDI_DEVICE", help="run the recipe's numerical GPU check inside"
+                   " the build, on this CDI device (e.g. nvidia.com/gpu=all): a wheel that fails it is not exported."
+                   " Needs Docker 27+ with CDI on, buildx 0.22+, a CDI spec for the device (`imagegen cdi-spec`) and a"
+                   " Dockerfile frontend with RUN --device (--dockerfile-frontend)")
+    p.add_argument("--dockerfile-frontend", metavar="IMAGE", help="with --gpu-check-device: the Dockerfile frontend"
+                   " image named by the Dockerfile's syntax line (default: docker/dockerfile:1.19-labs; RUN --device is"
+                   " in the labs channel only)")
+
+
 def _add_cache_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-from", action="append", default=[], help="layer cache to import, as for buildx:"
                    " type=registry,ref=HOST/NS/cache:TAG (repeatable)")
@@ -122,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vcvars", help="with --shell: path of vcvarsall.bat (default: VS 2022 Community)")
     p.add_argument("--max-jobs", type=int, default=None, help="with --shell: MAX_JOBS (default 1: no OOM)")
     p.add_argument("--nvcc-threads", type=int, default=None, help="with --shell: NVCC_THREADS (default 1)")
+    _add_gpu_check_args(p)
     _add_common(p)
 
     p = sub.add_parser("plan", help="expand the matrix and explain every cell", description=(
@@ -151,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dockerfiles", default="dockerfiles", help="folder for the rendered Dockerfiles (default: dockerfiles)")
     p.add_argument("--print", dest="show", action="store_true", help="check the file with `docker buildx bake --print` and show what buildx will run")
     p.add_argument("--repo", action="store_true", help="regenerate this repository's committed dockerfiles/, bake/ and docker-bake.hcl")
+    _add_gpu_check_args(p)
     _add_common(p)
 
     p = sub.add_parser("build", help="build wheels for a matrix (bake), collect and verify them", description=(
@@ -183,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                    " libraries excluded; imagegen repair), verified and imported again")
     p.add_argument("--index", action="store_true", help="then bring OUT's pip index up to date (imagegen index):"
                    " pip install --index-url OUT/simple/ or --find-links OUT/index.html")
+    _add_gpu_check_args(p)
     _add_common(p)
 
     p = sub.add_parser("verify", help="check that a wheel carries the requested SASS/PTX", description=(
@@ -223,6 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python-exe", help="the interpreter whose torch to check (default: this one)")
     p.add_argument("--no-engine", action="store_true", help="skip the Docker checks")
     _add_json(p)
+
+    p = sub.add_parser("cdi-spec", help="write a CDI spec for this host's GPUs (builds and containers without the toolkit)",
+                       description=(
+        "Write a Container Device Interface spec declaring nvidia.com/gpu=all from this host's NVIDIA device nodes"
+        " and the running driver's libraries (found as imagegen doctor finds them), for hosts without the NVIDIA"
+        " Container Toolkit (where it exists, `nvidia-ctk cdi generate` writes one). Docker 25+ with CDI on reads it"
+        " for `docker run --device nvidia.com/gpu=all`, and BuildKit for `RUN --device` (imagegen build"
+        " --gpu-check-device nvidia.com/gpu=all); it carries the annotation that lets builds use it without the"
+        " `device` entitlement. Exit 8 when this host has no NVIDIA devices and driver."))
+    p.add_argument("-o", "--output", help="write to this file (e.g. /etc/cdi/imagegen-nvidia.json) instead of stdout")
 
     p = sub.add_parser("refresh", help="add new torch series and CUDA toolkits from PyPI to your compatibility tables",
                        description=(
@@ -361,6 +385,7 @@ COMMANDS = {"plan": planning.cmd_plan, "recipes": planning.cmd_recipes, "archs":
             "render": rendering.cmd_render, "bake": rendering.cmd_bake, "ci": ci.run,
             "build": building.cmd_build,
             "verify": checking.cmd_verify, "check": checking.cmd_check, "doctor": checking.cmd_doctor,
+            "cdi-spec": checking.cmd_cdi_spec,
             "push": images.cmd_push, "pull": images.cmd_pull, "lock": images.cmd_lock,
             "refresh": planning.cmd_refresh,
             "collect": _lazy("collecting", "cmd_collect"),

@@ -40,6 +40,8 @@ class Options:
     arch_configured: str | None  # --arch, else the config's (None: the caller's own default applies)
     layout: str = DEFAULT_LAYOUT  # where wheels land below out: --layout, else the config's, else the default
     offline: bool = False  # --offline, else the config's `offline = true`
+    gpu_check_device: str | None = None  # --gpu-check-device (plan.with_gpu_check)
+    dockerfile_frontend: str | None = None  # --dockerfile-frontend
 
 
 def _flag(args: argparse.Namespace, name: str):
@@ -143,6 +145,8 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         arch_configured=(arch[0] if arch else None) or m.arch,
         layout=check_layout(_flag(args, "layout")) if _flag(args, "layout") else config.layout or DEFAULT_LAYOUT,
         offline=bool(_flag(args, "offline") or config.offline),
+        gpu_check_device=_flag(args, "gpu_check_device"),
+        dockerfile_frontend=_flag(args, "dockerfile_frontend"),
     )
 
 

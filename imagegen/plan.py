@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 from packaging.version import Version
 
-from imagegen import yamlio
+from imagegen import safety, yamlio
 from imagegen.cell_rules import (
     base_problems,
     compiled_archs,
@@ -67,6 +67,11 @@ class Cell:
     # --offline: no build step reaches a network (RUN --network=none, pip without an index); the
     # source, torch, nvcc and the build requirements all come from the machine and the base image.
     offline: bool = False
+    # --gpu-check-device: the recipe's smoke.gpu_check runs inside the build, on this CDI device
+    # (`RUN --device=...`), and only wheels that pass it are exported; the Dockerfile then names a
+    # Dockerfile frontend with `RUN --device` (labs channel, 1.14+).
+    gpu_check_device: str | None = None
+    dockerfile_frontend: str | None = None
 
     @property
     def buildable(self) -> bool:
@@ -241,6 +246,28 @@ def with_offline(plan: "Plan") -> "Plan":
     return Plan(cells=cells)
 
 
+# `RUN --device` is in the Dockerfile frontend's labs channel only (1.14.0-labs and later; the
+# frontend built into dockerd is not a labs build), so a build that uses it names one.
+DEFAULT_DOCKERFILE_FRONTEND = "docker/dockerfile:1.19-labs"
+
+
+def with_gpu_check(plan: "Plan", device: str, frontend: str | None = None) -> "Plan":
+    """``plan`` with each cell's wheel checked on the GPU inside the build: the recipe's
+    smoke.gpu_check runs in a build step given the CDI ``device``. A recipe without a gpu_check
+    builds as before, with a note saying so."""
+    safety.check(device, safety.CDI_DEVICE, "--gpu-check-device")
+    frontend = safety.check(DEFAULT_DOCKERFILE_FRONTEND if frontend is None else frontend, safety.IMAGE_REF,
+                            "--dockerfile-frontend")
+    cells = []
+    for c in plan.cells:
+        if not c.recipe.smoke.gpu_check.strip():
+            cells.append(replace(c, notes=c.notes + (f"--gpu-check-device: recipe {c.recipe.name} has no smoke.gpu_check,"
+                                                     " so nothing runs on the GPU in this cell's build",)))
+            continue
+        cells.append(replace(c, gpu_check_device=device, dockerfile_frontend=frontend))
+    return Plan(cells=cells)
+
+
 def with_layout(plan: "Plan", layout: str) -> "Plan":
     """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
     return Plan(cells=[replace(c, layout=layout) for c in plan.cells])
@@ -364,6 +391,6 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 
 __all__ = [
     "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
-    "offline_problems", "with_offline",
+    "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
     "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

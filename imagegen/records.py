@@ -119,6 +119,7 @@ def manifest_entry(record: BuildRecord, expected: ArchList, verify: dict) -> dic
         "built_at": doc.get("built_at") if isinstance(doc.get("built_at"), str) else None,
         "duration_s": doc.get("duration_s") if isinstance(doc.get("duration_s"), (int, float)) else None,
         "smoke": doc["smoke"],
+        **({"gpu_check": doc["gpu_check"]} if isinstance(doc.get("gpu_check"), dict) else {}),
         "verify": verify,
         "collected_from": record.path.name,
     }

@@ -46,6 +46,9 @@ IMAGE_REF = re.compile(
     r"(?:[a-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
 )
+# A CDI device, as `RUN --device=` and `docker run --device` take it: vendor/class=name
+# (the CDI spec's "kind" and a device name of it), e.g. nvidia.com/gpu=all or nvidia.com/gpu=0.
+CDI_DEVICE = re.compile(r"[a-z0-9]+(?:[.-][a-z0-9]+)*/[A-Za-z0-9][A-Za-z0-9_.-]{0,62}=[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
 # Dockerfile paths inside the image
 IMAGE_PATH = re.compile(r"/[A-Za-z0-9._/-]{1,200}|python3(\.[0-9]{1,2})?|python")
 
@@ -54,6 +57,7 @@ HINTS = {
     IMAGE_REF.pattern: "an image reference like registry:5000/name:tag or name@sha256:<digest>",
     URL.pattern: "an http(s) URL without quotes, spaces or $",
     IMAGE_PATH.pattern: "an absolute path of letters, digits, '.', '_', '-' and '/'",
+    CDI_DEVICE.pattern: "a CDI device name like nvidia.com/gpu=all or nvidia.com/gpu=0",
 }
 
 

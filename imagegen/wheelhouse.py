@@ -99,6 +99,11 @@ def up_to_date(out: Path, cell: Cell, inputs: str) -> Path | None:
     entry = read_manifest(folder)["cells"].get(cell.name)
     if not entry or entry.get("inputs") != inputs:
         return None
+    # The GPU check inside the build is no input of the wheel (the same bytes compile with or without
+    # it), but a wheel asked to pass it is up to date only once it has.
+    gpu_check = entry.get("gpu_check")
+    if cell.gpu_check_device and not (isinstance(gpu_check, dict) and gpu_check.get("ok") is True):
+        return None
     wheel = folder / entry.get("wheel", "")
     if not wheel.is_file() or sha256(wheel) != entry.get("sha256"):
         return None

@@ -26,6 +26,22 @@ def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_cdi_spec(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from imagegen.errors import NoGpuError
+    from imagegen.executors import gpu_access
+    from imagegen.outputs import write_output
+    edits = gpu_access.driver_edits()
+    if edits is None:
+        raise NoGpuError("no NVIDIA device nodes here (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN): write the CDI"
+                         " spec on the GPU host, where the driver is loaded")
+    if not isinstance(edits, gpu_access.DriverEdits):
+        raise NoGpuError(f"{edits.detail}: {edits.fix}")
+    write_output(json.dumps(gpu_access.cdi_spec(edits), indent=2) + "\n", args.output, what="CDI spec")
+    if args.output not in (None, "-"):
+        print(f"wrote {args.output}: nvidia.com/gpu=all with {edits.detail}", file=sys.stderr)
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.verify import VerifyError, verify_wheel
 

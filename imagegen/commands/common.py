@@ -25,7 +25,7 @@ from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree
 from imagegen.outputs import shown
-from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand, with_layout, with_offline
+from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand, with_gpu_check, with_layout, with_offline
 
 
 def config(args: argparse.Namespace) -> Config:
@@ -114,7 +114,16 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
     plan = with_layout(unique_cells(expand(matrix(args, config, cat))), opts.layout)
     if opts.offline:
         plan = with_offline(plan)
+    plan = gpu_checked(plan, opts)
     return lock(args).pin_bases(plan)
+
+
+def gpu_checked(plan: Plan, opts: options.Options) -> Plan:
+    """``plan`` with the GPU check inside the build where --gpu-check-device asks for it."""
+    if opts.dockerfile_frontend is not None and opts.gpu_check_device is None:
+        raise UsageError("--dockerfile-frontend goes with --gpu-check-device (only `RUN --device` needs a labs frontend)")
+    # `is not None`: an empty value (an unset shell variable) is refused by with_gpu_check, not taken as no flag.
+    return with_gpu_check(plan, opts.gpu_check_device, opts.dockerfile_frontend) if opts.gpu_check_device is not None else plan
 
 
 def unique_cells(plan: Plan) -> Plan:
@@ -273,6 +282,10 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     """The one cell a native build (or audit) makes on this host, checked like plan's cells."""
     from imagegen.executors import host as host_toolchain
     sources = getattr(args, "source", None) or []
+    for flag in ("gpu_check_device", "dockerfile_frontend"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} goes with a container build, not --native (run the"
+                             " recipe's gpu_check on a natively built wheel with `imagegen check WHEEL`)")
     if len(args.recipes) + len(sources) != 1:
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
     if len(args.arch or []) > 1:

@@ -36,6 +36,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cell = with_offline(Plan(cells=[cell])).cells[0]
         if not cell.buildable:
             raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
+    cell = common.gpu_checked(Plan(cells=[cell]), opts).cells[0]
     cell = common.lock(args).pin_bases(Plan(cells=[cell])).cells[0]
     rendered = render_dockerfile(cell, command=common.command_line(argv))
     write_output(rendered.dockerfile, args.output)
@@ -52,7 +53,8 @@ def _render_flags(args: argparse.Namespace) -> None:
     """render makes a Dockerfile or (--shell) a Windows script: a flag the chosen one ignores is refused."""
     if args.shell:
         for flag, value in (("--flavor", args.flavor), ("--base-image", args.base_image), ("--lock", args.lock),
-                            ("--offline", args.offline or None)):
+                            ("--offline", args.offline or None), ("--gpu-check-device", args.gpu_check_device),
+                            ("--dockerfile-frontend", args.dockerfile_frontend)):
             if value is not None:
                 raise UsageError(f"{flag} does not apply to --shell (a native script uses the host's toolchain, no image)")
         # One script builds many cells: --torch 2.8,2.9 --cuda 12.8 (lists, as plan takes them).

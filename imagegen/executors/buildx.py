@@ -181,9 +181,13 @@ def _finish(run: Run, cell: Cell, wheels: list[Path], out: Path, inputs: str, lo
     # The compile log from the build itself (complete even when bake clipped or cached the step).
     log = reports / "build.log" if (reports / "build.log").is_file() else logs.folder / f"{cell.name}.log"
     smoke, ccache = _smoke_report(reports / "smoke.json"), _json_or_none(reports / "ccache.json")
+    record = {"smoke": smoke, "ccache": ccache}
+    gpu_check = _json_or_none(reports / "gpu_check.json")  # --gpu-check-device: the check run inside the build
+    if gpu_check is not None:
+        record["gpu_check"] = gpu_check
     assert run.finish is not None, "execute.build hands its finish step to the run"
     return run.finish(cell, wheels, out=out, inputs=inputs, log=log, seconds=time.time() - started, audit=audit,
-                      smoke=smoke, ccache=ccache, record={"smoke": smoke, "ccache": ccache})
+                      smoke=smoke, ccache=ccache, record=record)
 
 
 def _json_or_none(path: Path) -> dict | None:

@@ -232,13 +232,23 @@ def _driver_only(tree: Path) -> bool:
     return True
 
 
-def _pair(host_path: Path, container_path: str) -> str:
-    """``--device`` value: the host's node and, where it differs, the container's path for it."""
-    return container_path if str(host_path) == container_path else f"{host_path}:{container_path}"
+@dataclass(frozen=True)
+class DriverEdits:
+    """What a container needs to use this host's GPUs without the toolkit: the device nodes, the
+    driver's files mounted read-only, the environment; (host path, container path) pairs. The
+    ``devices`` mode passes them as ``docker run`` flags, :func:`cdi_spec` writes them as a CDI spec
+    (which BuildKit's ``RUN --device`` reads)."""
+
+    nodes: tuple[tuple[str, str], ...]
+    mounts: tuple[tuple[str, str], ...]
+    env: tuple[str, ...]
+    detail: str
 
 
-def devices(root: Path = Path("/"), ldconfig: Callable[[], str] | None = None,
-            library_path: str | None = None) -> GpuAccess | None:
+def driver_edits(root: Path = Path("/"), ldconfig: Callable[[], str] | None = None,
+                 library_path: str | None = None) -> DriverEdits | GpuAccess | None:
+    """This host's DriverEdits; a GpuAccess without flags saying what is missing when the device nodes
+    are there but the driver's libraries are not; None without the device nodes."""
     nodes = device_nodes(root)
     if not nodes:
         return None
@@ -247,28 +257,69 @@ def devices(root: Path = Path("/"), ldconfig: Callable[[], str] | None = None,
         return GpuAccess("devices", (), f"device nodes {', '.join(nodes)} but no libcuda.so.1 (not in the loader's"
                          " cache or LD_LIBRARY_PATH)", "install the NVIDIA driver's libraries, or add their folder"
                          " to LD_LIBRARY_PATH")
-    flags: list[str] = []
-    for node in nodes:
-        flags += ["--device", _pair(root / node.lstrip("/"), node)]
+    pairs_nodes = tuple((str(root / node.lstrip("/")), node) for node in nodes)
+    mounts: list[tuple[str, str]] = []
     folder = libcuda.parent
     tree = folder.parent
     if folder.name in ("lib64", "lib") and _driver_only(tree):
         # A tree of the driver's own (the NVIDIA runtime's /usr/local/nvidia layout): mounted whole.
-        flags += ["-v", f"{tree}:{CONTAINER_DRIVER_DIR}:ro"]
+        mounts.append((str(tree), CONTAINER_DRIVER_DIR))
         libdirs = [f"{CONTAINER_DRIVER_DIR}/{d}" for d in ("lib64", "lib") if (tree / d).is_dir()]
         how = f"the driver folder {tree}"
     else:
         version, pairs = driver_files(libcuda)
         for target, name in pairs:
-            flags += ["-v", f"{target}:{CONTAINER_DRIVER_DIR}/lib64/{name}:ro"]
+            mounts.append((str(target), f"{CONTAINER_DRIVER_DIR}/lib64/{name}"))
         smi = next((p for p in (folder.parent / "bin" / "nvidia-smi", root / "usr/bin/nvidia-smi") if p.is_file()), None)
         if smi is not None:
-            flags += ["-v", f"{smi}:{CONTAINER_DRIVER_DIR}/bin/nvidia-smi:ro"]
+            mounts.append((str(smi), f"{CONTAINER_DRIVER_DIR}/bin/nvidia-smi"))
         libdirs = [f"{CONTAINER_DRIVER_DIR}/lib64"]
         how = f"{len({t for t, _ in pairs})} driver {version} libraries from {folder}"
-    flags += ["-e", f"LD_LIBRARY_PATH={':'.join(libdirs)}"]
-    return GpuAccess("devices", tuple(flags), f"{len(nodes)} device nodes and {how}, passed by hand (no toolkit or"
-                     " CDI needed)")
+    return DriverEdits(nodes=pairs_nodes, mounts=tuple(mounts), env=(f"LD_LIBRARY_PATH={':'.join(libdirs)}",),
+                       detail=f"{len(nodes)} device nodes and {how}")
+
+
+def devices(root: Path = Path("/"), ldconfig: Callable[[], str] | None = None,
+            library_path: str | None = None) -> GpuAccess | None:
+    edits = driver_edits(root, ldconfig, library_path)
+    if not isinstance(edits, DriverEdits):
+        return edits
+    flags: list[str] = []
+    for host, container in edits.nodes:
+        flags += ["--device", container if host == container else f"{host}:{container}"]
+    for host, container in edits.mounts:
+        flags += ["-v", f"{host}:{container}:ro"]
+    for env in edits.env:
+        flags += ["-e", env]
+    return GpuAccess("devices", tuple(flags), f"{edits.detail}, passed by hand (no toolkit or CDI needed)")
+
+
+# The CDI device a build step asks for (`RUN --device=nvidia.com/gpu=all`) and the annotation that
+# lets BuildKit hand it to builds without the `device` entitlement (which dockerd cannot grant).
+CDI_KIND = "nvidia.com/gpu"
+CDI_BUILDKIT_AUTOALLOW = "org.mobyproject.buildkit.device.autoallow"
+
+
+def cdi_spec(edits: DriverEdits, *, name: str = "all") -> dict:
+    """A CDI spec (cdiVersion 0.6.0) declaring ``nvidia.com/gpu=<name>`` with ``edits``: what
+    ``nvidia-ctk cdi generate`` writes on a host with the toolkit, for a host without it. BuildKit
+    reads it for ``RUN --device`` and Docker (CDI on) for ``docker run --device nvidia.com/gpu=all``."""
+    return {
+        "cdiVersion": "0.6.0",
+        "kind": CDI_KIND,
+        "annotations": {CDI_BUILDKIT_AUTOALLOW: "true"},
+        "devices": [{
+            "name": name,
+            "containerEdits": {
+                "deviceNodes": [{"path": container, "hostPath": host} for host, container in edits.nodes],
+            },
+        }],
+        "containerEdits": {
+            "env": list(edits.env),
+            "mounts": [{"hostPath": host, "containerPath": container, "options": ["ro", "nosuid", "nodev", "bind"]}
+                       for host, container in edits.mounts],
+        },
+    }
 
 
 # ------------------------------------------------------------------------------------------------

@@ -319,6 +319,12 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         source_desc = f"local tree {recipe.source_path} (named build context `source`)"
     image_name = f"imagegen-{recipe.name}:{cell.version.version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}"
     image_name = image_name.replace("+", "_")
+    gpu_check_json = ""
+    if cell.gpu_check_device:
+        safety.check(cell.gpu_check_device, safety.CDI_DEVICE, "--gpu-check-device")
+        safety.check(cell.dockerfile_frontend or "", safety.IMAGE_REF, "--dockerfile-frontend")
+        gpu_check_json = _json_line({"recipe": recipe.name, "device": cell.gpu_check_device,
+                                     "code": recipe.smoke.gpu_check})
     text = _environment().get_template("Dockerfile.j2").render(
         imagegen_version=__version__,
         command=command or f"imagegen render {recipe.name}",
@@ -346,5 +352,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         cell_json=_Raw(cell_json),
         offline=cell.offline,
         net=_Raw("--network=none " if cell.offline else ""),
+        gpu_check_json=_Raw(gpu_check_json),
+        gpu_check_delimiter=safety.heredoc_delimiter(gpu_check_json, "IMAGEGEN_GPU_CHECK_JSON"),
     )
     return Rendered(cell=cell, dockerfile=text, cell_json=doc, inputs_hash=digest)

@@ -13,6 +13,13 @@
 #       the cell's builder image, then `docker run` with the GPU visible (imagegen's GPU access flags for
 #       this host) and no arch: it detects the GPU's arch, compiles, smoke-tests and writes to OUT;
 #       imagegen collect records it, imagegen check runs it on the GPU.
+#   scripts/gpu/container_proof.sh bakegpu TAG SRC ARCH OUT
+#       the bake with the recipe's GPU check inside the build (--gpu-check-device nvidia.com/gpu=all: a
+#       RUN --device step given the GPU through the CDI spec `imagegen cdi-spec` wrote); needs the engine
+#       of .src/engine-c (Docker 28 with CDI on, buildx 0.29) and the labs Dockerfile frontend image
+#       (scripts/gpu/container_proof.sh frontend). The exported wheel is checked here again.
+#   scripts/gpu/container_proof.sh frontend BINARY TAG
+#       a Dockerfile frontend image (RUN --device: labs) from a frontend binary, without a registry
 #   scripts/gpu/container_proof.sh native SRC ARCH OUT
 #       the same cell natively (imagegen build --native), for the wall-time comparison.
 # Each step appends "STEP seconds" to OUT/../times.txt.
@@ -66,6 +73,31 @@ bake)
     tag=$2 src=$3 arch=$4 out=$5
     timed bake "$out" imagegen build --source "$src" "${CELL[@]}" --arch "$arch" --base-image "$tag" --offline \
         --out "$out" --work "$out.work" --no-audit
+    gpu_check "$out"
+    ;;
+frontend)
+    binary=$2 tag=$3
+    dir=$(mktemp -d)
+    cp "$binary" "$dir/dockerfile-frontend"
+    # As moby/buildkit's frontend/dockerfile/cmd/dockerfile-frontend/Dockerfile makes its release image.
+    cat > "$dir/Dockerfile" <<'EOF'
+FROM scratch
+LABEL moby.buildkit.frontend.network.none="true"
+LABEL moby.buildkit.frontend.caps="moby.buildkit.frontend.inputs,moby.buildkit.frontend.subrequests,moby.buildkit.frontend.contexts"
+COPY dockerfile-frontend /bin/dockerfile-frontend
+ENTRYPOINT ["/bin/dockerfile-frontend"]
+EOF
+    docker buildx build --progress plain --load -t "$tag" "$dir"
+    ;;
+bakegpu)
+    tag=$2 src=$3 arch=$4 out=$5
+    imagegen cdi-spec -o /etc/cdi/imagegen-nvidia.json
+    docker buildx inspect | sed -n '/^Devices:/,/^GC/p'
+    timed bakegpu "$out" imagegen build --source "$src" "${CELL[@]}" --arch "$arch" --base-image "$tag" --offline \
+        --out "$out" --work "$out.work" --no-audit --gpu-check-device nvidia.com/gpu=all \
+        --dockerfile-frontend "${IMAGEGEN_FRONTEND:-imagegen-gpu/dockerfile:labs}"
+    find "$out.work" -name gpu_check.json -exec cat {} + || true
+    find "$out" -name '*.imagegen.json' -exec $py -c 'import json, sys; [print(p, json.load(open(p)).get("gpu_check")) for p in sys.argv[1:]]' {} +
     gpu_check "$out"
     ;;
 runtime)

@@ -79,6 +79,8 @@ start)
                 native) bash scripts/gpu/container_proof.sh native "$src" 9.0 "$out/native" ;;
                 runtime) bash scripts/gpu/container_proof.sh runtime imagegen-gpu/base:1 "$src" "$out/runtime" ;;
                 bake) bash scripts/gpu/container_proof.sh bake imagegen-gpu/base:1 "$src" 9.0 "$out/bake" ;;
+                bakegpu) bash scripts/gpu/container_proof.sh frontend /opt/imagegen-engine/bin/dockerfile-frontend imagegen-gpu/dockerfile:labs \
+                             && bash scripts/gpu/container_proof.sh bakegpu imagegen-gpu/base:1 "$src" 9.0 "$out/bakegpu" ;;
             esac > "$out/$step.log" 2>&1
             echo "exit=$?" >> "$out/$step.log"
         done

@@ -32,6 +32,9 @@ start)
     # No iptables and no bridge: the device has neither the tools nor a network to reach; containers
     # run with --network none, build steps need no network (everything is in the base image).
     # No docker-proxy either: no port is published.
+    # CDI on (Docker 25+; a build step's RUN --device reads the specs in /etc/cdi and /var/run/cdi).
+    mkdir -p /etc/docker /etc/cdi
+    [ -f /etc/docker/daemon.json ] || echo '{"features": {"cdi": true}}' > /etc/docker/daemon.json
     setsid dockerd --iptables=false --ip-masq=false --bridge=none --userland-proxy=false \
         --data-root /var/lib/docker >>"$LOG" 2>&1 </dev/null &
     pid=$!

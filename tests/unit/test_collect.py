@@ -51,6 +51,21 @@ def test_publish_is_atomic_and_up_to_date_checks_hash(tmp_path):
     assert wheelhouse.up_to_date(out, cell, "abc") is None
 
 
+def test_a_wheel_asked_to_pass_the_gpu_check_in_the_build_is_up_to_date_only_once_it_has(tmp_path):
+    from dataclasses import replace
+    plain, checked = _cell(), replace(_cell(), gpu_check_device="nvidia.com/gpu=all",
+                                      dockerfile_frontend="docker/dockerfile:1.19-labs")
+    out = tmp_path / "out"
+    dest = collect.publish(out, plain, WHEEL, inputs="abc", record={"duration_s": 1.0})
+    assert wheelhouse.up_to_date(out, plain, "abc") == dest
+    assert wheelhouse.up_to_date(out, checked, "abc") is None  # built without the check: build again, with it
+    collect.publish(out, checked, WHEEL, inputs="abc", record={"gpu_check": {"ok": False}})
+    assert wheelhouse.up_to_date(out, checked, "abc") is None
+    dest = collect.publish(out, checked, WHEEL, inputs="abc", record={"gpu_check": {"ok": True, "device": "H100 (9.0)"}})
+    assert wheelhouse.up_to_date(out, checked, "abc") == dest
+    assert wheelhouse.up_to_date(out, plain, "abc") == dest
+
+
 def test_the_manifest_says_what_was_asked_what_was_compiled_and_from_where(tmp_path):
     recipe = load_catalogue().get("flash-attn")
     cell = make_cell(recipe, recipe.version("2.8.3"), "2.8", "12.8", "3.12", parse_arch_list("8.6;9.0"), "cuda")

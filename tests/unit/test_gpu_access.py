@@ -8,6 +8,7 @@ the docker run command line each way gives; tests/integration/test_gpu_access_en
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -70,8 +71,37 @@ def test_devices_mode_passes_every_node_and_mounts_a_driver_tree_whole(tmp_path)
     assert "5 device nodes" in access.detail
 
 
-def test_on_the_real_root_a_device_needs_no_container_path():
-    assert gpu_access._pair(Path("/dev/nvidia0"), "/dev/nvidia0") == "/dev/nvidia0"
+def test_the_cdi_spec_declares_the_same_nodes_mounts_and_environment_as_the_devices_flags(tmp_path):
+    libcuda = gpu_host(tmp_path, gpus=2, driver_tree=False)
+    edits = gpu_access.driver_edits(tmp_path, ldconfig_for(libcuda, tmp_path), "")
+    spec = gpu_access.cdi_spec(edits)
+    flags = gpu_access.devices(tmp_path, ldconfig_for(libcuda, tmp_path), "").flags
+    assert spec["cdiVersion"] == "0.6.0" and spec["kind"] == "nvidia.com/gpu"
+    # BuildKit hands a device to `RUN --device` without the `device` entitlement only with this annotation
+    assert spec["annotations"] == {"org.mobyproject.buildkit.device.autoallow": "true"}
+    [device] = spec["devices"]
+    assert device["name"] == "all"
+    nodes = [(n["hostPath"], n["path"]) for n in device["containerEdits"]["deviceNodes"]]
+    assert [f"{h}:{c}" for h, c in nodes] == [flags[i + 1] for i, f in enumerate(flags) if f == "--device"]
+    assert ("{}/dev/nvidia1".format(tmp_path), "/dev/nvidia1") in nodes
+    mounts = spec["containerEdits"]["mounts"]
+    assert [f"{m['hostPath']}:{m['containerPath']}:ro" for m in mounts] == [flags[i + 1] for i, f in enumerate(flags) if f == "-v"]
+    assert all(m["options"][0] == "ro" for m in mounts)
+    assert spec["containerEdits"]["env"] == ["LD_LIBRARY_PATH=/usr/local/nvidia/lib64"]
+
+
+def test_a_written_cdi_spec_is_found_by_the_cdi_mode(tmp_path):
+    libcuda = gpu_host(tmp_path)
+    spec = gpu_access.cdi_spec(gpu_access.driver_edits(tmp_path, ldconfig_for(libcuda, tmp_path), ""))
+    cdi_spec(tmp_path, "imagegen-nvidia.json", json.dumps(spec))
+    access = gpu_access.cdi(tmp_path, engine_dirs=["/etc/cdi"])
+    assert access.flags == ("--device", "nvidia.com/gpu=all")
+
+
+def test_no_cdi_spec_without_the_driver(tmp_path):
+    gpu_host(tmp_path)
+    assert not isinstance(gpu_access.driver_edits(tmp_path, lambda: "", ""), gpu_access.DriverEdits)
+    assert gpu_access.driver_edits(tmp_path / "nothing", lambda: "", "") is None
 
 
 def test_a_driver_among_system_libraries_is_mounted_file_by_file_under_its_sonames(tmp_path):

@@ -336,10 +336,38 @@ def test_python_exe_that_cannot_run_is_one_line(tmp_path):
     (["--audit"], "goes with --shell"),
     (["--vcvars", "C:\\vc.bat"], "goes with --shell"),
     (["--source", str(ROOT / "tests" / "fixtures" / "tiny_kernel")], "not both"),
+    (["--shell", "powershell", "--gpu-check-device", "nvidia.com/gpu=all"], "does not apply to --shell"),
+    (["--shell", "cmd", "--dockerfile-frontend", "docker/dockerfile:1.19-labs"], "does not apply to --shell"),
+    (["--dockerfile-frontend", "docker/dockerfile:1.19-labs"], "goes with --gpu-check-device"),
 ])
 def test_render_refuses_flags_it_would_ignore(argv, needle):
     code, out, err = run("render", "sage", "--arch", "9.0", *argv)
     assert code == 2 and out == "" and needle in one_error(err)
+
+
+@pytest.mark.parametrize("flag", ["--gpu-check-device", "--dockerfile-frontend"])
+def test_a_native_build_refuses_the_in_build_gpu_check(flag, tmp_path, monkeypatch):
+    """A native build has no build step to give a device to: the flag was silently ignored."""
+    monkeypatch.chdir(tmp_path)
+    value = "nvidia.com/gpu=all" if flag == "--gpu-check-device" else "docker/dockerfile:1.19-labs"
+    code, out, err = run("build", "sage", "--native", flag, value, "--out", "o", "--work", "w")
+    assert code == 2 and out == "" and "--native" in one_error(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["render", "bake", "build"])
+@pytest.mark.parametrize("flag, value", [
+    ("--gpu-check-device", "nvidia.com/gpu=all\nRUN touch pwned"), ("--gpu-check-device", "nvidia.com/gpu=all --privileged"),
+    ("--gpu-check-device", "nvidia.com/gpu=$(id)"), ("--gpu-check-device", "--security=insecure"),
+    ("--dockerfile-frontend", "docker/dockerfile:1.19-labs\nRUN touch pwned"), ("--dockerfile-frontend", "x y"),
+])
+def test_the_in_build_gpu_check_refuses_an_injection(command, flag, value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    gpu = [] if flag == "--gpu-check-device" else ["--gpu-check-device", "nvidia.com/gpu=all"]
+    extra = {"render": [], "bake": ["-f", "b.hcl"], "build": ["--out", "o", "--work", "w"]}[command]
+    code, out, err = run(command, "sage", *CELL, *gpu, f"{flag}={value}", *extra)
+    assert code == 2 and out == "" and "is not allowed" in one_error(err) and flag in one_error(err)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_render_no_such_recipe_with_source_is_refused():
@@ -515,6 +543,7 @@ def _base(command: tuple[str, ...], wheel: str) -> list[str]:
         ("index",): ["index", "o"],
         ("repair",): ["repair", wheel],
         ("publish",): ["publish", "o", "--to", "pypi:http://127.0.0.1:1/"],
+        ("cdi-spec",): ["cdi-spec"],
     }[command]
 
 
@@ -547,9 +576,12 @@ CASES = _cases()
 
 def test_the_fuzz_covers_every_subcommand_and_option():
     assert set(PARSERS) >= {("render",), ("plan",), ("bake",), ("build",), ("verify",), ("check",), ("doctor",),
-                            ("recipes",), ("archs",), ("push",), ("pull",), ("lock",), ("ci", "github")}
+                            ("recipes",), ("archs",), ("push",), ("pull",), ("lock",), ("ci", "github"), ("cdi-spec",)}
     assert len(CASES) > 100
     assert (("render",), "--output", "value") in CASES and (("bake",), "--file", "value") in CASES
+    for command in (("render",), ("bake",), ("build",)):
+        assert (command, "--gpu-check-device", "value") in CASES and (command, "--dockerfile-frontend", "value") in CASES
+    assert (("cdi-spec",), "--output", "value") in CASES
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -284,3 +287,125 @@ def test_retag_copies_compressed_entries_as_they_are_and_pip_installs_the_result
     assert (target / "demo" / "_C.so").read_bytes() == payload
     assert (target / "demo-1.0+cu130torch2.11.dist-info").is_dir()
 
+
+
+# ------------------------------------------------------------------------ gpu-check (RUN --device)
+# The step runs the recipe's check on the GPU the build step was given. Here a stand-in `torch`
+# package on PYTHONPATH stands in for the GPU alone (torch.cuda says what a real one would): the
+# step, its subprocesses, the report, the build record and the exit status are the real ones.
+
+FAKE_TORCH = '''__version__ = "2.11.0+cu130"
+
+
+class _Cuda:
+    @staticmethod
+    def is_available():
+        return {available}
+
+    @staticmethod
+    def get_device_capability(index=0):
+        return (9, 0)
+
+    @staticmethod
+    def get_device_name(index=0):
+        return "Fake H100"
+
+
+cuda = _Cuda()
+'''
+WHEEL = "sageattention-2.2.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+
+
+def _gpu_check_step(tmp_path, monkeypatch, code, *, available=True, timeout=None, torch_init=None, wheel=True):
+    """A wheelhouse as the smoke step leaves it (a wheel and its build record), the check document as
+    the Dockerfile's heredoc writes it, the cell document, and a fake torch on PYTHONPATH; then
+    `imagegen_build.py gpu-check`. Returns (SystemExit or None, log folder, record path)."""
+    fake = tmp_path / "fake-site"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(torch_init or FAKE_TORCH.format(available=available))
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    wheels = tmp_path / "wheelhouse"
+    wheels.mkdir()
+    if wheel:
+        (wheels / WHEEL).write_bytes(b"not really a wheel")
+    record = wheels / (WHEEL + B.RECORD_SUFFIX)
+    record.write_text(json.dumps({"wheel": WHEEL}))
+    check = tmp_path / "gpu_check.json"
+    check.write_text(json.dumps({"recipe": "sageattention", "device": "nvidia.com/gpu=all", "code": code}))
+    logs = tmp_path / "logs"
+    cell = tmp_path / "cell.json"
+    # No venv at that path: the step runs the check with this interpreter (sys.executable).
+    cell.write_text(json.dumps(_sage_cell_doc(venv=str(tmp_path / "no-venv"), log_dir=str(logs))))
+    argv = ["--cell", str(cell), "gpu-check", "--wheels", str(wheels), "--check", str(check)]
+    if timeout is not None:
+        argv += ["--timeout", str(timeout)]
+    try:
+        B.main(argv)
+    except SystemExit as exc:
+        return exc, logs, record
+    return None, logs, record
+
+
+def test_gpu_check_passes_writes_its_report_and_the_wheels_record(tmp_path, monkeypatch, capsys):
+    code = "import torch\nassert torch.cuda.is_available()\nprint('cosine 0.9993')\n"
+    exited, logs, record = _gpu_check_step(tmp_path, monkeypatch, code)
+    assert exited is None
+    report = json.loads((logs / "gpu_check.json").read_text())
+    assert report["ok"] is True and "cosine 0.9993" in report["output"] and "error" not in report
+    assert report["device"] == "Fake H100 (9.0)" and report["torch"] == "2.11.0+cu130"
+    assert report["recipe"] == "sageattention" and report["cdi_device"] == "nvidia.com/gpu=all"
+    doc = json.loads(record.read_text())
+    assert doc["wheel"] == WHEEL and doc["gpu_check"]["ok"] is True and doc["gpu_check"] == report
+    out = capsys.readouterr().out
+    assert "gpu check: cosine 0.9993" in out and "gpu check: passed on Fake H100 (9.0)" in out
+    assert not list(Path(tempfile.gettempdir()).glob("imagegen-gpu-check-*/sageattention_gpu_check.py"))
+
+
+def test_a_failing_gpu_check_fails_the_step_and_leaves_the_record_alone(tmp_path, monkeypatch, capsys):
+    code = "import torch\nprint('cosine 0.0002')\nassert False, 'cosine 0.0002'\n"
+    exited, logs, record = _gpu_check_step(tmp_path, monkeypatch, code)
+    assert exited is not None and exited.code not in (0, None)
+    report = json.loads((logs / "gpu_check.json").read_text())
+    assert report["ok"] is False and "cosine 0.0002" in report["error"]
+    assert report["error"].startswith("AssertionError")
+    assert json.loads(record.read_text()) == {"wheel": WHEEL}  # no gpu_check: the wheel is not passed
+    err = capsys.readouterr().err
+    assert f"gpu check of {WHEEL} failed on Fake H100 (9.0)" in err and "cosine 0.0002" in err
+
+
+def test_gpu_check_without_a_gpu_fails_before_running_the_check(tmp_path, monkeypatch, capsys):
+    marker = tmp_path / "ran"
+    exited, logs, record = _gpu_check_step(tmp_path, monkeypatch, f"open({str(marker)!r}, 'w').close()\n",
+                                           available=False)
+    assert exited is not None and exited.code not in (0, None)
+    err = capsys.readouterr().err
+    assert "no CUDA GPU in this build step" in err and "torch.cuda.is_available() is False" in err
+    assert "nvidia.com/gpu=all" in err and "imagegen cdi-spec" in err
+    assert not marker.exists() and not (logs / "gpu_check.json").exists()
+    assert json.loads(record.read_text()) == {"wheel": WHEEL}
+
+
+def test_gpu_check_without_torch_says_why_there_is_no_gpu(tmp_path, monkeypatch, capsys):
+    exited, _, _ = _gpu_check_step(tmp_path, monkeypatch, "print('x')\n",
+                                   torch_init="raise ImportError('libcuda.so.1: cannot open')\n")
+    assert exited is not None and exited.code not in (0, None)
+    err = capsys.readouterr().err
+    assert "no CUDA GPU in this build step" in err and "ImportError: libcuda.so.1: cannot open" in err
+
+
+def test_a_gpu_check_that_hangs_is_stopped_and_fails(tmp_path, monkeypatch, capsys):
+    code = "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
+    started = time.monotonic()
+    exited, logs, record = _gpu_check_step(tmp_path, monkeypatch, code, timeout=1)
+    assert time.monotonic() - started < 30
+    assert exited is not None and exited.code not in (0, None)
+    report = json.loads((logs / "gpu_check.json").read_text())
+    assert report["ok"] is False and report["error"] == "did not finish within 1 s"
+    assert "did not finish within" in capsys.readouterr().err
+    assert json.loads(record.read_text()) == {"wheel": WHEEL}
+
+
+def test_gpu_check_with_no_wheel_fails(tmp_path, monkeypatch, capsys):
+    exited, logs, _ = _gpu_check_step(tmp_path, monkeypatch, "print('x')\n", wheel=False)
+    assert exited is not None and exited.code not in (0, None)
+    assert "no wheel in" in capsys.readouterr().err and not logs.exists()

@@ -735,16 +735,17 @@ def write_build_record(cell, env, wheel, started):
     write_json_beside(wheel + RECORD_SUFFIX, record, os.path.dirname(wheel))
 
 
-def add_smoke_to_records(wheels, report):
-    """The smoke result into each tested wheel's build record (a wheel without one, e.g. from an
-    older builder, is left alone: `imagegen collect` then refuses it as untested)."""
+def add_smoke_to_records(wheels, report, key="smoke"):
+    """The smoke result (or, with ``key`` "gpu_check", the GPU check's) into each tested wheel's build
+    record (a wheel without one, e.g. from an older builder, is left alone: `imagegen collect` then
+    refuses it as untested)."""
     for wheel in wheels:
         path = wheel + RECORD_SUFFIX
         if not os.path.isfile(path) or os.path.islink(path):
             continue
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
-        record["smoke"] = report
+        record[key] = report
         write_json_beside(path, record, os.path.dirname(wheel))
 
 
@@ -1220,6 +1221,89 @@ def smoke_test(cell, wheels):
 
 
 # ------------------------------------------------------------------------------------------------
+# gpu-check: the recipe's numerical check on the GPU a build step was handed (RUN --device, CDI)
+
+_GPU_PROBE = """
+import json
+out = {}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    if torch.cuda.is_available():
+        cc = torch.cuda.get_device_capability(0)
+        out["device"] = "%s (%d.%d)" % (torch.cuda.get_device_name(0), cc[0], cc[1])
+    else:
+        out["error"] = "torch.cuda.is_available() is False"
+except BaseException as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+def _tail_line(text):
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def cmd_gpu_check(cell, args):
+    """Run the recipe's smoke.gpu_check (the JSON file --check: recipe, device, code) against the
+    wheels the smoke step installed, on the GPU this step was given; fail the build when no GPU is
+    visible or the check fails, so that the wheel is never exported."""
+    with open(args.check, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    wheels = sorted(os.path.join(args.wheels, f) for f in os.listdir(args.wheels) if f.endswith(".whl"))
+    if not wheels:
+        fail("no wheel in %s to check" % args.wheels)
+    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+    try:
+        probe = subprocess.run([py, "-c", _GPU_PROBE], cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True, timeout=300)
+        info = json.loads(probe.stdout.strip().splitlines()[-1]) if probe.stdout.strip() else {}
+    except (subprocess.TimeoutExpired, ValueError) as exc:
+        info = {"error": "the GPU probe did not answer (%s)" % exc.__class__.__name__}
+        probe = None
+    if not info.get("device"):
+        hint = _tail_line(probe.stderr) if probe is not None else ""
+        fail("gpu check: no CUDA GPU in this build step (%s%s): the CDI device %s gave none; on the engine's host,"
+             " is the driver loaded and a CDI spec for it in /etc/cdi or /var/run/cdi (imagegen cdi-spec)?"
+             % (info.get("error", "no answer"), "; " + hint if hint else "", spec["device"]))
+    log("gpu check: %s, torch %s, device %s" % (info["device"], info.get("torch"), spec["device"]))
+    work = tempfile.mkdtemp(prefix="imagegen-gpu-check-")
+    check_file = os.path.join(work, "%s_gpu_check.py" % spec["recipe"])
+    with open(check_file, "w", encoding="utf-8") as fh:
+        fh.write(spec["code"])
+    started = time.time()
+    try:
+        proc = subprocess.run([py, check_file], cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=args.timeout)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, out, err = None, exc.stdout or "", exc.stderr or ""
+        out = out.decode("utf-8", "replace") if isinstance(out, bytes) else out
+        err = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    seconds = round(time.time() - started, 2)
+    for line in out.splitlines():
+        log("gpu check: %s" % line)
+    report = {"recipe": spec["recipe"], "device": info["device"], "cdi_device": spec["device"],
+              "torch": info.get("torch"), "ok": rc == 0, "seconds": seconds,
+              "output": [ln for ln in out.splitlines() if ln.strip()][-20:]}
+    if rc != 0:
+        report["error"] = ("did not finish within %d s" % args.timeout if rc is None
+                           else _tail_line(err) or "exit %d" % rc)
+    os.makedirs(cell["log_dir"], exist_ok=True)
+    with open(os.path.join(cell["log_dir"], "gpu_check.json"), "w") as fh:
+        json.dump(report, fh, indent=2)
+    if rc != 0:
+        sys.stderr.write(err[-4000:])
+        fail("gpu check of %s failed on %s: %s" % (", ".join(os.path.basename(w) for w in wheels), info["device"],
+                                                  report["error"]))
+    log("gpu check: passed on %s in %.1f s" % (info["device"], seconds))
+    add_smoke_to_records(wheels, report, key="gpu_check")
+
+
+# ------------------------------------------------------------------------------------------------
 # audit
 
 
@@ -1306,10 +1390,14 @@ def main(argv=None):
     au = sub.add_parser("audit")
     au.add_argument("--out", required=True, help="write the audit report (JSON) here")
     au.add_argument("--timeout", type=float, default=900)
+    gc = sub.add_parser("gpu-check")
+    gc.add_argument("--wheels", required=True, help="the folder of the wheels the smoke step installed")
+    gc.add_argument("--check", required=True, help="JSON: the recipe, the CDI device and the check's code")
+    gc.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
     {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
-     "audit": cmd_audit}[args.step](cell, args)
+     "audit": cmd_audit, "gpu-check": cmd_gpu_check}[args.step](cell, args)
 
 
 if __name__ == "__main__":
