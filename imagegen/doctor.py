@@ -166,6 +166,47 @@ def check_container_gpus(report: Report, *, driver_works: bool | None = None, **
         report.add("gpus in containers", OK, f"imagegen pull --gpus auto uses {best.mode}")
 
 
+def check_build_gpus(report: Report, *, driver_works: bool | None = None, docker=None) -> None:
+    """Can a build step be given the GPU here (`--gpu-check-device`, BuildKit CDI)? The engine and
+    buildx versions, and the CDI devices the builder lists for build steps."""
+    from imagegen import engine
+    from imagegen.executors import gpu_access
+
+    docker = docker or _docker
+    name = "gpu check in builds"
+    server = docker("version", "--format", "{{.Server.Version}}")
+    bx = docker("buildx", "version")
+    if server is None or server.returncode != 0 or bx is None or bx.returncode != 0:
+        return  # check_engine said why
+    server_v = gpu_access.version_tuple(server.stdout)
+    words = bx.stdout.split()
+    bx_v = gpu_access.version_tuple(words[1] if len(words) > 1 else "")
+    want = (f"Docker {'.'.join(map(str, gpu_access.BUILD_DEVICE_ENGINE))}+ and buildx"
+            f" {'.'.join(map(str, gpu_access.BUILD_DEVICE_BUILDX))}+")
+    if server_v < gpu_access.BUILD_DEVICE_ENGINE or bx_v < gpu_access.BUILD_DEVICE_BUILDX:
+        report.add(name, WARN, f"not on this engine (server {server.stdout.strip()}, buildx {'.'.join(map(str, bx_v)) or '?'}):"
+                   " --gpu-check-device needs " + want, "upgrade Docker and buildx, or run `imagegen check WHEEL`"
+                   " on the GPU machine after the build")
+        return
+    inspect = docker("buildx", "inspect")
+    devices = gpu_access.build_devices(inspect.stdout if inspect is not None and inspect.returncode == 0 else "")
+    gpus = [d for d in devices if d.name.startswith(gpu_access.CDI_KIND + "=")]
+    if not gpus:
+        works = engine.driver_works() if driver_works is None else driver_works
+        report.add(name, WARN if works else OK, "the builder lists no nvidia.com/gpu CDI device for build steps"
+                   + ("" if works else " (no working NVIDIA driver here either)"),
+                   "imagegen cdi-spec -o /etc/cdi/imagegen-nvidia.json (CDI on in dockerd: {\"features\": {\"cdi\":"
+                   " true}})" if works else "")
+        return
+    allowed = [d.name for d in gpus if d.auto_allowed]
+    if not allowed:
+        report.add(name, WARN, f"{', '.join(d.name for d in gpus)} listed, but not automatically allowed: dockerd cannot"
+                   " grant BuildKit's device entitlement", "add the annotation org.mobyproject.buildkit.device.autoallow:"
+                   " true to the CDI spec (imagegen cdi-spec writes it)")
+        return
+    report.add(name, OK, f"build steps can be given {', '.join(allowed)}: --gpu-check-device {allowed[0]}")
+
+
 def check_machine(report: Report, root: Path) -> None:
     h = jobs.host()
     free = shutil.disk_usage(root).free / 1e9
@@ -189,5 +230,6 @@ def run(python_exe: str | None = None, root: Path | None = None, engine: bool = 
     if engine:
         check_engine(report)
         check_container_gpus(report)
+        check_build_gpus(report)
     check_machine(report, root or Path.cwd())
     return report

@@ -322,6 +322,45 @@ def cdi_spec(edits: DriverEdits, *, name: str = "all") -> dict:
     }
 
 
+# What `--gpu-check-device` needs of the engine (docs.docker.com/build/building/cdi): BuildKit's CDI
+# devices in build steps come with Docker 27 and buildx 0.22.
+BUILD_DEVICE_ENGINE = (27, 0)
+BUILD_DEVICE_BUILDX = (0, 22)
+
+
+@dataclass(frozen=True)
+class BuildDevice:
+    """A CDI device the builder offers build steps (`docker buildx inspect`'s "Devices:")."""
+
+    name: str  # nvidia.com/gpu=all
+    auto_allowed: bool  # handed to builds without the `device` entitlement (dockerd cannot grant it)
+
+
+def build_devices(inspect_text: str) -> list[BuildDevice]:
+    """The CDI devices in ``docker buildx inspect``'s output (buildx 0.22+ lists them under
+    "Devices:", each a "Name:" line with an "Automatically allowed:" line below it)."""
+    devices: list[BuildDevice] = []
+    inside = False
+    for line in inspect_text.splitlines()[:4096]:
+        key, _, value = line.strip().partition(":")
+        if not line.startswith(" ") and line.strip():
+            inside = key == "Devices"
+            continue
+        if not inside:
+            continue
+        if key == "Name" and value.strip():
+            devices.append(BuildDevice(value.strip(), False))
+        elif key == "Automatically allowed" and devices:
+            devices[-1] = BuildDevice(devices[-1].name, value.strip() == "true")
+    return devices
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """"28.5.2+dfsg4" -> (28, 5, 2); "v0.29.1" -> (0, 29, 1); () when there is no number."""
+    m = re.match(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", text.strip())
+    return tuple(int(g) for g in m.groups() if g is not None) if m else ()
+
+
 # ------------------------------------------------------------------------------------------------
 
 

@@ -51,3 +51,21 @@ def test_devices_mode_flags_for_a_driver_among_system_libraries(tmp_path):
     proc = run(access.flags)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n") == ["nodes-ok", "LD=/usr/local/nvidia/lib64", "libcuda", "smi-ok", "read-only", ""]
+
+
+def test_doctor_reads_the_real_engine_and_buildx_for_the_gpu_check_in_builds():
+    """The engine scripts/install-engine.sh installs (Debian trixie: dockerd 26.1.5, buildx 0.13.1) is
+    older than BuildKit's CDI devices need: doctor says so with the versions it read from them."""
+    from imagegen import doctor
+    server = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
+    bx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True)
+    assert server.returncode == 0 and bx.returncode == 0, "the Docker engine and buildx are required"
+    report = doctor.Report()
+    doctor.check_build_gpus(report, driver_works=False)
+    [check] = [c for c in report.checks if c.name == "gpu check in builds"]
+    new_enough = (gpu_access.version_tuple(server.stdout) >= gpu_access.BUILD_DEVICE_ENGINE
+                  and gpu_access.version_tuple(bx.stdout.split()[1]) >= gpu_access.BUILD_DEVICE_BUILDX)
+    if new_enough:
+        assert check.status == "ok" and "no nvidia.com/gpu CDI device" in check.detail
+    else:
+        assert check.status == "warn" and server.stdout.strip() in check.detail and "needs Docker 27.0+" in check.detail

@@ -248,3 +248,66 @@ def test_doctor_on_a_host_with_no_way_says_so_with_the_fix(tmp_path, monkeypatch
     report = doctor.Report()
     doctor.check_container_gpus(report, driver_works=False)
     assert report.checks[0].status == doctor.OK and "no working NVIDIA driver" in report.checks[0].detail
+
+
+# `docker buildx inspect` as buildx 0.29.1 (Debian sid) printed it: on the H100 device with the spec
+# `imagegen cdi-spec` wrote (docs/gpu-results/2026-11-25d), and on the CPU machine with a stand-in
+# device and no annotation.
+INSPECT_DEVICE = """Name:   default
+Driver: docker
+
+Nodes:
+Name:             default
+Endpoint:         default
+Status:           running
+BuildKit version: v0.0.0+unknown
+Platforms:        linux/amd64, linux/amd64/v2, linux/amd64/v3, linux/386
+Devices:
+ Name:                  nvidia.com/gpu=all
+ Automatically allowed: true
+ Annotations:
+  org.mobyproject.buildkit.device.autoallow: true
+GC Policy rule#0:
+ All:            false
+"""
+INSPECT_STANDIN = INSPECT_DEVICE.replace("nvidia.com/gpu=all", "imagegen.test/device=probe").replace(
+    " Automatically allowed: true\n Annotations:\n  org.mobyproject.buildkit.device.autoallow: true\n",
+    " Automatically allowed: false\n")
+
+
+def test_build_devices_are_read_from_buildx_inspect():
+    assert gpu_access.build_devices(INSPECT_DEVICE) == [gpu_access.BuildDevice("nvidia.com/gpu=all", True)]
+    assert gpu_access.build_devices(INSPECT_STANDIN) == [gpu_access.BuildDevice("imagegen.test/device=probe", False)]
+    # buildx before 0.22 has no Devices section; a Name line elsewhere is a node's, not a device's
+    assert gpu_access.build_devices(INSPECT_DEVICE.split("Devices:")[0]) == []
+
+
+@pytest.mark.parametrize("text, want", [("28.5.2+dfsg4", (28, 5, 2)), ("v0.29.1", (0, 29, 1)), ("0.13.1+ds1", (0, 13, 1)),
+                                        ("27.0", (27, 0)), ("dev", ())])
+def test_version_tuple(text, want):
+    assert gpu_access.version_tuple(text) == want
+
+
+def docker_answering(server: str, buildx: str, inspect: str):
+    def docker(*args, **kw):
+        out = {("version", "--format", "{{.Server.Version}}"): server + "\n",
+               ("buildx", "version"): f"github.com/docker/buildx {buildx} {buildx}-1\n",
+               ("buildx", "inspect"): inspect}[args]
+        return subprocess.CompletedProcess(list(args), 0, out, "")
+    return docker
+
+
+@pytest.mark.parametrize("server, buildx, inspect, driver, level, words", [
+    ("26.1.5+dfsg1", "0.13.1+ds1", "", True, "warn", "needs Docker 27.0+ and buildx 0.22+"),
+    ("28.5.2+dfsg4", "0.13.1", "", True, "warn", "needs Docker 27.0+ and buildx 0.22+"),
+    ("28.5.2+dfsg4", "0.29.1+ds1", INSPECT_DEVICE, True, "ok", "--gpu-check-device nvidia.com/gpu=all"),
+    ("28.5.2+dfsg4", "0.29.1+ds1", INSPECT_STANDIN, True, "warn", "imagegen cdi-spec"),
+    ("28.5.2+dfsg4", "0.29.1+ds1", INSPECT_STANDIN, False, "ok", "no working NVIDIA driver"),
+    ("28.5.2+dfsg4", "0.29.1+ds1", INSPECT_DEVICE.replace("allowed: true", "allowed: false"), True, "warn",
+     "not automatically allowed"),
+])
+def test_doctor_says_whether_a_build_step_can_be_given_the_gpu(server, buildx, inspect, driver, level, words):
+    report = doctor.Report()
+    doctor.check_build_gpus(report, driver_works=driver, docker=docker_answering(server, buildx, inspect))
+    [check] = [c for c in report.checks if c.name == "gpu check in builds"]
+    assert check.status == level and words in check.detail + " " + check.fix
