@@ -146,6 +146,43 @@ def extension_section_table(fh: BinaryIO, total: int) -> dict[str, tuple[int, in
     return pe_section_table(fh, total) if magic[:2] == b"MZ" else elf_section_table(fh, total)
 
 
+# What processor an extension's code is for: ELF e_machine, PE/COFF Machine -> the name wheel platform
+# tags use (x86_64 / aarch64).
+ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+PE_MACHINES = {0x8664: "x86_64", 0xAA64: "aarch64"}
+
+
+def extension_machine(fh: BinaryIO, total: int) -> str:
+    """The processor an ELF or PE extension is built for: x86_64, aarch64, or "machine N" for
+    another. Raises VerifyError for a file that is neither."""
+    head = _read_at(fh, 0, 64, total) if total >= 64 else b""
+    if head[:4] == b"\x7fELF":
+        number, = struct.unpack_from("<H", head, 0x12)
+        return ELF_MACHINES.get(number, f"ELF machine {number}")
+    if head[:2] == b"MZ":
+        pe, = struct.unpack_from("<I", head, 0x3C)
+        coff = _read_at(fh, pe, 24, total, "PE")
+        if coff[:4] != b"PE\0\0":
+            raise VerifyError("malformed PE: no PE signature where the header points")
+        number, = struct.unpack_from("<H", coff, 4)
+        return PE_MACHINES.get(number, f"PE machine {number:#x}")
+    raise VerifyError("not an ELF or PE shared object")
+
+
+def wheel_machines(platform_tags) -> set[str]:
+    """The processors a wheel's platform tags name (linux_x86_64, manylinux_2_28_aarch64, win_amd64,
+    macosx_11_0_arm64 ...); empty for a pure ("any") wheel."""
+    out = set()
+    for tag in platform_tags:
+        if tag.endswith(("x86_64", "amd64")):
+            out.add("x86_64")
+        elif tag.endswith(("aarch64", "arm64")):
+            out.add("aarch64")
+        elif tag != "any":
+            out.add(tag)
+    return out
+
+
 def fatbin_section(sections: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
     """(offset, size) of the fat binary among ``sections``, or None (a library without device code)."""
     return next((sections[name] for name in FATBIN_SECTIONS if name in sections), None)

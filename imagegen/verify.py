@@ -46,10 +46,12 @@ from imagegen.fatbin import (
     SPOOL_BYTES,
     FatbinEntry,
     cuobjdump_entries,
+    extension_machine,
     extension_section_table,
     fatbin_entries_at,
     fatbin_section,
     find_cuobjdump,
+    wheel_machines,
 )
 from imagegen.model.arch import ArchList, CudaArch
 
@@ -186,6 +188,9 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
     except (OSError, zipfile.BadZipFile, ValueError, EOFError, OverflowError, NotImplementedError) as exc:
         raise VerifyError(f"{path}: not a readable wheel ({exc.__class__.__name__})") from None
     found: list[tuple[str, list[FatbinEntry], Path | None]] = []  # (name in the wheel, native entries, extracted copy)
+    # The processor the wheel's platform tag names: every extension must be code for it (an x86_64 .so
+    # in a wheel tagged aarch64 installs, then fails to load).
+    machines = wheel_machines(t.platform for t in tags)
     with zf, tempfile.TemporaryDirectory(prefix="imagegen-verify-") as tmp:
         for info in zf.infolist():
             windows = bool(WINDOWS_EXTENSION.search(info.filename))
@@ -194,10 +199,13 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
             # cuobjdump on Linux finds no device code in a PE image: the native reader alone reads those.
             keep = Path(tmp) / f"{len(found)}.so" if exe and not windows else None
             try:
-                entries, extracted = _read_extension(zf, info, keep)
+                entries, extracted, machine = _read_extension(zf, info, keep)
             except VerifyError as exc:
                 problems.append(f"{info.filename}: {exc}")
                 continue
+            if machines and machine not in machines:
+                problems.append(f"{info.filename} is {machine} code, but the wheel's platform tag says"
+                                f" {' or '.join(sorted(machines))}")
             if entries is not None:  # None: a CPU-only helper library
                 found.append((info.filename, entries, extracted))
         # One cuobjdump per .so, side by side: a wheel like SageAttention's has ten, ~0.3 s each.
@@ -230,8 +238,10 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
                        tags=sorted(str(t) for t in tags), extensions=reports, problems=problems, warnings=warnings)
 
 
-def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo, keep: Path | None) -> tuple[list[FatbinEntry] | None, Path | None]:
-    """The fatbin entries of one .so in the wheel (None: no .nv_fatbin section), streamed out of the
+def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                    keep: Path | None) -> tuple[list[FatbinEntry] | None, Path | None, str]:
+    """The fatbin entries of one .so in the wheel (None: no .nv_fatbin section) and the processor its
+    code is for (x86_64, aarch64, ...), streamed out of the
     zip (memory up to SPOOL_BYTES, then a temporary file) and read with bounded reads; with ``keep``,
     a copy there for cuobjdump. Anything unreadable is a VerifyError (a problem of this wheel)."""
     if info.file_size > MAX_SO_BYTES:
@@ -252,13 +262,14 @@ def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo, keep: Path | Non
             raise VerifyError(f"cannot be read from the wheel ({exc.__class__.__name__})") from None
         try:
             sections = extension_section_table(buf, total)
+            machine = extension_machine(buf, total)
         except VerifyError as exc:
             raise VerifyError(f"not an ELF or PE shared object ({exc})") from None
         except (struct.error, ValueError, OverflowError):
             raise VerifyError("not an ELF or PE shared object (malformed headers)") from None
         where = fatbin_section(sections)
         if where is None:
-            return None, None
+            return None, None, machine
         offset, size = where
         try:
             entries = fatbin_entries_at(buf, offset, size)
@@ -268,7 +279,7 @@ def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo, keep: Path | Non
             buf.seek(0)
             with keep.open("wb") as out:
                 shutil.copyfileobj(buf, out, 1 << 20)
-        return entries, keep
+        return entries, keep, machine
 
 
 __all__ = ["SoReport", "VerifyError", "WheelReport", "verify_wheel"]

@@ -260,6 +260,7 @@ def _elf(sections: dict[str, bytes], *, shoff_override: int | None = None, shnum
     headers.append(struct.pack("<IIQQQQIIQQ", npos, 3, 0, 0, pos, len(names), 0, 0, 1, 0))
     head = bytearray(64)
     head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<H", head, 0x12, 62)  # EM_X86_64, as the wheels' tag says
     struct.pack_into("<Q", head, 0x28, shoff if shoff_override is None else shoff_override)
     struct.pack_into("<HHH", head, 0x3A, 64, len(headers) if shnum_override is None else shnum_override, len(headers) - 1)
     return bytes(head) + body + names + b"".join(headers)

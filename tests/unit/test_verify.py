@@ -345,3 +345,46 @@ def test_so_summary_lists_repeated_entries_once():
     assert doubled.counts() == {"sm_80": 2, "sm_90": 2, "compute_90": 2}
     assert isinstance(so.entries[0], FatbinEntry)
 
+
+
+# ------------------------------------------------------------------------------ the processor of the code
+
+
+def retagged(folder: Path, wheel: Path, platform: str, *, elf_machine: int | None = None) -> Path:
+    """``wheel`` copied under another platform tag, each extension's ELF e_machine set to ``elf_machine``."""
+    name = wheel.name.rsplit("-", 1)[0] + f"-{platform}.whl"
+    out = folder / name
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if elf_machine is not None and info.filename.endswith(".so"):
+                data = data[:0x12] + struct.pack("<H", elf_machine) + data[0x14:]
+            dst.writestr(info, data)
+    return out
+
+
+def test_the_real_wheels_code_is_the_processor_its_tag_names():
+    report = verify_wheel(FIXTURE_WHEEL, parse_arch_list("8.0"), cuobjdump=None)
+    assert not [p for p in report.problems if "code, but" in p]
+
+
+def test_x86_64_code_in_a_wheel_tagged_aarch64_is_a_problem(tmp_path):
+    wheel = retagged(tmp_path, FIXTURE_WHEEL, "linux_aarch64")
+    report = verify_wheel(wheel, parse_arch_list("8.0"), cuobjdump=None)
+    assert not report.ok
+    assert any(p.endswith(".so is x86_64 code, but the wheel's platform tag says aarch64") for p in report.problems)
+
+
+def test_aarch64_code_passes_under_an_aarch64_tag_and_fails_under_x86_64(tmp_path):
+    # EM_AARCH64 (183): what the arm64 build under QEMU produced (docs/verification.md, linux/arm64)
+    arm = retagged(tmp_path, FIXTURE_WHEEL, "manylinux_2_28_aarch64", elf_machine=183)
+    assert not [p for p in verify_wheel(arm, parse_arch_list("8.0"), cuobjdump=None).problems if "code, but" in p]
+    wrong = retagged(tmp_path / "x", FIXTURE_WHEEL, "linux_x86_64", elf_machine=183) if (tmp_path / "x").mkdir() is None else None
+    problems = verify_wheel(wrong, parse_arch_list("8.0"), cuobjdump=None).problems
+    assert any("is aarch64 code, but the wheel's platform tag says x86_64" in p for p in problems)
+
+
+def test_an_unknown_processor_is_named_by_its_number(tmp_path):
+    odd = retagged(tmp_path, FIXTURE_WHEEL, "linux_x86_64", elf_machine=243)  # EM_RISCV
+    problems = verify_wheel(odd, None, cuobjdump=None).problems
+    assert any("is ELF machine 243 code" in p for p in problems)
