@@ -62,6 +62,9 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
                    " sdist pinned by sha256 (PyPI, where the git host cannot be reached)")
     p.add_argument("--source", type=Path, **kw, help="build a local project tree (setup.py / pyproject.toml) as a recipe"
                    + (" (repeatable)" if many else ""))
+    p.add_argument("--platform", **kw, metavar="PLATFORM", help="the host platform the wheel is for: linux/amd64"
+                   " (default) or linux/arm64 (GH200, GB200, DGX Spark, Jetson; built in the image's arm64 variant, under"
+                   " QEMU on an x86_64 builder)" + ("; a list builds one cell per platform" if many else ""))
 
 
 def _add_matrix_args(p: argparse.ArgumentParser) -> None:

@@ -41,6 +41,7 @@ class Options:
     layout: str = DEFAULT_LAYOUT  # where wheels land below out: --layout, else the config's, else the default
     offline: bool = False  # --offline, else the config's `offline = true`
     gpu_check_device: str | None = None  # --gpu-check-device (plan.with_gpu_check)
+    platforms: tuple[str, ...] = ()  # --platform, parsed (plan.with_platforms); empty: linux/amd64 alone
     dockerfile_frontend: str | None = None  # --dockerfile-frontend
 
 
@@ -66,6 +67,11 @@ def _many(value, flag: str) -> tuple[str, ...]:
         raise UsageError(f"{flag} takes one value here, not a list ({', '.join(out[:4])}): this command builds"
                          " one cell; plan, bake and build take lists")
     return tuple(out)
+
+
+def _platforms(value) -> tuple[str, ...]:
+    from imagegen.plan import parse_platforms
+    return parse_platforms(_many(value, "--platform")) if value is not None else ()
 
 
 def _unique(values) -> tuple[str, ...]:
@@ -146,6 +152,7 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         layout=check_layout(_flag(args, "layout")) if _flag(args, "layout") else config.layout or DEFAULT_LAYOUT,
         offline=bool(_flag(args, "offline") or config.offline),
         gpu_check_device=_flag(args, "gpu_check_device"),
+        platforms=_platforms(_flag(args, "platform")),
         dockerfile_frontend=_flag(args, "dockerfile_frontend"),
     )
 

@@ -27,7 +27,7 @@ from imagegen.cell_rules import (
     rule_problems,
     torch_cuda_problems,
 )
-from imagegen.errors import ArchError, CompatError, ImagegenError, NothingToDoError
+from imagegen.errors import ArchError, CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
@@ -42,6 +42,10 @@ BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"
 @functools.cache
 def defaults() -> dict:
     return yamlio.load((resources.files("imagegen") / "resources" / "defaults.yaml").read_text())
+
+
+DEFAULT_PLATFORM = "linux/amd64"
+PLATFORMS = ("linux/amd64", "linux/arm64")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,9 @@ class Cell:
     # Dockerfile frontend with `RUN --device` (labs channel, 1.14+).
     gpu_check_device: str | None = None
     dockerfile_frontend: str | None = None
+    # The host platform the wheel is for (--platform): linux/amd64, or linux/arm64 (GH200, GB200,
+    # DGX Spark, Jetson), built in an arm64 image (natively on an arm64 host, under QEMU elsewhere).
+    platform: str = DEFAULT_PLATFORM
 
     @property
     def buildable(self) -> bool:
@@ -82,8 +89,9 @@ class Cell:
         """Bake target name: only [a-zA-Z0-9_-] (bake rejects dots)."""
         ver = "".join(c if c.isalnum() else "_" for c in self.version.version)
         short = min((self.recipe.name, *self.recipe.aliases), key=len)  # sage, fa2, bsa, natten
+        suffix = "" if self.platform == DEFAULT_PLATFORM else "-" + self.platform.split("/")[-1]
         return (f"{short}-{ver}-torch{self.torch.series.replace('.', '_')}-{self.cuda.name}"
-                f"-py{self.python.replace('.', '')}")
+                f"-py{self.python.replace('.', '')}{suffix}")
 
     @property
     def local_version(self) -> str:
@@ -268,6 +276,81 @@ def with_gpu_check(plan: "Plan", device: str, frontend: str | None = None) -> "P
     return Plan(cells=cells)
 
 
+def parse_platforms(values: Sequence[str]) -> tuple[str, ...]:
+    """--platform values (linux/amd64, linux/arm64; amd64, arm64, aarch64 for short), in order, once each."""
+    short = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "arm64": "linux/arm64", "aarch64": "linux/arm64",
+             "linux/aarch64": "linux/arm64", "linux/x86_64": "linux/amd64"}
+    out: list[str] = []
+    for value in values:
+        platform = short.get(value, value)
+        if platform not in PLATFORMS:
+            raise UsageError(f"--platform {safety.describe(value, 40)}: imagegen builds Linux wheels for"
+                              f" {' and '.join(PLATFORMS)} (amd64 and arm64 for short)")
+        if platform not in out:
+            out.append(platform)
+    return tuple(out)
+
+
+def platform_problems(cell: Cell) -> tuple[list[str], list[str]]:
+    """Why ``cell`` cannot build for its platform, and what the plan should say about it: (problems, notes)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    arm = cell.platform == "linux/arm64"
+    flavor = cell.base.flavor if cell.base is not None else compat.flavor(cell.flavor)
+    platforms = tuple(flavor.raw.get("platforms", (DEFAULT_PLATFORM,)))
+    if cell.platform not in platforms:
+        problems.append(f"the {flavor.name} flavor has no {cell.platform} images ({', '.join(platforms)} only): use"
+                        " --flavor cuda, manylinux or pypi, or your own --base-image for that platform")
+    template = flavor.raw.get("arm64_template")
+    if arm and template and cell.base is not None and cell.base.ref in (
+            flavor.raw["template"].format(cuda_mm=cell.cuda.dotted),
+            flavor.raw.get("fallback_template", "").format(cuda_mm=cell.cuda.dotted)):
+        problems.append(f"{template.split(':')[0]} has no CUDA {cell.cuda.dotted} image (it has"
+                        f" {', '.join(flavor.raw.get('arm64_cuda', ()))}): use one of those, or --flavor cuda")
+    min_torch = flavor.raw.get("arm64_min_torch")
+    index_min = compat.base_images_data().get("arm64_index_min_torch")
+    if arm and not min_torch and index_min and cell.torch_from == "venv" \
+            and Version(cell.torch_version) < Version(f"{index_min}.0"):
+        problems.append(f"torch {cell.torch_version} has no CUDA aarch64 wheel on the PyTorch index (they start at"
+                        f" torch {index_min}): use --torch {index_min} or newer")
+    if arm and min_torch and Version(cell.torch_version) < Version(f"{min_torch}.0"):
+        problems.append(f"torch {cell.torch_version} has no CUDA build for aarch64 on PyPI (its aarch64 wheel is"
+                        f" CPU-only; CUDA aarch64 wheels start at torch {min_torch}): use --torch {min_torch} or newer,"
+                        " or --flavor cuda / manylinux with a base image that has an aarch64 CUDA torch")
+    from imagegen.model.arch_data import arch_table
+    infos = arch_table().infos
+    for arch in cell.archs:
+        only = infos[arch.cc].platforms if arch.cc in infos else ()
+        if only and cell.platform not in only:
+            what = ", ".join(infos[arch.cc].gpus) or arch.cc
+            notes.append(f"{arch.cc} ({what}) GPUs sit in {' and '.join(only)} hosts only: a {cell.platform} wheel"
+                         f" cannot run on them; add --platform {only[0]}")
+    if arm:
+        notes.append("linux/arm64: built in the image's arm64 variant, natively on an arm64 builder or under QEMU"
+                     " (scripts/install-qemu.sh; slow: nvcc runs emulated)")
+    return problems, notes
+
+
+def with_platforms(plan: "Plan", platforms: Sequence[str]) -> "Plan":
+    """``plan`` with each cell once per platform: an arm64 cell gets its flavor's arm64 base image,
+    and a problem where the flavor or the torch has no arm64 build."""
+    cells = []
+    for c in plan.cells:
+        for platform in platforms:
+            cell = replace(c, platform=platform)
+            kept = c.notes
+            if platform == "linux/arm64" and cell.base is not None:
+                base = compat.arm64_base(cell.base, cell.cuda)
+                if base.ref != cell.base.ref:  # the amd64 image's fallbacks are not this one's
+                    kept = tuple(n for n in kept if not n.startswith("fallback base image:"))
+                cell = replace(cell, base=base)
+            problems, notes = platform_problems(cell)
+            status = REJECTED if problems and c.status == BUILDABLE else c.status
+            cells.append(replace(cell, problems=c.problems + tuple(problems), notes=kept + tuple(notes),
+                                 status=status))
+    return Plan(cells=cells)
+
+
 def with_layout(plan: "Plan", layout: str) -> "Plan":
     """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
     return Plan(cells=[replace(c, layout=layout) for c in plan.cells])
@@ -392,5 +475,6 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 __all__ = [
     "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
+    "DEFAULT_PLATFORM", "PLATFORMS", "parse_platforms", "platform_problems", "with_platforms",
     "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

@@ -25,7 +25,18 @@ from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree
 from imagegen.outputs import shown
-from imagegen.plan import BUILDABLE, MatrixRequest, Plan, defaults, expand, with_gpu_check, with_layout, with_offline
+from imagegen.plan import (
+    BUILDABLE,
+    DEFAULT_PLATFORM,
+    MatrixRequest,
+    Plan,
+    defaults,
+    expand,
+    with_gpu_check,
+    with_layout,
+    with_offline,
+    with_platforms,
+)
 
 
 def config(args: argparse.Namespace) -> Config:
@@ -112,10 +123,20 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
     (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8 --cuda cu128``) is there once."""
     opts = options.resolve(args, config)
     plan = with_layout(unique_cells(expand(matrix(args, config, cat))), opts.layout)
+    if opts.platforms and opts.platforms != (DEFAULT_PLATFORM,):
+        plan = with_platforms(plan, opts.platforms)
     if opts.offline:
         plan = with_offline(plan)
     plan = gpu_checked(plan, opts)
     return lock(args).pin_bases(plan)
+
+
+def no_other_platform(args: argparse.Namespace, command: str) -> None:
+    """push, pull and lock handle linux/amd64 builder images only, for now: refuse another platform."""
+    opts_platforms = options._platforms(getattr(args, "platform", None))
+    if opts_platforms and opts_platforms != (DEFAULT_PLATFORM,):
+        raise UsageError(f"--platform {', '.join(opts_platforms)}: `imagegen {command}` handles linux/amd64 builder images"
+                         " only; plan, render, bake and build make linux/arm64 wheels")
 
 
 def gpu_checked(plan: Plan, opts: options.Options) -> Plan:
@@ -286,6 +307,9 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
         if getattr(args, flag, None) is not None:
             raise UsageError(f"--{flag.replace('_', '-')} goes with a container build, not --native (run the"
                              " recipe's gpu_check on a natively built wheel with `imagegen check WHEEL`)")
+    if getattr(args, "platform", None):
+        raise UsageError("--platform goes with a container build, not --native (a native build makes a wheel for"
+                         " this host's platform)")
     if len(args.recipes) + len(sources) != 1:
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
     if len(args.arch or []) > 1:

@@ -14,6 +14,7 @@ from imagegen.plan import expand
 
 def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.publish import push
+    common.no_other_platform(args, "push")
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
@@ -39,6 +40,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.executors import prebuilt
     from imagegen.executors import results as report
     from imagegen.finish import finish
+    common.no_other_platform(args, "pull")
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
@@ -59,6 +61,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.registry import lock_bases
 
+    common.no_other_platform(args, "lock")
     config = common.config(args)
     cat = common.catalogue(args, config)
     plan = expand(common.matrix(args, config, cat))

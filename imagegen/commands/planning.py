@@ -15,7 +15,7 @@ from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.plan import BUILDABLE, Plan
+from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, Plan
 
 
 def _cell_record(cell) -> dict:
@@ -27,6 +27,7 @@ def _cell_record(cell) -> dict:
         "torch": cell.torch_version,
         "cuda": cell.cuda.name,
         "python": cell.python,
+        "platform": cell.platform,
         "archs": str(cell.archs),
         # What was asked, where the package compiles something else for it (flash-attn: 8.6 -> 8.0).
         "requested_archs": str(cell.requested_archs or cell.archs),
@@ -43,11 +44,15 @@ def _cell_record(cell) -> dict:
 
 def _print_plan(plan: Plan, only: str | None) -> None:
     cells = [c for c in plan.cells if only is None or c.status == only]
-    rows = [("STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", "ARCHS", "WHY")]
+    # A PLATFORM column once a cell is not linux/amd64 (--platform): the same cell for two platforms
+    # would otherwise read as one row twice.
+    platforms = any(c.platform != DEFAULT_PLATFORM for c in cells)
+    rows = [("STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", *(("PLATFORM",) if platforms else ()), "ARCHS", "WHY")]
     for c in cells:
         why = "; ".join(c.problems) if c.problems else "; ".join(
             ([f"{c.base.ref}: {c.torch_from_text()}"] if c.base else []) + list(c.notes))
-        rows.append((c.status, c.recipe.name, c.version.version, c.torch.series, c.cuda.name, c.python, str(c.archs), why))
+        rows.append((c.status, c.recipe.name, c.version.version, c.torch.series, c.cuda.name, c.python,
+                     *((c.platform,) if platforms else ()), str(c.archs), why))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     out = sys.stdout
     for r in rows:

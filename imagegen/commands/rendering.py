@@ -15,7 +15,7 @@ from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import shown, write_output
-from imagegen.plan import Plan, choose_cell, defaults, with_offline
+from imagegen.plan import DEFAULT_PLATFORM, Plan, choose_cell, defaults, with_offline, with_platforms
 from imagegen.render.dockerfile import render_dockerfile
 
 
@@ -32,6 +32,12 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # A config matrix narrows render's choice; its last entry (the newest listed) wins.
     cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
                        flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url)
+    if len(opts.platforms) > 1:
+        raise UsageError("render makes one cell's Dockerfile: give one --platform (bake and build take several)")
+    if opts.platforms and opts.platforms[0] != DEFAULT_PLATFORM:
+        cell = with_platforms(Plan(cells=[cell]), opts.platforms).cells[0]
+        if not cell.buildable:
+            raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
     if opts.offline:
         cell = with_offline(Plan(cells=[cell])).cells[0]
         if not cell.buildable:
@@ -54,6 +60,7 @@ def _render_flags(args: argparse.Namespace) -> None:
     if args.shell:
         for flag, value in (("--flavor", args.flavor), ("--base-image", args.base_image), ("--lock", args.lock),
                             ("--offline", args.offline or None), ("--gpu-check-device", args.gpu_check_device),
+                            ("--platform", args.platform),
                             ("--dockerfile-frontend", args.dockerfile_frontend)):
             if value is not None:
                 raise UsageError(f"{flag} does not apply to --shell (a native script uses the host's toolchain, no image)")

@@ -38,6 +38,7 @@ class ArchInfo:
     dropped_in: Version | None = None
     a_min_cuda: Version | None = None
     note: str | None = None
+    platforms: tuple[str, ...] = ()  # the only host platforms with these GPUs (empty: any)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def _build_data(raw: dict[str, Any]) -> _ArchData:
             dropped_in=_opt_version(item.get("dropped_in")),
             a_min_cuda=_opt_version(item.get("a_min_cuda")),
             note=item.get("note"),
+            platforms=tuple(str(p) for p in item.get("platforms", ())),
         )
         if not re.fullmatch(r"\d{1,2}\.\d", info.cc) or info.cc in infos:
             raise ValueError(f"bad or duplicate cc {info.cc!r}")

@@ -277,6 +277,12 @@ def container_flavors() -> tuple[str, ...]:
     return tuple(name for name, f in flavors().items() if f.os != "none")
 
 
+@functools.cache
+def base_images_data() -> dict[str, Any]:
+    """base_images.yaml's top-level settings besides the flavors (arm64_index_min_torch, ...)."""
+    return {k: v for k, v in _load("base_images.yaml").items() if k != "flavors"}
+
+
 @functools.cache  # one Flavor instance per name: Flavor's equality is identity
 def flavors() -> dict[str, Flavor]:
     raw = _load("base_images.yaml")["flavors"]
@@ -385,6 +391,22 @@ def _manylinux(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVa
     return BaseImage(ref=ref, flavor=fl, python=fl.python_path(python), toolkit="image",
                      nvcc=Version(mm), image_torch_cuda=None,
                      fallbacks=(fallback,) if primary and fallback else ())
+
+
+def arm64_base(base: BaseImage, cuda: CudaVariant) -> BaseImage:
+    """``base`` for linux/arm64: the flavor's arm64 image where it is another image (pytorch's
+    manylinuxaarch64-builder), else the same multi-platform reference. A manylinux CUDA version
+    without an arm64 builder keeps the amd64 name (the platform check then refuses the cell)."""
+    raw = base.flavor.raw
+    template = raw.get("arm64_template")
+    if not template or base.ref.startswith(template.split(":")[0] + ":") or base.flavor.name != "manylinux":
+        return base
+    mm = cuda.dotted
+    if mm not in raw.get("arm64_cuda", ()):
+        return base
+    if base.ref not in (raw["template"].format(cuda_mm=mm), raw.get("fallback_template", "").format(cuda_mm=mm)):
+        return base  # the user's own --base-image: used as given (it must have an arm64 variant)
+    return dataclasses.replace(base, ref=template.format(cuda_mm=mm), fallbacks=())
 
 
 def _cuda(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:

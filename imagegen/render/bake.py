@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagegen import safety
-from imagegen.plan import Cell, Plan
+from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files, render_dockerfile
 
 # Variables users may set in the environment to override every target's build args.
@@ -109,6 +109,8 @@ def _target_dict(t: BakeTarget) -> dict:
     }
     if t.contexts:
         d["contexts"] = dict(t.contexts)
+    if t.cell.platform != DEFAULT_PLATFORM:  # amd64 cells build for the builder's own platform, as before
+        d["platforms"] = [t.cell.platform]
     return d
 
 

@@ -120,3 +120,17 @@ def test_bake_strings_reach_buildx_literally(tmp_path, suffix):
     assert got["labels"]["hostile"].endswith(" %{ if true }x%{ endif } $${x} $$${y} a$ %%{z")
     assert str(got["secret"][0]).endswith(f"{tmp_path}/ca.pem") or "ca.pem" in json.dumps(got["secret"])
     assert got["args"]["MAX_JOBS"] == "3"
+
+
+@pytest.mark.parametrize("fmt", ["json", "hcl"])
+def test_an_arm64_cell_reaches_buildx_with_its_platform_and_an_amd64_cell_without_one(tmp_path, monkeypatch, capsys, fmt):
+    monkeypatch.chdir(tmp_path)
+    code = main(["bake", "sage", "--flavor", "pypi", "--torch", "2.11", "--cuda", "13.0", "--python", "3.12",
+                 "--arch", "9.0", "--platform", "linux/amd64,arm64", "-f", f"out.{fmt}", "--out", "wh", "--print"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)["target"]
+    assert sorted(printed) == ["sage-2_2_0-torch2_11-cu130-py312", "sage-2_2_0-torch2_11-cu130-py312-arm64"]
+    assert printed["sage-2_2_0-torch2_11-cu130-py312-arm64"]["platforms"] == ["linux/arm64"]
+    assert "platforms" not in printed["sage-2_2_0-torch2_11-cu130-py312"]  # the builder's own platform, as before
+    # both wheels land in the same folder: their file names differ by platform tag
+    assert {t["output"][0] for t in printed.values()} == {"type=local,dest=wh/sageattention-2.2.0/torch2.11/cu130"}

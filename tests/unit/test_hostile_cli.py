@@ -371,6 +371,19 @@ def test_the_in_build_gpu_check_refuses_an_injection(command, flag, value, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", ["render", "bake", "build", "plan"])
+@pytest.mark.parametrize("value", ["linux/arm64\nRUN touch pwned", "linux/arm64 --privileged", "$(id)", "linux/arm64;x",
+                                   "../../etc", "linux/" + "a" * 5000])
+def test_a_hostile_platform_is_refused_in_one_line(command, value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    extra = {"render": [], "plan": [], "bake": ["-f", "b.hcl"], "build": ["--out", "o", "--work", "w"]}[command]
+    code, out, err = run(command, "sage", *CELL, f"--platform={value}", *extra)
+    line = one_error(err)
+    # render takes one platform: a value with a space in it is refused as a list before it is parsed
+    assert code == 2 and out == "" and "--platform" in line and ("linux/amd64 and linux/arm64" in line or "one value" in line)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_render_no_such_recipe_with_source_is_refused():
     code, _, err = run("render", "no-such-recipe", "--source", str(ROOT / "tests" / "fixtures" / "tiny_kernel"))
     assert code == 2 and "not both" in one_error(err)
