@@ -28,7 +28,7 @@ from imagegen.executors.bake_log import LOG_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import Run, prepare_run, run_bake
 from imagegen.executors.buildx_audit import audit_gate
 from imagegen.model import jobs
-from imagegen.plan import Cell, Plan
+from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
 from imagegen.render.dockerfile import cell_document, inputs_hash
 from imagegen.wheelhouse import CellResult, Finisher
 
@@ -73,6 +73,10 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
+    todo = _runnable_platforms(todo, builders, results, say)
+    if not todo:
+        return [results[c.name] for c in plan.buildable]
+
     run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to)
     run.finish = finish
     check_cache_support(list(builders) or [None], cache_to)
@@ -94,6 +98,42 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
             results.update(_run_cells(todo, run, run.dir / "logs", builders[0] if builders else None,
                                       hashes, out, max_jobs, nvcc_threads, audit, say))
     return [results[c.name] for c in plan.buildable]
+
+
+def builder_platforms(inspect_text: str) -> set[str]:
+    """The platforms a builder can run build steps for: the "Platforms:" line(s) of ``docker buildx
+    inspect`` (linux/arm64 there once QEMU's binfmt handler is registered, or on an arm64 node)."""
+    found: set[str] = set()
+    for line in inspect_text.splitlines()[:4096]:
+        key, _, value = line.partition(":")
+        if key.strip() == "Platforms":
+            found.update(p.strip().rstrip("*") for p in value.split(",") if p.strip())
+    return found
+
+
+def _runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict[str, CellResult],
+                        say: Callable[[str], None]) -> list[Cell]:
+    """``cells`` less those for a platform the builder(s) cannot run (recorded as failed, saying how
+    to get it), found before anything is built: BuildKit would fail with "exec format error" later."""
+    wanted = {c.platform for c in cells if c.platform != DEFAULT_PLATFORM}
+    if not wanted:
+        return cells
+    offered: set[str] | None = None
+    for b in list(builders) or [None]:
+        proc = engine.docker("buildx", "inspect", *([b] if b else []), timeout=60)
+        have = builder_platforms(proc.stdout) if proc.returncode == 0 else set()
+        offered = have if offered is None else offered & have
+    keep = []
+    for c in cells:
+        if c.platform == DEFAULT_PLATFORM or c.platform in (offered or set()):
+            keep.append(c)
+            continue
+        error = (f"the builder cannot run {c.platform} build steps (it offers {', '.join(sorted(offered or ())) or 'none'}):"
+                 " register QEMU for it (scripts/install-qemu.sh, or `docker run --privileged --rm tonistiigi/binfmt"
+                 " --install arm64`), or build on an arm64 node (--builder)")
+        results[c.name] = CellResult(c, "failed", error=error)
+        say(f"[{c.name}] {error}")
+    return keep
 
 
 def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> None:

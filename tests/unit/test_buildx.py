@@ -189,3 +189,54 @@ def test_a_refused_cache_export_stops_the_build_before_baking(tmp_path, bake, mo
     (run_dir,) = (tmp_path / "work" / "runs").iterdir()
     bake_file = json.loads((run_dir / "docker-bake.json").read_text())
     assert bake_file["target"][PY311.name]["cache-to"] == ["type=registry,ref=r/cache"]
+
+
+# `docker buildx inspect` of the docker driver here (buildx 0.13.1): before and after QEMU's binfmt
+# handler for aarch64 was registered (scripts/install-qemu.sh).
+INSPECT_NO_QEMU = """Name:          default
+Driver:        docker
+Last Activity: 2026-11-25 17:12:02 +0000 UTC
+
+Nodes:
+Name:             default
+Endpoint:         default
+Status:           running
+BuildKit version: v0.0.0+unknown
+Platforms:        linux/amd64, linux/amd64/v2, linux/amd64/v3, linux/386
+Labels:
+ org.mobyproject.buildkit.worker.moby.host-gateway-ip: 172.17.0.1
+"""
+INSPECT_QEMU = INSPECT_NO_QEMU.replace("linux/amd64/v3, linux/386", "linux/amd64/v3, linux/arm64, linux/386")
+
+
+def test_builder_platforms_are_read_from_buildx_inspect():
+    assert "linux/arm64" not in buildx.builder_platforms(INSPECT_NO_QEMU)
+    assert buildx.builder_platforms(INSPECT_QEMU) >= {"linux/amd64", "linux/arm64"}
+    assert buildx.builder_platforms("Platforms: linux/amd64*, linux/arm64*\n") == {"linux/amd64", "linux/arm64"}
+
+
+@pytest.mark.parametrize("inspect, built", [(INSPECT_NO_QEMU, False), (INSPECT_QEMU, True)])
+def test_an_arm64_cell_the_builder_cannot_run_fails_before_anything_builds(monkeypatch, inspect, built):
+    import subprocess
+    from dataclasses import replace
+    arm = replace(PY312, platform="linux/arm64")
+    asked = []
+
+    def docker(*args, **kw):
+        asked.append(args)
+        return subprocess.CompletedProcess(["docker", *args], 0, inspect, "")
+    monkeypatch.setattr(engine, "docker", docker)
+    results, said = {}, []
+    kept = buildx._runnable_platforms([PY311, arm], ["farm"], results, said.append)
+    assert asked == [("buildx", "inspect", "farm")]
+    if built:
+        assert kept == [PY311, arm] and results == {}
+    else:
+        assert kept == [PY311]  # the amd64 cell builds as before
+        assert results[arm.name].status == "failed"
+        assert "cannot run linux/arm64 build steps" in results[arm.name].error and "install-qemu.sh" in said[0]
+
+
+def test_amd64_cells_alone_ask_the_builder_nothing(monkeypatch):
+    monkeypatch.setattr(engine, "docker", lambda *a, **k: pytest.fail("no buildx inspect for amd64 cells"))
+    assert buildx._runnable_platforms([PY311, PY312], [], {}, print) == [PY311, PY312]
