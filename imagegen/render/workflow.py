@@ -77,6 +77,7 @@ DEFAULT_GROUP = "default"
 DEFAULT_REGISTRY = "ghcr.io"
 DEFAULT_NAMESPACE = "${{ github.repository_owner }}"
 DEFAULT_RUNS_ON = "ubuntu-latest"
+DEFAULT_ARM64_RUNS_ON = "ubuntu-24.04-arm"  # GitHub-hosted arm64 runner (linux/arm64 targets build natively)
 DEFAULT_OUTPUT = ".github/workflows/imagegen.yml"
 CACHE_IMAGE = "imagegen-cache"
 MAX_MATRIX_JOBS = 256  # GitHub's limit for one matrix
@@ -230,6 +231,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    " (default: the repository owner, lower-cased at run time)")
     g.add_argument("--runs-on", action="append", metavar="LABELS", help=f"runner labels (comma-separated or repeated;"
                    f" default: {DEFAULT_RUNS_ON})")
+    g.add_argument("--arm64-runs-on", action="append", metavar="LABELS", help="runner labels of the jobs of linux/arm64"
+                   f" targets (imagegen bake --platform arm64), which build natively there (default: {DEFAULT_ARM64_RUNS_ON},"
+                   " GitHub's arm64 runner)")
     g.add_argument("--max-parallel", type=int, help="most jobs at once, in each of the Linux and the Windows matrix"
                    " (default: as many as GitHub allows)")
     w = g.add_argument_group("Windows jobs", "native Windows builds, one job per cell of recipes x torch x CUDA x Python"
@@ -309,6 +313,7 @@ class Options:
     max_parallel: int | None
     output: str
     publish: tuple[str, ...] = ()
+    arm64_runs_on: tuple[str, ...] = (DEFAULT_ARM64_RUNS_ON,)
     imagegen_from: str | None = None
     linux: bool = True  # the bake file's jobs (without --windows always; with it, when asked for)
     windows: WindowsRequest | None = None
@@ -335,6 +340,11 @@ class Options:
                         for label in _names(args.runs_on or [DEFAULT_RUNS_ON]))
         if not runs_on:
             raise UsageError("--runs-on: name at least one runner label")
+        arm64_runs_on = tuple(_check(label, RUNNER_LABEL, "--arm64-runs-on label", "runner labels of letters, digits,"
+                                     " '.', '_' and '-'")
+                              for label in _names(getattr(args, "arm64_runs_on", None) or [DEFAULT_ARM64_RUNS_ON]))
+        if not arm64_runs_on:
+            raise UsageError("--arm64-runs-on: name at least one runner label")
         if args.max_parallel is not None and not 1 <= args.max_parallel <= MAX_MATRIX_JOBS:
             raise UsageError(f"--max-parallel must be between 1 and {MAX_MATRIX_JOBS}")
         output = args.output
@@ -369,6 +379,7 @@ class Options:
                                  " git+https://github.com/ORG/imagegen@TAG' or './tools/imagegen'")
         opts = cls(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
                    runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish,
+                   arm64_runs_on=arm64_runs_on,
                    imagegen_from=imagegen_from, linux=linux, windows=windows)
         # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?
         safety.check(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF, "cache reference")
@@ -407,6 +418,8 @@ class Options:
             parts += ["--namespace", self.namespace]
         if self.runs_on != (DEFAULT_RUNS_ON,):
             parts += ["--runs-on", ",".join(self.runs_on)]
+        if self.arm64_runs_on != (DEFAULT_ARM64_RUNS_ON,):
+            parts += ["--arm64-runs-on", ",".join(self.arm64_runs_on)]
         if self.max_parallel is not None:
             parts += ["--max-parallel", str(self.max_parallel)]
         if self.windows is not None:
@@ -628,6 +641,7 @@ def _check_top_folder(cwd: Path) -> None:
 class WorkflowTarget:
     name: str
     wheels: str  # the local output folder(s) to upload, one per line
+    arm64: bool = False  # `platforms = ["linux/arm64"]`: built on an arm64 runner (--arm64-runs-on), not under QEMU
 
 
 def targets_from_print(printed: dict) -> list[WorkflowTarget]:
@@ -646,7 +660,11 @@ def targets_from_print(printed: dict) -> list[WorkflowTarget]:
         if not dests:
             raise UsageError(f"bake target {name} has no type=local output: the workflow uploads each target's local"
                              " output folder as an artifact (imagegen bake gives every target one)")
-        targets.append(WorkflowTarget(name=name, wheels="\n".join(dests)))
+        platforms = sorted(str(p) for p in (body.get("platforms") or []))
+        if platforms not in ([], ["linux/amd64"], ["linux/arm64"]):
+            raise UsageError(f"bake target {name} builds for {', '.join(platforms)}: the workflow gives each target one"
+                             " runner of its platform; make one target per platform (imagegen bake --platform does)")
+        targets.append(WorkflowTarget(name=name, wheels="\n".join(dests), arm64=platforms == ["linux/arm64"]))
     return targets
 
 
@@ -727,7 +745,11 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         linux=bool(targets),
         ghcr=bool(targets) and options.registry == "ghcr.io",
         runs_on=list(options.runs_on),
-        free_disk=len(options.runs_on) == 1 and options.runs_on[0].startswith("ubuntu-"),
+        # With an arm64 target each job names its runner in the matrix (its platform's labels).
+        runner={t.name: json.dumps(list(options.arm64_runs_on if t.arm64 else options.runs_on)) for t in targets}
+        if any(t.arm64 for t in targets) else {},
+        free_disk=all(len(labels) == 1 and labels[0].startswith("ubuntu-")
+                      for labels in ([options.runs_on] + ([options.arm64_runs_on] if any(t.arm64 for t in targets) else []))),
         max_parallel=options.max_parallel,
         targets=targets,
         cells=cells,

@@ -555,3 +555,57 @@ def test_the_destination_pattern_takes_what_publish_takes():
                  "hf:o/r:a/b", "s3://bucket.example/p+q=r/", "github:o/r@v1.0+cu128"]:
         parse_destination(dest)
         assert ci.PUBLISH_DEST.fullmatch(dest), dest
+
+
+# --------------------------------------------------------------------------------------------
+# linux/arm64 targets (imagegen bake --platform arm64): each on an arm64 runner
+
+
+ARM_PRINT = {"target": {
+    "sage-2_2_0-torch2_11-cu130-py312": {"output": ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.11/cu130"]},
+    "sage-2_2_0-torch2_11-cu130-py312-arm64": {"output": ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.11/cu130"],
+                                               "platforms": ["linux/arm64"]},
+}}
+
+
+def _arm_workflow(tmp_path, *extra: str) -> tuple[Path, dict]:
+    opts = ci.Options.from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml"), *extra]))
+    text = ci.render_workflow(opts, ci.targets_from_print(ARM_PRINT))
+    path = tmp_path / "w.yml"
+    path.write_text(text)
+    return path, yaml.safe_load(text)
+
+
+def test_an_arm64_target_builds_on_an_arm64_runner_and_passes_actionlint(tmp_path, actionlint):
+    path, doc = _arm_workflow(tmp_path)
+    job = doc["jobs"]["build"]
+    assert job["runs-on"] == "${{ matrix.runner }}"
+    runners = {i["target"]: i["runner"] for i in job["strategy"]["matrix"]["include"]}
+    assert runners == {"sage-2_2_0-torch2_11-cu130-py312": ["ubuntu-latest"],
+                       "sage-2_2_0-torch2_11-cu130-py312-arm64": ["ubuntu-24.04-arm"]}
+    assert "Free disk space" in steps_by_name(doc)  # both are GitHub-hosted ubuntu runners
+    _lint(actionlint, path)
+
+
+def test_arm64_runner_labels_are_chosen_and_checked(tmp_path, actionlint):
+    path, doc = _arm_workflow(tmp_path, "--arm64-runs-on", "self-hosted,arm64")
+    runners = {i["target"]: i["runner"] for i in doc["jobs"]["build"]["strategy"]["matrix"]["include"]}
+    assert runners["sage-2_2_0-torch2_11-cu130-py312-arm64"] == ["self-hosted", "arm64"]
+    assert "Free disk space" not in steps_by_name(doc)
+    assert "--arm64-runs-on self-hosted,arm64" in path.read_text()
+    with pytest.raises(UnsafeValueError, match="--arm64-runs-on"):
+        ci.Options.from_args(parser().parse_args(["ci", "github", "--arm64-runs-on", "arm\n    evil: 1"]))
+
+
+def test_an_amd64_only_workflow_is_unchanged_by_the_arm64_support(tmp_path):
+    printed = {"target": {k: v for k, v in ARM_PRINT["target"].items() if "arm64" not in k}}
+    opts = ci.Options.from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml")]))
+    doc = yaml.safe_load(ci.render_workflow(opts, ci.targets_from_print(printed)))
+    assert doc["jobs"]["build"]["runs-on"] == "ubuntu-latest"
+    assert all("runner" not in i for i in doc["jobs"]["build"]["strategy"]["matrix"]["include"])
+
+
+def test_a_target_for_two_platforms_is_refused():
+    printed = {"target": {"x": {"output": ["type=local,dest=w"], "platforms": ["linux/amd64", "linux/arm64"]}}}
+    with pytest.raises(UsageError, match="one target per platform"):
+        ci.targets_from_print(printed)
