@@ -69,7 +69,8 @@ def _many(value, flag: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _platforms(value) -> tuple[str, ...]:
+def platform_flag(value) -> tuple[str, ...]:
+    """--platform's values (repeated, or a list in one value), parsed; empty when not given."""
     from imagegen.plan import parse_platforms
     return parse_platforms(_many(value, "--platform")) if value is not None else ()
 
@@ -152,9 +153,9 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         layout=check_layout(_flag(args, "layout")) if _flag(args, "layout") else config.layout or DEFAULT_LAYOUT,
         offline=bool(_flag(args, "offline") or config.offline),
         gpu_check_device=_flag(args, "gpu_check_device"),
-        platforms=_platforms(_flag(args, "platform")),
+        platforms=platform_flag(_flag(args, "platform")),
         dockerfile_frontend=_flag(args, "dockerfile_frontend"),
     )
 
 
-__all__ = ["Options", "flag_values", "resolve"]
+__all__ = ["Options", "flag_values", "platform_flag", "resolve"]

@@ -301,11 +301,9 @@ def platform_problems(cell: Cell) -> tuple[list[str], list[str]]:
     if cell.platform not in platforms:
         problems.append(f"the {flavor.name} flavor has no {cell.platform} images ({', '.join(platforms)} only): use"
                         " --flavor cuda, manylinux or pypi, or your own --base-image for that platform")
-    template = flavor.raw.get("arm64_template")
-    if arm and template and cell.base is not None and cell.base.ref in (
-            flavor.raw["template"].format(cuda_mm=cell.cuda.dotted),
-            flavor.raw.get("fallback_template", "").format(cuda_mm=cell.cuda.dotted)):
-        problems.append(f"{template.split(':')[0]} has no CUDA {cell.cuda.dotted} image (it has"
+    if arm and cell.base is not None and cell.base.ref in compat.amd64_catalogue_refs(flavor, cell.cuda):
+        # arm64_base found no arm64 image for this CUDA version: the amd64 one is still there
+        problems.append(f"{flavor.raw['arm64_template'].split(':')[0]} has no CUDA {cell.cuda.dotted} image (it has"
                         f" {', '.join(flavor.raw.get('arm64_cuda', ()))}): use one of those, or --flavor cuda")
     min_torch = flavor.raw.get("arm64_min_torch")
     index_min = compat.base_images_data().get("arm64_index_min_torch")

@@ -133,7 +133,7 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
 
 def no_other_platform(args: argparse.Namespace, command: str) -> None:
     """push, pull and lock handle linux/amd64 builder images only, for now: refuse another platform."""
-    opts_platforms = options._platforms(getattr(args, "platform", None))
+    opts_platforms = options.platform_flag(getattr(args, "platform", None))
     if opts_platforms and opts_platforms != (DEFAULT_PLATFORM,):
         raise UsageError(f"--platform {', '.join(opts_platforms)}: `imagegen {command}` handles linux/amd64 builder images"
                          " only; plan, render, bake and build make linux/arm64 wheels")

@@ -393,20 +393,24 @@ def _manylinux(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVa
                      fallbacks=(fallback,) if primary and fallback else ())
 
 
+def amd64_catalogue_refs(fl: Flavor, cuda: CudaVariant) -> tuple[str, ...]:
+    """The flavor's own linux/amd64 image names for ``cuda`` that have a separate arm64 image
+    (manylinux: pytorch's builder and sameli's fallback); empty for a multi-platform flavor."""
+    raw = fl.raw
+    if not raw.get("arm64_template"):
+        return ()
+    return tuple(t.format(cuda_mm=cuda.dotted) for t in (raw["template"], raw.get("fallback_template")) if t)
+
+
 def arm64_base(base: BaseImage, cuda: CudaVariant) -> BaseImage:
     """``base`` for linux/arm64: the flavor's arm64 image where it is another image (pytorch's
-    manylinuxaarch64-builder), else the same multi-platform reference. A manylinux CUDA version
-    without an arm64 builder keeps the amd64 name (the platform check then refuses the cell)."""
+    manylinuxaarch64-builder), else the same reference (a multi-platform image, or the user's own
+    --base-image, which must have an arm64 variant). A manylinux CUDA version without an arm64 builder
+    keeps the amd64 name (the platform check then refuses the cell)."""
     raw = base.flavor.raw
-    template = raw.get("arm64_template")
-    if not template or base.ref.startswith(template.split(":")[0] + ":") or base.flavor.name != "manylinux":
+    if base.ref not in amd64_catalogue_refs(base.flavor, cuda) or cuda.dotted not in raw.get("arm64_cuda", ()):
         return base
-    mm = cuda.dotted
-    if mm not in raw.get("arm64_cuda", ()):
-        return base
-    if base.ref not in (raw["template"].format(cuda_mm=mm), raw.get("fallback_template", "").format(cuda_mm=mm)):
-        return base  # the user's own --base-image: used as given (it must have an arm64 variant)
-    return dataclasses.replace(base, ref=template.format(cuda_mm=mm), fallbacks=())
+    return dataclasses.replace(base, ref=raw["arm64_template"].format(cuda_mm=cuda.dotted), fallbacks=())
 
 
 def _cuda(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
