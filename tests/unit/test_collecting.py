@@ -2,7 +2,7 @@
 enters the wheelhouse's manifest, and so the index and publish, only once it is verified.
 
 The record is written by the in-build script's own functions (imagegen_build.write_build_record and
-add_smoke_to_records, fed the real cell document of the fixture cell), beside the fixture's real wheel
+add_report_to_records, fed the real cell document of the fixture cell), beside the fixture's real wheel
 (sm_80, sm_90, compute_90). Then the command runs as imagegen.cli.main runs it: what it records, what it
 refuses (a wheel that lacks a requested arch, changed bytes, no smoke test, hostile records) and that
 a refusal is one line with exit 6 or 2, never a traceback; the engine round trip is in
@@ -53,7 +53,7 @@ def exported(tmp_path: Path, *, requested: str = PLANNED, smoke: bool = True, mo
             else:
                 os.environ[k] = v
     if smoke:
-        ib.add_smoke_to_records([str(wheel)], {"imports": {"tiny_kernel": "ok"}, "ok": True})
+        ib.add_report_to_records([str(wheel)], "smoke", {"imports": {"tiny_kernel": "ok"}, "ok": True})
     return tmp_path / "export"
 
 

@@ -735,10 +735,10 @@ def write_build_record(cell, env, wheel, started):
     write_json_beside(wheel + RECORD_SUFFIX, record, os.path.dirname(wheel))
 
 
-def add_smoke_to_records(wheels, report, key="smoke"):
-    """The smoke result (or, with ``key`` "gpu_check", the GPU check's) into each tested wheel's build
-    record (a wheel without one, e.g. from an older builder, is left alone: `imagegen collect` then
-    refuses it as untested)."""
+def add_report_to_records(wheels, key, report):
+    """A test's ``report`` under ``key`` ("smoke", "gpu_check") in each tested wheel's build record (a
+    wheel without one, e.g. from an older builder, is left alone: `imagegen collect` then refuses it
+    as untested)."""
     for wheel in wheels:
         path = wheel + RECORD_SUFFIX
         if not os.path.isfile(path) or os.path.islink(path):
@@ -1217,7 +1217,7 @@ def smoke_test(cell, wheels):
         json.dump({"imports": report, "ok": not failed}, fh, indent=2)
     if failed:
         fail("smoke test failed: cannot import %s" % ", ".join(failed))
-    add_smoke_to_records(wheels, {"imports": report, "ok": True})
+    add_report_to_records(wheels, "smoke", {"imports": report, "ok": True})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1300,7 +1300,7 @@ def cmd_gpu_check(cell, args):
         fail("gpu check of %s failed on %s: %s" % (", ".join(os.path.basename(w) for w in wheels), info["device"],
                                                   report["error"]))
     log("gpu check: passed on %s in %.1f s" % (info["device"], seconds))
-    add_smoke_to_records(wheels, report, key="gpu_check")
+    add_report_to_records(wheels, "gpu_check", report)
 
 
 # ------------------------------------------------------------------------------------------------
