@@ -202,8 +202,25 @@ def nvcc_problems_for(archs: ArchList, nvcc: Version, cuda: CudaVariant) -> list
 _NEEDS = re.compile(r"needs CUDA >= (\d+\.\d+)")
 
 
-def base_problems(base: BaseImage, cuda: CudaVariant) -> list[str]:
+def runs_on_device(arch: CudaArch, cc: str) -> bool:
+    """Whether ``arch``'s code runs on a GPU of compute capability ``cc``: its SASS on the same major at
+    an equal or higher minor (exactly its own for an `a` variant, the family for an `f` one), its PTX
+    (JIT-compiled by the driver) on any GPU at least as new."""
+    major, minor = (int(p) for p in cc.split("."))
+    if arch.ptx and (major, minor) >= (arch.major, arch.minor):
+        return True
+    if not arch.sass or major != arch.major:
+        return False
+    return minor == arch.minor if arch.variant == "a" else minor >= arch.minor
+
+
+def base_problems(base: BaseImage, cuda: CudaVariant, archs: ArchList | None = None) -> list[str]:
     out = []
+    if base.runs_on and archs is not None:
+        others = [a.cc for a in archs if not any(runs_on_device(a, cc) for cc in base.runs_on)]
+        if others:
+            out.append(f"{base.ref} is for {base.device}, whose GPUs are {', '.join(base.runs_on)}: code for"
+                       f" {', '.join(others)} never runs there; use --arch {';'.join(base.runs_on)}")
     if base.nvcc is not None and base.nvcc.major != cuda.major:
         extra = ""
         if base.image_torch_cuda and base.image_torch_cuda != cuda.name:

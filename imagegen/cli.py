@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
                    " the nvcc flags; refuse what would fail, warn about missing or unrequested archs. Runs in each"
                    " cell's builder image on the Docker engine (its base layers are the build's: minutes the first"
                    " time, seconds after), or with --native on this host")
+    p.add_argument("--resolve", action="store_true", help="resolve each buildable cell's pip installs (torch from its"
+                   " index, the PyPI CUDA toolkit, the build requirements) for the cell's platform and Python with uv,"
+                   " metadata only, building nothing: refuse a cell whose installs do not resolve or whose torch is a"
+                   " CPU-only build there (torch < 2.11 on linux/arm64 from PyPI). Needs uv (pip install uv)")
     p.add_argument("--native", action="store_true", help="with --audit: audit the build on this host (its Python,"
                    " torch and nvcc), as `imagegen build --native` would run it")
     p.add_argument("--python-exe", help="with --native: the interpreter whose torch to build against (default: this one)")

@@ -188,7 +188,7 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
     compilable = ArchList([a for a in archs if not nvcc_problems(ArchList([a]), nvcc)])
     problems += recipe_problems(recipe, version, series, cuda, compilable, nvcc)
     if base is not None:
-        problems += base_problems(base, cuda)
+        problems += base_problems(base, cuda, archs)
         if base.fallbacks:
             notes.append(f"fallback base image: {', then '.join(base.fallbacks)} (if {base.ref} cannot be pulled)")
         if base.deadsnakes:
@@ -198,7 +198,10 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         notes.append(f"{recipe.name} compiles a fixed arch list: {version.arch.fixed_for(nvcc)}")
     index = None
     try:
-        index = compat.torch_index_url(series, cuda, torch_index_override)
+        if base is not None and base.torch_index and not torch_index_override:
+            index = base.torch_index  # the JetPack's own index (jetson flavor)
+        else:
+            index = compat.torch_index_url(series, cuda, torch_index_override)
     except Exception as exc:  # an unsafe override is a problem of the cell, not a crash
         problems.append(str(exc))
     return Cell(
@@ -289,6 +292,13 @@ def parse_platforms(values: Sequence[str]) -> tuple[str, ...]:
         if platform not in out:
             out.append(platform)
     return tuple(out)
+
+
+def default_platforms(flavor: str) -> tuple[str, ...]:
+    """The platforms a plan without --platform builds for: linux/amd64, or the flavor's own where it
+    has no amd64 images (jetson: linux/arm64)."""
+    platforms = tuple(compat.flavor(flavor).raw.get("platforms", (DEFAULT_PLATFORM,)))
+    return (DEFAULT_PLATFORM,) if DEFAULT_PLATFORM in platforms else platforms[:1]
 
 
 def platform_problems(cell: Cell) -> tuple[list[str], list[str]]:
@@ -473,6 +483,6 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 __all__ = [
     "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
-    "DEFAULT_PLATFORM", "PLATFORMS", "parse_platforms", "platform_problems", "with_platforms",
+    "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "platform_problems", "with_platforms",
     "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

@@ -5,9 +5,12 @@ the build requirements and the pinned, patched source; no compiled code and no a
 is a pure function of the cell, so `imagegen push` on one machine and `imagegen pull` on another
 agree on it without talking to each other::
 
-    <registry>/<namespace>/imagegen-<recipe>:<version>-torch<X.Y>-cu<XYZ>-py<XY>[-<flavor>]
+    <registry>/<namespace>/imagegen-<recipe>:<version>-torch<X.Y>-cu<XYZ>-py<XY>[-<flavor>][-arm64]
 
-(the flavor suffix is left out for the default flavor, runpod). The lock file (``imagegen.lock``,
+(the flavor suffix is left out for the default flavor, runpod; the platform suffix for linux/amd64).
+A linux/arm64 builder image has a tag of its own rather than sharing a multi-platform tag with the
+amd64 one: each is pushed, pinned and pulled on its own, by whichever machine built it (an arm64
+runner, or QEMU), and neither push can replace the other's image. The lock file (``imagegen.lock``,
 JSON) pins every image a build depends on to a digest: the base images (``imagegen lock``) and the
 builder images that were pushed (``imagegen push``). `render`, `bake`, `build` and `pull` read it, so
 a tag that moves upstream cannot change a build without a visible change to the lock file.
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from imagegen import safety
 from imagegen.errors import ImageMissing, LockFileError, RegistryError
-from imagegen.plan import Cell, Plan, defaults
+from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, defaults
 
 LOCK_FILE = "imagegen.lock"
 LOCK_SCHEMA = 1
@@ -47,7 +50,8 @@ def image_ref(cell: Cell, registry: str) -> str:
     check_registry(registry)
     flavor = "" if cell.flavor == defaults()["flavor"] else f"-{cell.flavor}"
     version = re.sub(r"[^A-Za-z0-9_.-]", "_", cell.version.version)
-    tag = f"{version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}{flavor}"
+    platform = "" if cell.platform == DEFAULT_PLATFORM else "-" + cell.platform.split("/")[-1]
+    tag = f"{version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}{flavor}{platform}"
     ref = f"{registry}/imagegen-{cell.recipe.name}:{tag}"
     return safety.check(ref, safety.IMAGE_REF, "builder image reference")
 
@@ -136,11 +140,14 @@ def pinned(ref: str, digest: str) -> str:
 # ------------------------------------------------------------------------------ engine calls
 
 
-def explain(stderr: str, ref: str, registry_host: str) -> RegistryError:
-    """One actionable line for what docker said about ``ref``."""
+def explain(stderr: str, ref: str, registry_host: str, platform: str | None = None) -> RegistryError:
+    """One actionable line for what docker said about ``ref`` (pulled for ``platform``)."""
     text = stderr.strip()
     last = text.splitlines()[-1] if text else "no output"
     low = text.lower()
+    if "no matching manifest for" in low or "does not match the specified platform" in low:
+        return RegistryError(f"{ref} has no {platform or 'matching platform'} image ({last[-160:]}): use an image"
+                             " published for that platform")
     if "manifest unknown" in low or ("not found" in low and "manifest" in low) or "repository does not exist" in low:
         return ImageMissing(f"{ref} is not in the registry (push it with imagegen push)")
     if "no basic auth credentials" in low or "unauthorized" in low or "authentication required" in low \
@@ -262,12 +269,17 @@ def docker(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
     return engine.docker(*args, timeout=timeout)
 
 
-def pull(ref: str) -> str:
-    """Pull ``ref``; return its registry digest. Raises ImageMissing or RegistryError."""
-    proc = docker("pull", "--quiet", ref)
+def pull(ref: str, platform: str | None = None) -> str:
+    """Pull ``ref`` (its ``platform`` variant where given); return its registry digest: the manifest
+    list's for a multi-platform image, which pins every platform at once. Raises ImageMissing or
+    RegistryError."""
+    proc = docker("pull", *(("--platform", platform) if platform else ()), ref)
     if proc.returncode != 0:
-        raise explain(proc.stderr or proc.stdout, ref, registry_host(ref))
-    digest = repo_digest(ref)
+        raise explain(proc.stderr or proc.stdout, ref, registry_host(ref), platform)
+    # The digest the registry served for the tag, as docker pull reports it: the engine's RepoDigests
+    # can miss it when another platform's variant of the same list was pulled before.
+    said = re.findall(r"^Digest: (sha256:[0-9a-f]{64})\s*$", proc.stdout or "", re.M)
+    digest = said[-1] if said and "@" not in ref else repo_digest(ref)
     if digest is None:
         raise RegistryError(f"{ref} was pulled but the engine reports no digest for it")
     return digest
@@ -292,20 +304,28 @@ def image_exists(ref: str) -> bool:
 
 
 def lock_bases(plan: Plan, lock: Lock, say=print) -> Lock:
-    """Resolve every base image of ``plan`` to the digest its registry serves now."""
-    refs = sorted({c.base.ref for c in plan.buildable if c.base is not None})
-    for ref in refs:
+    """Resolve every base image of ``plan`` to the digest its registry serves now, pulled for each
+    platform its cells build for: a multi-platform image pins to its manifest list (one digest for
+    all), and an image without a variant for a cell's platform is refused by name."""
+    platforms: dict[str, set[str]] = {}
+    for c in plan.buildable:
+        if c.base is not None:
+            platforms.setdefault(c.base.ref, set()).add(c.platform)
+    for ref in sorted(platforms):
         base = ref.split("@", 1)[0]
         if "@sha256:" in ref:
             lock.base_images[base] = ref
             continue
         try:
-            digest = pull(base)
+            # the other platforms first: the engine's tag then ends on the default platform's image,
+            # which an amd64 build of the same tag finds in the local store
+            for platform in sorted(platforms[ref] - {DEFAULT_PLATFORM}) + sorted(platforms[ref] & {DEFAULT_PLATFORM}):
+                digest = pull(base, platform)
         except ImageMissing:
             raise RegistryError(f"base image {base} is not in its registry: check the tag (imagegen plan shows"
                                 " which cell uses it)") from None
         except RegistryError as exc:
-            if repo_digest(base) is None and image_exists(base):
+            if repo_digest(base) is None and image_exists(base) and "has no" not in str(exc):
                 raise RegistryError(f"base image {base} exists only on this machine (built or imported locally),"
                                     " so it has no registry digest to pin: push it to a registry first") from None
             raise exc

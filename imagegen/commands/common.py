@@ -30,6 +30,7 @@ from imagegen.plan import (
     DEFAULT_PLATFORM,
     MatrixRequest,
     Plan,
+    default_platforms,
     defaults,
     expand,
     with_gpu_check,
@@ -118,25 +119,20 @@ def check_wheel_file(wheel: Path) -> None:
         raise UsageError(f"{shown(wheel)}: no such wheel file")
 
 
-def planned(args: argparse.Namespace, config: Config, cat: Catalogue):
-    """The matrix expanded, with locked base images pinned to their digests; a cell asked twice
-    (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8 --cuda cu128``) is there once."""
+def planned(args: argparse.Namespace, config: Config, cat: Catalogue, *, pin: bool = True):
+    """The matrix expanded, with locked base images pinned to their digests (``pin``; `imagegen lock`
+    wants the tags); a cell asked twice (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8
+    --cuda cu128``) is there once."""
     opts = options.resolve(args, config)
-    plan = with_layout(unique_cells(expand(matrix(args, config, cat))), opts.layout)
-    if opts.platforms and opts.platforms != (DEFAULT_PLATFORM,):
-        plan = with_platforms(plan, opts.platforms)
+    request = matrix(args, config, cat)
+    plan = with_layout(unique_cells(expand(request)), opts.layout)
+    platforms = opts.platforms or default_platforms(request.flavor)
+    if platforms != (DEFAULT_PLATFORM,) or default_platforms(request.flavor) != (DEFAULT_PLATFORM,):
+        plan = with_platforms(plan, platforms)  # (a flavor without amd64 images refuses an amd64 cell)
     if opts.offline:
         plan = with_offline(plan)
     plan = gpu_checked(plan, opts)
-    return lock(args).pin_bases(plan)
-
-
-def no_other_platform(args: argparse.Namespace, command: str) -> None:
-    """push, pull and lock handle linux/amd64 builder images only, for now: refuse another platform."""
-    opts_platforms = options.platform_flag(getattr(args, "platform", None))
-    if opts_platforms and opts_platforms != (DEFAULT_PLATFORM,):
-        raise UsageError(f"--platform {', '.join(opts_platforms)}: `imagegen {command}` handles linux/amd64 builder images"
-                         " only; plan, render, bake and build make linux/arm64 wheels")
+    return lock(args).pin_bases(plan) if pin else plan
 
 
 def gpu_checked(plan: Plan, opts: options.Options) -> Plan:

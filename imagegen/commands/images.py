@@ -9,12 +9,10 @@ from typing import Sequence
 from imagegen import options
 from imagegen.commands import common
 from imagegen.errors import BuildError, NothingToDoError
-from imagegen.plan import expand
 
 
 def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.publish import push
-    common.no_other_platform(args, "push")
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
@@ -40,7 +38,6 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.executors import prebuilt
     from imagegen.executors import results as report
     from imagegen.finish import finish
-    common.no_other_platform(args, "pull")
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
@@ -61,10 +58,9 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.registry import lock_bases
 
-    common.no_other_platform(args, "lock")
     config = common.config(args)
     cat = common.catalogue(args, config)
-    plan = expand(common.matrix(args, config, cat))
+    plan = common.planned(args, config, cat, pin=False)  # one cell per platform: each pulls its own variant
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     from imagegen.outputs import resolve_target

@@ -65,6 +65,8 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     if args.audit:
+        if args.resolve:
+            raise UsageError("--resolve goes with a plain plan, not --audit (plan --resolve first, then --audit)")
         args.work = args.work or Path(".imagegen")
         return _plan_audit(args, config, cat)
     for flag, value in (("--native", args.native), ("--python-exe", args.python_exe), ("--src-dir", args.src_dir),
@@ -72,6 +74,9 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if value:
             raise UsageError(f"{flag} goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
     plan = common.planned(args, config, cat)
+    if args.resolve:
+        from imagegen.resolve import with_resolution
+        plan = with_resolution(plan)
     if args.json:
         json.dump({"cells": [_cell_record(c) for c in plan.cells],
                    "summary": {"buildable": len(plan.buildable), "rejected": len(plan.rejected),

@@ -73,7 +73,7 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
-    todo = _runnable_platforms(todo, builders, results, say)
+    todo = runnable_platforms(todo, builders, results, say)
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
@@ -111,7 +111,7 @@ def builder_platforms(inspect_text: str) -> set[str]:
     return found
 
 
-def _runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict[str, CellResult],
+def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict[str, CellResult],
                         say: Callable[[str], None]) -> list[Cell]:
     """``cells`` less those for a platform the builder(s) cannot run (recorded as failed, saying how
     to get it), found before anything is built: BuildKit would fail with "exec format error" later."""

@@ -28,7 +28,7 @@ from imagegen.errors import BuildError, EngineError, UsageError
 from imagegen.executors import gpu_access
 from imagegen.executors.bake_run import bake_data, bake_variables, new_run_dir
 from imagegen.model import jobs
-from imagegen.plan import Cell, Plan
+from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
 from imagegen.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
 from imagegen.render.bake import absolute_contexts, build_definition, to_json
 from imagegen.render.dockerfile import cell_document, inputs_hash
@@ -59,6 +59,13 @@ def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, c
                    builder: str | None, cache_from: list[str], cache_to: list[str], say: Say) -> dict[str, str]:
     """Bake the `builder` stage of ``cells``: pushed to the registry (push) or loaded into the local
     engine (fallback). Returns target name -> image digest from bake's metadata (push only)."""
+    from imagegen.executors.buildx import runnable_platforms
+
+    unrunnable: dict[str, CellResult] = {}
+    runnable_platforms(cells, [builder] if builder else [], unrunnable, say=lambda m: None)
+    if unrunnable:  # before anything is built: BuildKit would fail with "exec format error" later
+        first = next(iter(unrunnable.values()))
+        raise BuildError(f"{first.cell.name}: {first.error}")
     run_dir = new_run_dir(work, "-push" if push else "-builder")
     definition = build_definition(Plan(cells=cells), out_dir=str(run_dir / "stage"),
                                   dockerfiles_dir=str(run_dir / "dockerfiles"), root=run_dir,
@@ -137,13 +144,41 @@ def _docker_or_none(*args: str):
 def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish: Finisher, gpus: str = "auto",
          fallback: bool = True, max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
          force: bool = False, audit: bool = True, say: Say = say_on_stderr) -> list[CellResult]:
+    from imagegen.executors.buildx import runnable_platforms
+
     out, work = out.resolve(), work.resolve()
-    gpu_args = gpu_flags(gpus, say)  # once: the same host runs every cell
+    cells = plan.buildable
+    refused: dict[str, CellResult] = {}
+    # An arm64 builder image runs here under QEMU (or on an arm64 host): a cell this engine cannot run
+    # fails now, saying how to get it, and the others go on.
+    cells = runnable_platforms(cells, [], refused, say)
+    host = host_platform()
+    local = [c for c in cells if c.platform == host]
+    gpu_args = gpu_flags(gpus, say) if local else []  # once: the same host runs every cell
+    if any(c.platform != host for c in cells) and gpus != "none":
+        say(f"cells for another platform than this host's ({host}) run emulated, without the GPUs: their archs"
+            " come from --arch")
     run_dir = new_run_dir(work, "-pull")  # its own: another pull in this folder must not share it
+    results = dict(refused)
     with interrupt.stopping_children():  # a signal to imagegen stops the containers it runs
-        return [_pull_cell(cell, registry, out=out, run_dir=run_dir, work=work, lock=lock, finish=finish, gpu_args=gpu_args,
-                           fallback=fallback, max_jobs=max_jobs, nvcc_threads=nvcc_threads, ca_bundle=ca_bundle,
-                           force=force, audit=audit, say=say) for cell in plan.buildable]
+        for cell in cells:
+            results[cell.name] = _pull_cell(
+                cell, registry, out=out, run_dir=run_dir, work=work, lock=lock, finish=finish,
+                gpu_args=gpu_args if cell.platform == host else [], fallback=fallback, max_jobs=max_jobs,
+                nvcc_threads=nvcc_threads, ca_bundle=ca_bundle, force=force, audit=audit, say=say)
+    return [results[c.name] for c in plan.buildable]
+
+
+def host_platform() -> str:
+    """This machine's platform as a cell names it: linux/amd64 or linux/arm64."""
+    import platform
+
+    return "linux/arm64" if platform.machine().lower() in ("aarch64", "arm64") else DEFAULT_PLATFORM
+
+
+def platform_args(cell: Cell) -> list[str]:
+    """`docker pull` / `docker run` flags for the cell's platform (none for linux/amd64, as before)."""
+    return [] if cell.platform == DEFAULT_PLATFORM else ["--platform", cell.platform]
 
 
 def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Path, lock: Lock, finish: Finisher,
@@ -163,7 +198,7 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
     ref = image_ref(cell, registry)
     use = lock.builder_images.get(ref, ref)
     try:
-        digest = reg.pull(use)
+        digest = reg.pull(use, cell.platform if cell.platform != DEFAULT_PLATFORM else None)
         say(f"[{cell.name}] pulled {use} ({digest})")
     except ImageMissing:
         if not fallback:
@@ -223,7 +258,7 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     log_path = logs / f"{cell.name}.audit.log"
     # No --gpus: the audit compiles nothing and is told the archs (a host whose Docker cannot hand
     # out GPUs hears so from the compile step, once, with what to install).
-    cmd = ["--rm", *container_args(cell), "-v", f"{stage}:/out",
+    cmd = ["--rm", *container_args(cell), *platform_args(cell), "-v", f"{stage}:/out",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", *env_args(cell), image, "audit", "--out", "/out/audit.json"]
     say(f"[{cell.name}] auditing in {image}: the package's own build with stand-in compilers")
     proc = engine.run_container(cmd, log_path)
@@ -258,7 +293,7 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     # A named volume as the compile's ccache, like the bake build's cache mount: a second pull (other
     # archs, a newer image) recompiles only what changed.
-    cmd = ["--rm", *container_args(cell), *gpu_args, "-v", f"{stage}:/out",
+    cmd = ["--rm", *container_args(cell), *platform_args(cell), *gpu_args, "-v", f"{stage}:/out",
            "-v", f"{ccache_volume()}:/root/.cache/ccache",
            "-e", f"TORCH_CUDA_ARCH_LIST={cell.archs}", "-e", f"MAX_JOBS={settings.max_jobs}",
            "-e", f"NVCC_THREADS={settings.nvcc_threads}",
@@ -278,4 +313,4 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
                   audit=audit, record={"image": image})
 
 
-__all__ = ["bake_builders", "pull", "RegistryError", "gpu_flags", "builder_inputs"]
+__all__ = ["bake_builders", "pull", "RegistryError", "gpu_flags", "builder_inputs", "host_platform", "platform_args"]

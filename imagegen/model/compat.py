@@ -265,6 +265,13 @@ class BaseImage:
     fallbacks: tuple[str, ...] = ()
     deadsnakes: bool = False  # Python must come from the deadsnakes PPA
     custom: bool = False
+    # Where the builder's torch comes from when it is not PyTorch's own index (the jetson flavor's
+    # jetson-ai-lab index of its JetPack); None: PyPI or download.pytorch.org by the CUDA variant.
+    torch_index: str | None = None
+    # The compute capabilities of the only GPUs this image's system runs on (a Jetson's), and their
+    # name; empty: any GPU.
+    runs_on: tuple[str, ...] = ()
+    device: str | None = None
 
     @property
     def fallback(self) -> str | None:
@@ -438,7 +445,33 @@ def _native(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVaria
     raise NoBaseImage("the native flavor builds on this host: use `imagegen build --native`")
 
 
-_BUILDERS = {"runpod": _runpod, "manylinux": _manylinux, "cuda": _cuda, "pypi": _pypi, "native": _native}
+def jetpack_for(fl: Flavor, cuda: CudaVariant) -> Mapping[str, Any] | None:
+    """The jetson flavor's JetPack row whose CUDA is ``cuda`` (None: no JetPack has it)."""
+    return next((row for row in fl.raw.get("jetpacks", ()) if major_minor(row["cuda"]) == (cuda.major, cuda.minor)), None)
+
+
+def _jetson(fl: Flavor, series: TorchSeries, torch_version: str, cuda: CudaVariant, python: str) -> BaseImage:
+    row = jetpack_for(fl, cuda)
+    rows = fl.raw.get("jetpacks", ())
+    if row is None:
+        have = ", ".join(f"JetPack {r['jetpack']}: CUDA {r['cuda']}" for r in rows)
+        raise NoBaseImage(f"no JetPack with a torch index has CUDA {cuda.dotted} ({have}; not {fl.raw.get('unsupported')}):"
+                          f" use --cuda {' or '.join(r['cuda'] for r in rows)}")
+    jp = f"JetPack {row['jetpack']} (L4T {row['l4t']}, Ubuntu {row['ubuntu']})"
+    if python != str(row["python"]):
+        raise NoBaseImage(f"{jp} has Python {row['python']}, and its torch index has wheels for that alone: use"
+                          f" --python {row['python']}")
+    torches = [str(t) for t in row["torch"]]
+    if torch_version not in torches:
+        raise NoBaseImage(f"the {jp} torch index ({row['torch_index']}) has torch {', '.join(torches)}, not"
+                          f" {torch_version}: use --torch {' or '.join(t for t in torches if t.startswith(series.series + '.')) or torches[-1]}")
+    return BaseImage(ref=str(row["image"]), flavor=fl, python=fl.python_path(python), toolkit="image",
+                     nvcc=Version(str(row["cuda"])), image_torch_cuda=None, torch_index=str(row["torch_index"]),
+                     runs_on=tuple(str(a) for a in row["archs"]), device=f"{row['gpus']} on JetPack {row['jetpack']}")
+
+
+_BUILDERS = {"runpod": _runpod, "manylinux": _manylinux, "cuda": _cuda, "pypi": _pypi, "jetson": _jetson,
+             "native": _native}
 
 # What a known tag scheme tells about a custom image: nvcc version, and a preinstalled torch's CUDA.
 _RUNPOD_NEW = re.compile(r"(?:docker\.io/)?runpod/pytorch:[\d.]+-cu(\d{2})(\d)(\d)?-torch(\d)(\d+)(\d)-ubuntu\d{4}")

@@ -279,7 +279,8 @@ def _packages(cell: Cell) -> tuple[list[str], list[str], list[str], list[str]]:
     extra = list(cell.recipe.system_requires)
     py = cell.python
     apt = ["ca-certificates", "ccache", "git", "g++", "make"]
-    if base.flavor.name in ("runpod", "cuda"):
+    if base.flavor.os == "apt" and base.flavor.python_template.startswith("/usr/bin/"):
+        # the distribution's interpreter (runpod, cuda, jetson): its venv and headers are packages of their own
         apt += [f"python{py}-venv", f"python{py}-dev"]
         if base.deadsnakes:
             apt += [f"python{py}"]

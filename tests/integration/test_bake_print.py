@@ -134,3 +134,21 @@ def test_an_arm64_cell_reaches_buildx_with_its_platform_and_an_amd64_cell_withou
     assert "platforms" not in printed["sage-2_2_0-torch2_11-cu130-py312"]  # the builder's own platform, as before
     # both wheels land in the same folder: their file names differ by platform tag
     assert {t["output"][0] for t in printed.values()} == {"type=local,dest=wh/sageattention-2.2.0/torch2.11/cu130"}
+
+
+def test_a_jetson_matrix_reaches_buildx_as_arm64_targets_on_each_jetpacks_image(tmp_path, monkeypatch, capsys):
+    # no --platform: the jetson flavor has arm64 images only; Orin (8.7, JetPack 6) and Thor (11.0, JetPack 7)
+    monkeypatch.chdir(tmp_path)
+    code = main(["bake", "causal-conv1d", "--flavor", "jetson", "--torch", "2.9", "--cuda", "12.6", "--cuda", "13.0",
+                 "--python", "3.10", "--python", "3.12", "--arch", "8.7", "--arch", "11.0", "-f", "out.hcl",
+                 "--out", "wh", "--print"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)["target"]
+    assert sorted(printed) == ["causal-conv1d-1_6_1-torch2_9-cu126-py310-arm64",
+                               "causal-conv1d-1_6_1-torch2_9-cu130-py312-arm64"]
+    orin, thor = (printed[n] for n in sorted(printed))
+    assert orin["platforms"] == thor["platforms"] == ["linux/arm64"]
+    texts = [(tmp_path / t["context"] / t["dockerfile"]).read_text() for t in (orin, thor)]
+    assert "ARG BASE_IMAGE=nvcr.io/nvidia/l4t-jetpack:r36.4.0\n" in texts[0]
+    assert "ARG BASE_IMAGE=nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04\n" in texts[1]
+    assert "ARG TORCH_CUDA_ARCH_LIST=8.7\n" in texts[0] and "ARG TORCH_CUDA_ARCH_LIST=11.0\n" in texts[1]

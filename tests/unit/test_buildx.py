@@ -227,7 +227,7 @@ def test_an_arm64_cell_the_builder_cannot_run_fails_before_anything_builds(monke
         return subprocess.CompletedProcess(["docker", *args], 0, inspect, "")
     monkeypatch.setattr(engine, "docker", docker)
     results, said = {}, []
-    kept = buildx._runnable_platforms([PY311, arm], ["farm"], results, said.append)
+    kept = buildx.runnable_platforms([PY311, arm], ["farm"], results, said.append)
     assert asked == [("buildx", "inspect", "farm")]
     if built:
         assert kept == [PY311, arm] and results == {}
@@ -239,4 +239,4 @@ def test_an_arm64_cell_the_builder_cannot_run_fails_before_anything_builds(monke
 
 def test_amd64_cells_alone_ask_the_builder_nothing(monkeypatch):
     monkeypatch.setattr(engine, "docker", lambda *a, **k: pytest.fail("no buildx inspect for amd64 cells"))
-    assert buildx._runnable_platforms([PY311, PY312], [], {}, print) == [PY311, PY312]
+    assert buildx.runnable_platforms([PY311, PY312], [], {}, print) == [PY311, PY312]

@@ -155,8 +155,8 @@ def test_parse_version() -> None:
 
 
 def test_flavors_and_container_flavors() -> None:
-    assert set(compat.flavors()) == {"runpod", "manylinux", "cuda", "pypi", "native"}
-    assert compat.container_flavors() == ("runpod", "manylinux", "cuda", "pypi")  # native is the host
+    assert set(compat.flavors()) == {"runpod", "manylinux", "cuda", "pypi", "jetson", "native"}
+    assert compat.container_flavors() == ("runpod", "manylinux", "cuda", "pypi", "jetson")  # native is the host
     assert compat.flavor("pypi").toolkit == "pypi"
     assert compat.flavor("manylinux").os == "dnf"
     assert compat.flavor("runpod").stubs_in_library_path and not compat.flavor("manylinux").stubs_in_library_path
@@ -171,7 +171,7 @@ def test_flavor_python_paths() -> None:
 def test_unknown_flavor() -> None:
     with pytest.raises(UsageError) as info:
         compat.flavor("docker")
-    assert str(info.value) == "--flavor 'docker' is not one of runpod, manylinux, cuda, pypi, native"
+    assert str(info.value) == "--flavor 'docker' is not one of runpod, manylinux, cuda, pypi, jetson, native"
 
 
 def test_one_flavor_instance_per_name() -> None:

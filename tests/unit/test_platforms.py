@@ -106,13 +106,7 @@ def test_cli_render_takes_one_platform_and_plan_shows_the_column(capsys):
     assert "PLATFORM" not in capsys.readouterr().out  # no column for a plain amd64 plan
 
 
-@pytest.mark.parametrize("argv", [
-    ["build", "sage", "--native", "--arch", "9.0", "--platform", "arm64"],
-    ["push", "sage", "--platform", "arm64", "--registry", "localhost:5000/x"],
-    ["pull", "sage", "--arch", "9.0", "--platform", "arm64", "--registry", "localhost:5000/x"],
-    ["lock", "sage", "--platform", "arm64"],
-])
-def test_commands_without_arm64_support_refuse_the_platform_in_one_line(capsys, argv):
-    assert main(argv) == 2
+def test_a_native_build_refuses_another_platform_in_one_line(capsys):
+    assert main(["build", "sage", "--native", "--arch", "9.0", "--platform", "arm64"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--platform" in err

@@ -185,8 +185,8 @@ class Docker:
         self.pulled: list[str] = []
         self.runs: list[list[str]] = []
 
-    def pull(self, ref: str) -> str:
-        self.pulled.append(ref)
+    def pull(self, ref: str, platform: str | None = None) -> str:
+        self.pulled.append(ref if platform is None else f"{ref} ({platform})")
         if self.missing:
             raise ImageMissing(f"{ref} is not in the registry (push it with imagegen push)")
         return DIGEST

@@ -147,3 +147,22 @@ def test_gpu_flags_follow_the_driver_and_the_container_toolkit(tmp_path, monkeyp
     said = []
     assert gpu_flags(asked, said.append) == want
     assert bool(said) == note and all("NVIDIA Container Toolkit" in s for s in said)
+
+
+def test_an_arm64_builder_image_has_a_tag_of_its_own():
+    from imagegen.plan import with_platforms
+
+    amd, arm = with_platforms(Plan(cells=[cell(flavor="pypi", torch="2.11", cuda="13.0")]),
+                              ("linux/amd64", "linux/arm64")).cells
+    assert image_ref(amd, "ghcr.io/me") == "ghcr.io/me/imagegen-sageattention:2.2.0-torch2.11-cu130-py312-pypi"
+    assert image_ref(arm, "ghcr.io/me") == "ghcr.io/me/imagegen-sageattention:2.2.0-torch2.11-cu130-py312-pypi-arm64"
+
+
+@pytest.mark.parametrize("said", [
+    "image with reference r:5000/x/base:1 was found but does not match the specified platform: wanted linux/arm64,"
+    " actual: linux/amd64",
+    "no matching manifest for linux/arm64/v8 in the manifest list entries",
+])
+def test_an_image_without_the_platform_is_one_line_naming_it(said):
+    err = explain(said, "r:5000/x/base:1", "r:5000", "linux/arm64")
+    assert type(err) is RegistryError and str(err).startswith("r:5000/x/base:1 has no linux/arm64 image (")
