@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
-import shutil
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -273,26 +271,6 @@ def cuobjdump_entries(so_path: Path, exe: str) -> list[FatbinEntry]:
     for m in re.finditer(r"(ELF|PTX) file\s+\d+:\s+\S+?\.sm_(\d+)([af]?)\.(?:cubin|ptx)", proc.stdout):
         out.append(FatbinEntry("sass" if m.group(1) == "ELF" else "ptx", int(m.group(2)), m.group(3), False))
     return out
-
-
-def find_cuobjdump() -> str | None:
-    """cuobjdump to check the reader with: IMAGEGEN_CUOBJDUMP (a path, or `none`: the reader alone),
-    else the one on PATH, else PyPI's nvidia-cuda-cuobjdump; None if there is none."""
-    chosen = os.environ.get("IMAGEGEN_CUOBJDUMP", "").strip()
-    if chosen:
-        return None if chosen.lower() == "none" else chosen
-    exe = shutil.which("cuobjdump")
-    if exe:
-        return exe
-    try:
-        import nvidia  # type: ignore[import-not-found]
-
-        for root in getattr(nvidia, "__path__", []):
-            for cand in Path(root).glob("*/bin/cuobjdump"):
-                return str(cand)
-    except ImportError:
-        pass
-    return None
 
 
 def read_so(data: bytes) -> list[FatbinEntry]:

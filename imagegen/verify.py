@@ -50,10 +50,10 @@ from imagegen.fatbin import (
     extension_section_table,
     fatbin_entries_at,
     fatbin_section,
-    find_cuobjdump,
     wheel_machines,
 )
 from imagegen.model.arch import ArchList, CudaArch
+from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump, so_module
 
 # --------------------------------------------------------------------------------------------
 # Wheel verification
@@ -156,14 +156,6 @@ def _extra(entries: list[FatbinEntry], expected: ArchList) -> list[str]:
         if not wanted:
             out[str(e)] = None
     return list(out)
-
-
-def so_module(name: str) -> str:
-    """The module an extension file in a wheel is: ``sageattention/_qattn_sm90.cpython-312-x86_64-linux-gnu.so``
-    -> ``sageattention._qattn_sm90``."""
-    parts = name.replace("\\", "/").split("/")
-    parts[-1] = parts[-1].split(".", 1)[0]
-    return ".".join(p for p in parts if p)
 
 
 def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None = "auto",

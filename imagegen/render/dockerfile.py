@@ -104,6 +104,13 @@ def rules_script() -> str:
     return _builder_resource("imagegen_rules.py")
 
 
+def wheeltools_script() -> str:
+    """How every build path patches sources, retags wheels and finds cuobjdump, shipped beside
+    builder_script() (imagegen_wheeltools.py), which imports it; the Windows helper and imagegen's own
+    verify use the same module."""
+    return _builder_resource("imagegen_wheeltools.py")
+
+
 # The named build context that brings builder_files() into a build (bake definitions name it; a
 # rendered Dockerfile's header says how to give it to `docker buildx build`).
 SCRIPTS_CONTEXT = "imagegen-scripts"
@@ -125,7 +132,8 @@ def builder_files() -> dict[str, str]:
     """Every file the in-build script needs beside it, by name (a native build writes them into its
     work folder; a Dockerfile carries them)."""
     return {"imagegen_build.py": builder_script(), "imagegen_toolchain.py": toolchain_script(),
-            "imagegen_rules.py": rules_script(), "imagegen_audit.py": audit_script()}
+            "imagegen_rules.py": rules_script(), "imagegen_wheeltools.py": wheeltools_script(),
+            "imagegen_audit.py": audit_script()}
 
 
 @dataclass(frozen=True)
@@ -229,7 +237,8 @@ def inputs_hash(cell: Cell, doc: dict) -> str:
     for a local source tree its content (a git source is pinned by its revision in the document)."""
     assert cell.base is not None
     inputs = {"cell": doc, "archs": str(cell.archs), "base": cell.base.ref,
-              "script": hashlib.sha256((builder_script() + toolchain_script() + rules_script()).encode()).hexdigest()}
+              "script": hashlib.sha256((builder_script() + toolchain_script() + rules_script()
+                                        + wheeltools_script()).encode()).hexdigest()}
     if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
         inputs["source_tree"] = tree_digest(cell.recipe.source_path)
     payload = json.dumps(inputs, sort_keys=True)

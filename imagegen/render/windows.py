@@ -44,6 +44,8 @@ SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
 DEFAULT_WORK = "imagegen-windows"  # venvs, the build folders, the helper: beside where the script runs
 HELPER = "imagegen_windows.py"
+# The module the helper shares with the Linux build and imagegen verify, written beside it.
+SHARED = "imagegen_wheeltools.py"
 # Characters cmd or PowerShell would interpret inside our quoting. PowerShell takes the typographic
 # quotes for quotes too: U+2018-U+201B close a single-quoted string like ', U+201C-U+201E a
 # double-quoted one like ".
@@ -225,6 +227,10 @@ def helper_script() -> str:
     return (resources.files("imagegen") / "resources" / "windows" / HELPER).read_text(encoding="utf-8")
 
 
+def shared_script() -> str:
+    return (resources.files("imagegen") / "resources" / "builder" / SHARED).read_text(encoding="utf-8")
+
+
 def _expected(archs: ArchList) -> list[dict]:
     return [{"cc": a.cc, "sass": a.sm if a.sass else None, "ptx": a.compute if a.ptx else None} for a in archs]
 
@@ -290,17 +296,19 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
     doc = build_document(recipe, version, cells, index_override)
     doc_text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
     helper = helper_script()
+    shared = shared_script()
     template = "build.cmd.j2" if shell == "cmd" else "build.ps1.j2"
     if shell == "powershell":
         _env_value(vcvars)  # interpolated inside a cmd /c "..." string
         _here_string(helper, HELPER)
+        _here_string(shared, SHARED)
         _here_string(doc_text, "the build document")
     subdir = recipe.subdir.replace("/", "\\") if recipe.subdir else ""
     text = env.get_template(template).render(
         imagegen_version=__version__, command=re.sub(r"[^A-Za-z0-9 ._:/\\=+;,'-]", " ", " ".join(command.split())),
         recipe=recipe, version=version, src=src, subdir=subdir, python_exe=python_exe or "", vcvars=vcvars, out=out,
         python_exe_is_path=bool(python_exe and re.search(r"[\\/]", python_exe)),
-        work=DEFAULT_WORK, helper_name=HELPER,
+        work=DEFAULT_WORK, helper_name=HELPER, shared_name=SHARED,
         requires=list(recipe.build_requires),
         cells=[{"cell": c, "name": c.name, "torch": c.torch_version, "cuda": c.cuda.name, "toolkit": str(c.cuda.version),
                 "cuda_path_var": cuda_path_var(c), "python": c.python, "index_url": torch_index(c, index_override),
@@ -308,6 +316,7 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
                 "env": build_env(recipe, version, c.archs, max_jobs, nvcc_threads, c.local_version)} for c in cells],
         toolkits=sorted({str(c.cuda.version) for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
         pythons=sorted({c.python for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
-        helper=helper, helper_b64=_base64_lines(helper), doc=doc_text, doc_b64=_base64_lines(doc_text),
+        helper=helper, helper_b64=_base64_lines(helper), shared=shared, shared_b64=_base64_lines(shared),
+        doc=doc_text, doc_b64=_base64_lines(doc_text),
     )
     return text.replace("\n", "\r\n") if shell == "cmd" else text

@@ -15,6 +15,7 @@ import pytest
 
 from imagegen import fatbin
 from imagegen.model.arch_parse import parse_arch_list
+from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.verify import verify_wheel
 
 pytestmark = pytest.mark.integration
@@ -40,7 +41,7 @@ def test_a_real_windows_dll_is_read_like_cuobjdump_reads_its_fat_binary(windows_
     assert where is not None
     raw = tmp_path / "nvjpeg.fatbin"
     raw.write_bytes(data[where[0]:where[0] + where[1]])
-    exe = fatbin.find_cuobjdump()
+    exe = find_cuobjdump()
     assert exe, "the test extra installs nvidia-cuda-cuobjdump"
     listed = fatbin.cuobjdump_entries(raw, exe)
     ours = fatbin.read_so(data)

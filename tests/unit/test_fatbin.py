@@ -24,11 +24,11 @@ from imagegen.fatbin import (
     elf_sections,
     fatbin_entries,
     fatbin_entries_at,
-    find_cuobjdump,
     read_so,
     reproducible_digest,
 )
 from imagegen.model.arch_parse import parse_arch_list
+from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.verify import verify_wheel
 
 WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from imagegen import records
-from imagegen.fatbin import find_cuobjdump
+from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
@@ -31,6 +31,7 @@ from tests.unit.builder_script import builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "windows"))
+sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "builder"))  # imagegen_wheeltools, written beside it
 import imagegen_windows as W  # noqa: E402  (stdlib-only helper embedded in the Windows scripts)
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -389,3 +390,21 @@ def test_the_helper_is_ascii_and_ends_no_powershell_here_string():
     text = (ROOT / "imagegen" / "resources" / "windows" / "imagegen_windows.py").read_text()
     assert text.isascii()
     assert not any(line.lstrip().startswith("'@") for line in text.splitlines())
+
+
+def test_the_helper_finds_cuobjdump_as_imagegen_verify_does(monkeypatch, tmp_path):
+    # one function (imagegen_wheeltools.find_cuobjdump) for the helper, the in-build script and verify:
+    # IMAGEGEN_CUOBJDUMP names one or turns it off, as for `imagegen verify`
+    import imagegen_wheeltools
+
+    assert W.find_cuobjdump is imagegen_wheeltools.find_cuobjdump
+    monkeypatch.setenv("IMAGEGEN_CUOBJDUMP", "none")
+    assert W.find_cuobjdump() is None
+    monkeypatch.setenv("IMAGEGEN_CUOBJDUMP", str(tmp_path / "cuobjdump.exe"))
+    assert W.find_cuobjdump() == str(tmp_path / "cuobjdump.exe")
+    monkeypatch.delenv("IMAGEGEN_CUOBJDUMP")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    (tmp_path / "cuda" / "bin" / "cuobjdump.exe").write_text("")
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "cuda"))  # what NVIDIA's Windows installer sets
+    assert W.find_cuobjdump() == str(tmp_path / "cuda" / "bin" / "cuobjdump.exe")

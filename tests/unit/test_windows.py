@@ -203,6 +203,11 @@ def test_the_cmd_script_carries_the_same_helper_and_document():
     end = cmd.index(') > "%IG_HELPER%.b64"')
     helper = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
     assert helper == (Path(__file__).resolve().parents[2] / "imagegen/resources/windows/imagegen_windows.py").read_text()
+    # the module it shares with the Linux build, written beside it
+    start, end = end + 1, cmd.index(') > "%IG_SHARED%.b64"')
+    shared = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
+    assert shared == (Path(__file__).resolve().parents[2] / "imagegen/resources/builder/imagegen_wheeltools.py").read_text()
+    assert 'set "IG_SHARED=%IG_WORK%\\imagegen_wheeltools.py"' in cmd
 
 
 def test_the_wheelhouse_is_the_out_flag_or_the_scripts_argument():

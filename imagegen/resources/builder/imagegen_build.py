@@ -132,25 +132,21 @@ if __name__ == "__main__" and sys.argv[1:2] == ["nvcc-guard"]:
     sys.exit(nvcc_guard(sys.argv[2:]))
 
 import argparse  # noqa: E402 (after the guard's fast path)
-import base64
-import csv
 import hashlib
-import io
 import json
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import tempfile
 import threading
 import time
-import zipfile
 
 # imagegen_rules.py lies beside this script (in the image, in a native build's work folder, and in
 # the imagegen package): the arch and job-sizing rules imagegen plans with.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import imagegen_rules as rules  # noqa: E402
+import imagegen_wheeltools as wheeltools  # noqa: E402
 
 # The toolchain step and what every step shares (log, fail, run, the secrets, the venv's torch)
 # live in imagegen_toolchain.py: the layer that installs torch depends on that small file alone.
@@ -367,35 +363,10 @@ def _safe_member(name, archive):
 
 
 def apply_patch(patch, dest):
-    """Apply a recipe patch once: a tree that already carries it (a second fetch into the same
-    --src-dir) is left alone, one it fits neither way is refused."""
-    text = patch["text"].encode()
-    dest = os.path.abspath(dest)
-    # Inside another repository's work tree (a source tree vendored in the user's project, or the
-    # --src-dir of a checkout without .git), `git apply` takes the patch's paths from that
-    # repository's root and silently skips them all, exit 0. Stop git's search for a repository at
-    # dest: dest's own .git still counts, a parent's does not.
-    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(dest))
-    for var in ("GIT_DIR", "GIT_WORK_TREE"):
-        env.pop(var, None)
-
-    def git_apply(*flags):
-        return subprocess.run(["git", "apply", *flags, "-"], input=text, cwd=dest, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
-
-    if git_apply("--check"):
-        log("applying patch %s: %s" % (patch["name"], patch.get("reason", "")))
-        # Applied means it can now be taken back out: a no-op "success" is an error.
-        if not git_apply() or not git_apply("--reverse", "--check"):
-            fail("patch %s failed to apply in %s" % (patch["name"], dest))
-    elif git_apply("--reverse", "--check"):
-        # The source already has it: upstream took the fix (a newer ref), or an earlier fetch applied it.
-        log("patch %s is already in the source at %s (upstream has it, or an earlier fetch applied it):"
-            " not applied again" % (patch["name"], dest))
-    else:
-        fail("patch %s neither applies to the source in %s nor is already in it: the patch is broken for this"
-             " version (its recipe's by_version range may hold a version it was not written for)"
-             % (patch["name"], dest))
+    """Apply a recipe patch once (imagegen_wheeltools.apply_patch): a tree that already carries it (a
+    second fetch into the same --src-dir) is left alone, one it fits neither way is refused."""
+    wheeltools.apply_patch(patch, dest, log, fail, "the patch is broken for this version (its recipe's by_version"
+                           " range may hold a version it was not written for)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1075,87 +1046,9 @@ def report_ccache(stats_log, log_dir):
     log("ccache: %d of %d compilations from the cache" % (hits, total))
 
 
-def _wheel_name_parts(name):
-    stem = name[:-4]
-    parts = stem.split("-")
-    if len(parts) == 6:  # with a build tag
-        dist, version, build, py, abi, plat = parts
-        return dist, version, "-".join([build, py, abi, plat])
-    dist, version, py, abi, plat = parts
-    return dist, version, "-".join([py, abi, plat])
-
-
-def _copy_compressed(raw_in, info, zout, name):
-    """Append the entry ``info`` to ``zout`` as ``name`` with its compressed bytes as they are.
-
-    A CUDA wheel is mostly .so files; deflating them again took seconds on every build (a 22 MB
-    SageAttention wheel: ~1 s), all of it imagegen overhead over a plain `pip wheel`. zipfile has no
-    public raw copy, so this writes the local header itself and registers the entry the way
-    ZipFile.open(mode="w") does; on a zipfile without those internals it returns False and the
-    caller recompresses."""
-    if not all(hasattr(zout, a) for a in ("fp", "filelist", "NameToInfo", "start_dir", "_didModify")) \
-            or info.flag_bits & 0x1:  # encrypted: never in a wheel, but not ours to copy
-        return False
-    raw_in.seek(info.header_offset)
-    header = raw_in.read(30)
-    if header[:4] != b"PK\x03\x04":
-        return False
-    name_len, extra_len = struct.unpack("<HH", header[26:30])
-    raw_in.seek(info.header_offset + 30 + name_len + extra_len)
-    payload = raw_in.read(info.compress_size)
-    zi = zipfile.ZipInfo(name, date_time=info.date_time)
-    zi.external_attr = info.external_attr
-    zi.compress_type = info.compress_type
-    zi.CRC, zi.compress_size, zi.file_size = info.CRC, info.compress_size, info.file_size
-    zi.header_offset = zout.fp.tell()
-    zout.fp.write(zi.FileHeader(zi.file_size > zipfile.ZIP64_LIMIT or zi.compress_size > zipfile.ZIP64_LIMIT))
-    zout.fp.write(payload)
-    zout.filelist.append(zi)
-    zout.NameToInfo[zi.filename] = zi
-    zout.start_dir = zout.fp.tell()
-    zout._didModify = True
-    return True
-
-
 def retag(path, label, work):
-    """Give the wheel the PEP 440 local version ``label`` (2.2.0 -> 2.2.0+cu128torch2.8).
-
-    The version lives in the file name, the .dist-info directory name, METADATA and RECORD; all
-    four must agree or pip refuses the wheel. A wheel whose build already set a local version
-    (through the package's own knob) is left as it is."""
-    name = os.path.basename(path)
-    dist, version, tags = _wheel_name_parts(name)
-    if "+" in version:
-        return path
-    new_version = version + "+" + label
-    old_info, new_info = "%s-%s.dist-info" % (dist, version), "%s-%s.dist-info" % (dist, new_version)
-    new_path = os.path.join(work, "%s-%s-%s.whl" % (dist, new_version, tags))
-    records = []
-    with zipfile.ZipFile(path) as zin, open(path, "rb") as raw_in, \
-            zipfile.ZipFile(new_path, "w", zipfile.ZIP_DEFLATED) as zout:
-        for info in zin.infolist():
-            data = zin.read(info.filename)  # checks the CRC; RECORD needs the sha256 of the content
-            fname = info.filename
-            if fname.startswith(old_info + "/"):
-                fname = new_info + fname[len(old_info):]
-            if fname == new_info + "/RECORD":
-                continue
-            if fname == new_info + "/METADATA":
-                data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new_version.encode(), data, count=1)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            if fname.startswith(new_info + "/") or not _copy_compressed(raw_in, info, zout, fname):
-                zi = zipfile.ZipInfo(fname, date_time=info.date_time)
-                zi.external_attr = info.external_attr
-                zi.compress_type = zipfile.ZIP_DEFLATED
-                zout.writestr(zi, data)
-            records.append((fname, "sha256=" + digest, str(len(data))))
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerows(records)
-        writer.writerow((new_info + "/RECORD", "", ""))
-        zout.writestr(new_info + "/RECORD", buf.getvalue())
-    log("retagged %s -> %s" % (name, os.path.basename(new_path)))
-    return new_path
+    """Give the wheel the PEP 440 local version ``label`` (imagegen_wheeltools.retag)."""
+    return wheeltools.retag(path, label, work, log)
 
 
 # ------------------------------------------------------------------------------------------------

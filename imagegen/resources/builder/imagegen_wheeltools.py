@@ -1,0 +1,185 @@
+"""What every build path shares about sources and wheels: recipe patches, the local version label,
+extension module names, and which cuobjdump reads the device code. Standard library only.
+
+Shipped beside the in-build script (imagegen_build.py: in the image, and in a native build's work
+folder), written beside the Windows helper by a rendered build.ps1/build.cmd (imagegen_windows.py),
+and imported by imagegen itself (verify, fatbin): a Linux build, a Windows build and `imagegen
+verify` patch, retag and find cuobjdump one way. Callers pass their own ``log`` and ``fail`` (which
+must raise): the in-build script exits, the Windows helper raises its Failed.
+"""
+
+import base64
+import csv
+import glob
+import hashlib
+import io
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zipfile
+
+# ------------------------------------------------------------------------------------------------
+# recipe patches
+
+
+def git_env(dest):
+    """The environment for git inside ``dest``. Inside another repository's work tree (a source tree
+    vendored in the user's project, or a --src-dir without .git) `git apply` takes the patch's paths
+    from that repository's root and silently skips them all, exit 0: stop git's search for a
+    repository at dest (dest's own .git still counts, a parent's does not)."""
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.abspath(dest)))
+    for var in ("GIT_DIR", "GIT_WORK_TREE"):
+        env.pop(var, None)
+    return env
+
+
+def apply_patch(patch, dest, log, fail, broken_hint):
+    """Apply a recipe patch once: applied when `git apply --check` passes (and must then reverse
+    cleanly: a no-op "success" is an error), skipped with a log line when the tree already carries it
+    (`git apply --reverse --check`: upstream took the fix, or an earlier build applied it), refused
+    otherwise, saying ``broken_hint`` (what the caller knows of why)."""
+    text = patch["text"].encode("utf-8")
+    dest = os.path.abspath(dest)
+    env = git_env(dest)
+
+    def git_apply(*flags):
+        try:
+            return subprocess.run(["git", "apply"] + list(flags) + ["-"], input=text, cwd=dest, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        except OSError as exc:
+            fail("cannot run git: %s" % exc)
+
+    if git_apply("--check"):
+        log("applying patch %s: %s" % (patch["name"], patch.get("reason", "")))
+        if not git_apply() or not git_apply("--reverse", "--check"):
+            fail("patch %s failed to apply in %s" % (patch["name"], dest))
+    elif git_apply("--reverse", "--check"):
+        log("patch %s is already in the source at %s (upstream has it, or an earlier build applied it):"
+            " not applied again" % (patch["name"], dest))
+    else:
+        fail("patch %s neither applies to the source in %s nor is already in it: %s" % (patch["name"], dest, broken_hint))
+
+
+# ------------------------------------------------------------------------------------------------
+# the local version label
+
+
+def wheel_name_parts(name):
+    """(distribution, version, the tags with any build tag) of a wheel file name; ValueError for
+    another name."""
+    parts = name[:-4].split("-") if name.endswith(".whl") else []
+    if len(parts) not in (5, 6):
+        raise ValueError("%s is not a wheel file name" % name)
+    return parts[0], parts[1], "-".join(parts[2:])
+
+
+def _copy_compressed(raw_in, info, zout, name):
+    """Append the entry ``info`` to ``zout`` as ``name`` with its compressed bytes as they are.
+
+    A CUDA wheel is mostly .so files; deflating them again took seconds on every build (a 22 MB
+    SageAttention wheel: ~1 s), all of it imagegen overhead over a plain `pip wheel`. zipfile has no
+    public raw copy, so this writes the local header itself and registers the entry the way
+    ZipFile.open(mode="w") does; on a zipfile without those internals it returns False and the
+    caller recompresses."""
+    if not all(hasattr(zout, a) for a in ("fp", "filelist", "NameToInfo", "start_dir", "_didModify")) \
+            or info.flag_bits & 0x1:  # encrypted: never in a wheel, but not ours to copy
+        return False
+    raw_in.seek(info.header_offset)
+    header = raw_in.read(30)
+    if header[:4] != b"PK\x03\x04":
+        return False
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    raw_in.seek(info.header_offset + 30 + name_len + extra_len)
+    payload = raw_in.read(info.compress_size)
+    zi = zipfile.ZipInfo(name, date_time=info.date_time)
+    zi.external_attr = info.external_attr
+    zi.compress_type = info.compress_type
+    zi.CRC, zi.compress_size, zi.file_size = info.CRC, info.compress_size, info.file_size
+    zi.header_offset = zout.fp.tell()
+    zout.fp.write(zi.FileHeader(zi.file_size > zipfile.ZIP64_LIMIT or zi.compress_size > zipfile.ZIP64_LIMIT))
+    zout.fp.write(payload)
+    zout.filelist.append(zi)
+    zout.NameToInfo[zi.filename] = zi
+    zout.start_dir = zout.fp.tell()
+    zout._didModify = True
+    return True
+
+
+def retag(path, label, out_dir, log):
+    """The wheel at ``path`` with the PEP 440 local version ``label`` (2.2.0 -> 2.2.0+cu128torch2.8),
+    written into ``out_dir``; the path of the new wheel. The version lives in the file name, the
+    .dist-info folder's name, METADATA and RECORD: all four must agree or pip refuses the wheel. A
+    wheel whose build already set a local version (through the package's own knob) is returned as it
+    is."""
+    name = os.path.basename(path)
+    dist, version, tags = wheel_name_parts(name)
+    if "+" in version:
+        return path
+    new_version = version + "+" + label
+    old_info, new_info = "%s-%s.dist-info" % (dist, version), "%s-%s.dist-info" % (dist, new_version)
+    new_path = os.path.join(out_dir, "%s-%s-%s.whl" % (dist, new_version, tags))
+    records = []
+    with zipfile.ZipFile(path) as zin, open(path, "rb") as raw_in, \
+            zipfile.ZipFile(new_path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)  # checks the CRC; RECORD needs the sha256 of the content
+            fname = info.filename
+            if fname.startswith(old_info + "/"):
+                fname = new_info + fname[len(old_info):]
+            if fname == new_info + "/RECORD":
+                continue
+            if fname == new_info + "/METADATA":
+                data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new_version.encode(), data, count=1)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            if fname.startswith(new_info + "/") or not _copy_compressed(raw_in, info, zout, fname):
+                zi = zipfile.ZipInfo(fname, date_time=info.date_time)
+                zi.external_attr = info.external_attr
+                zi.compress_type = zipfile.ZIP_DEFLATED
+                zout.writestr(zi, data)
+            records.append((fname, "sha256=" + digest, str(len(data))))
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerows(records)
+        writer.writerow((new_info + "/RECORD", "", ""))
+        zout.writestr(new_info + "/RECORD", buf.getvalue())
+    log("retagged %s -> %s" % (name, os.path.basename(new_path)))
+    return new_path
+
+
+# ------------------------------------------------------------------------------------------------
+# extensions and their device code
+
+
+def so_module(name):
+    """The module an extension file in a wheel is: ``sageattention/_qattn_sm90.cpython-312-x86_64-linux-gnu.so``
+    (or ``...cp312-win_amd64.pyd``) -> ``sageattention._qattn_sm90``."""
+    parts = name.replace("\\", "/").split("/")
+    parts[-1] = parts[-1].split(".", 1)[0]
+    return ".".join(p for p in parts if p)
+
+
+def find_cuobjdump():
+    """cuobjdump to list device code with: IMAGEGEN_CUOBJDUMP (a path, or `none`: none at all), else the
+    one on PATH, else the toolkit's (CUDA_PATH, as NVIDIA's Windows installer sets it, or CUDA_HOME),
+    else PyPI's nvidia-cuda-cuobjdump beside this Python; None if there is none."""
+    chosen = os.environ.get("IMAGEGEN_CUOBJDUMP", "").strip()
+    if chosen:
+        return None if chosen.lower() == "none" else chosen
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        root = os.environ.get(var)
+        for exe in ("cuobjdump.exe", "cuobjdump"):
+            if root and os.path.isfile(os.path.join(root, "bin", exe)):
+                return os.path.join(root, "bin", exe)
+    try:
+        import nvidia  # the namespace package of NVIDIA's PyPI wheels
+    except ImportError:
+        return None
+    for root in getattr(nvidia, "__path__", []):
+        for cand in sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))):
+            return cand
+    return None
