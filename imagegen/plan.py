@@ -301,6 +301,17 @@ def default_platforms(flavor: str) -> tuple[str, ...]:
     return (DEFAULT_PLATFORM,) if DEFAULT_PLATFORM in platforms else platforms[:1]
 
 
+def with_requested_platforms(plan: "Plan", given: Sequence[str], flavor: str) -> "Plan":
+    """``plan`` for the platforms asked for (--platform), else the flavor's own (default_platforms); a
+    plain linux/amd64 plan of an amd64 flavor stays as it is. A flavor without amd64 images has its
+    amd64 cells refused."""
+    default = default_platforms(flavor)
+    platforms = tuple(given) or default
+    if platforms == default == (DEFAULT_PLATFORM,):
+        return plan
+    return with_platforms(plan, platforms)
+
+
 def platform_problems(cell: Cell) -> tuple[list[str], list[str]]:
     """Why ``cell`` cannot build for its platform, and what the plan should say about it: (problems, notes)."""
     problems: list[str] = []
@@ -483,6 +494,6 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 __all__ = [
     "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
-    "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "platform_problems", "with_platforms",
+    "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "with_requested_platforms", "platform_problems", "with_platforms",
     "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

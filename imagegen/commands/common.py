@@ -27,16 +27,14 @@ from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree
 from imagegen.outputs import shown
 from imagegen.plan import (
     BUILDABLE,
-    DEFAULT_PLATFORM,
     MatrixRequest,
     Plan,
-    default_platforms,
     defaults,
     expand,
     with_gpu_check,
     with_layout,
     with_offline,
-    with_platforms,
+    with_requested_platforms,
 )
 
 
@@ -125,10 +123,8 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue, *, pin: bo
     --cuda cu128``) is there once."""
     opts = options.resolve(args, config)
     request = matrix(args, config, cat)
-    plan = with_layout(unique_cells(expand(request)), opts.layout)
-    platforms = opts.platforms or default_platforms(request.flavor)
-    if platforms != (DEFAULT_PLATFORM,) or default_platforms(request.flavor) != (DEFAULT_PLATFORM,):
-        plan = with_platforms(plan, platforms)  # (a flavor without amd64 images refuses an amd64 cell)
+    plan = with_requested_platforms(with_layout(unique_cells(expand(request)), opts.layout), opts.platforms,
+                                    request.flavor)
     if opts.offline:
         plan = with_offline(plan)
     plan = gpu_checked(plan, opts)

@@ -15,7 +15,7 @@ from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import shown, write_output
-from imagegen.plan import DEFAULT_PLATFORM, Plan, choose_cell, default_platforms, defaults, with_offline, with_platforms
+from imagegen.plan import Plan, choose_cell, defaults, with_offline, with_requested_platforms
 from imagegen.render.dockerfile import render_dockerfile
 
 
@@ -34,11 +34,9 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
                        flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url)
     if len(opts.platforms) > 1:
         raise UsageError("render makes one cell's Dockerfile: give one --platform (bake and build take several)")
-    platforms = opts.platforms or default_platforms(opts.flavor)
-    if platforms != (DEFAULT_PLATFORM,) or default_platforms(opts.flavor) != (DEFAULT_PLATFORM,):
-        cell = with_platforms(Plan(cells=[cell]), platforms).cells[0]
-        if not cell.buildable:
-            raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
+    cell = with_requested_platforms(Plan(cells=[cell]), opts.platforms, opts.flavor).cells[0]
+    if not cell.buildable:
+        raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
     if opts.offline:
         cell = with_offline(Plan(cells=[cell])).cells[0]
         if not cell.buildable:

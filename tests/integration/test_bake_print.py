@@ -91,7 +91,7 @@ def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
     assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {
         "source": "./proj", "imagegen-scripts": "./dockerfiles/imagegen-scripts"}
     assert sorted(p.name for p in (tmp_path / "dockerfiles" / "imagegen-scripts").iterdir()) == [
-        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py"]
+        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py", "imagegen_wheeltools.py"]
 
 
 def _definition(value: str) -> dict:

@@ -185,7 +185,7 @@ def test_plain_docker_buildx_build_of_a_rendered_dockerfile(first_build, workspa
     proc = sh(IMAGEGEN, "render", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "-o", str(root / "Dockerfile"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (root / "imagegen-scripts").iterdir()) == [
-        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py"]
+        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py", "imagegen_wheeltools.py"]
     text = (root / "Dockerfile").read_text()
     assert len(text.splitlines()) < 200  # readable: the ~1900 lines of scripts are beside it
     (documented,) = [line.strip("# ").strip() for line in text.splitlines()
