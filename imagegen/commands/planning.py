@@ -34,6 +34,8 @@ def _cell_record(cell) -> dict:
         "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
         "flavor": cell.flavor,
         "base_image": cell.base.ref if cell.base else None,
+        # where pip gets torch: None for PyPI, the PyTorch index of the CUDA variant, a JetPack's own
+        "torch_index_url": cell.torch_index_url,
         # image (the base image's torch, reused), venv, image-or-venv (a custom image), host (native)
         "torch_from": cell.torch_from if cell.status != "rejected" else None,
         "reasons": list(cell.problems),

@@ -113,6 +113,7 @@ def test_plan_and_bake_of_a_jetson_matrix(capsys, tmp_path):
     assert main(["plan", *argv, "--json"]) == 0
     (record,) = json.loads(capsys.readouterr().out)["cells"]
     assert record["platform"] == "linux/arm64" and record["base_image"] == "nvcr.io/nvidia/l4t-jetpack:r36.4.0"
+    assert record["torch_index_url"] == "https://pypi.jetson-ai-lab.io/jp6/cu126"
     cell = jetson_cell("causal-conv1d")
     definition = build_definition(Plan(cells=[cell]), out_dir="wh", root=tmp_path)
     assert definition.as_dict()["target"][cell.name]["platforms"] == ["linux/arm64"]
