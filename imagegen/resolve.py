@@ -75,7 +75,9 @@ def install_steps(cell: Cell) -> list[Step]:
     another (imagegen_toolchain.py, imagegen_build.cmd_deps): torch from its index unless the image's
     own is reused; the PyPI CUDA toolkit where the flavor takes it from PyPI (installed over torch's
     own pin of it, same CUDA minor); the recipe's build requirements with torch pinned."""
-    steps = []
+    steps: list[Step] = []
+    if cell.offline:
+        return steps  # pip has no index: everything comes from the image (plan.offline_problems)
     if cell.torch_from != "image":
         steps.append(Step("torch", (f"torch=={cell.torch_version}",), cell.torch_index_url))
     if cell.base is not None and cell.base.toolkit == "pypi" and cell.cuda.pypi_toolkit:
@@ -226,6 +228,8 @@ def with_resolution(plan: Plan, *, say=lambda m: print(m, file=sys.stderr, flush
                 break  # the builder stops at the first install that fails; later ones would repeat its reason
         if unchecked:
             notes = tuple(unchecked)
+        elif not install_steps(c):
+            notes = ("--resolve: nothing to resolve: this cell's builder installs nothing from an index",)
         else:
             notes = (f"--resolve: the builder's installs resolve for {platform}"
                      + (f" (torch {torch}, a CUDA build)" if torch else ""),)

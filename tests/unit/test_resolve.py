@@ -174,3 +174,14 @@ def test_resolve_does_not_go_with_audit():
 
     with pytest.raises(UsageError, match="--resolve goes with a plain plan"):
         call(cmd_plan, "plan", "sage", "--audit", "--resolve")
+
+
+def test_an_offline_cell_installs_nothing_from_an_index(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    cell = replace(cells()[0], offline=True)
+    assert resolve.install_steps(cell) == []
+    monkeypatch.setattr(resolve, "uv_binary", lambda: fake_uv(tmp_path, CPU_TORCH))
+    (got,) = resolve.with_resolution(Plan(cells=[cell]), say=lambda m: None).cells
+    assert got.status == "buildable" and not (tmp_path / "args.txt").exists()  # uv was not asked
+    assert got.notes[-1] == "--resolve: nothing to resolve: this cell's builder installs nothing from an index"
