@@ -90,7 +90,8 @@ def install_steps(cell: Cell) -> list[Step]:
 
 @dataclass
 class Resolution:
-    """What uv resolved for one cell: the pins (name -> version), each pin's dependents, or why it failed."""
+    """What uv resolved for one install step: the pins (name -> version), each pin's dependents, or why
+    it failed."""
 
     platform: str
     pins: dict[str, str] = field(default_factory=dict)
@@ -213,7 +214,8 @@ def with_resolution(plan: Plan, *, say=lambda m: print(m, file=sys.stderr, flush
         problems: list[str] = []
         unchecked: list[str] = []
         torch = None
-        for step in install_steps(c):
+        steps = install_steps(c)
+        for step in steps:
             key = (step, platform, c.python)
             if key not in done:
                 say(f"resolving {' '.join(step.requirements)} for {platform}, Python {c.python}")
@@ -228,7 +230,7 @@ def with_resolution(plan: Plan, *, say=lambda m: print(m, file=sys.stderr, flush
                 break  # the builder stops at the first install that fails; later ones would repeat its reason
         if unchecked:
             notes = tuple(unchecked)
-        elif not install_steps(c):
+        elif not steps:
             notes = ("--resolve: nothing to resolve: this cell's builder installs nothing from an index",)
         else:
             notes = (f"--resolve: the builder's installs resolve for {platform}"
