@@ -404,6 +404,35 @@ class Plan:
         return [c for c in self.cells if c.status == SKIPPED]
 
 
+def device_requests(req: MatrixRequest, *, torch: bool, cuda: bool, python: bool, arch: bool) -> list[MatrixRequest]:
+    """``req`` as one request per device row of its flavor (jetson: a JetPack each) on the axes the user
+    left open (``torch``/``cuda``/``python``/``arch``: given by a flag or the config): the row's CUDA,
+    Python, newest torch on its index and its GPUs, instead of the generic matrix, whose other
+    combinations no such image has. Rows are kept where they fit what was given; where none fits a
+    given CUDA or Python, the plain request stands (its plan says why), and where none runs a given
+    arch, every row is planned with it (each says so). A flavor without device rows: [req]."""
+    rows = list(compat.flavor(req.flavor).raw.get("jetpacks") or ())
+    if not rows or (torch and cuda and python and arch):
+        return [req]
+    if cuda:
+        wanted = {compat.cuda_variant(c).dotted for c in req.cuda}
+        rows = [r for r in rows if str(r["cuda"]) in wanted]
+    if python:
+        rows = [r for r in rows if str(r["python"]) in {compat.check_python(p) for p in req.python}]
+    if not rows:
+        return [req]
+    if arch:
+        from imagegen.cell_rules import runs_on_device
+
+        fits = [r for r in rows if all(any(runs_on_device(a, str(cc)) for cc in r["archs"])
+                                       for archs in req.archs for a in archs)]
+        rows = fits or rows
+    return [replace(req, torch=list(req.torch) if torch else [str(r["torch"][-1])], cuda=[str(r["cuda"])],
+                    python=[str(r["python"])],
+                    archs=list(req.archs) if arch else [parse_arch_list(";".join(str(a) for a in r["archs"]))])
+            for r in rows]
+
+
 def expand(req: MatrixRequest) -> Plan:
     """Every combination, each decided. Python-independent (abi3) wheels build once per torch x CUDA."""
     plan = Plan()
@@ -495,5 +524,5 @@ __all__ = [
     "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
     "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "with_requested_platforms", "platform_problems", "with_platforms",
-    "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
+    "device_requests", "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

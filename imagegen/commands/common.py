@@ -30,6 +30,7 @@ from imagegen.plan import (
     MatrixRequest,
     Plan,
     defaults,
+    device_requests,
     expand,
     with_gpu_check,
     with_layout,
@@ -123,8 +124,11 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue, *, pin: bo
     --cuda cu128``) is there once."""
     opts = options.resolve(args, config)
     request = matrix(args, config, cat)
-    plan = with_requested_platforms(with_layout(unique_cells(expand(request)), opts.layout), opts.platforms,
-                                    request.flavor)
+    # a flavor whose images each serve one device (jetson) plans its devices' own cells on open axes
+    requests = device_requests(request, torch=opts.torch_one is not None, cuda=opts.cuda_one is not None,
+                               python=opts.python_one is not None, arch=opts.arch_configured is not None)
+    expanded = Plan(cells=[c for r in requests for c in expand(r).cells])
+    plan = with_requested_platforms(with_layout(unique_cells(expanded), opts.layout), opts.platforms, request.flavor)
     if opts.offline:
         plan = with_offline(plan)
     plan = gpu_checked(plan, opts)

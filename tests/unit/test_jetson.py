@@ -123,3 +123,43 @@ def test_the_jetpack_rows_name_a_torch_index_and_archs_each():
     for row in compat.flavor("jetson").raw["jetpacks"]:
         assert row["torch_index"].startswith("https://pypi.jetson-ai-lab.io/")
         assert row["archs"] and row["torch"] and row["image"]
+
+
+def plan_json(capsys, *argv) -> tuple[int, list[dict]]:
+    code = main(["plan", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)["cells"]
+
+
+def test_with_no_axes_given_each_jetpack_is_one_cell_on_its_own_torch_python_and_gpus(capsys):
+    code, cells = plan_json(capsys, "causal-conv1d", "--flavor", "jetson")
+    assert code == 0
+    assert [(c["torch"], c["cuda"], c["python"], c["archs"], c["status"]) for c in cells] == [
+        ("2.9.1", "cu126", "3.10", "8.7", "buildable"), ("2.9.1", "cu130", "3.12", "11.0", "buildable")]
+
+
+def test_a_given_arch_keeps_the_jetpacks_whose_gpus_run_it(capsys):
+    code, cells = plan_json(capsys, "causal-conv1d", "--flavor", "jetson", "--arch", "8.7")
+    assert code == 0 and [(c["cuda"], c["archs"]) for c in cells] == [("cu126", "8.7")]
+    # an arch no Jetson runs: every JetPack is planned with it, and each says why not
+    code, cells = plan_json(capsys, "causal-conv1d", "--flavor", "jetson", "--arch", "9.0")
+    assert code == 3 and [c["cuda"] for c in cells] == ["cu126", "cu130"]
+    assert all("code for 9.0 never runs there" in c["reasons"][-1] for c in cells)
+
+
+def test_given_axes_stay_as_given(capsys):
+    code, cells = plan_json(capsys, "causal-conv1d", "--flavor", "jetson", "--torch", "2.8", "--cuda", "12.6")
+    assert code == 0 and [(c["torch"], c["cuda"], c["python"], c["archs"]) for c in cells] == [
+        ("2.8.0", "cu126", "3.10", "8.7")]
+    # a CUDA no JetPack has: the plain matrix, each cell saying so
+    code, cells = plan_json(capsys, "causal-conv1d", "--flavor", "jetson", "--cuda", "12.8", "--python", "3.10",
+                            "--torch", "2.8")
+    assert code == 3 and all("no JetPack with a torch index has CUDA 12.8" in " ".join(c["reasons"]) for c in cells)
+
+
+def test_other_flavors_plan_the_generic_matrix_as_before():
+    from imagegen.plan import MatrixRequest, device_requests
+
+    r = CAT.get("causal-conv1d")
+    req = MatrixRequest(recipes=[(r, r.version(None))], torch=["2.9"], cuda=["12.8"], python=["3.12"],
+                        archs=[parse_arch_list("9.0")], flavor="pypi")
+    assert device_requests(req, torch=False, cuda=False, python=False, arch=False) == [req]
