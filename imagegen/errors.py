@@ -115,6 +115,10 @@ class ImageMissing(RegistryError):
     """The registry answered: no such image (the one failure `pull` may fall back from)."""
 
 
+class NoPlatformImage(RegistryError):
+    """The image exists, but not for the platform asked for (an amd64-only base for an arm64 cell)."""
+
+
 class NoGpuError(ImagegenError, exit_code=8):
     """The interpreter has no torch, or torch sees no CUDA GPU: the check cannot run here."""
 

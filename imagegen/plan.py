@@ -25,6 +25,7 @@ from imagegen.cell_rules import (
     python_problems,
     recipe_problems,
     rule_problems,
+    runs_on_device,
     torch_cuda_problems,
 )
 from imagegen.errors import ArchError, CompatError, ImagegenError, NothingToDoError, UsageError
@@ -422,8 +423,6 @@ def device_requests(req: MatrixRequest, *, torch: bool, cuda: bool, python: bool
     if not rows:
         return [req]
     if arch:
-        from imagegen.cell_rules import runs_on_device
-
         fits = [r for r in rows if all(any(runs_on_device(a, str(cc)) for cc in r["archs"])
                                        for archs in req.archs for a in archs)]
         rows = fits or rows

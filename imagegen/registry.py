@@ -28,7 +28,7 @@ import subprocess
 from pathlib import Path
 
 from imagegen import safety
-from imagegen.errors import ImageMissing, LockFileError, RegistryError
+from imagegen.errors import ImageMissing, LockFileError, NoPlatformImage, RegistryError
 from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, defaults
 
 LOCK_FILE = "imagegen.lock"
@@ -146,7 +146,7 @@ def explain(stderr: str, ref: str, registry_host: str, platform: str | None = No
     last = text.splitlines()[-1] if text else "no output"
     low = text.lower()
     if "no matching manifest for" in low or "does not match the specified platform" in low:
-        return RegistryError(f"{ref} has no {platform or 'matching platform'} image ({last[-160:]}): use an image"
+        return NoPlatformImage(f"{ref} has no {platform or 'matching platform'} image ({last[-160:]}): use an image"
                              " published for that platform")
     if "manifest unknown" in low or ("not found" in low and "manifest" in low) or "repository does not exist" in low:
         return ImageMissing(f"{ref} is not in the registry (push it with imagegen push)")
@@ -324,8 +324,10 @@ def lock_bases(plan: Plan, lock: Lock, say=print) -> Lock:
         except ImageMissing:
             raise RegistryError(f"base image {base} is not in its registry: check the tag (imagegen plan shows"
                                 " which cell uses it)") from None
+        except NoPlatformImage:
+            raise
         except RegistryError as exc:
-            if repo_digest(base) is None and image_exists(base) and "has no" not in str(exc):
+            if repo_digest(base) is None and image_exists(base):
                 raise RegistryError(f"base image {base} exists only on this machine (built or imported locally),"
                                     " so it has no registry digest to pin: push it to a registry first") from None
             raise exc

@@ -14,6 +14,7 @@ from imagegen import cli
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
+from imagegen.errors import NoPlatformImage
 from imagegen.registry import (
     ImageMissing,
     Lock,
@@ -165,4 +166,4 @@ def test_an_arm64_builder_image_has_a_tag_of_its_own():
 ])
 def test_an_image_without_the_platform_is_one_line_naming_it(said):
     err = explain(said, "r:5000/x/base:1", "r:5000", "linux/arm64")
-    assert type(err) is RegistryError and str(err).startswith("r:5000/x/base:1 has no linux/arm64 image (")
+    assert type(err) is NoPlatformImage and err.exit_code == RegistryError.exit_code and str(err).startswith("r:5000/x/base:1 has no linux/arm64 image (")
