@@ -122,13 +122,16 @@ def _stop(signum: int, frame: object) -> None:
 @contextmanager
 def stopping_children() -> Iterator[None]:
     """Inside this block, SIGINT/SIGTERM/SIGHUP end imagegen's whole process tree, then propagate as
-    KeyboardInterrupt. Outside the main thread (signals go to the main thread only) it does nothing."""
+    KeyboardInterrupt. Outside the main thread (signals go to the main thread only) it does nothing.
+    A signal that was ignored when imagegen started stays ignored: `nohup imagegen build ...` must
+    survive the logout's SIGHUP (and a shell's background job its SIGINT), as any POSIX tool does."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
     for sig in SIGNALS:
-        signal.signal(sig, _stop)
+        if previous[sig] is not signal.SIG_IGN:
+            signal.signal(sig, _stop)
     try:
         yield
     except KeyboardInterrupt as exc:

@@ -148,10 +148,12 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish
 
     out, work = out.resolve(), work.resolve()
     cells = plan.buildable
-    refused: dict[str, CellResult] = {}
-    # An arm64 builder image runs here under QEMU (or on an arm64 host): a cell this engine cannot run
-    # fails now, saying how to get it, and the others go on.
-    cells = runnable_platforms(cells, [], refused, say)
+    # An arm64 builder image runs here under QEMU (or on an arm64 host). Pulling it needs neither, so
+    # the registry is asked first (a missing image is the first thing to fix, exit 7); a cell this
+    # engine cannot run then fails before its image is run or built, saying how to get it, and the
+    # others go on.
+    unrunnable: dict[str, CellResult] = {}
+    runnable_platforms(cells, [], unrunnable, say=lambda m: None)
     host = host_platform()
     local = [c for c in cells if c.platform == host]
     gpu_args = gpu_flags(gpus, say) if local else []  # once: the same host runs every cell
@@ -159,13 +161,14 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish
         say(f"cells for another platform than this host's ({host}) run emulated, without the GPUs: their archs"
             " come from --arch")
     run_dir = new_run_dir(work, "-pull")  # its own: another pull in this folder must not share it
-    results = dict(refused)
+    results: dict[str, CellResult] = {}
     with interrupt.stopping_children():  # a signal to imagegen stops the containers it runs
         for cell in cells:
             results[cell.name] = _pull_cell(
                 cell, registry, out=out, run_dir=run_dir, work=work, lock=lock, finish=finish,
                 gpu_args=gpu_args if cell.platform == host else [], fallback=fallback, max_jobs=max_jobs,
-                nvcc_threads=nvcc_threads, ca_bundle=ca_bundle, force=force, audit=audit, say=say)
+                nvcc_threads=nvcc_threads, ca_bundle=ca_bundle, force=force, audit=audit, say=say,
+                unrunnable=unrunnable.get(cell.name))
     return [results[c.name] for c in plan.buildable]
 
 
@@ -184,8 +187,10 @@ def platform_args(cell: Cell) -> list[str]:
 def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Path, lock: Lock, finish: Finisher,
                gpu_args: list[str],
                fallback: bool, max_jobs: int | None, nvcc_threads: int | None, ca_bundle: str | None, force: bool,
-               audit: bool, say: Say) -> CellResult:
-    """One cell: up to date, refused, or pulled (built locally as a fallback), audited and run."""
+               audit: bool, say: Say, unrunnable: CellResult | None = None) -> CellResult:
+    """One cell: up to date, refused, or pulled (built locally as a fallback), audited and run.
+    ``unrunnable``: the failure to report once the registry has been asked, where this engine cannot
+    run the cell's platform."""
     inputs = inputs_hash(cell, cell_document(cell))
     existing = None if force else wheelhouse.up_to_date(out, cell, inputs)
     if existing:
@@ -203,11 +208,17 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
     except ImageMissing:
         if not fallback:
             raise
+        if unrunnable is not None:  # building it here would run its steps on this platform too
+            say(f"[{cell.name}] no prebuilt image {use} in the registry, and {unrunnable.error}")
+            return unrunnable
         say(f"[{cell.name}] no prebuilt image {use} in the registry: building it locally from the same"
             " Dockerfile (imagegen push publishes it for next time)")
         bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
                        cache_from=[], cache_to=[], say=say)
         use = ref
+    if unrunnable is not None:
+        say(f"[{cell.name}] {unrunnable.error}")
+        return unrunnable
     verdict = None
     if audit:
         verdict, refused = _audit_in_image(cell, use, work=run_dir, say=say)

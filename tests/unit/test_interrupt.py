@@ -81,10 +81,17 @@ def _end(proc: subprocess.Popen) -> None:
     proc.stdout.close()
 
 
-def _run_script(body: str, marker: str) -> dict:
-    """Run ``body`` in a fresh Python (SLEEPER and MARKER defined); its last stdout line is JSON."""
+def _run_script(body: str, marker: str, ignored: tuple[signal.Signals, ...] = ()) -> dict:
+    """Run ``body`` in a fresh Python (SLEEPER and MARKER defined); its last stdout line is JSON. The
+    script starts with imagegen's signals at their defaults, ``ignored`` ignored, whatever the suite
+    itself was started with (under `nohup` SIGHUP is ignored and children inherit that)."""
     script = f"SLEEPER = {SLEEPER!r}\nMARKER = {marker!r}\n" + textwrap.dedent(body)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+    def dispositions():
+        for sig in interrupt.SIGNALS:
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          preexec_fn=dispositions)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -228,6 +235,31 @@ def test_a_signal_becomes_stopped_after_the_cleanups_and_a_second_signal_cannot_
     """, marker)
     assert result == {"caught": ["Stopped", "SIGHUP", True], "ran": ["cleanup finished"], "child": -signal.SIGTERM,
                       "restored": [True, True]}
+
+
+def test_a_signal_ignored_at_start_stays_ignored_as_under_nohup(marker):
+    result = _run_script("""
+        import json, os, signal, time
+        from imagegen import interrupt
+        from imagegen.errors import Stopped
+
+        seen = []
+        try:
+            with interrupt.stopping_children():
+                seen.append(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN)
+                os.kill(os.getpid(), signal.SIGHUP)  # the logout of `nohup imagegen build ...`: survived
+                time.sleep(0.2)
+                seen.append("survived SIGHUP")
+                os.kill(os.getpid(), signal.SIGTERM)  # still stops imagegen
+                for _ in range(10 ** 8):
+                    pass
+            caught = None
+        except Stopped as exc:
+            caught = str(exc)
+        print(json.dumps({"seen": seen, "caught": caught,
+                          "still_ignored": signal.getsignal(signal.SIGHUP) == signal.SIG_IGN}))
+    """, marker, ignored=(signal.SIGHUP,))
+    assert result == {"seen": [True, "survived SIGHUP"], "caught": "SIGTERM", "still_ignored": True}
 
 
 def test_a_keyboard_interrupt_raised_inside_stops_the_tree_but_an_ordinary_error_does_not(marker):

@@ -301,6 +301,41 @@ def test_a_missing_image_is_built_locally_from_the_same_dockerfile(tmp_path, doc
                for line in said)
 
 
+# `docker buildx inspect` of a builder without QEMU's binfmt handler: it runs amd64 steps only.
+NO_QEMU = "Name: default\nDriver: docker\nPlatforms: linux/amd64, linux/amd64/v2, linux/386\n"
+
+
+@pytest.fixture
+def no_qemu(monkeypatch):
+    monkeypatch.setattr(engine, "docker", lambda *a, **k: subprocess.CompletedProcess(["docker", *a], 0, NO_QEMU, ""))
+    return dataclasses.replace(CELL, platform="linux/arm64")
+
+
+def test_an_arm64_image_missing_from_the_registry_is_said_first_even_where_it_could_not_run(tmp_path, docker,
+                                                                                           no_qemu):
+    # Pulling needs no QEMU: the registry is asked before the platform is judged (exit 7, not 5).
+    docker.missing = True
+    with pytest.raises(ImageMissing, match="is not in the registry"):
+        _pull(tmp_path, cells=[no_qemu], fallback=False)
+    assert docker.pulled == [f"{image_ref(no_qemu, REG)} (linux/arm64)"] and docker.runs == []
+
+
+def test_a_pulled_arm64_image_this_engine_cannot_run_fails_before_it_runs(tmp_path, docker, no_qemu):
+    said: list[str] = []
+    (result,) = _pull(tmp_path, cells=[no_qemu], say=said.append)
+    assert result.status == "failed" and "cannot run linux/arm64 build steps" in result.error
+    assert "install-qemu.sh" in said[-1] and len(docker.pulled) == 1 and docker.runs == []
+
+
+def test_a_missing_arm64_image_is_not_built_where_its_steps_cannot_run(tmp_path, docker, no_qemu, monkeypatch):
+    docker.missing = True
+    monkeypatch.setattr(engine, "bake", lambda *a, **k: pytest.fail("nothing is built for a platform it cannot run"))
+    said: list[str] = []
+    (result,) = _pull(tmp_path, cells=[no_qemu], say=said.append)
+    assert result.status == "failed" and "cannot run linux/arm64 build steps" in result.error
+    assert said[-1].startswith(f"[{no_qemu.name}] no prebuilt image ") and docker.runs == []
+
+
 def test_a_refused_audit_fails_the_cell_without_compiling(tmp_path, docker):
     docker.audit = audit_report(["sm_80"])
     said: list[str] = []
