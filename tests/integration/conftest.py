@@ -33,28 +33,3 @@ def torch_venv(tmp_path_factory):
                            "packaging"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return venv
-
-
-def _engine_leftovers() -> tuple[set[str], set[str]]:
-    """Dangling images and volumes on the engine (empty sets without a usable engine)."""
-    try:
-        images = subprocess.run(["docker", "images", "-q", "--no-trunc", "-f", "dangling=true"], capture_output=True,
-                                text=True, timeout=60)
-        volumes = subprocess.run(["docker", "volume", "ls", "-q"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return set(), set()
-    if images.returncode or volumes.returncode:
-        return set(), set()
-    return set(images.stdout.split()), set(volumes.stdout.split())
-
-
-@pytest.fixture(scope="session", autouse=True)
-def engine_left_clean():
-    """The suite leaves no dangling image and no volume behind on the engine (a pull by digest once
-    left a 9 GB untagged image and the ccache volume after every run)."""
-    images, volumes = _engine_leftovers()
-    yield
-    after_images, after_volumes = _engine_leftovers()
-    new_images, new_volumes = after_images - images, after_volumes - volumes
-    assert not new_images and not new_volumes, (
-        f"the integration tests left behind dangling images {sorted(new_images)} and volumes {sorted(new_volumes)}")
