@@ -146,8 +146,8 @@ def cxx_std_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries
     std = CxxStd(standard_year(version.cxx_std), flag)
     fits = [s.series for s in compat.torch_table().values() if not std.below(s.min_cxx_std(msvc))]
     older = f"use --torch {fits[-1]} or older, or " if fits and cc_key(fits[-1]) < series.key else ""
-    fix = (f"{older}give the recipe a by_torch entry for torch {series.series} whose patch makes the build"
-           " follow torch's standard (upstream's fix picks it from torch's version)")
+    fix = (f"{older}give the recipe's version a by_torch entry for torch {series.series} with a patch that"
+           f" raises the standard (and cxx_std: {series.min_cxx_std(msvc)})")
     found = judge(f"{recipe.name} {version.version} (recipe: cxx_std {version.cxx_std})", std, series, msvc=msvc, fix=fix)
     if found is None:
         return [], []

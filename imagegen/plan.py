@@ -180,10 +180,10 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         notes.append(version.resolved)
     # The version as this torch builds it: a by_torch entry's patches and variables only where its
     # range holds the cell's torch (every other cell keeps its exact build and inputs hash).
-    version = version.for_torch(Version(series.series), Version(torch_version))
+    pinned, version = version, version.for_torch(Version(series.series), Version(torch_version))
     if version.torch_rules:
-        added = ", ".join(p.name for p in version.patches) or "no patch"
-        notes.append(f"torch {torch_version}: the recipe's {version.torch_rules} applies (patches: {added})")
+        added = ", ".join(p.name for p in version.patches[len(pinned.patches):]) or "no patch"
+        notes.append(f"torch {torch_version}: the recipe's {version.torch_rules} applies (adds {added})")
     requested = archs
     archs, mapped = compiled_archs(version, requested)
     if mapped:

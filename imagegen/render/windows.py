@@ -267,10 +267,11 @@ def _patched_alike(recipe: Recipe, version: RecipeVersion, cells: list[Cell]) ->
     for c in cells:
         sets.setdefault(tuple(p.name for p in c.version.patches), []).append(c)
     if len(sets) > 1:
-        shown = "; ".join(f"torch {', '.join(sorted({c.torch.series for c in group}))}: "
-                          f"{', '.join(names) or 'no patch'}" for names, group in sets.items())
-        raise UsageError(f"{recipe.name} {version.version}: these cells need different patches of the recipe ({shown}), and"
-                         " one script builds one patched source tree: render one script per group (its --torch values)")
+        common = set.intersection(*(set(names) for names in sets))
+        shown = "; ".join(f"torch {','.join(sorted({c.torch.series for c in group}, key=compat.major_minor))}:"
+                          f" {', '.join(n for n in names if n not in common) or 'none'}" for names, group in sets.items())
+        raise UsageError(f"{recipe.name} {version.version}: the cells need different recipe patches ({shown}) and one"
+                         " script patches one source tree: render one script per group of --torch values")
     return cells[0].version if cells else version
 
 
