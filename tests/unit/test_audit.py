@@ -333,3 +333,15 @@ def test_a_report_without_standards_is_not_judged_on_them():
     v = judge_std(report(("flash_attn_2_cuda", ["sm_90"], [])), "2.14")
     assert v.ok
     assert judge_std(std_report(("cxx", ())), "2.14").ok
+
+
+def test_judge_cell_judges_against_the_cells_own_torch():
+    # What `imagegen plan --audit` and `imagegen build`'s pre-flight (engine, native, pulled image) call.
+    from imagegen.audit import judge_cell
+    from imagegen.model.catalogue import load_catalogue
+    from imagegen.plan import make_cell
+    fa = load_catalogue().get("flash-attn")
+    report = std_report(*UPSTREAM_2_8_3)
+    for torch, ok in (("2.11", True), ("2.14", False)):
+        cell = make_cell(fa, fa.version(None), torch, "13.0", "3.12", parse_arch_list("9.0"), "runpod")
+        assert judge_cell(report, cell).ok is ok, torch
