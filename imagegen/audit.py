@@ -10,7 +10,10 @@ the recipe and nvcc:
   does not support (compute_70 on CUDA 13), stop in the package's own checks, compile no CUDA code
   at all, or leave a requested arch out of every extension (the wheel could not run there);
 - **warn**, naming the extension, when an extension lacks a requested arch it could take, or the
-  build compiles archs nobody asked for (a hard-coded list that ignores ``--arch``).
+  build compiles archs nobody asked for (a hard-coded list that ignores ``--arch``);
+- judge each extension's C++ standard (the ``-std`` / ``/std:`` its compiles pass, nvcc's and the host
+  compiler's) against the cell's torch: refuse one its headers ``#error`` under (C++17 with torch
+  2.14), warn about one older than torch's own default (C++17 with torch 2.12/2.13).
 
 The verdict and the table go into ``imagegen plan --audit`` and the cell's manifest.
 """
@@ -30,6 +33,9 @@ from imagegen.cell_rules import cc_key, covers
 from imagegen.errors import BuildError, CompatError
 from imagegen.model.arch import ArchList, CudaArch
 from imagegen.model.arch_rules import nvcc_problems
+from imagegen.model.compat import TorchSeries
+from imagegen.model.cxx_std import CxxStd, effective
+from imagegen.model.cxx_std import judge as judge_std
 
 # Bounds on what a report (written by a stranger's build) may make us hold or print.
 _MAX_EXTENSIONS = 500
@@ -72,6 +78,14 @@ class ExtensionAudit:
     sources: int
     cuda_sources: int
     nvcc_flags: tuple[str, ...]
+    # (tool, the arguments that choose the C++ standard) per kind of compile: ("nvcc", ("-std=c++17",)).
+    std_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def lowest_std(self) -> CxxStd | None:
+        """The oldest C++ standard any of its compiles uses (None where none names one)."""
+        found = [s for s in (effective(args) for _, args in self.std_args) if s is not None]
+        return min(found, key=lambda s: s.year) if found else None
 
     @property
     def targets(self) -> list[CudaArch]:
@@ -80,6 +94,17 @@ class ExtensionAudit:
     @property
     def compiles_cuda(self) -> bool:
         return bool(self.sass or self.ptx or self.other)
+
+
+def _std_args(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The report's ``std_args`` ([{tool, args}, ...]); () from a report written before it had them."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value[:20]:
+        if isinstance(item, dict) and isinstance(item.get("tool"), str):
+            out.append((_text(item["tool"]), _strs(item.get("args"), 20)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -107,6 +132,7 @@ class AuditReport:
                 sources=len(e.get("sources") or []) if isinstance(e.get("sources"), list) else 0,
                 cuda_sources=len(cuda_sources),
                 nvcc_flags=_strs(e.get("nvcc_flags"), 60),
+                std_args=_std_args(e.get("std_args")),
             ))
         env = data.get("env") if isinstance(data.get("env"), dict) else {}
         return cls(
@@ -175,7 +201,8 @@ class Verdict:
             "env": dict(self.report.env),
             "extensions": [
                 {"module": e.module, "sass": list(e.sass), "ptx": list(e.ptx), "other": list(e.other),
-                 "sources": e.sources, "cuda_sources": e.cuda_sources, "nvcc_flags": list(e.nvcc_flags)}
+                 "sources": e.sources, "cuda_sources": e.cuda_sources, "nvcc_flags": list(e.nvcc_flags),
+                 **({"cxx_std": e.lowest_std.flag} if e.lowest_std is not None else {})}
                 for e in self.report.extensions
             ],
         }
@@ -194,12 +221,14 @@ def _fmt(v: Version) -> str:
 
 
 def judge(report: AuditReport, *, recipe_name: str, version_label: str, requested: ArchList, nvcc: Version,
-          extension_archs: Mapping[str, ArchList] | None = None, force_hint: str | None = None) -> Verdict:
+          extension_archs: Mapping[str, ArchList] | None = None, force_hint: str | None = None,
+          torch: TorchSeries | None = None) -> Verdict:
     """Judge what the build would compile (``report``) against the request.
 
     ``requested``: what the built .so must carry (the request mapped through the recipe's ``emits``
     and arch families: plan.Cell.expected_archs). ``extension_archs``: the recipe's per-extension
-    arch knowledge. ``nvcc``: the toolkit the build uses.
+    arch knowledge. ``nvcc``: the toolkit the build uses. ``torch``: the series whose headers every
+    compile includes, to judge each extension's C++ standard against (None: not judged).
     """
     name = f"{recipe_name} {version_label}"
     extension_archs = extension_archs or {}
@@ -220,6 +249,14 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
     if report.unlinked:
         notes.append(f"{report.unlinked} nvcc compile(s) not linked into any extension were not judged")
 
+    if torch is not None:
+        # Every extension includes torch's headers (host-only ones too): a standard they #error under
+        # fails the build at its first compile.
+        for ext in report.extensions:
+            std = ext.lowest_std
+            found = judge_std(ext.module, std, torch) if std is not None else None
+            if found is not None:
+                (refusals if found.kind == "refuse" else warnings).append(found.text)
     covered: dict[str, list[str]] = {}  # requested target -> extensions that carry it
     for ext in cuda_exts:
         targets = ext.targets
@@ -362,7 +399,8 @@ def judge_cell(report: AuditReport, cell: Any) -> Verdict:
     force = ", ".join(f"{k}={v}" for k, v in cell.recipe.force_env.items())
     hint = f"the recipe sets {force}" if force else "a CUDA build usually needs FORCE_CUDA=1 or the package's force-build variable"
     return judge(report, recipe_name=cell.recipe.name, version_label=cell.version.version, requested=cell.expected_archs,
-                 nvcc=Version(_fmt(Version(str(nvcc)))), extension_archs=cell.version.extensions, force_hint=hint)
+                 nvcc=Version(_fmt(Version(str(nvcc)))), extension_archs=cell.version.extensions, force_hint=hint,
+                 torch=cell.torch)
 
 
 def refuse(cell: Any, verdict: Verdict) -> CompatError:

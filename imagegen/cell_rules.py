@@ -14,6 +14,7 @@ from imagegen.model.arch_format import as_tuples
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.arch_rules import nvcc_problems, torch_problems
 from imagegen.model.compat import BaseImage, CudaVariant, TorchSeries
+from imagegen.model.cxx_std import CxxStd, judge, standard_year
 from imagegen.model.recipes import Recipe, RecipeVersion, Rule
 from imagegen.resources.builder import imagegen_rules as rules
 
@@ -126,10 +127,31 @@ def _rule_fix(recipe: Recipe, version: RecipeVersion, rule: Rule, series: TorchS
             parts.append(f"use {flag} " + " or ".join(ok[:4]) + (" (or another listed by imagegen plan)" if len(ok) > 4 else ""))
     value = _rule_value(rule.subject, series, torch_version, nvcc, python)
     for other in recipe.versions.values():
-        if other is not version and all(r.allows(*value) for r in recipe.rules(other) if r.subject == rule.subject):
+        # By label: a cell's version is the pin with its torch's facts applied (RecipeVersion.for_torch).
+        if other.version != version.version and all(r.allows(*value) for r in recipe.rules(other) if r.subject == rule.subject):
             parts.append(("or " if parts else "use ") + f"--version {other.version}")
             break
     return ", ".join(parts) if parts else f"no {_SUBJECT[rule.subject]} in imagegen's tables satisfies it"
+
+
+def cxx_std_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, *,
+                     msvc: bool = False) -> tuple[list[str], list[str]]:
+    """Whether the C++ standard ``version``'s build hard-codes (recipe: ``cxx_std``, with the cell's
+    by_torch facts applied) compiles ``series``' headers: (problems, notes). Below the series' minimum
+    the cell is refused, naming the torch releases that still take it; below torch's own default it
+    builds, with a note. ``msvc``: a Windows cell (MSVC's minimum)."""
+    if version.cxx_std is None:
+        return [], []
+    flag = f"/std:c++{version.cxx_std}" if msvc else f"-std=c++{version.cxx_std}"
+    std = CxxStd(standard_year(version.cxx_std), flag)
+    fits = [s.series for s in compat.torch_table().values() if not std.below(s.min_cxx_std(msvc))]
+    older = f"use --torch {fits[-1]} or older, or " if fits and cc_key(fits[-1]) < series.key else ""
+    fix = (f"{older}give the recipe's version a by_torch entry for torch {series.series} with a patch that"
+           f" raises the standard (and cxx_std: {series.min_cxx_std(msvc)})")
+    found = judge(f"{recipe.name} {version.version} (recipe: cxx_std {version.cxx_std})", std, series, msvc=msvc, fix=fix)
+    if found is None:
+        return [], []
+    return ([found.text], []) if found.kind == "refuse" else ([], [found.text])
 
 
 def torch_cuda_problems(series: TorchSeries, cuda: CudaVariant) -> list[str]:
@@ -175,7 +197,7 @@ def recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries,
 
 
 def _other_versions_hint(recipe: Recipe, version: RecipeVersion, a: CudaArch) -> str:
-    others = [v.version for v in recipe.versions.values() if v is not version and any(x.cc == a.cc for x in v.archs)]
+    others = [v.version for v in recipe.versions.values() if v.version != version.version and any(x.cc == a.cc for x in v.archs)]
     return f"; version {others[0]} does (--version {others[0]})" if others else ""
 
 

@@ -19,6 +19,7 @@ from imagegen import safety, yamlio
 from imagegen.cell_rules import (
     base_problems,
     compiled_archs,
+    cxx_std_problems,
     expected_archs,
     fmt_version,
     nvcc_problems_for,
@@ -177,6 +178,12 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
     nvcc = Version(fmt_version(nvcc))
     if version.resolved:
         notes.append(version.resolved)
+    # The version as this torch builds it: a by_torch entry's patches and variables only where its
+    # range holds the cell's torch (every other cell keeps its exact build and inputs hash).
+    pinned, version = version, version.for_torch(Version(series.series), Version(torch_version))
+    if version.torch_rules:
+        added = ", ".join(p.name for p in version.patches[len(pinned.patches):]) or "no patch"
+        notes.append(f"torch {torch_version}: the recipe's {version.torch_rules} applies (adds {added})")
     requested = archs
     archs, mapped = compiled_archs(version, requested)
     if mapped:
@@ -184,6 +191,9 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
     problems += python_problems(series, python)
     problems += torch_cuda_problems(series, cuda)
     problems += rule_problems(recipe, version, series, torch_version, cuda, nvcc, python)
+    std_problems, std_notes = cxx_std_problems(recipe, version, series, msvc=_msvc(base))
+    problems += std_problems
+    notes += std_notes
     problems += nvcc_problems_for(archs, nvcc, cuda)
     # An arch nvcc cannot compile is reported once, by the nvcc rule; the recipe checks see the rest.
     compilable = ArchList([a for a in archs if not nvcc_problems(ArchList([a]), nvcc)])
@@ -211,6 +221,15 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         notes=tuple(notes), status=REJECTED if problems else BUILDABLE,
         requested_archs=requested if requested != archs else None,
     )
+
+
+# The base of a Windows cell (render/windows.py windows_cell): a native build whose compiler is MSVC.
+WINDOWS_BASE_REF = "windows"
+
+
+def _msvc(base: BaseImage | None) -> bool:
+    """Does this cell compile with MSVC (a Windows script's cell)?"""
+    return base is not None and base.ref == WINDOWS_BASE_REF and base.flavor.name == "native"
 
 
 def image_for(base_image: str | dict[str, str] | None, cuda: CudaVariant) -> str | None:

@@ -200,7 +200,8 @@ def refresh(index: str = PYPI, *, today: str | None = None) -> tuple[dict, dict,
             torch_rows[series] = {
                 "latest": got["latest"], "released": stamp[:7], "python": got["python"], "cuda": [variant],
                 "pypi_default": variant, "cxx11_abi": newest_known.cxx11_abi, "manylinux": newest_known.manylinux,
-                "cxx_std": newest_known.cxx_std, "cuda_curated": False,
+                "cxx_std": newest_known.cxx_std, "cxx_std_min": newest_known.cxx_std_min,
+                "cxx_std_min_msvc": newest_known.cxx_std_min_msvc, "cuda_curated": False,
                 "source": f"imagegen refresh {stamp} (PyPI; the download.pytorch.org variants are not known)"}
             changes.append(f"torch {series}: new, {got['latest']}, Python {got['python'][0]}-{got['python'][1]},"
                            f" PyPI's variant {variant}")
@@ -236,7 +237,8 @@ def _refuse_suspicious(old: compat.TorchSeries, got: dict, variant: str) -> None
 
 def _torch_row(s: compat.TorchSeries) -> dict:
     return {"latest": s.latest, "python": list(s.python), "cuda": list(s.cuda), "pypi_default": s.pypi_default,
-            "cxx11_abi": s.cxx11_abi, "manylinux": s.manylinux, "cxx_std": s.cxx_std}
+            "cxx11_abi": s.cxx11_abi, "manylinux": s.manylinux, "cxx_std": s.cxx_std,
+            "cxx_std_min": s.cxx_std_min, "cxx_std_min_msvc": s.cxx_std_min_msvc}
 
 
 def _cuda_row(v: compat.CudaVariant) -> dict:

@@ -25,7 +25,7 @@ from imagegen.errors import ImagegenError  # noqa: E402
 
 COMPAT = ROOT / "imagegen" / "resources" / "compat"
 TORCH_FIELDS = ("latest", "released", "python", "cuda", "pypi_default", "cxx11_abi", "manylinux", "cxx_std",
-                "cuda_curated")
+                "cxx_std_min", "cxx_std_min_msvc", "cuda_curated")
 
 
 def _value(v) -> str:

@@ -83,6 +83,14 @@ class TorchSeries:
     cxx11_abi: bool
     manylinux: str
     cxx_std: str
+    # The oldest C++ standard an extension may compile torch's headers under (GCC/Clang/nvcc, and
+    # MSVC): below it the build fails (torch.yaml says why per series).
+    cxx_std_min: str = "17"
+    cxx_std_min_msvc: str = "17"
+
+    def min_cxx_std(self, msvc: bool = False) -> int:
+        """The oldest standard (17, 20) the headers of this series compile under, with MSVC or not."""
+        return int(self.cxx_std_min_msvc if msvc else self.cxx_std_min)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -145,6 +153,10 @@ def torch_table() -> dict[str, TorchSeries]:
             cxx11_abi=bool(row["cxx11_abi"]),
             manylinux=row["manylinux"],
             cxx_std=str(row["cxx_std"]),
+            # A row of an older overlay (imagegen refresh before these fields) has only cxx_std: the
+            # standard torch itself compiles with is then the safe minimum to ask for.
+            cxx_std_min=str(row.get("cxx_std_min", row["cxx_std"])),
+            cxx_std_min_msvc=str(row.get("cxx_std_min_msvc", row.get("cxx_std_min", row["cxx_std"]))),
         )
     return dict(sorted(out.items(), key=lambda kv: kv[1].key))
 

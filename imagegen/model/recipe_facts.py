@@ -17,10 +17,12 @@ from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.recipe_reader import (
     ARCH_KEYS,
+    CXX_STDS,
     EXTENSION_KEYS,
     MAX_PATCH_BYTES,
     MAX_TEXT,
     RULE_KEYS,
+    TORCH_FACTS_KEYS,
     VERSION_RANGE_KEYS,
     Reader,
     key_text,
@@ -28,7 +30,7 @@ from imagegen.model.recipe_reader import (
     read_inside,
     shown_path,
 )
-from imagegen.model.recipes import ARCH_STYLES, PTX_POLICIES, RULE_SUBJECTS, ArchKnob, Patch, RecipeVersion, Rule
+from imagegen.model.recipes import ARCH_STYLES, PTX_POLICIES, RULE_SUBJECTS, ArchKnob, Patch, RecipeVersion, Rule, TorchFacts
 
 
 def version_facts(v: Reader, shown: str, recipe_dir: Path, knob: ArchKnob, label: str) -> RecipeVersion:
@@ -64,7 +66,54 @@ def version_facts(v: Reader, shown: str, recipe_dir: Path, knob: ArchKnob, label
         extensions=_extensions(v),
         requires=_requires(v),
         ext_parallel=v.bool("ext_parallel", True),
+        cxx_std=cxx_std(v),
+        by_torch=_by_torch(v, shown, recipe_dir),
     )
+
+
+def cxx_std(v: Reader) -> int | None:
+    """``cxx_std: 17``: the standard the package's build hard-codes (None: it lets torch choose)."""
+    value = v.data.get("cxx_std")
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or value not in CXX_STDS:
+        raise v.error(f"{quoted(value)} is not a C++ standard; one of {', '.join(map(str, CXX_STDS))}"
+                      " (17 for -std=c++17)", "cxx_std")
+    return int(value)
+
+
+def _by_torch(v: Reader, shown: str, recipe_dir: Path) -> tuple[TorchFacts, ...]:
+    """``by_torch: [{match: ">=2.12", patches: [...], env: {...}, cxx_std: 20}]``: facts for the cells
+    of those torch releases only."""
+    out = []
+    for i, entry in enumerate(v.list("by_torch")):
+        where = f"{v.where}.by_torch[{i}]" if v.where else f"by_torch[{i}]"
+        e = Reader(shown, entry, where, keys=TORCH_FACTS_KEYS)
+        spec = _spec(e, e.data.get("match"), "match")
+        patches = tuple(load_patch(shown, recipe_dir, p, f"{where}.patches[{j}]") for j, p in enumerate(e.list("patches")))
+        facts = TorchFacts(match=Rule("torch", spec, f"by_torch[{i}]"), patches=patches, env=e.env("env"),
+                           cxx_std=cxx_std(e), notes=e.str("notes", "", max_len=MAX_TEXT) or "")
+        if not (facts.patches or facts.env or facts.cxx_std is not None):
+            raise e.error("give what changes for that torch: patches, env or cxx_std")
+        out.append(facts)
+    return tuple(out)
+
+
+def _spec(v: Reader, entry: Any, key: str) -> SpecifierSet:
+    """A version range such as '>=2.10' or '>=2.8,<2.10' (every clause a real version)."""
+    if not isinstance(entry, str) or not entry.strip():
+        raise v.error(f"expected a version range such as '>=2.10', got {quoted(entry)}", key)
+    try:
+        if len(entry) > 200:
+            raise InvalidSpecifier(entry)
+        spec = SpecifierSet(entry)
+        for clause in spec:  # "===foo" parses but compares no version
+            Version(clause.version.rstrip(".*"))
+    except (InvalidSpecifier, InvalidVersion):
+        raise v.error(f"{quoted(entry)} is not a version range such as '>=2.10' or '>=2.8,<2.10'", key) from None
+    return spec
 
 
 def by_version_raw(r: Reader) -> list[dict]:
@@ -224,17 +273,7 @@ def _requires(v: Reader) -> tuple[Rule, ...]:
                 raise e.error("one line of at most 200 characters, please", "why")
             entry = e.data.get("spec")
             key += ".spec"
-        if not isinstance(entry, str) or not entry.strip():
-            raise v.error(f"expected a version range such as '>=2.10', got {quoted(entry)}", key)
-        try:
-            if len(entry) > 200:
-                raise InvalidSpecifier(entry)
-            spec = SpecifierSet(entry)
-            for clause in spec:  # "===foo" parses but compares no version
-                Version(clause.version.rstrip(".*"))
-        except (InvalidSpecifier, InvalidVersion):
-            raise v.error(f"{quoted(entry)} is not a version range such as '>=2.10' or '>=2.8,<2.10'", key) from None
-        out.append(Rule(subject, spec, why))
+        out.append(Rule(subject, _spec(v, entry, key), why))
     return tuple(out)
 
 

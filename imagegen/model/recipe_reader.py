@@ -282,6 +282,13 @@ EXTENSION_KEYS = _keys(_SCHEMA, "$defs", "extension")
 RULE_KEYS = _keys(_SCHEMA, "$defs", "rule")
 
 
+TORCH_FACTS_KEYS = _keys(_SCHEMA, "$defs", "torch_facts")
+
+
+# The C++ standards a recipe may say a build passes (cxx_std: 17).
+CXX_STDS = tuple(_SCHEMA["$defs"]["cxx_std"]["enum"])
+
+
 def read_recipe_text(path: Path) -> str:
     try:
         return read_inside(path, MAX_RECIPE_BYTES, path.parent)

@@ -110,6 +110,19 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class TorchFacts:
+    """A version's facts for the cells of some torch releases (``by_torch``): the patches, variables
+    and C++ standard a build needs there and nowhere else (flash-attn 2.8.3 hard-codes -std=c++17,
+    which torch 2.14's headers refuse: its C++20 patch applies from torch 2.12 on)."""
+
+    match: Rule  # subject "torch"
+    patches: tuple[Patch, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cxx_std: int | None = None
+    notes: str = ""
+
+
+@dataclass(frozen=True)
 class Sdist:
     """A version's source distribution on PyPI (or any HTTPS host), pinned by its sha256: a source
     reachable where the git host is not (CI, a mirror of PyPI), selected with ``--fetch sdist``."""
@@ -154,11 +167,32 @@ class RecipeVersion:
     rules_from: str = ""
     # For a --ref/--git/--src-dir source: what it resolved to and which rules apply (the plan says it).
     resolved: str = ""
+    # The C++ standard the package's build passes itself (17 for a setup.py with -std=c++17); None
+    # where it lets torch choose. The plan refuses a cell whose torch needs a newer one.
+    cxx_std: int | None = None
+    # Facts for the cells of some torch releases, the first whose range holds the cell's torch
+    # applies (for_torch); a cell's own version has them applied and this empty.
+    by_torch: tuple[TorchFacts, ...] = ()
+    # Which by_torch entry a cell's version took its facts from ("" where none applies).
+    torch_rules: str = ""
 
     @property
     def pinned_ref(self) -> str:
         """What the build checks out: the full commit when known, else the ref."""
         return self.commit or self.ref
+
+    def for_torch(self, series: Version, exact: Version | None = None) -> "RecipeVersion":
+        """This version as a cell of torch ``series`` (``exact``: the release) builds it: the first
+        ``by_torch`` entry that holds it adds its patches (after the version's own) and variables and
+        sets the standard; no entry holding it leaves the version exactly as it is, so the cells of
+        other torch releases keep their build (and inputs hash). Applied once: the result has no
+        by_torch left."""
+        for i, facts in enumerate(self.by_torch):
+            if facts.match.allows(series, exact):
+                return replace(self, patches=self.patches + facts.patches, env={**self.env, **facts.env},
+                               cxx_std=self.cxx_std if facts.cxx_std is None else facts.cxx_std,
+                               by_torch=(), torch_rules=f"by_torch[{i}] (torch {facts.match.text})")
+        return self
 
 
 @dataclass(frozen=True)

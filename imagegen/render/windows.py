@@ -30,7 +30,7 @@ from importlib import resources
 import jinja2
 
 from imagegen import __version__
-from imagegen.errors import CompatError, UnsafeValueError
+from imagegen.errors import CompatError, UnsafeValueError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_format import format_for
@@ -38,7 +38,7 @@ from imagegen.model.compat import BaseImage
 from imagegen.model.jobs import split_extensions
 from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.plan import Cell, defaults, native_cell
+from imagegen.plan import WINDOWS_BASE_REF, Cell, defaults, native_cell
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
@@ -145,7 +145,7 @@ def windows_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, torch:
                  python: str) -> Cell:
     """One Windows cell, planned like a native build whose nvcc is the cell's own toolkit (the script
     selects CUDA_PATH_V<major>_<minor>)."""
-    base = BaseImage(ref="windows", flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
+    base = BaseImage(ref=WINDOWS_BASE_REF, flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
                      nvcc=cuda.version, image_torch_cuda=None)
     _, release = compat.torch_series(torch)  # 2.8 -> its newest release, 2.8.0
     return native_cell(recipe, version, archs, base, release, cuda.name, python)
@@ -260,6 +260,21 @@ def build_document(recipe: Recipe, version: RecipeVersion, cells: list[Cell], in
     }
 
 
+def _patched_alike(recipe: Recipe, version: RecipeVersion, cells: list[Cell]) -> RecipeVersion:
+    """The version as ``cells`` build it (each cell's torch picks the recipe's by_torch patches). One
+    script fetches and patches one source tree for all its cells, so they must need the same patches."""
+    sets: dict[tuple[str, ...], list[Cell]] = {}
+    for c in cells:
+        sets.setdefault(tuple(p.name for p in c.version.patches), []).append(c)
+    if len(sets) > 1:
+        common = set.intersection(*(set(names) for names in sets))
+        shown = "; ".join(f"torch {','.join(sorted({c.torch.series for c in group}, key=compat.major_minor))}:"
+                          f" {', '.join(n for n in names if n not in common) or 'none'}" for names, group in sets.items())
+        raise UsageError(f"{recipe.name} {version.version}: the cells need different recipe patches ({shown}) and one"
+                         " script patches one source tree: render one script per group of --torch values")
+    return cells[0].version if cells else version
+
+
 def _base64_lines(text: str) -> list[str]:
     data = base64.b64encode(text.encode("ascii")).decode("ascii")
     return [data[i:i + B64_LINE] for i in range(0, len(data), B64_LINE)]
@@ -293,6 +308,7 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
     env.filters["cmdv"] = lambda value: _cmdq(value)[1:-1]  # a value inside set "NAME=...": checked, unquoted
     for what, value in (("--src-dir", src), ("--python-exe", python_exe or ""), ("--vcvars", vcvars), ("--out", out)):
         _printable(value, f"Windows script ({what})")  # each also lands in a comment line
+    version = _patched_alike(recipe, version, cells)
     doc = build_document(recipe, version, cells, index_override)
     doc_text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
     helper = helper_script()
@@ -313,7 +329,7 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         cells=[{"cell": c, "name": c.name, "torch": c.torch_version, "cuda": c.cuda.name, "toolkit": str(c.cuda.version),
                 "cuda_path_var": cuda_path_var(c), "python": c.python, "index_url": torch_index(c, index_override),
                 "local_version": c.local_version, "archs": str(c.archs), "wheel_dir": c.wheel_dir.replace("/", "\\"),
-                "env": build_env(recipe, version, c.archs, max_jobs, nvcc_threads, c.local_version)} for c in cells],
+                "env": build_env(recipe, c.version, c.archs, max_jobs, nvcc_threads, c.local_version)} for c in cells],
         toolkits=sorted({str(c.cuda.version) for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
         pythons=sorted({c.python for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
         helper=helper, helper_b64=_base64_lines(helper), shared=shared, shared_b64=_base64_lines(shared),

@@ -14,6 +14,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.audit import AuditReport, judge
+from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,3 +255,93 @@ def test_ld_queries_are_not_links():
     assert not imagegen_audit._producing("ld", ["--help"]) and not imagegen_audit._producing("ld", ["-v"])
     assert imagegen_audit._producing("ld", ["-shared", "a.o", "-o", "x.so"])
     assert imagegen_audit._producing("ld", ["a.o", "-ox.so"])
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 37: each compile's C++ standard, recorded by the stand-ins and judged against the torch
+
+
+def test_fold_records_the_standard_arguments_of_every_compile(tmp_path):
+    src = str(tmp_path / "src")
+    build = f"{src}/build/temp"
+    rec = lambda tool, *argv: {"tool": tool, "cwd": build, "argv": list(argv)}  # noqa: E731
+    records = [
+        rec("nvcc", "-c", f"{src}/a.cu", "-o", f"{build}/a.o", "-std=c++17", "-Xcompiler", "-fPIC",
+            "-gencode", "arch=compute_90,code=sm_90"),
+        rec("nvcc", "-c", f"{src}/b.cu", "-o", f"{build}/b.o", "--std", "c++17", "-Xcompiler", "-std=c++17",
+            "-gencode", "arch=compute_90,code=sm_90"),
+        rec("cxx", "-c", f"{src}/api.cpp", "-o", f"{build}/api.o", "-O3", "-std=c++17", "-std=c++20"),
+        rec("cxx", "-c", f"{src}/plain.cpp", "-o", f"{build}/plain.o"),
+        rec("ld", "-shared", f"{build}/a.o", f"{build}/b.o", f"{build}/api.o", f"{build}/plain.o", "-o",
+            f"{src}/build/lib.linux-x86_64-cpython-312/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so"),
+    ]
+    ext = imagegen_audit.fold(records, src)["extensions"][0]
+    assert ext["std_args"] == [{"tool": "nvcc", "args": ["-std=c++17"]},
+                               {"tool": "nvcc", "args": ["--std", "c++17", "-Xcompiler", "-std=c++17"]},
+                               {"tool": "cxx", "args": ["-std=c++17", "-std=c++20"]},
+                               {"tool": "cxx", "args": []}]
+    assert imagegen_audit.std_args(["-Xcompiler=-std=gnu++17", "/std:c++20", "-Xcompiler", "-O3"]) == \
+        ["-Xcompiler=-std=gnu++17", "/std:c++20"]
+    audited = AuditReport.from_json({"ok": True, "exit": 0, "extensions": [ext]}).extensions[0]
+    assert audited.lowest_std.flag == "-std=c++17"
+
+
+def std_report(*std_args):
+    ext = {"module": "flash_attn_2_cuda", "sass": ["sm_90"], "ptx": [],
+           "std_args": [{"tool": tool, "args": list(args)} for tool, args in std_args]}
+    return AuditReport.from_json({"ok": True, "exit": 0, "seconds": 1.0, "extensions": [ext]})
+
+
+def judge_std(report, torch):
+    return judge(report, recipe_name="flash-attn", version_label="2.8.3", requested=parse_arch_list("9.0"),
+                 nvcc=Version("13.0"), torch=compat.torch_table()[torch])
+
+
+UPSTREAM_2_8_3 = (("nvcc", ("-std=c++17",)), ("cxx", ("-std=c++17",)))
+PATCHED = (("nvcc", ("-std=c++20",)), ("cxx", ("-std=c++20",)))
+
+
+def test_the_audit_refuses_a_standard_the_torch_headers_reject():
+    v = judge_std(std_report(*UPSTREAM_2_8_3), "2.14")
+    assert not v.ok and v.refusals == (
+        "flash_attn_2_cuda compiles with -std=c++17 but torch 2.14's headers require C++20 or later: use a recipe fix"
+        " (by_torch patch) or the package's release that picks the standard from torch",)
+    assert v.as_dict()["verdict"] == "refused" and v.as_dict()["extensions"][0]["cxx_std"] == "-std=c++17"
+
+
+def test_the_audit_warns_for_torch_2_12_and_passes_older_torch():
+    v = judge_std(std_report(*UPSTREAM_2_8_3), "2.12")
+    assert v.ok and any("torch 2.12 builds its own extensions as C++20" in w for w in v.warnings)
+    v = judge_std(std_report(*UPSTREAM_2_8_3), "2.11")
+    assert v.ok and not v.warnings
+
+
+def test_the_audit_sees_the_recipe_fix():
+    # The by_torch patch makes the build pass -std=c++20 for torch >= 2.12: the same extension passes.
+    for torch in ("2.12", "2.14"):
+        v = judge_std(std_report(*PATCHED), torch)
+        assert v.ok and not v.warnings, (v.refusals, v.warnings)
+
+
+def test_one_compile_left_at_cxx17_is_enough_to_refuse():
+    v = judge_std(std_report(("nvcc", ("-std=c++20", "-Xcompiler", "-std=c++17")), ("cxx", ("-std=c++20",))), "2.14")
+    assert not v.ok and "compiles with -std=c++17" in v.refusals[0]
+
+
+def test_a_report_without_standards_is_not_judged_on_them():
+    # Written by an older builder image (no std_args), or a compile that names no standard.
+    v = judge_std(report(("flash_attn_2_cuda", ["sm_90"], [])), "2.14")
+    assert v.ok
+    assert judge_std(std_report(("cxx", ())), "2.14").ok
+
+
+def test_judge_cell_judges_against_the_cells_own_torch():
+    # What `imagegen plan --audit` and `imagegen build`'s pre-flight (engine, native, pulled image) call.
+    from imagegen.audit import judge_cell
+    from imagegen.model.catalogue import load_catalogue
+    from imagegen.plan import make_cell
+    fa = load_catalogue().get("flash-attn")
+    report = std_report(*UPSTREAM_2_8_3)
+    for torch, ok in (("2.11", True), ("2.14", False)):
+        cell = make_cell(fa, fa.version(None), torch, "13.0", "3.12", parse_arch_list("9.0"), "runpod")
+        assert judge_cell(report, cell).ok is ok, torch

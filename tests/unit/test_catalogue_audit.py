@@ -24,17 +24,22 @@ def _id(rv):
     return f"{r.name}-{v.version}"
 
 
+def _all_patches(v):
+    """A version's patches and those its by_torch entries add for some torch releases."""
+    return [*v.patches, *(p for facts in v.by_torch for p in facts.patches)]
+
+
 def test_every_shipped_patch_is_used_by_a_recipe():
-    used = {p.name for _, v in VERSIONS for p in v.patches}
+    used = {p.name for _, v in VERSIONS for p in _all_patches(v)}
     shipped = {p.name for p in (builtin_recipe_dir() / "patches").glob("*.patch")}
     assert shipped - used == set(), "patch files no recipe version applies"
     assert used - shipped == set()
 
 
-@pytest.mark.parametrize("rv", [rv for rv in VERSIONS if rv[1].patches], ids=_id)
+@pytest.mark.parametrize("rv", [rv for rv in VERSIONS if _all_patches(rv[1])], ids=_id)
 def test_patches_are_git_diffs_with_a_reason(rv):
     _, v = rv
-    for p in v.patches:
+    for p in _all_patches(v):
         assert p.reason.strip(), f"{p.name}: say why the patch is needed"
         heads = re.findall(r"^diff --git a/(\S+) b/(\S+)$", p.text, re.M)
         assert heads and all(a == b for a, b in heads), p.name

@@ -361,3 +361,20 @@ def test_on_fallback_reads_a_custom_fallback_again() -> None:
     after = compat.on_fallback(many, "sameli/manylinux_2_34_x86_64_cuda_12.8", "3.12")
     assert after.ref == "sameli/manylinux_2_34_x86_64_cuda_12.8" and after.fallbacks == () and not after.custom
     assert after.python == many.python and after.nvcc == many.nvcc
+
+
+def test_an_overlay_row_without_the_cxx_minimums_takes_torchs_own_standard(tmp_path, monkeypatch):
+    # A row `imagegen refresh` wrote before torch.yaml had cxx_std_min: the standard torch itself
+    # compiles with is the safe minimum (a newer series only ever raised it).
+    (tmp_path / "torch.yaml").write_text('series:\n  "2.16":\n    latest: "2.16.0"\n    python: ["3.11", "3.15"]\n'
+                                         '    cuda: [cu132]\n    pypi_default: cu132\n    cxx11_abi: true\n'
+                                         '    manylinux: manylinux_2_28\n    cxx_std: "20"\n')
+    monkeypatch.setenv("IMAGEGEN_COMPAT_DIR", str(tmp_path))
+    compat.reload()
+    try:
+        row = compat.torch_table()["2.16"]
+        assert (row.min_cxx_std(), row.min_cxx_std(msvc=True)) == (20, 20)
+        assert compat.torch_table()["2.13"].min_cxx_std(msvc=True) == 20
+    finally:
+        monkeypatch.undo()  # the suite's own (empty) overlay folder again
+        compat.reload()

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import dockerfile
@@ -317,3 +318,38 @@ def test_an_offline_cell_that_would_download_is_refused_naming_the_download():
     assert any("CUDA toolkit would come from PyPI" in p for p in problems[0])
     assert any("torch 2.9.1 (cu130) is not in" in p for p in problems[1])
     assert [c.status for c in with_offline(Plan(cells=cells)).cells] == ["rejected", "rejected"]
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 37: a recipe's torch-conditional patch (by_torch) reaches only the cells of that torch
+
+
+def _without_torch_facts(recipe):
+    """The recipe as the catalogue had it before it knew the C++ standard: no cxx_std, no by_torch."""
+    return replace(recipe, versions={k: replace(v, cxx_std=None, by_torch=()) for k, v in recipe.versions.items()})
+
+
+def _rendered(recipe, torch):
+    cell = choose_cell(recipe, recipe.version(None), parse_arch_list("9.0"), torch=torch, cuda="13.0",
+                       python="3.12", flavor="runpod")
+    assert cell.buildable, cell.problems
+    return render_dockerfile(cell)
+
+
+@pytest.mark.parametrize("name", ["flash-attn", "mamba-ssm", "sageattention"])
+def test_a_torch_2_11_cell_keeps_its_exact_dockerfile_and_inputs_hash(name):
+    recipe = CATALOGUE.get(name)
+    before, now = _rendered(_without_torch_facts(recipe), "2.11"), _rendered(recipe, "2.11")
+    assert now.dockerfile == before.dockerfile and now.inputs_hash == before.inputs_hash
+    assert now.cell_json == before.cell_json
+    assert not any("cxx-std" in p["name"] for p in now.cell_json["patches"])
+
+
+@pytest.mark.parametrize("name", ["flash-attn", "mamba-ssm", "sageattention"])
+def test_a_torch_2_14_cell_gets_the_standard_patch_after_the_versions_own(name):
+    recipe = CATALOGUE.get(name)
+    before, now = _rendered(_without_torch_facts(recipe), "2.12"), _rendered(recipe, "2.14")
+    names = [p["name"] for p in now.cell_json["patches"]]
+    assert names[:-1] == [p["name"] for p in before.cell_json["patches"]] and names[-1].endswith("-cxx-std-from-torch.patch")
+    assert "-std={cxx_std}" in now.cell_json["patches"][-1]["text"]
+    assert now.inputs_hash != _rendered(recipe, "2.11").inputs_hash

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from packaging.version import Version
@@ -372,3 +373,43 @@ def test_archs_command_shows_what_flash_attn_and_bsa_really_get(capsys):
     for line in (fa, bsa):
         assert line.split()[1] == "80;90" and "8.6, 8.9 run the sm_80 cubin" in line
     assert "TORCH_CUDA_ARCH_LIST     8.0;8.6;8.9;9.0" in out  # torch-style packages compile 8.6 itself
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 37: a version that hard-codes -std=c++17 (recipe cxx_std) against torch's headers
+
+
+def _unfixed(version):
+    """The version without its recipe fix: the C++17 its setup.py hard-codes, no by_torch patch."""
+    return replace(version, by_torch=())
+
+
+@pytest.mark.parametrize("name", ["flash-attn", "mamba-ssm", "sageattention"])
+def test_the_plan_tells_the_truth_about_the_cxx_standard_with_and_without_the_fix(name):
+    r = CAT.get(name)
+    version = r.version(None)
+    arch = parse_arch_list("9.0")
+    old = make_cell(r, version, "2.11", "13.0", "3.12", arch, "runpod")
+    assert old.status == BUILDABLE and not any("C++" in n or "by_torch" in n for n in old.notes)
+    fixed = make_cell(r, version, "2.14", "13.0", "3.12", arch, "runpod")
+    assert fixed.status == BUILDABLE, fixed.problems
+    assert fixed.version.cxx_std == 20 and fixed.version.patches[-1].name.endswith("cxx-std-from-torch.patch")
+    assert any("by_torch[0] (torch >= 2.12) applies (adds" in n for n in fixed.notes)
+    unfixed = make_cell(r, _unfixed(version), "2.14", "13.0", "3.12", arch, "runpod")
+    assert unfixed.status == REJECTED and len(unfixed.problems) == 1
+    assert unfixed.problems[0] == (
+        f"{r.name} {version.version} (recipe: cxx_std 17) compiles with -std=c++17 but torch 2.14's headers require"
+        " C++20 or later: use --torch 2.13 or older, or give the recipe's version a by_torch entry for torch 2.14"
+        " with a patch that raises the standard (and cxx_std: 20)")
+    old_unfixed = make_cell(r, _unfixed(version), "2.11", "13.0", "3.12", arch, "runpod")
+    assert old_unfixed.status == BUILDABLE and old_unfixed.version.patches == old.version.patches
+    warned = make_cell(r, _unfixed(version), "2.12", "13.0", "3.12", arch, "runpod")
+    assert warned.status == BUILDABLE and any("torch 2.12 builds its own extensions as C++20" in n for n in warned.notes)
+
+
+def test_a_recipe_without_a_fix_is_refused_for_torch_2_14_only():
+    r = CAT.get("xformers")
+    ok = make_cell(r, r.version(None), "2.13", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
+    assert ok.status == BUILDABLE
+    refused = make_cell(r, r.version(None), "2.14", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
+    assert refused.status == REJECTED and "torch 2.14's headers require C++20 or later" in refused.problems[0]

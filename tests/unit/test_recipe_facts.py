@@ -142,3 +142,70 @@ def test_by_version_validates_against_the_schema(tmp_path):
     del bad["by_version"][0]["match"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+# --------------------------------------------------------------------------------------------
+# cxx_std and by_torch: the C++ standard a build hard-codes, and facts for some torch releases only
+
+
+PATCH_TEXT = "--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-x = 17\n+x = 20\n"
+
+
+def test_by_torch_reads_patches_env_and_standard(tmp_path):
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "std.patch").write_text(PATCH_TEXT)
+    r = Reader("demo.yaml", {"archs": ["9.0"], "cxx_std": 17, "by_torch": [
+        {"match": ">=2.12", "patches": [{"file": "std.patch", "reason": "C++20"}], "env": {"X": "1"}, "cxx_std": 20}]},
+        "versions.1.0")
+    v = recipe_facts.version_facts(r, "demo.yaml", tmp_path, KNOB, "1.0")
+    assert v.cxx_std == 17 and v.patches == () and len(v.by_torch) == 1
+    facts = v.by_torch[0]
+    assert facts.match.text == ">= 2.12" and [p.name for p in facts.patches] == ["std.patch"]
+    assert facts.env == {"X": "1"} and facts.cxx_std == 20
+
+
+@pytest.mark.parametrize("entry, where", [
+    ({"match": "2.12", "cxx_std": 20}, r"by_torch\[0\].match: .* is not a version range"),
+    ({"match": "", "cxx_std": 20}, r"by_torch\[0\].match: expected a version range"),
+    ({"cxx_std": 20}, r"by_torch\[0\].match: expected a version range"),
+    ({"match": ">=2.12"}, r"by_torch\[0\]: give what changes for that torch"),
+    ({"match": ">=2.12", "cxx_std": 18}, r"by_torch\[0\].cxx_std: 18 is not a C\+\+ standard"),
+    ({"match": ">=2.12", "patch": []}, r"by_torch\[0\].patch: unknown key"),
+    ({"match": ">=2.12", "patches": [{"file": "none.patch", "reason": "r"}]}, r"by_torch\[0\].patches\[0\].file: cannot read"),
+])
+def test_a_bad_by_torch_entry_is_one_line_naming_its_key(tmp_path, entry, where):
+    r = Reader("demo.yaml", {"archs": ["9.0"], "by_torch": [entry]}, "versions.1.0")
+    with pytest.raises(RecipeError, match=f"demo.yaml: versions.1.0.{where}") as info:
+        recipe_facts.version_facts(r, "demo.yaml", tmp_path, KNOB, "1.0")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["17", 17, 20])
+def test_cxx_std_takes_a_standard(value):
+    assert recipe_facts.cxx_std(Reader("d.yaml", {"cxx_std": value})) == int(value)
+    assert recipe_facts.cxx_std(Reader("d.yaml", {})) is None
+
+
+@pytest.mark.parametrize("value", [True, "c++17", 2017, 1.7])
+def test_cxx_std_refuses_anything_else(value):
+    with pytest.raises(RecipeError, match="cxx_std: .* is not a C\\+\\+ standard"):
+        recipe_facts.cxx_std(Reader("d.yaml", {"cxx_std": value}))
+
+
+def test_a_recipe_with_a_torch_conditional_patch_validates_and_loads(tmp_path):
+    text = GOOD.replace('''    archs: ["8.0", "9.0"]
+''', '''    archs: ["8.0", "9.0"]
+    cxx_std: 17
+    by_torch:
+      - match: ">=2.12"
+        patches:
+          - {file: std.patch, reason: "torch >= 2.12 builds as C++20"}
+        cxx_std: 20
+''', 1)
+    path = write(tmp_path, text)
+    (tmp_path / "patches").mkdir(exist_ok=True)
+    (tmp_path / "patches" / "std.patch").write_text(PATCH_TEXT)
+    schema = json.loads((Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "recipe.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(text))
+    v = next(iter(load_recipe_file(path).versions.values()))
+    assert v.cxx_std == 17 and [p.name for p in v.by_torch[0].patches] == ["std.patch"]

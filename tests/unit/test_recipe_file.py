@@ -51,8 +51,9 @@ def test_an_unknown_key_is_refused_by_both(tmp_path, edit, key):
         jsonschema.Draft202012Validator(SCHEMA).validate(data)
     path = tmp_path / "causal-conv1d.yaml"
     path.write_text(yaml.safe_dump(data))
-    (tmp_path / "patches").mkdir(exist_ok=True)  # the recipe's patch, where the loader looks for it
-    shutil.copy(ROOT / "imagegen" / "resources" / "recipes" / "patches" / "causal-conv1d-arch-list.patch", tmp_path / "patches")
+    (tmp_path / "patches").mkdir(exist_ok=True)  # the recipe's patches, where the loader looks for them
+    for patch in (ROOT / "imagegen" / "resources" / "recipes" / "patches").glob("causal-conv1d-*.patch"):
+        shutil.copy(patch, tmp_path / "patches")
     with pytest.raises(RecipeError) as info:
         recipe_file.load_recipe_file(path)
     assert key.split(".")[-1] in str(info.value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import dockerfile
@@ -429,3 +430,45 @@ def test_recipe_constants_name_every_style_policy_and_subject_the_loader_takes()
         assert _demo(text).version(None).arch.style == style
     for ptx in recipes.PTX_POLICIES:
         assert _demo(GOOD.replace("ptx: none", f"ptx: {ptx}")).version(None).arch.ptx == ptx
+
+
+# --------------------------------------------------------------------------------------------
+# by_torch: a version's facts for some torch releases only (issue 37: C++20 from torch 2.12 on)
+
+
+def _torch_conditional_version():
+    base = recipes.Patch("base.patch", "x", "routing")
+    std = recipes.Patch("std.patch", "y", "C++20")
+    version = load_catalogue().get("sage").version(None)
+    facts = recipes.TorchFacts(match=Rule("torch", SpecifierSet(">=2.12")), patches=(std,), env={"EXTRA": "1"}, cxx_std=20)
+    return replace(version, patches=(base,), env={"A": "1"}, cxx_std=17, by_torch=(facts,))
+
+
+@pytest.mark.parametrize("series, exact", [("2.11", "2.11.0"), ("2.8", "2.8.0"), ("2.4", "2.4.1")])
+def test_for_torch_leaves_older_torch_exactly_as_it_was(series, exact):
+    v = _torch_conditional_version()
+    assert v.for_torch(Version(series), Version(exact)) is v
+
+
+@pytest.mark.parametrize("series, exact", [("2.12", "2.12.1"), ("2.14", "2.14.1"), ("3.0", "3.0.0")])
+def test_for_torch_adds_the_patches_variables_and_standard_of_the_entry_that_holds_it(series, exact):
+    v = _torch_conditional_version().for_torch(Version(series), Version(exact))
+    assert [p.name for p in v.patches] == ["base.patch", "std.patch"]  # after the version's own
+    assert v.env == {"A": "1", "EXTRA": "1"} and v.cxx_std == 20
+    assert v.by_torch == () and v.torch_rules == "by_torch[0] (torch >= 2.12)"
+    assert v.for_torch(Version(series), Version(exact)) is v  # applied once
+
+
+def test_the_catalogue_fixes_every_version_that_hard_codes_a_standard_or_says_it_has_none():
+    cat = load_catalogue()
+    fixed = {"flash-attn", "mamba-ssm", "sageattention", "causal-conv1d", "block-sparse-attn"}
+    for name in cat.names():
+        recipe = cat.get(name)
+        for label, version in recipe.versions.items():
+            if name in fixed:
+                assert version.cxx_std == 17 and version.by_torch, (name, label)
+                newest = version.for_torch(Version("2.14"), Version("2.14.1"))
+                assert newest.cxx_std == 20 and any("cxx-std" in p.name for p in newest.patches), (name, label)
+                assert version.for_torch(Version("2.11"), Version("2.11.0")).patches == version.patches
+            else:  # no fix yet: the plan refuses torch >= 2.14 (test_plan)
+                assert version.cxx_std == 17 and not version.by_torch, (name, label)

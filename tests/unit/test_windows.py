@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.errors import CompatError, UnsafeValueError
+from imagegen.errors import CompatError, UnsafeValueError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
@@ -353,3 +353,36 @@ def test_a_version_that_predates_ext_parallel_gets_the_whole_job_budget():
     old = dict(build_env(sage, sage.version("2.1.1"), archs, 8, 2, None))
     assert "EXT_PARALLEL" in new and int(new["EXT_PARALLEL"]) * int(new["MAX_JOBS"]) <= 8
     assert "EXT_PARALLEL" not in old and old["MAX_JOBS"] == "8"
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 37: MSVC and the C++ standard; a script patches one tree, so its cells share their patches
+
+
+def test_msvc_refuses_cxx17_from_torch_2_13_where_linux_only_warns():
+    xf = load_catalogue().get("xformers")
+    version = xf.version(None)
+    ok = windows_cell(xf, version, parse_arch_list("9.0"), "2.12", cuda_variant("13.0"), "3.12")
+    assert ok.buildable
+    refused = windows_cell(xf, version, parse_arch_list("9.0"), "2.13", cuda_variant("13.0"), "3.12")
+    assert not refused.buildable and refused.problems == (
+        "xformers 0.0.35 (recipe: cxx_std 17) compiles with /std:c++17 but torch 2.13's headers require C++20 or later"
+        " with MSVC: use --torch 2.12 or older, or give the recipe's version a by_torch entry for torch 2.13 with a"
+        " patch that raises the standard (and cxx_std: 20)",)
+    sage = load_catalogue().get("sage")  # its by_torch patch raises the standard: MSVC builds it
+    assert windows_cell(sage, sage.version(None), parse_arch_list("9.0"), "2.13", cuda_variant("13.0"), "3.12").buildable
+
+
+def test_a_script_whose_cells_need_different_patches_is_refused_in_one_line():
+    sage = load_catalogue().get("sage")
+    version = sage.version("2.2.0")
+    cells, _ = windows_cells(sage, version, parse_arch_list("9.0"), torch=("2.11", "2.13"), cuda=("13.0",), python=("3.12",))
+    with pytest.raises(UsageError) as info:
+        render_script("powershell", sage, version, cells, src="sage")
+    assert str(info.value) == (
+        "sageattention 2.2.0: the cells need different recipe patches (torch 2.11: none; torch 2.13:"
+        " sageattention-2.2.0-cxx-std-from-torch.patch) and one script patches one source tree: render one script"
+        " per group of --torch values")
+    cells, _ = windows_cells(sage, version, parse_arch_list("9.0"), torch=("2.12", "2.13"), cuda=("13.0",), python=("3.12",))
+    text = render_script("powershell", sage, version, cells, src="sage")
+    assert "sageattention-2.2.0-cxx-std-from-torch.patch" in text

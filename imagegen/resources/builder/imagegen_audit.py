@@ -405,6 +405,30 @@ def _flags(argv):
     return out
 
 
+_STD_OPTIONS = ("-std", "--std")
+_HOST_OPTIONS = ("-Xcompiler", "--compiler-options")
+
+
+def std_args(argv):
+    """The arguments of a compile that choose its C++ standard, in order and as written: -std=c++17,
+    --std c++17 (both words), /std:c++20, and what nvcc hands the host compiler (-Xcompiler -std=...,
+    -Xcompiler=...). imagegen (model/cxx_std.py) reads them; this script only records."""
+    out = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if (a in _STD_OPTIONS or a in _HOST_OPTIONS) and nxt is not None:
+            if a in _STD_OPTIONS or "std" in nxt:
+                out += [a, nxt]
+            i += 2
+            continue
+        if a.startswith(("-std=", "--std=", "/std:", "-std:")) or (a.startswith(tuple(o + "=" for o in _HOST_OPTIONS)) and "std" in a):
+            out.append(a)
+        i += 1
+    return out
+
+
 def _module_of(so_path):
     """sageattention/_qattn_sm90.cpython-312-x86_64-linux-gnu.so -> sageattention._qattn_sm90."""
     parts = so_path.replace("\\", "/").split("/")
@@ -440,7 +464,7 @@ def fold(records, src_root):
         src = sources[-1] if sources else ""
         src_abs = os.path.normpath(os.path.join(cwd, src)) if src else ""
         shown = os.path.relpath(src_abs, src_root) if src_abs.startswith(src_root + os.sep) else src
-        entry = {"tool": r["tool"], "source": shown}
+        entry = {"tool": r["tool"], "source": shown, "std": std_args(argv)}
         if r["tool"] == "nvcc":
             entry["targets"] = ["%s:%s" % t for t in nvcc_targets(argv)]
             entry["flags"] = _flags(argv)
@@ -454,6 +478,13 @@ def fold(records, src_root):
         sass = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("sass:")}, key=_arch_order)
         ptx = sorted({t.split(":", 1)[1] for p in nvcc_parts for t in p["targets"] if t.startswith("ptx:")}, key=_arch_order)
         other = sorted({t for p in nvcc_parts for t in p["targets"] if not t.startswith(("sass:", "ptx:"))})
+        # The standard of each kind of compile (nvcc, the host compiler): distinct argument lists,
+        # an empty one where the command line names none.
+        stds = []
+        for p in parts:
+            item = {"tool": p["tool"], "args": p["std"]}
+            if item not in stds:
+                stds.append(item)
         common = None
         for p in nvcc_parts:
             common = list(p["flags"]) if common is None else [f for f in common if f in p["flags"]]
@@ -466,6 +497,7 @@ def fold(records, src_root):
             "ptx": ptx,
             "other_targets": other,
             "nvcc_flags": common or [],
+            "std_args": stds[:20],
         })
     loose = [dict(e, object=o) for o, e in compiles.items() if o not in used and e["tool"] == "nvcc"]
     return {"extensions": extensions, "unlinked_cuda_compiles": loose}
