@@ -48,16 +48,21 @@ workers=${IMAGEGEN_TEST_WORKERS:-2}
 [[ $workers =~ ^[0-9]+$ ]] || { say "IMAGEGEN_TEST_WORKERS must be a number of workers (0: no xdist), not '$workers'"; exit 2; }
 xdist=()
 [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+# This run's temporary folders (venvs, wheels, work folders: ~10 GB for a full run) in a folder of its own
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/imagegen-tests.XXXXXX")
 set +e
-.venv/bin/python -m pytest "${xdist[@]}" "$@"
+.venv/bin/python -m pytest "${xdist[@]}" --basetemp "$run_tmp" "$@"
 rc=$?
 set -e
 
-# What the run left behind (pytest keeps the temporary folders of failed tests only, and of the last
-# run only: pyproject.toml's tmp_path_retention_*), and the build cache bounded.
-temp_root="${TMPDIR:-/tmp}/pytest-of-$(id -un)"
-left=$(du -sh "$temp_root" 2>/dev/null | cut -f1 || true)
-say "left behind: ${left:-nothing} in $temp_root (the temporary folders of failed tests, kept for their logs)"
+# What the run left behind: its temporary folders go after a passed run and stay after a failed one,
+# for the logs; the build cache is bounded.
+if [ "$rc" = 0 ]; then
+  rm -rf "$run_tmp"
+  say "left behind: no temporary folder (removed after the passed run)"
+else
+  say "left behind: $(du -sh "$run_tmp" 2>/dev/null | cut -f1) in $run_tmp (the failed run's temporary folders, for their logs: remove it when done)"
+fi
 if docker info > /dev/null 2>&1; then
   keep=${IMAGEGEN_TEST_KEEP_CACHE:-16GB}
   docker builder prune -f --keep-storage "$keep" > /dev/null 2>&1 || say "docker builder prune failed"

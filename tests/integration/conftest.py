@@ -35,17 +35,31 @@ def torch_venv(tmp_path_factory):
     return venv
 
 
+@pytest.fixture(scope="session")
+def torch_image(tmp_path_factory):
+    """An image whose system Python has torch 2.11.0 (cu130), the build requirements and the CUDA 13.0
+    toolkit (tests/integration/torch_image.py): test_engine_bases' fallback, test_engine_offline's
+    offline base. Removed after the session, being several GB."""
+    from torch_image import BASE_IMAGE
+    from torch_image import torch_image as made
+
+    if subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True).returncode != 0:
+        pytest.fail(f"the Docker engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
+    with made(tmp_path_factory.mktemp("torch-image")) as tag:
+        yield tag
+
+
 # ------------------------------------------------------------------ xdist: whole modules, heaviest first
 # scripts/test.sh runs the suite on two xdist workers with --dist loadgroup --no-loadscope-reorder.
 # Each integration module goes to one worker whole (its module-scoped build runs once); the modules
-# that share the session's torch venv go together (it is made once). The heaviest go first, so that
+# that share the session's torch venv, or its torch image, go together (each is made once). The heaviest go first, so that
 # the long push/pull of test_prebuilt (network and gzip: one core) overlaps the compiles of the
 # others, and the unit tests fill in at the end.
 SHARED_GROUPS = {"test_audit": "torch-venv", "test_failfast": "torch-venv", "test_native": "torch-venv",
-                 "test_repair": "torch-venv"}
-HEAVIEST_FIRST = ["test_prebuilt", "test_builders", "torch-venv", "test_engine_offline", "test_engine_bases",
-                  "test_engine_build", "test_engine_catalogue", "test_engine_signals", "test_engine_audit",
-                  "test_prebuilt_arm64", "test_gpu_access_engine"]
+                 "test_repair": "torch-venv", "test_engine_bases": "torch-image", "test_engine_offline": "torch-image"}
+HEAVIEST_FIRST = ["test_prebuilt", "test_builders", "torch-venv", "torch-image", "test_engine_build",
+                  "test_engine_catalogue", "test_engine_signals", "test_engine_audit", "test_prebuilt_arm64",
+                  "test_gpu_access_engine"]
 
 
 def group_of(item: pytest.Item) -> str | None:

@@ -3,12 +3,13 @@ an image ships reused instead of downloaded again (issue 18 items 5 and 6).
 
 One `imagegen build` of the tiny_kernel fixture with ``--base-image 13.0=PRIMARY,FALLBACK``: the
 primary is an image on a registry port nothing listens on (so its pull fails at once); the fallback is
-a test image whose system Python already has torch 2.11.0 (cu130), as runpod's images have theirs.
+a test image whose system Python already has torch 2.11.0 (cu130), as runpod's images have theirs
+(the session's `torch_image`, tests/integration/torch_image.py, which test_engine_offline builds on too).
 The build must pass over the primary, build on the fallback, record it in the manifest, and reuse that
 image's torch (a venv with the system site packages, no torch install in the build log).
 
 Needs: a running Docker engine with buildx and the base image made by scripts/make-base-image.sh.
-Installs torch into the fallback image from PyPI through the same pip cache mount the builders use.
+The torch image installs torch from PyPI through the same pip cache mount the builders use.
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ import json
 import os
 import subprocess
 import sys
-import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -29,7 +27,6 @@ from imagegen.verify import verify_wheel
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
-TORCH_IMAGE = "imagegen-test/python-torch:3.11-torch2.11.0"
 MISSING = "127.0.0.1:9/imagegen-missing/python:3.11"  # port 9 (discard): nothing answers there
 IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
 SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
@@ -38,48 +35,8 @@ NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
 
 pytestmark = pytest.mark.integration
 
-# torch into the image's own Python (Debian's python3.11 reads /usr/local/lib/python3.11/dist-packages),
-# installed by a throwaway venv's pip: the image then looks like runpod's, torch in the system Python.
-TORCH_DOCKERFILE = f"""\
-FROM {BASE_IMAGE}
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \\
-    --mount=type=secret,id=pip_cert \\
-    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \\
-    && python3 -m venv /tmp/pip-venv \\
-    && /tmp/pip-venv/bin/pip install -q --target /usr/local/lib/python3.11/dist-packages torch==2.11.0 \\
-    && rm -rf /tmp/pip-venv \\
-    && python3 -c "import torch; assert torch.__version__.startswith('2.11.0') and torch.version.cuda == '13.0'"
-# A new top layer on every run (the torch layer above stays cached; a LABEL would not do: BuildKit keys a
-# FROM by its layers): the build on it runs each step afresh, so its log shows what the toolchain step did.
-RUN echo {{run}} > /etc/imagegen-test-run
-"""
-
-
 def sh(*cmd: str, cwd: Path | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def torch_image(tmp_path_factory):
-    if sh("docker", "image", "inspect", BASE_IMAGE).returncode != 0:
-        pytest.fail(f"base image {BASE_IMAGE} missing: run scripts/make-base-image.sh {BASE_IMAGE}")
-    with built_image(TORCH_IMAGE, tmp_path_factory.mktemp("torch-image"),
-                     TORCH_DOCKERFILE.replace("{run}", uuid.uuid4().hex)) as tag:
-        yield tag
-
-
-@contextmanager
-def built_image(tag: str, context: Path, dockerfile: str) -> Iterator[str]:
-    """``dockerfile`` built in ``context`` and loaded as ``tag`` (pip in it trusts this host's CA bundle);
-    removed after, being several GB."""
-    (context / "Dockerfile").write_text(dockerfile)
-    sh("docker", "image", "rm", tag)  # one a crashed run left: retagging would leave it dangling
-    proc = sh("docker", "buildx", "build", "--load", "-t", tag, "--secret", f"id=pip_cert,src={SYSTEM_CA}", str(context))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    try:
-        yield tag
-    finally:
-        sh("docker", "image", "rm", tag)
 
 
 @pytest.fixture(scope="module")

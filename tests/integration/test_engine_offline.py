@@ -1,7 +1,8 @@
 """`imagegen build --offline` on a real Docker engine: every build step without a network (issue 20's
 device has none), the source a local tree, and torch, nvcc and the build requirements from the base image.
 
-The base image is made here, online, the way a user's air-gapped image is: the test base image (Debian's
+The base image is made online, the way a user's air-gapped image is (the session's `torch_image`,
+tests/integration/torch_image.py, which test_engine_bases builds on too): the test base image (Debian's
 python3.11 with g++, git, make, its -dev and -venv packages; no ccache) plus torch 2.11.0 (cu130) and the
 build requirements in the system Python, and the CUDA 13.0 toolkit from PyPI assembled under /usr/local/cuda
 by the toolchain step's own code. Then the fixture kernel is built with --offline: every RUN has
@@ -15,23 +16,18 @@ torch and the CUDA toolkit from PyPI while making the base image, through the pi
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.verify import verify_wheel
-from tests.integration.test_engine_bases import built_image
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
-OFFLINE_IMAGE = "imagegen-test/offline:3.11-torch2.11.0-cu130"
 IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0"]
 NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
@@ -39,45 +35,14 @@ NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
 pytestmark = pytest.mark.integration
 
 
-def image_dockerfile() -> str:
-    # The toolkit's parts imagegen's pypi flavor takes, at the release torch's own pins choose (torch 2.11.0
-    # pins cuda-toolkit 13.0.2; one resolver run must agree with it).
-    toolkit = f"cuda-toolkit[{','.join(compat.cuda_variant('13.0').pypi_extras)}]"
-    return f"""\
-FROM {BASE_IMAGE}
-COPY imagegen_toolchain.py /tmp/
-RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \\
-    --mount=type=secret,id=pip_cert \\
-    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \\
-    && python3 -m venv /tmp/pip-venv \\
-    && /tmp/pip-venv/bin/pip install -q --target /usr/local/lib/python3.11/dist-packages torch==2.11.0 \\
-       '{toolkit}' setuptools wheel ninja packaging \\
-    && rm -rf /tmp/pip-venv \\
-    && cd /tmp && /usr/bin/python3.11 -c "import imagegen_toolchain as t; t.assemble_cuda_home('/usr/bin/python3.11', '/usr/local/cuda')" \\
-    && rm /tmp/imagegen_toolchain.py
-# A new top layer on every run (the layers above stay cached): the build on it runs each step afresh.
-RUN echo {uuid.uuid4().hex} > /etc/imagegen-test-run
-"""
-
-
 def sh(*cmd: str, cwd: Path | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
-def offline_image(tmp_path_factory):
-    if shutil.which("docker") is None or sh("docker", "image", "inspect", BASE_IMAGE).returncode != 0:
-        pytest.fail(f"the Docker engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
-    context = tmp_path_factory.mktemp("offline-image")
-    shutil.copy(ROOT / "imagegen" / "resources" / "builder" / "imagegen_toolchain.py", context)
-    with built_image(OFFLINE_IMAGE, context, image_dockerfile()) as tag:
-        yield tag
-
-
-@pytest.fixture(scope="module")
-def build(offline_image, tmp_path_factory):
+def build(torch_image, tmp_path_factory):
     root = tmp_path_factory.mktemp("offline")
-    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "--base-image", offline_image,
+    proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "--base-image", torch_image,
               "--offline", "--out", str(root / "out"), "--work", str(root / "work"), cwd=root)
     return {"proc": proc, "out": root / "out", "work": root / "work"}
 

@@ -42,8 +42,19 @@ def host_cuda_home() -> str:
     pytest.fail("the host's CUDA 13 toolkit (nvcc) is required for the native tests")
 
 
-def test_native_build_verify_and_import(torch_venv, tmp_path):
-    env = {"CUDA_HOME": host_cuda_home()}
+@pytest.fixture(scope="module")
+def shared_ccache(tmp_path_factory) -> dict[str, str]:
+    """The environment of the native builds of the fixture for 8.0 below: the host's CUDA and one ccache
+    (CCACHE_DIR, as a user sets it). The first build compiles, the others take its objects, and each
+    still runs the package's whole build (setup.py, ninja, link, wheel, verify, import): the suite pays
+    for one compile, not three. The ccache test has a cold cache of its own."""
+    if not shutil.which("ccache"):
+        pytest.fail("ccache is required for this test: scripts/test.sh installs it (apt-get install ccache)")
+    return {"CUDA_HOME": host_cuda_home(), "CCACHE_DIR": str(tmp_path_factory.mktemp("ccache"))}
+
+
+def test_native_build_verify_and_import(torch_venv, tmp_path, shared_ccache):
+    env = shared_ccache
     proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
               "--out", tmp_path / "drive", "--flat", "--work", tmp_path / "work", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -60,11 +71,11 @@ def test_native_build_verify_and_import(torch_venv, tmp_path):
     assert proc.returncode == 0 and got["ok"] and got["imports"] == {"tiny_kernel": "ok", "tiny_kernel._C": "ok"}
 
 
-def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv, tmp_path):
+def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv, tmp_path, shared_ccache):
     # Without --flat the wheel goes through the same finish step as bake builds: verified, then
     # collected with its log copied beside it and a manifest entry recording the native facts.
     proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
-              "--out", tmp_path / "wh", "--work", tmp_path / "work", env={"CUDA_HOME": host_cuda_home()})
+              "--out", tmp_path / "wh", "--work", tmp_path / "work", env=shared_ccache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheel = Path(proc.stdout.strip().splitlines()[-1])
     assert wheel.parent == tmp_path / "wh" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130"
@@ -89,7 +100,7 @@ diff --git a/tiny_kernel/__init__.py b/tiny_kernel/__init__.py
 """
 
 
-def test_native_build_of_a_local_tree_applies_the_recipes_patches_to_its_copy(torch_venv, tmp_path):
+def test_native_build_of_a_local_tree_applies_the_recipes_patches_to_its_copy(torch_venv, tmp_path, shared_ccache):
     # Found on the H100: a local SageAttention v2.2.0 tree built natively got none of the recipe's
     # patches (the container build of the same tree did) and the wheel failed its GPU check.
     recipes = tmp_path / "recipes"
@@ -100,7 +111,7 @@ def test_native_build_of_a_local_tree_applies_the_recipes_patches_to_its_copy(to
     before = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
     proc = sh(IMAGEGEN, "build", "--native", "--source", tree, "--recipe-dir", recipes, "--arch", "8.0",
               "--python-exe", torch_venv / "bin" / "python", "--out", tmp_path / "drive", "--flat",
-              "--work", tmp_path / "work", env={"CUDA_HOME": host_cuda_home()})
+              "--work", tmp_path / "work", env=shared_ccache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "applying patch tiny-readme.patch" in proc.stdout + proc.stderr
     wheel = Path(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,76 @@
+"""The test image whose system Python already has torch 2.11.0 (cu130), the build requirements and the
+CUDA 13.0 toolkit from PyPI under /usr/local/cuda, as a user's air-gapped image or runpod's have theirs:
+the fallback base image of test_engine_bases.py and the offline base image of test_engine_offline.py.
+One image for both (each was its own torch install, minutes on 2 cores): the `torch_image` fixture of
+conftest.py, session-scoped, in the xdist group both modules share.
+
+Made online from the test base image (Debian's python3.11 with g++, git, make, its -dev and -venv
+packages; no ccache), torch and the toolkit installed by a throwaway venv's pip into
+/usr/local/lib/python3.11/dist-packages (Debian's python3.11 reads it), and /usr/local/cuda assembled by
+the toolchain step's own code (imagegen_toolchain.assemble_cuda_home)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from imagegen.model import compat
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+TORCH_IMAGE = "imagegen-test/python-torch:3.11-torch2.11.0-cu130"
+SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def dockerfile() -> str:
+    # The toolkit's parts imagegen's pypi flavor takes, at the release torch's own pins choose (torch 2.11.0
+    # pins cuda-toolkit 13.0.2; one resolver run must agree with it).
+    toolkit = f"cuda-toolkit[{','.join(compat.cuda_variant('13.0').pypi_extras)}]"
+    return f"""\
+FROM {BASE_IMAGE}
+COPY imagegen_toolchain.py /tmp/
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \\
+    --mount=type=secret,id=pip_cert \\
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \\
+    && python3 -m venv /tmp/pip-venv \\
+    && /tmp/pip-venv/bin/pip install -q --target /usr/local/lib/python3.11/dist-packages torch==2.11.0 \\
+       '{toolkit}' setuptools wheel ninja packaging \\
+    && rm -rf /tmp/pip-venv \\
+    && cd /tmp && /usr/bin/python3.11 -c "import imagegen_toolchain as t; t.assemble_cuda_home('/usr/bin/python3.11', '/usr/local/cuda')" \\
+    && rm /tmp/imagegen_toolchain.py \\
+    && python3 -c "import torch; assert torch.__version__.startswith('2.11.0') and torch.version.cuda == '13.0'"
+# A new top layer on every run (the torch layer above stays cached; a LABEL would not do: BuildKit keys a
+# FROM by its layers): a build on it runs each step afresh, so its log shows what the toolchain step did.
+RUN echo {uuid.uuid4().hex} > /etc/imagegen-test-run
+"""
+
+
+def sh(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=3600)
+
+
+@contextmanager
+def built_image(tag: str, context: Path, text: str) -> Iterator[str]:
+    """``text`` (a Dockerfile) built in ``context`` and loaded as ``tag`` (pip in it trusts this host's CA
+    bundle); removed after, being several GB."""
+    (context / "Dockerfile").write_text(text)
+    sh("docker", "image", "rm", tag)  # one a crashed run left: retagging would leave it dangling
+    proc = sh("docker", "buildx", "build", "--load", "-t", tag, "--secret", f"id=pip_cert,src={SYSTEM_CA}", str(context))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    try:
+        yield tag
+    finally:
+        sh("docker", "image", "rm", tag)
+
+
+@contextmanager
+def torch_image(context: Path) -> Iterator[str]:
+    """TORCH_IMAGE, built in ``context`` (an empty folder) and removed afterwards."""
+    shutil.copy(ROOT / "imagegen" / "resources" / "builder" / "imagegen_toolchain.py", context)
+    with built_image(TORCH_IMAGE, context, dockerfile()) as tag:
+        yield tag
