@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections import defaultdict
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -92,3 +93,47 @@ class RunBudget:
 def pytest_configure(config: pytest.Config) -> None:
     if _reporting(config):
         config.pluginmanager.register(RunBudget(), "imagegen-run-budget")
+
+
+# ------------------------------------------------------------------ xdist: whole modules, heaviest first
+# scripts/test.sh runs the suite on two xdist workers (--dist loadgroup --no-loadscope-reorder). Each
+# integration module goes to one worker whole (its module-scoped build runs once); the modules that
+# share the session's torch venv, or its torch image, go together (each is made once). The heaviest go
+# first, so that the long push and pull of test_prebuilt (network and gzip: one core) overlap the
+# compiles of the others, and the unit tests, one by one, fill in at the end. The grouping is this
+# scheduler's own (xdist's loadgroup renames node ids, which pytest 9.2 no longer lets it do).
+SHARED_GROUPS = {"test_audit": "torch-venv", "test_failfast": "torch-venv", "test_native": "torch-venv",
+                 "test_repair": "torch-venv", "test_engine_bases": "torch-image", "test_engine_offline": "torch-image"}
+HEAVIEST_FIRST = ["test_prebuilt", "test_builders", "torch-venv", "torch-image", "test_engine_build",
+                  "test_engine_catalogue", "test_engine_signals", "test_engine_audit", "test_prebuilt_arm64",
+                  "test_gpu_access_engine"]
+
+
+def group_of(nodeid: str) -> str | None:
+    """The worker group of an integration test (None for the others, which go one by one)."""
+    path = PurePosixPath(nodeid.split("::", 1)[0])
+    if path.parent.as_posix() != "tests/integration":
+        return None
+    return SHARED_GROUPS.get(path.stem, path.stem)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # stable: within a group and among the unit tests, collection order is kept
+    rank = {name: n for n, name in enumerate(HEAVIEST_FIRST)}
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        group = group_of(item.nodeid)
+        return (0, rank.get(group, len(rank))) if group is not None else (1, 0)
+    items.sort(key=key)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return ModuleGroups(config, log)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from registry import INSTALL_HINT, LocalRegistry, missing_tools
@@ -29,8 +30,12 @@ def torch_venv(tmp_path_factory):
     torch costs minutes."""
     venv = tmp_path_factory.mktemp("torch") / "venv"
     assert subprocess.run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
-    proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "torch==2.11.0", "setuptools", "wheel", "ninja",
-                           "packaging"], capture_output=True, text=True)
+    # uv (the resolve extra's) unpacks torch's ~3 GB of wheels in parallel where pip takes minutes
+    uv = Path(sys.executable).parent / "uv"
+    install = [str(uv), "pip", "install", "--python", str(venv / "bin" / "python")] if uv.exists() else \
+        [str(venv / "bin" / "pip"), "install"]
+    proc = subprocess.run([*install, "-q", "torch==2.11.0", "setuptools", "wheel", "ninja", "packaging"],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return venv
 
@@ -47,34 +52,3 @@ def torch_image(tmp_path_factory):
         pytest.fail(f"the Docker engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
     with made(tmp_path_factory.mktemp("torch-image")) as tag:
         yield tag
-
-
-# ------------------------------------------------------------------ xdist: whole modules, heaviest first
-# scripts/test.sh runs the suite on two xdist workers with --dist loadgroup --no-loadscope-reorder.
-# Each integration module goes to one worker whole (its module-scoped build runs once); the modules
-# that share the session's torch venv, or its torch image, go together (each is made once). The heaviest go first, so that
-# the long push/pull of test_prebuilt (network and gzip: one core) overlaps the compiles of the
-# others, and the unit tests fill in at the end.
-SHARED_GROUPS = {"test_audit": "torch-venv", "test_failfast": "torch-venv", "test_native": "torch-venv",
-                 "test_repair": "torch-venv", "test_engine_bases": "torch-image", "test_engine_offline": "torch-image"}
-HEAVIEST_FIRST = ["test_prebuilt", "test_builders", "torch-venv", "torch-image", "test_engine_build",
-                  "test_engine_catalogue", "test_engine_signals", "test_engine_audit", "test_prebuilt_arm64",
-                  "test_gpu_access_engine"]
-
-
-def group_of(item: pytest.Item) -> str | None:
-    """The xdist group of an integration test (None for the others)."""
-    path = item.path
-    if path.parent.name != "integration" or path.parent.parent.name != "tests":
-        return None
-    return SHARED_GROUPS.get(path.stem, path.stem)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: n for n, name in enumerate(HEAVIEST_FIRST)}
-    for item in items:
-        group = group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    # stable: within a group and among the unit tests, collection order is kept
-    items.sort(key=lambda item: (0, rank.get(group_of(item), len(rank))) if group_of(item) else (1, 0))

@@ -5,6 +5,7 @@ the run. The engine's answers are given here; the real engine is asked at the en
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,16 @@ def test_no_engine_is_no_leftover(monkeypatch):
     session = types.SimpleNamespace(exitstatus=pytest.ExitCode.OK)
     budget.pytest_sessionfinish(session, 0)
     assert session.exitstatus == pytest.ExitCode.OK
+
+
+def test_integration_modules_go_to_a_worker_whole_and_the_shared_ones_together():
+    assert conftest.group_of("tests/integration/test_prebuilt.py::test_push") == "test_prebuilt"
+    assert conftest.group_of("tests/integration/test_native.py::test_x[a]") == "torch-venv"
+    assert conftest.group_of("tests/integration/test_audit.py::test_y") == "torch-venv"
+    assert conftest.group_of("tests/integration/test_engine_offline.py::t") == "torch-image"
+    assert conftest.group_of("tests/integration/test_engine_bases.py::t") == "torch-image"
+    assert conftest.group_of("tests/unit/test_native.py::test_x") is None  # a unit test goes on its own
+    # every module named in the tables exists, so a renamed one cannot silently lose its group
+    integration = {p.stem for p in (Path(conftest.__file__).parent / "integration").glob("test_*.py")}
+    assert set(conftest.SHARED_GROUPS) <= integration
+    assert {g for g in conftest.HEAVIEST_FIRST if g.startswith("test_")} <= integration
