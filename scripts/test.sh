@@ -29,8 +29,10 @@ install_venv() {
     fi
 }
 
+step=$SECONDS
 if [ "$(id -u)" = 0 ]; then
   bash scripts/install-engine.sh
+  say "engine: $((SECONDS - step)) s"; step=$SECONDS
   bash scripts/install-registry.sh
   # ccache for the native ccache test (the images install their own); ip (iproute2) for the second
   # dockerd of the --builder test (its own bridge)
@@ -38,10 +40,13 @@ if [ "$(id -u)" = 0 ]; then
     command -v "${tool%%:*}" > /dev/null || apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null 2>&1 \
       || { apt-get update -q > /dev/null && apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null; }
   done
+  say "registry and tools: $((SECONDS - step)) s"; step=$SECONDS
   base_log=$(mktemp)
-  bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm > "$base_log" 2>&1 &
+  ( bash scripts/make-base-image.sh imagegen-test/python:3.11-bookworm && echo "test.sh: base image: $((SECONDS - step)) s" ) \
+    > "$base_log" 2>&1 &
   base_pid=$!
   install_venv
+  say ".venv: $((SECONDS - step)) s"
   if ! wait "$base_pid"; then cat "$base_log" >&2; rm -f "$base_log"; exit 1; fi
   cat "$base_log" >&2
   rm -f "$base_log"

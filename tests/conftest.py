@@ -84,6 +84,10 @@ class RunBudget:
         tr = terminalreporter
         tr.section("run budget")
         tr.write_line(f"pytest wall time: {time.monotonic() - self.started:.0f} s for {len(self.seconds)} tests")
+        # Where the workers' time went (their sum, so more than the wall time when they overlap)
+        integration = sum(s for n, s in self.seconds.items() if n.startswith("tests/integration/"))
+        tr.write_line(f"test seconds: integration {integration:.0f} s, the others"
+                      f" {sum(self.seconds.values()) - integration:.0f} s")
         for nodeid, seconds in sorted(self.seconds.items(), key=lambda kv: -kv[1])[:SLOWEST_SHOWN]:
             tr.write_line(f"{seconds:8.1f} s  {nodeid}")
         if self.left_behind:

@@ -36,9 +36,10 @@ def test_the_slowest_tests_are_summed_over_their_phases_and_ten_are_shown(monkey
     tr = Reporter()
     budget.pytest_terminal_summary(tr, 0, None)
     assert tr.lines[0] == "== run budget" and tr.lines[1].endswith("s for 12 tests")
-    shown = [line.split()[-1] for line in tr.lines[2:]]
+    assert tr.lines[2] == "test seconds: integration 0 s, the others 166 s"
+    shown = [line.split()[-1] for line in tr.lines[3:]]
     assert shown == ["t0", "t11", "t10", "t9", "t8", "t7", "t6", "t5", "t4", "t3"]
-    assert tr.lines[2] == "   100.0 s  t0"
+    assert tr.lines[3] == "   100.0 s  t0"
 
 
 @pytest.mark.parametrize("after, failed", [
