@@ -36,7 +36,7 @@ rm -rf /var/lib/docker /var/lib/containerd /var/lib/imagegen-dockerd2 /run/docke
        /usr/local/sbin/dockerd /usr/local/sbin/docker-proxy /usr/local/lib/docker/cli-plugins/docker-buildx \
        "$HOME/.docker/contexts" "$HOME/.docker/buildx"
 # 2. The packages the scripts install (none of them is on a fresh machine), apt's .debs, QEMU handlers.
-apt-get purge -y -q runc containerd iptables tini docker-registry apache2-utils ccache debootstrap qemu-user-static \
+apt-get purge -y -q runc containerd iptables tini pigz docker-registry apache2-utils ccache debootstrap qemu-user-static \
     > /dev/null 2>&1 || true
 apt-get autoremove -y -q > /dev/null 2>&1 || true
 rm -f /var/cache/apt/archives/*.deb

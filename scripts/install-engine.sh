@@ -62,9 +62,11 @@ mkdir -p "$CACHE" "$BIN_DIR" "$PLUGIN_DIR" "$(dirname "$LOG")"
 # shellcheck source=lib/debian-mirror.sh
 . "$(dirname "$0")/lib/debian-mirror.sh"
 
-# 1. runc, containerd, iptables, tini from the machine's own release (trixie's runc needs GLIBC 2.38).
+# 1. runc, containerd, iptables, tini from the machine's own release (trixie's runc needs GLIBC 2.38);
+# pigz, whose unpigz dockerd uses to decompress pulled layers when it is on PATH (moby's pkg/archive),
+# in a process of its own instead of Go's gzip on the daemon's thread: a builder image is ~8 GB.
 need=()
-for p in runc containerd iptables tini; do
+for p in runc containerd iptables tini pigz; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
