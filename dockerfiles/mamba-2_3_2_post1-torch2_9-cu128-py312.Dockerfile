@@ -21,7 +21,7 @@ ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cell":"mamba-2_3_2_post1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":2.0,"patches":[],"python":"3.12","recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cell":"mamba-2_3_2_post1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":0.5,"patches":[],"python":"3.12","recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -139,7 +139,7 @@ COPY --from=audit /imagegen/audit/ /
 FROM builder AS compile
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 # Empty: sized at build time from this machine's cores and RAM by the rule imagegen plans with
-# (imagegen_rules.py: 2.0 GB per nvcc thread for mamba-ssm, 4 threads, fewer on a small machine).
+# (imagegen_rules.py: 0.5 GB per nvcc thread for mamba-ssm, 4 threads, fewer on a small machine).
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
 # The planned list and inputs hash: the build record keeps the hash only if the list was not overridden.
@@ -147,7 +147,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=38af36ce24fe248d
+    IMAGEGEN_INPUTS=c4cb3f085cf0e1e6
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -157,7 +157,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="38af36ce24fe248d"
+      io.imagegen.inputs="c4cb3f085cf0e1e6"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

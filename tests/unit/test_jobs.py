@@ -153,6 +153,25 @@ def test_causal_conv1d_with_the_recipes_per_source_figures():
     assert jobs.source_figure(None, recipe.source_memory_gb) is None
 
 
+def test_mamba_ssm_build_what_ran_at_once_and_the_recipes_figure():
+    # mamba-ssm 2.3.2.post1 on the H100 (docs/gpu-results/2026-11-27-mamba): one extension, 9 .cu files
+    # (MAX_JOBS 16 leaves all at once), the fixed list of 9 archs each, setup.py's --threads 4:
+    # 9 nvcc x 4 busy threads, 18.4 GiB over idle. The former figure (2.0, none measured) printed ~81 GB.
+    results = ROOT / "docs" / "gpu-results" / "2026-11-27-mamba" / "proof1"
+    report = json.loads((results / "audit.json").read_text())
+    measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
+    recipe = load_catalogue().get("mamba-ssm")
+    profile = jobs.load_profile(report, recipe.source_memory_gb)
+    assert [(e.chains, e.threads) for e in profile] == [((9,) * 9, 4)]
+    est = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb)
+    assert (est.nvcc, est.threads) == (9, 36)
+    assert measured <= est.gb <= measured * 1.5
+    assert jobs.peak_estimate(profile, 16, 4, 2.0).gb > measured * 4  # what the run printed: ~81 GB
+    # the printed budget line of that run, which scripts/gpu/proof_multiarch.sh parses
+    assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~81 GB peak) from the audit: 9 nvcc at once, 36 busy threads" \
+        in (results / "build.err").read_text()
+
+
 def test_extensions_without_ext_parallel_build_one_after_another():
     profile = (jobs.ExtensionLoad("a", (2, 2, 2)), jobs.ExtensionLoad("b", (4,)))
     est = jobs.peak_estimate(profile, 8, 8, 1.0, host_gb=0.5)

@@ -472,3 +472,15 @@ def test_the_catalogue_fixes_every_version_that_hard_codes_a_standard_or_says_it
                 assert version.for_torch(Version("2.11"), Version("2.11.0")).patches == version.patches
             else:  # no fix yet: the plan refuses torch >= 2.14 (test_plan)
                 assert version.cxx_std == 17 and not version.by_torch, (name, label)
+
+
+def test_mamba_ssm_gpu_check_runs_forward_and_backward_in_every_input_dtype():
+    # The H100 run of 2026-11-27 (docs/verification.md): the check that ran there compares the compiled
+    # forward and backward kernels with the package's reference for fp32, fp16 and bf16 inputs, each
+    # tensor by relative error, NaN failing; the former check ran the fp32 forward kernel only.
+    check = load_catalogue().get("mamba-ssm").smoke.gpu_check
+    compile(check, "gpu_check", "exec")
+    for needed in ("import selective_scan_cuda", "selective_scan_ref(", ".backward(g)", "torch.float32",
+                   "torch.float16", "torch.bfloat16", "return_last_state=True", "if not err < tol[itype]"):
+        assert needed in check, needed
+    assert "assert not failed" in check
