@@ -51,6 +51,7 @@ def test_an_image_or_volume_left_on_the_engine_fails_the_run(monkeypatch, after,
     answers = iter([({"sha256:old"}, {"vol-old"}), after])
     monkeypatch.setattr(conftest, "engine_leftovers", lambda: next(answers))
     budget = conftest.RunBudget()
+    budget.pytest_runtest_logreport(report("tests/integration/test_engine_build.py::t", 1.0))
     session = types.SimpleNamespace(exitstatus=pytest.ExitCode.OK)
     budget.pytest_sessionfinish(session, 0)
     assert (session.exitstatus == pytest.ExitCode.TESTS_FAILED) == failed
@@ -78,3 +79,13 @@ def test_integration_modules_go_to_a_worker_whole_and_the_shared_ones_together()
     integration = {p.stem for p in (Path(conftest.__file__).parent / "integration").glob("test_*.py")}
     assert set(conftest.SHARED_GROUPS) <= integration
     assert {g for g in conftest.HEAVIEST_FIRST if g.startswith("test_")} <= integration
+
+
+def test_a_run_without_engine_tests_never_asks_the_engine(monkeypatch):
+    answers = iter([({"sha256:old"}, set()), ({"sha256:old", "sha256:someone-elses-build"}, set())])
+    monkeypatch.setattr(conftest, "engine_leftovers", lambda: next(answers))
+    budget = conftest.RunBudget()
+    budget.pytest_runtest_logreport(report("tests/unit/test_plan.py::t", 1.0))
+    session = types.SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    budget.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == pytest.ExitCode.OK
