@@ -47,7 +47,7 @@ def _git(args: list[str], *, timeout: int, missing: str, env: dict[str, str] | N
 
 
 def _stderr_tail(proc: subprocess.CompletedProcess) -> str:
-    return (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1][:200]
+    return safety.redact((proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1])[:200]
 
 
 def split_git(value: str) -> tuple[str, str | None]:
@@ -55,6 +55,9 @@ def split_git(value: str) -> tuple[str, str | None]:
     repository URL (``git@host:org/repo.git@v1``, ``https://host/org/repo@feature/x``)."""
     if not isinstance(value, str) or not value or len(value) > 500:
         raise UsageError("--git: give a repository URL, optionally @REF (https://host/org/repo.git@v2.8.2)")
+    # The URL is written into the Dockerfile, the cell document (in the image) and the manifest, and
+    # keys the build cache: a credential in it is refused, never carried (docs/security.md).
+    safety.no_credentials(value, "--git", safety.NETRC_INSTEAD)
     if _repo_url(value):
         return value, None
     for at in reversed([i for i, c in enumerate(value) if c == "@"]):

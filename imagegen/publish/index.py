@@ -235,6 +235,9 @@ def _wheel_url_prefix(base_url: str | None) -> str | None:
     if base_url is None:
         return None
     safety.check(base_url, safety.URL, "--base-url")
+    # Every page of the index would carry it, to whoever is served the page.
+    safety.no_credentials(base_url, "--base-url", "give the server's credentials to pip itself (~/.netrc, keyring),"
+                          " never to the pages")
     if "?" in base_url or "#" in base_url:
         raise UnsafeValueError(f"--base-url {safety.describe(base_url, 77)} carries a query or fragment: give the"
                                " URL of the folder the wheelhouse is served from")
