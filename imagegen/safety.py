@@ -228,3 +228,29 @@ def no_credentials(url: str, what: str, instead: str) -> str:
 NETRC_INSTEAD = ("put the credential in ~/.netrc (machine HOST login USER password TOKEN): git and pip read it, and"
                  " the builder's fetch step reads it as the netrc BuildKit secret (--secret id=netrc,src=$HOME/.netrc)")
 CI_SECRET_INSTEAD = "keep the credential in the repository's secrets (the workflow reads them from there)"
+
+
+# ------------------------------------------------------------------------------------------------
+# Folders a command writes into. A wheelhouse is a folder of its own: every command that writes one
+# (build, pull, collect, index) refuses the filesystem root, the home folder and the system's folders
+# (collect writes a manifest.json into every folder below the one it is given).
+SYSTEM_FOLDERS = frozenset(("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+                            "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
+                            "/usr/bin", "/usr/lib", "/usr/local", "/usr/share", "/var", "/var/lib", "/var/tmp"))
+# Below these nothing is a wheelhouse.
+SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/sys", "/usr/bin", "/usr/lib", "/usr/sbin", "/bin", "/sbin")
+
+
+def wheelhouse_folder(out: Path, flag: str, error: type[Exception] = UnsafeValueError) -> Path:
+    """``out`` resolved, when it may be written as a wheelhouse; else ``error`` saying which folder to give."""
+    resolved = Path(os.path.realpath(out))
+    text = resolved.as_posix()
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):
+        home = None
+    if resolved == Path(resolved.anchor) or resolved == home or text in SYSTEM_FOLDERS \
+            or any(text.startswith(tree + "/") for tree in SYSTEM_TREES):
+        raise error(f"{flag} {printable(str(out))[:200]} is not a wheelhouse (the filesystem root, your home folder or"
+                    " a system folder): give a folder of its own, the one imagegen build --out wrote")
+    return resolved

@@ -71,6 +71,7 @@ from imagegen import __version__, safety
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UnsafeValueError, UsageError
 from imagegen.outputs import resolve_target, write_output
 from imagegen.render.bakefiles import print_bake
+from imagegen.resources.builder import imagegen_wheeltools as wheeltools
 
 DEFAULT_BAKE_FILE = "docker-bake.hcl"
 DEFAULT_GROUP = "default"
@@ -627,8 +628,12 @@ def windows_cells(request: WindowsRequest, root: Path) -> list[WindowsCell]:
 def _check_top_folder(cwd: Path) -> None:
     """The workflow runs bake in the checkout's top folder, and bake resolves paths against its cwd."""
     try:
-        proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        # As on any tree imagegen reads: none of the checkout's own commands run (imagegen_wheeltools.git_cmd).
+        env = wheeltools.git_env(str(cwd))
+        env.pop("GIT_CEILING_DIRECTORIES")  # the top folder is searched upwards from cwd
+        proc = subprocess.run(wheeltools.git_cmd(str(cwd), ["rev-parse", "--show-toplevel"], env=env), env=env,
+                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired, wheeltools.UnsafeTree):
         return  # no git: nothing to compare with
     if proc.returncode != 0 or not proc.stdout.strip():
         return  # not a git checkout
