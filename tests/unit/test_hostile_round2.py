@@ -223,13 +223,18 @@ def test_render_and_plan_of_a_planted_catalogue_tree_run_none_of_its_commands(tm
     assert sorted(p.name for p in marks.iterdir()) == []
 
 
-def test_the_builder_script_reads_a_planted_checkout_without_running_it(tmp_path):
+def test_the_builder_scripts_fetch_step_reads_and_patches_a_planted_checkout_without_running_it(tmp_path):
     tree, marks = planted_tree(tmp_path, {"setup.py": "x = 1\n"})
+    head = _git(tree, "rev-parse", "HEAD")
+    patch = "diff --git a/setup.py b/setup.py\n--- a/setup.py\n+++ b/setup.py\n@@ -1 +1,2 @@\n x = 1\n+y = 2\n"
+    cell = {"source": {"kind": "git", "url": "https://example.invalid/x.git", "ref": "main", "commit": head},
+            "src_dir": str(tree), "patches": [{"name": "p.patch", "text": patch, "reason": "r"}]}
     builder = Path(wheeltools.__file__).parent
-    code = ("import sys; sys.path.insert(0, %r); import imagegen_build as b;"
-            " print(b.git_output(%r, ['rev-parse', 'HEAD'], b.git_fetch_env({}, %r)))" % (str(builder), str(tree), str(tree)))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.stdout.strip() == _git(tree, "rev-parse", "HEAD"), proc.stderr
+    code = ("import sys; sys.path.insert(0, %r); import imagegen_build as b; b.cmd_fetch(%r, None)"
+            % (str(builder), cell))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "y = 2" in (tree / "setup.py").read_text()
     assert sorted(p.name for p in marks.iterdir()) == []
 
 
@@ -251,8 +256,7 @@ def test_collect_index_and_out_refuse_the_root_home_and_system_folders(folder, t
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
     path = os.path.expanduser(folder)
-    for argv in (["collect", path], ["index", path], ["plan", "flash-attn", *CELL, "--out", path]
-                 if False else ["build", "flash-attn", *CELL, "--out", path]):
+    for argv in (["collect", path], ["index", path], ["build", "flash-attn", *CELL, "--out", path]):
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2 or (argv[0] == "index" and code == 9), (argv, err)
