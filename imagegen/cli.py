@@ -431,8 +431,10 @@ def error_line(message: str, limit: int = MAX_ERROR) -> str:
     """``message`` as one terminal-safe line: whitespace runs become one space, every other control
     or format character (ESC, NUL, U+202E right-to-left override, ...) is shown escaped, and the
     whole is cut to ``limit`` characters (a 100 kB argument is not echoed back)."""
+    from imagegen.safety import redact
+
     out = []
-    for c in " ".join(message.split()):
+    for c in " ".join(redact(message).split()):
         if c.isprintable() or c == " ":
             out.append(c)
         elif unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):

@@ -155,6 +155,9 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     index = section.get("torch-index-url")
     if index is not None and (not isinstance(index, str) or not safety.URL.fullmatch(index)):
         raise ConfigError(f"{where}.torch-index-url: {index!r} is not an http(s) URL")
+    if index is not None and safety.has_credentials(index):
+        raise ConfigError(f"{where}.torch-index-url: {safety.describe(index)} carries a credential, which every"
+                          f" Dockerfile and builder image would carry: {safety.NETRC_INSTEAD}")
     out = section.get("out", "wheelhouse")
     if not isinstance(out, str):
         raise ConfigError(f"{where}.out: expected a path string")

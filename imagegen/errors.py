@@ -43,7 +43,10 @@ class ImagegenError(Exception):
     def __init__(self, message: str) -> None:
         # Keep the message on one line whatever the caller passed in, with no raw control
         # characters, and within this kind's length.
-        text = printable(" ".join(str(message).split()))
+        # No credential of a URL the message quotes is shown (safety.redact, before any cut, so that
+        # half a token cannot survive either).
+        from imagegen.safety import redact
+        text = printable(redact(" ".join(str(message).split())))
         super().__init__(bounded(text, self.max_chars) if self.max_chars else text)
 
     @property

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagegen import safety
 from imagegen.config import Config
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.model import compat
@@ -132,6 +133,8 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
     arch = _flag(args, "arch")  # a list of archs is one value ("8.0 9.0"); several lists are several flags
     arch = tuple(arch) if isinstance(arch, (list, tuple)) else (() if arch is None else (arch,))
     out = _flag(args, "out")
+    # The wheelhouse written below it: never the root, the home folder or a system folder.
+    safety.wheelhouse_folder(Path(out) if out else config.out, "--out", UsageError)
     torches = _unique(torch or m.torch or d["matrix"]["torch"])
     return Options(
         config=config,

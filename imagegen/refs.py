@@ -26,6 +26,7 @@ from imagegen import safety
 from imagegen.errors import RecipeError, UsageError
 from imagegen.model.recipe_reader import quoted
 from imagegen.model.recipes import Patch, Recipe, RecipeVersion, ranges_text
+from imagegen.resources.builder import imagegen_wheeltools as wheeltools
 
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 # A tag that names a version: v2.8.2, 2.8.3.post1, V1.0 (what remains is read as PEP 440).
@@ -37,17 +38,35 @@ _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "G
 
 
 def _git(args: list[str], *, timeout: int, missing: str, env: dict[str, str] | None = None,
-         input: bytes | None = None) -> subprocess.CompletedProcess:
-    """git ``args`` (output as bytes); ``missing`` is the UsageError's message when git is not installed."""
+         input: bytes | None = None, tree: Path | None = None) -> subprocess.CompletedProcess:
+    """git ``args`` (output as bytes); ``missing`` is the UsageError's message when git is not installed.
+
+    With ``tree``: git on that tree, which imagegen only reads, with none of its own commands running
+    (imagegen_wheeltools.git_cmd: no hooks, fsmonitor, filters, drivers, pager or network; UsageError
+    for a tree whose drivers cannot be switched off). Without: a remote operation (ls-remote), run in an
+    empty folder of its own, so that the config of whatever repository the current folder is in (a
+    downloaded project's core.sshCommand, credential helper or url.insteadOf) plays no part."""
     git = shutil.which("git")
     if git is None:
         raise UsageError(missing)
-    return subprocess.run([git, *args], capture_output=True, env={**os.environ, **_GIT_ENV, **(env or {})},
-                          timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    if tree is not None:
+        full_env = {**wheeltools.git_env(str(tree)), **_GIT_ENV, **(env or {})}
+        try:
+            cmd = wheeltools.git_cmd(str(tree), args, env=full_env, git=git)
+        except wheeltools.UnsafeTree as exc:
+            raise UsageError(f"{tree}: {exc}: not read with git") from None
+        return subprocess.run(cmd, capture_output=True, env=full_env, timeout=timeout, input=input,
+                              stdin=None if input is not None else subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="imagegen-git-") as empty:
+        full_env = {**os.environ, **_GIT_ENV, "GIT_CEILING_DIRECTORIES": os.path.dirname(empty), **(env or {})}
+        for var in ("GIT_DIR", "GIT_WORK_TREE"):
+            full_env.pop(var, None)
+        return subprocess.run([git, *args], capture_output=True, env=full_env, cwd=empty,
+                              timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
 
 def _stderr_tail(proc: subprocess.CompletedProcess) -> str:
-    return (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1][:200]
+    return safety.redact((proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1])[:200]
 
 
 def split_git(value: str) -> tuple[str, str | None]:
@@ -55,6 +74,9 @@ def split_git(value: str) -> tuple[str, str | None]:
     repository URL (``git@host:org/repo.git@v1``, ``https://host/org/repo@feature/x``)."""
     if not isinstance(value, str) or not value or len(value) > 500:
         raise UsageError("--git: give a repository URL, optionally @REF (https://host/org/repo.git@v2.8.2)")
+    # The URL is written into the Dockerfile, the cell document (in the image) and the manifest, and
+    # keys the build cache: a credential in it is refused, never carried (docs/security.md).
+    safety.no_credentials(value, "--git", safety.NETRC_INSTEAD)
     if _repo_url(value):
         return value, None
     for at in reversed([i for i, c in enumerate(value) if c == "@"]):
@@ -178,7 +200,7 @@ def export_commit(repo: Path, commit: str, name: str) -> Path:
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=base))
     try:
-        archive = _git(["-C", str(repo), "archive", "--format=tar", commit], timeout=600,
+        archive = _git(["archive", "--format=tar", commit], timeout=600, tree=repo,
                        missing="git is not installed here, and it is needed to export the --git file:// repository")
         if archive.returncode != 0:
             raise UsageError(f"cannot export {commit[:12]} of {repo}: {_stderr_tail(archive)}")
@@ -205,8 +227,8 @@ def checkout_head(root: Path) -> tuple[str | None, bool]:
     if not (root / ".git").exists():
         return None, False
     try:
-        head = _git(["-C", str(root), "rev-parse", "HEAD"], timeout=60, missing="")
-        status = _git(["-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=120, missing="")
+        head = _git(["rev-parse", "HEAD"], timeout=60, missing="", tree=root)
+        status = _git(["status", "--porcelain", "--untracked-files=no"], timeout=120, missing="", tree=root)
     except (UsageError, OSError, subprocess.TimeoutExpired):  # no git, or it failed to run: not a checkout to us
         return None, False
     sha = head.stdout.decode("utf-8", "replace").strip()
@@ -223,13 +245,14 @@ def only_patched(root: Path, patches: Sequence[Patch]) -> bool:
     with tempfile.TemporaryDirectory(prefix="imagegen-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         try:
-            if _git(["-C", str(root), "read-tree", "HEAD"], timeout=120, missing="", env=env).returncode:
+            if _git(["read-tree", "HEAD"], timeout=120, missing="", env=env, tree=root).returncode:
                 return False
             for patch in patches:
-                if _git(["-C", str(root), "apply", "--cached", "-"], timeout=120, missing="", env=env,
+                if _git(["apply", "--cached", "-"], timeout=120, missing="", env=env, tree=root,
                         input=patch.text.encode()).returncode:
                     return False
-            return _git(["-C", str(root), "diff", "--quiet"], timeout=300, missing="", env=env).returncode == 0
+            return _git(["diff", "--quiet", "--no-ext-diff", "--no-textconv"], timeout=300, missing="", env=env,
+                        tree=root).returncode == 0
         except (UsageError, OSError, subprocess.TimeoutExpired):
             return False
 

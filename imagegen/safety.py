@@ -13,7 +13,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from imagegen.errors import Unreadable, UnsafeValueError, printable
 
@@ -66,6 +66,7 @@ def describe(value: Any, limit: int = 60) -> str:
     escaped, never built by walking the value (a list or mapping is named, not printed, so an alias
     tree from a hostile YAML file costs nothing here)."""
     if isinstance(value, str):
+        value = redact(value)
         cut = value[:limit]
         return printable(repr(cut)) + ("..." if len(value) > limit else "")
     if isinstance(value, bool) or value is None:
@@ -164,3 +165,92 @@ def os_reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror[0].lower() + exc.strerror[1:]
     return exc.__class__.__name__
+
+
+# ------------------------------------------------------------------------------------------------
+# Credentials in URLs. A credential stays where the user put it (~/.netrc, the environment, a CI
+# secret, a BuildKit secret): every message imagegen prints goes through ``redact`` (ImagegenError
+# does it for every error), and every URL that would be written somewhere (a Dockerfile, the cell
+# document inside an image, a manifest, a workflow, an index page) is refused by ``no_credentials``
+# when it carries one. docs/security.md says what is promised and how it is tested.
+
+# scheme://USERINFO@ (userinfo holds no '/', '?', '#' or '@'; git@host:path has no scheme and
+# names a user, not a secret, so it is not matched).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)([^/?#@\s'\"<>]+)@")
+# Query parameters that carry a secret (?access_token=..., &X-Amz-Signature=..., ?sig=...).
+_SECRET_PARAM = re.compile(
+    r"(?i)([?&;](?:access_token|private_token|token|auth|password|passwd|pwd|secret|client_secret|api_key|apikey"
+    r"|key|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential)=)"
+    r"[^&#\s'\"<>]+")
+REDACTED = "***"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with the userinfo of every URL in it (``https://user:TOKEN@host`` -> ``https://***@host``),
+    every secret-carrying query value (``?token=...``) and every value of ``secrets`` (a password
+    imagegen read from a netrc, an upload token: longest first, one may contain another) replaced by
+    ``***``. The one place imagegen hides credentials; used on every error and on every message that
+    quotes a URL or a server's answer."""
+    if not isinstance(text, str):
+        return text
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    if "@" not in text and "=" not in text:
+        return text
+    text = _USERINFO.sub(_redacted_userinfo, text)
+    return _SECRET_PARAM.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def _redacted_userinfo(m: re.Match[str]) -> str:
+    # ssh://git@host/...: a user name, which ssh authenticates with a key, is no secret; a password is.
+    if "ssh" in m.group(1).lower() and ":" not in m.group(2):
+        return m.group(0)
+    return m.group(1) + REDACTED + "@"
+
+
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a credential: userinfo (``user:password@``, or a token as the user
+    name) or a secret query parameter."""
+    return isinstance(url, str) and redact(url) != url
+
+
+def no_credentials(url: str, what: str, instead: str) -> str:
+    """``url`` if it carries no credential; else a one-line UnsafeValueError (exit 2) that shows the
+    URL redacted and says where the credential belongs (``instead``), since ``what`` would be written
+    where anyone who gets the file, page or image can read it."""
+    if has_credentials(url):
+        raise UnsafeValueError(f"{what} {describe(redact(url), 77)} carries a credential (user:password@ or a token),"
+                               f" which would be written where others read it: give the URL without it and {instead}")
+    return url
+
+
+# Where each kind of credential belongs instead of a URL (the second half of no_credentials' message).
+NETRC_INSTEAD = ("put the credential in ~/.netrc (machine HOST login USER password TOKEN): git and pip read it, and"
+                 " the builder's fetch step reads it as the netrc BuildKit secret (--secret id=netrc,src=$HOME/.netrc)")
+CI_SECRET_INSTEAD = "keep the credential in the repository's secrets (the workflow reads them from there)"
+
+
+# ------------------------------------------------------------------------------------------------
+# Folders a command writes into. A wheelhouse is a folder of its own: every command that writes one
+# (build, pull, collect, index) refuses the filesystem root, the home folder and the system's folders
+# (collect writes a manifest.json into every folder below the one it is given).
+SYSTEM_FOLDERS = frozenset(("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+                            "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr",
+                            "/usr/bin", "/usr/lib", "/usr/local", "/usr/share", "/var", "/var/lib", "/var/tmp"))
+# Below these nothing is a wheelhouse.
+SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/sys", "/usr/bin", "/usr/lib", "/usr/sbin", "/bin", "/sbin")
+
+
+def wheelhouse_folder(out: Path, flag: str, error: type[Exception] = UnsafeValueError) -> Path:
+    """``out`` resolved, when it may be written as a wheelhouse; else ``error`` saying which folder to give."""
+    resolved = Path(os.path.realpath(out))
+    text = resolved.as_posix()
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):
+        home = None
+    if resolved == Path(resolved.anchor) or resolved == home or text in SYSTEM_FOLDERS \
+            or any(text.startswith(tree + "/") for tree in SYSTEM_TREES):
+        raise error(f"{flag} {printable(str(out))[:200]} is not a wheelhouse (the filesystem root, your home folder or"
+                    " a system folder): give a folder of its own, the one imagegen build --out wrote")
+    return resolved

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import collect, records
+from imagegen import collect, records, safety
 from imagegen.commands import common
 from imagegen.errors import BuildRecordError, ImagegenError, UsageError, VerifyError, printable
 from imagegen.model.catalogue import Catalogue
@@ -28,6 +28,9 @@ def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError(f"{shown(out)}: {exc.strerror or 'not a usable path'}") from None
     if not is_dir:
         raise UsageError(f"{shown(out)} is not a folder: give the folder a bake export or `docker run -v OUT:/out` wrote")
+    # collect writes a manifest.json into each folder below OUT that holds a build record (no deeper
+    # than wheelhouse.MAX_WALK_DEPTH, never through a symlink): OUT must be a wheelhouse of its own.
+    safety.wheelhouse_folder(out, "imagegen collect", UsageError)
     found, bare = records.find(out)
     if not found:
         hint = f" ({len(bare)} wheel{'s' if len(bare) != 1 else ''} without one: check those with `imagegen verify --arch`)" \

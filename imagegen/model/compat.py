@@ -234,7 +234,8 @@ def torch_index_url(series: TorchSeries, cuda: CudaVariant, override: str | None
     PyTorch index for that variant. ``override`` may contain ``{cuda}``."""
     if override:
         url = override.replace("{cuda}", cuda.name)
-        return safety.check(url, safety.URL, "torch index URL")
+        safety.check(url, safety.URL, "torch index URL")
+        return safety.no_credentials(url, "torch index URL", safety.NETRC_INSTEAD)
     if cuda.name == series.pypi_default:
         return None
     return f"https://download.pytorch.org/whl/{cuda.name}"

@@ -186,10 +186,7 @@ def write_index(out: Path, *, base_url: str | None = None, variants: bool | None
         raise PublishError(f"{shown(out)}: no such directory: give the wheelhouse (imagegen build's --out)") from None
     except (OSError, ValueError) as exc:
         raise PublishError(f"{shown(out)}: {os_reason(exc)}") from None
-    resolved = out.resolve()
-    if resolved == Path(resolved.anchor) or resolved == Path.home().resolve():
-        raise PublishError(f"{shown(out)} is not a wheelhouse (the filesystem root or your home folder): give the"
-                           " folder imagegen build --out wrote")
+    safety.wheelhouse_folder(out, "imagegen index", PublishError)
     nested = _nested_index(out)
     if nested is not None:
         raise PublishError(f"{shown(out)} holds another wheelhouse's index ({shown(nested)}): index that wheelhouse"
@@ -235,6 +232,9 @@ def _wheel_url_prefix(base_url: str | None) -> str | None:
     if base_url is None:
         return None
     safety.check(base_url, safety.URL, "--base-url")
+    # Every page of the index would carry it, to whoever is served the page.
+    safety.no_credentials(base_url, "--base-url", "give the server's credentials to pip itself (~/.netrc, keyring),"
+                          " never to the pages")
     if "?" in base_url or "#" in base_url:
         raise UnsafeValueError(f"--base-url {safety.describe(base_url, 77)} carries a query or fragment: give the"
                                " URL of the folder the wheelhouse is served from")

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
 from imagegen.errors import PublishError, UsageError, bounded, printable
-from imagegen.safety import describe
+from imagegen.safety import describe, redact
 from imagegen.wheelhouse import VerifiedWheel, verified_wheels
 
 # --------------------------------------------------------------------------------------------
@@ -336,6 +336,4 @@ def _one(target: Target, wheel: VerifiedWheel, dry_run: bool) -> tuple[str, str]
 def _redact(text: str, secrets: list[str]) -> str:
     """``text`` as a report shows it: every secret value replaced by *** (longest first: one may contain
     another), on one line, at most MAX_DETAIL characters (a server's error page is not echoed whole)."""
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return bounded(printable(" ".join(text.split())), MAX_DETAIL)
+    return bounded(printable(" ".join(redact(text, secrets).split())), MAX_DETAIL)

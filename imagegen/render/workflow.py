@@ -71,6 +71,7 @@ from imagegen import __version__, safety
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UnsafeValueError, UsageError
 from imagegen.outputs import resolve_target, write_output
 from imagegen.render.bakefiles import print_bake
+from imagegen.resources.builder import imagegen_wheeltools as wheeltools
 
 DEFAULT_BAKE_FILE = "docker-bake.hcl"
 DEFAULT_GROUP = "default"
@@ -181,7 +182,7 @@ PUBLISH_ENV = {
 def _check(value: object, pattern: re.Pattern[str], what: str, hint: str) -> str:
     if isinstance(value, str) and pattern.fullmatch(value):
         return value
-    shown = repr(value)
+    shown = repr(safety.redact(value) if isinstance(value, str) else value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
     raise UnsafeValueError(f"{what} {shown} is not allowed: use {hint}")
@@ -356,6 +357,9 @@ class Options:
                                " pypi:URL, hf:OWNER/REPO[@REVISION][:PATH], github:OWNER/REPO@TAG,"
                                " s3://BUCKET[/PREFIX]")
                         for d in dict.fromkeys(getattr(args, "publish", None) or []))
+        for dest in publish:  # the workflow is committed: a credential there is public
+            safety.no_credentials(dest.removeprefix("pypi:"), "--publish", safety.CI_SECRET_INSTEAD
+                                  + " (TWINE_USERNAME/TWINE_PASSWORD, HF_TOKEN, IMAGEGEN_GITHUB_TOKEN, AWS_*)")
         imagegen_from = getattr(args, "imagegen_from", None)
         if publish and imagegen_from is None:
             raise UsageError("--publish needs --imagegen-from REQUIREMENT: how the publish job installs imagegen (e.g."
@@ -371,6 +375,8 @@ class Options:
                                  " --windows RECIPE too")
             _check(imagegen_from, REQUIREMENT, "--imagegen-from", "a pip requirement such as"
                    " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
+            safety.no_credentials(imagegen_from, "--imagegen-from", "keep imagegen's source public, in the repository"
+                                  " itself (a path such as ./tools/imagegen), or reachable with the job's own token")
             if re.fullmatch(r"imagegen\s*(\[[^\]]*\])?\s*((==|>=|<=|~=|!=|<|>)\s*\S+\s*)?", imagegen_from, re.I):
                 # By name alone pip would install PyPI's 'imagegen', another project, into the job that
                 # holds the publish secrets.
@@ -622,8 +628,12 @@ def windows_cells(request: WindowsRequest, root: Path) -> list[WindowsCell]:
 def _check_top_folder(cwd: Path) -> None:
     """The workflow runs bake in the checkout's top folder, and bake resolves paths against its cwd."""
     try:
-        proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        # As on any tree imagegen reads: none of the checkout's own commands run (imagegen_wheeltools.git_cmd).
+        env = wheeltools.git_env(str(cwd))
+        env.pop("GIT_CEILING_DIRECTORIES")  # the top folder is searched upwards from cwd
+        proc = subprocess.run(wheeltools.git_cmd(str(cwd), ["rev-parse", "--show-toplevel"], env=env), env=env,
+                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired, wheeltools.UnsafeTree):
         return  # no git: nothing to compare with
     if proc.returncode != 0 or not proc.stdout.strip():
         return  # not a git checkout

@@ -98,7 +98,7 @@ def test_unknown_refs_short_commits_and_unreachable_hosts_are_one_line(server):
     ("https://github.com/me/fork@feature/x", ("https://github.com/me/fork", "feature/x")),
     ("git@github.com:me/fork.git", ("git@github.com:me/fork.git", None)),
     ("git@github.com:me/fork.git@main", ("git@github.com:me/fork.git", "main")),
-    ("https://user@host.example/org/repo.git@v1", ("https://user@host.example/org/repo.git", "v1")),
+    ("ssh://git@host.example/org/repo.git@v1", ("ssh://git@host.example/org/repo.git", "v1")),
     ("http://127.0.0.1:8080/demo.git", ("http://127.0.0.1:8080/demo.git", None)),
 ])
 def test_split_git(value, expected):
@@ -109,6 +109,14 @@ def test_split_git(value, expected):
                                    "https://github.com/me/fork.git@", "https://github.com/me/fork;id"])
 def test_split_git_refuses_what_is_not_a_repository(value):
     with pytest.raises(UsageError, match="--git"):
+        refs.split_git(value)
+
+
+@pytest.mark.parametrize("value", ["https://user@host.example/org/repo.git@v1", "https://u:pw@host.example/org/repo"])
+def test_split_git_refuses_userinfo_which_may_be_a_token(value):
+    """An https user name may be the token itself (https://TOKEN@github.com): refused, never written
+    into a Dockerfile or a cell document (issue 32)."""
+    with pytest.raises(UnsafeValueError, match="carries a credential.*~/.netrc"):
         refs.split_git(value)
 
 

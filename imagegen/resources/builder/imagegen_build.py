@@ -176,8 +176,11 @@ def cmd_fetch(cell, args):
     src = cell["source"]
     dest = cell["src_dir"]
     if src["kind"] == "git":
+        # Every git call: none of the tree's own commands (hooks, fsmonitor, filters) run
+        # (imagegen_wheeltools.git_cmd); the netrc secret, if mounted, is what git's HTTP reads.
+        env = git_fetch_env(env, dest)
         if os.path.isdir(os.path.join(dest, ".git")):
-            head = subprocess.check_output(["git", "-C", dest, "rev-parse", "HEAD"]).decode().strip()
+            head = git_output(dest, ["rev-parse", "HEAD"], env)
             if src.get("commit") and not head.startswith(src["commit"]):
                 fail("the checkout at %s is at %s, not the pinned %s: check out the pinned commit" % (dest, head, src["commit"]))
             log("source already present at %s (%s)" % (dest, head[:12]))
@@ -187,14 +190,15 @@ def cmd_fetch(cell, args):
         else:
             os.makedirs(dest, exist_ok=True)
             run(["git", "init", "-q", dest], env=env)
-            run(["git", "-C", dest, "remote", "add", "origin", src["url"]], env=env)
-            run(["git", "-C", dest, "fetch", "--depth", "1", "origin", src["ref"]], env=env)
-            run(["git", "-C", dest, "checkout", "-q", "FETCH_HEAD"], env=env)
-            head = subprocess.check_output(["git", "-C", dest, "rev-parse", "HEAD"]).decode().strip()
+            run(git_cmd(dest, ["remote", "add", "origin", src["url"]], env), env=env)
+            run(git_cmd(dest, ["fetch", "--depth", "1", "origin", src["ref"]], env, reading=False), env=env)
+            run(git_cmd(dest, ["checkout", "-q", "FETCH_HEAD"], env), env=env)
+            head = git_output(dest, ["rev-parse", "HEAD"], env)
             if src.get("commit") and not head.startswith(src["commit"]):
                 fail("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], head, src["commit"]))
             if src.get("submodules"):
-                run(["git", "-C", dest, "submodule", "update", "--init", "--recursive", "--depth", "1"], env=env)
+                run(git_cmd(dest, ["submodule", "update", "--init", "--recursive", "--depth", "1"], env, reading=False),
+                    env=env)
     elif src["kind"] == "sdist":
         fetch_sdist(src, cell.get("distribution") or cell["recipe"], dest, env)
     elif not os.path.isdir(dest):
@@ -203,6 +207,32 @@ def cmd_fetch(cell, args):
         return  # the user's own tree is never written to: each build's copy gets the patches (copy_source)
     for patch in cell.get("patches", []):
         apply_patch(patch, dest)
+
+
+def git_fetch_env(env, dest):
+    """imagegen_wheeltools.git_env for ``dest``, and git's HTTP pointed at the netrc secret when one is
+    mounted (git reads $HOME/.netrc only: HOME becomes a folder outside the source holding a link to
+    the secret, removed when the step ends; the link itself holds no secret)."""
+    env = wheeltools.git_env(dest, env)
+    if env.get("NETRC") and os.path.isfile(env["NETRC"]):
+        import atexit
+        home = tempfile.mkdtemp(prefix="imagegen-git-home-")
+        atexit.register(shutil.rmtree, home, True)
+        os.symlink(env["NETRC"], os.path.join(home, ".netrc"))
+        env["HOME"] = home
+    return env
+
+
+def git_cmd(dest, args, env, reading=True):
+    """imagegen_wheeltools.git_cmd, failing the step for a tree git cannot be run on safely."""
+    try:
+        return wheeltools.git_cmd(dest, args, env=env, reading=reading)
+    except wheeltools.UnsafeTree as exc:
+        fail("%s: %s" % (dest, exc))
+
+
+def git_output(dest, args, env):
+    return subprocess.check_output(git_cmd(dest, args, env), env=env, stdin=subprocess.DEVNULL).decode().strip()
 
 
 def copy_source(cell, work):

@@ -158,8 +158,16 @@ def cmd_check(doc, args):
 # fetch
 
 
+def git(dest, args, reading=True):
+    """git on ``dest`` with none of the tree's own commands running (imagegen_wheeltools.git_cmd)."""
+    try:
+        return wheeltools.git_cmd(dest, args, env=git_env(dest), reading=reading)
+    except wheeltools.UnsafeTree as exc:
+        raise Failed("%s: %s" % (dest, exc))
+
+
 def head_of(dest):
-    rc, out = output_of(["git", "-C", dest, "rev-parse", "HEAD"], env=git_env(dest))
+    rc, out = output_of(git(dest, ["rev-parse", "HEAD"]), env=git_env(dest))
     return out.strip() if rc == 0 else None
 
 
@@ -192,16 +200,16 @@ def cmd_fetch(doc, args):
         os.makedirs(dest, exist_ok=True)
         # LF as in the repository: the recipe's patches are LF, and git apply refuses a CRLF tree.
         run(["git", "init", "-q", dest], env=env)
-        run(["git", "-C", dest, "config", "core.autocrlf", "false"], env=env)
-        run(["git", "-C", dest, "remote", "add", "origin", src["url"]], env=env)
-        run(["git", "-C", dest, "fetch", "--depth", "1", "origin", src["ref"]], env=env)
-        run(["git", "-C", dest, "checkout", "-q", "FETCH_HEAD"], env=env)
+        run(git(dest, ["config", "core.autocrlf", "false"]), env=env)
+        run(git(dest, ["remote", "add", "origin", src["url"]]), env=env)
+        run(git(dest, ["fetch", "--depth", "1", "origin", src["ref"]], reading=False), env=env)
+        run(git(dest, ["checkout", "-q", "FETCH_HEAD"]), env=env)
         head = head_of(dest) or "?"
         if src.get("commit") and not head.startswith(src["commit"]):
             raise Failed("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], head, src["commit"]))
         if src.get("submodules"):
-            run(["git", "-C", dest, "-c", "core.autocrlf=false", "submodule", "update", "--init", "--recursive",
-                 "--depth", "1"], env=env)
+            run(git(dest, ["-c", "core.autocrlf=false", "submodule", "update", "--init", "--recursive", "--depth", "1"],
+                    reading=False), env=env)
     for patch in doc.get("patches", []):
         apply_patch(patch, dest)
     # An earlier cell's objects (another torch, the same Python) would be taken as up to date.

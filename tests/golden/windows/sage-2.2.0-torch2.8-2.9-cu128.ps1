@@ -298,8 +298,16 @@ def cmd_check(doc, args):
 # fetch
 
 
+def git(dest, args, reading=True):
+    """git on ``dest`` with none of the tree's own commands running (imagegen_wheeltools.git_cmd)."""
+    try:
+        return wheeltools.git_cmd(dest, args, env=git_env(dest), reading=reading)
+    except wheeltools.UnsafeTree as exc:
+        raise Failed("%s: %s" % (dest, exc))
+
+
 def head_of(dest):
-    rc, out = output_of(["git", "-C", dest, "rev-parse", "HEAD"], env=git_env(dest))
+    rc, out = output_of(git(dest, ["rev-parse", "HEAD"]), env=git_env(dest))
     return out.strip() if rc == 0 else None
 
 
@@ -332,16 +340,16 @@ def cmd_fetch(doc, args):
         os.makedirs(dest, exist_ok=True)
         # LF as in the repository: the recipe's patches are LF, and git apply refuses a CRLF tree.
         run(["git", "init", "-q", dest], env=env)
-        run(["git", "-C", dest, "config", "core.autocrlf", "false"], env=env)
-        run(["git", "-C", dest, "remote", "add", "origin", src["url"]], env=env)
-        run(["git", "-C", dest, "fetch", "--depth", "1", "origin", src["ref"]], env=env)
-        run(["git", "-C", dest, "checkout", "-q", "FETCH_HEAD"], env=env)
+        run(git(dest, ["config", "core.autocrlf", "false"]), env=env)
+        run(git(dest, ["remote", "add", "origin", src["url"]]), env=env)
+        run(git(dest, ["fetch", "--depth", "1", "origin", src["ref"]], reading=False), env=env)
+        run(git(dest, ["checkout", "-q", "FETCH_HEAD"]), env=env)
         head = head_of(dest) or "?"
         if src.get("commit") and not head.startswith(src["commit"]):
             raise Failed("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], head, src["commit"]))
         if src.get("submodules"):
-            run(["git", "-C", dest, "-c", "core.autocrlf=false", "submodule", "update", "--init", "--recursive",
-                 "--depth", "1"], env=env)
+            run(git(dest, ["-c", "core.autocrlf=false", "submodule", "update", "--init", "--recursive", "--depth", "1"],
+                    reading=False), env=env)
     for patch in doc.get("patches", []):
         apply_patch(patch, dest)
     # An earlier cell's objects (another torch, the same Python) would be taken as up to date.
@@ -705,15 +713,74 @@ import zipfile
 # recipe patches
 
 
-def git_env(dest):
+# ------------------------------------------------------------------------------------------------
+# git on a tree imagegen did not write (docs/security.md): the one place every git call of imagegen,
+# its builder script and its Windows helper gets its flags. A tree's own .git/config (and what it
+# includes), its hooks and its .gitattributes can name commands git runs: an fsmonitor, hooks, clean/
+# smudge/process filters, textconv and external diff drivers, a pager, a lazy fetch of a partial
+# clone. `-c` wins over every config file, so each of those is switched off on the command line.
+
+GIT_NO_COMMANDS = ("core.fsmonitor=false", "core.hooksPath=" + os.devnull, "core.pager=cat", "core.askPass=",
+                   "diff.external=", "core.untrackedCache=false", "gc.auto=0", "maintenance.auto=false")
+# A call that only reads a tree reaches no network either (no lazy fetch, no proxy or ssh command).
+GIT_READ_ONLY = ("protocol.allow=never",)
+_DRIVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+_DRIVER_KEYS = re.compile(r"(?i)^(filter|diff|merge)\.(.+)\.(clean|smudge|process|required|textconv|command|driver)$")
+
+
+class UnsafeTree(Exception):
+    """A tree whose git config names a filter or diff driver no `-c` can switch off (a name with '=',
+    spaces or newlines): git is not run on it."""
+
+
+def git_env(dest, base=None):
     """The environment for git inside ``dest``. Inside another repository's work tree (a source tree
     vendored in the user's project, or a --src-dir without .git) `git apply` takes the patch's paths
     from that repository's root and silently skips them all, exit 0: stop git's search for a
-    repository at dest (dest's own .git still counts, a parent's does not)."""
-    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.abspath(dest)))
-    for var in ("GIT_DIR", "GIT_WORK_TREE"):
+    repository at dest (dest's own .git still counts, a parent's does not). No system-wide config or
+    attributes, no pager, no prompt, no lazy fetch, no external diff from the environment. ``base``:
+    the environment to start from (default: this process's)."""
+    env = dict(os.environ if base is None else base, GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.abspath(dest)), GIT_CONFIG_NOSYSTEM="1",
+               GIT_ATTR_NOSYSTEM="1", GIT_NO_LAZY_FETCH="1", GIT_PAGER="cat", GIT_TERMINAL_PROMPT="0",
+               GIT_OPTIONAL_LOCKS="0")
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_EXTERNAL_DIFF", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_PROXY_COMMAND"):
         env.pop(var, None)
     return env
+
+
+def git_cmd(dest, args, env=None, reading=True, git="git"):
+    """``git -C dest <no-commands flags> args``: git run on ``dest`` with no command of the tree's own
+    running (GIT_NO_COMMANDS; ``reading``: no network either). The filter, textconv, external diff
+    and merge drivers the tree's config defines are switched off by name, read first with `git config`
+    (which runs nothing). Raises UnsafeTree for a driver whose name cannot be switched off."""
+    base = [git, "-C", dest]
+    for item in GIT_NO_COMMANDS + (GIT_READ_ONLY if reading else ()):
+        base += ["-c", item]
+    env = git_env(dest) if env is None else env
+    try:
+        proc = subprocess.run(base + ["config", "-z", "--get-regexp", r"^(filter|diff|merge)\."], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+        listed = proc.stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    off = []
+    for item in listed.split("\0"):
+        m = _DRIVER_KEYS.match(item.split("\n", 1)[0])
+        if not m:
+            continue
+        kind, name = m.group(1).lower(), m.group(2)
+        if not _DRIVER_NAME.fullmatch(name):
+            raise UnsafeTree("its git config names the %s driver %r, which imagegen cannot switch off" % (kind, name[:60]))
+        keys = {"filter": ("clean=cat", "smudge=cat", "process=", "required=false"), "diff": ("textconv=", "command="),
+                "merge": ("driver=",)}[kind]
+        for key in keys:
+            item = "%s.%s.%s" % (kind, name, key)
+            if item not in off:
+                off.append(item)
+    for item in off:
+        base += ["-c", item]
+    return base + list(args)
 
 
 def apply_patch(patch, dest, log, fail, broken_hint):
@@ -727,8 +794,11 @@ def apply_patch(patch, dest, log, fail, broken_hint):
 
     def git_apply(*flags):
         try:
-            return subprocess.run(["git", "apply"] + list(flags) + ["-"], input=text, cwd=dest, env=env,
+            cmd = git_cmd(dest, ["apply"] + list(flags) + ["-"], env=env)
+            return subprocess.run(cmd, input=text, cwd=dest, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        except UnsafeTree as exc:
+            fail("cannot patch %s: %s" % (dest, exc))
         except OSError as exc:
             fail("cannot run git: %s" % exc)
 
