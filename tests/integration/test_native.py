@@ -45,33 +45,48 @@ def host_cuda_home() -> str:
 @pytest.fixture(scope="module")
 def shared_ccache(tmp_path_factory) -> dict[str, str]:
     """The environment of the native builds of the fixture for 8.0 below: the host's CUDA and one ccache
-    (CCACHE_DIR, as a user sets it). The first build compiles, the others take its objects, and each
-    still runs the package's whole build (setup.py, ninja, link, wheel, verify, import): the suite pays
-    for one compile, not three. The ccache test has a cold cache of its own."""
+    (CCACHE_DIR, as a user sets it). The first build (`first_build`) compiles into the empty cache, the
+    others take its objects, and each still runs the package's whole build (setup.py, ninja, link,
+    wheel, verify, import): the module pays for one compile, not five. Every test that uses the cache
+    asks for `first_build` too, so the cold build comes first whichever tests run."""
     if not shutil.which("ccache"):
         pytest.fail("ccache is required for this test: scripts/test.sh installs it (apt-get install ccache)")
     return {"CUDA_HOME": host_cuda_home(), "CCACHE_DIR": str(tmp_path_factory.mktemp("ccache"))}
 
 
-def test_native_build_verify_and_import(torch_venv, tmp_path, shared_ccache):
-    env = shared_ccache
+@pytest.fixture(scope="module")
+def first_build(torch_venv, shared_ccache, tmp_path_factory) -> dict:
+    """The module's first native build of the fixture for 8.0 (--flat), into the empty shared ccache."""
+    root = tmp_path_factory.mktemp("first-native")
     proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
-              "--out", tmp_path / "drive", "--flat", "--work", tmp_path / "work", env=env)
+              "--out", root / "drive", "--flat", "--work", root / "work", env=shared_ccache)
+    return {"proc": proc, "drive": root / "drive"}
+
+
+def ccache_counts(proc) -> tuple[int, int]:
+    """(hits, compilations) from the build's `ccache: H of N compilations from the cache` line."""
+    m = re.search(r"ccache: (\d+) of (\d+) compilations from the cache", proc.stdout + proc.stderr)
+    assert m, (proc.stdout + proc.stderr)[-3000:]
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_native_build_verify_and_import(torch_venv, first_build):
+    proc, drive = first_build["proc"], first_build["drive"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheel = Path(proc.stdout.strip().splitlines()[-1])
-    assert wheel.parent == tmp_path / "drive" and wheel.name == "tiny_kernel-0.1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
+    assert wheel.parent == drive and wheel.name == "tiny_kernel-0.1.0+cu130torch2.11-cp311-cp311-linux_x86_64.whl"
     assert "jobs: MAX_JOBS=" in proc.stderr  # the RAM-aware settings are printed before the build
     assert "smoke: {'tiny_kernel': 'ok'}" in proc.stderr
     report = verify_wheel(wheel, parse_arch_list("8.0"))
     assert report.ok and [str(e) for e in report.extensions[0].entries] == ["sm_80"]
-    assert not list((tmp_path / "drive").glob(".*partial"))
+    assert not list(drive.glob(".*partial"))
     # `imagegen verify` does the same for any wheel, import test included.
     proc = sh(IMAGEGEN, "verify", wheel, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python", "--json")
     (got,) = json.loads(proc.stdout)
     assert proc.returncode == 0 and got["ok"] and got["imports"] == {"tiny_kernel": "ok", "tiny_kernel._C": "ok"}
 
 
-def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv, tmp_path, shared_ccache):
+def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv, tmp_path, first_build, shared_ccache):
     # Without --flat the wheel goes through the same finish step as bake builds: verified, then
     # collected with its log copied beside it and a manifest entry recording the native facts.
     proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe", torch_venv / "bin" / "python",
@@ -100,7 +115,8 @@ diff --git a/tiny_kernel/__init__.py b/tiny_kernel/__init__.py
 """
 
 
-def test_native_build_of_a_local_tree_applies_the_recipes_patches_to_its_copy(torch_venv, tmp_path, shared_ccache):
+def test_native_build_of_a_local_tree_applies_the_recipes_patches_to_its_copy(torch_venv, tmp_path, first_build,
+                                                                          shared_ccache):
     # Found on the H100: a local SageAttention v2.2.0 tree built natively got none of the recipe's
     # patches (the container build of the same tree did) and the wheel failed its GPU check.
     recipes = tmp_path / "recipes"
@@ -189,23 +205,16 @@ def test_doctor_on_this_machine(torch_venv):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_native_rebuild_takes_its_objects_from_ccache(torch_venv, tmp_path):
+def test_native_rebuild_takes_its_objects_from_ccache(torch_venv, first_build, shared_ccache, tmp_path):
     # Each native build compiles in a new temporary folder; with CCACHE_DIR set the in-build script
-    # routes nvcc and the host compiler through ccache with paths relative to that folder, so the
-    # second build of the same tree compiles nothing.
-    if not shutil.which("ccache"):
-        pytest.fail("ccache is required for this test: scripts/test.sh installs it (apt-get install ccache)")
-    env = {"CUDA_HOME": host_cuda_home(), "CCACHE_DIR": str(tmp_path / "ccache")}
-    (tmp_path / "ccache").mkdir()
-    counts = []
-    for n in range(2):
-        proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe",
-                  torch_venv / "bin" / "python", "--out", tmp_path / f"out{n}", "--flat", "--work", tmp_path / f"work{n}",
-                  env=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        m = re.search(r"ccache: (\d+) of (\d+) compilations from the cache", proc.stdout + proc.stderr)
-        assert m, (proc.stdout + proc.stderr)[-3000:]
-        counts.append((int(m.group(1)), int(m.group(2))))
-    (first_hits, total), (second_hits, second_total) = counts
+    # routes nvcc and the host compiler through ccache with paths relative to that folder, so a
+    # second build of the same tree (here after the module's first, into the empty cache) compiles
+    # nothing.
+    assert first_build["proc"].returncode == 0, first_build["proc"].stderr[-3000:]
+    first_hits, total = ccache_counts(first_build["proc"])
     assert total > 0 and first_hits == 0
-    assert second_hits == second_total == total
+    proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe",
+              torch_venv / "bin" / "python", "--out", tmp_path / "out", "--flat", "--work", tmp_path / "work",
+              env=shared_ccache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ccache_counts(proc) == (total, total)

@@ -180,16 +180,21 @@ def test_stopping_children_installs_its_handlers_and_restores_the_previous_ones(
         pass
 
     previous = {sig: signal.getsignal(sig) for sig in interrupt.SIGNALS}
+    # Known dispositions, however the suite was started (a script's background job has SIGINT ignored,
+    # and an ignored signal stays ignored: the test below).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, mine)
     try:
         with interrupt.stopping_children():
             inside = {sig: signal.getsignal(sig) for sig in interrupt.SIGNALS}
         assert len(set(inside.values())) == 1 and inside[signal.SIGHUP] not in (mine, signal.SIG_DFL, signal.SIG_IGN)
         assert signal.getsignal(signal.SIGHUP) is mine
-        assert signal.getsignal(signal.SIGINT) == previous[signal.SIGINT]
-        assert signal.getsignal(signal.SIGTERM) == previous[signal.SIGTERM]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
-        signal.signal(signal.SIGHUP, previous[signal.SIGHUP])
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def test_outside_the_main_thread_stopping_children_does_nothing():

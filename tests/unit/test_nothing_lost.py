@@ -19,7 +19,7 @@ from imagegen import collect, wheelhouse
 from imagegen.executors import bake_run, results
 from imagegen.executors import buildx as execute
 from imagegen.finish import finish
-from imagegen.interrupt import descendants
+from imagegen.interrupt import SIGNALS, descendants
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import Plan, make_cell
@@ -125,8 +125,11 @@ def _signal_ends_the_tree(sig: int, tmp_path: Path) -> None:
     marker = f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 1000:03d}"
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(marker=marker))
+    # The child starts with the signal at its default, however the suite was started (a background job
+    # of a script inherits SIGINT ignored, and imagegen keeps an ignored signal ignored, as Python does).
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[2])
+                            cwd=Path(__file__).resolve().parents[2],
+                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in SIGNALS])
     try:
         assert _wait_for(lambda: len(_sleepers(marker)) == 2, 20), "the grandchildren did not start"
         os.kill(proc.pid, sig)  # to imagegen alone, as a CI runner or supervisor sends it
