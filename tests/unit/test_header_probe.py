@@ -40,7 +40,7 @@ STUBS = {"/w/stubs/cc": "/usr/bin/gcc", "/w/cuda/bin/nvcc": "/usr/local/cuda/bin
 def test_a_host_compile_becomes_a_preprocessing_probe_of_torch_extension_h():
     cmd = audit.probe_command("host", HOST, "/w/probe/imagegen_probe.cpp", "/w/probe/p0.out")
     assert cmd == ["-Wsign-compare", "-DNDEBUG", "-g", "-O3", "-fPIC", *INC, "-DTORCH_API_INCLUDE_EXTENSION_H",
-                   "-DTORCH_EXTENSION_NAME=_C", "-std=c++17",
+                   "-std=c++17",  # not -DTORCH_EXTENSION_NAME: per extension, and no header reads it
                    "-E", "-Wfatal-errors", "-x", "c++", "/w/probe/imagegen_probe.cpp", "-o", "/w/probe/p0.out"]
     full = audit.probe_command("host", HOST, "/w/probe/imagegen_probe.cpp", "/w/probe/p0.out", "full")
     assert full[-5:] == ["-fsyntax-only", "-Wfatal-errors", "-x", "c++", "/w/probe/imagegen_probe.cpp"]
@@ -64,6 +64,7 @@ def test_an_nvcc_compile_keeps_its_flags_and_only_its_lowest_target():
     (["--output-file=a.o", "--dependency-output=a.d", "-x", "cu", "-dc", "a.cu", "-DX=1"], ["-DX=1"]),
     (["-arch=sm_86", "-code", "sm_86", "--gpu-architecture", "compute_86", "-Xptxas", "-v"], ["-Xptxas", "-v"]),
     (["-ccbin=/w/stubs/cc", "-std", "c++20"], ["-ccbin=/usr/bin/gcc", "-std", "c++20"]),
+    (["-DTORCH_EXTENSION_NAME=_C", "-D", "TORCH_EXTENSION_NAME=_C", "-DX"], ["-DX"]),
     (["-isystem", "/x/include", "-include", "pre.h", "-odir", "/w/o", "-opt-info", "inline"],
      ["-isystem", "/x/include", "-include", "pre.h", "-opt-info", "inline"]),
 ])
@@ -129,8 +130,10 @@ ENV = {audit.REAL_ENV: json.dumps({"nvcc": ["/usr/local/cuda/bin/nvcc"], "cxx": 
 
 def test_extensions_with_identical_flags_are_probed_once(tmp_path):
     same = ("-std=c++20", "-O3")
-    records = [host_of("a", *same), nvcc_of("ka", "-gencode=arch=compute_80,code=sm_80", *same),
-               host_of("b", *same), nvcc_of("kb", "-gencode=arch=compute_80,code=sm_80", *same),
+    records = [host_of("a", *same, "-DTORCH_EXTENSION_NAME=_a"),
+               nvcc_of("ka", "-gencode=arch=compute_80,code=sm_80", *same, "-DTORCH_EXTENSION_NAME=_a"),
+               host_of("b", *same, "-DTORCH_EXTENSION_NAME=_b"),
+               nvcc_of("kb", "-gencode=arch=compute_80,code=sm_80", *same, "-DTORCH_EXTENSION_NAME=_b"),
                host_of("c", "-std=c++17"),
                link("_a", f"{BUILD}/a.o", f"{BUILD}/ka.o"), link("_b", f"{BUILD}/b.o", f"{BUILD}/kb.o"),
                link("_c", f"{BUILD}/c.o")]

@@ -580,6 +580,9 @@ _DROP_PREFIX = ("-MF", "--dependency-output=", "-MT", "-MQ", "--dependency-targe
                 "--generate-code=", "-arch=", "--gpu-architecture=", "-code=", "--gpu-code=", "-odir=",
                 "--output-directory=", "--time=", "-x=", "--x=", "-Wp,-MD", "-Wp,-MMD")
 _CCBIN = ("-ccbin", "--compiler-bindir")
+# torch's BuildExtension defines the extension's name for PYBIND11_MODULE in its own sources; no
+# header reads it, and without it the extensions of one package share their flag sets (one probe).
+_OWN_NAME = "-DTORCH_EXTENSION_NAME="
 
 
 def probe_mode(env):
@@ -617,15 +620,18 @@ def lowest_target(argv):
 
 def probe_flags(argv, stubs=None):
     """A recorded command line without what the probe replaces: its sources and objects, -c, -o,
-    dependency files, the language and GPU targets (shell words, in order; ``stubs`` maps a stand-in's
-    path, e.g. nvcc's -ccbin, to the real tool's)."""
+    dependency files, the language, GPU targets and -DTORCH_EXTENSION_NAME (shell words, in order;
+    ``stubs`` maps a stand-in's path, e.g. nvcc's -ccbin, to the real tool's)."""
     stubs = stubs or {}
     out = []
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in _DROP_WITH_VALUE:
+        if a in _DROP_WITH_VALUE or (a == "-D" and argv[i + 1:i + 2] and argv[i + 1].startswith(_OWN_NAME[2:])):
             i += 2
+            continue
+        if a.startswith(_OWN_NAME):
+            i += 1
             continue
         if a in _DROP or a.startswith(_DROP_PREFIX) or (a.startswith("-o") and len(a) > 2 and not a.startswith(("-opt", "-odir"))):
             i += 1
