@@ -152,6 +152,8 @@ class AuditReport:
     unlinked: int  # nvcc compiles no extension links (a custom build step): their targets are not judged
     probe_mode: str = ""  # on (preprocess), full (parse), off; "" from a report written before the probe
     probe_seconds: float = 0.0
+    # Do the package's sources include ATen/cuda/ headers? (None: not known; judged as if they do.)
+    probe_aten_cuda: bool | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> "AuditReport":
@@ -183,6 +185,7 @@ class AuditReport:
             unlinked=len(data.get("unlinked_cuda_compiles") or []) if isinstance(data.get("unlinked_cuda_compiles"), list) else 0,
             probe_mode=_text(probe.get("mode") or ""),
             probe_seconds=float(probe["seconds"]) if isinstance(probe.get("seconds"), (int, float)) else 0.0,
+            probe_aten_cuda=probe["aten_cuda_included"] if isinstance(probe.get("aten_cuda_included"), bool) else None,
         )
 
     @classmethod
@@ -293,7 +296,7 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
     if report.unlinked:
         notes.append(f"{report.unlinked} nvcc compile(s) not linked into any extension were not judged")
 
-    _judge_probe(report, refusals, notes)
+    _judge_probe(report, refusals, warnings, notes)
     if torch is not None:
         # Every extension includes torch's headers (host-only ones too): a standard they #error under
         # fails the build at its first compile.
@@ -390,9 +393,11 @@ def probe_fix(error: str) -> str:
     return ""
 
 
-def _judge_probe(report: AuditReport, refusals: list[str], notes: list[str]) -> None:
+def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], notes: list[str]) -> None:
     """Refuse each extension whose header probe failed, one line per failure (extensions that share a
-    flag set share the line); note probes that could not run."""
+    flag set share the line); note probes that could not run. nvcc's probe includes
+    ATen/cuda/CUDAContext.h: an error there (a toolkit without cusparse.h) is a warning when the
+    package's own sources include no ATen/cuda/ header (the build may never need it)."""
     failed: dict[tuple[str, str], list[str]] = {}
     not_run: dict[tuple[str, str], list[str]] = {}
     for ext in report.extensions:
@@ -403,8 +408,14 @@ def _judge_probe(report: AuditReport, refusals: list[str], notes: list[str]) -> 
                 not_run.setdefault((p.compiler, p.error), []).append(ext.module)
     for (compiler, error), modules in failed.items():
         fix = probe_fix(error)
-        refusals.append(f"{', '.join(dict.fromkeys(modules))}: torch's headers do not compile with {compiler} and the"
-                        f" build's own flags (header probe): {error or 'no error line'}" + (f"; {fix}" if fix else "")
+        what = ", ".join(dict.fromkeys(modules))
+        if error.startswith("ATen/cuda/") and report.probe_aten_cuda is False:
+            warnings.append(f"{what}: ATen/cuda/CUDAContext.h does not compile with {compiler} and the build's own flags"
+                            f" (header probe): {error}" + (f"; {fix}" if fix else "")
+                            + "; the package's sources include no ATen/cuda/ header, so its build may not need it")
+            continue
+        refusals.append(f"{what}: torch's headers do not compile with {compiler} and the build's own flags (header"
+                        f" probe): {error or 'no error line'}" + (f"; {fix}" if fix else "")
                         + " (IMAGEGEN_AUDIT_PROBE=0 skips the probe)")
     for (compiler, error), modules in not_run.items():
         notes.append(f"header probe with {compiler} for {', '.join(dict.fromkeys(modules))} did not run: {error}")

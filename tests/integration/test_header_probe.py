@@ -125,14 +125,25 @@ def _cpp_extension_facts(site: Path) -> tuple[list[str], list[str]]:
     return [str(include), str(include / "torch" / "csrc" / "api" / "include")], nvcc_flags
 
 
-def _records(site: Path, cuda_home: Path, py_include: str, std: str, tmp: Path, modules=("_C",)) -> list[dict]:
+KERNEL = """#include <torch/extension.h>
+%s
+__global__ void add_one(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.f; }
+"""
+
+
+def _records(site: Path, cuda_home: Path, py_include: str, std: str, tmp: Path, modules=("_C",),
+             stream_header: str = "#include <ATen/cuda/CUDAContext.h>") -> list[dict]:
     """What the audit's stand-ins record for a package with one .cpp and one .cu per extension whose
-    setup.py hard-codes ``-std=STD`` for both compilers (torch adds its own -std only without one)."""
+    setup.py hard-codes ``-std=STD`` for both compilers (torch adds its own -std only without one);
+    the package's sources are written too (the audit reads whether they include ATen/cuda/ headers)."""
     torch_includes, nvcc_common = _cpp_extension_facts(site)
     includes = [f"-I{p}" for p in (*torch_includes, str(cuda_home / "include"), py_include)]
     build, src = tmp / "build" / "temp.linux-x86_64-cpython-311", tmp / "src"
+    (src / "csrc").mkdir(parents=True, exist_ok=True)
     records = []
     for module in modules:
+        (src / "csrc" / f"{module}.cpp").write_text("#include <torch/extension.h>\n")
+        (src / "csrc" / f"{module}_k.cu").write_text(KERNEL % stream_header)
         defines = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-DTORCH_EXTENSION_NAME={module}"]
         cxx = ["-MMD", "-MF", f"{build}/{module}.o.d", "-Wsign-compare", "-DNDEBUG", "-g", "-fwrapv", "-O3", "-Wall",
                "-fPIC", *includes, "-c", f"{src}/csrc/{module}.cpp", "-o", f"{build}/{module}.o", "-O3", f"-std={std}",
@@ -153,7 +164,7 @@ def _audit(records, real, tmp: Path, mode: str = "on"):
     env = dict(os.environ, **{imagegen_audit.REAL_ENV: json.dumps(real)})
     report = imagegen_audit.fold(records, str(tmp / "src"))
     report.update({"ok": True, "exit": 0, "seconds": 0.0})
-    imagegen_audit.add_probe(report, records, env, str(tmp), mode)
+    imagegen_audit.add_probe(report, records, env, str(tmp), mode, str(tmp / "src"))
     verdict = judge(AuditReport.from_json(report), recipe_name="pkg", version_label="0.1",
                     requested=parse_arch_list("8.0 9.0a"), nvcc=Version("13.0"))
     for run in report["probe"]["runs"]:
@@ -203,6 +214,17 @@ def test_a_toolkit_without_cusparse_h_is_refused_naming_it(headers, compilers, t
         f"pkg._C: torch's headers do not compile with nvcc and the build's own flags (header probe): {runs['nvcc']['error']};"
         " the CUDA toolkit (CUDA_HOME) has no cusparse.h: install its cusparse headers (the toolkit's cusparse development"
         " package, or the nvidia-cusparse wheel's include/ on the include path) (IMAGEGEN_AUDIT_PROBE=0 skips the probe)",)
+
+
+def test_without_atens_cuda_headers_in_its_sources_a_missing_cusparse_h_is_a_warning(headers, compilers, toolkits,
+                                                                                     tmp_path):
+    # The package includes torch/extension.h only: its build never reads cusparse.h.
+    site, _ = headers
+    real, py_include = compilers
+    records = _records(site, toolkits["no-cusparse"], py_include, "c++20", tmp_path, stream_header="")
+    report, verdict = _audit(records, real, tmp_path)
+    assert report["probe"]["aten_cuda_included"] is False
+    assert verdict.ok and any("cusparse.h" in w and "its build may not need it" in w for w in verdict.warnings), verdict
 
 
 def test_what_was_fetched(headers):

@@ -272,6 +272,38 @@ def test_the_judgement_names_the_missing_toolkit_header():
     assert probe_fix("x.h(40): error: identifier \"foo\" is undefined") == ""
 
 
+def test_a_missing_cuda_header_the_package_never_includes_is_a_warning():
+    error = "ATen/cuda/CUDAContextLight.h:10:10: fatal error: cusparse.h: No such file or directory"
+    r = probed(("pkg._a", [run_of("g++", True), run_of("nvcc", False, error)]))
+    for aten_cuda, refused in ((True, True), (None, True), (False, False)):
+        report = AuditReport.from_json({"ok": True, "exit": 0, "seconds": 6.0,
+                                        "probe": {"mode": "on", "seconds": 2.5, "aten_cuda_included": aten_cuda},
+                                        "extensions": [{"module": "pkg._a", "sass": ["sm_90"], "probe": [
+                                            run_of("g++", True), run_of("nvcc", False, error)]}]})
+        v = verdict(report)
+        assert (not v.ok) is refused, aten_cuda
+        if not refused:
+            assert v.warnings == (f"pkg._a: ATen/cuda/CUDAContext.h does not compile with nvcc and the build's own flags"
+                                  f" (header probe): {error}; the CUDA toolkit (CUDA_HOME) has no cusparse.h: install its"
+                                  " cusparse headers (the toolkit's cusparse development package, or the nvidia-cusparse"
+                                  " wheel's include/ on the include path); the package's sources include no ATen/cuda/"
+                                  " header, so its build may not need it",)
+    assert not verdict(r).ok  # a report without the answer: as if they did
+
+
+def test_includes_aten_cuda_reads_the_source_tree(tmp_path):
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "k.cu").write_text("#include <torch/extension.h>\n")
+    (tmp_path / "README.md").write_text("uses ATen/cuda/CUDAContext.h")  # not code
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "gen.h").write_text("#include <ATen/cuda/CUDAContext.h>")  # build output: skipped
+    assert audit.includes_aten_cuda(str(tmp_path)) is False
+    (tmp_path / "csrc" / "util.cuh").write_text('#include "ATen/cuda/CUDAContext.h"\n')
+    assert audit.includes_aten_cuda(str(tmp_path)) is True
+    assert audit.includes_aten_cuda(str(tmp_path / "nope")) is None
+    assert audit.includes_aten_cuda(str(tmp_path), max_files=1) is True  # too big to read: the strict answer
+
+
 def test_a_passing_skipped_or_unrun_probe_does_not_refuse():
     v = verdict(probed(("pkg._a", [run_of("g++", True), run_of("nvcc", True)])))
     assert v.ok and v.notes == ("header probe: torch's headers preprocessed with the flags of 1 extension(s) in 2.5 s",)

@@ -817,14 +817,47 @@ def stub_paths(work, real):
     return out
 
 
-def add_probe(report, records, env, work, mode=None):
+_CODE_FILE = re.compile(r"\.(cu|cuh|cpp|cc|cxx|c\+\+|h|hh|hpp|hxx|inl|inc)$")
+
+
+def includes_aten_cuda(src_root, max_files=20000, max_bytes=256 << 20):
+    """Does the package's source include an ATen/cuda/ header (CUDAContext.h and what it needs:
+    cusparse.h, cublas_v2.h, ...)? None when there is no tree to read; True when the tree is too big
+    to read whole (the strict answer)."""
+    if not src_root or not os.path.isdir(src_root):
+        return None
+    files = read = 0
+    for folder, dirs, names in os.walk(src_root):
+        dirs[:] = [d for d in dirs if d not in (".git", "build", "dist", "__pycache__")]
+        for name in names:
+            if not _CODE_FILE.search(name):
+                continue
+            files += 1
+            path = os.path.join(folder, name)
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read(max_bytes - read)
+            except OSError:
+                continue
+            read += len(data)
+            if b"ATen/cuda/" in data:
+                return True
+            if files >= max_files or read >= max_bytes:
+                return True
+    return False
+
+
+def add_probe(report, records, env, work, mode=None, src_root=None):
     """Run the header probe on an audit's records and put its results into ``report``: the section
-    ``probe`` (mode, seconds, one entry per distinct flag set) and each extension's ``probe`` list."""
+    ``probe`` (mode, seconds, one entry per distinct flag set, whether the package's own sources
+    include ATen/cuda/ headers: the nvcc probe includes CUDAContext.h whether or not they do) and each
+    extension's ``probe`` list."""
     mode = mode or probe_mode(env)
     if mode == "off":
         report["probe"] = {"mode": "off", "seconds": 0.0, "runs": [], "not_probed": 0}
         return report
     section, per_module = run_probes(records, env, work, mode)
+    section["aten_cuda_included"] = includes_aten_cuda(src_root)
     report["probe"] = section
     for ext in report.get("extensions", []):
         ext["probe"] = per_module.get(ext["module"], [])

@@ -1233,7 +1233,7 @@ def cmd_audit(cell, args):
         report = imagegen_audit.fold(recorded, os.path.realpath(os.path.join(work, "src")))
         if rc == 0:
             # the header probe: torch's headers compiled with each extension's own flags (seconds)
-            imagegen_audit.add_probe(report, recorded, env, work, "off" if args.no_probe else None)
+            imagegen_audit.add_probe(report, recorded, env, work, "off" if args.no_probe else None, tree)
             _log_probe(report["probe"])
         report.update({
             "schema": 1,
