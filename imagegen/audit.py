@@ -287,6 +287,7 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
         refusals.append(f"{name}: its own build stops before compiling anything (exit {report.exit}): {why}"
                         " (this is the package's build with the flags imagegen would pass; --no-audit skips the audit)")
         return Verdict(report, tuple(refusals), tuple(warnings), tuple(notes))
+    _judge_probe(report, refusals, warnings, notes)
     cuda_exts = [e for e in report.extensions if e.compiles_cuda]
     if not cuda_exts:
         hint = f" ({force_hint})" if force_hint else ""
@@ -296,7 +297,6 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
     if report.unlinked:
         notes.append(f"{report.unlinked} nvcc compile(s) not linked into any extension were not judged")
 
-    _judge_probe(report, refusals, warnings, notes)
     if torch is not None:
         # Every extension includes torch's headers (host-only ones too): a standard they #error under
         # fails the build at its first compile.

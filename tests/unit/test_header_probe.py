@@ -109,6 +109,24 @@ def nvcc_of(src, *extra):
     return rec("nvcc", [*INC, "-c", f"{SRC}/{src}.cu", "-o", f"{BUILD}/{src}.o", *extra])
 
 
+@pytest.fixture()
+def torch_headers(monkeypatch):
+    """The records' include paths need not exist: every compile counts as one of torch's headers."""
+    monkeypatch.setattr(audit, "has_torch_headers", lambda argv, cwd: True)
+
+
+def test_only_compiles_with_torchs_include_folder_are_probed(tmp_path):
+    (tmp_path / "site" / "torch" / "include" / "torch").mkdir(parents=True)
+    (tmp_path / "site" / "torch" / "include" / "torch" / "extension.h").write_text("")
+    assert audit.has_torch_headers(["-c", "a.cpp", f"-I{tmp_path}/site/torch/include"], "/")
+    assert audit.has_torch_headers(["-isystem", "site/torch/include"], str(tmp_path))  # relative to the compile's folder
+    assert not audit.has_torch_headers(["-I/usr/include/python3.11", "-c", "a.cpp"], "/")
+    records = [rec("cxx", ["-I/usr/include", "-c", f"{SRC}/plain.cpp", "-o", f"{BUILD}/plain.o"]),
+               link("_plain", f"{BUILD}/plain.o")]
+    section, per_module = audit.run_probes(records, ENV, str(tmp_path), runner=Runner())
+    assert section["runs"] == [] and per_module == {}
+
+
 class Runner:
     """Stands in for the compilers: answers each probe from ``answers`` (substring of the arguments ->
     (exit status, output)), exit 0 otherwise; remembers what it ran."""
@@ -128,7 +146,7 @@ class Runner:
 ENV = {audit.REAL_ENV: json.dumps({"nvcc": ["/usr/local/cuda/bin/nvcc"], "cxx": ["g++"], "cc": ["gcc"]})}
 
 
-def test_extensions_with_identical_flags_are_probed_once(tmp_path):
+def test_extensions_with_identical_flags_are_probed_once(tmp_path, torch_headers):
     same = ("-std=c++20", "-O3")
     records = [host_of("a", *same, "-DTORCH_EXTENSION_NAME=_a"),
                nvcc_of("ka", "-gencode=arch=compute_80,code=sm_80", *same, "-DTORCH_EXTENSION_NAME=_a"),
@@ -151,7 +169,7 @@ def test_extensions_with_identical_flags_are_probed_once(tmp_path):
         "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n")
 
 
-def test_the_number_of_probes_is_bounded(tmp_path):
+def test_the_number_of_probes_is_bounded(tmp_path, torch_headers):
     records = [host_of(f"s{i}", f"-DV={i}") for i in range(5)] + [link("_x", *(f"{BUILD}/s{i}.o" for i in range(5)))]
     section, _ = audit.run_probes(records, ENV, str(tmp_path), runner=Runner(), limit=3)
     assert len(section["runs"]) == 3 and section["not_probed"] == 2
@@ -162,7 +180,7 @@ STD_ERROR = ("/site/torch/include/torch/csrc/api/include/torch/all.h:5:2: error:
 CUSPARSE = "/site/torch/include/ATen/cuda/CUDAContextLight.h:10:10: fatal error: cusparse.h: No such file or directory"
 
 
-def test_a_failed_probe_reports_the_first_error_line_from_the_headers_path(tmp_path):
+def test_a_failed_probe_reports_the_first_error_line_from_the_headers_path(tmp_path, torch_headers):
     records = [host_of("a", "-std=c++17"), nvcc_of("k", "-std=c++20"), link("_a", f"{BUILD}/a.o", f"{BUILD}/k.o")]
     runner = Runner({"-std=c++17": (1, f"In file included from x.h:1,\n{STD_ERROR}\n    5 | #error C++20\ncompilation terminated due to -Wfatal-errors.\n"),
                      "-std=c++20": (1, f"{CUSPARSE}\ncompilation terminated.\n")})
@@ -197,7 +215,7 @@ def test_first_error_reads_gcc_nvcc_and_edg_lines():
         .startswith("torch/csrc/api/include/torch/all.h:5:2: error: #error")
 
 
-def test_a_compiler_that_cannot_run_is_not_a_failure(tmp_path):
+def test_a_compiler_that_cannot_run_is_not_a_failure(tmp_path, torch_headers):
     records = [host_of("a"), link("_a", f"{BUILD}/a.o")]
     env = {audit.REAL_ENV: json.dumps({"cxx": ["/nonexistent/g++"]})}
     section, per_module = audit.run_probes(records, env, str(tmp_path))

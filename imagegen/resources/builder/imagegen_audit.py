@@ -607,6 +607,12 @@ def probe_kind(tool, argv):
     return "host" if cxx_lang or any(_CXX_SOURCE.search(s) for s in sources) else None
 
 
+def has_torch_headers(argv, cwd):
+    """Is torch's include folder on this compile's include path? (cpp_extension puts it there; a
+    plain C++ or CUDA extension that does not use torch is not probed.)"""
+    return any(os.path.isfile(os.path.join(cwd, d, "torch", "extension.h")) for d in _include_dirs(argv))
+
+
 def lowest_target(argv):
     """The lowest GPU target of an nvcc call, as a PTX-only -gencode (what the probe keeps): the
     probe needs __CUDA_ARCH_LIST__ as the build defines it, not code for every arch."""
@@ -725,7 +731,7 @@ def run_probes(records, env, work, mode="on", stubs=None, runner=None, limit=PRO
     for module, recs in groups:
         for r in recs:
             kind = probe_kind(r["tool"], r["argv"])
-            if kind is None:
+            if kind is None or not has_torch_headers(r["argv"], r["cwd"]):
                 continue
             flags = probe_flags(r["argv"], stubs) + (lowest_target(r["argv"]) if kind == "nvcc" else [])
             key = (r["tool"], r["cwd"], tuple(flags))
