@@ -546,8 +546,11 @@ def read_records(log):
 # The records say what each compile would be asked; they cannot say whether torch's headers compile
 # that way (torch 2.14's #error below C++20, a toolkit without cusparse.h). The probe runs the real
 # compilers on one small unit per distinct flag set: the recorded command line with its source,
-# output, dependency files and GPU targets replaced (nvcc keeps its lowest target, PTX only). The
-# host compiler gets torch/extension.h, nvcc that and ATen/cuda/CUDAContext.h.
+# output, dependency files and GPU targets replaced. nvcc gets no target (its own default): the
+# probe stops before any device code is compiled (cicc, ptxas), the host-side pass it runs does not
+# depend on the arch, a target nvcc cannot compile is the gencode audit's finding, not the headers',
+# and extensions that differ only in their targets (one per arch family) share one probe. The host
+# compiler gets torch/extension.h, nvcc that and ATen/cuda/CUDAContext.h.
 #
 # By default both only preprocess (-E, -Wfatal-errors): #error guards (the C++ standard, compiler
 # versions) and missing headers, ~2 s of CPU each. Parsing costs far more (torch 2.14's headers:
@@ -613,17 +616,6 @@ def has_torch_headers(argv, cwd):
     return any(os.path.isfile(os.path.join(cwd, d, "torch", "extension.h")) for d in _include_dirs(argv))
 
 
-def lowest_target(argv):
-    """The lowest GPU target of an nvcc call, as a PTX-only -gencode (what the probe keeps): the
-    probe needs __CUDA_ARCH_LIST__ as the build defines it, not code for every arch."""
-    found = [arch for kind, arch in nvcc_targets(argv) if kind in ("sass", "ptx")]
-    if not found:
-        return []
-    arch = min(found, key=_arch_order)
-    virtual = "compute_" + arch.split("_", 1)[1]
-    return ["-gencode=arch=%s,code=%s" % (virtual, virtual)]
-
-
 def probe_flags(argv, stubs=None):
     """A recorded command line without what the probe replaces: its sources and objects, -c, -o,
     dependency files, the language, GPU targets and -DTORCH_EXTENSION_NAME (shell words, in order;
@@ -664,10 +656,9 @@ def probe_command(kind, argv, unit, out, mode="on", stubs=None):
         if mode == "full":
             return flags + ["-fsyntax-only", "-Wfatal-errors", "-x", "c++", unit]
         return flags + ["-E", "-Wfatal-errors", "-x", "c++", unit, "-o", out]
-    target = lowest_target(argv)
     if mode == "full":
-        return flags + target + ["-Xcudafe", "--error_limit=1", "-c", "-x", "cu", unit, "-o", out]
-    return flags + target + ["-Xcompiler=-Wfatal-errors", "-E", "-x", "cu", unit, "-o", out]
+        return flags + ["-Xcudafe", "--error_limit=1", "-c", "-x", "cu", unit, "-o", out]
+    return flags + ["-Xcompiler=-Wfatal-errors", "-E", "-x", "cu", unit, "-o", out]
 
 
 def _include_dirs(argv):
@@ -733,7 +724,7 @@ def run_probes(records, env, work, mode="on", stubs=None, runner=None, limit=PRO
             kind = probe_kind(r["tool"], r["argv"])
             if kind is None or not has_torch_headers(r["argv"], r["cwd"]):
                 continue
-            flags = probe_flags(r["argv"], stubs) + (lowest_target(r["argv"]) if kind == "nvcc" else [])
+            flags = probe_flags(r["argv"], stubs)
             key = (r["tool"], r["cwd"], tuple(flags))
             if key not in distinct:
                 distinct[key] = {"kind": kind, "tool": r["tool"], "cwd": r["cwd"], "argv": r["argv"], "modules": []}
