@@ -1259,11 +1259,11 @@ def _log_probe(probe):
     if probe["mode"] == "off":
         log("audit: header probe skipped (%s=0 / --no-probe)" % "IMAGEGEN_AUDIT_PROBE")
         return
-    for run in probe["runs"]:
-        state = {True: "ok", False: "FAILED", None: "not run"}[run["ok"]]
+    for probed in probe["runs"]:
+        state = {True: "ok", False: "FAILED", None: "not run"}[probed["ok"]]
         log("audit: header probe (%s, %s) %s in %.1f s for %s%s" % (
-            run["compiler"], run["what"], state, run["seconds"], ", ".join(run["modules"]),
-            ": " + run["error"] if run["error"] else ""))
+            probed["compiler"], probed["what"], state, probed["seconds"], ", ".join(probed["modules"]),
+            ": " + probed["error"] if probed["error"] else ""))
 
 
 def _run_audit_build(cmd, env, cwd, timeout):
