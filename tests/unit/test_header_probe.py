@@ -205,8 +205,17 @@ def test_first_error_reads_gcc_nvcc_and_edg_lines():
     assert audit.first_error("nvcc fatal   : Value 'c++99' is not defined for option 'std'") \
         == "nvcc fatal   : Value 'c++99' is not defined for option 'std'"
     assert audit.first_error("In file included from a.h:3,\n                 from b.h:4:\n") == ""
+    assert audit.first_error("g++: error: unrecognized command-line option '-fbogus'") \
+        == "g++: error: unrecognized command-line option '-fbogus'"
+    assert audit.first_error("cc1plus: warning: x\nx.h:3:1: note: error here") == ""
     assert audit.first_error(STD_ERROR, ["/site/torch/include", "/site/torch/include/torch/csrc/api/include"]) \
         .startswith("torch/csrc/api/include/torch/all.h:5:2: error: #error")
+
+
+def test_the_compiler_is_named_past_its_ccache_wrapper():
+    assert audit._compiler_name("cxx", {"cxx": ["/usr/bin/ccache", "g++-12"]}) == "g++-12"
+    assert audit._compiler_name("nvcc", {"nvcc": ["/usr/local/cuda/bin/nvcc"]}) == "nvcc"
+    assert audit._compiler_name("cc", {}) == "cc"
 
 
 def test_a_compiler_that_cannot_run_is_not_a_failure(tmp_path, torch_headers):

@@ -598,7 +598,9 @@ def probe_mode(env):
 
 def probe_kind(tool, argv):
     """"nvcc", "host" (a C++ compile by a GCC/Clang-like compiler) or None (not probed: C, MSVC, a
-    link)."""
+    link, anything on Windows)."""
+    if os.name == "nt":
+        return None  # MSVC hosts: not probed (yet)
     if tool == "nvcc":
         return "nvcc"
     if tool not in ("cc", "cxx") or "-shared" in argv:
@@ -673,7 +675,8 @@ def _include_dirs(argv):
     return dirs
 
 
-_FIRST_ERROR = re.compile(r"(?:^|:\d+(?::\d+)?: |\(\d+\): )(?:fatal |catastrophic )?error\b|^\S*(?:nvcc|cc1plus|cicc|cudafe\+\+) (?:fatal|error)\s*:")
+_FIRST_ERROR = re.compile(r"(?:^|:\d+(?::\d+)?: |\(\d+\): )(?:fatal |catastrophic )?error\b"
+                          r"|^\S*(?:nvcc|cc1plus|cicc|cudafe\+\+) (?:fatal|error)\s*:|^[\w.+/-]+: (?:fatal )?error:")
 
 
 def first_error(text, include_dirs=()):
@@ -704,8 +707,10 @@ def _probe_outcome(rc, text, include_dirs):
 
 
 def _compiler_name(tool, real):
-    cmd = real.get(tool) or []
-    return os.path.basename(cmd[0]) if cmd else tool
+    """g++, nvcc: the compiler's name, past a ccache/sccache wrapper."""
+    words = [os.path.basename(w) for w in real.get(tool) or [] if not w.startswith("-")]
+    words = [w for w in words if w not in ("ccache", "sccache")] or words
+    return words[0] if words else tool
 
 
 def run_probes(records, env, work, mode="on", stubs=None, runner=None, limit=PROBE_MAX):
