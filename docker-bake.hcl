@@ -19,6 +19,11 @@ variable "IMAGEGEN_NVCC_THREADS" {
   default = ""
 }
 
+# the audit's header probe: 0 skips it, full parses torch's headers too
+variable "IMAGEGEN_AUDIT_PROBE" {
+  default = ""
+}
+
 # CA bundle passed to builds as the pip_cert secret
 variable "IMAGEGEN_PIP_CERT" {
   default = "/etc/ssl/certs/ca-certificates.crt"
@@ -60,6 +65,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
@@ -79,6 +85,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
@@ -98,6 +105,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
@@ -117,6 +125,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
@@ -136,6 +145,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
@@ -155,6 +165,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
@@ -174,6 +185,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
@@ -193,6 +205,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
@@ -212,6 +225,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
@@ -231,6 +245,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
@@ -250,6 +265,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
@@ -269,6 +285,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
     TORCH_CUDA_ARCH_LIST = IMAGEGEN_TORCH_CUDA_ARCH_LIST != "" ? IMAGEGEN_TORCH_CUDA_ARCH_LIST : null
     MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
+    IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
   secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]

@@ -126,9 +126,12 @@ FROM builder AS audit
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
+# the header probe (torch's headers through the real compilers with each extension's flags): 0 skips it
+ARG IMAGEGEN_AUDIT_PROBE=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
-    NVCC_THREADS=${NVCC_THREADS}
+    NVCC_THREADS=${NVCC_THREADS} \
+    IMAGEGEN_AUDIT_PROBE=${IMAGEGEN_AUDIT_PROBE}
 RUN python /imagegen/imagegen_build.py audit --out /imagegen/audit/audit.json
 
 # The audit report alone, for `--target audit-report --output type=local`.
@@ -147,7 +150,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=0413d03efbd01e0e
+    IMAGEGEN_INPUTS=45d23be102f2ad8e
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -157,7 +160,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="0413d03efbd01e0e"
+      io.imagegen.inputs="45d23be102f2ad8e"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -13,7 +13,10 @@ the recipe and nvcc:
   build compiles archs nobody asked for (a hard-coded list that ignores ``--arch``);
 - judge each extension's C++ standard (the ``-std`` / ``/std:`` its compiles pass, nvcc's and the host
   compiler's) against the cell's torch: refuse one its headers ``#error`` under (C++17 with torch
-  2.14), warn about one older than torch's own default (C++17 with torch 2.12/2.13).
+  2.14), warn about one older than torch's own default (C++17 with torch 2.12/2.13);
+- refuse an extension whose **header probe** failed: the script ran the real compilers on torch's
+  headers with that extension's recorded flags, and the compiler's first error line says why
+  (torch 2.14's ``#error`` below C++20, a CUDA toolkit without ``cusparse.h``).
 
 The verdict and the table go into ``imagegen plan --audit`` and the cell's manifest.
 """
@@ -68,6 +71,35 @@ def _strs(value: Any, limit: int = _MAX_TARGETS) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class ProbeRun:
+    """One header probe of an extension: torch's headers through ``compiler`` with its flags."""
+
+    compiler: str  # g++, nvcc
+    tool: str  # cxx, cc, nvcc (the stand-in that recorded the flags)
+    what: str  # preprocess, parse
+    ok: bool | None  # None: the probe could not run (no compiler, timed out)
+    error: str
+    seconds: float
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ProbeRun | None":
+        if not isinstance(data, dict):
+            return None
+        ok = data.get("ok")
+        seconds = data.get("seconds")
+        return cls(compiler=_text(data.get("compiler") or data.get("tool") or "?"), tool=_text(data.get("tool") or "?"),
+                   what=_text(data.get("what") or "preprocess"), ok=ok if isinstance(ok, bool) else None,
+                   error=_text(data.get("error") or ""),
+                   seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0)
+
+
+def _probes(value: Any) -> tuple[ProbeRun, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(p for p in (ProbeRun.from_json(v) for v in value[:20]) if p is not None)
+
+
+@dataclass(frozen=True)
 class ExtensionAudit:
     """One extension the build links: its module name and what nvcc was asked to produce for it."""
 
@@ -80,6 +112,8 @@ class ExtensionAudit:
     nvcc_flags: tuple[str, ...]
     # (tool, the arguments that choose the C++ standard) per kind of compile: ("nvcc", ("-std=c++17",)).
     std_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The header probe's runs for its flag sets (() when the probe was off or the report predates it).
+    probe: tuple[ProbeRun, ...] = ()
 
     @property
     def lowest_std(self) -> CxxStd | None:
@@ -116,6 +150,10 @@ class AuditReport:
     error_lines: tuple[str, ...]
     extensions: tuple[ExtensionAudit, ...]
     unlinked: int  # nvcc compiles no extension links (a custom build step): their targets are not judged
+    probe_mode: str = ""  # on (preprocess), full (parse), off; "" from a report written before the probe
+    probe_seconds: float = 0.0
+    # Do the package's sources include ATen/cuda/ headers? (None: not known; judged as if they do.)
+    probe_aten_cuda: bool | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> "AuditReport":
@@ -133,8 +171,10 @@ class AuditReport:
                 cuda_sources=len(cuda_sources),
                 nvcc_flags=_strs(e.get("nvcc_flags"), 60),
                 std_args=_std_args(e.get("std_args")),
+                probe=_probes(e.get("probe")),
             ))
         env = data.get("env") if isinstance(data.get("env"), dict) else {}
+        probe = data.get("probe") if isinstance(data.get("probe"), dict) else {}
         return cls(
             ok=data.get("ok") is True,
             exit=int(data["exit"]) if isinstance(data.get("exit"), int) else -1,
@@ -143,6 +183,9 @@ class AuditReport:
             error_lines=_strs(data.get("error_lines"), 12),
             extensions=tuple(exts),
             unlinked=len(data.get("unlinked_cuda_compiles") or []) if isinstance(data.get("unlinked_cuda_compiles"), list) else 0,
+            probe_mode=_text(probe.get("mode") or ""),
+            probe_seconds=float(probe["seconds"]) if isinstance(probe.get("seconds"), (int, float)) else 0.0,
+            probe_aten_cuda=probe["aten_cuda_included"] if isinstance(probe.get("aten_cuda_included"), bool) else None,
         )
 
     @classmethod
@@ -197,12 +240,16 @@ class Verdict:
             "warnings": list(self.warnings),
             "notes": list(self.notes),
             "seconds": self.report.seconds,
+            **({"probe": {"mode": self.report.probe_mode, "seconds": self.report.probe_seconds}}
+               if self.report.probe_mode else {}),
             "build_exit": self.report.exit,
             "env": dict(self.report.env),
             "extensions": [
                 {"module": e.module, "sass": list(e.sass), "ptx": list(e.ptx), "other": list(e.other),
                  "sources": e.sources, "cuda_sources": e.cuda_sources, "nvcc_flags": list(e.nvcc_flags),
-                 **({"cxx_std": e.lowest_std.flag} if e.lowest_std is not None else {})}
+                 **({"cxx_std": e.lowest_std.flag} if e.lowest_std is not None else {}),
+                 **({"probe": [{"compiler": p.compiler, "what": p.what, "ok": p.ok, "error": p.error,
+                                "seconds": p.seconds} for p in e.probe]} if e.probe else {})}
                 for e in self.report.extensions
             ],
         }
@@ -240,6 +287,7 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
         refusals.append(f"{name}: its own build stops before compiling anything (exit {report.exit}): {why}"
                         " (this is the package's build with the flags imagegen would pass; --no-audit skips the audit)")
         return Verdict(report, tuple(refusals), tuple(warnings), tuple(notes))
+    _judge_probe(report, refusals, warnings, notes)
     cuda_exts = [e for e in report.extensions if e.compiles_cuda]
     if not cuda_exts:
         hint = f" ({force_hint})" if force_hint else ""
@@ -317,6 +365,68 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
                 warnings.append(f"{', '.join(missing)} would not carry {label} (requested); "
                                 f"{', '.join(ok_exts)} would")
     return Verdict(report, tuple(dict.fromkeys(refusals)), tuple(dict.fromkeys(warnings)), tuple(notes))
+
+
+_MISSING_HEADER = re.compile(r"(?:fatal error|catastrophic error): (?:cannot open source file \"?)?([\w./+-]+\.h(?:pp)?)\b")
+_NEEDS_STD = re.compile(r"C\+\+(\d\d) or later")
+# Headers torch's CUDA headers include that a minimal CUDA toolkit (nvcc and the runtime only) lacks.
+_TOOLKIT_PARTS = {"cusparse.h": "cusparse", "cublas_v2.h": "cublas", "cublasLt.h": "cublas", "cublas.h": "cublas",
+                  "cusolverDn.h": "cusolver", "cusolver_common.h": "cusolver", "cufft.h": "cufft",
+                  "curand.h": "curand", "nvrtc.h": "nvrtc", "cudnn.h": "cudnn", "nccl.h": "nccl",
+                  "nvToolsExt.h": "nvtx", "cudss.h": "cudss"}
+
+
+def probe_fix(error: str) -> str:
+    """What to do about a header probe's first error line ("" when it says nothing we know)."""
+    m = _NEEDS_STD.search(error)
+    if m:
+        return (f"build with -std=c++{m.group(1)} (a recipe fix: by_torch patch, or the package's release that picks"
+                " the standard from torch)")
+    m = _MISSING_HEADER.search(error)
+    if m:
+        header = m.group(1).rsplit("/", 1)[-1]
+        part = _TOOLKIT_PARTS.get(header)
+        if part:
+            return (f"the CUDA toolkit (CUDA_HOME) has no {header}: install its {part} headers"
+                    f" (the toolkit's {part} development package, or the nvidia-{part} wheel's include/ on the include path)")
+        return f"{header} is not on the include path: install what provides it"
+    return ""
+
+
+def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], notes: list[str]) -> None:
+    """Refuse each extension whose header probe failed, one line per failure (extensions that share a
+    flag set share the line); note probes that could not run. nvcc's probe includes
+    ATen/cuda/CUDAContext.h: an error there (a toolkit without cusparse.h) is a warning when the
+    package's own sources include no ATen/cuda/ header (the build may never need it)."""
+    failed: dict[tuple[str, str], list[str]] = {}
+    not_run: dict[tuple[str, str], list[str]] = {}
+    for ext in report.extensions:
+        for p in ext.probe:
+            if p.ok is False:
+                failed.setdefault((p.compiler, p.error), []).append(ext.module)
+            elif p.ok is None:
+                not_run.setdefault((p.compiler, p.error), []).append(ext.module)
+    for (compiler, error), modules in failed.items():
+        fix = probe_fix(error)
+        what = ", ".join(dict.fromkeys(modules))
+        if error.startswith("ATen/cuda/") and report.probe_aten_cuda is False:
+            warnings.append(f"{what}: ATen/cuda/CUDAContext.h does not compile with {compiler} and the build's own flags"
+                            f" (header probe): {error}" + (f"; {fix}" if fix else "")
+                            + "; the package's sources include no ATen/cuda/ header, so its build may not need it")
+            continue
+        refusals.append(f"{what}: torch's headers do not compile with {compiler} and the build's own flags (header"
+                        f" probe): {error or 'no error line'}" + (f"; {fix}" if fix else "")
+                        + " (IMAGEGEN_AUDIT_PROBE=0 skips the probe)")
+    for (compiler, error), modules in not_run.items():
+        notes.append(f"header probe with {compiler} for {', '.join(dict.fromkeys(modules))} did not run: {error}")
+    mode = report.probe_mode
+    if mode == "off":
+        notes.append("header probe skipped (IMAGEGEN_AUDIT_PROBE=0 / --no-probe)")
+    elif mode and not failed:
+        probed = sum(1 for e in report.extensions if e.probe)
+        what = "parsed" if mode == "full" else "preprocessed"
+        notes.append(f"header probe: torch's headers {what} with the flags of {probed} extension(s) in"
+                     f" {report.probe_seconds:.1f} s" if probed else "header probe: no C++ or CUDA compile to probe")
 
 
 def str_target(t: CudaArch) -> str:
@@ -407,5 +517,5 @@ def refuse(cell: Any, verdict: Verdict) -> CompatError:
     return CompatError(f"cannot build {cell.describe()}: the gencode audit refuses it: " + "; ".join(verdict.refusals))
 
 
-__all__ = ["AuditReport", "ExtensionAudit", "Verdict", "judge", "judge_cell", "parse_target", "refuse",
-           "run_script_audit"]
+__all__ = ["AuditReport", "ExtensionAudit", "ProbeRun", "Verdict", "judge", "judge_cell", "parse_target", "probe_fix",
+           "refuse", "run_script_audit"]

@@ -3,6 +3,7 @@ exports of every cell, the CA bundle as a secret, and the call to buildx bake th
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,11 @@ from imagegen.wheelhouse import Finisher
 def bake_variables(ca: str) -> dict[str, str]:
     """The variables every bake imagegen runs sets: the CA bundle's path (the pip_cert secret), no
     local-folder entitlement prompt, and the file's own defaults for the arch and job overrides, not
-    whatever the caller's environment holds."""
+    whatever the caller's environment holds; the header probe's switch is the caller's
+    (IMAGEGEN_AUDIT_PROBE=0 imagegen build ... skips it, as natively)."""
     return {"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca,
-            "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": ""}
+            "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": "",
+            "IMAGEGEN_AUDIT_PROBE": os.environ.get("IMAGEGEN_AUDIT_PROBE", "")}
 
 
 def run_bake(file: Path, targets: list[str], logs: TargetLogs,

@@ -32,6 +32,7 @@ VARIABLES = {
     "IMAGEGEN_TORCH_CUDA_ARCH_LIST": ("TORCH_CUDA_ARCH_LIST", "GPU archs for every target, e.g. 8.0;9.0+PTX"),
     "IMAGEGEN_MAX_JOBS": ("MAX_JOBS", "parallel compile jobs per target (empty: sized from free RAM)"),
     "IMAGEGEN_NVCC_THREADS": ("NVCC_THREADS", "nvcc --threads per job"),
+    "IMAGEGEN_AUDIT_PROBE": ("IMAGEGEN_AUDIT_PROBE", "the audit's header probe: 0 skips it, full parses torch's headers too"),
 }
 CA_VARIABLE = "IMAGEGEN_PIP_CERT"
 CA_DEFAULT = "/etc/ssl/certs/ca-certificates.crt"

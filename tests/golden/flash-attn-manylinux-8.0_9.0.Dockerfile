@@ -116,9 +116,12 @@ FROM builder AS audit
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
+# the header probe (torch's headers through the real compilers with each extension's flags): 0 skips it
+ARG IMAGEGEN_AUDIT_PROBE=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
-    NVCC_THREADS=${NVCC_THREADS}
+    NVCC_THREADS=${NVCC_THREADS} \
+    IMAGEGEN_AUDIT_PROBE=${IMAGEGEN_AUDIT_PROBE}
 RUN python /imagegen/imagegen_build.py audit --out /imagegen/audit/audit.json
 
 # The audit report alone, for `--target audit-report --output type=local`.
@@ -137,7 +140,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0 \
-    IMAGEGEN_INPUTS=492a85331a7a47cf
+    IMAGEGEN_INPUTS=899bd571809f3c53
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -147,7 +150,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0" \
-      io.imagegen.inputs="492a85331a7a47cf"
+      io.imagegen.inputs="899bd571809f3c53"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

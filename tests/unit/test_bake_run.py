@@ -23,13 +23,18 @@ from imagegen.render.bake import build_definition
 from tests.unit.executor_fixtures import FIXTURES, FakeBake, output_dest, tiny_cell
 
 
-def test_every_bake_sets_the_ca_bundle_and_blanks_the_overrides():
+def test_every_bake_sets_the_ca_bundle_and_blanks_the_overrides(monkeypatch):
+    monkeypatch.delenv("IMAGEGEN_AUDIT_PROBE", raising=False)
     assert bake_variables("/etc/ca.pem") == {
         "BUILDX_BAKE_ENTITLEMENTS_FS": "0",  # no prompt for the local folders the bake file names
         "IMAGEGEN_PIP_CERT": "/etc/ca.pem",
         # The file's own defaults, not whatever the caller's environment holds.
         "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": "",
+        "IMAGEGEN_AUDIT_PROBE": "",
     }
+    # ...except the header probe's switch: IMAGEGEN_AUDIT_PROBE=0 imagegen build skips it, as natively
+    monkeypatch.setenv("IMAGEGEN_AUDIT_PROBE", "0")
+    assert bake_variables("/etc/ca.pem")["IMAGEGEN_AUDIT_PROBE"] == "0"
 
 
 def test_the_ca_bundle_is_the_first_existing_one_pip_would_use(tmp_path, monkeypatch):

@@ -1259,7 +1259,12 @@ def cmd_audit(cell, args):
             log("audit: $ " + " ".join(cmd))
             rc, output = _run_audit_build(cmd, env, work, args.timeout)
         text = output.decode("utf-8", "replace")
-        report = imagegen_audit.fold(imagegen_audit.read_records(records), os.path.realpath(os.path.join(work, "src")))
+        recorded = imagegen_audit.read_records(records)
+        report = imagegen_audit.fold(recorded, os.path.realpath(os.path.join(work, "src")))
+        if rc == 0:
+            # the header probe: torch's headers compiled with each extension's own flags (seconds)
+            imagegen_audit.add_probe(report, recorded, env, work, "off" if args.no_probe else None, tree)
+            _log_probe(report["probe"])
         report.update({
             "schema": 1,
             "ok": rc == 0,
@@ -1278,6 +1283,17 @@ def cmd_audit(cell, args):
     log("audit: %s in %.1f s: %d extension(s)%s" % ("ok" if report["ok"] else "the build failed", report["seconds"], n,
                                                   "".join("; %s: %s" % (e["module"], " ".join(e["sass"] + e["ptx"]) or "no CUDA")
                                                           for e in report["extensions"])))
+
+
+def _log_probe(probe):
+    if probe["mode"] == "off":
+        log("audit: header probe skipped (%s=0 / --no-probe)" % "IMAGEGEN_AUDIT_PROBE")
+        return
+    for probed in probe["runs"]:
+        state = {True: "ok", False: "FAILED", None: "not run"}[probed["ok"]]
+        log("audit: header probe (%s, %s) %s in %.1f s for %s%s" % (
+            probed["compiler"], probed["what"], state, probed["seconds"], ", ".join(probed["modules"]),
+            ": " + probed["error"] if probed["error"] else ""))
 
 
 def _run_audit_build(cmd, env, cwd, timeout):
@@ -1313,6 +1329,8 @@ def main(argv=None):
     au = sub.add_parser("audit")
     au.add_argument("--out", required=True, help="write the audit report (JSON) here")
     au.add_argument("--timeout", type=float, default=900)
+    au.add_argument("--no-probe", action="store_true", help="skip the header probe (torch's headers compiled with"
+                    " each extension's recorded flags); IMAGEGEN_AUDIT_PROBE=0 does the same, =full parses with nvcc too")
     gc = sub.add_parser("gpu-check")
     gc.add_argument("--wheels", required=True, help="the folder of the wheels the smoke step installed")
     gc.add_argument("--check", required=True, help="JSON: the recipe, the CDI device and the check's code")
