@@ -118,6 +118,10 @@ wait_for() {  # $1 OUT, $2 seconds
 case $cmd in
   start)
     out=$1; shift
+    for spec in "$@"; do  # a stray word (a wait time, say) would otherwise run as a recipe named so
+      IFS='|' read -r recipe src arch <<< "$spec"
+      [ -n "$recipe" ] && [ -d "$src" ] && [ -n "$arch" ] || { echo "not RECIPE|SRC|ARCH with SRC a folder: '$spec'"; exit 64; }
+    done
     rm -rf "$results" && mkdir -p "$results"
     i=0
     for spec in "$@"; do  # copy the sources now: later calls need not carry them

@@ -172,6 +172,26 @@ def test_mamba_ssm_build_what_ran_at_once_and_the_recipes_figure():
         in (results / "build.err").read_text()
 
 
+def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
+    # flash-attn 2.8.3 for 9.0 on the H100 (docs/gpu-results/2026-11-27-flash-attn): one extension, 72
+    # .cu files of one chain each (FLASH_ATTN_CUDA_ARCHS=90: sm_90 SASS only), --threads 4 that one
+    # chain cannot use: 16 nvcc x 1 busy thread, 68.6 GiB over idle. The recipe's 5.0 per thread
+    # printed ~96 GB (imagegen's GB are GiB: MemTotal / 2**20): 1.4x the measured peak, on the safe side.
+    results = ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn" / "proof1"
+    report = json.loads((results / "audit.json").read_text())
+    measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
+    recipe = load_catalogue().get("flash-attn")
+    profile = jobs.load_profile(report, recipe.source_memory_gb)
+    assert [(e.chains, e.threads) for e in profile] == [((1,) * 72, 4)]
+    est = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb)
+    assert (est.nvcc, est.threads, est.gb) == (16, 16, 96.0)
+    assert measured <= est.gb <= measured * 1.5
+    # PR #2079's low end, 3 GB per thread, would have promised less than this build took
+    assert jobs.peak_estimate(profile, 16, 4, 3.0).gb < measured
+    assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~96 GB peak) from the audit: 16 nvcc at once, 16 busy threads" \
+        in (results / "build.err").read_text()
+
+
 def test_extensions_without_ext_parallel_build_one_after_another():
     profile = (jobs.ExtensionLoad("a", (2, 2, 2)), jobs.ExtensionLoad("b", (4,)))
     est = jobs.peak_estimate(profile, 8, 8, 1.0, host_gb=0.5)

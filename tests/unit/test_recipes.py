@@ -484,3 +484,16 @@ def test_mamba_ssm_gpu_check_runs_forward_and_backward_in_every_input_dtype():
                    "torch.float16", "torch.bfloat16", "return_last_state=True", "if not err < tol[itype]"):
         assert needed in check, needed
     assert "assert not failed" in check
+
+
+def test_flash_attn_gpu_check_runs_forward_and_backward_for_both_dtypes_and_three_head_dims():
+    # The H100 run of 2026-11-27 (docs/verification.md): the check that ran there compares flash_attn_func's
+    # output and the gradients of q, k and v with attention computed in fp32, for fp16 and bf16, head dims
+    # 64/128/256, causal and not, against PyTorch's own error in the same dtype (flash-attention's test
+    # criterion), NaN failing; the former check ran one forward kernel (fp16, hdim 128, causal).
+    check = load_catalogue().get("flash-attn").smoke.gpu_check
+    compile(check, "gpu_check", "exec")
+    for needed in ("from flash_attn import flash_attn_func", "out.backward(dout)", "(torch.float16, torch.bfloat16)",
+                   "(64, 128, 256)", "(False, True)", "err == err and err <= 2 * pt_err + 1e-3",
+                   "[t.float() for t in qkv]"):
+        assert needed in check, needed
