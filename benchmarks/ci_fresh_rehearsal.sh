@@ -47,6 +47,7 @@ say "machine reset: docker $(docker --version 2>/dev/null | cut -d, -f1 || echo 
 
 # 4. A clean clone, then CI's own command.
 clone=$(mktemp -d /tmp/ci-fresh.XXXXXX)
+chmod 755 "$clone"  # as a CI checkout is: a test runs the CLI as `nobody` (mktemp -d makes it 0700)
 git clone -q --branch "$BRANCH" "$REPO" "$clone/repo"
 say "running .ci/run in $clone/repo (log: $LOG)"
 start=$SECONDS

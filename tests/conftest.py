@@ -111,8 +111,11 @@ def pytest_configure(config: pytest.Config) -> None:
 # scheduler's own (xdist's loadgroup renames node ids, which pytest 9.2 no longer lets it do).
 SHARED_GROUPS = {"test_audit": "torch-venv", "test_failfast": "torch-venv", "test_native": "torch-venv",
                  "test_repair": "torch-venv", "test_engine_bases": "torch-image", "test_engine_offline": "torch-image"}
-HEAVIEST_FIRST = ["test_prebuilt", "test_builders", "torch-venv", "torch-image", "test_engine_build",
-                  "test_engine_catalogue", "test_engine_signals", "test_engine_audit", "test_prebuilt_arm64",
+# Measured on a fresh machine (benchmarks/RESULTS.md): test_prebuilt ~11 min (its 8.8 GB push and pull),
+# test_engine_catalogue ~9 (a real package's cold compile: last, it was the run's tail), the torch image
+# group ~6, torch-venv ~4.5, test_builders ~4, test_engine_build ~3.
+HEAVIEST_FIRST = ["test_prebuilt", "test_engine_catalogue", "torch-image", "torch-venv", "test_builders",
+                  "test_engine_build", "test_engine_signals", "test_engine_audit", "test_prebuilt_arm64",
                   "test_gpu_access_engine"]
 
 
