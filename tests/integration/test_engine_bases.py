@@ -15,7 +15,6 @@ The torch image installs torch from PyPI through the same pip cache mount the bu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +25,6 @@ from imagegen.verify import verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
-BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
 MISSING = "127.0.0.1:9/imagegen-missing/python:3.11"  # port 9 (discard): nothing answers there
 IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
 SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"

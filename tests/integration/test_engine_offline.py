@@ -15,7 +15,6 @@ torch and the CUDA toolkit from PyPI while making the base image, through the pi
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,6 @@ from imagegen.verify import verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
-BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
 IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0"]
 NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"

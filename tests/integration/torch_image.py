@@ -2,7 +2,7 @@
 CUDA 13.0 toolkit from PyPI under /usr/local/cuda, as a user's air-gapped image or runpod's have theirs:
 the fallback base image of test_engine_bases.py and the offline base image of test_engine_offline.py.
 One image for both (each was its own torch install, minutes on 2 cores): the `torch_image` fixture of
-conftest.py, session-scoped, in the xdist group both modules share.
+tests/integration/conftest.py, session-scoped; both modules are in one worker group (tests/conftest.py).
 
 Made online from the test base image (Debian's python3.11 with g++, git, make, its -dev and -venv
 packages; no ccache), torch and the toolkit installed by a throwaway venv's uv (how the image gets its
