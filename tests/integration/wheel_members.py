@@ -9,7 +9,6 @@ A server that ignores ranges gets the whole file instead (what ``pip download`` 
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import time
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from imagegen.refresh import project_files
+
 INDEX = os.environ.get("IMAGEGEN_TEST_INDEX_URL", "https://pypi.org/simple").rstrip("/")
 TAIL = 4 << 20  # the table of contents of torch's wheel is ~1.5 MB
 GAP = 8 << 20  # members this close together are fetched in one request
@@ -27,9 +28,7 @@ GAP = 8 << 20  # members this close together are fetched in one request
 def wheel_url(project: str, version: str, platform: str = "manylinux", machine: str = "x86_64") -> tuple[str, str, int]:
     """The file name, download address and size of ``project``'s wheel ``version`` for Linux x86_64
     (cp311 where it has one per Python) from the index's JSON form (PEP 691)."""
-    req = urllib.request.Request(f"{INDEX}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        files = json.load(resp)["files"]
+    files = project_files(INDEX, project)
     prefix = project.replace("-", "_") + "-" + version + "-"
     found = [f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith(".whl")
              and platform in f["filename"] and machine in f["filename"]]
