@@ -77,10 +77,13 @@ def test_extension_split_stays_within_the_budget_and_agrees_with_the_builder(tot
 # --------------------------------------------------------------- the peak-RAM model from the audit
 
 
-def recorded(case: str) -> tuple[tuple[jobs.ExtensionLoad, ...], float]:
-    report = json.loads((RESULTS / case / "audit.json").read_text())
-    measured = json.loads((RESULTS / case / "mem.json").read_text())["peak_over_baseline_gib"]
-    return jobs.load_profile(report), measured
+def recorded(case: str, results: Path = RESULTS,
+             source_memory_gb=None) -> tuple[tuple[jobs.ExtensionLoad, ...], float]:
+    """A recorded GPU run's load profile (its audit, with a recipe's per-source figures) and its
+    measured peak over idle in GiB."""
+    report = json.loads((results / case / "audit.json").read_text())
+    measured = json.loads((results / case / "mem.json").read_text())["peak_over_baseline_gib"]
+    return jobs.load_profile(report, source_memory_gb), measured
 
 
 def test_chains_are_distinct_virtual_archs():
@@ -157,11 +160,9 @@ def test_mamba_ssm_build_what_ran_at_once_and_the_recipes_figure():
     # mamba-ssm 2.3.2.post1 on the H100 (docs/gpu-results/2026-11-27-mamba): one extension, 9 .cu files
     # (MAX_JOBS 16 leaves all at once), the fixed list of 9 archs each, setup.py's --threads 4:
     # 9 nvcc x 4 busy threads, 18.4 GiB over idle. The former figure (2.0, none measured) printed ~81 GB.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-mamba" / "proof1"
-    report = json.loads((results / "audit.json").read_text())
-    measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
+    results = ROOT / "docs" / "gpu-results" / "2026-11-27-mamba"
     recipe = load_catalogue().get("mamba-ssm")
-    profile = jobs.load_profile(report, recipe.source_memory_gb)
+    profile, measured = recorded("proof1", results, recipe.source_memory_gb)
     assert [(e.chains, e.threads) for e in profile] == [((9,) * 9, 4)]
     est = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb)
     assert (est.nvcc, est.threads) == (9, 36)
@@ -169,7 +170,7 @@ def test_mamba_ssm_build_what_ran_at_once_and_the_recipes_figure():
     assert jobs.peak_estimate(profile, 16, 4, 2.0).gb > measured * 4  # what the run printed: ~81 GB
     # the printed budget line of that run, which scripts/gpu/proof_multiarch.sh parses
     assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~81 GB peak) from the audit: 9 nvcc at once, 36 busy threads" \
-        in (results / "build.err").read_text()
+        in (results / "proof1" / "build.err").read_text()
 
 
 def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
@@ -177,11 +178,9 @@ def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
     # .cu files of one chain each (FLASH_ATTN_CUDA_ARCHS=90: sm_90 SASS only), --threads 4 that one
     # chain cannot use: 16 nvcc x 1 busy thread, 68.6 GiB over idle. The recipe's 5.0 per thread
     # printed ~96 GB (imagegen's GB are GiB: MemTotal / 2**20): 1.4x the measured peak, on the safe side.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn" / "proof1"
-    report = json.loads((results / "audit.json").read_text())
-    measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
+    results = ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn"
     recipe = load_catalogue().get("flash-attn")
-    profile = jobs.load_profile(report, recipe.source_memory_gb)
+    profile, measured = recorded("proof1", results, recipe.source_memory_gb)
     assert [(e.chains, e.threads) for e in profile] == [((1,) * 72, 4)]
     est = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb)
     assert (est.nvcc, est.threads, est.gb) == (16, 16, 96.0)
@@ -189,7 +188,7 @@ def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
     # PR #2079's low end, 3 GB per thread, would have promised less than this build took
     assert jobs.peak_estimate(profile, 16, 4, 3.0).gb < measured
     assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~96 GB peak) from the audit: 16 nvcc at once, 16 busy threads" \
-        in (results / "build.err").read_text()
+        in (results / "proof1" / "build.err").read_text()
 
 
 def test_extensions_without_ext_parallel_build_one_after_another():
