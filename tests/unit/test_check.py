@@ -287,14 +287,13 @@ def test_help_names_the_exit_codes():
 
 def test_unpacked_wheel_goes_away(tmp_path):
     """Nothing of the wheel is left behind (Importer's temporary folder is removed)."""
-    import tempfile
-
-    before = {p.name for p in Path(tempfile.gettempdir()).glob("imagegen-smoke-*")}
+    # A temporary folder of its own: other tests, running beside this one, unpack wheels in /tmp too.
+    temp = tmp_path / "temp"
+    temp.mkdir()
     wheel = demo_wheel(tmp_path)
     proc = imagegen("check", wheel, "--recipe-dir", recipe_dir(tmp_path, PASSING),
-                    env={"PYTHONPATH": str(fake_torch(tmp_path, cuda=True))})
+                    env={"PYTHONPATH": str(fake_torch(tmp_path, cuda=True)), "TMPDIR": str(temp)})
     assert proc.returncode == 0
-    after = {p.name for p in Path(tempfile.gettempdir()).glob("imagegen-smoke-*")}
-    assert after <= before
+    assert list(temp.iterdir()) == []
     with zipfile.ZipFile(wheel) as zf:  # and the wheel itself is untouched
         assert "demo_kernel/__init__.py" in zf.namelist()

@@ -347,6 +347,10 @@ def _gpu_check_step(tmp_path, monkeypatch, code, *, available=True, timeout=None
 
 
 def test_gpu_check_passes_writes_its_report_and_the_wheels_record(tmp_path, monkeypatch, capsys):
+    # A temporary folder of its own: other tests, running beside this one, run gpu checks in /tmp too.
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     code = "import torch\nassert torch.cuda.is_available()\nprint('cosine 0.9993')\n"
     exited, logs, record = _gpu_check_step(tmp_path, monkeypatch, code)
     assert exited is None
@@ -358,7 +362,7 @@ def test_gpu_check_passes_writes_its_report_and_the_wheels_record(tmp_path, monk
     assert doc["wheel"] == WHEEL and doc["gpu_check"]["ok"] is True and doc["gpu_check"] == report
     out = capsys.readouterr().out
     assert "gpu check: cosine 0.9993" in out and "gpu check: passed on Fake H100 (9.0)" in out
-    assert not list(Path(tempfile.gettempdir()).glob("imagegen-gpu-check-*/sageattention_gpu_check.py"))
+    assert list(temp.iterdir()) == []
 
 
 def test_a_failing_gpu_check_fails_the_step_and_leaves_the_record_alone(tmp_path, monkeypatch, capsys):
