@@ -19,6 +19,7 @@ from imagegen.commands import building, checking, images, planning, rendering
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.model import compat
 from imagegen.model.recipes import FETCH_KINDS
+from imagegen.plan import default_policy, defaults
 from imagegen.render import workflow as ci
 
 
@@ -37,13 +38,19 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     kw = {"action": "append"} if many else {}
+    p.epilog = f"Cells: {default_policy()}; a plan's notes say what was passed over and why."
     p.add_argument("--arch", **kw, help="GPU archs: 12.0+PTX, 8.0;9.0, sm_90a, Hopper, H100 ... " + ("(repeat for several arch sets)" if many else ""))
-    p.add_argument("--torch", **kw, help="torch series or release: 2.8 or 2.8.0" + (" (repeatable)" if many else ""))
-    p.add_argument("--cuda", **kw, help="CUDA variant: 12.8 or cu128" + (" (repeatable)" if many else ""))
-    p.add_argument("--python", **kw, help="CPython version: 3.12" + (" (repeatable)" if many else ""))
+    p.add_argument("--torch", **kw, help="torch series or release: 2.8 or 2.8.0" + (" (repeatable)" if many else "")
+                   + "; default: the newest torch the recipe can build")
+    p.add_argument("--cuda", **kw, help="CUDA variant: 12.8 or cu128" + (" (repeatable)" if many else "")
+                   + "; default: the torch's PyPI CUDA")
+    p.add_argument("--python", **kw, help="CPython version: 3.12" + (" (repeatable)" if many else "")
+                   + f"; default: {defaults()['python']} where the torch has it")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a package's own build"
                    " variable, e.g. FLASH_ATTENTION_DISABLE_BACKWARD=TRUE (repeatable; the ones imagegen sets are refused)")
-    p.add_argument("--flavor", choices=compat.container_flavors(), help="builder base-image family (default: runpod;"
+    p.add_argument("--flavor", choices=compat.container_flavors(), help="builder base-image family (default:"
+                   f" {defaults()['flavor']}, else {' or '.join(defaults().get('flavor_fallbacks') or ['none'])} where"
+                   f" {defaults()['flavor']} has no image for the cell's CUDA;"
                    " imagegen/resources/compat/base_images.yaml lists them)")
     p.add_argument("--base-image", **kw, metavar="[CUDA=]IMAGE[,FALLBACK]", help="use this base image instead of the"
                    " flavor's catalogue image; CUDA=IMAGE for the cells of one CUDA version (12.8=IMAGE); IMAGE,FALLBACK"
@@ -117,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("render", help="print a builder Dockerfile for one cell", description=(
-        "Render the builder Dockerfile for one recipe and cell. Unspecified torch/CUDA/Python are filled with"
-        " the newest combination that can build the requested archs."))
+        "Render the builder Dockerfile for one recipe and cell: the one cell plan, bake and build make of the"
+        " same flags."))
     p.add_argument("recipe", nargs="?", help="recipe name or alias (sage, flash-attn, ...) or a path to a local project")
     _add_cell_args(p, many=False)
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
@@ -140,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
 
     p = sub.add_parser("plan", help="expand the matrix and explain every cell", description=(
-        "Expand recipes x torch x CUDA x Python x arch into cells and say, for each, whether it can build and why not."))
+        "Expand recipes x the torch, CUDA, Python and arch values given into cells and say, for each, whether it"
+        " can build and why not."))
     _add_matrix_args(p)
     _add_json(p)
     p.add_argument("--only", choices=("buildable", "rejected", "skipped"), help="show only cells with this status")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from imagegen import safety
 from imagegen.config import Config
-from imagegen.errors import ImagegenError, UsageError
+from imagegen.errors import UsageError
 from imagegen.model import compat
 from imagegen.model.layout import DEFAULT_LAYOUT, check_layout
 from imagegen.plan import defaults
@@ -21,7 +21,8 @@ from imagegen.plan import defaults
 @dataclass(frozen=True)
 class Options:
     config: Config
-    flavor: str
+    flavor: str  # --flavor, else the config's, else the default (flavor_given False: fallbacks may apply)
+    flavor_given: bool
     # One image for every cell, or per CUDA variant: {"cu128": IMAGE, "*": IMAGE} (base_images)
     base_image: str | dict[str, str] | None
     torch_index_url: str | None
@@ -29,12 +30,14 @@ class Options:
     out: Path  # where wheels go (the config's out, else wheelhouse)
     out_given: bool  # --out, or a config file that may set it (bake writes a relative path then)
     recipes: tuple[str, ...]  # named on the command line, else the config matrix's (empty: every recipe)
-    torch: tuple[str, ...]  # the matrix: flags, else the config matrix, else the defaults
+    # The values given per axis: flags, else the config matrix; empty: the axis is filled per cell by
+    # the one default policy (plan.choose_cell: newest torch that builds, its PyPI CUDA, Python 3.12).
+    torch: tuple[str, ...]
     cuda: tuple[str, ...]
     python: tuple[str, ...]
     archs: tuple[str, ...]  # arch lists, one per --arch (a matrix takes several)
     # One cell (render): what was given, else the config matrix's last entry (the newest listed),
-    # else None (render chooses the newest combination that builds).
+    # else None (the default policy fills it).
     torch_one: str | None
     cuda_one: str | None
     python_one: str | None
@@ -107,25 +110,6 @@ def base_images(values) -> str | dict[str, str] | None:
     return out["*"] if list(out) == ["*"] else out
 
 
-def _for_torch(torches: tuple[str, ...], axis: str, default: list[str]) -> list[str]:
-    """The default CUDA variants or Pythons, narrowed to what the torch series asked for publish; where
-    none of the defaults fits (a series newer than the defaults: torch 2.15 is cu132, Python >= 3.11),
-    what that series publishes."""
-    series = []
-    for t in torches:
-        try:
-            series.append(compat.torch_series(t)[0])
-        except ImagegenError:  # an unknown series is reported by the plan, with what to do
-            return default
-    if axis == "cuda":
-        published = [f"{int(c[2:-1])}.{c[-1]}" for s in series for c in s.cuda]
-        fits = [c for c in default if c in published]
-    else:
-        published = [p for s in series for p in s.pythons]
-        fits = [p for p in default if p in published]
-    return fits or sorted(set(published), key=lambda v: tuple(int(x) for x in v.split(".")))
-
-
 def resolve(args: argparse.Namespace, config: Config) -> Options:
     d = defaults()
     m = config.matrix
@@ -135,20 +119,21 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
     out = _flag(args, "out")
     # The wheelhouse written below it: never the root, the home folder or a system folder.
     safety.wheelhouse_folder(Path(out) if out else config.out, "--out", UsageError)
-    torches = _unique(torch or m.torch or d["matrix"]["torch"])
+    flavor = _flag(args, "flavor") or config.flavor
     return Options(
         config=config,
-        flavor=_flag(args, "flavor") or config.flavor or d["flavor"],
+        flavor=flavor or d["flavor"],
+        flavor_given=bool(flavor),
         base_image=base_images(_flag(args, "base_image")) or config.base_image,
         torch_index_url=config.torch_index_url,
         registry=_flag(args, "registry") or config.registry,
         out=Path(out) if out else config.out,
         out_given=bool(out or config.path),
         recipes=tuple(_flag(args, "recipes") or ()) or tuple(m.recipes),
-        torch=torches,
-        cuda=_unique(cuda or m.cuda or _for_torch(torches, "cuda", d["matrix"]["cuda"])),
-        python=_unique(python or m.python or _for_torch(torches, "python", d["matrix"]["python"])),
-        archs=arch or ((m.arch,) if m.arch else (d["matrix"]["arch"],)),
+        torch=_unique(torch or m.torch),
+        cuda=_unique(cuda or m.cuda),
+        python=_unique(python or m.python),
+        archs=arch or ((m.arch,) if m.arch else (d["arch"],)),
         torch_one=(torch[0] if torch else None) or (m.torch[-1] if m.torch else None),
         cuda_one=(cuda[0] if cuda else None) or (m.cuda[-1] if m.cuda else None),
         python_one=(python[0] if python else None) or (m.python[-1] if m.python else None),

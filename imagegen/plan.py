@@ -29,7 +29,7 @@ from imagegen.cell_rules import (
     runs_on_device,
     torch_cuda_problems,
 )
-from imagegen.errors import ArchError, CompatError, ImagegenError, NothingToDoError, UsageError
+from imagegen.errors import ArchError, CompatError, NothingToDoError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
@@ -398,6 +398,7 @@ def with_layout(plan: "Plan", layout: str) -> "Plan":
 @dataclass(frozen=True)
 class MatrixRequest:
     recipes: Sequence[tuple[Recipe, RecipeVersion]]
+    # The values given per axis (flags, else the config's matrix); empty: filled by the default policy.
     torch: Sequence[str]
     cuda: Sequence[str]
     python: Sequence[str]
@@ -405,6 +406,8 @@ class MatrixRequest:
     flavor: str
     base_image: str | dict[str, str] | None = None  # per CUDA variant: {"cu128": IMAGE, "*": IMAGE}
     torch_index_override: str | None = None
+    # False: nobody named the flavor, so a cell the default flavor cannot build may use a fallback one.
+    flavor_given: bool = True
 
 
 @dataclass
@@ -452,23 +455,29 @@ def device_requests(req: MatrixRequest, *, torch: bool, cuda: bool, python: bool
 
 
 def expand(req: MatrixRequest) -> Plan:
-    """Every combination, each decided. Python-independent (abi3) wheels build once per torch x CUDA."""
+    """Every combination of the values given, each decided; an axis nobody gave (an empty list) is
+    filled per combination by choose_cell's default policy, so a request that names nothing is one cell
+    per recipe and arch list, the one `render` makes. Python-independent (abi3) wheels build once per
+    torch x CUDA."""
     plan = Plan()
-    series = [compat.torch_series(t) for t in req.torch]
-    variants = [compat.cuda_variant(c) for c in req.cuda]
-    pythons = [compat.check_python(p) for p in req.python]
-    for (recipe, version), (s, tv), cuda, archs in itertools.product(req.recipes, series, variants, req.archs):
-        built_for: str | None = None
+    series = [compat.torch_series(t) for t in req.torch] or [None]
+    variants = [compat.cuda_variant(c) for c in req.cuda] or [None]
+    pythons = [compat.check_python(p) for p in req.python] or [None]
+    for (recipe, version), given_series, cuda, archs in itertools.product(req.recipes, series, variants, req.archs):
+        built_for: dict[tuple, str] = {}
         for py in pythons:
-            cell = _cell(recipe, version, s, tv, cuda, py, archs, req.flavor, image_for(req.base_image, cuda),
-                         req.torch_index_override)
+            cell = choose_cell(recipe, version, archs, torch=given_series[1] if given_series else None,
+                               cuda=cuda.name if cuda else None, python=py, flavor=req.flavor,
+                               base_image=req.base_image, torch_index_override=req.torch_index_override,
+                               flavor_given=req.flavor_given, strict=False)
+            key = (cell.torch_version, cell.cuda.name, cell.flavor)
             if cell.buildable and recipe.abi3:
-                if built_for is not None:
+                if key in built_for:
                     cell = replace(cell, status=SKIPPED, notes=cell.notes + (
                         f"{recipe.name} {version.version} wheels do not depend on the Python version;"
-                        f" built once with Python {built_for}",))
+                        f" built once with Python {built_for[key]}",))
                 else:
-                    built_for = py
+                    built_for[key] = cell.python
             plan.cells.append(cell)
     return plan
 
@@ -483,53 +492,90 @@ def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_ba
     return _cell(recipe, version, series, torch_version, cuda, python, archs, "native", None, None, host_base=host_base)
 
 
+def default_policy() -> str:
+    """The one default policy in a sentence (resources/defaults.yaml): `--help`, the plan and README say it."""
+    d = defaults()
+    fallbacks = " or ".join(str(f) for f in d.get("flavor_fallbacks") or ())
+    flavor = f"flavor {d['flavor']}" + (f" (else {fallbacks} where {d['flavor']} has no image for that CUDA)"
+                                        if fallbacks else "")
+    return (f"an axis not named takes one value per cell: the newest torch the recipe can build, that torch's"
+            f" PyPI CUDA, Python {d['python']} (else the torch's newest), {flavor}, archs {d['arch']}")
+
+
+def fallback_flavors(flavor: str, flavor_given: bool, base_image) -> list[str]:
+    """The flavors a cell may be planned on, in order: the one given (--flavor, the config), else the
+    default and then defaults.yaml's ``flavor_fallbacks`` (a flavor whose images lack the cell's CUDA
+    gives way to one that has it). A base image of the user's keeps its flavor."""
+    if flavor_given or base_image is not None:
+        return [flavor]
+    return list(dict.fromkeys([flavor, *(str(f) for f in defaults().get("flavor_fallbacks") or ())]))
+
+
 def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch: str | None, cuda: str | None,
                 python: str | None, flavor: str, base_image: str | dict[str, str] | None = None,
-                torch_index_override: str | None = None) -> Cell:
-    """The one cell ``render`` builds: what was given, the rest filled with the newest combination
-    that can build. Raises CompatError with the reasons of the closest candidate when none can."""
-    table = compat.torch_table()
-    if torch:
-        series_list = [compat.torch_series(torch)]
-    else:
-        series_list = [(s, s.latest) for s in reversed(list(table.values()))]
+                torch_index_override: str | None = None, flavor_given: bool = True, strict: bool = True) -> Cell:
+    """The one cell of what was given, the axes not given filled by imagegen's one default policy
+    (resources/defaults.yaml): the newest torch series the recipe version can build (its newest
+    release), that series' PyPI default CUDA (else its other variants, newest first), Python 3.12 where
+    the series has it (else its newest), on the given flavor, else the default one and then its
+    fallbacks. render builds this cell; plan, bake, build, push, pull and lock fill every combination of
+    the values given the same way. The cell's notes say what was passed over and why. Raises
+    CompatError with the closest candidate's reasons when nothing can build (``strict``), else returns
+    that candidate (rejected)."""
+    given_series = compat.torch_series(torch) if torch else None
     given_cuda = compat.cuda_variant(cuda) if cuda else None
     given_py = compat.check_python(python) if python else None
-    default_py = str(defaults()["python"])
+    flavors = fallback_flavors(flavor, flavor_given, base_image)
     first: Cell | None = None
-    if not torch and base_image is None:
-        # The torch the flavor's images ship, newest first: a builder that reuses it downloads no torch.
-        image_py, shipped = compat.shipped_torches(compat.flavor(flavor))
-        for tv, variant in shipped:
-            if image_py is None or (given_py and given_py != image_py) or (given_cuda and given_cuda.name != variant):
-                continue
-            try:
-                s, tv = compat.torch_series(tv)
-                cv = compat.cuda_variant(variant)
-            except ImagegenError:  # a release the torch table does not know (yet)
-                continue
-            cell = _cell(recipe, version, s, tv, cv, image_py, archs, flavor, None, torch_index_override)
-            if cell.buildable and cell.torch_from == "image":
-                return cell
-    for s, tv in series_list:
-        if given_cuda:
-            variants = [given_cuda]
+    first_on_default: Cell | None = None  # this combination on the default flavor: why a fallback was used
+    passed_over: dict[str, str] = {}  # newer torch releases that cannot build: the first reason of each
+    for s, tv, cv, py in candidates(given_series, given_cuda, given_py):
+        for fl in flavors:
+            cell = _cell(recipe, version, s, tv, cv, py, archs, fl, image_for(base_image, cv), torch_index_override)
+            if cell.buildable:
+                # each reason up to its advice: the cell's own problems say what to do
+                newer = [f"torch {t}: {why.split(': use ')[0]}" for t, why in passed_over.items() if t != tv and not torch]
+                return _chosen(cell, newer, first_on_default, flavor)
+            if fl == flavor:
+                first_on_default = cell
+            if first is None or len(cell.problems) < len(first.problems):
+                first = cell  # the candidate nearest to building: its reasons, not a torch never shipped for that CUDA
+            passed_over.setdefault(tv, cell.problems[0] if cell.problems else "no cell")
+    assert first is not None
+    if not strict:
+        return first
+    raise CompatError(f"cannot build {first.describe()}: " + "; ".join(first.problems))
+
+
+def candidates(torch: tuple[TorchSeries, str] | None, cuda: CudaVariant | None, python: str | None):
+    """(series, torch release, CUDA variant, Python) in the default policy's order for one combination
+    of the axes given: the ones not given filled newest torch first, then the series' PyPI default CUDA
+    before its other variants (newest first), then the default Python before the series' others
+    (newest first). choose_cell and the Windows scripts (render/windows.py) walk it."""
+    series = [torch] if torch else [(s, s.latest) for s in reversed(list(compat.torch_table().values()))]
+    default_py = str(defaults()["python"])
+    for s, tv in series:
+        if cuda:
+            variants = [cuda]
         else:
             others = sorted((c for c in s.cuda if c != s.pypi_default), reverse=True)
             variants = [compat.cuda_table()[c] for c in [s.pypi_default, *others] if c in compat.cuda_table()]
-        if given_py:
-            pys = [given_py]
-        else:
-            pys = ([default_py] if s.supports_python(default_py) else []) + list(reversed(s.pythons))
+        pys = [python] if python else ([default_py] if s.supports_python(default_py) else []) + list(reversed(s.pythons))
         for cv in variants:
-            for py in pys:
-                cell = _cell(recipe, version, s, tv, cv, py, archs, flavor, image_for(base_image, cv), torch_index_override)
-                if cell.buildable:
-                    return cell
-                if first is None:
-                    first = cell
-    assert first is not None
-    raise CompatError(f"cannot build {first.describe()}: " + "; ".join(first.problems))
+            for py in dict.fromkeys(pys):
+                yield s, tv, cv, py
+
+
+def _chosen(cell: Cell, passed_over: list[str], on_default: Cell | None, default_flavor: str) -> Cell:
+    """``cell`` with notes saying why the default policy did not pick something newer or the default flavor."""
+    notes = list(cell.notes)
+    if cell.flavor != default_flavor and on_default is not None and on_default.problems:
+        notes.append(f"flavor {cell.flavor} (no --flavor given): {default_flavor} cannot build it"
+                     f" ({on_default.problems[0]})")
+    if passed_over:
+        notes.append(f"newest torch {cell.recipe.name} {cell.version.version} can build; newer ones cannot: "
+                     + "; ".join(passed_over))
+    return replace(cell, notes=tuple(notes))
 
 
 def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
@@ -539,7 +585,7 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 
 
 __all__ = [
-    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "choose_cell", "compiled_archs", "defaults",
+    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "candidates", "choose_cell", "compiled_archs", "default_policy", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
     "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "with_requested_platforms", "platform_problems", "with_platforms",
     "device_requests", "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",

@@ -275,6 +275,7 @@ def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRe
         flavor=opts.flavor,
         base_image=opts.base_image,
         torch_index_override=opts.torch_index_url,
+        flavor_given=opts.flavor_given,
     )
 
 
@@ -330,7 +331,7 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
                                  " install the one you want, or build in a container")
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
     opts = options.resolve(args, config)
-    archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["matrix"]["arch"])
+    archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["arch"])
     cell = host_toolchain.preflight(recipe, version, archs, host)
     return dataclasses.replace(cell, layout=opts.layout), host
 

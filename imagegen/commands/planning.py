@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from imagegen import options
 from imagegen.commands import common
 from imagegen.config import Config
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UsageError
@@ -15,7 +16,7 @@ from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, Plan
+from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, Plan, default_policy
 
 
 def _cell_record(cell) -> dict:
@@ -86,6 +87,11 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
         sys.stdout.write("\n")
     else:
         _print_plan(plan, args.only)
+        opts = options.resolve(args, config)
+        unnamed = [axis for axis, given in (("torch", opts.torch), ("CUDA", opts.cuda), ("Python", opts.python))
+                   if not given]
+        if unnamed:
+            print(f"{', '.join(unnamed)} not named: {default_policy().split(': ', 1)[1]}")
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build; the reasons are listed above")
     return 0

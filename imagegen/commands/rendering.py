@@ -26,15 +26,16 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     recipe, version = common.resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch,
                                      common.user_env(args), ref=args.ref, git=args.git)
     opts = options.resolve(args, config)
-    archs = parse_arch_list(opts.arch_configured or defaults()["matrix"]["arch"])
+    archs = parse_arch_list(opts.arch_configured or defaults()["arch"])
     if args.shell:
         return _render_windows(args, argv, recipe, version, archs, opts)
     # A config matrix narrows render's choice; its last entry (the newest listed) wins.
     cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
-                       flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url)
+                       flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url,
+                       flavor_given=opts.flavor_given)
     if len(opts.platforms) > 1:
         raise UsageError("render makes one cell's Dockerfile: give one --platform (bake and build take several)")
-    cell = with_requested_platforms(Plan(cells=[cell]), opts.platforms, opts.flavor).cells[0]
+    cell = with_requested_platforms(Plan(cells=[cell]), opts.platforms, cell.flavor).cells[0]
     if not cell.buildable:
         raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
     if opts.offline:

@@ -354,17 +354,6 @@ def resolve_base_image(fl: Flavor, series: TorchSeries, torch_version: str, cuda
     return builder(fl, series, torch_version, cuda, python)
 
 
-def shipped_torches(fl: Flavor) -> tuple[str | None, list[tuple[str, str]]]:
-    """The Python a flavor's images preinstall torch into, and the (torch release, CUDA variant)
-    pairs they ship, newest first: what `render` defaults to, so that its builder reuses the image's
-    torch instead of downloading another (None and [] for flavors whose images ship no torch)."""
-    py = fl.raw.get("torch_python")
-    pairs = {(tv, variant) for img in fl.raw.get("images", ()) if isinstance(img.get("torch"), Mapping)
-             for tv, variant in img["torch"].items()}
-    newest = sorted(pairs, key=lambda p: (Version(p[0]), int(p[1][2:])), reverse=True)
-    return (str(py) if py else None), newest
-
-
 def on_fallback(base: BaseImage, ref: str, python: str) -> BaseImage:
     """``base`` with its fallback ``ref`` in place of the primary: what imagegen knows of that image
     (a custom image's tag is read again: its torch may differ), with no further fallbacks."""

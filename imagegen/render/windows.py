@@ -38,7 +38,7 @@ from imagegen.model.compat import BaseImage
 from imagegen.model.jobs import split_extensions
 from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.plan import WINDOWS_BASE_REF, Cell, defaults, native_cell
+from imagegen.plan import WINDOWS_BASE_REF, Cell, candidates, native_cell
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
@@ -151,23 +151,6 @@ def windows_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, torch:
     return native_cell(recipe, version, archs, base, release, cuda.name, python)
 
 
-def _candidates(torch: tuple | None, cuda: compat.CudaVariant | None, python: str | None):
-    """(series, torch release, CUDA variant, Python) to try for one combination of the axes given,
-    the ones not given filled newest first (as imagegen.plan.choose_cell fills render's cell)."""
-    series = [torch] if torch else [(s, s.latest) for s in reversed(list(compat.torch_table().values()))]
-    default_py = str(defaults()["python"])
-    for s, tv in series:
-        if cuda:
-            variants = [cuda]
-        else:
-            others = sorted((c for c in s.cuda if c != s.pypi_default), reverse=True)
-            variants = [compat.cuda_table()[c] for c in [s.pypi_default, *others] if c in compat.cuda_table()]
-        pys = [python] if python else ([default_py] if s.supports_python(default_py) else []) + list(reversed(s.pythons))
-        for cv in variants:
-            for py in pys:
-                yield s, tv, cv, py
-
-
 def windows_cells(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch=(), cuda=(), python=(),
                   layout: str = DEFAULT_LAYOUT) -> tuple[list[Cell], list[Cell]]:
     """(buildable, rejected) cells: every combination of the torch, CUDA and Python values given; an
@@ -182,7 +165,7 @@ def windows_cells(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, to
     seen: set[str] = set()
     for t, c, p in itertools.product(torches, cudas, pythons):
         closest = chosen = None
-        for s, tv, cv, py in _candidates(t, c, p):
+        for s, tv, cv, py in candidates(t, c, p):
             cell = windows_cell(recipe, version, archs, tv, cv, py)
             if cell.buildable:
                 chosen = cell

@@ -584,7 +584,7 @@ def windows_cells(request: WindowsRequest, root: Path) -> list[WindowsCell]:
     series = list({tv: (s, tv) for s, tv in (compat.torch_series(t) for t in request.torch)}.values())
     variants = list({v.name: v for v in (compat.cuda_variant(c) for c in request.cuda)}.values())
     pythons = list(dict.fromkeys(compat.check_python(p) for p in request.python or [str(defaults()["python"])]))
-    archs = list({str(a): a for a in (parse_arch_list(a) for a in request.archs or [defaults()["matrix"]["arch"]])}.values())
+    archs = list({str(a): a for a in (parse_arch_list(a) for a in request.archs or [defaults()["arch"]])}.values())
     toolkits = {v.name: windows_toolkit(v) for v in variants}
     cells: list[WindowsCell] = []
     rejected = []

@@ -47,7 +47,14 @@ def test_help_on_every_subcommand(command):
 def test_headline_render():
     code, out, err = run("render", "sage", "--arch", "12.0+PTX")
     assert code == 0 and err == ""
-    assert "runpod/pytorch:" in out and "ARG TORCH_CUDA_ARCH_LIST=12.0+PTX" in out
+    # The one default policy: the newest torch sage builds (2.15, cu132 only), on the pypi flavor because
+    # runpod has no CUDA 13.2 image; the same cell `plan sage --arch 12.0+PTX` lists.
+    assert "#   cell     torch 2.15.0 (cu132), Python 3.12, archs 12.0+PTX" in out
+    assert "python:3.12-slim-bookworm" in out and "ARG TORCH_CUDA_ARCH_LIST=12.0+PTX" in out
+    assert "#   note     flavor pypi (no --flavor given): runpod cannot build it" in out
+    code, planned, _ = run("plan", "sage", "--arch", "12.0+PTX", "--json")
+    (cell,) = json.loads(planned)["cells"]
+    assert cell["name"] == "sage-2_2_0-torch2_15-cu132-py312" and f'"cell":"{cell["name"]}"' in out
 
 
 def test_render_to_file(tmp_path):

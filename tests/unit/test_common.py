@@ -279,7 +279,7 @@ def test_native_cell_is_the_hosts_build_of_one_recipe(tmp_path, cat):
     assert cell.base.ref == "native" and host.python_exe == py and str(host.nvcc) == "12.8"
     cell, host = common.native_cell(parse("build", "--native", "--source", TINY, "--python-exe", py), Config(), cat)
     # No --arch: the host's GPUs, else the default list.
-    assert str(cell.archs) == (";".join(host.ccs) or str(defaults()["matrix"]["arch"]))
+    assert str(cell.archs) == (";".join(host.ccs) or str(defaults()["arch"]))
 
 
 @pytest.mark.parametrize("argv, says", [

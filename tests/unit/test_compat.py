@@ -317,15 +317,6 @@ def test_runpod_images_ship_torch_in_their_python_312_only() -> None:
     assert base("runpod", "2.11", "13.0", "3.12").image_torch == "2.9.1"
 
 
-def test_shipped_torches_are_newest_first() -> None:
-    py, pairs = compat.shipped_torches(compat.flavor("runpod"))
-    assert py == "3.12"
-    assert pairs[:4] == [("2.9.1", "cu130"), ("2.9.1", "cu129"), ("2.9.1", "cu128"), ("2.8.0", "cu129")]
-    assert ("2.6.0", "cu126") in pairs
-    assert compat.shipped_torches(compat.flavor("pypi")) == (None, [])
-    assert compat.shipped_torches(compat.flavor("manylinux")) == (None, [])
-
-
 def test_a_custom_runpod_tag_tells_its_torch() -> None:
     image = base("runpod", "2.9", "12.8", "3.12", override="runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404")
     assert (image.image_torch, image.image_torch_cuda, image.custom) == ("2.9.1", "cu128", True)

@@ -20,9 +20,9 @@ def ns(**kw) -> argparse.Namespace:
 def test_defaults_when_neither_flags_nor_config_say():
     o = options.resolve(ns(), Config())
     d = defaults()
-    assert o.flavor == d["flavor"] and o.base_image is None and o.registry is None
-    assert o.torch == tuple(d["matrix"]["torch"]) and o.cuda == tuple(d["matrix"]["cuda"])
-    assert o.python == tuple(d["matrix"]["python"]) and o.archs == (d["matrix"]["arch"],)
+    assert o.flavor == d["flavor"] and not o.flavor_given and o.base_image is None and o.registry is None
+    # No axis named: each is left to the default policy (plan.choose_cell), one value per cell.
+    assert o.torch == () and o.cuda == () and o.python == () and o.archs == (d["arch"],)
     assert o.out == Path("wheelhouse") and not o.out_given and o.recipes == ()
     assert (o.torch_one, o.cuda_one, o.python_one, o.arch_configured) == (None, None, None, None)
 
@@ -34,6 +34,7 @@ def test_the_config_file_beats_the_defaults(tmp_path):
     config = load_config(search_from=tmp_path)
     o = options.resolve(ns(), config)
     assert (o.flavor, o.registry, o.base_image) == ("pypi", "127.0.0.1:5000/ml", "python:3.12-slim")
+    assert o.flavor_given  # the config named it: no fallback flavor
     assert o.out == tmp_path / "wh" and o.out_given and o.recipes == ("sage",)
     assert o.torch == ("2.9", "2.11") and o.cuda == ("13.0",) and o.archs == ("9.0",)
     # one cell (render): the config matrix's last entry, the newest listed
@@ -87,18 +88,24 @@ def test_the_seed_notations_reach_a_plan_through_the_command_line():
     assert code == 2 and err.count("\n") == 1 and "--torch takes one value here" in err
 
 
-def test_a_torch_newer_than_the_defaults_gets_its_own_cuda_and_pythons():
-    # torch 2.15 publishes cu132 only and Python 3.11-3.15: the default matrix (CUDA 12.6-13.0, Python
-    # 3.10-3.13) would reject every cell, so the defaults narrow to what the series asked for has.
-    import argparse
+def test_a_named_torch_gets_its_own_pypi_cuda_python_312_and_a_flavor_that_can_build_it():
+    from tests.unit.test_cli import run
 
-    args = argparse.Namespace(torch=["2.15"], cuda=None, python=None, arch=None, out=None, flavor=None,
-                              base_image=None, registry=None, recipes=None)
-    opts = options.resolve(args, Config())
-    assert opts.cuda == ("13.2",) and opts.python == ("3.11", "3.12", "3.13")
-    args.torch = ["2.8"]  # the defaults that fit stay as they are
-    opts = options.resolve(args, Config())
-    assert opts.cuda == ("12.6", "12.8", "12.9") and opts.python == ("3.10", "3.11", "3.12", "3.13")
+    # torch 2.15 publishes cu132 only: runpod has no CUDA 13.2 image, so with no --flavor the cell
+    # goes to the pypi flavor and says why; --flavor runpod keeps runpod and its refusal.
+    import json
+
+    code, out, _ = run("plan", "sage", "--torch", "2.15", "--arch", "9.0", "--json")
+    (cell,) = json.loads(out)["cells"]
+    assert code == 0 and (cell["torch"], cell["cuda"], cell["python"], cell["flavor"]) == ("2.15.0", "cu132", "3.12", "pypi")
+    assert any(n.startswith("flavor pypi (no --flavor given): runpod cannot build it (runpod/pytorch has no CUDA 13.2")
+               for n in cell["notes"]), cell["notes"]
+    code, out, _ = run("plan", "sage", "--torch", "2.15", "--arch", "9.0", "--flavor", "runpod", "--json")
+    (cell,) = json.loads(out)["cells"]
+    assert code == 3 and cell["status"] == "rejected" and cell["flavor"] == "runpod"
+    code, out, _ = run("plan", "sage", "--torch", "2.8", "--arch", "9.0", "--json")
+    (cell,) = json.loads(out)["cells"]
+    assert (cell["torch"], cell["cuda"], cell["python"], cell["flavor"]) == ("2.8.0", "cu128", "3.12", "runpod")
 
 
 def test_base_image_per_cuda_version(tmp_path, capsys):

@@ -9,6 +9,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.errors import CompatError
+from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import BUILDABLE, REJECTED, SKIPPED, MatrixRequest, choose_cell, defaults, expand, make_cell
@@ -113,23 +114,57 @@ def test_choose_cell_fills_newest_buildable_combination():
     assert c.python == defaults()["python"]
 
 
-def test_choose_cell_defaults_to_the_torch_the_flavors_image_ships():
-    """render's default on runpod is the newest torch a runpod image ships, so the builder reuses it
-    (no second torch of several GB); given values, or a flavor without torch, keep the newest."""
+def test_choose_cell_follows_the_one_default_policy():
+    """The newest torch the recipe version can build, its PyPI CUDA, Python 3.12; the flavor given, or
+    (none given) runpod and then pypi where runpod has no image for that CUDA. The image's own torch is
+    reused when it is the one chosen (--torch 2.8 on runpod), never chosen for being there."""
     r = CAT.get("sage")
     v = r.version(None)
+    newest = compat.torch_table()[list(compat.torch_table())[-1]]
+    c = choose_cell(r, v, parse_arch_list("12.0+PTX"), torch=None, cuda=None, python=None, flavor="runpod",
+                    flavor_given=False)
+    assert (c.torch_version, c.cuda.name, c.python, c.flavor) == (newest.latest, newest.pypi_default, "3.12", "pypi")
+    assert any(n.startswith("flavor pypi (no --flavor given): runpod cannot build it") for n in c.notes), c.notes
+    # --flavor runpod given: the newest torch runpod can build (2.15 is cu132 only), said in the notes.
     c = choose_cell(r, v, parse_arch_list("12.0+PTX"), torch=None, cuda=None, python=None, flavor="runpod")
-    assert (c.torch_version, c.cuda.name, c.python, c.torch_from) == ("2.9.1", "cu130", "3.12", "image")
-    assert c.base.ref == "runpod/pytorch:1.0.2-cu1300-torch291-ubuntu2404"
+    assert (c.torch_version, c.cuda.name, c.python, c.torch_from) == ("2.14.1", "cu130", "3.12", "venv")
+    assert any(n.startswith("newest torch sageattention 2.2.0 can build; newer ones cannot: torch 2.15.0: runpod/pytorch"
+                            " has no CUDA 13.2 image") for n in c.notes), c.notes
     c = choose_cell(r, v, parse_arch_list("9.0"), torch=None, cuda="12.8", python=None, flavor="runpod")
-    assert (c.torch_version, c.cuda.name, c.torch_from) == ("2.9.1", "cu128", "image")
-    # Newer torch than any image ships (runpod has no CUDA 13.2 image for 2.15, so 2.14.1 there).
-    c = choose_cell(r, v, parse_arch_list("9.0"), torch=None, cuda=None, python="3.11", flavor="runpod")
-    assert c.torch_version == "2.14.1" and c.torch_from == "venv"  # runpod's 3.11 has no torch
+    assert (c.torch_version, c.cuda.name, c.torch_from) == ("2.11.0", "cu128", "venv")
     c = choose_cell(r, v, parse_arch_list("9.0"), torch="2.8", cuda=None, python=None, flavor="runpod")
-    assert c.torch_version == "2.8.0" and c.torch_from == "image"
+    assert c.torch_version == "2.8.0" and c.torch_from == "image"  # runpod's 2.8.0 image, reused
     c = choose_cell(r, v, parse_arch_list("9.0"), torch=None, cuda=None, python=None, flavor="pypi")
-    assert c.torch_version == "2.15.0" and c.torch_from == "venv"
+    assert c.torch_version == "2.15.0" and c.torch_from == "venv" and c.flavor == "pypi"
+    assert not any(n.startswith("flavor ") for n in c.notes)
+    # A recipe version that cannot build the newest torches says which and why.
+    x = CAT.get("xformers")
+    c = choose_cell(x, x.version(None), parse_arch_list("9.0"), torch=None, cuda=None, python=None, flavor="runpod",
+                    flavor_given=False)
+    assert c.torch.series == "2.13"
+    (note,) = [n for n in c.notes if n.startswith("newest torch")]
+    assert "torch 2.15.0: xformers" in note and "torch 2.14.1: xformers" in note and ": use " not in note
+
+
+def test_a_request_naming_no_axis_is_one_cell_per_recipe_the_one_render_makes():
+    archs = parse_arch_list("9.0")
+    for r in CAT.recipes.values():
+        v = r.version(None)
+        plan = expand(MatrixRequest(recipes=[(r, v)], torch=[], cuda=[], python=[], archs=[archs], flavor="runpod",
+                                    flavor_given=False))
+        (cell,) = plan.cells
+        try:
+            rendered = choose_cell(r, v, archs, torch=None, cuda=None, python=None, flavor="runpod", flavor_given=False)
+        except CompatError:
+            assert cell.status == REJECTED and cell.problems
+            continue
+        assert (cell.name, cell.flavor, cell.status, cell.notes) == (rendered.name, rendered.flavor, BUILDABLE, rendered.notes)
+    # Named values make a matrix over their axis; the other axes are filled per cell.
+    r = CAT.get("sage")
+    plan = expand(MatrixRequest(recipes=[(r, r.version(None))], torch=["2.10", "2.15"], cuda=[], python=[],
+                                archs=[archs], flavor="runpod", flavor_given=False))
+    assert [(c.torch_version, c.cuda.name, c.python, c.flavor) for c in plan.cells] == [
+        ("2.10.0", "cu128", "3.12", "runpod"), ("2.15.0", "cu132", "3.12", "pypi")]
 
 
 def test_torch_from_of_each_kind_of_base():
@@ -152,21 +187,20 @@ def test_choose_cell_error_names_the_fix():
     assert "\n" not in str(err.value)
 
 
-def test_default_matrix_explains_every_rejected_cell():
-    d = defaults()["matrix"]
+def test_a_wide_matrix_explains_every_rejected_cell():
     req = MatrixRequest(
         recipes=[(r, v) for r in CAT.recipes.values() for v in r.versions.values()],
-        torch=d["torch"], cuda=d["cuda"], python=d["python"], archs=[parse_arch_list(d["arch"])],
-        flavor=defaults()["flavor"],
+        torch=["2.8", "2.9", "2.10", "2.11", "2.14"], cuda=["12.6", "12.8", "13.0"], python=["3.10", "3.12"],
+        archs=[parse_arch_list(defaults()["arch"])], flavor=defaults()["flavor"],
     )
     plan = expand(req)
-    assert plan.buildable, "the default matrix must build something"
+    assert plan.buildable, "the matrix must build something"
     for c in plan.cells:
         if c.status == REJECTED:
             assert c.problems and all(p.strip() and "\n" not in p for p in c.problems)
         if c.status == SKIPPED:
             assert c.notes
-    assert len(plan.cells) == len(req.recipes) * 4 * 4 * 4
+    assert len(plan.cells) == len(req.recipes) * 5 * 3 * 2
 
 
 def test_abi3_recipes_build_once_per_torch_and_cuda():
