@@ -179,7 +179,8 @@ def wheel_metadata(file: dict, deadline: untrusted.Deadline | None = None) -> st
     name, url = file["filename"][:200], file["url"]
     if file.get("core-metadata") or file.get("data-dist-info-metadata"):
         try:
-            return _fetch(url.split("#", 1)[0] + ".metadata", deadline, limit=MAX_METADATA)[0].decode("utf-8", "replace")
+            data = _fetch(url.split("#", 1)[0] + ".metadata", deadline, limit=MAX_METADATA)[0]
+            return data.decode("utf-8", "replace")
         except untrusted.HTTPStatusError:
             pass
     size = file.get("size")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import shutil
 import socket
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from imagegen.errors import Unreadable
+from imagegen.errors import HTTPStatusError, Unreachable, Unreadable
 from imagegen.safety import read_regular_file
 
 # ------------------------------------------------------------------------------------------------
@@ -88,18 +87,6 @@ def read_json_file(path: Path, *, limit: int, max_depth: int = MAX_JSON_DEPTH) -
 
 MAX_REDIRECTS = 5
 HTTP_SCHEMES = ("http", "https")
-
-
-class HTTPStatusError(Unreadable):
-    """The server answered with an HTTP error status (404, 500, ...): ``code``."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class Unreachable(Unreadable):
-    """The server could not be reached or the connection failed (not: it answered something refused)."""
 
 
 class Deadline:
@@ -196,7 +183,8 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
-def http_get(url: str, *, deadline: Deadline, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, str, int]:
+def http_get(url: str, *, deadline: Deadline, limit: int,
+             headers: dict[str, str] | None = None) -> tuple[bytes, str, int]:
     """GET ``url`` (http or https only): (body, the URL it came from after redirects, status). At most
     ``limit`` bytes, within what is left of ``deadline``; HTTPStatusError for an error status,
     Unreadable for anything else that goes wrong (unreachable, a redirect loop or to another scheme,
@@ -356,5 +344,5 @@ def extract_zip(wheel: Path, dest: Path, *, member_limit: int = MAX_MEMBER_BYTES
         raise Unreadable(f"not a readable wheel ({exc.__class__.__name__}: {str(exc)[:120]})") from None
 
 
-__all__ = ["Deadline", "HTTPStatusError", "Unreachable", "check_member", "check_zip", "copy_member", "extract_zip", "http_get",
-           "json_depth", "loads_json", "read_json_file", "read_member"]
+__all__ = ["Deadline", "HTTPStatusError", "Unreachable", "check_member", "check_zip", "copy_member", "extract_zip",
+           "http_get", "json_depth", "loads_json", "read_json_file", "read_member"]

@@ -18,7 +18,6 @@ import io
 import json
 import os
 import resource
-import signal
 import struct
 import subprocess
 import sys
@@ -30,9 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import untrusted
 from imagegen.cli import main
-from imagegen.errors import CompatError, Unreadable
+from imagegen.errors import CompatError
 from imagegen.model import compat
 from tests.unit.command_helpers import ROOT
 
@@ -356,20 +354,6 @@ def test_a_dripping_server_meets_a_total_deadline(server, tmp_path, where):
     assert "within the 3 s" in line and took < 15, (took, line)
 
 
-def test_http_get_refuses_other_schemes_and_large_answers(server):
-    server.routes["/big"] = b"x" * 5000
-    deadline = untrusted.Deadline(10)
-    assert untrusted.http_get(server.base + "/big", deadline=deadline, limit=5000)[0] == b"x" * 5000
-    with pytest.raises(Unreadable, match="larger than"):
-        untrusted.http_get(server.base + "/big", deadline=deadline, limit=4999)
-    for url in ("file:///etc/passwd", "ftp://127.0.0.1/", "data:,x", "/relative"):
-        with pytest.raises(Unreadable, match="only those"):
-            untrusted.http_get(url, deadline=deadline, limit=10)
-    with pytest.raises(untrusted.HTTPStatusError) as got:
-        untrusted.http_get(server.base + "/missing", deadline=deadline, limit=10)
-    assert got.value.code == 404
-
-
 # --------------------------------------------------------------------------------- item 6: manifest.json
 
 from tests.unit.test_collecting import exported, record_of  # noqa: E402
@@ -436,7 +420,7 @@ def test_a_deep_build_record_and_patches_5_are_problems_of_their_wheel(tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     entry, = json.loads(_manifest_paths(out).read_text())["cells"].values()
     assert entry["patches"] == []
-    # a record whose smoke report (copied into the manifest) nests 900 deep: refused
+    # a smoke report (copied into the manifest) nested 900 deep: json takes it, the 64-level bound refuses it
     out = exported(tmp_path / "c")
     doc = json.loads(record_of(out).read_text())
     text = json.dumps({**doc, "smoke": {"ok": True, "deep": "DEEP"}})
@@ -514,35 +498,3 @@ def test_verify_refuses_an_extension_that_is_a_bomb_without_spooling_it(tmp_path
     proc = cli("verify", wheel, "--arch", "9.0", env={"IMAGEGEN_CUOBJDUMP": "none", "TMPDIR": str(tmp_path)})
     line = one_line_refusal(proc, 6)
     assert "zip bomb" in line, line
-
-
-def test_extract_zip_bounds_each_member_the_total_and_a_lying_header(tmp_path):
-    blob = _zip([("a/x.bin", *_deflated(b"1" * 3000)), ("a/y.bin", *_deflated(b"2" * 3000))])
-    wheel = tmp_path / "w.whl"
-    wheel.write_bytes(blob)
-    untrusted.extract_zip(wheel, tmp_path / "ok")
-    assert (tmp_path / "ok" / "a" / "y.bin").read_bytes() == b"2" * 3000
-    with pytest.raises(Unreadable, match="over the 2.93e\\+03 bytes|member 'a/x.bin'"):
-        untrusted.extract_zip(wheel, tmp_path / "m", member_limit=2999)
-    with pytest.raises(Unreadable, match="a wheel may have"):
-        untrusted.extract_zip(wheel, tmp_path / "t", total_limit=5999)
-    # a header that says 10 bytes over a member that inflates to 8 MiB: nothing past the 10 bytes
-    data, method, crc, _ = zeros_member(8)
-    wheel.write_bytes(_zip([("a/z.bin", data, method, crc, 10)]))
-    with pytest.raises(Unreadable, match="inflates past|cannot be inflated"):
-        untrusted.extract_zip(wheel, tmp_path / "l")
-    assert (tmp_path / "l" / "a" / "z.bin").stat().st_size <= 10
-    # names that would leave the folder
-    for name in ("../evil", "/abs", "a/../../evil", "C:/x"):
-        wheel.write_bytes(_zip([(name, *_deflated(b"x"))]))
-        with pytest.raises(Unreadable, match="outside"):
-            untrusted.extract_zip(wheel, tmp_path / "n")
-    assert not (tmp_path / "evil").exists()
-
-
-def test_json_depth_counts_brackets_outside_strings_only():
-    untrusted.json_depth('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}', 3)
-    untrusted.json_depth(b'{"a\\"[[[[": [[1]]}', 3)
-    with pytest.raises(Unreadable, match="deeper than 3"):
-        untrusted.json_depth(b'{"a": [[[1]]]}', 3)
-    assert untrusted.loads_json(b'{"a": [[1]]}', max_depth=3) == {"a": [[1]]}
