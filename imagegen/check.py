@@ -32,7 +32,8 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from imagegen.errors import BuildError, GpuCheckError, ImagegenError, NoGpuError, RecipeError, UsageError
+from imagegen import untrusted
+from imagegen.errors import BuildError, GpuCheckError, ImagegenError, NoGpuError, RecipeError, Unreadable, UsageError
 from imagegen.model.catalogue import Catalogue
 from imagegen.model.recipes import Recipe
 
@@ -84,9 +85,11 @@ def wheel_distribution(wheel: Path) -> str:
         raise UsageError(f"{wheel.name}: not a valid wheel file name ({exc})") from None
     try:
         with zipfile.ZipFile(wheel) as zf:
-            zf.namelist()
-    except (OSError, zipfile.BadZipFile) as exc:
+            untrusted.check_zip(zf)  # it is unpacked later: refused now if that would not be bounded
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
         raise UsageError(f"{wheel}: not a readable wheel ({exc.__class__.__name__}: {exc})") from None
+    except Unreadable as exc:
+        raise UsageError(f"{wheel}: {exc}: not unpacked") from None
     return str(dist)
 
 

@@ -157,5 +157,18 @@ class Unreadable(Exception):
     why in a few words, and the caller names the file and raises its own error type."""
 
 
+class Unreachable(Unreadable):
+    """Internal: a server could not be reached or the connection failed (imagegen.untrusted.http_get),
+    as opposed to an answer that was refused."""
+
+
+class HTTPStatusError(Unreadable):
+    """Internal: a server answered with an HTTP error status, ``code`` (imagegen.untrusted.http_get)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class Stopped(KeyboardInterrupt):
     """imagegen got SIGINT/SIGTERM/SIGHUP: handled like Ctrl-C (exit 130, "interrupted")."""

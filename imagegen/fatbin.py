@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from imagegen.errors import VerifyError
+from imagegen.untrusted import MAX_MEMBER_BYTES
 
 KIND_PTX, KIND_ELF = 1, 2  # a fatbin entry's kind
 FATBIN_MAGIC = 0xBA55ED50
@@ -49,7 +50,7 @@ MAX_FATBIN_ENTRIES = 1_000_000
 PTX_HEAD = 64 << 10  # the .target line is at the top of a PTX file
 
 
-MAX_SO_BYTES = 16 << 30  # an extension larger than this is refused, not read
+MAX_SO_BYTES = MAX_MEMBER_BYTES  # an extension larger than this (4 GiB) is refused, not read
 
 
 SPOOL_BYTES = 64 << 20  # an extension up to this size is read in memory, a larger one goes through a temp file

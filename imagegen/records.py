@@ -13,12 +13,12 @@ only then records it in the folder's manifest (imagegen.collect.record_entry).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagegen.errors import BuildRecordError, ImagegenError
+from imagegen import untrusted
+from imagegen.errors import BuildRecordError, ImagegenError, Unreadable
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.wheelhouse import RECORD_SUFFIX, folders, sha256
@@ -64,13 +64,9 @@ def find(out: Path) -> tuple[list[Path], list[Path]]:
 def read(path: Path) -> BuildRecord:
     """The record at ``path``, checked: it names the wheel beside it, that wheel is there with the
     recorded sha256, and it passed its smoke test. BuildRecordError says what is wrong."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_RECORD_BYTES + 1)
-        if len(data) > MAX_RECORD_BYTES:
-            raise BuildRecordError(f"over {MAX_RECORD_BYTES >> 20} MiB: not a build record")
-        doc = json.loads(data)
-    except (OSError, ValueError) as exc:
+    try:  # a regular file of at most 1 MiB, JSON nested at most untrusted.MAX_JSON_DEPTH levels
+        doc = untrusted.read_json_file(path, limit=MAX_RECORD_BYTES)
+    except Unreadable as exc:
         raise BuildRecordError(f"unreadable: {str(exc)[:200]}") from None
     if not isinstance(doc, dict) or doc.get("kind") != "imagegen-build-record":
         raise BuildRecordError("not an imagegen build record")
@@ -106,7 +102,7 @@ def manifest_entry(record: BuildRecord, expected: ArchList, verify: dict) -> dic
         "recipe": doc["recipe"],
         "version": doc["version"],
         "source": {k: source.get(k) for k in ("kind", "url", "ref", "commit", "sha256") if k in source},
-        "patches": [p for p in doc.get("patches", []) if isinstance(p, str)],
+        "patches": [p for p in doc["patches"] if isinstance(p, str)] if isinstance(doc.get("patches"), list) else [],
         "torch": doc["torch"],
         "cuda": doc["cuda"],
         "python": doc["python"],

@@ -19,17 +19,18 @@ disappearing, a default variant with no known toolkit, an answer with far fewer 
 from __future__ import annotations
 
 import io
-import json
+import os
 import re
-import urllib.error
-import urllib.request
+import struct
+import urllib.parse
 import zipfile
+import zlib
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-from imagegen import outputs, yamlio
-from imagegen.errors import CompatError, UsageError
+from imagegen import outputs, safety, untrusted, yamlio
+from imagegen.errors import CompatError, Unreadable, UsageError
 from imagegen.model import compat
 
 PYPI = "https://pypi.org/simple/"
@@ -38,36 +39,61 @@ TORCH_WHEEL = re.compile(r"torch-(\d+)\.(\d+)\.(\d+)-cp3(\d+)-cp3\d+t?-(?:manyli
 TOOLKIT_FILE = re.compile(r"cuda_toolkit-(\d+)\.(\d+)\.(\d+)(?:\.\d+)?-\S+\.whl$")
 CUDA_PIN = (re.compile(r"Requires-Dist: nvidia-cuda-runtime-cu\d+\s*\(?\s*==\s*(\d+)\.(\d+)"),
             re.compile(r"Requires-Dist: cuda-toolkit\S*\s*\(?\s*==\s*(\d+)\.(\d+)"))
-MAX_ANSWER = 64 << 20  # PyPI's torch page is ~2 MB of JSON; a wheel's METADATA a few KB
-TIMEOUT = 60
+MAX_ANSWER = 64 << 20  # PyPI's torch page is ~2 MB of JSON
+MAX_METADATA = 4 << 20  # a wheel's METADATA: a few KB (torch's ~10 KB); a larger one is refused, never inflated
+MAX_RANGE_BYTES = 64 << 20  # what range requests may read of one wheel: its end record and central directory
+DEADLINE = 300.0  # seconds for all the requests of one refresh together ($IMAGEGEN_REFRESH_DEADLINE)
 PYPI_EXTRAS = ["nvcc", "crt", "cccl", "cudart", "nvvm"]
 
 
 # --------------------------------------------------------------------------------------------
-# Reading PyPI
+# Reading PyPI. The index is untrusted: every answer goes through imagegen.untrusted.http_get (http(s)
+# only, also after a redirect; bounded in size; all requests within one total deadline), every page
+# through its bounded JSON loader, and a wheel's METADATA is read within MAX_METADATA.
 
 
-def get(url: str, accept: str | None = None, limit: int = MAX_ANSWER) -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+def deadline_seconds() -> float:
+    """The total time one refresh may spend on the index: $IMAGEGEN_REFRESH_DEADLINE, else DEADLINE."""
+    raw = os.environ.get("IMAGEGEN_REFRESH_DEADLINE", "").strip()
+    if not raw:
+        return DEADLINE
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310 - the index the user gave
-            data = resp.read(limit + 1)
-    except urllib.error.HTTPError:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= 86400:
+        raise UsageError(f"IMAGEGEN_REFRESH_DEADLINE={raw[:40]!r}: give a number of seconds (at most 86400)")
+    return seconds
+
+
+def _fetch(url: str, deadline: untrusted.Deadline, *, limit: int = MAX_ANSWER,
+           headers: dict[str, str] | None = None) -> tuple[bytes, str, int]:
+    """(body, final URL, status); untrusted.HTTPStatusError for an error status, CompatError for anything else."""
+    try:
+        return untrusted.http_get(url, deadline=deadline, limit=limit, headers=headers)
+    except untrusted.HTTPStatusError:
         raise
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CompatError(f"cannot read {url}: {getattr(exc, 'reason', exc)} (offline? give --index-url of a"
-                          " PyPI mirror)") from None
-    if len(data) > limit:
-        raise CompatError(f"{url}: answer larger than {limit >> 20} MB: refusing it")
-    return data
+    except untrusted.Unreachable as exc:
+        raise CompatError(f"cannot read {url}: {exc} (offline? give --index-url of a PyPI mirror)") from None
+    except Unreadable as exc:  # it answered, and the answer is refused (too large, too slow, a redirect loop)
+        raise CompatError(f"cannot read {url}: {exc}") from None
+
+
+def get(url: str, accept: str | None = None, limit: int = MAX_ANSWER, *,
+        deadline: untrusted.Deadline | None = None) -> bytes:
+    """The body of ``url`` (see _fetch)."""
+    deadline = deadline or untrusted.Deadline(deadline_seconds())
+    return _fetch(url, deadline, limit=limit, headers={"Accept": accept} if accept else None)[0]
 
 
 class _RangeFile(io.RawIOBase):
     """A read-only, seekable view of a remote file through HTTP range requests: zipfile reads one
-    wheel's METADATA without downloading the wheel."""
+    wheel's METADATA without downloading the wheel. At most MAX_RANGE_BYTES are read through it, each
+    answer must be the range asked for (206), all within the refresh's deadline."""
 
-    def __init__(self, url: str, size: int) -> None:
-        self.url, self.size, self.pos = url, size, 0
+    def __init__(self, url: str, size: int, deadline: untrusted.Deadline) -> None:
+        self.url, self.size, self.pos, self.deadline = url, size, 0, deadline
+        self.budget = MAX_RANGE_BYTES
 
     def seekable(self) -> bool:
         return True
@@ -86,37 +112,92 @@ class _RangeFile(io.RawIOBase):
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
         if end <= self.pos:
             return b""
-        req = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{end - 1}"})
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:  # noqa: S310
-            data = resp.read(end - self.pos)
+        if end - self.pos > self.budget:
+            raise CompatError(f"{self.url}: its zip directory would take over {MAX_RANGE_BYTES >> 20} MiB of range"
+                              " requests to read: refusing it (not a wheel as PyPI serves them)")
+        try:
+            data, _, status = _fetch(self.url, self.deadline, limit=end - self.pos,
+                                     headers={"Range": f"bytes={self.pos}-{end - 1}"})
+        except untrusted.HTTPStatusError as exc:
+            raise CompatError(f"{self.url}: HTTP {exc.code} to a range request") from None
+        if status != 206:
+            raise CompatError(f"{self.url}: the server ignores range requests (HTTP {status}): imagegen reads a"
+                              " wheel's METADATA by range, never the whole wheel")
+        self.budget -= len(data)
         self.pos += len(data)
         return data
 
 
-def project_files(index: str, project: str) -> list[dict]:
+def _file_url(page: str, entry: dict, project: str) -> str:
+    """A file's URL as the page gives it, relative ones resolved against the page's URL (PEP 691);
+    only http(s) URLs are taken."""
+    url = entry.get("url")
+    if not isinstance(url, str) or not url or len(url) > 4096:
+        raise CompatError(f"{page}: the {project} page is not PEP 691 JSON ({entry['filename'][:100]!r} has no url)")
+    resolved = urllib.parse.urljoin(page, url)
+    scheme = urllib.parse.urlsplit(resolved).scheme.lower()
+    if scheme not in untrusted.HTTP_SCHEMES:
+        raise CompatError(f"{page}: the {project} page lists {entry['filename'][:100]!r} at a {scheme or 'schemeless'}"
+                          " URL: only http(s) URLs from an index are read")
+    return resolved
+
+
+def project_files(index: str, project: str, deadline: untrusted.Deadline | None = None) -> list[dict]:
+    """The files of ``project``'s PEP 691 page, each with its ``url`` resolved (an absolute http(s) URL)
+    and its ``size`` checked; CompatError (one line) for a page that is not PEP 691 JSON."""
+    deadline = deadline or untrusted.Deadline(deadline_seconds())
     url = index.rstrip("/") + f"/{project}/"
     try:
-        page = get(url, JSON_API)
-    except urllib.error.HTTPError as exc:  # get() passes these on for wheel_metadata's fallback
+        page, final, _ = _fetch(url, deadline, headers={"Accept": JSON_API})
+    except untrusted.HTTPStatusError as exc:
         raise CompatError(f"{url}: HTTP {exc.code}: the index has no {project} project page (a PyPI-compatible"
                           " simple index with the JSON API is needed)") from None
+    not_pep691 = f"{index}: the {project} page is not PEP 691 JSON"
     try:
-        files = json.loads(page)["files"]
-    except (ValueError, KeyError, TypeError):
-        raise CompatError(f"{index}: the {project} page is not PEP 691 JSON (use a PyPI-compatible index)") from None
-    return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
+        doc = untrusted.loads_json(page)
+    except Unreadable as exc:
+        raise CompatError(f"{not_pep691} ({exc}): use a PyPI-compatible index") from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        raise CompatError(f"{not_pep691} (no list of files): use a PyPI-compatible index")
+    out = []
+    for n, f in enumerate(files):
+        if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
+            raise CompatError(f"{not_pep691} (its file {n} is not a mapping with a filename)")
+        size = f.get("size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise CompatError(f"{not_pep691} ({f['filename'][:100]!r} has size {safety.describe(size, 40)},"
+                              " not a number of bytes)")
+        out.append({**f, "url": _file_url(final, f, project)})
+    return out
 
 
-def wheel_metadata(file: dict) -> str:
-    """PEP 658 metadata beside the wheel when the index serves it, else read out of the zip."""
+def wheel_metadata(file: dict, deadline: untrusted.Deadline | None = None) -> str:
+    """PEP 658 metadata beside the wheel when the index serves it, else read out of the zip by range
+    requests; at most MAX_METADATA bytes either way (a larger METADATA is refused, never inflated)."""
+    deadline = deadline or untrusted.Deadline(deadline_seconds())
+    name, url = file["filename"][:200], file["url"]
     if file.get("core-metadata") or file.get("data-dist-info-metadata"):
         try:
-            return get(file["url"] + ".metadata", limit=1 << 20).decode("utf-8", "replace")
-        except urllib.error.HTTPError:
+            data = _fetch(url.split("#", 1)[0] + ".metadata", deadline, limit=MAX_METADATA)[0]
+            return data.decode("utf-8", "replace")
+        except untrusted.HTTPStatusError:
             pass
-    with zipfile.ZipFile(_RangeFile(file["url"], int(file.get("size") or 0))) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        return zf.read(name)[: 1 << 20].decode("utf-8", "replace")
+    size = file.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 22:
+        raise CompatError(f"{name}: the index gives no size{'' if size is None else ' that can be'} of a wheel,"
+                          " and no PEP 658 metadata: its METADATA cannot be read without downloading it")
+    try:
+        with zipfile.ZipFile(_RangeFile(url, size, deadline)) as zf:
+            found = [i for i in zf.infolist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", i.filename)]
+            if not found:
+                raise CompatError(f"{name}: no *.dist-info/METADATA in the wheel at {url}")
+            return untrusted.read_member(zf, found[0], limit=MAX_METADATA).decode("utf-8", "replace")
+    except Unreadable as exc:
+        raise CompatError(f"{name}: its METADATA {exc}: refused") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OverflowError, struct.error,
+            NotImplementedError, zlib.error, OSError) as exc:
+        raise CompatError(f"{name} at {url}: not a readable wheel ({exc.__class__.__name__})") from None
 
 
 def torch_releases(files: list[dict]) -> dict[str, dict]:
@@ -162,12 +243,14 @@ def toolkits(files: list[dict]) -> dict[str, str]:
 # The overlay
 
 
-def refresh(index: str = PYPI, *, today: str | None = None) -> tuple[dict, dict, list[str]]:
+def refresh(index: str = PYPI, *, today: str | None = None,
+            deadline_s: float | None = None) -> tuple[dict, dict, list[str]]:
     """(torch overlay, cuda overlay, what changed) against the tables imagegen reads now."""
     known_torch, known_cuda = compat.torch_table(), compat.cuda_table()
     stamp = today or date.today().isoformat()
-    releases = torch_releases(project_files(index, "torch"))
-    kits = toolkits(project_files(index, "cuda-toolkit"))
+    deadline = untrusted.Deadline(deadline_s or deadline_seconds())  # every request of this refresh together
+    releases = torch_releases(project_files(index, "torch", deadline))
+    kits = toolkits(project_files(index, "cuda-toolkit", deadline))
     torch_rows: dict[str, Any] = {}
     cuda_rows: dict[str, Any] = {}
     changes: list[str] = []
@@ -189,7 +272,7 @@ def refresh(index: str = PYPI, *, today: str | None = None) -> tuple[dict, dict,
         old = known_torch.get(series)
         if old is None and compat.major_minor(series) < newest_known.key:
             continue  # an old series the table never carried (before 2.4): not imagegen's to add
-        variant = pinned_variant(wheel_metadata(got["wheel"]))
+        variant = pinned_variant(wheel_metadata(got["wheel"], deadline))
         if variant is None:
             raise CompatError(f"torch {got['latest']}: its wheel pins no CUDA runtime (nvidia-cuda-runtime-cuXX /"
                               " cuda-toolkit): refusing to guess its default variant")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen import safety
-from imagegen.errors import RecipeError, UsageError
+from imagegen.errors import RecipeError, UsageError, printable
 from imagegen.model.recipe_reader import quoted
 from imagegen.model.recipes import Patch, Recipe, RecipeVersion, ranges_text
 from imagegen.resources.builder import imagegen_wheeltools as wheeltools
@@ -204,8 +204,18 @@ def export_commit(repo: Path, commit: str, name: str) -> Path:
                        missing="git is not installed here, and it is needed to export the --git file:// repository")
         if archive.returncode != 0:
             raise UsageError(f"cannot export {commit[:12]} of {repo}: {_stderr_tail(archive)}")
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(tmp, filter="data")  # nothing outside tmp, no devices, no links out
+        try:
+            with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+                tar.extractall(tmp, filter="data")  # nothing outside tmp, no devices, no links out
+        except tarfile.FilterError as exc:  # a link to an absolute path or out of the tree, a device
+            info = exc.tarinfo
+            link = f" -> {printable(info.linkname)[:200]}" if info.linkname else ""
+            raise UsageError(f"cannot export {commit[:12]} of {repo}: {printable(info.name)[:200]}{link}:"
+                             f" {exc.__class__.__name__}; imagegen exports only a tree whose links stay inside"
+                             " it (build from a commit without it, or from a https:// remote)") from None
+        except (tarfile.TarError, EOFError) as exc:
+            raise UsageError(f"cannot export {commit[:12]} of {repo}: git archive gave no readable tar"
+                             f" ({exc.__class__.__name__})") from None
         (tmp / ".imagegen-export").write_text(commit + "\n")
         if dest.exists():
             shutil.rmtree(dest)

@@ -40,7 +40,8 @@ from typing import Mapping
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from imagegen.errors import VerifyError
+from imagegen import untrusted
+from imagegen.errors import Unreadable, VerifyError
 from imagegen.fatbin import (
     MAX_SO_BYTES,
     SPOOL_BYTES,
@@ -183,6 +184,12 @@ def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None
     # The processor the wheel's platform tag names: every extension must be code for it (an x86_64 .so
     # in a wheel tagged aarch64 installs, then fails to load).
     machines = wheel_machines(t.platform for t in tags)
+    # Extensions are spooled one at a time, and kept for cuobjdump: all of them together stay bounded.
+    shared = sum(i.file_size for i in zf.infolist() if re.search(r"\.so(\.\d+)*$|\.(pyd|dll)$", i.filename, re.I))
+    if shared > untrusted.MAX_UNPACKED_BYTES:
+        zf.close()
+        raise VerifyError(f"{path}: its extensions unpack to {shared} bytes, more than the"
+                          f" {untrusted.MAX_UNPACKED_BYTES >> 30} GiB a wheel may have: not read")
     with zf, tempfile.TemporaryDirectory(prefix="imagegen-verify-") as tmp:
         for info in zf.infolist():
             windows = bool(WINDOWS_EXTENSION.search(info.filename))
@@ -236,8 +243,10 @@ def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo,
     code is for (x86_64, aarch64, ...), streamed out of the
     zip (memory up to SPOOL_BYTES, then a temporary file) and read with bounded reads; with ``keep``,
     a copy there for cuobjdump. Anything unreadable is a VerifyError (a problem of this wheel)."""
-    if info.file_size > MAX_SO_BYTES:
-        raise VerifyError(f"{info.file_size} bytes: larger than the {MAX_SO_BYTES >> 30} GiB an extension may be")
+    try:  # its declared size and compression (a zip bomb); the bytes are counted below as well
+        untrusted.check_member(info, limit=MAX_SO_BYTES)
+    except Unreadable as exc:
+        raise VerifyError(f"{exc}: not read") from None
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, dir=keep.parent if keep else None) as buf:
         try:
             with zf.open(info) as src:
@@ -247,8 +256,9 @@ def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo,
                     if not chunk:
                         break
                     total += len(chunk)
-                    if total > MAX_SO_BYTES:
-                        raise VerifyError(f"larger than the {MAX_SO_BYTES >> 30} GiB an extension may be")
+                    if total > MAX_SO_BYTES or total > info.file_size:
+                        raise VerifyError(f"inflates past its declared {info.file_size} bytes or the"
+                                          f" {MAX_SO_BYTES >> 30} GiB an extension may have")
                     buf.write(chunk)
         except (OSError, EOFError, RuntimeError, NotImplementedError, ValueError, zipfile.BadZipFile, zlib.error) as exc:
             raise VerifyError(f"cannot be read from the wheel ({exc.__class__.__name__})") from None

@@ -7,11 +7,13 @@ Layout: ``<out>/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/<wheel>`` plus ``manifest.json`` 
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from imagegen import untrusted
+from imagegen.errors import Unreadable
 from imagegen.plan import Cell
 
 MANIFEST = "manifest.json"
@@ -59,12 +61,24 @@ def cell_dir(out: Path, cell: Cell) -> Path:
     return out / cell.wheel_dir
 
 
-def read_manifest(folder: Path) -> dict:
+def read_manifest(folder: Path, *, problems: list[str] | None = None) -> dict:
+    """The manifest of the cell folder ``folder``, read bounded (imagegen.untrusted: a regular file of
+    at most MAX_MANIFEST_BYTES, never blocking on a FIFO, JSON nested at most MAX_JSON_DEPTH levels).
+    One that cannot be read or is no manifest counts as none, as a broken one always has: a build
+    builds again, collect starts it afresh (replaced by rename, never written through a link); why,
+    in ``problems`` when given (a folder without one has no problem)."""
+    path = folder / MANIFEST
     try:
-        data = json.loads((folder / MANIFEST).read_text())
-        return data if isinstance(data, dict) and isinstance(data.get("cells"), dict) else {"schema": 1, "cells": {}}
-    except (OSError, ValueError):
+        data = untrusted.read_json_file(path, limit=MAX_MANIFEST_BYTES)
+    except Unreadable as exc:
+        if problems is not None and os.path.lexists(path):
+            problems.append(f"{path}: {exc}: not read")
         return {"schema": 1, "cells": {}}
+    if isinstance(data, dict) and isinstance(data.get("cells"), dict):
+        return data
+    if problems is not None:
+        problems.append(f"{path}: not a manifest (no mapping of cells): not read")
+    return {"schema": 1, "cells": {}}
 
 
 def replaced(out: Path, cell: Cell) -> str | None:
@@ -144,14 +158,15 @@ def folders(out: Path):
 def verified_wheels(out: Path, *, problems: list[str] | None = None) -> list[VerifiedWheel]:
     """Every wheel the manifests under ``out`` list whose file is there with the recorded sha256,
     sorted by path. A listed wheel that is missing or whose bytes changed since the build is left
-    out and described in ``problems`` (when given). Symlinks are not followed; the walk stops
-    ``MAX_WALK_DEPTH`` folders down and skips a manifest over ``MAX_MANIFEST_BYTES``."""
+    out and described in ``problems`` (when given), as is a manifest that cannot be read (read_manifest:
+    not a regular file, over ``MAX_MANIFEST_BYTES``, nested too deep). Symlinks are not followed; the
+    walk stops ``MAX_WALK_DEPTH`` folders down."""
     found: dict[Path, VerifiedWheel] = {}
     for folder, _ in folders(out):
         manifest = folder / MANIFEST
-        if manifest.is_symlink() or not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+        if manifest.is_symlink():
             continue
-        for name, entry in sorted(read_manifest(folder)["cells"].items()):
+        for name, entry in sorted(read_manifest(folder, problems=problems)["cells"].items()):
             wheel = entry.get("wheel") if isinstance(entry, dict) else None
             digest = entry.get("sha256") if isinstance(entry, dict) else None
             if not isinstance(wheel, str) or "/" in wheel or "\\" in wheel or not wheel.endswith(".whl") \

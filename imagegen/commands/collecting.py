@@ -50,7 +50,10 @@ def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
             result.update(status="failed", problems=[f"build record: {exc}"])
             continue
         if path.parent not in manifests:
-            manifests[path.parent] = read_manifest(path.parent)
+            unread: list[str] = []  # a FIFO, a link to a device, a huge or deep file: read bounded, started afresh
+            manifests[path.parent] = read_manifest(path.parent, problems=unread)
+            for line in unread:
+                print(f"imagegen: warning: {printable(line)[:400]} (a new one replaces it)", file=sys.stderr)
         existing = manifests[path.parent]["cells"].get(record.cell)
         if isinstance(existing, dict) and existing.get("sha256") == record.doc["sha256"] \
                 and existing.get("wheel") == record.wheel.name:

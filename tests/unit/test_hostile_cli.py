@@ -270,7 +270,10 @@ def _wheel(folder: Path, so: bytes | None = None, *, big: int = 0) -> Path:
     wheel = folder / "demo-1.0-cp312-cp312-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
         if big:
-            with zf.open("demo/_big.so", "w", force_zip64=True) as fh:
+            # stored: a run of zeros deflated would be a zip bomb, which verify refuses unread (imagegen.untrusted)
+            big_so = zipfile.ZipInfo("demo/_big.so")
+            big_so.compress_type = zipfile.ZIP_STORED
+            with zf.open(big_so, "w", force_zip64=True) as fh:
                 fh.write(_elf({".text": b"\x90" * 16}))
                 chunk = b"\0" * (1 << 20)
                 for _ in range(big >> 20):

@@ -24,8 +24,8 @@ FOLDER_STEP = {
     "resources": 0,   # data, and the stdlib-only scripts the builder images run
 }
 MODULE_STEP = {
-    # foundations every step may use: errors, validation, safe writes, signals, YAML, the engine seam
-    "errors": 0, "safety": 0, "yamlio": 0, "outputs": 0, "interrupt": 0, "engine": 0, "__init__": 0,
+    # foundations every step may use: errors, validation, safe writes, bounded reads, signals, YAML, the engine seam
+    "errors": 0, "safety": 0, "untrusted": 0, "yamlio": 0, "outputs": 0, "interrupt": 0, "engine": 0, "__init__": 0,
     # the options of a request: the config file, then flags > config > defaults
     "config": 1, "refs": 1, "refresh": 1, "options": 2,
     # plan: validated cells, and the gencode audit that proves them
