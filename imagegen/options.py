@@ -94,12 +94,17 @@ def base_images(values) -> str | dict[str, str] | None:
     """--base-image IMAGE (every cell) or CUDA=IMAGE (the cells of that CUDA version), repeatable:
     one image, or {cuXYZ: image, "*": image}. IMAGE may be PRIMARY,FALLBACK[,...]: the images tried in
     order when the first cannot be pulled (each checked as an image reference by the plan)."""
+    values = [values] if isinstance(values, str) else list(values or [])  # "" is a value given, and refused below
     if not values:
         return None
-    values = [values] if isinstance(values, str) else list(values)
     out: dict[str, str] = {}
     for value in values:
         cuda, sep, image = value.partition("=") if "=" in value.split("/")[0].split(":")[0] else ("", "", value)
+        if not image.strip() or any(not i.strip() for i in image.split(",")):
+            # Nothing silently dropped: an empty image would leave the cells on the flavor's own.
+            raise UsageError(f"--base-image {safety.describe(value)}: no image"
+                             + (" after '='" if sep and not image else " between commas" if image.strip() else "")
+                             + ": give [CUDA=]IMAGE[,FALLBACK], e.g. 12.8=nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04")
         variant = compat.cuda_variant(cuda) if sep else None
         key = variant.name if variant else "*"
         if key in out and out[key] != image:

@@ -27,10 +27,16 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (
 
 
 def shown(path: object, limit: int = 120) -> str:
-    """``path`` for a message: control characters escaped, at most ``limit`` characters."""
+    """``path`` for a message: control characters escaped, at most ``limit`` characters. A longer one
+    loses its middle, not its end (the file name of a wheel deep in a wheelhouse): a third of what is
+    kept from its start, the rest from its end."""
     text = str(path)
     out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return out if len(out) <= limit else out[:limit - 3] + "..."
+    if len(out) <= limit:
+        return out
+    head = max(limit - 3, 0) // 3
+    tail = max(limit - 3 - head, 0)
+    return out[:head] + "..." + (out[-tail:] if tail else "")
 
 
 def new_file_mode() -> int:

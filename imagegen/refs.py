@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen import safety
-from imagegen.errors import RecipeError, UsageError, printable
+from imagegen.errors import RecipeError, UsageError, bounded, printable
 from imagegen.model.recipe_reader import quoted
 from imagegen.model.recipes import Patch, Recipe, RecipeVersion, ranges_text
 from imagegen.resources.builder import imagegen_wheeltools as wheeltools
@@ -65,8 +65,20 @@ def _git(args: list[str], *, timeout: int, missing: str, env: dict[str, str] | N
                               timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
 
+# git's advice after a failed remote operation: no reason of its own.
+_GIT_ADVICE = ("please make sure you have the correct access rights", "and the repository exists.")
+MAX_GIT_REASON_LINES = 4
+MAX_GIT_REASON_CHARS = 400
+
+
 def _stderr_tail(proc: subprocess.CompletedProcess) -> str:
-    return safety.redact((proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1])[:200]
+    """What git said when it failed, for a one-line message: its lines that give a reason (not its
+    closing advice), at most MAX_GIT_REASON_LINES of them, joined with '; ', every credential redacted
+    before the whole is cut to MAX_GIT_REASON_CHARS."""
+    text = proc.stderr[:1 << 16].decode("utf-8", "replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reasons = list(dict.fromkeys(line for line in lines if line.lower() not in _GIT_ADVICE)) or lines or ["no output"]
+    return bounded(safety.redact("; ".join(reasons[:MAX_GIT_REASON_LINES])), MAX_GIT_REASON_CHARS)
 
 
 def split_git(value: str) -> tuple[str, str | None]:

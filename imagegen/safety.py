@@ -254,3 +254,23 @@ def wheelhouse_folder(out: Path, flag: str, error: type[Exception] = UnsafeValue
         raise error(f"{flag} {printable(str(out))[:200]} is not a wheelhouse (the filesystem root, your home folder or"
                     " a system folder): give a folder of its own, the one imagegen build --out wrote")
     return resolved
+
+
+# --------------------------------------------------------------------------------------------
+# Member names of an archive (a wheel) imagegen reads or rewrites
+
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+
+def member_name_problem(name: str) -> str | None:
+    """Why the member ``name`` of a wheel (a zip archive) would land outside the folder it is unpacked
+    into: an absolute name, a drive, a ``..`` part (either slash); None for a plain relative name.
+    pip refuses to install a wheel with such a member; a tool that unpacks with zipfile (auditwheel)
+    turns it into a top-level folder instead, which pip would then install."""
+    if not name:
+        return "has no name"
+    if name.startswith(("/", "\\")) or _DRIVE.match(name):
+        return "is an absolute path"
+    if ".." in re.split(r"[/\\]", name):
+        return "has a '..' part"
+    return None

@@ -14,6 +14,7 @@ from typing import Callable
 
 from imagegen import untrusted
 from imagegen.errors import Unreadable
+from imagegen.model.layout import MAX_LAYOUT_DEPTH
 from imagegen.plan import Cell
 
 MANIFEST = "manifest.json"
@@ -135,7 +136,7 @@ class VerifiedWheel:
 
 
 # Bounds on what a wheelhouse walk reads: it may be a folder a stranger shared.
-MAX_WALK_DEPTH = 8
+MAX_WALK_DEPTH = MAX_LAYOUT_DEPTH  # a layout (imagegen.model.layout) goes no deeper
 MAX_MANIFEST_BYTES = 16 << 20
 
 

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from imagegen.commands import common
 from imagegen.config import load_config
-from imagegen.errors import ImagegenError, UsageError
+from imagegen.errors import EngineError, ImagegenError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.outputs import shown
@@ -22,7 +22,9 @@ def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
     report = doctor.run(common.check_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
     print(report.as_json() if args.json else report.text())
     if report.failed:
-        raise ImagegenError(f"{len(report.failed)} problem(s): " + "; ".join(f"{c.name}: {c.fix or c.detail}" for c in report.failed))
+        # Exit 4 (README's table: Docker, buildx or the host toolchain missing or refused), what every
+        # check doctor fails is; exit 1 would read as an internal error.
+        raise EngineError(f"{len(report.failed)} problem(s): " + "; ".join(f"{c.name}: {c.fix or c.detail}" for c in report.failed))
     return 0
 
 

@@ -246,6 +246,7 @@ def check_exe(value: str | None, flag: str) -> str | None:
 def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
     opts = options.resolve(args, config)
     # --source alone means just that project; otherwise the named recipes, the config's, or all.
+    # --version applies to each, a source tree too (which render also refuses when the tree is not it).
     sources = args.source or []
     names = args.recipes or ([] if sources else list(opts.recipes) or cat.names())
     pairs, seen = [], set()
@@ -256,7 +257,7 @@ def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRe
         raise UsageError("--ref/--git name one recipe's source: give exactly one recipe with them")
     for recipe, version in [resolve(cat, n, None, args.recipe_version, args.fetch, env, ref=ref, git=git)
                             for n in names] \
-            + [resolve(cat, None, source, None, args.fetch, env) for source in sources]:
+            + [resolve(cat, None, source, args.recipe_version, args.fetch, env) for source in sources]:
         key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
         if key not in seen:
             seen.add(key)

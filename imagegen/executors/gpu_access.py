@@ -6,9 +6,9 @@
    works, with no runtime hook.
 3. **devices**: neither, but the driver is there: the device nodes (/dev/nvidiactl, /dev/nvidia0..,
    /dev/nvidia-uvm, ...) are passed with ``--device`` and the driver's user-space libraries (found
-   through the loader's cache and library path, never a fixed list of paths) are mounted read-only
-   under /usr/local/nvidia, where CUDA images look for them (``LD_LIBRARY_PATH`` says so for the
-   others). This is what the toolkit itself does, by hand; it works on a GPU host without the toolkit
+   through the loader's cache and library path, never a fixed list of paths) are mounted read-only,
+   file by file (never a folder: nothing else of the host comes with them), under /usr/local/nvidia,
+   where CUDA images look for them (``LD_LIBRARY_PATH`` says so for the others). This is what the toolkit itself does, by hand; it works on a GPU host without the toolkit
    (shared/reference/gpu-containers.md; docs/verification.md "GPU in containers").
 
 ``imagegen doctor`` reports which of them this host supports; ``imagegen pull --gpus MODE`` uses one
@@ -43,9 +43,6 @@ CONTAINER_DRIVER_DIR = "/usr/local/nvidia"
 # The driver's user-space libraries CUDA programs load (compute only: no GL, video or display ones).
 COMPUTE_LIBRARIES = ("libcuda", "libcudadebugger", "libnvidia-ml", "libnvidia-ptxjitcompiler", "libnvidia-nvvm",
                      "libnvidia-gpucomp", "libnvidia-cfg")
-# Folders the whole system shares: never mounted whole (that would replace the container's own libc).
-SYSTEM_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
-                       "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 _GPU_NODE = re.compile(r"nvidia\d+")
 _LDCONFIG_LINE = re.compile(r"^\s*libcuda\.so\.1 \(([^)]*)\) => (/\S+)$")
 
@@ -199,37 +196,14 @@ def driver_files(libcuda: Path) -> tuple[str, list[tuple[Path, str]]]:
         if stem not in COMPUTE_LIBRARIES or ".so" not in entry.name:
             continue
         target = entry.resolve()
-        if not target.is_file() or not version or not target.name.endswith(".so." + version):
+        # The file mounted is that library of the running driver (libnvidia-ml.so.1 -> libnvidia-ml.so.580.x),
+        # never another file a link of that name points at.
+        if not target.is_file() or not version or target.name != f"{stem}.so.{version}":
             continue
         if entry.name.endswith(".so"):  # the linker's name: programs load the SONAME
             continue
         pairs.append((target, entry.name))
     return version, pairs
-
-
-# A driver library's name (what may sit in a folder of the driver's own).
-_DRIVER_LIBRARY = re.compile(r"lib(?:cuda|cudadebugger|nvcuvid|nvoptix|nvidia-[\w.-]+|\w+_nvidia|vdpau_nvidia)\.so[\d.]*")
-MAX_DRIVER_ENTRIES = 4096
-
-
-def _driver_only(tree: Path) -> bool:
-    """``tree`` holds the driver alone (its lib/lib64 folders have no library but the driver's), so
-    mounting it whole brings no other library into a container."""
-    libs = [tree / d for d in ("lib64", "lib") if (tree / d).is_dir()]
-    if not libs or str(tree) in ("/", "/usr", "/usr/local") or any(str(d) in SYSTEM_LIBRARY_DIRS for d in libs):
-        return False
-    seen = 0
-    for folder in libs:
-        try:
-            for entry in os.scandir(folder):
-                seen += 1
-                if seen > MAX_DRIVER_ENTRIES:
-                    return False
-                if ".so" in entry.name and not _DRIVER_LIBRARY.fullmatch(entry.name):
-                    return False
-        except OSError:
-            return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -258,25 +232,29 @@ def driver_edits(root: Path = Path("/"), ldconfig: Callable[[], str] | None = No
                          " cache or LD_LIBRARY_PATH)", "install the NVIDIA driver's libraries, or add their folder"
                          " to LD_LIBRARY_PATH")
     pairs_nodes = tuple((str(root / node.lstrip("/")), node) for node in nodes)
-    mounts: list[tuple[str, str]] = []
+    # File by file, wherever the driver is: a folder is never mounted, so nothing beside the driver's
+    # files (a home folder's ~/.ssh when libcuda.so.1 is found in ~/lib) reaches the build steps given
+    # the device, which run the package's own build code (issue 32, item 4).
     folder = libcuda.parent
-    tree = folder.parent
-    if folder.name in ("lib64", "lib") and _driver_only(tree):
-        # A tree of the driver's own (the NVIDIA runtime's /usr/local/nvidia layout): mounted whole.
-        mounts.append((str(tree), CONTAINER_DRIVER_DIR))
-        libdirs = [f"{CONTAINER_DRIVER_DIR}/{d}" for d in ("lib64", "lib") if (tree / d).is_dir()]
-        how = f"the driver folder {tree}"
-    else:
-        version, pairs = driver_files(libcuda)
-        for target, name in pairs:
-            mounts.append((str(target), f"{CONTAINER_DRIVER_DIR}/lib64/{name}"))
-        smi = next((p for p in (folder.parent / "bin" / "nvidia-smi", root / "usr/bin/nvidia-smi") if p.is_file()), None)
-        if smi is not None:
-            mounts.append((str(smi), f"{CONTAINER_DRIVER_DIR}/bin/nvidia-smi"))
-        libdirs = [f"{CONTAINER_DRIVER_DIR}/lib64"]
-        how = f"{len({t for t, _ in pairs})} driver {version} libraries from {folder}"
-    return DriverEdits(nodes=pairs_nodes, mounts=tuple(mounts), env=(f"LD_LIBRARY_PATH={':'.join(libdirs)}",),
+    version, pairs = driver_files(libcuda)
+    mounts = [(str(target), f"{CONTAINER_DRIVER_DIR}/lib64/{name}") for target, name in pairs]
+    smi = driver_binary(folder.parent / "bin" / "nvidia-smi") or driver_binary(root / "usr/bin/nvidia-smi")
+    if smi is not None:
+        mounts.append((str(smi), f"{CONTAINER_DRIVER_DIR}/bin/nvidia-smi"))
+    how = f"{len({t for t, _ in pairs})} driver {version} libraries from {folder}"
+    return DriverEdits(nodes=pairs_nodes, mounts=tuple(mounts), env=(f"LD_LIBRARY_PATH={CONTAINER_DRIVER_DIR}/lib64",),
                        detail=f"{len(nodes)} device nodes and {how}")
+
+
+def driver_binary(path: Path) -> Path | None:
+    """The regular file ``path`` is (its link followed) when that file has the driver binary's name
+    (``nvidia-smi``, ``nvidia-smi.<version>``); None otherwise."""
+    try:
+        real = path.resolve()
+        ok = real.is_file() and (real.name == path.name or real.name.startswith(path.name + "."))
+    except OSError:
+        return None
+    return real if ok else None
 
 
 def devices(root: Path = Path("/"), ldconfig: Callable[[], str] | None = None,

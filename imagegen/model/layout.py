@@ -10,23 +10,36 @@ from imagegen.errors import UsageError
 
 DEFAULT_LAYOUT = "{package}-{version}/torch{torch}/{cuda}"
 LAYOUT_FIELDS = ("package", "short", "version", "torch", "cuda", "python", "py")
+# How many folders deep a layout may go: as deep as every reader of a wheelhouse walks (`index`,
+# `publish`, `collect`, `build`'s up-to-date check: imagegen.wheelhouse.MAX_WALK_DEPTH is this one
+# constant), so that a wheel a build places is one they find.
+MAX_LAYOUT_DEPTH = 8
 
 
 def check_layout(template: str, what: str = "--layout") -> str:
     """A wheelhouse layout: a relative folder template of {package} {short} {version} {torch} {cuda}
-    {python} {py} and [A-Za-z0-9._-/] (seed 001's fa{version}/torch{torch}/{cuda}). Refused otherwise."""
+    {python} {py} and [A-Za-z0-9._-/] (seed 001's fa{version}/torch{torch}/{cuda}), at most
+    MAX_LAYOUT_DEPTH folders deep. Refused otherwise. The one check of a layout, whichever command
+    or config file gives it (imagegen.options, imagegen.config)."""
     hint = f"fields: {', '.join('{' + f + '}' for f in LAYOUT_FIELDS)}; e.g. fa{{version}}/torch{{torch}}/{{cuda}}"
     if not isinstance(template, str) or not 1 <= len(template) <= 200 \
             or not re.fullmatch(r"[A-Za-z0-9._/{}-]+", template):
         raise UsageError(f"{what} {template!r}: use letters, digits, . _ - / and {{fields}} ({hint})")
     try:
-        fields = [f for _, f, spec, conv in string.Formatter().parse(template) if f is not None or spec or conv]
+        parsed = list(string.Formatter().parse(template))
     except ValueError:
         raise UsageError(f"{what} {template!r}: unbalanced braces ({hint})") from None
+    fields = [f for _, f, spec, conv in parsed if f is not None or spec or conv]
     bad = [f for f in fields if f not in LAYOUT_FIELDS]
     if bad:
         raise UsageError(f"{what} {template!r}: unknown field {{{bad[0]}}} ({hint})")
+    if any("{" in literal or "}" in literal for literal, *_ in parsed):
+        # {{ and }} stand for a brace in a folder name, which no output folder may have.
+        raise UsageError(f"{what} {template!r}: a brace belongs to a {{field}} only, not to a folder name ({hint})")
     parts = template.split("/")
     if template.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise UsageError(f"{what} {template!r}: a relative folder below the output folder (no /, . or .. parts)")
+    if len(parts) > MAX_LAYOUT_DEPTH:
+        raise UsageError(f"{what} {template!r}: {len(parts)} folders deep, deeper than the {MAX_LAYOUT_DEPTH} that"
+                         " index, publish and collect look into: the wheels would be built, then never found")
     return template

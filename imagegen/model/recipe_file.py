@@ -78,7 +78,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         raise r.error(f"schema {quoted(schema)} is not supported (this imagegen reads {RECIPE_SCHEMA})", "schema")
     r.only(TOP_KEYS)
 
-    name = r.str("name", required=True, pattern=safety.RECIPE_NAME)
+    name = r.str("name", required=True, pattern=safety.RECIPE_NAME, numbers=False)
     source = r.sub("source", required=True, keys=SOURCE_KEYS)
     url = source.str("git", pattern=safety.GIT_URL)
     if url and safety.has_credentials(url):

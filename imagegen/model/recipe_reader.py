@@ -128,12 +128,16 @@ class Reader:
         return str(value)
 
     def str(self, key: str, default: str | None = None, *, required: bool = False,
-            pattern: re.Pattern[str] | None = None, max_len: int = MAX_STR) -> str | None:
+            pattern: re.Pattern[str] | None = None, max_len: int = MAX_STR, numbers: bool = True) -> str | None:
+        """A text value. ``numbers``: a number written there is taken as its text (a version 1.0);
+        without, it is refused (a name: `name: 5` is a mistake, not the recipe "5")."""
         value = self.data.get(key, default)
         if value is None:
             if required:
                 raise self.error("missing", key)
             return None
+        if not numbers and not isinstance(value, str):
+            raise self.error(f"expected text, got {quoted(value)} (quote it if it is meant as text)", key)
         value = self.scalar_text(value, key)
         if not isinstance(value, str):
             raise self.error(f"expected a string, got {quoted(value)}", key)

@@ -43,6 +43,7 @@ from imagegen.executors.import_test import import_test, wheel_modules
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import new_file_mode, shown
+from imagegen.safety import describe, member_name_problem
 from imagegen.verify import verify_wheel
 from imagegen.wheelhouse import MANIFEST, read_manifest, sha256
 
@@ -350,6 +351,18 @@ def _check_input(wheel: Path, plat: str | None) -> None:
         raise PublishError(f"{wheel.name}: a {', '.join(sorted(machines))} wheel cannot get the tag {plat}")
     if not zipfile.is_zipfile(wheel):
         raise PublishError(f"{wheel.name}: not a readable wheel (not a zip archive)")
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise PublishError(f"{wheel.name}: not a readable wheel ({exc})") from None
+    for name in names:
+        # auditwheel unpacks with zipfile, which turns '../x' and '/x' into a top-level folder x of the
+        # repaired wheel: pip refuses the original, and would install the repaired one.
+        why = member_name_problem(name)
+        if why:
+            raise PublishError(f"{wheel.name}: its member {describe(name, 80)} {why}, which pip refuses to install:"
+                               " rebuild the wheel")
 
 
 def _repair_into(wheel: Path, source_sha256: str, staging: Path, *, plat: str | None, python_exe: str | None,

@@ -2,7 +2,8 @@
 the same rules everywhere and each wheel's outcome reported.
 
 Destinations, as ``--to`` names them (every part reaches a URL, so each is matched against a strict
-pattern before anything is contacted; a malformed one is a UsageError, exit 2):
+pattern before anything is contacted, by imagegen.model.destinations; a malformed one is a UsageError,
+exit 2):
 
 - ``pypi:UPLOAD_URL[,simple=INDEX_URL]``: a PyPI-compatible legacy upload endpoint (twine), e.g.
   ``pypi:https://upload.pypi.org/legacy/`` or pypiserver's ``pypi:http://host:8080/``. What is already
@@ -42,107 +43,16 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
-from imagegen.errors import PublishError, UsageError, bounded, printable
-from imagegen.safety import describe, redact
+from imagegen.errors import PublishError, bounded, printable
+# The destinations' grammar (``--to``), shared with `ci github --publish`; the destination modules import
+# the parsed forms from here.
+from imagegen.model.destinations import Dest, GithubDest, HubDest, PypiDest, S3Dest, parse_destination  # noqa: F401
+from imagegen.safety import redact
 from imagegen.wheelhouse import VerifiedWheel, verified_wheels
-
-# --------------------------------------------------------------------------------------------
-# Destinations
-
-_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?"
-# http(s), host, port and path only: no user:password@ (credentials never come from the command line),
-# no query or fragment. A '..' anywhere is refused by the patterns' common look-ahead.
-_HTTP_URL = rf"https?://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9._~%+-]*)*"
-PYPI = re.compile(rf"pypi:(?!.*\.\.)(?P<upload>{_HTTP_URL})(?:,simple=(?P<simple>{_HTTP_URL}))?")
-# Hub repository names: letters, digits, '.', '_', '-', no '--' or '..', at most 96 characters.
-_HUB_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
-_REPO_PATH = r"[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*"
-HUB = re.compile(rf"hf:(?!.*(?:--|\.\.))(?P<repo>{_HUB_NAME}/{_HUB_NAME})"
-                 rf"(?:@(?P<revision>[A-Za-z0-9][A-Za-z0-9._/-]{{0,199}}))?(?::(?P<path>{_REPO_PATH})/?)?")
-GITHUB = re.compile(r"github:(?!.*\.\.)(?P<repo>[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100})"
-                    r"@(?P<tag>[A-Za-z0-9][A-Za-z0-9._+-]{0,127})")
-S3 = re.compile(r"s3://(?!.*\.\.)(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[A-Za-z0-9._+=-]+"
-                r"(?:/[A-Za-z0-9._+=-]+)*)?/?)?")
-
-FORMS = {"pypi:": ("pypi:UPLOAD_URL[,simple=INDEX_URL]", PYPI), "hf:": ("hf:OWNER/REPO[@REVISION][:PATH]", HUB),
-         "github:": ("github:OWNER/REPO@TAG", GITHUB), "s3://": ("s3://BUCKET[/PREFIX]", S3)}
-
-PYPI_SIMPLE = {"https://upload.pypi.org/legacy/": "https://pypi.org/simple/",
-               "https://test.pypi.org/legacy/": "https://test.pypi.org/simple/"}
-
-
-@dataclass(frozen=True)
-class PypiDest:
-    text: str
-    upload_url: str
-    simple_url: str  # ends with '/': the project page is simple_url + "<normalized name>/"
-
-
-@dataclass(frozen=True)
-class HubDest:
-    text: str
-    repo_id: str
-    revision: str
-    path: str  # folder in the repository, "" for its top
-
-    def path_in_repo(self, name: str) -> str:
-        return f"{self.path}/{name}" if self.path else name
-
-
-@dataclass(frozen=True)
-class GithubDest:
-    text: str
-    repo: str  # OWNER/REPO
-    tag: str
-
-
-@dataclass(frozen=True)
-class S3Dest:
-    text: str
-    bucket: str
-    prefix: str  # "" or ending with '/'
-
-    def key(self, name: str) -> str:
-        return self.prefix + name
-
-
-Dest = PypiDest | HubDest | GithubDest | S3Dest
-
-
-def parse_destination(text: str) -> Dest:
-    """``--to`` as a destination, every part checked; anything else is a one-line UsageError."""
-    form = next((f for prefix, f in FORMS.items() if isinstance(text, str) and text.startswith(prefix)), None)
-    if form is None:
-        raise UsageError(f"--to {describe(text)}: not a destination: use {', '.join(f for f, _ in FORMS.values())}")
-    match = form[1].fullmatch(text)
-    if match is None:
-        raise UsageError(f"--to {describe(text)}: expected {form[0]} (names of letters, digits, '.', '_', '-'; URLs"
-                         " with no user:password@, query, spaces or '..')")
-    if form[1] is PYPI:
-        upload = match["upload"]
-        simple = match["simple"] or PYPI_SIMPLE.get(_slash(upload)) or default_simple(upload)
-        return PypiDest(text, upload, _slash(simple))
-    if form[1] is HUB:
-        return HubDest(text, match["repo"], match["revision"] or "main", match["path"] or "")
-    if form[1] is GITHUB:
-        return GithubDest(text, match["repo"], match["tag"])
-    return S3Dest(text, match["bucket"], _slash(match["prefix"]) if match["prefix"] else "")
-
-
-def default_simple(upload_url: str) -> str:
-    """The PEP 503 index beside an upload URL: ``.../legacy/`` -> ``.../simple/``, else ``<url>/simple/``."""
-    base = _slash(upload_url)
-    return base[: -len("legacy/")] + "simple/" if base.endswith("/legacy/") else base + "simple/"
-
-
-def _slash(url: str) -> str:
-    return url if url.endswith("/") else url + "/"
-
 
 # --------------------------------------------------------------------------------------------
 # What a destination module provides

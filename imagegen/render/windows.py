@@ -30,7 +30,7 @@ from importlib import resources
 import jinja2
 
 from imagegen import __version__
-from imagegen.errors import CompatError, UnsafeValueError, UsageError
+from imagegen.errors import CompatError, UnsafeValueError, UsageError, printable
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_format import format_for
@@ -63,6 +63,19 @@ B64_LINE = 76  # characters per echoed base64 line in cmd (far below its 8191-ch
 
 def _shown(text: str) -> str:
     return ascii(text[:60])
+
+
+# What cmd acts on even in a `rem` line (% expands, ^ at the end joins the next line, ! with delayed
+# expansion) or could read as a redirection or the end of a string: escaped in the comment line.
+_COMMENT_INERT = frozenset('%!^&|<>"`')
+
+
+def comment_line(command: str) -> str:
+    """``command`` for the scripts' "Re-render with" comment (a cmd `rem` line, a PowerShell `#` line),
+    readable as typed: letters of any script stay (café, 日本); a control, format or line-separator
+    character, and what cmd acts on even in a comment (_COMMENT_INERT), is written as an escape
+    (\\x25, \\u2028), so the line stays one inert line."""
+    return "".join(f"\\x{ord(c):02x}" if c in _COMMENT_INERT else c for c in printable(command))
 
 
 def _printable(text: str, where: str) -> str:
@@ -304,7 +317,7 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         _here_string(doc_text, "the build document")
     subdir = recipe.subdir.replace("/", "\\") if recipe.subdir else ""
     text = env.get_template(template).render(
-        imagegen_version=__version__, command=re.sub(r"[^A-Za-z0-9 ._:/\\=+;,'-]", " ", " ".join(command.split())),
+        imagegen_version=__version__, command=comment_line(command),
         recipe=recipe, version=version, src=src, subdir=subdir, python_exe=python_exe or "", vcvars=vcvars, out=out,
         python_exe_is_path=bool(python_exe and re.search(r"[\\/]", python_exe)),
         work=DEFAULT_WORK, helper_name=HELPER, shared_name=SHARED,

@@ -66,9 +66,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from imagegen import __version__, safety
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UnsafeValueError, UsageError
+from imagegen.model.destinations import parse_destination
 from imagegen.outputs import resolve_target, write_output
 from imagegen.render.bakefiles import print_bake
 from imagegen.resources.builder import imagegen_wheeltools as wheeltools
@@ -158,8 +161,8 @@ WINDOWS_RECIPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 CELL_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._;+-]{0,199}")
 # A publish destination as it reaches the workflow: its kind and characters safe in YAML and in an
 # environment variable (no quotes, spaces, $ or braces, so no GitHub expression either; no newline, which
-# separates destinations in PUBLISH_TO). `imagegen publish` checks each kind's exact form when the job
-# runs (imagegen.publish.upload.parse_destination; a later step than this module, see test_layers).
+# separates destinations in PUBLISH_TO). Each is then parsed as `imagegen publish --to` parses it
+# (imagegen.model.destinations.parse_destination), so the job never meets one publish refuses.
 PUBLISH_DEST = re.compile(r"(?:pypi:https?://|hf:|github:|s3://)[A-Za-z0-9._~:/@%+=,-]{1,400}")
 # How the publish job installs imagegen: a pip requirement (name[extras] @ URL, a path, name==version);
 # it cannot start with '-' (a pip option).
@@ -186,6 +189,18 @@ def _check(value: object, pattern: re.Pattern[str], what: str, hint: str) -> str
     if len(shown) > 80:
         shown = shown[:77] + "..."
     raise UnsafeValueError(f"{what} {shown} is not allowed: use {hint}")
+
+
+def pypi_imagegen(requirement: str) -> bool:
+    """Whether pip could take ``requirement`` as PyPI's 'imagegen' (another project): a requirement by
+    name with no URL, whatever follows a '#' (pip reads `` #...`` as a comment in a requirements file,
+    and no name goes on past one), in any spelling of the name (``IMAGEGEN``, ``imagegen[publish]>=1``)."""
+    head = requirement.split("#", 1)[0].strip()
+    try:
+        parsed = Requirement(head)
+    except InvalidRequirement:
+        return False  # a path or a URL (./tools/imagegen, git+https://...): not a name pip looks up
+    return parsed.url is None and canonicalize_name(parsed.name) == "imagegen"
 
 
 def _names(values: list[str] | None) -> list[str]:
@@ -360,6 +375,7 @@ class Options:
         for dest in publish:  # the workflow is committed: a credential there is public
             safety.no_credentials(dest.removeprefix("pypi:"), "--publish", safety.CI_SECRET_INSTEAD
                                   + " (TWINE_USERNAME/TWINE_PASSWORD, HF_TOKEN, IMAGEGEN_GITHUB_TOKEN, AWS_*)")
+            parse_destination(dest, "--publish")
         imagegen_from = getattr(args, "imagegen_from", None)
         if publish and imagegen_from is None:
             raise UsageError("--publish needs --imagegen-from REQUIREMENT: how the publish job installs imagegen (e.g."
@@ -377,7 +393,7 @@ class Options:
                    " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
             safety.no_credentials(imagegen_from, "--imagegen-from", "keep imagegen's source public, in the repository"
                                   " itself (a path such as ./tools/imagegen), or reachable with the job's own token")
-            if re.fullmatch(r"imagegen\s*(\[[^\]]*\])?\s*((==|>=|<=|~=|!=|<|>)\s*\S+\s*)?", imagegen_from, re.I):
+            if pypi_imagegen(imagegen_from):
                 # By name alone pip would install PyPI's 'imagegen', another project, into the job that
                 # holds the publish secrets.
                 raise UsageError(f"--imagegen-from {imagegen_from!r} would install PyPI's 'imagegen', another project:"

@@ -58,16 +58,25 @@ def ldconfig_for(libcuda: Path, root: Path):
     return lambda: f"\tlibcuda.so.1 (libc6,x86-64) => /{libcuda.relative_to(root)}\n\tlibc.so.6 (libc6,x86-64) => /lib/libc.so.6\n"
 
 
-def test_devices_mode_passes_every_node_and_mounts_a_driver_tree_whole(tmp_path):
+def test_devices_mode_passes_every_node_and_mounts_a_driver_tree_file_by_file(tmp_path):
     libcuda = gpu_host(tmp_path, gpus=2)
     access = gpu_access.devices(tmp_path, ldconfig_for(libcuda, tmp_path), "")
     d = tmp_path / "dev"
+    libs = tmp_path / "usr/local/nvidia/lib64"
     assert access.mode == "devices"
+    # Even the driver's own tree is never mounted whole (issue 32: nothing beside the driver's files).
     assert list(access.flags) == [
         "--device", f"{d}/nvidiactl:/dev/nvidiactl", "--device", f"{d}/nvidia-uvm:/dev/nvidia-uvm",
         "--device", f"{d}/nvidia-uvm-tools:/dev/nvidia-uvm-tools",
         "--device", f"{d}/nvidia0:/dev/nvidia0", "--device", f"{d}/nvidia1:/dev/nvidia1",
-        "-v", f"{tmp_path}/usr/local/nvidia:/usr/local/nvidia:ro", "-e", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"]
+        "-v", f"{libs}/libcuda.so.{DRIVER}:/usr/local/nvidia/lib64/libcuda.so.1:ro",
+        "-v", f"{libs}/libcuda.so.{DRIVER}:/usr/local/nvidia/lib64/libcuda.so.{DRIVER}:ro",
+        "-v", f"{libs}/libnvidia-ml.so.{DRIVER}:/usr/local/nvidia/lib64/libnvidia-ml.so.1:ro",
+        "-v", f"{libs}/libnvidia-ml.so.{DRIVER}:/usr/local/nvidia/lib64/libnvidia-ml.so.{DRIVER}:ro",
+        "-v", f"{libs}/libnvidia-ptxjitcompiler.so.{DRIVER}:/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1:ro",
+        "-v", f"{libs}/libnvidia-ptxjitcompiler.so.{DRIVER}:/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.{DRIVER}:ro",
+        "-v", f"{tmp_path}/usr/local/nvidia/bin/nvidia-smi:/usr/local/nvidia/bin/nvidia-smi:ro",
+        "-e", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"]
     assert "5 device nodes" in access.detail
 
 
@@ -234,7 +243,7 @@ def test_doctor_reports_each_way_this_host_has(tmp_path, monkeypatch):
     assert [c.name for c in report.checks] == ["gpus in containers: cdi", "gpus in containers: devices", "gpus in containers"]
     assert [c.status for c in report.checks] == [doctor.WARN, doctor.OK, doctor.OK]
     assert any("but the engine has CDI off" in line for line in lines)
-    assert any("--device" in line and "/usr/local/nvidia:ro" in line for line in lines)
+    assert any("--device" in line and "/usr/local/nvidia/lib64/libcuda.so.1:ro" in line for line in lines)
     assert report.checks[-1].detail == "imagegen pull --gpus auto uses devices"
 
 

@@ -238,7 +238,8 @@ def test_hostile_folder_names_file_names_and_metadata_are_escaped_or_left_out(tm
     result = index.write_index(out, say=_quiet)
 
     assert result.projects == {"odd": [odd.name], "scripted": [bad_python.name]}
-    assert any(str(evil) in p and "not a wheel file name an index can list" in p for p in result.problems)
+    # The wheel's name (its path's end) is in the warning whatever the length of TMPDIR (shown() cuts the middle).
+    assert any(evil.name in p and "not a wheel file name an index can list" in p for p in result.problems)
     assert any("Requires-Python" in p and "not a version specifier" in p for p in result.problems)
     pages = [out / "index.html", out / "simple" / "odd" / "index.html", out / "simple" / "scripted" / "index.html"]
     for page in pages:
