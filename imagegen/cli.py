@@ -79,7 +79,8 @@ def _add_matrix_args(p: argparse.ArgumentParser) -> None:
 def _add_compile_args(p: argparse.ArgumentParser) -> None:
     """What a command that compiles (build, pull) takes about the wheelhouse and the jobs."""
     p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date; replace a wheel of"
-                   " the same cell built for other archs (same file name)")
+                   " the same cell built for other archs (same file name; without --force such a cell is refused,"
+                   " exit 10, before it builds or when its wheel is placed)")
     p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from RAM and cores)")
     p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
 

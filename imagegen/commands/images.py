@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from typing import Sequence
 
 from imagegen import options
 from imagegen.commands import common
-from imagegen.errors import BuildError, NothingToDoError
+from imagegen.errors import NothingToDoError
 
 
 def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -44,14 +45,11 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     plan = common.buildable(args, config, cat)
     common.check_job_flags(args)
     results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=common.lock(args),
-                            finish=finish, gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
+                            finish=partial(finish, force=args.force), gpus=args.gpus, fallback=not args.no_fallback,
+                            max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle), force=args.force,
                             audit=not args.no_audit)
-    print(report.results_json(results) if args.json else report.summary(results))
-    failed = [r for r in results if r.status == "failed"]
-    if failed:
-        raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
-                         + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
+    report.report(results, as_json=args.json)
     return 0
 
 

@@ -65,15 +65,14 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
             say(f"[{cell.name}] up to date: {existing}")
             continue
         refused = wheelhouse.replacement_refused(out, cell, force=force, say=lambda m, c=cell: say(f"[{c.name}] {m}"))
-        if refused:
-            results[cell.name] = CellResult(cell, "failed", error=refused)
-            say(f"[{cell.name}] {refused}")
+        if refused:  # said once, when the results are reported (executors.results.report)
+            results[cell.name] = CellResult(cell, "refused", error=refused)
             continue
         todo.append(cell)
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
-    todo = runnable_platforms(todo, builders, results, say)
+    todo = runnable_platforms(todo, builders, results)
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
@@ -111,9 +110,8 @@ def builder_platforms(inspect_text: str) -> set[str]:
     return found
 
 
-def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict[str, CellResult],
-                        say: Callable[[str], None]) -> list[Cell]:
-    """``cells`` less those for a platform the builder(s) cannot run (recorded as failed, saying how
+def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict[str, CellResult]) -> list[Cell]:
+    """``cells`` less those for a platform the builder(s) cannot run (recorded as refused, saying how
     to get it), found before anything is built: BuildKit would fail with "exec format error" later."""
     wanted = {c.platform for c in cells if c.platform != DEFAULT_PLATFORM}
     if not wanted:
@@ -131,8 +129,7 @@ def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict
         error = (f"the builder cannot run {c.platform} build steps (it offers {', '.join(sorted(offered or ())) or 'none'}):"
                  " register QEMU for it (scripts/install-qemu.sh, or `docker run --privileged --rm tonistiigi/binfmt"
                  " --install arm64`), or build on an arm64 node (--builder)")
-        results[c.name] = CellResult(c, "failed", error=error)
-        say(f"[{c.name}] {error}")
+        results[c.name] = CellResult(c, "refused", error=error)
     return keep
 
 

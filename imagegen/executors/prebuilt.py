@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable
 
 from imagegen import __version__, engine, interrupt, wheelhouse
 from imagegen import registry as reg
-from imagegen.errors import BuildError, EngineError, UsageError
+from imagegen.errors import BuildError, EngineError, RefusedError, UsageError
 from imagegen.executors import gpu_access
 from imagegen.executors.bake_run import bake_data, bake_variables, new_run_dir
 from imagegen.model import jobs
@@ -62,10 +62,10 @@ def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, c
     from imagegen.executors.buildx import runnable_platforms
 
     unrunnable: dict[str, CellResult] = {}
-    runnable_platforms(cells, [builder] if builder else [], unrunnable, say=lambda m: None)
+    runnable_platforms(cells, [builder] if builder else [], unrunnable)
     if unrunnable:  # before anything is built: BuildKit would fail with "exec format error" later
         first = next(iter(unrunnable.values()))
-        raise BuildError(f"{first.cell.name}: {first.error}")
+        raise RefusedError(f"{first.cell.name}: {first.error}")
     run_dir = new_run_dir(work, "-push" if push else "-builder")
     definition = build_definition(Plan(cells=cells), out_dir=str(run_dir / "stage"),
                                   dockerfiles_dir=str(run_dir / "dockerfiles"), root=run_dir,
@@ -153,7 +153,7 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish
     # engine cannot run then fails before its image is run or built, saying how to get it, and the
     # others go on.
     unrunnable: dict[str, CellResult] = {}
-    runnable_platforms(cells, [], unrunnable, say=lambda m: None)
+    runnable_platforms(cells, [], unrunnable)
     host = host_platform()
     local = [c for c in cells if c.platform == host]
     gpu_args = gpu_flags(gpus, say) if local else []  # once: the same host runs every cell
@@ -197,9 +197,8 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
         say(f"[{cell.name}] up to date: {existing}")
         return CellResult(cell, "up-to-date", wheel=existing)
     refused = wheelhouse.replacement_refused(out, cell, force=force, say=lambda m: say(f"[{cell.name}] {m}"))
-    if refused:
-        say(f"[{cell.name}] {refused}")
-        return CellResult(cell, "failed", error=refused)
+    if refused:  # said once, when the results are reported (executors.results.report)
+        return CellResult(cell, "refused", error=refused)
     ref = image_ref(cell, registry)
     use = lock.builder_images.get(ref, ref)
     try:
@@ -209,15 +208,13 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
         if not fallback:
             raise
         if unrunnable is not None:  # building it here would run its steps on this platform too
-            say(f"[{cell.name}] no prebuilt image {use} in the registry, and {unrunnable.error}")
-            return unrunnable
+            return CellResult(cell, "refused", error=f"no prebuilt image {use} in the registry, and {unrunnable.error}")
         say(f"[{cell.name}] no prebuilt image {use} in the registry: building it locally from the same"
             " Dockerfile (imagegen push publishes it for next time)")
         bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
                        cache_from=[], cache_to=[], say=say)
         use = ref
     if unrunnable is not None:
-        say(f"[{cell.name}] {unrunnable.error}")
         return unrunnable
     verdict = None
     if audit:
