@@ -39,12 +39,13 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     common.ca_bundle(args.ca_bundle)
+    netrc = common.netrc_file(args.netrc)
     out = options.resolve(args, config).out
     from imagegen.finish import finish
 
     results = execute.build(plan, out=out, work=args.work, finish=partial(finish, force=args.force), force=args.force,
                             max_jobs=args.max_jobs,
-                            nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
+                            nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle, netrc=netrc,
                             cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
                             audit=not args.no_audit)
     repaired = _last_mile(args, out, [r.wheel for r in results if r.wheel is not None and r.status == "built"],
@@ -57,6 +58,9 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
     from imagegen.executors import native
+    if args.netrc:
+        raise UsageError("--netrc goes with a container build: natively, git and pip read your ~/.netrc (or $NETRC)"
+                         " themselves")
     if args.flat and (args.repair or args.index):
         raise UsageError("--repair and --index work on a wheelhouse: drop --flat (a flat folder has no manifest)")
     cell, host = common.native_cell(args, config, cat)

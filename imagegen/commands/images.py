@@ -27,8 +27,9 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     common.check_builders(args.builder)
     cache_from, cache_to = common.check_cache_specs(args.cache_from), common.check_cache_specs(args.cache_to)
     ca = common.ca_bundle(args.ca_bundle)
+    netrc = common.netrc_file(args.netrc)
     probe(registry)  # unreachable, not a registry, wrong password: said now
-    results = push.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca,
+    results = push.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca, netrc=netrc,
                         builder=args.builder, cache_from=cache_from, cache_to=cache_to)
     for r in results:
         print(f"{r.ref}@{r.digest}" if r.digest else r.ref)
@@ -47,7 +48,8 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=common.lock(args),
                             finish=partial(finish, force=args.force), gpus=args.gpus, fallback=not args.no_fallback,
                             max_jobs=args.max_jobs,
-                            nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle), force=args.force,
+                            nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle),
+                            netrc=common.netrc_file(args.netrc), force=args.force,
                             audit=not args.no_audit)
     report.report(results, as_json=args.json)
     return 0

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool = False, max_jobs: int | None = None,
           nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
+          netrc: str | None = None,
           cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True,
           say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
     """Build the plan's cells, each audited first (``audit``), each built one handed to ``finish``
@@ -76,7 +77,7 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
-    run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to)
+    run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to, netrc=netrc)
     run.finish = finish
     check_cache_support(list(builders) or [None], cache_to)
 

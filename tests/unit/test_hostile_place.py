@@ -281,3 +281,88 @@ def test_json_consumers_still_get_every_result_of_a_refused_run(tmp_path):
     with pytest.raises(RefusedError):
         report.report([refused], as_json=True, show=shown.append)
     assert json.loads(shown[0])[0]["status"] == "refused"
+
+
+# --------------------------------------------------------------------------------------------
+# Left over from items 1-3: `build`/`push`/`pull --netrc FILE` hand a netrc to the builds as the BuildKit
+# secret `netrc`, by path: its content is in no generated file, message or log.
+
+TOKEN = "ghp_NetrcTokenThatMustStayInItsFile0123"
+
+
+def _netrc(tmp_path: Path) -> Path:
+    path = tmp_path / "home" / ".netrc"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"machine github.com login x-access-token password {TOKEN}\n")
+    return path
+
+
+def _scan(root: Path) -> list[Path]:
+    """Every file under ``root`` that holds the token."""
+    return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and TOKEN.encode() in p.read_bytes()]
+
+
+def test_build_hands_the_netrc_to_every_bake_target_by_path_and_writes_its_content_nowhere(tmp_path, monkeypatch,
+                                                                                         capsys):
+    monkeypatch.chdir(tmp_path)
+    netrc = _netrc(tmp_path)
+    baked: list[dict] = []
+
+    def bake(file, targets, **kw):  # the engine's part: what buildx would be handed
+        baked.append(json.loads(Path(file).read_text()))
+    monkeypatch.setattr(engine, "bake", bake)
+    code = cli.main(["build", "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0",
+                     "--netrc", str(netrc), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+                     "--no-audit"])
+    captured = capsys.readouterr()
+    assert code == 5 and baked  # no wheel came out of the stand-in bake: a failed cell, as it should be
+    for data in baked:
+        for name, target in data["target"].items():
+            assert f"id=netrc,src={netrc}" in target["secret"], name
+    assert TOKEN not in captured.out + captured.err
+    assert _scan(tmp_path / "work") == [] and _scan(tmp_path / "out") == []
+
+
+def test_push_hands_the_netrc_to_the_builder_bake_by_path(tmp_path, monkeypatch):
+    from imagegen.executors import prebuilt
+
+    netrc = _netrc(tmp_path)
+    baked: list[dict] = []
+    monkeypatch.setattr(engine, "bake", lambda file, targets, **kw: baked.append(json.loads(Path(file).read_text())))
+    cell = _sage("9.0")
+    prebuilt.bake_builders([cell], "registry.example:5000/ns", work=tmp_path / "work", push=False, ca_bundle=None,
+                           builder=None, cache_from=[], cache_to=[], say=lambda m: None, netrc=str(netrc))
+    (target,) = baked[0]["target"].values()
+    assert f"id=netrc,src={netrc}" in target["secret"] and _scan(tmp_path / "work") == []
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: os.mkfifo(p), "not a regular file"),
+    (lambda p: p.mkdir(), "not a regular file"),
+    (lambda p: None, "no such file"),
+    (lambda p: p.write_bytes(b"#" * ((1 << 20) + 1)), "1048577 bytes; at most 1048576 are read"),
+])
+@pytest.mark.parametrize("command", ["build", "push", "pull"])
+def test_a_netrc_that_is_not_a_small_regular_file_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys,
+                                                                                  make, says, command):
+    monkeypatch.chdir(tmp_path)
+    for step in ("bake", "docker"):
+        monkeypatch.setattr(engine, step, lambda *a, **k: pytest.fail("nothing runs before --netrc is checked"))
+    bad = tmp_path / "netrc"
+    make(bad)
+    argv = [command, "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+            *(["--arch", "9.0"] if command != "push" else []),
+            *(["--registry", "registry.example:5000/ns"] if command != "build" else []), "--netrc", str(bad)]
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"imagegen: error: --netrc {bad}: {says}"), err
+
+
+def test_a_netrc_path_that_would_break_the_secret_spec_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    odd = tmp_path / "a,src=elsewhere"
+    odd.write_text("machine h login u password p\n")
+    code = cli.main(["build", "sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0",
+                     "--netrc", str(odd)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "without ','" in err
