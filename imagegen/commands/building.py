@@ -14,6 +14,7 @@ from imagegen.commands import common
 from imagegen.config import Config
 from imagegen.errors import NothingToDoError, RefusedError, UsageError
 from imagegen.model.catalogue import Catalogue
+from imagegen.outputs import output_folder
 
 
 def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -23,6 +24,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     common.check_job_flags(args)  # container and native builds alike
+    output_folder(args.work, "--work")
     if args.native:
         return _build_native(args, config, cat)
     if args.print_env:

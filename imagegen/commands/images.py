@@ -18,12 +18,13 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
     plan = common.buildable(args, config, cat, arch_free=True)
-    from imagegen.outputs import resolve_target
+    from imagegen.outputs import output_folder, resolve_target
     from imagegen.registry import probe
 
     # Everything the user gave is checked first; then the registry, before anything is built.
     lock = common.lock(args)
     resolve_target(lock.path, "lock file")  # push writes the pushed digests there
+    output_folder(args.work, "--work")
     common.check_builders(args.builder)
     cache_from, cache_to = common.check_cache_specs(args.cache_from), common.check_cache_specs(args.cache_to)
     ca = common.ca_bundle(args.ca_bundle)
@@ -45,6 +46,8 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     registry = common.registry(args, config)
     plan = common.buildable(args, config, cat)
     common.check_job_flags(args)
+    from imagegen.outputs import output_folder
+    output_folder(args.work, "--work")
     results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=common.lock(args),
                             finish=partial(finish, force=args.force), gpus=args.gpus, fallback=not args.no_fallback,
                             max_jobs=args.max_jobs,

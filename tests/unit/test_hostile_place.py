@@ -366,3 +366,59 @@ def test_a_netrc_path_that_would_break_the_secret_spec_is_refused(tmp_path, monk
                      "--netrc", str(odd)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "without ','" in err
+
+
+# --------------------------------------------------------------------------------------------
+# Left over from items 1-3: every command that writes an output file or folder refuses the filesystem
+# root, the home folder and system folders (outputs.resolve_target / outputs.output_folder), as
+# safety.wheelhouse_folder does for a wheelhouse. /proc/self stands for a system folder: nothing can
+# be written there even on the code before this check, so a failing run of this test writes nothing.
+
+SYSTEM_FILE = "/proc/self/imagegen-output"
+CELL = ["sage", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["render", *CELL, "-o", SYSTEM_FILE],
+    ["bake", *CELL, "-f", SYSTEM_FILE + ".hcl"],
+    ["ci", "github", "-o", SYSTEM_FILE + ".yml"],
+])
+def test_an_output_file_in_a_system_folder_is_refused_in_one_line(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "docker-bake.hcl", tmp_path / "docker-bake.hcl")  # what `ci github` reads
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is in the filesystem root or a system folder" in err
+
+
+@pytest.mark.parametrize("place", ["system", "home"])
+@pytest.mark.parametrize("argv", [
+    lambda d: ["bake", *CELL, "-f", "x.hcl", "--dockerfiles", d],
+    lambda d: ["build", *CELL, "--work", d],
+    lambda d: ["plan", *CELL, "--audit", "--work", d],
+    lambda d: ["repair", str(WHEEL), "--out", d],
+])
+def test_an_output_folder_that_is_home_or_a_system_folder_is_refused_in_one_line(tmp_path, monkeypatch, capsys,
+                                                                                argv, place):
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for step in ("bake", "docker"):
+        monkeypatch.setattr(engine, step, lambda *a, **k: pytest.fail("nothing runs before the folder is checked"))
+    folder = "/proc/self/imagegen-folder" if place == "system" else str(home)
+    code = cli.main(argv(folder))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is the filesystem root, your home folder or a system folder" in err
+    assert sorted(p.name for p in home.iterdir()) == []  # nothing written into the home folder
+
+
+def test_the_cdi_spec_may_still_go_where_the_engines_read_it():
+    from imagegen import outputs
+
+    assert outputs.resolve_target("/etc/cdi/imagegen-nvidia.json", "CDI spec", ("/etc/cdi",)) == \
+        Path("/etc/cdi/imagegen-nvidia.json")
+    with pytest.raises(Exception, match="system folder"):
+        outputs.resolve_target("/etc/cdi/imagegen-nvidia.json", "output file")
