@@ -83,10 +83,17 @@ def _add_matrix_args(p: argparse.ArgumentParser) -> None:
                    " fa{version}/torch{torch}/{cuda})")
 
 
+def _add_netrc(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--netrc", metavar="FILE", help="a netrc file (e.g. ~/.netrc) for private git hosts and package"
+                   " indexes, handed to the builds' fetch, toolchain and deps steps as the BuildKit secret netrc (mounted"
+                   " for one step, never in a layer; the bake file holds its path only). No default: only given")
+
+
 def _add_compile_args(p: argparse.ArgumentParser) -> None:
     """What a command that compiles (build, pull) takes about the wheelhouse and the jobs."""
     p.add_argument("--force", action="store_true", help="rebuild cells whose wheel is up to date; replace a wheel of"
-                   " the same cell built for other archs (same file name)")
+                   " the same cell built for other archs (same file name; without --force such a cell is refused,"
+                   " exit 10, before it builds or when its wheel is placed)")
     p.add_argument("--max-jobs", type=int, help="MAX_JOBS per cell (default: from RAM and cores)")
     p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
 
@@ -192,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--builder", action="append", default=[], help="buildx builder to run on (default: the current"
                    " one); repeat to split the matrix across several builders (bake sends all of one run to one node)")
     _add_cache_args(p)
+    _add_netrc(p)
     p.add_argument("--ca-bundle", help="CA bundle for PyPI/git inside builds, passed as a BuildKit secret"
                    " (default: PIP_CERT / REQUESTS_CA_BUNDLE / SSL_CERT_FILE, else the system bundle)")
     _add_json(p, "print the results as JSON")
@@ -294,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--builder", help="buildx builder to run on (default: the current one)")
     _add_cache_args(p)
     p.add_argument("--ca-bundle", help="CA bundle for PyPI/git inside builds (a BuildKit secret, never in a layer)")
+    _add_netrc(p)
     _add_common(p)
 
     p = sub.add_parser("pull", help="pull prebuilt builder images and run them to produce wheels", description=(
@@ -314,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
                    " (the package's own build with stand-in compilers, which refuses a cell whose build would fail or miss an arch)")
     _add_compile_args(p)
     p.add_argument("--ca-bundle", help="CA bundle for a local fallback build")
+    _add_netrc(p)
     _add_json(p, "print the results as JSON")
     _add_common(p)
 

@@ -136,6 +136,14 @@ class NoVariant(PublishError, exit_code=9):
     the wheel is listed as it is."""
 
 
+class RefusedError(ImagegenError, exit_code=10):
+    """A cell imagegen would not build, or whose wheel it would not place, because that would lose
+    something: a wheel of the wheelhouse built for other archs is in the way (same file name; found
+    before the build, or when the wheel was placed because another build placed one meanwhile), or
+    the builder cannot run the cell's platform. Nothing was replaced; not a failed build (exit 5):
+    the fix is a flag (--out, --force) or the builder."""
+
+
 # Internal signals, never shown as they are: each caller turns them into a user error or a plan reason.
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from imagegen import collect
+from imagegen.errors import RefusedError
 from imagegen.plan import Cell
 from imagegen.verify import verify_wheel
 from imagegen.wheelhouse import CellResult
@@ -16,12 +17,14 @@ from imagegen.wheelhouse import CellResult
 
 def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path, seconds: float,
            audit: dict | None = None, smoke: dict | None = None, ccache: dict | None = None,
-           record: dict | Callable[[], dict] | None = None, flat: bool = False) -> CellResult:
+           record: dict | Callable[[], dict] | None = None, flat: bool = False, force: bool = False) -> CellResult:
     """The result of ``cell`` from its staged ``wheels``: failed (not one wheel, or verification
     failed: nothing enters the wheelhouse), or built (the wheel collected, the log kept beside it,
     the manifest entry written with ``record``'s extra fields). ``record`` may be a function, called
     once the wheel has passed (the native build's import test runs meanwhile). ``flat``: the wheel
-    alone into ``out``, no log copy and no manifest (``--flat``)."""
+    alone into ``out``, no log copy and no manifest (``--flat``). Refused (nothing placed, the log
+    not kept) when, at placement, the wheel would replace one built for other archs that another build
+    placed meanwhile (collect.publish; ``force`` replaces it)."""
     if len(wheels) != 1:
         return CellResult(cell, "failed", log=log, seconds=seconds, audit=audit,
                           error=f"expected one wheel, got {[w.name for w in wheels]}")
@@ -34,9 +37,13 @@ def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path,
         dest = collect.publish_flat(out, wheels[0])
         return CellResult(cell, "built", wheel=dest, log=log, seconds=seconds, verify=report.as_dict(),
                           smoke=extra.get("smoke", smoke), ccache=ccache, audit=audit)
-    kept = collect.keep_log(out, cell, log)  # the manifest points at the copy in OUT, not the work folder
-    dest = collect.publish(out, cell, wheels[0], inputs=inputs, record={
-        "duration_s": round(seconds, 1), "log": str(kept), "verify": report.as_dict(), **extra,
-        **({"audit": audit} if audit is not None else {})})
+    try:  # the log is kept in OUT with the wheel, and the manifest points at that copy
+        dest = collect.publish(out, cell, wheels[0], inputs=inputs, log=log, force=force, record={
+            "duration_s": round(seconds, 1), "verify": report.as_dict(), **extra,
+            **({"audit": audit} if audit is not None else {})})
+    except RefusedError as exc:
+        return CellResult(cell, "refused", log=log, seconds=seconds, verify=report.as_dict(),
+                          smoke=extra.get("smoke", smoke), ccache=ccache, audit=audit, error=str(exc))
+    kept = collect.kept_log(out, cell)
     return CellResult(cell, "built", wheel=dest, log=kept, seconds=seconds, verify=report.as_dict(),
                       smoke=extra.get("smoke", smoke), ccache=ccache, audit=audit)

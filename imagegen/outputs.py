@@ -8,7 +8,11 @@ under ``bake --dockerfiles``): written the way a user expects, never clobbering 
   stays a link;
 - a directory, a character or block device (``/dev/null``), a FIFO or a socket is refused with one
   line, before anything is written;
-- on any error the temporary file is removed and the error is one line (exit 2).
+- on any error the temporary file is removed and the error is one line (exit 2);
+- a file is never written into the filesystem root or a system tree (``/etc``, ``/usr/bin``, ``/proc``,
+  ...: safety.SYSTEM_TREES), and an output folder (``repair --out``, ``bake --dockerfiles``, ``--work``)
+  is never the root, the home folder or a system folder (``output_folder``), as
+  safety.wheelhouse_folder refuses them for a wheelhouse.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from imagegen.errors import UsageError
+from imagegen.safety import SYSTEM_FOLDERS, SYSTEM_TREES
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
@@ -47,9 +52,33 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def resolve_target(path: str | os.PathLike, what: str = "output file") -> Path:
+def _in_system_tree(folder: Path, allowed: tuple[str, ...] = ()) -> bool:
+    """Whether ``folder`` (resolved) is the filesystem root or lies in a system tree, unless in ``allowed``."""
+    text = folder.as_posix()
+    if any(text == a or text.startswith(a + "/") for a in allowed):
+        return False
+    return folder == Path(folder.anchor) or any(text == t or text.startswith(t + "/") for t in SYSTEM_TREES)
+
+
+def output_folder(path: str | os.PathLike, what: str) -> Path:
+    """``path``, a folder imagegen writes into (``repair --out``, ``bake --dockerfiles``, ``--work``),
+    when it is not the filesystem root, the home folder or a system folder; else a UsageError."""
+    resolved = Path(os.path.realpath(os.fspath(path)))
+    text = resolved.as_posix()
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):
+        home = None
+    if resolved == Path(resolved.anchor) or resolved == home or text in SYSTEM_FOLDERS or _in_system_tree(resolved):
+        raise UsageError(f"{what} {shown(os.fspath(path), 200)} is the filesystem root, your home folder or a system"
+                         " folder: give a folder of its own")
+    return Path(path)
+
+
+def resolve_target(path: str | os.PathLike, what: str = "output file", system_ok: tuple[str, ...] = ()) -> Path:
     """The regular file that writing ``path`` replaces (symlinks followed), checked before anything
-    is written: a directory, device, FIFO or socket, a symlink loop, an unusable name is a UsageError."""
+    is written: a directory, device, FIFO or socket, a symlink loop, an unusable name, a file in the
+    filesystem root or a system tree (outside ``system_ok``: ``cdi-spec -o /etc/cdi/...``) is a UsageError."""
     text = os.fspath(path)
     if not text or not text.strip():
         raise UsageError(f"{what}: give a file name (got an empty one)")
@@ -75,6 +104,9 @@ def resolve_target(path: str | os.PathLike, what: str = "output file") -> Path:
                 raise UsageError(f"{what} {shown(text)} is {kind}: give the path of a regular file")
     if text.endswith(("/", os.sep)):
         raise UsageError(f"{what} {shown(text)} names a directory: give the path of a regular file")
+    if _in_system_tree(Path(os.path.realpath(real)).parent, system_ok):
+        raise UsageError(f"{what} {shown(text)} is in the filesystem root or a system folder: write it somewhere"
+                         " of your own")
     return real
 
 
@@ -86,9 +118,10 @@ def _why(exc: OSError) -> str:
     return exc.strerror or exc.__class__.__name__
 
 
-def write_text_atomic(path: str | os.PathLike, text: str, *, what: str = "output file") -> Path:
+def write_text_atomic(path: str | os.PathLike, text: str, *, what: str = "output file",
+                      system_ok: tuple[str, ...] = ()) -> Path:
     """Write ``text`` to ``path`` (see the module docstring); return the file really written."""
-    target = resolve_target(path, what)
+    target = resolve_target(path, what, system_ok)
     data = text.encode("utf-8")
     tmp = None
     try:
@@ -121,9 +154,9 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, what: str = "output
     return target
 
 
-def write_output(text: str, out: str | None, *, what: str = "output file") -> None:
+def write_output(text: str, out: str | None, *, what: str = "output file", system_ok: tuple[str, ...] = ()) -> None:
     """Write ``text`` to the file ``out`` (see write_text_atomic), or to stdout when it is None or '-'."""
     if out is None or out == "-":
         sys.stdout.write(text)
         return
-    write_text_atomic(out, text, what=what)
+    write_text_atomic(out, text, what=what, system_ok=system_ok)

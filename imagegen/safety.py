@@ -226,7 +226,7 @@ def no_credentials(url: str, what: str, instead: str) -> str:
 
 # Where each kind of credential belongs instead of a URL (the second half of no_credentials' message).
 NETRC_INSTEAD = ("put the credential in ~/.netrc (machine HOST login USER password TOKEN): git and pip read it, and"
-                 " the builder's fetch step reads it as the netrc BuildKit secret (--secret id=netrc,src=$HOME/.netrc)")
+                 " imagegen build/push/pull --netrc ~/.netrc hands it to the builds as the netrc BuildKit secret")
 CI_SECRET_INSTEAD = "keep the credential in the repository's secrets (the workflow reads them from there)"
 
 

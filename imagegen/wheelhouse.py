@@ -28,7 +28,7 @@ class CellResult:
     """What became of one cell, whichever way it was built (bake, a prebuilt image, native)."""
 
     cell: Cell
-    status: str  # built | up-to-date | failed
+    status: str  # built | up-to-date | failed | refused (nothing built or placed, nothing replaced: RefusedError)
     wheel: Path | None = None
     log: Path | None = None
     seconds: float = 0.0
@@ -106,6 +106,24 @@ def replacement_refused(out: Path, cell: Cell, *, force: bool, say: Callable[[st
         return None
     return (f"{other} would be replaced by the wheel for archs {cell.archs} (same file name): build into"
             " another --out to keep both, or --force to replace it")
+
+
+def in_the_way(out: Path, cell: Cell, name: str) -> str | None:
+    """At placement, with the cell folder's lock held (imagegen.collect): what placing ``cell``'s
+    wheel ``name`` into ``out`` would silently replace, or None. That is the wheel the cell's own
+    entry lists when it was built for other archs (``replaced``; a build of other archs started
+    meanwhile may have placed it after this build's check), or the file ``name`` itself when an entry
+    lists it for other archs (cells that differ only by Python share an abi3 wheel)."""
+    other = replaced(out, cell)
+    if other is not None:
+        return other
+    folder = cell_dir(out, cell)
+    if not (folder / name).is_file():
+        return None
+    for entry in read_manifest(folder)["cells"].values():
+        if isinstance(entry, dict) and entry.get("wheel") == name and entry.get("archs") != str(cell.archs):
+            return f"{folder / name} (built for archs {str(entry.get('archs'))[:200]})"
+    return None
 
 
 def up_to_date(out: Path, cell: Cell, inputs: str) -> Path | None:

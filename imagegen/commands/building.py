@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 from imagegen import options
 from imagegen.commands import common
 from imagegen.config import Config
-from imagegen.errors import BuildError, NothingToDoError, UsageError
+from imagegen.errors import NothingToDoError, RefusedError, UsageError
 from imagegen.model.catalogue import Catalogue
+from imagegen.outputs import output_folder
 
 
 def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -22,6 +24,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     common.check_job_flags(args)  # container and native builds alike
+    output_folder(args.work, "--work")
     if args.native:
         return _build_native(args, config, cat)
     if args.print_env:
@@ -38,30 +41,28 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     common.ca_bundle(args.ca_bundle)
+    netrc = common.netrc_file(args.netrc)
     out = options.resolve(args, config).out
     from imagegen.finish import finish
 
-    results = execute.build(plan, out=out, work=args.work, finish=finish, force=args.force, max_jobs=args.max_jobs,
-                            nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle,
+    results = execute.build(plan, out=out, work=args.work, finish=partial(finish, force=args.force), force=args.force,
+                            max_jobs=args.max_jobs,
+                            nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle, netrc=netrc,
                             cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
                             audit=not args.no_audit)
     repaired = _last_mile(args, out, [r.wheel for r in results if r.wheel is not None and r.status == "built"],
                           any(r.wheel is not None for r in results))
     for r in results:
         r.wheel = repaired.get(r.wheel, r.wheel) if r.wheel is not None else None
-    if args.json:
-        print(report.results_json(results))
-    else:
-        print(report.summary(results))
-    failed = [r for r in results if r.status == "failed"]
-    if failed:
-        raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
-                         + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
+    report.report(results, as_json=args.json)
     return 0
 
 
 def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
     from imagegen.executors import native
+    if args.netrc:
+        raise UsageError("--netrc goes with a container build: natively, git and pip read your ~/.netrc (or $NETRC)"
+                         " themselves")
     if args.flat and (args.repair or args.index):
         raise UsageError("--repair and --index work on a wheelhouse: drop --flat (a flat folder has no manifest)")
     cell, host = common.native_cell(args, config, cat)
@@ -77,12 +78,13 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
         refused = wheelhouse.replacement_refused(Path(out), cell, force=args.force,
                                               say=lambda m: print(m, file=sys.stderr))
         if refused:
-            raise UsageError(refused)
+            raise RefusedError(refused)
     from imagegen.finish import finish
     from imagegen.interrupt import stopping_children
 
     with stopping_children():  # a signal to imagegen ends the compile it started
-        dest = native.build_native(cell, host, out=out, work=args.work, finish=finish, flat=args.flat,
+        dest = native.build_native(cell, host, out=out, work=args.work, finish=partial(finish, force=args.force),
+                                   flat=args.flat,
                                    max_jobs=args.max_jobs,
                                    nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
                                    verbose_build=args.verbose_build, audit=not args.no_audit)

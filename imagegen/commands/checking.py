@@ -38,7 +38,8 @@ def cmd_cdi_spec(args: argparse.Namespace, argv: Sequence[str]) -> int:
                          " spec on the GPU host, where the driver is loaded")
     if not isinstance(edits, gpu_access.DriverEdits):
         raise NoGpuError(f"{edits.detail}: {edits.fix}")
-    write_output(json.dumps(gpu_access.cdi_spec(edits), indent=2) + "\n", args.output, what="CDI spec")
+    write_output(json.dumps(gpu_access.cdi_spec(edits), indent=2) + "\n", args.output, what="CDI spec",
+                 system_ok=("/etc/cdi", "/var/run/cdi", "/run/cdi"))  # where the container engines read CDI specs
     if args.output not in (None, "-"):
         print(f"wrote {args.output}: nvidia.com/gpu=all with {edits.detail}", file=sys.stderr)
     return 0

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from imagegen import options, refs, safety
 from imagegen.config import Config, load_config
-from imagegen.errors import ImagegenError, NothingToDoError, UsageError
+from imagegen.errors import ImagegenError, NothingToDoError, Unreadable, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
@@ -196,6 +196,33 @@ def ca_bundle(value: str | None) -> str | None:
     if value is not None and not is_file(Path(value)):
         raise UsageError(f"--ca-bundle {shown(value)}: no such file (a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")
     return value
+
+
+# A netrc holds a few machine entries: anything bigger is not one.
+MAX_NETRC_BYTES = 1 << 20
+
+
+def netrc_file(value: str | None) -> str | None:
+    """``--netrc FILE``: the absolute path of a readable regular file of at most MAX_NETRC_BYTES, handed
+    to the builds as the ``netrc`` BuildKit secret (its path goes into the bake file's secret entry;
+    its content is read here only to check that it can be). None when not given: no default, since
+    every host the file names (and a ``default`` entry: any host) would get its credential from every
+    build's fetch, toolchain and deps steps."""
+    if value is None:
+        return None
+    if not value.strip() or any(c in value for c in ',"\'') or not value.isprintable():
+        raise UsageError(f"--netrc {shown(value)}: give a file path without ',', quotes or control characters"
+                         " (it goes into a BuildKit secret spec)")
+    path = Path(value).expanduser()
+    try:
+        safety.read_regular_file(path, limit=MAX_NETRC_BYTES)
+    except Unreadable as exc:
+        raise UsageError(f"--netrc {shown(value)}: {exc} (a netrc file: machine HOST login USER password TOKEN)") from None
+    resolved = os.path.realpath(path)
+    if any(c in resolved for c in ',"\'') or not resolved.isprintable():
+        raise UsageError(f"--netrc {shown(value)} leads to {shown(resolved)}: give a path without ',', quotes or"
+                         " control characters (it goes into a BuildKit secret spec)")
+    return resolved
 
 
 def check_cache_specs(values: Sequence[str]) -> list[str]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from typing import Sequence
 
 from imagegen import options
 from imagegen.commands import common
-from imagegen.errors import BuildError, NothingToDoError
+from imagegen.errors import NothingToDoError
 
 
 def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -17,17 +18,19 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
     plan = common.buildable(args, config, cat, arch_free=True)
-    from imagegen.outputs import resolve_target
+    from imagegen.outputs import output_folder, resolve_target
     from imagegen.registry import probe
 
     # Everything the user gave is checked first; then the registry, before anything is built.
     lock = common.lock(args)
     resolve_target(lock.path, "lock file")  # push writes the pushed digests there
+    output_folder(args.work, "--work")
     common.check_builders(args.builder)
     cache_from, cache_to = common.check_cache_specs(args.cache_from), common.check_cache_specs(args.cache_to)
     ca = common.ca_bundle(args.ca_bundle)
+    netrc = common.netrc_file(args.netrc)
     probe(registry)  # unreachable, not a registry, wrong password: said now
-    results = push.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca,
+    results = push.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca, netrc=netrc,
                         builder=args.builder, cache_from=cache_from, cache_to=cache_to)
     for r in results:
         print(f"{r.ref}@{r.digest}" if r.digest else r.ref)
@@ -43,15 +46,15 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     registry = common.registry(args, config)
     plan = common.buildable(args, config, cat)
     common.check_job_flags(args)
+    from imagegen.outputs import output_folder
+    output_folder(args.work, "--work")
     results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=common.lock(args),
-                            finish=finish, gpus=args.gpus, fallback=not args.no_fallback, max_jobs=args.max_jobs,
-                            nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle), force=args.force,
+                            finish=partial(finish, force=args.force), gpus=args.gpus, fallback=not args.no_fallback,
+                            max_jobs=args.max_jobs,
+                            nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle),
+                            netrc=common.netrc_file(args.netrc), force=args.force,
                             audit=not args.no_audit)
-    print(report.results_json(results) if args.json else report.summary(results))
-    failed = [r for r in results if r.status == "failed"]
-    if failed:
-        raise BuildError(f"{len(failed)} of {len(results)} cells failed: "
-                         + ", ".join(f"{r.cell.name} (log: {r.log})" for r in failed))
+    report.report(results, as_json=args.json)
     return 0
 
 

@@ -16,6 +16,7 @@ from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion
+from imagegen.outputs import output_folder
 from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, Plan, default_policy
 
 
@@ -70,7 +71,7 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.audit:
         if args.resolve:
             raise UsageError("--resolve goes with a plain plan, not --audit (plan --resolve first, then --audit)")
-        args.work = args.work or Path(".imagegen")
+        args.work = output_folder(args.work or Path(".imagegen"), "--work")
         return _plan_audit(args, config, cat)
     for flag, value in (("--native", args.native), ("--python-exe", args.python_exe), ("--src-dir", args.src_dir),
                         ("--work", args.work)):

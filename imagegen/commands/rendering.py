@@ -14,7 +14,7 @@ from imagegen import options
 from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.outputs import shown, write_output
+from imagegen.outputs import output_folder, shown, write_output
 from imagegen.plan import Plan, choose_cell, defaults, with_offline, with_requested_platforms
 from imagegen.render.dockerfile import render_dockerfile
 
@@ -129,6 +129,7 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
         return 0
+    output_folder(args.dockerfiles, "--dockerfiles")
     plan = common.one_target_per_cell(common.planned(args, config, cat))
     for c in plan.rejected:
         print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)

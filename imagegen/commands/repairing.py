@@ -19,7 +19,7 @@ from typing import Sequence
 from imagegen.commands import common
 from imagegen.errors import ArchError, ImagegenError, PublishError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.outputs import shown
+from imagegen.outputs import output_folder, shown
 from imagegen.publish.repair import RepairResult, check_plat, repair_in_wheelhouse, repair_wheel, wheelhouse_entries
 
 
@@ -51,6 +51,8 @@ def cmd_repair(args: argparse.Namespace, argv: Sequence[str]) -> int:
         common.check_wheel_file(wheel)
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {shown(args.out)}: not a folder")
+    if args.out is not None:
+        output_folder(args.out, "--out")
     check_plat(args.plat)
     python_exe = _importer(args)
     if python_exe is None:

@@ -108,8 +108,15 @@ def new_run_dir(work: Path, tag: str = "") -> Path:
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S") + tag + "-", dir=runs))
 
 
+def netrc_secret(netrc: str | None) -> list[str]:
+    """The bake secret entry that hands the netrc file ``netrc`` (imagegen.commands.common.netrc_file:
+    checked, absolute) to the steps that mount the ``netrc`` secret: its path, never its content."""
+    return [f"id=netrc,src={netrc}"] if netrc else []
+
+
 def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, cache_from: Sequence[str] = (),
-                cache_to: Sequence[str] = (), command: str = "imagegen build", tag: str = "") -> Run:
+                cache_to: Sequence[str] = (), command: str = "imagegen build", tag: str = "",
+                netrc: str | None = None) -> Run:
     """Render ``cells`` into a run folder under ``work``: their Dockerfiles and one bake file with,
     per cell, the wheel target, its log companion (the ``buildlog`` stage: compile log + smoke report,
     so the wheels stage stays wheels-only and the reports are there even when every layer was cached)
@@ -135,7 +142,8 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
     for name in list(data["target"]):
         jobs_file = run_dir / "jobs" / f"{cell_of(name)}.env"
         jobs_file.touch()
-        data["target"][name]["secret"] = [*data["target"][name].get("secret", []), f"id={rules.JOBS_SECRET},src={jobs_file}"]
+        data["target"][name]["secret"] = [*data["target"][name].get("secret", []), f"id={rules.JOBS_SECRET},src={jobs_file}",
+                                          *netrc_secret(netrc)]
         if cache_from:
             data["target"][name]["cache-from"] = list(cache_from)
         if cache_to and cell_of(name) == name:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool = False, max_jobs: int | None = None,
           nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
+          netrc: str | None = None,
           cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True,
           say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
     """Build the plan's cells, each audited first (``audit``), each built one handed to ``finish``
@@ -65,19 +66,18 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
             say(f"[{cell.name}] up to date: {existing}")
             continue
         refused = wheelhouse.replacement_refused(out, cell, force=force, say=lambda m, c=cell: say(f"[{c.name}] {m}"))
-        if refused:
-            results[cell.name] = CellResult(cell, "failed", error=refused)
-            say(f"[{cell.name}] {refused}")
+        if refused:  # said once, when the results are reported (executors.results.report)
+            results[cell.name] = CellResult(cell, "refused", error=refused)
             continue
         todo.append(cell)
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
-    todo = runnable_platforms(todo, builders, results, say)
+    todo = runnable_platforms(todo, builders, results)
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
-    run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to)
+    run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to, netrc=netrc)
     run.finish = finish
     check_cache_support(list(builders) or [None], cache_to)
 
@@ -111,9 +111,8 @@ def builder_platforms(inspect_text: str) -> set[str]:
     return found
 
 
-def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict[str, CellResult],
-                        say: Callable[[str], None]) -> list[Cell]:
-    """``cells`` less those for a platform the builder(s) cannot run (recorded as failed, saying how
+def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict[str, CellResult]) -> list[Cell]:
+    """``cells`` less those for a platform the builder(s) cannot run (recorded as refused, saying how
     to get it), found before anything is built: BuildKit would fail with "exec format error" later."""
     wanted = {c.platform for c in cells if c.platform != DEFAULT_PLATFORM}
     if not wanted:
@@ -131,8 +130,7 @@ def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict
         error = (f"the builder cannot run {c.platform} build steps (it offers {', '.join(sorted(offered or ())) or 'none'}):"
                  " register QEMU for it (scripts/install-qemu.sh, or `docker run --privileged --rm tonistiigi/binfmt"
                  " --install arm64`), or build on an arm64 node (--builder)")
-        results[c.name] = CellResult(c, "failed", error=error)
-        say(f"[{c.name}] {error}")
+        results[c.name] = CellResult(c, "refused", error=error)
     return keep
 
 

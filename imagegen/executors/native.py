@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagegen.errors import BuildError
+from imagegen.errors import BuildError, RefusedError
 from imagegen.executors.host import HostToolchain
 from imagegen.executors.import_test import Importer, smoke_test
 from imagegen.model import jobs
@@ -170,6 +170,8 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
             result = finish(cell, wheels, out=out, inputs=inputs_hash(cell, doc), log=work / "logs" / "build.log",
                             seconds=seconds, audit=verdict.as_dict() if verdict is not None else None, record=record,
                             flat=flat)
+            if result.status == "refused":  # another build placed a wheel for other archs meanwhile
+                raise RefusedError(result.error)
             if result.status != "built":
                 raise BuildError(f"{wheels[0].name} failed verification: {result.error.removeprefix('verification failed: ')}")
     steps["publish"] = time.time() - t0 - steps["verify+smoke"]

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Callable
 
 from imagegen import __version__, engine, interrupt, wheelhouse
 from imagegen import registry as reg
-from imagegen.errors import BuildError, EngineError, UsageError
+from imagegen.errors import BuildError, EngineError, RefusedError, UsageError
 from imagegen.executors import gpu_access
-from imagegen.executors.bake_run import bake_data, bake_variables, new_run_dir
+from imagegen.executors.bake_run import bake_data, bake_variables, netrc_secret, new_run_dir
 from imagegen.model import jobs
 from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
 from imagegen.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
@@ -56,16 +56,17 @@ def builder_inputs(cell: Cell) -> str:
 
 
 def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, ca_bundle: str | None,
-                   builder: str | None, cache_from: list[str], cache_to: list[str], say: Say) -> dict[str, str]:
+                   builder: str | None, cache_from: list[str], cache_to: list[str], say: Say,
+                   netrc: str | None = None) -> dict[str, str]:
     """Bake the `builder` stage of ``cells``: pushed to the registry (push) or loaded into the local
     engine (fallback). Returns target name -> image digest from bake's metadata (push only)."""
     from imagegen.executors.buildx import runnable_platforms
 
     unrunnable: dict[str, CellResult] = {}
-    runnable_platforms(cells, [builder] if builder else [], unrunnable, say=lambda m: None)
+    runnable_platforms(cells, [builder] if builder else [], unrunnable)
     if unrunnable:  # before anything is built: BuildKit would fail with "exec format error" later
         first = next(iter(unrunnable.values()))
-        raise BuildError(f"{first.cell.name}: {first.error}")
+        raise RefusedError(f"{first.cell.name}: {first.error}")
     run_dir = new_run_dir(work, "-push" if push else "-builder")
     definition = build_definition(Plan(cells=cells), out_dir=str(run_dir / "stage"),
                                   dockerfiles_dir=str(run_dir / "dockerfiles"), root=run_dir,
@@ -85,6 +86,7 @@ def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, c
             target["cache-from"] = list(cache_from)
         if cache_to:
             target["cache-to"] = list(cache_to)
+        target["secret"] = [*target.get("secret", []), *netrc_secret(netrc)]
     bake_file = run_dir / "docker-bake.json"
     bake_file.write_text(to_json(data))
     metadata = run_dir / "metadata.json"
@@ -143,7 +145,7 @@ def _docker_or_none(*args: str):
 
 def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish: Finisher, gpus: str = "auto",
          fallback: bool = True, max_jobs: int | None = None, nvcc_threads: int | None = None, ca_bundle: str | None = None,
-         force: bool = False, audit: bool = True, say: Say = say_on_stderr) -> list[CellResult]:
+         netrc: str | None = None, force: bool = False, audit: bool = True, say: Say = say_on_stderr) -> list[CellResult]:
     from imagegen.executors.buildx import runnable_platforms
 
     out, work = out.resolve(), work.resolve()
@@ -153,7 +155,7 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish
     # engine cannot run then fails before its image is run or built, saying how to get it, and the
     # others go on.
     unrunnable: dict[str, CellResult] = {}
-    runnable_platforms(cells, [], unrunnable, say=lambda m: None)
+    runnable_platforms(cells, [], unrunnable)
     host = host_platform()
     local = [c for c in cells if c.platform == host]
     gpu_args = gpu_flags(gpus, say) if local else []  # once: the same host runs every cell
@@ -167,7 +169,7 @@ def pull(plan: Plan, registry: str, *, out: Path, work: Path, lock: Lock, finish
             results[cell.name] = _pull_cell(
                 cell, registry, out=out, run_dir=run_dir, work=work, lock=lock, finish=finish,
                 gpu_args=gpu_args if cell.platform == host else [], fallback=fallback, max_jobs=max_jobs,
-                nvcc_threads=nvcc_threads, ca_bundle=ca_bundle, force=force, audit=audit, say=say,
+                nvcc_threads=nvcc_threads, ca_bundle=ca_bundle, netrc=netrc, force=force, audit=audit, say=say,
                 unrunnable=unrunnable.get(cell.name))
     return [results[c.name] for c in plan.buildable]
 
@@ -187,7 +189,7 @@ def platform_args(cell: Cell) -> list[str]:
 def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Path, lock: Lock, finish: Finisher,
                gpu_args: list[str],
                fallback: bool, max_jobs: int | None, nvcc_threads: int | None, ca_bundle: str | None, force: bool,
-               audit: bool, say: Say, unrunnable: CellResult | None = None) -> CellResult:
+               audit: bool, say: Say, unrunnable: CellResult | None = None, netrc: str | None = None) -> CellResult:
     """One cell: up to date, refused, or pulled (built locally as a fallback), audited and run.
     ``unrunnable``: the failure to report once the registry has been asked, where this engine cannot
     run the cell's platform."""
@@ -197,9 +199,8 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
         say(f"[{cell.name}] up to date: {existing}")
         return CellResult(cell, "up-to-date", wheel=existing)
     refused = wheelhouse.replacement_refused(out, cell, force=force, say=lambda m: say(f"[{cell.name}] {m}"))
-    if refused:
-        say(f"[{cell.name}] {refused}")
-        return CellResult(cell, "failed", error=refused)
+    if refused:  # said once, when the results are reported (executors.results.report)
+        return CellResult(cell, "refused", error=refused)
     ref = image_ref(cell, registry)
     use = lock.builder_images.get(ref, ref)
     try:
@@ -209,15 +210,13 @@ def _pull_cell(cell: Cell, registry: str, *, out: Path, run_dir: Path, work: Pat
         if not fallback:
             raise
         if unrunnable is not None:  # building it here would run its steps on this platform too
-            say(f"[{cell.name}] no prebuilt image {use} in the registry, and {unrunnable.error}")
-            return unrunnable
+            return CellResult(cell, "refused", error=f"no prebuilt image {use} in the registry, and {unrunnable.error}")
         say(f"[{cell.name}] no prebuilt image {use} in the registry: building it locally from the same"
             " Dockerfile (imagegen push publishes it for next time)")
-        bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, builder=None,
+        bake_builders([cell], registry, work=work, push=False, ca_bundle=ca_bundle, netrc=netrc, builder=None,
                        cache_from=[], cache_to=[], say=say)
         use = ref
     if unrunnable is not None:
-        say(f"[{cell.name}] {unrunnable.error}")
         return unrunnable
     verdict = None
     if audit:

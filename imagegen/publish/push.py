@@ -21,11 +21,12 @@ class PushResult:
     pushed: bool
 
 
-def push(plan: Plan, registry: str, *, work: Path, lock: Lock, ca_bundle: str | None = None,
+def push(plan: Plan, registry: str, *, work: Path, lock: Lock, ca_bundle: str | None = None, netrc: str | None = None,
          builder: str | None = None, cache_from: list[str] = (), cache_to: list[str] = (),
          say: Say = say_on_stderr) -> list[PushResult]:
     cells = plan.buildable
-    digests = bake_builders(cells, registry, work=work.resolve(), push=True, ca_bundle=ca_bundle, builder=builder,
+    digests = bake_builders(cells, registry, work=work.resolve(), push=True, ca_bundle=ca_bundle, netrc=netrc,
+                             builder=builder,
                              cache_from=list(cache_from), cache_to=list(cache_to), say=say)
     results = []
     for cell in cells:

@@ -13,7 +13,7 @@ import pytest
 
 from imagegen.commands import building, common
 from imagegen.config import Config
-from imagegen.errors import NothingToDoError, RecipeError, UsageError
+from imagegen.errors import NothingToDoError, RecipeError, RefusedError, UsageError
 from imagegen.executors import buildx, native
 from imagegen.model.catalogue import load_catalogue
 from tests.unit.command_helpers import CELL, TINY, call, fake_host, never, parse
@@ -122,7 +122,7 @@ def test_a_native_build_refuses_to_replace_a_wheel_built_for_other_archs(tmp_pat
     py = fake_host(tmp_path)
     out = tmp_path / "wh"
     wheel = _earlier_wheel(tmp_path, py, out)
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(RefusedError) as info:  # exit 10: a refusal, like a container build's
         build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--out", out, "--no-audit")
     assert str(info.value) == (f"{wheel} (built for archs 8.0) would be replaced by the wheel for archs 9.0 (same file"
                                " name): build into another --out to keep both, or --force to replace it")

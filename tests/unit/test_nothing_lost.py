@@ -43,9 +43,9 @@ def test_a_wheel_of_other_archs_is_not_replaced_without_force(tmp_path):
     said: list[str] = []
     # Refused before anything is rendered or baked: no engine is touched (none is needed here).
     (result,) = execute.build(Plan(cells=[second]), out=out, work=tmp_path / "work", finish=finish, say=said.append)
-    assert result.status == "failed" and result.log is None
+    assert result.status == "refused" and result.log is None  # a refusal, not a failed build (issue 32, item 16)
     assert "would be replaced by the wheel for archs 9.0" in result.error and "--force" in result.error
-    assert any("would be replaced" in line for line in said)
+    assert not any("would be replaced" in line for line in said)  # said once, when the results are reported
     assert not (tmp_path / "work" / "runs").exists()
     summary = results.summary([result])
     assert "full log: None" not in summary and "--force to replace it" in summary
