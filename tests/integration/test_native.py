@@ -186,7 +186,7 @@ def test_native_refuses_nvcc_major_mismatch(torch_venv, tmp_path):
     doctor = sh(IMAGEGEN, "doctor", "--python-exe", torch_venv / "bin" / "python", "--no-engine", "--json",
                 env={"CUDA_HOME": str(home)})
     checks = {c["name"]: c for c in json.loads(doctor.stdout)}
-    assert doctor.returncode == 1 and checks["nvcc vs torch"]["status"] == "FAIL"
+    assert doctor.returncode == 4 and checks["nvcc vs torch"]["status"] == "FAIL"
     assert "install CUDA 13.x" in checks["nvcc vs torch"]["fix"]
 
 
