@@ -20,7 +20,7 @@ Every fenced ```console and ```bash block of README.md is read:
   ``./my-kernels``, the local setup.py project the README uses, copied there from
   tests/fixtures/tiny_kernel), with the command's environment assignments set. Its exit code must be
   0, unless the output shown in the README has an ``imagegen: error:`` line: then it must be one of
-  the documented failure codes (2-9), not 0 and not an internal error. Every output line shown must
+  the exit codes of imagegen.errors' failures (2 and up), not 0 and not an internal error. Every output line shown must
   appear in what it printed (stdout or stderr), compared exactly after trailing whitespace is
   removed (leading whitespace counts: tables are aligned). The README's convention for excerpts: a
   shown line that ends in ``...`` stands for any real line starting with the text before the dots
@@ -107,7 +107,20 @@ SHELL_PROGRAMS = {"docker", "ls", "pip", "python", "python3", "bash", "powershel
 # Local paths README commands use as projects, made in each command's folder from a test fixture.
 LOCAL_PROJECTS = {"./my-kernels": TINY_KERNEL}
 
-FAILURE_CODES = range(2, 10)  # the README's exit-code table: 1 and 70 are internal errors
+
+
+def _failure_codes() -> set[int]:
+    """The exit codes of imagegen's known failures (README's exit-code table); 1 (ImagegenError itself)
+    and 70 (an unexpected exception) are internal errors, never what a README example shows."""
+    codes, todo = set(), [ImagegenError]
+    while todo:
+        cls = todo.pop()
+        codes.add(cls.exit_code)
+        todo.extend(cls.__subclasses__())
+    return codes - {1}
+
+
+FAILURE_CODES = _failure_codes()
 
 
 @dataclass
