@@ -6,6 +6,7 @@ tests/integration/test_header_probe.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -161,6 +162,62 @@ def test_extensions_with_identical_flags_are_probed_once(tmp_path, torch_headers
         {"compiler": "nvcc", "tool": "nvcc", "what": "preprocess", "seconds": 0.5, "ok": True, "error": ""}]
     assert (tmp_path / "probe" / "imagegen_probe.cu").read_text().startswith(
         "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n")
+
+
+@pytest.mark.parametrize("argv, stable", [
+    (["-DTORCH_TARGET_VERSION=0x0209000000000000"], True),  # flash-attn-3's flash_api_stable.cpp, torch >= 2.9
+    (["-D", "TORCH_TARGET_VERSION=0x020a000000000000"], True),
+    (["-DTORCH_STABLE_ONLY"], True),
+    (["--define-macro", "TORCH_STABLE_ONLY"], True), (["--define-macro=TORCH_TARGET_VERSION=1"], True),
+    (["-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_C"], False),
+    (["-DTORCH_TARGET_VERSION_X=1", "-UTORCH_STABLE_ONLY"], False),
+    (["-D"], False),
+])
+def test_a_stable_abi_compile_is_told_by_its_defines(argv, stable):
+    assert audit.stable_abi(["-O3", *argv]) is stable
+
+
+def test_a_stable_abi_compile_is_probed_with_the_stable_headers(tmp_path, torch_headers):
+    # flash-attn-3 3.0.0 with torch 2.11 on the H100 (docs/gpu-results/2026-11-27-fa3): flash_api_stable.cpp
+    # compiles with -DTORCH_TARGET_VERSION, and torch/extension.h #errors on that define by design, so the
+    # probe of torch/extension.h refused a wheel that then built and passed its check.
+    stable = ("-DTORCH_TARGET_VERSION=0x0209000000000000", "-std=c++17")
+    records = [host_of("flash_api_stable", *stable), nvcc_of("k", "-std=c++17"), host_of("other", "-std=c++17"),
+               link("_C", f"{BUILD}/flash_api_stable.o", f"{BUILD}/k.o", f"{BUILD}/other.o")]
+    runner = Runner()
+    audit.run_probes(records, ENV, str(tmp_path), runner=runner)
+    units = [args[args.index("-x") + 2] for _, args in runner.ran]
+    assert [u.rsplit("/", 1)[-1] for u in units] == ["imagegen_probe_stable.cpp", "imagegen_probe.cu", "imagegen_probe.cpp"]
+    assert (tmp_path / "probe" / "imagegen_probe_stable.cpp").read_text() == (
+        '#include <torch/csrc/stable/library.h>\nstatic_assert(false, "imagegen-probe: end of the headers");\n')
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_the_stable_probe_passes_where_torch_extension_h_stops_at_its_error(tmp_path):
+    # torch 2.11's guard, verbatim in its first and 13th lines: the real g++ on the real probe units
+    inc = tmp_path / "site" / "torch" / "include"
+    (inc / "torch" / "csrc" / "stable").mkdir(parents=True)
+    (inc / "torch" / "extension.h").write_text(
+        "#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)\n#else\n#error \"This file should not be"
+        " included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined.\"\n#endif\n")
+    (inc / "torch" / "csrc" / "stable" / "library.h").write_text("#pragma once\n")
+    build = tmp_path / "build"
+    build.mkdir()
+    argv = [f"-I{inc}", "-DTORCH_TARGET_VERSION=0x0209000000000000", "-std=c++17", "-c", f"{SRC}/flash_api_stable.cpp",
+            "-o", f"{build}/flash_api_stable.o"]
+    plain = [f"-I{inc}", "-std=c++17", "-c", f"{SRC}/other.cpp", "-o", f"{build}/other.o"]
+    records = [{"tool": "cxx", "cwd": str(build), "argv": argv}, {"tool": "cxx", "cwd": str(build), "argv": plain},
+               link("_C", f"{build}/flash_api_stable.o", f"{build}/other.o")]
+    env = {audit.REAL_ENV: json.dumps({"cxx": [shutil.which("g++")]})}
+    section, _ = audit.run_probes(records, env, str(tmp_path / "work"))
+    stable_run, plain_run = section["runs"]
+    assert stable_run["ok"] is True and stable_run["error"] == ""
+    # the same headers, probed without the define: torch/extension.h is fine
+    assert plain_run["ok"] is True
+    # and torch/extension.h with the define is what the probe used to compile: the #error
+    rc, text, _ = audit._run_probe([shutil.which("g++")], audit.probe_command(
+        "host", argv, str(tmp_path / "work" / "probe" / "imagegen_probe.cpp"), str(tmp_path / "x.out")), str(build), {})
+    assert rc != 0 and "TORCH_STABLE_ONLY or TORCH_TARGET_VERSION" in text
 
 
 def test_the_number_of_probes_is_bounded(tmp_path, torch_headers):

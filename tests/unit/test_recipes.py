@@ -486,6 +486,27 @@ def test_mamba_ssm_gpu_check_runs_forward_and_backward_in_every_input_dtype():
     assert "assert not failed" in check
 
 
+def test_flash_attn_3_gpu_check_runs_what_the_wheel_was_built_with_against_fp32_attention():
+    # The H100 runs of 2026-11-27 (docs/gpu-results/2026-11-27-fa3): the former check ran one forward
+    # kernel (bf16, hdim 128, causal) against sdpa with a cosine. This one compares the output and the
+    # gradients of q, k and v with attention computed in fp32 for fp16 and bf16, head dims 64/128/256,
+    # causal and not, within 2x of PyTorch's own error in the same dtype plus the dtype's rounding floor
+    # (hopper/test_flash_attn.py's criterion), NaN failing. It ran on two reduced builds there: fwd only
+    # (bf16, hdim 128) and fwd+bwd (fp16 and bf16, hdim 128). A build made with FLASH_ATTENTION_DISABLE_*
+    # knobs is checked where it was built: the wheel's flash_attn_config module (hopper/setup.py writes
+    # its build_flags) says which dtypes, head dims and whether backward exist, and the line says so.
+    check = load_catalogue().get("flash-attn-3").smoke.gpu_check
+    compile(check, "gpu_check", "exec")
+    for needed in ("import flash_attn_interface", "from flash_attn_config import CONFIG", 'CONFIG["build_flags"]',
+                   '"FLASHATTENTION_DISABLE_" + what', '((torch.float16, "FP16"), (torch.bfloat16, ""))',
+                   "(64, 128, 256)", 'not off(f"HDIM{d}")', 'backward = not off("BACKWARD")', "out.backward(dout)",
+                   "(False, True)", "err == err and err <= 2 * pt_err + floor", "[t.float() for t in qkv]",
+                   "max(1e-3, 2 * (rd + 0.3 - 0.3 - rd).abs().max().item())", "reduced build, not built:"):
+        assert needed in check, needed
+    # bf16 is never switched off (setup.py builds it always); a wheel without the module is a full build
+    assert "except ImportError:\n    flags = {}" in check
+
+
 def test_flash_attn_gpu_check_runs_forward_and_backward_for_both_dtypes_and_three_head_dims():
     # The H100 run of 2026-11-27 (docs/verification.md): the check that ran there compares flash_attn_func's
     # output and the gradients of q, k and v with attention computed in fp32, for fp16 and bf16, head dims

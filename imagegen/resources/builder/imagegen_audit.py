@@ -550,7 +550,10 @@ def read_records(log):
 # probe stops before any device code is compiled (cicc, ptxas), the host-side pass it runs does not
 # depend on the arch, a target nvcc cannot compile is the gencode audit's finding, not the headers',
 # and extensions that differ only in their targets (one per arch family) share one probe. The host
-# compiler gets torch/extension.h, nvcc that and ATen/cuda/CUDAContext.h.
+# compiler gets torch/extension.h, nvcc that and ATen/cuda/CUDAContext.h. A compile that defines
+# TORCH_TARGET_VERSION or TORCH_STABLE_ONLY builds against torch's stable ABI (torch >= 2.9:
+# flash-attn-3's and xformers' flash_api_stable.cpp): torch/extension.h stops such a unit at an
+# #error by design, so both compilers get torch/csrc/stable/library.h instead.
 #
 # By default both only preprocess (-E, -Wfatal-errors): #error guards (the C++ standard, compiler
 # versions) and missing headers, ~2 s of CPU each. Parsing costs far more (torch 2.14's headers:
@@ -563,6 +566,8 @@ PROBE_ENV = "IMAGEGEN_AUDIT_PROBE"  # 0/off: no probe; full: both compilers pars
 PROBE_END = "imagegen-probe: end of the headers"
 HOST_UNIT = '#include <torch/extension.h>\nstatic_assert(false, "%s");\n' % PROBE_END
 CUDA_UNIT = '#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\nstatic_assert(false, "%s");\n' % PROBE_END
+STABLE_UNIT = '#include <torch/csrc/stable/library.h>\nstatic_assert(false, "%s");\n' % PROBE_END
+_STABLE_DEFINES = frozenset(("TORCH_TARGET_VERSION", "TORCH_STABLE_ONLY"))
 PROBE_MAX = 12  # distinct flag sets probed at most (each costs seconds)
 PROBE_TIMEOUT = 240
 _CXX_SOURCE = re.compile(r"\.(cpp|cc|cxx|c\+\+|C)$")
@@ -610,6 +615,24 @@ def probe_kind(tool, argv):
     sources = [a for a in argv if _SOURCE.search(a) and not a.startswith("-")]
     cxx_lang = any(argv[i] == "-x" and argv[i + 1] in ("c++", "cu") for i in range(len(argv) - 1))
     return "host" if cxx_lang or any(_CXX_SOURCE.search(s) for s in sources) else None
+
+
+def stable_abi(argv):
+    """Does this compile define TORCH_TARGET_VERSION or TORCH_STABLE_ONLY (a torch stable-ABI
+    extension, whose sources must not include torch/extension.h)? -DNAME, -D NAME and nvcc's
+    --define-macro NAME / --define-macro=NAME, each with or without =VALUE."""
+    for i, a in enumerate(argv):
+        if a in ("-D", "--define-macro"):
+            name = argv[i + 1] if i + 1 < len(argv) else ""
+        elif a.startswith("--define-macro="):
+            name = a[len("--define-macro="):]
+        elif a.startswith("-D"):
+            name = a[2:]
+        else:
+            continue
+        if name.split("=", 1)[0] in _STABLE_DEFINES:
+            return True
+    return False
 
 
 def has_torch_headers(argv, cwd):
@@ -740,12 +763,19 @@ def run_probes(records, env, work, mode="on", stubs=None, runner=None, limit=PRO
     os.makedirs(folder, exist_ok=True)
     host_unit = os.path.join(folder, "imagegen_probe.cpp")
     cuda_unit = os.path.join(folder, "imagegen_probe.cu")
+    stable_units = {"host": os.path.join(folder, "imagegen_probe_stable.cpp"),
+                    "nvcc": os.path.join(folder, "imagegen_probe_stable.cu")}
     _touch(host_unit, HOST_UNIT.encode())
     _touch(cuda_unit, CUDA_UNIT.encode())
+    for path in stable_units.values():
+        _touch(path, STABLE_UNIT.encode())
     jobs = []
     for n, key in enumerate(order[:limit]):
         p = distinct[key]
-        unit = host_unit if p["kind"] == "host" else cuda_unit
+        if stable_abi(p["argv"]):
+            unit = stable_units[p["kind"]]
+        else:
+            unit = host_unit if p["kind"] == "host" else cuda_unit
         args = probe_command(p["kind"], p["argv"], unit, os.path.join(folder, "probe%d.out" % n), mode, stubs)
         jobs.append((p, real.get(p["tool"]), args))
     run = runner or _run_probe
