@@ -492,14 +492,28 @@ def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_ba
     return _cell(recipe, version, series, torch_version, cuda, python, archs, "native", None, None, host_base=host_base)
 
 
-def default_policy() -> str:
-    """The one default policy in a sentence (resources/defaults.yaml): `--help`, the plan and README say it."""
+POLICY_AXES = ("torch", "CUDA", "Python", "flavor", "archs")
+
+
+def policy_clauses() -> dict[str, str]:
+    """What the one default policy (resources/defaults.yaml) gives each axis nobody named."""
     d = defaults()
     fallbacks = " or ".join(str(f) for f in d.get("flavor_fallbacks") or ())
-    flavor = f"flavor {d['flavor']}" + (f" (else {fallbacks} where {d['flavor']} has no image for that CUDA)"
-                                        if fallbacks else "")
-    return (f"an axis not named takes one value per cell: the newest torch the recipe can build, that torch's"
-            f" PyPI CUDA, Python {d['python']} (else the torch's newest), {flavor}, archs {d['arch']}")
+    return {
+        "torch": "the newest torch the recipe can build",
+        "CUDA": "that torch's PyPI CUDA",
+        "Python": f"Python {d['python']} (else the torch's newest)",
+        "flavor": f"flavor {d['flavor']}" + (f" (else {fallbacks} where {d['flavor']} has no image for that CUDA)"
+                                            if fallbacks else ""),
+        "archs": f"archs {d['arch']}",
+    }
+
+
+def default_policy(axes: Sequence[str] = POLICY_AXES) -> str:
+    """The one default policy in a sentence, for ``axes`` (all of them: `--help` and README say it; the
+    axes a plan left open: its trailer line)."""
+    clauses = policy_clauses()
+    return "an axis not named takes one value per cell: " + ", ".join(clauses[a] for a in axes)
 
 
 def fallback_flavors(flavor: str, flavor_given: bool, base_image) -> list[str]:
@@ -585,7 +599,7 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 
 
 __all__ = [
-    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "candidates", "choose_cell", "compiled_archs", "default_policy", "defaults",
+    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "candidates", "choose_cell", "compiled_archs", "default_policy", "policy_clauses", "POLICY_AXES", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
     "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "with_requested_platforms", "platform_problems", "with_platforms",
     "device_requests", "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",

@@ -89,10 +89,17 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
     else:
         _print_plan(plan, args.only)
         opts = options.resolve(args, config)
-        unnamed = [axis for axis, given in (("torch", opts.torch), ("CUDA", opts.cuda), ("Python", opts.python))
-                   if not given]
+        # The axes the default policy filled; a flavor whose images each serve one device (jetson) fills
+        # torch, CUDA, Python and archs from its devices' rows instead (plan.device_requests).
+        devices = bool(compat.flavor(opts.flavor).raw.get("jetpacks"))
+        given = {"torch": opts.torch, "CUDA": opts.cuda, "Python": opts.python, "flavor": opts.flavor_given,
+                 "archs": opts.arch_configured}
+        unnamed = [axis for axis, value in given.items() if not value]
+        if devices:
+            unnamed = [axis for axis in unnamed if axis == "flavor"]
+            print(f"{opts.flavor}: the axes not named come from its devices' rows (README, Jetson)")
         if unnamed:
-            print(f"{', '.join(unnamed)} not named: {default_policy().split(': ', 1)[1]}")
+            print(f"{', '.join(unnamed)} not named: {default_policy(unnamed).split(': ', 1)[1]}")
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build; the reasons are listed above")
     return 0

@@ -447,3 +447,23 @@ def test_a_recipe_without_a_fix_is_refused_for_torch_2_14_only():
     assert ok.status == BUILDABLE
     refused = make_cell(r, r.version(None), "2.14", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
     assert refused.status == REJECTED and "torch 2.14's headers require C++20 or later" in refused.problems[0]
+
+
+def test_the_plans_trailer_names_only_the_axes_it_filled(capsys):
+    from imagegen.cli import main
+
+    def trailer(*argv):
+        main(["plan", "sage", *argv])
+        return capsys.readouterr().out.splitlines()[-1]
+
+    assert trailer("--torch", "2.8", "--cuda", "12.8", "--python", "3.12") == (
+        "flavor, archs not named: flavor runpod (else pypi where runpod has no image for that CUDA), archs 8.0;9.0;12.0")
+    assert trailer("--flavor", "pypi", "--arch", "9.0") == (
+        "torch, CUDA, Python not named: the newest torch the recipe can build, that torch's PyPI CUDA,"
+        " Python 3.12 (else the torch's newest)")
+    assert trailer("--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--flavor", "runpod", "--arch", "9.0").startswith("1 buildable")
+    # Jetson's devices fill the open axes: the trailer says so, not the generic policy.
+    main(["plan", "causal-conv1d", "--flavor", "jetson"])
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "jetson: the axes not named come from its devices' rows (README, Jetson)"
+    assert "not named:" not in out
