@@ -80,5 +80,9 @@ if docker info > /dev/null 2>&1; then
   docker builder prune -f --keep-storage "$keep" > /dev/null 2>&1 || say "docker builder prune failed"
   say "engine after pruning the build cache to $keep: $(docker system df --format '{{.Type}} {{.Size}}' | paste -sd, - | sed 's/,/, /g')"
 fi
+# test_prebuilt's registry keeps its blobs for the next run (tests/integration/registry.py kept_storage;
+# garbage-collected to the last run's images)
+kept=${IMAGEGEN_TEST_REGISTRY_CACHE:-/var/cache/imagegen-tests/registry}
+[ -d "$kept" ] && say "kept for the next run: $(du -sh "$kept" 2>/dev/null | cut -f1) of registry blobs in $kept"
 say "wall time $((SECONDS - START)) s (pytest exit $rc)"
 exit $rc

@@ -15,6 +15,12 @@ points DOCKER_CONFIG at a private directory, so `docker login` never touches ~/.
 
 In pytest: the `registry` fixture of tests/integration/conftest.py (module scope, logged in), or
 `name = LocalRegistry.fixture(scope="function")` for another one.
+
+`LocalRegistry(workdir, storage=kept_storage("name"))` keeps its blobs across test runs (the prebuilt
+builder image is ~9 GB: dockerd gzips it on one core, minutes each run); the test deletes every manifest
+first, so everything it reads is what it pushed, and garbage-collects at the end, so the folder holds
+the last run's images only. A push then finds its unchanged layers there ("Layer already exists"),
+as a user's second push to their registry does.
 """
 
 from __future__ import annotations
@@ -66,6 +72,16 @@ def missing_tools() -> list[str]:
     return missing
 
 
+def kept_storage(name: str) -> Path:
+    """A registry storage folder that outlives the test run: IMAGEGEN_TEST_REGISTRY_CACHE/NAME, by default
+    under /var/cache/imagegen-tests (root, as scripts/test.sh runs), else under the user's cache."""
+    top = os.environ.get("IMAGEGEN_TEST_REGISTRY_CACHE")
+    if not top:
+        top = "/var/cache/imagegen-tests/registry" if os.geteuid() == 0 else \
+            str(Path.home() / ".cache" / "imagegen-tests" / "registry")
+    return Path(top) / name
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -84,7 +100,8 @@ class LocalRegistry:
     """docker-registry on 127.0.0.1:<free port> with htpasswd auth and a private DOCKER_CONFIG."""
 
     def __init__(self, workdir: str | os.PathLike | None = None, user: str = "imagegen",
-                 password: str | None = None, realm: str = "imagegen-test-registry"):
+                 password: str | None = None, realm: str = "imagegen-test-registry",
+                 storage: str | os.PathLike | None = None):
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="imagegen-registry-"))
         self.user = user
@@ -92,7 +109,8 @@ class LocalRegistry:
         self.realm = realm
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
-        self.storage = self.workdir / "storage"
+        # A storage folder of the caller's (kept_storage) outlives the registry; the default one does not.
+        self.storage = Path(storage) if storage is not None else self.workdir / "storage"
         self.config_path = self.workdir / "config.yml"
         self.htpasswd_path = self.workdir / "htpasswd"
         self.log_path = self.workdir / "registry.log"
@@ -125,7 +143,7 @@ class LocalRegistry:
         if missing:
             raise RegistryError(f"missing {', '.join(missing)}: {INSTALL_HINT}")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.storage.mkdir(exist_ok=True)
+        self.storage.mkdir(parents=True, exist_ok=True)
         Path(self.docker_config).mkdir(mode=0o700, exist_ok=True)
         self._write_htpasswd()
         # The free port can be taken between probe and bind: try a few.
@@ -290,6 +308,37 @@ class LocalRegistry:
         if not digest:
             raise RegistryError(f"HEAD /v2/{repo}/manifests/{tag}: no Docker-Content-Digest header")
         return digest
+
+    def repositories(self) -> list[str]:
+        """Every repository the registry holds (the catalog), sorted."""
+        with self._request("GET", "/v2/_catalog?n=1000") as resp:
+            return sorted(json.load(resp).get("repositories") or [])
+
+    def delete_manifests(self) -> int:
+        """Delete every tagged manifest (the blobs stay until garbage_collect); returns how many."""
+        deleted = 0
+        for repo in self.repositories():
+            for tag in self.tags(repo):
+                digest = self.manifest_digest(repo, tag)
+                if digest is None:
+                    continue
+                try:
+                    self._request("DELETE", f"/v2/{repo}/manifests/{digest}").close()
+                except urllib.error.HTTPError as e:
+                    if e.code != 404:  # two tags of one digest: the second is gone with the first
+                        raise RegistryError(f"DELETE /v2/{repo}/manifests/{digest}: HTTP {e.code}") from e
+                deleted += 1
+        return deleted
+
+    def garbage_collect(self) -> None:
+        """`docker-registry garbage-collect --delete-untagged` on the stopped registry's storage: what no
+        tag references goes (the storage then holds the last tags' images only)."""
+        if self.proc is not None:
+            raise RegistryError("garbage-collect needs the registry stopped")
+        proc = subprocess.run([registry_binary(), "garbage-collect", "--delete-untagged", str(self.config_path)],
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise RegistryError(f"docker-registry garbage-collect failed ({proc.returncode}): {proc.stderr[-1000:]}")
 
     def manifest(self, repo: str, ref: str) -> tuple[str, dict]:
         """(media type, parsed manifest) of repo:tag or repo@digest."""

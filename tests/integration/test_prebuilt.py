@@ -1,5 +1,6 @@
 """Prebuilt builder images against a real registry (Debian's docker-registry with htpasswd auth on
-127.0.0.1, see registry.py): lock a base image to its digest, push a builder image, remove it
+127.0.0.1, see registry.py; its storage kept across runs, its manifests deleted first, so a warm
+machine's push finds the unchanged layers as a user's second push does): lock a base image to its digest, push a builder image, remove it
 locally, pull it back and run it to get the wheel, which compiles to the same .so bytes as a bake
 build of the same cell; a wrong password, a missing image and an unreachable registry each give one
 clear line; the lock file pins what was pushed.
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.fatbin import reproducible_digest
+from registry import INSTALL_HINT, LocalRegistry, RegistryError, kept_storage, missing_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "fixtures" / "tiny_kernel"
@@ -33,6 +35,31 @@ CELL = ["--source", str(TINY), "--torch", "2.11", "--cuda", "13.0", "--python", 
 NAME = "tiny-kernel-0_1_0-torch2_11-cu130-py311"
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """The conftest's registry, but its storage kept across test runs (registry.kept_storage): the
+    builder image's ~9 GB of layers are pushed once per machine, later runs find them there ("Layer
+    already exists") as a user's second push does. Every manifest is deleted first, so whatever this
+    module reads from the registry is what it pushed itself; the storage is garbage-collected after."""
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"a real registry is required but {', '.join(missing)} missing: {INSTALL_HINT}")
+    storage = kept_storage("prebuilt")
+    reg = LocalRegistry(tmp_path_factory.mktemp("registry"), storage=storage)
+    with reg:
+        reg.login()
+        try:
+            reg.delete_manifests()
+        except (RegistryError, OSError):  # a storage an interrupted run broke: start it afresh
+            reg.stop()
+            shutil.rmtree(storage, ignore_errors=True)
+            reg.start()
+            reg.login()
+        assert not [repo for repo in reg.repositories() if reg.tags(repo)]
+        yield reg
+    reg.garbage_collect()
 
 
 def run(*cmd: str, cwd: Path, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
