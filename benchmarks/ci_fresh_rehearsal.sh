@@ -32,7 +32,7 @@ for m in $(awk '$2 ~ "^/var/lib/docker|^/run/docker|^/var/lib/imagegen-dockerd2"
     umount -l "$m" 2>/dev/null || true
 done
 rm -rf /var/lib/docker /var/lib/containerd /var/lib/imagegen-dockerd2 /run/docker /run/imagegen-dockerd2 \
-       /var/cache/imagegen-engine /var/cache/imagegen-registry /var/log/imagegen-dockerd.log \
+       /var/cache/imagegen-engine /var/cache/imagegen-registry /var/cache/imagegen-tests /var/log/imagegen-dockerd.log \
        /usr/local/sbin/dockerd /usr/local/sbin/docker-proxy /usr/local/lib/docker/cli-plugins/docker-buildx \
        "$HOME/.docker/contexts" "$HOME/.docker/buildx"
 # 2. The packages the scripts install (none of them is on a fresh machine), apt's .debs, QEMU handlers.
