@@ -261,45 +261,56 @@ def test_a_user_recipe_named_like_a_builtin_alias_is_reachable(tmp_path: Path) -
 
 # --------------------------------------------------------------------------------------------
 # Issue 37: the patches that make a build follow torch's C++ standard (by_torch >= 2.12). Each was
-# checked with `git apply --check` against setup.py at every commit its recipe pins (after that
-# version's own patches); here each applies to a file made of exactly the lines its hunks expect, and
-# the standard it computes is C++20 from torch 2.12 on and C++17 before.
+# checked with `git apply --check` against the files it touches at every commit (or sdist) its recipe
+# pins (after that version's own patches); here each applies to files made of exactly the lines its
+# hunks expect, and the standard it computes is C++20 from torch 2.12 on and C++17 before.
 
 STD_PATCHES = sorted((builtin_recipe_dir() / "patches").glob("*-cxx-std-from-torch.patch"))
 
 
-def _pre_image(patch: str) -> str:
-    """The lines each hunk expects (context and removed lines) at its line numbers, filler between."""
-    lines: list[str] = []
-    for hunk in re.split(r"(?m)^(?=@@ )", patch.split("\n+++ ", 1)[1])[1:]:
-        start = int(re.match(r"@@ -(\d+)", hunk).group(1))
-        lines += [f"# upstream line {n}" for n in range(len(lines) + 1, start)]
-        body = hunk.split("\n", 1)[1].rstrip("\n").split("\n")
-        lines += [line[1:] for line in body if line[:1] in (" ", "-")]
-    return "\n".join(lines) + "\n"
+def _pre_images(patch: str) -> dict[str, str]:
+    """Per file the patch touches, the lines each hunk expects (context and removed lines) at its line
+    numbers, filler between."""
+    out: dict[str, str] = {}
+    for section in re.split(r"(?m)^(?=diff --git )", patch)[1:]:
+        name = re.search(r"(?m)^\+\+\+ b/(.+)$", section).group(1)
+        lines: list[str] = []
+        for hunk in re.split(r"(?m)^(?=@@ )", section.split("\n+++ ", 1)[1])[1:]:
+            start = int(re.match(r"@@ -(\d+)", hunk).group(1))
+            lines += [f"# upstream line {n}" for n in range(len(lines) + 1, start)]
+            body = hunk.split("\n", 1)[1].rstrip("\n").split("\n")
+            lines += [line[1:] for line in body if line[:1] in (" ", "-")]
+        out[name] = "\n".join(lines) + "\n"
+    return out
 
 
 def test_every_std_patch_is_used_by_a_recipe_only_for_torch_2_12_and_newer():
     used = {p.name: f.match.text for r in (load_catalogue().get(n) for n in load_catalogue().names())
             for v in r.versions.values() for f in v.by_torch for p in f.patches}
-    assert {p.name for p in STD_PATCHES} == set(used) and len(STD_PATCHES) == 9
+    assert {p.name for p in STD_PATCHES} == set(used) and len(STD_PATCHES) == 14
     assert set(used.values()) == {">= 2.12"}
 
 
 @pytest.mark.parametrize("patch", STD_PATCHES, ids=lambda p: p.name)
 def test_a_std_patch_applies_to_its_lines_and_picks_the_standard_from_torch(tmp_path, patch):
     text = patch.read_text()
-    (tmp_path / "setup.py").write_text(_pre_image(text))
+    for name, pre in _pre_images(text).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(pre)
     for flags in (["--check"], []):
         proc = subprocess.run(["git", "apply", *flags, str(patch)], cwd=tmp_path, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
-    patched = (tmp_path / "setup.py").read_text()
     added = [line for line in text.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert not any("c++17" in line for line in added if "cxx_std = " not in line)  # each flag follows cxx_std
-    assert sum(line.count("{cxx_std}") for line in text.splitlines() if line.startswith("+")) == \
-        sum(line.count("c++17") for line in text.splitlines() if line.startswith("-"))
-    rule = next(line.strip() for line in patched.splitlines() if line.strip().startswith("cxx_std = "))
-    for release, want in (("2.11.0+cu130", "c++17"), ("2.12.1", "c++20"), ("2.14.1+cu132", "c++20"), ("3.0.0", "c++20")):
-        scope = {"parse": Version, "torch": types.SimpleNamespace(__version__=release)}
+    # every -std=c++17 / /std:c++17 removed comes back as the standard computed (CMake: ${CXX_STD}, which
+    # setup.py then sets with -DCXX_STD={cxx_std})
+    follows = [line for line in added if ("{cxx_std}" in line or "${CXX_STD}" in line) and "-DCXX_STD=" not in line]
+    assert len(follows) == sum(line.count("c++17") for line in text.splitlines() if line.startswith("-"))
+    assert ("-DCXX_STD={cxx_std}" in text) == ("${CXX_STD}" in text)
+    setup = next(tmp_path.glob("**/setup.py"))
+    rule = next(line.strip() for line in setup.read_text().splitlines() if line.strip().startswith("cxx_std = "))
+    for release, want in (("2.11.0+cu130", "17"), ("2.12.1", "20"), ("2.14.1+cu132", "20"), ("3.0.0", "20")):
+        scope = {"parse": Version, "torch": types.SimpleNamespace(__version__=release),
+                 "torch_ver": [int(x) for x in release.split(".")[:2]]}  # natten's setup.py has it
         exec(rule, scope)
-        assert scope["cxx_std"] == want, (release, rule)
+        assert scope["cxx_std"].removeprefix("c++") == want, (release, rule)

@@ -244,8 +244,10 @@ def test_rule_problems_say_the_range_why_and_what_passes():
 
 
 def test_a_cuda_rule_no_cuda_of_this_torch_meets_suggests_any_torchs():
-    # FA3 3.0.0b1 needs nvcc 12.8 exactly; torch 2.12 has no cu128 build, but another torch does.
-    (why,) = _rules("flash-attn-3", "3.0.0b1", "2.12.1", "cu130", "13.0", "3.12")
+    # FA3 3.0.0b1 needs nvcc 12.8 exactly; torch 2.12 has no cu128 build, but another torch does (and
+    # the version says so itself: it requires torch < 2.12, issue 37).
+    why, torch_rule = _rules("flash-attn-3", "3.0.0b1", "2.12.1", "cu130", "13.0", "3.12")
+    assert "needs torch < 2.12 (torch 2.12+ has no CUDA 12.8 build" in torch_rule
     assert "needs CUDA == 12.8 (" in why
     assert why.endswith("CUDA 13.0 (cu130) selected: use --cuda 12.8, or --version 3.0.0")
 

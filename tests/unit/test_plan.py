@@ -138,9 +138,9 @@ def test_choose_cell_follows_the_one_default_policy():
     assert c.torch_version == "2.15.0" and c.torch_from == "venv" and c.flavor == "pypi"
     assert not any(n.startswith("flavor ") for n in c.notes)
     # A recipe version that cannot build the newest torches says which and why.
-    x = CAT.get("xformers")
-    c = choose_cell(x, x.version(None), parse_arch_list("9.0"), torch=None, cuda=None, python=None, flavor="runpod",
-                    flavor_given=False)
+    x = CAT.get("xformers")  # as it was before its C++20 patch (by_torch), refused for torch >= 2.14
+    c = choose_cell(x, _unfixed(x.version(None)), parse_arch_list("9.0"), torch=None, cuda=None, python=None,
+                    flavor="runpod", flavor_given=False)
     assert c.torch.series == "2.13"
     (note,) = [n for n in c.notes if n.startswith("newest torch")]
     assert "torch 2.15.0: xformers" in note and "torch 2.14.1: xformers" in note and ": use " not in note
@@ -418,7 +418,7 @@ def _unfixed(version):
     return replace(version, by_torch=())
 
 
-@pytest.mark.parametrize("name", ["flash-attn", "mamba-ssm", "sageattention"])
+@pytest.mark.parametrize("name", ["flash-attn", "mamba-ssm", "sageattention", "xformers", "flash-attn-3", "natten"])
 def test_the_plan_tells_the_truth_about_the_cxx_standard_with_and_without_the_fix(name):
     r = CAT.get(name)
     version = r.version(None)
@@ -443,10 +443,51 @@ def test_the_plan_tells_the_truth_about_the_cxx_standard_with_and_without_the_fi
 
 def test_a_recipe_without_a_fix_is_refused_for_torch_2_14_only():
     r = CAT.get("xformers")
-    ok = make_cell(r, r.version(None), "2.13", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
+    version = _unfixed(r.version(None))  # as it was before its by_torch patch
+    ok = make_cell(r, version, "2.13", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
     assert ok.status == BUILDABLE
-    refused = make_cell(r, r.version(None), "2.14", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
+    refused = make_cell(r, version, "2.14", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
     assert refused.status == REJECTED and "torch 2.14's headers require C++20 or later" in refused.problems[0]
+
+
+# Issue 37 item 2: xformers, flash-attn-3 and natten follow torch's standard too, in every pinned
+# version that torch >= 2.12 can build (flash-attn-3 3.0.0b1 cannot: it builds only with CUDA 12.8).
+FIXED = [(name, v) for name in ("xformers", "flash-attn-3", "natten") for v in CAT.get(name).versions
+         if (name, v) != ("flash-attn-3", "3.0.0b1")]
+
+
+@pytest.mark.parametrize("name", ["xformers", "flash-attn-3", "natten"])
+def test_plan_for_torch_2_14_is_buildable_with_the_standard_patch_listed(capsys, name):
+    from imagegen.cli import main
+
+    assert main(["plan", name, "--torch", "2.14", "--arch", "9.0"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(("buildable", "rejected")))
+    assert row.startswith("buildable") and "cxx-std-from-torch.patch" in row, row
+
+
+@pytest.mark.parametrize(("name", "pin"), FIXED)
+def test_every_pinned_version_builds_for_torch_2_14_and_keeps_its_torch_2_11_cell(name, pin):
+    r = CAT.get(name)
+    version = r.version(pin)
+    arch = parse_arch_list("9.0")
+    new = make_cell(r, version, "2.14", "13.0", "3.12", arch, "runpod")
+    assert new.status == BUILDABLE, new.problems
+    assert new.version.cxx_std == 20 and new.version.patches[-1].name.endswith("-cxx-std-from-torch.patch")
+    assert [p.name for p in new.version.patches[:-1]] == [p.name for p in version.patches]  # after its own
+    old, unfixed = (make_cell(r, v, "2.11", "13.0", "3.12", arch, "runpod") for v in (version, _unfixed(version)))
+    assert old.status == BUILDABLE and _unfixed(old.version) == unfixed.version and old.version.patches == version.patches
+    assert old.version.cxx_std == 17 and old.notes == unfixed.notes
+
+
+def test_flash_attn_3_3_0_0b1_is_refused_for_torch_2_12_and_newer_saying_why():
+    r = CAT.get("flash-attn-3")
+    version = r.version("3.0.0b1")
+    assert not version.by_torch  # no patch: no torch >= 2.12 cell can exist
+    assert make_cell(r, version, "2.11", "12.8", "3.12", parse_arch_list("9.0"), "runpod").status == BUILDABLE
+    cell = make_cell(r, version, "2.14", "13.0", "3.12", parse_arch_list("9.0"), "runpod")
+    assert cell.status == REJECTED
+    assert any("needs torch < 2.12 (torch 2.12+ has no CUDA 12.8 build, the only CUDA this version builds with;"
+               " it also hard-codes -std=c++17, below torch 2.14's C++20)" in p for p in cell.problems), cell.problems
 
 
 def test_the_plans_trailer_names_only_the_axes_it_filled(capsys):

@@ -461,17 +461,23 @@ def test_for_torch_adds_the_patches_variables_and_standard_of_the_entry_that_hol
 
 def test_the_catalogue_fixes_every_version_that_hard_codes_a_standard_or_says_it_has_none():
     cat = load_catalogue()
-    fixed = {"flash-attn", "mamba-ssm", "sageattention", "causal-conv1d", "block-sparse-attn"}
+    # The one version without a fix: flash-attn-3 3.0.0b1 builds only with CUDA 12.8, which no torch >=
+    # 2.12 is built for, so it requires torch < 2.12 and says why (test_plan).
+    unfixable = {("flash-attn-3", "3.0.0b1")}
     for name in cat.names():
         recipe = cat.get(name)
         for label, version in recipe.versions.items():
-            if name in fixed:
-                assert version.cxx_std == 17 and version.by_torch, (name, label)
-                newest = version.for_torch(Version("2.14"), Version("2.14.1"))
-                assert newest.cxx_std == 20 and any("cxx-std" in p.name for p in newest.patches), (name, label)
-                assert version.for_torch(Version("2.11"), Version("2.11.0")).patches == version.patches
-            else:  # no fix yet: the plan refuses torch >= 2.14 (test_plan)
+            if (name, label) in unfixable:
                 assert version.cxx_std == 17 and not version.by_torch, (name, label)
+                torch_rule = next(r for r in version.requires if r.subject == "torch")
+                assert not torch_rule.spec.contains("2.12.0") and "no CUDA 12.8 build" in torch_rule.why, (name, label)
+                continue
+            assert version.cxx_std == 17 and version.by_torch, (name, label)
+            newest = version.for_torch(Version("2.14"), Version("2.14.1"))
+            assert newest.cxx_std == 20 and any("cxx-std" in p.name for p in newest.patches), (name, label)
+            assert version.for_torch(Version("2.11"), Version("2.11.0")).patches == version.patches
+        for spec, facts in recipe.by_version:  # the ranges for sources the catalogue does not pin, too
+            assert facts.cxx_std is None or facts.by_torch, (name, str(spec))
 
 
 def test_mamba_ssm_gpu_check_runs_forward_and_backward_in_every_input_dtype():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -361,7 +362,7 @@ def test_a_version_that_predates_ext_parallel_gets_the_whole_job_budget():
 
 def test_msvc_refuses_cxx17_from_torch_2_13_where_linux_only_warns():
     xf = load_catalogue().get("xformers")
-    version = xf.version(None)
+    version = replace(xf.version(None), by_torch=())  # as it was before its by_torch patch
     ok = windows_cell(xf, version, parse_arch_list("9.0"), "2.12", cuda_variant("13.0"), "3.12")
     assert ok.buildable
     refused = windows_cell(xf, version, parse_arch_list("9.0"), "2.13", cuda_variant("13.0"), "3.12")
@@ -369,8 +370,9 @@ def test_msvc_refuses_cxx17_from_torch_2_13_where_linux_only_warns():
         "xformers 0.0.35 (recipe: cxx_std 17) compiles with /std:c++17 but torch 2.13's headers require C++20 or later"
         " with MSVC: use --torch 2.12 or older, or give the recipe's version a by_torch entry for torch 2.13 with a"
         " patch that raises the standard (and cxx_std: 20)",)
-    sage = load_catalogue().get("sage")  # its by_torch patch raises the standard: MSVC builds it
-    assert windows_cell(sage, sage.version(None), parse_arch_list("9.0"), "2.13", cuda_variant("13.0"), "3.12").buildable
+    for name in ("sage", "xformers"):  # their by_torch patch raises the standard (/std: too): MSVC builds them
+        r = load_catalogue().get(name)
+        assert windows_cell(r, r.version(None), parse_arch_list("9.0"), "2.13", cuda_variant("13.0"), "3.12").buildable
 
 
 def test_a_script_whose_cells_need_different_patches_is_refused_in_one_line():
