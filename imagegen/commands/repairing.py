@@ -49,10 +49,14 @@ def _repair_one(wheel: Path, args: argparse.Namespace, python_exe: str | None) -
 def cmd_repair(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for wheel in args.wheels:
         common.check_wheel_file(wheel)
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {shown(args.out)}: not a folder")
     if args.out is not None:
         output_folder(args.out, "--out")
+        try:
+            not_a_folder = args.out.exists() and not args.out.is_dir()
+        except OSError as exc:  # a 5000-character name
+            raise UsageError(f"--out {shown(args.out)}: {exc.strerror or 'not a usable path'}") from None
+        if not_a_folder:
+            raise UsageError(f"--out {shown(args.out)}: not a folder")
     check_plat(args.plat)
     python_exe = _importer(args)
     if python_exe is None:

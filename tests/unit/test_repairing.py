@@ -128,6 +128,8 @@ def test_bad_input_is_refused_before_anything_is_repaired(tmp_path):
     (tmp_path / "a-file").write_text("")
     with pytest.raises(UsageError, match=r"^--out .*a-file: not a folder$"):
         repair(good, "--out", tmp_path / "a-file")
+    with pytest.raises(UsageError, match=r"^--out a+\.\.\.a+: File name too long$"):  # found by the fuzz test
+        repair(good, "--out", "a" * 5000)
     with pytest.raises(UsageError, match=r"^--python-exe .*: no such file$"):
         repair(good, "--python-exe", tmp_path / "no" / "python")
     assert [p.name for p in good.parent.iterdir()] == [WHEEL.name]
