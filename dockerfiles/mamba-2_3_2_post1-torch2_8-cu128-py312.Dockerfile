@@ -7,16 +7,24 @@
 #   venv     torch 2.8.0 (cu128) of the base image, reused
 #   note     mamba-ssm compiles a fixed arch list: 7.5;8.0;8.7;9.0;10.0;12.0
 #
-# Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy), in
-# the folder where `imagegen render ... -o Dockerfile` wrote this file and imagegen-scripts/:
-#   docker buildx build --build-context imagegen-scripts=imagegen-scripts --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt --output type=local,dest=out -f Dockerfile .
+# Build it in the folder where `imagegen render ... -o Dockerfile` wrote it and imagegen-scripts/ (the
+# stage imagegen-scripts copies them from the build context; `imagegen build` and bake name a context
+# of that name instead).
+# Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy):
+#   docker build --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt -o out -f Dockerfile .
 # Other archs reuse every dependency layer:  --build-arg TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 # Or compile at run time with the GPU visible (seed 004's workflow; archs default to the GPUs seen):
-#   docker buildx build --build-context imagegen-scripts=imagegen-scripts --target builder --load -t imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312 .
+#   docker build --target builder -t imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312 -f Dockerfile .
 #   docker run --rm --gpus all -v "$PWD/out:/out" imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312
 # (`imagegen push` publishes that builder image; `imagegen pull` fetches and runs it.)
 
 ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
+
+# --- imagegen-scripts: imagegen's build scripts, from ./imagegen-scripts/ of the build context (a
+# plain `docker build .` where render wrote them); a named context imagegen-scripts (bake, `imagegen
+# build`) replaces this stage, and the build context is then not read ---
+FROM scratch AS imagegen-scripts
+COPY imagegen-scripts/ /
 
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell

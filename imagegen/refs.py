@@ -286,7 +286,7 @@ def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | 
     knob, force-build and local-version variables, patches, routing) for the tree's version. The
     catalogue's pin itself (HEAD at the pinned commit, no changes) is returned as it is. ``tree``: the
     tree already read as a recipe (source_tree.recipe_from_source_tree), where the caller has it."""
-    from imagegen.model.source_tree import recipe_from_source_tree
+    from imagegen.model.source_tree import VERSION_PLACES, recipe_from_source_tree
 
     root = root.expanduser().resolve()
     head, dirty = checkout_head(root)
@@ -297,7 +297,12 @@ def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | 
     # The version the tree is: what the user declares (a pin's label says its version), else its own
     # metadata (PKG-INFO first: recipe_from_source_tree reads it).
     said = (pinned.source_version or declared) if pinned else declared
-    said = said or (tree or recipe_from_source_tree(root)).default_version
+    if not said:
+        said = (tree or recipe_from_source_tree(root)).version(None).source_version
+    if not said:  # never a silent 0.0.0: the version picks the recipe's rules
+        raise UsageError(f"{root}: which {recipe.name} version is this tree? it states none that imagegen reads"
+                         f" without running it ({VERSION_PLACES}); give --version X.Y.Z (the pinned ones:"
+                         f" {', '.join(recipe.versions)})")
     facts = pinned or recipe.versions.get(said) or recipe.facts_for(said)
     if facts is None:
         ranges = ranges_text(recipe.by_version) or "none"

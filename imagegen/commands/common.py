@@ -23,7 +23,7 @@ from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
-from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree
+from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree, with_declared_version
 from imagegen.outputs import shown
 from imagegen.plan import (
     BUILDABLE,
@@ -77,6 +77,11 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         if known is not None:  # a tree of a package the catalogue knows: built with that recipe's knowledge
             recipe, version = refs.at_tree(known, known.version(None), source, wanted_version, tree=recipe)
             return recipe, with_env(recipe, version, env or {})
+        # your own project: named by the version it states, else the one --version declares
+        recipe = with_declared_version(recipe, wanted_version)
+        wanted_version = None
+        if recipe.version(None).source_version is None:
+            print(f"imagegen: warning: {recipe.version(None).resolved}", file=sys.stderr)
     elif name is None:
         raise UsageError("name a recipe (imagegen recipes lists them) or give --source PATH")
     else:

@@ -44,10 +44,11 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
     cell = common.gpu_checked(Plan(cells=[cell]), opts).cells[0]
     cell = common.lock(args).pin_bases(Plan(cells=[cell])).cells[0]
-    rendered = render_dockerfile(cell, command=common.command_line(argv))
+    rendered = render_dockerfile(cell, command=common.command_line(argv), stdout=args.output in (None, "-"))
     write_output(rendered.dockerfile, args.output)
     if args.output not in (None, "-"):
-        # The build steps beside it, as the Dockerfile's header builds it: --build-context imagegen-scripts=...
+        # The build steps beside it, where the Dockerfile's imagegen-scripts stage copies them from (a plain
+        # `docker build .` of this folder); bake and build name a context of that name instead.
         from imagegen.render.dockerfile import SCRIPTS_CONTEXT, write_scripts
         folder = Path(args.output).parent / SCRIPTS_CONTEXT  # beside the name given (a symlink's too)
         write_scripts(folder)

@@ -15,7 +15,10 @@ through huggingface_hub.HfApi: seed 004 uploads its wheel there, and pip install
   taking LFS uploads; not tried here); Xet's chunk deduplication saves little on a compressed wheel.
 - The repository must exist (``hf repo create OWNER/REPO``): creating one would choose its visibility
   for the user.
-- Credentials: HF_TOKEN only (never the token file of ``hf auth login``); the endpoint is HF_ENDPOINT
+- Credentials: HF_TOKEN, else the token file ``huggingface-cli login`` / ``hf auth login`` stored
+  (``HF_TOKEN_PATH``, else ``$HF_HOME/token``, else ``$XDG_CACHE_HOME/huggingface/token`` or
+  ~/.cache/huggingface/token, as huggingface_hub finds it): a regular file of at most 4 KiB holding one
+  token, read by imagegen itself (hub_token), never shown; the endpoint is HF_ENDPOINT
   (default https://huggingface.co), which also lets the tests point HfApi at their own server.
   huggingface_hub itself also fetches, without the token, a list for its user agent
   (``/api/agent-harnesses``) unless HF_HUB_DISABLE_TELEMETRY=1.
@@ -30,9 +33,14 @@ network here): the answers the server gives are modelled on huggingface_hub's ow
 from __future__ import annotations
 
 import logging
+import os
+import re
+from pathlib import Path
 from typing import Mapping
 
+from imagegen import safety
 from imagegen.errors import PublishError
+from imagegen.outputs import shown
 from imagegen.publish.upload import Destination, Found, HubDest, found_sha256, missing_library
 from imagegen.wheelhouse import VerifiedWheel
 
@@ -40,25 +48,71 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 COMMIT_TRIES = 3  # the branch moved under us this many times in a row: give up on this wheel
 
 
+MAX_TOKEN_FILE = 4096
+# What a Hub token looks like (hf_ plus letters and digits; older ones are other printable ASCII): no
+# whitespace or control character, so a file holding anything else is not taken for one.
+_TOKEN = re.compile(r"[\x21-\x7e]{8,512}")
+
+
+def token_file(env: Mapping[str, str]) -> Path:
+    """Where ``huggingface-cli login`` (``hf auth login``) stores the token, as huggingface_hub's
+    constants find it: HF_TOKEN_PATH, else $HF_HOME/token, else $XDG_CACHE_HOME/huggingface/token, else
+    ~/.cache/huggingface/token."""
+    if env.get("HF_TOKEN_PATH"):
+        return Path(env["HF_TOKEN_PATH"]).expanduser()
+    home = env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "huggingface"
+    return Path(home).expanduser() / "token"
+
+
+def hub_token(env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The token to write with and what to call it in messages: HF_TOKEN, else the login's token file
+    (token_file). A file that is there but is not a regular file of at most MAX_TOKEN_FILE bytes holding
+    one token is a PublishError naming the file, never its content; no file: (None, "")."""
+    if env.get("HF_TOKEN"):
+        return env["HF_TOKEN"], "HF_TOKEN"
+    path = token_file(env)
+    where = f"the token in {shown(path)}"
+    if not os.path.lexists(path):
+        return None, ""
+    try:
+        data = safety.read_regular_file(path, limit=MAX_TOKEN_FILE)
+    except safety.Unreadable as exc:
+        raise PublishError(f"{shown(path)} (huggingface-cli login's token file): cannot read it: {exc}") from None
+    token = data.decode("ascii", "replace").strip()
+    if not _TOKEN.fullmatch(token):
+        raise PublishError(f"{shown(path)} (huggingface-cli login's token file) holds no token (one line of"
+                           " printable ASCII): log in again, or set HF_TOKEN")
+    return token, where
+
+
 def connect(dest: HubDest, env: Mapping[str, str], *, write: bool) -> HubRepo:
     try:
         from huggingface_hub import HfApi
     except ImportError:
         raise missing_library("huggingface_hub") from None
-    token = env.get("HF_TOKEN") or None
+    try:
+        token, where = hub_token(env)
+    except PublishError:
+        if write:
+            raise
+        token, where = None, ""  # a dry run reads anonymously
     if write and not token:
-        raise PublishError(f"HF_TOKEN is not set: a Hugging Face token with write access to {dest.repo_id}")
+        raise PublishError(f"no Hugging Face token: set HF_TOKEN, or run `huggingface-cli login` (it stores one in"
+                           f" {shown(token_file(env))}); one with write access to {dest.repo_id}")
     _quiet_xet_notice()
-    # token=False: no token from `hf auth login`'s file either (credentials come from the environment only).
+    # token=False: huggingface_hub looks for no token of its own (hub_token found the one to use, or none).
     api = HfApi(endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"), token=token or False,
                 library_name="imagegen")
-    return HubRepo(dest, api)
+    return HubRepo(dest, api, token_name=where or "HF_TOKEN",
+                   secrets=(token,) if token and where != "HF_TOKEN" else ())
 
 
 class HubRepo(Destination):
-    def __init__(self, dest: HubDest, api) -> None:
+    def __init__(self, dest: HubDest, api, *, token_name: str = "HF_TOKEN", secrets: tuple[str, ...] = ()) -> None:
         self.dest = dest
         self.api = api
+        self.token_name = token_name  # HF_TOKEN, or "the token in ~/.cache/huggingface/token"
+        self.secrets = secrets  # a token read from the login's file: redacted like HF_TOKEN's value
 
     def check(self, wheel: VerifiedWheel, revision: str | None = None) -> Found | None:
         from huggingface_hub.hf_api import RepoFile
@@ -116,14 +170,14 @@ class HubRepo(Destination):
         from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
         if isinstance(exc, RepositoryNotFoundError):
-            return self.give_up(f"no model repository {self.dest.repo_id}, or HF_TOKEN may not read it (create it"
+            return self.give_up(f"no model repository {self.dest.repo_id}, or {self.token_name} may not read it (create it"
                                 f" with `hf repo create {self.dest.repo_id}`)")
         if isinstance(exc, RevisionNotFoundError):
             return self.give_up(f"{self.dest.repo_id} has no branch {self.dest.revision} (create it, or name"
                                 " another after @)")
         status = _status(exc)
         if status in (401, 403):
-            return self.give_up(f"the Hub refused HF_TOKEN (HTTP {status}): it needs write access to"
+            return self.give_up(f"the Hub refused {self.token_name} (HTTP {status}): it needs write access to"
                                 f" {self.dest.repo_id}")
         return PublishError(f"the Hub answered: {exc.server_message or exc}")
 

@@ -32,7 +32,8 @@ The rules, the same for every destination (the destination modules only read wha
   (credentials refused, repository missing) fails its remaining wheels, and the other destinations go on.
 
 Credentials come from the environment only, never from the command line: TWINE_USERNAME /
-TWINE_PASSWORD or a netrc entry (PyPI-compatible), HF_TOKEN (and HF_ENDPOINT), GITHUB_TOKEN (and
+TWINE_PASSWORD or a netrc entry (PyPI-compatible), HF_TOKEN or the token `huggingface-cli login` stored
+(and HF_ENDPOINT), GITHUB_TOKEN (and
 GITHUB_API_URL), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (and AWS_ENDPOINT_URL,
 AWS_REGION). A dry run reads what is there (with the credentials if they are set, anonymously if not)
 and uploads nothing. Every message a destination or its client library gives is stripped of the

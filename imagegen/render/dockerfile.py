@@ -309,7 +309,9 @@ def _json_line(doc: dict) -> str:
     return text
 
 
-def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
+def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = False) -> Rendered:
+    """The builder Dockerfile of ``cell``. ``stdout``: it goes to stdout, with no scripts folder beside it
+    (its header says what it needs to build)."""
     if not cell.buildable or cell.base is None:
         raise UnsafeValueError("internal: render_dockerfile needs a buildable cell")
     base = cell.base
@@ -357,6 +359,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None) -> Rendered:
         toolchain_delimiter=safety.heredoc_delimiter(toolchain_json, "IMAGEGEN_TOOLCHAIN_JSON"),
         toolchain_json=_Raw(toolchain_json),
         scripts_context=SCRIPTS_CONTEXT,
+        stdout=stdout,
         jobs_secret=rules.JOBS_SECRET,
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),

@@ -8,16 +8,24 @@
 #   venv     torch 2.8.0 (cu128) of the base image, reused
 #   obsolete patch_setup.py: add sm_120 (RTX 5090) support (seed 004): obsolete for >= v2.2.0: the tag compiles sm_120 and honours TORCH_CUDA_ARCH_LIST without a GPU; main >= c03f15f also builds sm_120a/sm_121a. Harmful at 2.1.1 (e9b072f): sm_120 is built there already, and the script adds a _qattn_sm120 extension from sources that do not exist (csrc/qattn/pybind_sm120.cpp, qk_int_sv_f8_cuda_sm120.cu), so a 12.0 build fails; it never made TORCH_CUDA_ARCH_LIST work (2.1.1 uses sageattention-2.1.1-arch-list.patch).
 #
-# Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy), in
-# the folder where `imagegen render ... -o Dockerfile` wrote this file and imagegen-scripts/:
-#   docker buildx build --build-context imagegen-scripts=imagegen-scripts --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt --output type=local,dest=out -f Dockerfile .
+# Build it in the folder where `imagegen render ... -o Dockerfile` wrote it and imagegen-scripts/ (the
+# stage imagegen-scripts copies them from the build context; `imagegen build` and bake name a context
+# of that name instead).
+# Wheels to ./out (no GPU needed; the CA bundle is only needed behind a TLS-intercepting proxy):
+#   docker build --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt -o out -f Dockerfile .
 # Other archs reuse every dependency layer:  --build-arg TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 # Or compile at run time with the GPU visible (seed 004's workflow; archs default to the GPUs seen):
-#   docker buildx build --build-context imagegen-scripts=imagegen-scripts --target builder --load -t imagegen-sageattention:2.2.0-torch2.8-cu128-py312 .
+#   docker build --target builder -t imagegen-sageattention:2.2.0-torch2.8-cu128-py312 -f Dockerfile .
 #   docker run --rm --gpus all -v "$PWD/out:/out" imagegen-sageattention:2.2.0-torch2.8-cu128-py312
 # (`imagegen push` publishes that builder image; `imagegen pull` fetches and runs it.)
 
 ARG BASE_IMAGE=runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
+
+# --- imagegen-scripts: imagegen's build scripts, from ./imagegen-scripts/ of the build context (a
+# plain `docker build .` where render wrote them); a named context imagegen-scripts (bake, `imagegen
+# build`) replaces this stage, and the build context is then not read ---
+FROM scratch AS imagegen-scripts
+COPY imagegen-scripts/ /
 
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell

@@ -178,9 +178,11 @@ def test_plain_docker_buildx_bake_of_a_generated_file(first_build, workspace):
     assert f"[{TINY}] up to date" in proc.stderr and "building" not in proc.stderr
 
 
-def test_plain_docker_buildx_build_of_a_rendered_dockerfile(first_build, workspace):
+def test_plain_docker_build_of_a_rendered_dockerfile(first_build, workspace):
     # The one command the rendered file's header documents, run as written in the folder render
-    # wrote (the Dockerfile and imagegen-scripts/ beside it): the build steps are not in the file.
+    # wrote (the Dockerfile and imagegen-scripts/ beside it): the build steps are not in the file, and
+    # no --build-context imagegen-scripts is needed (the Dockerfile's imagegen-scripts stage copies the
+    # folder from the build context); a local tree still comes as the named context `source`.
     root = workspace["root"] / "rendered"
     proc = sh(IMAGEGEN, "render", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "-o", str(root / "Dockerfile"))
     assert proc.returncode == 0, proc.stderr
@@ -189,13 +191,38 @@ def test_plain_docker_buildx_build_of_a_rendered_dockerfile(first_build, workspa
     text = (root / "Dockerfile").read_text()
     assert len(text.splitlines()) < 200  # readable: the ~1900 lines of scripts are beside it
     (documented,) = [line.strip("# ").strip() for line in text.splitlines()
-                     if line.startswith("#   docker buildx build") and "--output type=local,dest=out" in line]
+                     if line.startswith("#   docker build ") and " -o out -f Dockerfile ." in line]
     argv = documented.split()
+    assert "--build-context" in argv and not any(a.startswith("imagegen-scripts=") for a in argv)
     argv[argv.index("--secret") + 1] = f"id=pip_cert,src={workspace['ca']}"
-    proc = sh(*argv[:3], "--progress", "plain", *argv[3:], cwd=root)
+    proc = sh(*argv[:2], "--progress", "plain", *argv[2:], cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = sorted((root / "out").glob("*.whl"))
     assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
+
+
+def test_plain_docker_build_with_no_named_context_at_all(first_build, workspace):
+    """Seed 004's own command, `docker build -t NAME -f Dockerfile .`, in the folder render wrote: no
+    --build-context of any kind. The toolchain and build requirements (stage base: every script, the
+    cell, no source) build from the folder alone; stdout's render says what it needs instead."""
+    root = workspace["root"] / "plain-build"
+    proc = sh(IMAGEGEN, "render", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "-o", str(root / "Dockerfile"))
+    assert proc.returncode == 0, proc.stderr
+    tag = f"imagegen-plain-build:{uuid.uuid4().hex[:8]}"
+    proc = sh("docker", "build", "--progress", "plain", "--secret", f"id=pip_cert,src={workspace['ca']}",
+              "--target", "base", "-t", tag, "-f", "Dockerfile", ".", cwd=root)
+    try:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        listed = sh("docker", "run", "--rm", "--entrypoint", "ls", tag, "/imagegen").stdout.split()
+        assert {"imagegen_build.py", "imagegen_toolchain.py", "cell.json"} <= set(listed), listed
+    finally:
+        sh("docker", "image", "rm", "-f", tag)
+    # Without the folder, the failure names the stage that needs it.
+    shutil.rmtree(root / "imagegen-scripts")
+    proc = sh("docker", "build", "--progress", "plain", "--target", "base", "-f", "Dockerfile", ".", cwd=root)
+    assert proc.returncode != 0 and "imagegen-scripts" in proc.stderr
+    stdout = sh(IMAGEGEN, "render", "--source", str(FIXTURES / "tiny_kernel"), *CELL).stdout
+    assert "# Written to stdout, so imagegen's build scripts are not beside it" in stdout
 
 
 def test_ca_bundle_never_reaches_an_image_layer_or_history(first_build, workspace):

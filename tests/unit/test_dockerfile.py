@@ -66,6 +66,13 @@ def check_structure(text: str, cell) -> None:
     # compile, smoke (install + import in a fresh base), buildlog, and wheels last (what bake
     # exports): only wheels, taken from the smoke-tested stage.
     froms = [c for n, c in cmds if n == "FROM"]
+    # First the build scripts: a stage copying ./imagegen-scripts/ of the build context, so that a plain
+    # `docker build .` where render wrote them builds; a named context imagegen-scripts (bake, build)
+    # replaces the stage.
+    scripts, froms = froms[0], froms[1:]
+    assert (scripts.value[0], scripts.value[-1]) == ("scratch", "imagegen-scripts")
+    assert [(n, c.value) for n, c in cmds if scripts.start_line < c.start_line < froms[0].start_line] == [
+        ("COPY", ("imagegen-scripts/", "/"))]
     assert [f.value[-1] for f in froms] == ["cell", "os", "fetch", "base", "builder", "audit", "audit-report", "compile",
                                             "smoke", "buildlog", "wheels"]
     assert [f.value[0] for f in froms] == ["scratch", "${BASE_IMAGE}", "os", "os", "base", "builder", "scratch", "builder",
@@ -353,3 +360,48 @@ def test_a_torch_2_14_cell_gets_the_standard_patch_after_the_versions_own(name):
     assert names[:-1] == [p["name"] for p in before.cell_json["patches"]] and names[-1].endswith("-cxx-std-from-torch.patch")
     assert "{cxx_std}" in now.cell_json["patches"][-1]["text"]  # natten: -DCXX_STD={cxx_std} for its CMake build
     assert now.inputs_hash != _rendered(recipe, "2.11").inputs_hash
+
+
+# --------------------------------------------------------------------------------------------
+# A plain `docker build -f Dockerfile .` of the folder render wrote (issue 34 item 5, seed 004)
+
+
+def test_the_scripts_stage_falls_back_to_the_build_contexts_folder_and_the_header_needs_no_named_context(
+        tmp_path, monkeypatch, capsys):
+    from imagegen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "sage", "--arch", "12.0+PTX", "--torch", "2.8", "--cuda", "12.8", "-o", "Dockerfile"]) == 0
+    text = (tmp_path / "Dockerfile").read_text()
+    assert (tmp_path / "imagegen-scripts" / "imagegen_build.py").is_file()
+    cmds = instructions(text)
+    # The scripts stage comes before every stage that copies from it, and copies the build context's folder.
+    first = next(i for i, (n, c) in enumerate(cmds) if n == "COPY" and "--from=imagegen-scripts" in c.flags)
+    stage = [i for i, (n, c) in enumerate(cmds) if n == "FROM" and c.value[-1] == "imagegen-scripts"]
+    assert len(stage) == 1 and stage[0] < first and cmds[stage[0] + 1][1].value == ("imagegen-scripts/", "/")
+    # The documented commands are plain `docker build`s: no --build-context for the scripts.
+    documented = [line for line in text.splitlines() if line.startswith("#   docker ")]
+    assert documented[0] == ("#   docker build --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt -o out"
+                             " -f Dockerfile .")
+    assert documented[1].startswith("#   docker build --target builder -t imagegen-sageattention:2.2.0-torch2.8-")
+    assert "build-context" not in text and "Written to stdout" not in text
+    capsys.readouterr()
+    # To stdout: the header says what this output needs to build, before anything else.
+    assert main(["render", "sage", "--arch", "12.0+PTX", "--torch", "2.8", "--cuda", "12.8"]) == 0
+    out = capsys.readouterr().out
+    header = out[:out.index("ARG BASE_IMAGE")]
+    assert ("# Written to stdout, so imagegen's build scripts are not beside it: this Dockerfile builds only where\n"
+            "# they are in ./imagegen-scripts/ of the build context, or given as --build-context imagegen-scripts=DIR.\n"
+            "# The same `imagegen render` with `-o Dockerfile` instead writes both (Dockerfile and imagegen-scripts/).\n"
+            ) in header
+    assert out.replace(header, "") == text.replace(text[:text.index("ARG BASE_IMAGE")], "")  # the same build
+
+
+def test_a_local_tree_header_names_only_its_source_context(tmp_path, monkeypatch):
+    from imagegen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", str(FIXTURE), "--arch", "9.0", "--torch", "2.8", "--cuda", "12.8", "-o", "Dockerfile"]) == 0
+    documented = [line for line in (tmp_path / "Dockerfile").read_text().splitlines() if line.startswith("#   docker build")]
+    assert documented and all(f"--build-context source={FIXTURE} " in line and "imagegen-scripts=" not in line
+                              for line in documented)

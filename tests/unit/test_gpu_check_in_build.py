@@ -70,7 +70,7 @@ def test_the_gpucheck_stage_gets_the_device_and_no_network_and_wheels_come_from_
     assert sum(line.startswith("# syntax") for line in text.splitlines()) == 1
     cmds = instructions(text)
     stages = [c.value[-1] for n, c in cmds if n == "FROM"]
-    assert stages == ["cell", "os", "fetch", "base", "builder", "audit", "audit-report", "compile", "smoke", "gpucheck",
+    assert stages == ["imagegen-scripts", "cell", "os", "fetch", "base", "builder", "audit", "audit-report", "compile", "smoke", "gpucheck",
                       "buildlog", "wheels"]
     gpucheck = next(c for n, c in cmds if n == "FROM" and c.value[-1] == "gpucheck")
     assert gpucheck.value[0] == "smoke"  # the installed wheel, as the smoke step left it

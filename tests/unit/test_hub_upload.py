@@ -36,8 +36,11 @@ def hub():
         yield server
 
 
+NO_TOKEN_FILE = "/nonexistent/imagegen-tests/hf-token"  # never the token file of whoever runs the tests
+
+
 def env(hub: FakeHub, token: str | None = TOKEN) -> dict[str, str]:
-    return {"HF_ENDPOINT": hub.base, **({"HF_TOKEN": token} if token else {})}
+    return {"HF_ENDPOINT": hub.base, "HF_TOKEN_PATH": NO_TOKEN_FILE, **({"HF_TOKEN": token} if token else {})}
 
 
 def test_one_commit_per_wheel_through_the_lfs_api_then_a_second_run_skips(tmp_path, hub, caplog):
@@ -115,7 +118,8 @@ def test_the_same_name_landing_first_is_never_overwritten(tmp_path, hub, same):
                                " `hf repo create octo/missing`)"),
     (f"hf:{REPO}@dev", TOKEN, f"{REPO} has no branch dev (create it, or name another after @)"),
     (f"hf:{REPO}", "hf_wrong", f"the Hub refused HF_TOKEN (HTTP 401): it needs write access to {REPO}"),
-    (f"hf:{REPO}", None, f"HF_TOKEN is not set: a Hugging Face token with write access to {REPO}"),
+    (f"hf:{REPO}", None, "no Hugging Face token: set HF_TOKEN, or run `huggingface-cli login` (it stores one in"
+                         f" {NO_TOKEN_FILE}); one with write access to {REPO}"),
 ])
 def test_errors_are_one_line_and_show_no_token(tmp_path, hub, target, token, detail):
     wheelhouse(tmp_path / "out")
@@ -135,3 +139,67 @@ def test_a_missing_huggingface_hub_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(PublishError, match=r"^huggingface_hub is not installed: pip install 'imagegen\[publish\]'"):
         hub_upload.connect(parse_destination(f"hf:{REPO}"), {"HF_TOKEN": TOKEN}, write=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The token `huggingface-cli login` stored (seed 004's own step), when HF_TOKEN is not set
+
+
+@pytest.mark.parametrize("where", ["HF_TOKEN_PATH", "HF_HOME", "XDG_CACHE_HOME"])
+def test_the_token_huggingface_cli_login_stored_is_used(tmp_path, hub, where, capsys):
+    wheelhouse(tmp_path / "out")
+    path = {"HF_TOKEN_PATH": tmp_path / "custom" / "tok", "HF_HOME": tmp_path / "hfhome" / "token",
+            "XDG_CACHE_HOME": tmp_path / "cache" / "huggingface" / "token"}[where]
+    path.parent.mkdir(parents=True)
+    path.write_text(TOKEN + "\n")  # as huggingface_hub writes it
+    value = str(path if where == "HF_TOKEN_PATH" else path.parent if where == "HF_HOME" else tmp_path / "cache")
+    e = {k: v for k, v in env(hub, None).items() if k != "HF_TOKEN_PATH"} | {where: value}
+    assert hub_upload.token_file(e) == path
+    (outcome,) = publish(tmp_path / "out", [f"hf:{REPO}"], env=e).outcomes
+    assert outcome.status == "uploaded"
+    assert {r.headers.get("authorization") for r in hub.requests if r.method != "PUT"} == {f"Bearer {TOKEN}"}
+    assert TOKEN not in capsys.readouterr().out
+
+
+def test_hf_token_wins_over_the_login_file(tmp_path, hub):
+    wheelhouse(tmp_path / "out")
+    (tmp_path / "token").write_text("hf_fromTheLoginFile000")
+    (outcome,) = publish(tmp_path / "out", [f"hf:{REPO}"], env={**env(hub), "HF_TOKEN_PATH": str(tmp_path / "token")}).outcomes
+    assert outcome.status == "uploaded" and hub.requests[0].headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_a_refused_login_token_is_named_by_its_file_and_never_shown(tmp_path, hub):
+    wheelhouse(tmp_path / "out")
+    (tmp_path / "token").write_text("hf_wrongLoginToken123\n")
+    (outcome,) = publish(tmp_path / "out", [f"hf:{REPO}"], env={**env(hub, None), "HF_TOKEN_PATH": str(tmp_path / "token")}).outcomes
+    assert outcome.status == "failed" and hub.commits == []
+    assert outcome.detail == (f"the Hub refused the token in {tmp_path / 'token'} (HTTP 401): it needs write access"
+                              f" to {REPO}")
+    repo = hub_upload.connect(parse_destination(f"hf:{REPO}"), {**env(hub, None), "HF_TOKEN_PATH": str(tmp_path / "token")},
+                              write=True)
+    assert repo.secrets == ("hf_wrongLoginToken123",)  # redacted from every message like HF_TOKEN's value
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "too big", "not a token", "dangling link"])
+def test_a_token_file_that_is_not_one_fails_in_one_line_without_its_content(tmp_path, hub, kind):
+    import os
+
+    wheelhouse(tmp_path / "out")
+    path = tmp_path / "token"
+    secret = "hf_" + "s3cret" * 3
+    if kind == "fifo":
+        os.mkfifo(path)  # must not block
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "too big":
+        path.write_text(secret + "x" * hub_upload.MAX_TOKEN_FILE)
+    elif kind == "not a token":
+        path.write_text(f"{secret}\nsecond line {secret}\n")
+    else:
+        path.symlink_to(tmp_path / "nowhere")
+    e = {**env(hub, None), "HF_TOKEN_PATH": str(path)}
+    (outcome,) = publish(tmp_path / "out", [f"hf:{REPO}"], env=e).outcomes
+    assert outcome.status == "failed" and outcome.detail.startswith(f"{path} (huggingface-cli login's token file)")
+    assert secret not in outcome.detail and "\n" not in outcome.detail and hub.requests == []
+    (dry,) = publish(tmp_path / "out", [f"hf:{REPO}"], env=e, dry_run=True).outcomes
+    assert dry.status == "would-upload"  # a dry run reads anonymously

@@ -369,3 +369,82 @@ def test_a_local_repository_is_resolved_exported_and_built_as_a_local_tree(tmp_p
                          (f"file://{repo}/../x@v0.1.0", "not a repository URL")):
         assert main(["plan", "tiny", "--git", value, *cell]) == 2
         assert words in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# Local trees named by the version they state (issue 34 item 4): seed 000's fork, seed 003's package
+
+
+def test_seed_000s_fork_is_its_init_version_not_a_refused_0_0_0(tmp_path, capsys):
+    """cliffpyles/Block-Sparse-Attention: setup(name=PACKAGE_NAME, version=get_package_version()), the
+    version in block_sparse_attn/__init__.py (0.0.1): planned with 0.0.1's rules, no --version guessed."""
+    from tests.unit.test_source_tree import BSA_INIT, BSA_SETUP
+
+    fork = tmp_path / "Block-Sparse-Attention"
+    (fork / "block_sparse_attn").mkdir(parents=True)
+    (fork / "setup.py").write_text(BSA_SETUP)
+    (fork / "block_sparse_attn" / "__init__.py").write_text(BSA_INIT)
+    cell = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "8.0", "--json"]
+    assert main(["plan", str(fork), *cell]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["cells"]
+    assert c["recipe"] == "block-sparse-attn" and c["version"] == "0.0.1-local" and c["status"] == "buildable"
+    assert "version 0.0.1) is built as a local tree with the rules of block-sparse-attn 0.0.1" in c["notes"][0]
+    recipe = load_catalogue().get("bsa")
+    local, v = refs.at_tree(recipe, recipe.version(None), fork, None)
+    assert v.version == "0.0.1-local" and v.source_version == "0.0.1"
+    assert not (fork / "RAN").exists()
+
+
+def test_a_fork_that_states_no_version_is_refused_asking_for_version_not_named_0_0_0(tmp_path, capsys):
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    (fork / "setup.py").write_text("from setuptools import setup\nsetup(name='block_sparse_attn', version=compute())\n")
+    recipe = load_catalogue().get("bsa")
+    with pytest.raises(UsageError) as err:
+        refs.at_tree(recipe, recipe.version(None), fork, None)
+    assert "which block-sparse-attn version is this tree? it states none" in str(err.value)
+    assert "give --version X.Y.Z (the pinned ones: 0.0.2.post1, 0.0.2, 0.0.1)" in str(err.value)
+    assert "0.0.0" not in str(err.value)
+    assert refs.at_tree(recipe, recipe.version(None), fork, "0.0.1")[1].version == "0.0.1-local"
+    assert main(["plan", str(fork), "--arch", "8.0"]) == 2
+    assert capsys.readouterr().err.startswith("imagegen: error: ") 
+
+
+def test_a_local_package_is_named_by_its_wheels_version_and_installs_its_build_requires(tmp_path, capsys, monkeypatch):
+    """Seed 003: setup.py computes the version from the package (0.3.0); cells, folders and the
+    builder's requirements follow the tree, and the pyproject's build requirements reach the image."""
+    from tests.unit.test_source_tree import tree
+
+    root = tree(tmp_path, {
+        "setup.py": 'import re\nfrom setuptools import setup\nsetup(name="kernel-pytorch", version=re.search('
+                    'r"__version__ = \\"(.+)\\"", open("src/kernel_pytorch/__init__.py").read())[1])\n',
+        "src/kernel_pytorch/__init__.py": '__version__ = "0.3.0"\n',
+        "pyproject.toml": '[build-system]\nrequires = ["setuptools>=64", "pybind11>=2.6", "numpy>=1.21.0"]\n'
+                          'build-backend = "setuptools.build_meta"\n'}, "KernelPyTorch")
+    cell = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
+    assert main(["plan", str(root), "--json", *cell]) == 0
+    out = capsys.readouterr()
+    (c,) = json.loads(out.out)["cells"]
+    assert c["version"] == "0.3.0" and c["name"] == "kernel-pytorch-0_3_0-torch2_8-cu128-py312"
+    assert c["wheel_dir"] == "kernel-pytorch-0.3.0/torch2.8/cu128" and "warning" not in out.err
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", str(root), "-o", "Dockerfile", *cell]) == 0
+    text = (tmp_path / "Dockerfile").read_text()
+    assert ('"build_requires":["wheel","ninja","packaging","setuptools>=64","pybind11>=2.6","numpy>=1.21.0"]'
+            in text) and '"version":"0.3.0"' in text
+
+
+def test_a_local_package_with_no_stated_version_warns_and_takes_version(tmp_path, capsys):
+    from tests.unit.test_source_tree import tree
+
+    root = tree(tmp_path, {"setup.py": "import setuptools\nsetuptools.setup(version=compute())\n"}, "mine")
+    cell = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0", "--json"]
+    assert main(["plan", str(root), *cell]) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith("imagegen: warning: version 0.0.0 assumed: ") and "--version X.Y.Z" in out.err
+    assert json.loads(out.out)["cells"][0]["version"] == "0.0.0"
+    assert main(["plan", str(root), "--version", "0.3.0", *cell]) == 0  # before: "mine has no version '0.3.0'"
+    out = capsys.readouterr()
+    assert json.loads(out.out)["cells"][0]["version"] == "0.3.0" and "warning" not in out.err
+    assert main(["plan", str(root), "--version", "x y", *cell]) == 2
+    assert capsys.readouterr().err.startswith("imagegen: error: --version 'x y': not a PEP 440 version")

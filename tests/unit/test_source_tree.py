@@ -215,3 +215,145 @@ def test_looks_like_path_for_a_bare_name_is_whether_such_a_directory_exists(tmp_
 def test_looks_like_path_never_raises_on_an_unusable_name(text, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert looks_like_path(text) is False
+
+
+# --------------------------------------------------------------------------------------------
+# Versions read as the build would, statically (issue 34 item 4): never a silent 0.0.0
+
+
+# Seed 000's fork (cliffpyles/Block-Sparse-Attention): setup(name=PACKAGE_NAME, version=get_package_version()),
+# which reads __version__ from block_sparse_attn/__init__.py. Running it would leave a marker file.
+BSA_SETUP = """import ast, os, re
+from pathlib import Path
+from setuptools import setup
+this_dir = os.path.dirname(os.path.abspath(__file__))
+open(os.path.join(this_dir, "RAN"), "w").write("setup.py was run")
+PACKAGE_NAME = "block_sparse_attn"
+
+def get_package_version():
+    with open(Path(this_dir) / "block_sparse_attn" / "__init__.py", "r") as f:
+        version_match = re.search(r"^__version__\\s*=\\s*(.*)$", f.read(), re.MULTILINE)
+    public_version = ast.literal_eval(version_match.group(1))
+    local_version = os.environ.get("FLASH_ATTN_LOCAL_VERSION")
+    return f"{public_version}+{local_version}" if local_version else str(public_version)
+
+setup(name=PACKAGE_NAME, version=get_package_version(), packages=["block_sparse_attn"])
+"""
+BSA_INIT = '__version__ = "0.0.1"\n\nfrom block_sparse_attn.flash_attn_interface import flash_attn_func\nimport os; os.system("touch RAN")\n'
+
+
+def test_a_setup_py_reading_its_packages_version_gives_that_version_without_running_anything(tmp_path):
+    from imagegen.model.source_tree import read_tree
+
+    root = tree(tmp_path, {"setup.py": BSA_SETUP, "block_sparse_attn/__init__.py": BSA_INIT}, "Block-Sparse-Attention")
+    r = recipe_from_source_tree(root)
+    assert (r.name, r.distribution, r.default_version) == ("block-sparse-attn", "block_sparse_attn", "0.0.1")
+    assert r.version(None).source_version == "0.0.1" and r.version(None).resolved == ""
+    assert read_tree(root).version_from == "block_sparse_attn/__init__.py's __version__, which setup.py reads it"
+    assert not (root / "RAN").exists()  # neither setup.py nor the package was run
+
+
+@pytest.mark.parametrize("files, expected, where", [
+    # seed 003's shape: a src/ layout whose setup.py computes the version from the package
+    ({"setup.py": 'import re\nfrom setuptools import setup, find_packages\ndef get_version():\n'
+                  '    return re.search(r"__version__ = \\"(.+)\\"", open("src/kernel_pytorch/__init__.py").read())[1]\n'
+                  'setup(name="kernel-pytorch", version=get_version(), package_dir={"": "src"})\n',
+      "src/kernel_pytorch/__init__.py": '"""KernelPyTorch."""\n__version__ = "0.3.0"\n'},
+     "0.3.0", "src/kernel_pytorch/__init__.py's __version__, which setup.py reads it"),
+    ({"setup.py": 'from setuptools import setup\nVERSION = "1.4.0"\nsetup(name="const", version=VERSION)\n'},
+     "1.4.0", "setup.py's setup(version=...)"),
+    ({"setup.py": 'from setuptools import setup\nexec(open("fast/version.py").read())\nsetup(name="fast", version=__version__)\n',
+      "fast/__init__.py": "from .version import __version__\n", "fast/version.py": "__version__ = '2.2.0'\n"},
+     "2.2.0", "fast/version.py's __version__, which setup.py reads it"),
+    ({"setup.py": "import setuptools\nsetuptools.setup()\n", "setup.cfg": "[metadata]\nname = cfgpkg\nversion = attr: cfgpkg.__version__\n",
+      "cfgpkg/__init__.py": "__version__: str = '0.9.1'\n"},
+     "0.9.1", "setup.cfg's version = attr: cfgpkg.__version__ (cfgpkg/__init__.py's __version__)"),
+    ({"setup.py": "import setuptools\nsetuptools.setup()\n", "setup.cfg": "[metadata]\nversion = file: VERSION.txt\n",
+      "VERSION.txt": "3.1\n"}, "3.1", "setup.cfg's version = file: VERSION.txt"),
+    ({"setup.py": "import setuptools\nsetuptools.setup()\n", "setup.cfg": "[metadata]\nversion = 1.0.post2\n"},
+     "1.0.post2", "setup.cfg's [metadata] version"),
+    ({"pyproject.toml": '[project]\nname = "dyn"\ndynamic = ["version"]\n[tool.setuptools.dynamic]\nversion = {attr = "dyn.__version__"}\n',
+      "src/dyn/__init__.py": "__version__ = '5.0.0'\n"},
+     "5.0.0", "[tool.setuptools.dynamic] version attr dyn.__version__ (src/dyn/__init__.py's __version__)"),
+    ({"pyproject.toml": '[project]\nname = "h"\ndynamic = ["version"]\n[tool.hatch.version]\npath = "h/about.py"\n',
+      "h/about.py": "__version__ = '0.7'\n"}, "0.7", "[tool.hatch.version] path h/about.py"),
+])
+def test_computed_versions_are_read_statically_where_the_build_reads_them(tmp_path, files, expected, where):
+    from imagegen.model.source_tree import read_tree
+
+    root = tree(tmp_path, files)
+    assert recipe_from_source_tree(root).default_version == expected
+    assert read_tree(root).version_from == where
+
+
+@pytest.mark.parametrize("files", [
+    # a __version__ computed, not a constant; a package setup.py never reads; an attr: out of the tree
+    {"setup.py": "from setuptools import setup\nimport pkg\nsetup(version=pkg.__version__)\n",
+     "pkg/__init__.py": "__version__ = '.'.join(map(str, (1, 2)))\n"},
+    {"setup.py": "from setuptools import setup\nsetup(version=os.environ['V'])\n", "pkg/__init__.py": "__version__ = '1.0'\n"},
+    {"setup.py": "import setuptools\nsetuptools.setup()\n", "setup.cfg": "[metadata]\nversion = attr: ..etc.__version__\n"},
+    {"setup.py": "import setuptools\nsetuptools.setup()\n", "setup.cfg": "[metadata]\nversion = file: /etc/hostname\n"},
+    {"setup.py": "import setuptools\nsetuptools.setup()\n", "setup.cfg": "[metadata]\nversion = file: ../outside\n"},
+])
+def test_a_version_nothing_states_statically_is_assumed_and_says_how_to_give_it(tmp_path, files):
+    (tmp_path / "outside").write_text("6.6.6\n")
+    r = recipe_from_source_tree(tree(tmp_path, files))
+    v = r.version(None)
+    assert r.default_version == "0.0.0" and v.source_version is None
+    assert v.resolved.startswith("version 0.0.0 assumed: ") and "--version X.Y.Z" in v.resolved
+
+
+def test_a_declared_version_names_a_local_project(tmp_path):
+    from imagegen.errors import UsageError
+    from imagegen.model.source_tree import with_declared_version
+
+    unknown = recipe_from_source_tree(tree(tmp_path, {"setup.py": "import setuptools\nsetuptools.setup()\n"}))
+    r = with_declared_version(unknown, "0.3")
+    assert (r.default_version, list(r.versions), r.version(None).source_version, r.version(None).resolved) == (
+        "0.3", ["0.3"], "0.3", "")
+    stated = recipe_from_source_tree(tree(tmp_path, {"setup.py": SETUP}, "stated"))
+    assert with_declared_version(stated, "2.1.0").version(None).resolved == ""
+    other = with_declared_version(stated, "3.0")
+    assert other.default_version == "3.0" and "the tree says 2.1.0: its wheel will say 2.1.0" in other.version(None).resolved
+    assert with_declared_version(stated, None) is stated
+    for bad in ("banana", "1.0; id"):
+        with pytest.raises(UsageError, match="not a PEP 440 version"):
+            with_declared_version(stated, bad)
+
+
+# --------------------------------------------------------------------------------------------
+# A local project's [build-system].requires, installed in the builder (issue 34 item 4)
+
+
+def test_build_system_requires_are_added_to_the_builders_requirements(tmp_path):
+    root = tree(tmp_path, {"pyproject.toml": '[build-system]\nrequires = ["setuptools >= 64", "pybind11[global] >=2.6",'
+                                             ' "NumPy>=1.21,<3", "wheel"]\n[project]\nname = "p"\nversion = "1.0"\n'})
+    r = recipe_from_source_tree(root)
+    assert r.build_requires == ("ninja", "packaging", "setuptools>=64", "pybind11[global]>=2.6", "NumPy<3,>=1.21", "wheel")
+    assert r.version(None).resolved == ""
+
+
+def test_build_system_requires_with_a_marker_or_url_are_left_out_and_named(tmp_path):
+    root = tree(tmp_path, {"pyproject.toml": '[build-system]\nrequires = ["tomli; python_version < \'3.11\'",'
+                                             ' "x @ https://example.com/x.whl", "ok==1.0", "odd===1.0"]\n'
+                                             '[project]\nname = "p"\nversion = "1.0"\n'})
+    r = recipe_from_source_tree(root)
+    assert r.build_requires == ("setuptools", "wheel", "ninja", "packaging", "ok==1.0")
+    note = r.version(None).resolved
+    assert note.startswith("[build-system].requires not installed in the builder: ")
+    assert "(an environment marker)" in note and "(a URL)" in note and "(not a plain name[extras]specifier)" in note
+
+
+@pytest.mark.parametrize("requires, words", [
+    ('["x\\nRUN id"]', "is not a PEP 508 requirement"),
+    ('["pkg; os.system(\'id\')"]', "is not a PEP 508 requirement"),
+    ('["a b"]', "is not a PEP 508 requirement"),
+    ('"setuptools"', "is not a list of strings"),
+    ('[1]', "is not a list of strings"),
+    ("[" + ", ".join(['"a"'] * 65) + "]", "lists 65 requirements (at most 64)"),
+])
+def test_build_system_requires_that_are_not_requirements_are_refused_in_one_line(tmp_path, requires, words):
+    root = tree(tmp_path, {"pyproject.toml": f'[build-system]\nrequires = {requires}\n[project]\nname = "p"\nversion = "1"\n'})
+    with pytest.raises(RecipeError) as err:
+        recipe_from_source_tree(root)
+    assert words in str(err.value) and "\n" not in str(err.value) and err.value.exit_code == 2
