@@ -351,7 +351,10 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
         image_name=image_name,
         inputs_hash=digest,
         cuda_home=PYPI_CUDA_HOME if base.toolkit == "pypi" else None,
-        stubs=recipe.links_libcuda and not base.flavor.stubs_in_library_path and base.toolkit == "image",
+        # The link-time libcuda stub: the image's CUDA's, or the one the toolchain step makes beside
+        # the PyPI toolkit (imagegen_toolchain.make_libcuda_stub).
+        stubs=(f"{PYPI_CUDA_HOME}/lib64/stubs" if base.toolkit == "pypi" else "/usr/local/cuda/lib64/stubs")
+        if recipe.links_libcuda and (base.toolkit == "pypi" or not base.flavor.stubs_in_library_path) else None,
         apt_packages=[_token(p) for p in apt],
         dnf_packages=[_token(p) for p in dnf],
         recipe_apt_packages=[_token(p) for p in recipe_apt],

@@ -41,7 +41,8 @@ ENV PYTHONUNBUFFERED=1 \
     DEBIAN_FRONTEND=noninteractive \
     IMAGEGEN_CELL=/imagegen/cell.json \
     CUDA_HOME=/opt/imagegen/cuda \
-    PATH=/opt/imagegen/cuda/bin:/opt/imagegen/venv/bin:${PATH}
+    PATH=/opt/imagegen/cuda/bin:/opt/imagegen/venv/bin:${PATH} \
+    LIBRARY_PATH=/opt/imagegen/cuda/lib64/stubs
 
 # System packages: a compiler, git, and the interpreter's venv/dev parts; only those the image lacks,
 # so an image that has them all needs no package index (an offline host). ccache alone
@@ -159,7 +160,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0+PTX \
-    IMAGEGEN_INPUTS=9aef72eac8f73223
+    IMAGEGEN_INPUTS=61b6f53fc51f7690
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -169,7 +170,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0+PTX" \
-      io.imagegen.inputs="9aef72eac8f73223"
+      io.imagegen.inputs="61b6f53fc51f7690"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -87,6 +87,39 @@ def test_the_pypi_toolkit_is_assembled_from_every_nvidia_folder_the_venv_sees(to
     assert (home / "lib" / "libcudart.so").is_symlink() and (home / "lib64").is_symlink()
 
 
+def test_the_pypi_toolkit_gets_a_libcuda_stub_that_a_link_keeps(toolchain, tmp_path):
+    """The PyPI wheels ship no lib/stubs/libcuda.so; SageAttention's _qattn_sm90 links -lcuda (the pypi
+    flavor's first SageAttention build failed: `cannot find -lcuda`). The stub defines the driver
+    functions under the names cuda.h's macros give them, so a real link records NEEDED libcuda.so.1
+    (with --as-needed too) and leaves the functions to the driver."""
+    import shutil
+    import subprocess
+
+    if shutil.which("cc") is None or shutil.which("readelf") is None:
+        pytest.fail("a C compiler and readelf (binutils) are needed: apt-get install gcc binutils")
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cuda.h").write_text("typedef int CUresult; typedef unsigned long long CUdeviceptr;\n"
+                                   "#define cuMemAlloc cuMemAlloc_v2\n"
+                                   "CUresult cuInit(unsigned int flags);\n"
+                                   "CUresult cuMemAlloc(CUdeviceptr *p, unsigned long n);\n")
+    stubs = tmp_path / "lib" / "stubs"
+    toolchain.make_libcuda_stub(str(stubs), str(include))
+    assert [p.name for p in stubs.iterdir()] == ["libcuda.so"]
+    ext = tmp_path / "ext.c"
+    ext.write_text('#include <cuda.h>\nint f(void) { CUdeviceptr p; cuMemAlloc(&p, 4); return cuInit(0); }\n')
+    so = tmp_path / "ext.so"
+    link = subprocess.run(["cc", "-shared", "-fPIC", "-Wl,--as-needed", f"-I{include}", "-o", str(so), str(ext),
+                           f"-L{stubs}", "-lcuda"], capture_output=True, text=True)
+    assert link.returncode == 0, link.stderr
+    dynamic = subprocess.run(["readelf", "-d", "--dyn-syms", str(so)], capture_output=True, text=True).stdout
+    assert "Shared library: [libcuda.so.1]" in dynamic
+    assert "UND cuMemAlloc_v2" in dynamic and "UND cuInit" in dynamic  # left to the driver
+    # Once made it stays; without cuda.h there is nothing to make it from (said, not fatal).
+    toolchain.make_libcuda_stub(str(tmp_path / "other"), str(tmp_path / "no-include"))
+    assert not (tmp_path / "other").exists()
+
+
 def test_offline_without_the_images_torch_stops_with_one_line_and_no_download(toolchain, tmp_path, capsys):
     python = interpreter(tmp_path, ("2.8.0+cu128", "12.8"))  # another torch than the one asked for
     doc = dict(cell(python, reuse="if-present"), venv=str(tmp_path / "venv"), toolkit={"kind": "image"}, offline=True)

@@ -185,10 +185,38 @@ def assemble_cuda_home(py, home):
             os.symlink(f, os.path.join(lib, m.group(1)))
     if not os.path.exists(os.path.join(home, "lib64")):
         os.symlink("lib", os.path.join(home, "lib64"))
+    make_libcuda_stub(os.path.join(lib, "stubs"), os.path.join(home, "include"))
     nvcc = os.path.join(home, "bin", "nvcc")
     if not os.path.exists(nvcc):
         fail("the PyPI CUDA toolkit has no nvcc at %s" % nvcc)
     run([nvcc, "--version"])
+
+
+def make_libcuda_stub(folder, include):
+    """lib/stubs/libcuda.so for a package that links -lcuda (SageAttention's _qattn_sm90): the CUDA
+    installer ships the driver's link-time stub there, the PyPI wheels do not. Made as NVIDIA's is: a
+    shared library named libcuda.so.1 defining every driver function cuda.h declares (names as the
+    header's macros make them: cuMemAlloc_v2), with empty bodies: the extension records NEEDED
+    libcuda.so.1 (a linker with --as-needed drops a library that defines nothing it uses) and takes the
+    real functions from the driver at run time. Built with the host compiler the build uses anyway."""
+    stub = os.path.join(folder, "libcuda.so")
+    header = os.path.join(include, "cuda.h")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if os.path.exists(stub) or not os.path.isfile(header) or cc is None:
+        if not os.path.exists(stub):
+            log("no libcuda.so stub in %s (%s): a package that links -lcuda cannot link"
+                % (folder, "no C compiler" if cc is None else "no cuda.h"))
+        return
+    expanded = subprocess.run([cc, "-E", "-P", "-I", include, "-x", "c", "-"], input=b"#include <cuda.h>\n",
+                              stdout=subprocess.PIPE, check=True).stdout.decode(errors="replace")
+    names = sorted(set(re.findall(r"\b(cu[A-Z]\w*)\s*\(", expanded)))
+    os.makedirs(folder, exist_ok=True)
+    source = os.path.join(folder, "libcuda_stub.c")
+    with open(source, "w") as f:
+        f.write("".join("void %s(void) {}\n" % n for n in names))
+    run([cc, "-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o", stub, source])
+    os.remove(source)
+    log("libcuda.so stub for the link: %d driver functions of cuda.h, in %s" % (len(names), folder))
 
 
 def check_torch(cell, py):
