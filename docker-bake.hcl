@@ -33,7 +33,15 @@ group "block-sparse-attn" {
   targets = ["bsa-0_0_2_post1-torch2_8-cu128-py312", "bsa-0_0_2_post1-torch2_9-cu128-py312"]
 }
 
+group "block-sparse-attn-0_0_2_post1" {
+  targets = ["bsa-0_0_2_post1-torch2_8-cu128-py312", "bsa-0_0_2_post1-torch2_9-cu128-py312"]
+}
+
 group "causal-conv1d" {
+  targets = ["causal-conv1d-1_6_1-torch2_8-cu128-py312", "causal-conv1d-1_6_1-torch2_9-cu128-py312"]
+}
+
+group "causal-conv1d-1_6_1" {
   targets = ["causal-conv1d-1_6_1-torch2_8-cu128-py312", "causal-conv1d-1_6_1-torch2_9-cu128-py312"]
 }
 
@@ -45,7 +53,15 @@ group "flash-attn" {
   targets = ["fa2-2_8_3-torch2_8-cu128-py312", "fa2-2_8_3-torch2_9-cu128-py312"]
 }
 
+group "flash-attn-2_8_3" {
+  targets = ["fa2-2_8_3-torch2_8-cu128-py312", "fa2-2_8_3-torch2_9-cu128-py312"]
+}
+
 group "mamba-ssm" {
+  targets = ["mamba-2_3_2_post1-torch2_8-cu128-py312", "mamba-2_3_2_post1-torch2_9-cu128-py312"]
+}
+
+group "mamba-ssm-2_3_2_post1" {
   targets = ["mamba-2_3_2_post1-torch2_8-cu128-py312", "mamba-2_3_2_post1-torch2_9-cu128-py312"]
 }
 
@@ -53,7 +69,15 @@ group "natten" {
   targets = ["natten-0_21_6-torch2_8-cu128-py312", "natten-0_21_6-torch2_9-cu128-py312"]
 }
 
+group "natten-0_21_6" {
+  targets = ["natten-0_21_6-torch2_8-cu128-py312", "natten-0_21_6-torch2_9-cu128-py312"]
+}
+
 group "sageattention" {
+  targets = ["sage-2_2_0-torch2_8-cu128-py312", "sage-2_2_0-torch2_9-cu128-py312"]
+}
+
+group "sageattention-2_2_0" {
   targets = ["sage-2_2_0-torch2_8-cu128-py312", "sage-2_2_0-torch2_9-cu128-py312"]
 }
 

@@ -488,17 +488,18 @@ def _best_error(lines: Sequence[str]) -> str:
 
 
 def run_script_audit(python_exe: str, script: Path, cell_file: Path, out: Path, env: Mapping[str, str],
-                     timeout: float = 900) -> AuditReport:
-    """Run the in-build script's audit step (native builds: this host's Python and toolkit)."""
+                     timeout: float = 900, skip: str = "skip it with --no-audit") -> AuditReport:
+    """Run the in-build script's audit step (native builds: this host's Python and toolkit); ``skip``: how
+    the command at hand goes without it (build's --no-audit; plan: without --audit)."""
     try:
         proc = subprocess.run([python_exe, str(script), "--cell", str(cell_file), "audit", "--out", str(out),
                                "--timeout", str(timeout)],
                               env=dict(env), capture_output=True, text=True, timeout=timeout + 60)
     except subprocess.TimeoutExpired:
-        raise BuildError(f"the gencode audit did not finish in {timeout:.0f} s (skip it with --no-audit)") from None
+        raise BuildError(f"the gencode audit did not finish in {timeout:.0f} s ({skip})") from None
     if proc.returncode != 0 or not out.is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BuildError(f"the gencode audit could not run: {tail[-1][:300] if tail else 'no output'} (skip it with --no-audit)")
+        raise BuildError(f"the gencode audit could not run: {tail[-1][:300] if tail else 'no output'} ({skip})")
     return AuditReport.load(out)
 
 

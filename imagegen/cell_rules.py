@@ -5,6 +5,7 @@ which archs a package really compiles for a request."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from packaging.version import Version
 
@@ -77,6 +78,31 @@ def python_problems(series: TorchSeries, python: str) -> list[str]:
 _SUBJECT = {"torch": "torch", "cuda": "CUDA", "python": "Python"}
 
 
+@dataclass(frozen=True)
+class FixWords:
+    """How a cell's reasons say their fix, in the words of the command that planned the cell: the flags
+    it takes for the torch, CUDA and Python axes ("use --torch {}"), or, for a native build whose torch,
+    CUDA and Python are this host's, what to install. ``arch``: offer the archs that would build
+    (--arch) where an arch needs a newer CUDA."""
+
+    torch: str = "use --torch {}"
+    cuda: str = "use --cuda {}"
+    python: str = "use --python {}"
+    version: str = "--version"
+    arch: bool = False
+
+    def use(self, subject: str, values: str) -> str:
+        return getattr(self, subject).format(values)
+
+
+FLAGS = FixWords()  # plan, bake, build, render (--shell too): the axes are flags
+# `imagegen build --native` / `plan --audit --native`: torch, CUDA and Python are the host's (the
+# --torch/--cuda/--python given must match them); --python-exe picks another interpreter.
+HOST = FixWords(torch="install torch {} (a native build uses this host's torch)",
+                cuda="install CUDA {} (its nvcc, and a torch built for it)",
+                python="use --python-exe with a Python {}", arch=True)
+
+
 def _rule_value(subject: str, series: TorchSeries, torch_version: str, nvcc: Version,
                 python: str) -> tuple[Version, Version]:
     """(series X.Y, exact release) of the cell for one rule subject."""
@@ -88,7 +114,7 @@ def _rule_value(subject: str, series: TorchSeries, torch_version: str, nvcc: Ver
 
 
 def rule_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_version: str,
-                   cuda: CudaVariant, nvcc: Version, python: str) -> list[str]:
+                   cuda: CudaVariant, nvcc: Version, python: str, fixes: FixWords = FLAGS) -> list[str]:
     """One reason per torch/CUDA/Python range (recipe-wide or the version's) the cell is outside of."""
     out = []
     shown = {"torch": f"torch {series.series}", "cuda": f"CUDA {fmt_version(nvcc)} ({cuda.name})", "python": f"Python {python}"}
@@ -97,12 +123,12 @@ def rule_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, t
             continue
         why = f" ({rule.why})" if rule.why else ""
         out.append(f"{recipe.name} {version.version} needs {_SUBJECT[rule.subject]} {rule.text}{why};"
-                   f" {shown[rule.subject]} selected: {_rule_fix(recipe, version, rule, series, torch_version, nvcc, python)}")
+                   f" {shown[rule.subject]} selected: {_rule_fix(recipe, version, rule, series, torch_version, nvcc, python, fixes)}")
     return out
 
 
 def _rule_fix(recipe: Recipe, version: RecipeVersion, rule: Rule, series: TorchSeries, torch_version: str,
-              nvcc: Version, python: str) -> str:
+              nvcc: Version, python: str, fixes: FixWords = FLAGS) -> str:
     """``use --torch 2.10 or newer, or --version 0.0.33.post2``: the values that pass, and another pin that takes this one."""
     if rule.subject == "torch":
         universe = [(s.series, Version(s.series), Version(s.latest)) for s in compat.torch_table().values()]
@@ -118,24 +144,24 @@ def _rule_fix(recipe: Recipe, version: RecipeVersion, rule: Rule, series: TorchS
     labels = [label for label, _, _ in universe]
     parts = []
     if ok:
-        flag = f"--{rule.subject}"
         if len(ok) > 1 and labels[-len(ok):] == ok:
-            parts.append(f"use {flag} {ok[0]} or newer")
+            parts.append(fixes.use(rule.subject, f"{ok[0]} or newer"))
         elif len(ok) > 1 and labels[:len(ok)] == ok:
-            parts.append(f"use {flag} {ok[-1]} or older")
+            parts.append(fixes.use(rule.subject, f"{ok[-1]} or older"))
         else:
-            parts.append(f"use {flag} " + " or ".join(ok[:4]) + (" (or another listed by imagegen plan)" if len(ok) > 4 else ""))
+            parts.append(fixes.use(rule.subject, " or ".join(ok[:4])
+                                   + (" (or another listed by imagegen plan)" if len(ok) > 4 else "")))
     value = _rule_value(rule.subject, series, torch_version, nvcc, python)
     for other in recipe.versions.values():
         # By label: a cell's version is the pin with its torch's facts applied (RecipeVersion.for_torch).
         if other.version != version.version and all(r.allows(*value) for r in recipe.rules(other) if r.subject == rule.subject):
-            parts.append(("or " if parts else "use ") + f"--version {other.version}")
+            parts.append(("or " if parts else "use ") + f"{fixes.version} {other.version}")
             break
     return ", ".join(parts) if parts else f"no {_SUBJECT[rule.subject]} in imagegen's tables satisfies it"
 
 
 def cxx_std_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, *,
-                     msvc: bool = False) -> tuple[list[str], list[str]]:
+                     msvc: bool = False, fixes: FixWords = FLAGS) -> tuple[list[str], list[str]]:
     """Whether the C++ standard ``version``'s build hard-codes (recipe: ``cxx_std``, with the cell's
     by_torch facts applied) compiles ``series``' headers: (problems, notes). Below the series' minimum
     the cell is refused, naming the torch releases that still take it; below torch's own default it
@@ -145,7 +171,7 @@ def cxx_std_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries
     flag = f"/std:c++{version.cxx_std}" if msvc else f"-std=c++{version.cxx_std}"
     std = CxxStd(standard_year(version.cxx_std), flag)
     fits = [s.series for s in compat.torch_table().values() if not std.below(s.min_cxx_std(msvc))]
-    older = f"use --torch {fits[-1]} or older, or " if fits and cc_key(fits[-1]) < series.key else ""
+    older = fixes.use("torch", f"{fits[-1]} or older") + ", or " if fits and cc_key(fits[-1]) < series.key else ""
     fix = (f"{older}give the recipe's version a by_torch entry for torch {series.series} with a patch that"
            f" raises the standard (and cxx_std: {series.min_cxx_std(msvc)})")
     found = judge(f"{recipe.name} {version.version} (recipe: cxx_std {version.cxx_std})", std, series, msvc=msvc, fix=fix)
@@ -161,7 +187,7 @@ def torch_cuda_problems(series: TorchSeries, cuda: CudaVariant) -> list[str]:
 
 
 def recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries, cuda: CudaVariant,
-                     archs: ArchList, nvcc: Version) -> list[str]:
+                     archs: ArchList, nvcc: Version, fixes: FixWords = FLAGS) -> list[str]:
     out: list[str] = []
     knob = version.arch
     if knob.style == "fixed":
@@ -178,7 +204,7 @@ def recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries,
         s = supported.get(a.cc)
         if s is None:
             out.append(f"{recipe.name} {version.version} does not support sm_{a.number}"
-                       f" (it supports {', '.join(sorted(supported, key=cc_key))}){_other_versions_hint(recipe, version, a)}")
+                       f" (it supports {', '.join(sorted(supported, key=cc_key))}){_other_versions_hint(recipe, version, a, fixes)}")
         elif a.variant == "f" and s.variant != "f":
             out.append(f"{recipe.name} {version.version} cannot build family target {a}; ask for {a.cc} instead")
         if a.sass is False and a.ptx and knob.style in ("numeric", "dotted"):
@@ -196,9 +222,9 @@ def recipe_problems(recipe: Recipe, version: RecipeVersion, series: TorchSeries,
     return out
 
 
-def _other_versions_hint(recipe: Recipe, version: RecipeVersion, a: CudaArch) -> str:
+def _other_versions_hint(recipe: Recipe, version: RecipeVersion, a: CudaArch, fixes: FixWords = FLAGS) -> str:
     others = [v.version for v in recipe.versions.values() if v.version != version.version and any(x.cc == a.cc for x in v.archs)]
-    return f"; version {others[0]} does (--version {others[0]})" if others else ""
+    return f"; version {others[0]} does ({fixes.version} {others[0]})" if others else ""
 
 
 def cc_key(cc: str) -> tuple[int, int]:
@@ -210,13 +236,17 @@ def fmt_version(v: Version) -> str:
     return f"{v.major}.{v.minor}"
 
 
-def nvcc_problems_for(archs: ArchList, nvcc: Version, cuda: CudaVariant) -> list[str]:
+def nvcc_problems_for(archs: ArchList, nvcc: Version, cuda: CudaVariant, fixes: FixWords = FLAGS) -> list[str]:
     out = []
+    # With fixes.arch: the archs this CUDA compiles, offered as the --arch that builds here.
+    rest = ArchList([a for a in archs if not nvcc_problems(ArchList([a]), nvcc)])
     for p in nvcc_problems(archs, nvcc):
         p = p.replace(f"CUDA {fmt_version(nvcc)} selected", f"CUDA {fmt_version(nvcc)} ({cuda.name}) selected")
         need = _NEEDS.search(p)
         if need and "(" not in p.split("selected", 1)[-1]:
-            p += f": use --cuda {need.group(1)} or newer"
+            p += ": " + fixes.use("cuda", f"{need.group(1)} or newer")
+            if fixes.arch and len(rest):
+                p += f", or build the others: --arch '{rest}'"
         out.append(p)
     return out
 

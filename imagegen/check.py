@@ -93,8 +93,9 @@ def wheel_distribution(wheel: Path) -> str:
     return str(dist)
 
 
-def recipe_for(cat: Catalogue, distribution: str, name: str | None = None) -> Recipe:
-    """The recipe named ``name``, else the one whose ``distribution`` is the wheel's."""
+def recipe_for(cat: Catalogue, distribution: str, name: str | None = None, how: str = "--recipe") -> Recipe:
+    """The recipe named ``name``, else the one whose ``distribution`` is the wheel's; ``how``: what names
+    one (check's --recipe; verify --gpu has none: `imagegen check WHEEL --recipe`)."""
     if name:
         return cat.get(name)
     want = canonicalize_name(distribution)
@@ -103,9 +104,9 @@ def recipe_for(cat: Catalogue, distribution: str, name: str | None = None) -> Re
         return found[0]
     if found:
         raise RecipeError(f"several recipes build distribution {distribution}: {', '.join(sorted(r.name for r in found))};"
-                          " name one with --recipe")
+                          f" name one with {how}")
     raise RecipeError(f"no recipe builds distribution {distribution} (recipes: {', '.join(cat.names())}):"
-                      " name one with --recipe, or add yours with --recipe-dir")
+                      f" name one with {how}, or add yours with --recipe-dir")
 
 
 def interpreter(python_exe: str | None) -> str:
@@ -227,7 +228,7 @@ def require_gpu(info: GpuInfo) -> None:
 
 
 def check_wheel(wheel: Path, cat: Catalogue, *, recipe: str | None = None, python_exe: str | None = None,
-                timeout: float = DEFAULT_TIMEOUT) -> CheckResult:
+                timeout: float = DEFAULT_TIMEOUT, how: str = "--recipe") -> CheckResult:
     """Run the recipe's ``smoke.gpu_check`` against ``wheel`` with ``python_exe`` (default: this
     interpreter). Raises NoGpuError (exit 8) when that interpreter has no usable CUDA GPU,
     GpuCheckError (exit 6) when the check fails, UsageError/RecipeError (exit 2) for bad input."""
@@ -236,11 +237,11 @@ def check_wheel(wheel: Path, cat: Catalogue, *, recipe: str | None = None, pytho
     if not timeout > 0:
         raise UsageError("--timeout must be a positive number of seconds")
     dist = wheel_distribution(wheel)
-    r = recipe_for(cat, dist, recipe)
+    r = recipe_for(cat, dist, recipe, how)
     code = r.smoke.gpu_check
     if not code.strip():
         raise RecipeError(f"recipe {r.name} has no smoke.gpu_check: nothing to run for {wheel.name}"
-                          " (add one to the recipe, or name another with --recipe)")
+                          f" (add one to the recipe, or name another with {how})")
     exe = interpreter(python_exe)
     modules = [*r.smoke.imports, *r.smoke.driver_imports]
     try:

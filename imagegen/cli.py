@@ -23,8 +23,35 @@ from imagegen.plan import default_policy, defaults
 from imagegen.render import workflow as ci
 
 
+class _Once(argparse._StoreAction):
+    """A single-valued option (argparse's plain ``store``): given twice with different values it is a
+    usage error, where argparse would keep the last one and drop the first without a word."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = parser.given_once.setdefault(id(namespace), {})
+        if option_string is not None and self.dest in given and given[self.dest] != values:
+            first = given[self.dest]
+            parser.error(f"{option_string} given twice ({first} and {values}): it takes one value"
+                         + getattr(parser, "once_hints", {}).get(self.dest, ""))
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors are one line (plus exit code 2) like every other error."""
+    """argparse, but usage errors are one line (plus exit code 2) like every other error, and an option
+    that takes one value refuses a second one (_Once) instead of keeping the last."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Every option of this parser and its groups without an explicit action is a _Once.
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
+        self.given_once: dict[int, dict[str, object]] = {}
+        self.once_hints: dict[str, str] = {}
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self.given_once = {}
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
@@ -34,6 +61,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lock", type=Path, help="lock file pinning images to digests (default: imagegen.lock here, if present)")
     p.add_argument("--config", type=Path, help="imagegen.toml or pyproject.toml to read (default: searched from the current directory)")
     p.add_argument("--recipe-dir", type=Path, action="append", default=[], help="extra directory of recipe YAML files (repeatable)")
+
+
+# What render says when one of its cell flags is given twice (the matrix commands take each of them repeated).
+_ONE_CELL = ("; render makes one cell (a Dockerfile; --shell takes a list in one value, e.g. --torch '2.8 2.9');"
+             " plan, bake and build take several")
 
 
 def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
@@ -59,8 +91,9 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--offline", action="store_true", help="no build step reaches a network (RUN --network=none, pip"
                    " without an index): the source is a tree on this machine, and torch, nvcc and the build requirements"
                    " are in the base image; a cell that would download something is refused, naming it")
-    p.add_argument("--version", dest="recipe_version", help="recipe version to build (default: the recipe's default);"
-                   " with --ref/--git: the version that source is, whose recipe rules apply")
+    p.add_argument("--version", dest="recipe_version", **kw, help="recipe version to build (default: the recipe's"
+                   " default)" + ("; repeatable or a list (--version '2.8.2 2.8.3'): each version's cells" if many else "")
+                   + "; with --ref/--git: the version that source is, whose recipe rules apply")
     p.add_argument("--ref", help="build this tag, branch or commit of the recipe's repository (resolved to a commit"
                    " with git ls-remote before planning); the recipe's rules for its version apply")
     p.add_argument("--git", metavar="URL[@REF]", help="build a fork: this repository (at REF, default its HEAD)"
@@ -72,6 +105,9 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--platform", **kw, metavar="PLATFORM", help="the host platform the wheel is for: linux/amd64"
                    " (default) or linux/arm64 (GH200, GB200, DGX Spark, Jetson; built in the image's arm64 variant, under"
                    " QEMU on an x86_64 builder)" + ("; a list builds one cell per platform" if many else ""))
+    if not many and isinstance(p, _Parser):
+        p.once_hints.update({dest: _ONE_CELL for dest in ("arch", "torch", "cuda", "python", "base_image",
+                                                            "recipe_version", "source", "platform")})
 
 
 def _add_matrix_args(p: argparse.ArgumentParser) -> None:

@@ -19,12 +19,12 @@ from imagegen import interrupt
 from imagegen.errors import BakeFailed, EngineError
 
 NO_DOCKER = ("the docker CLI is not installed: install Docker with the buildx plugin (scripts/install-engine.sh"
-             " does it on Debian; imagegen doctor says what is missing), or build with --native")
+             " does it on Debian; imagegen doctor says what is missing), or build without Docker: imagegen build --native")
 
 
 def no_engine(detail: str) -> str:
     return (f"no usable Docker engine with buildx ({detail.strip()[-200:]}): start the daemon (imagegen doctor"
-            " checks it), or build with --native")
+            " checks it), or build without Docker: imagegen build --native")
 
 
 def unreachable(text: str) -> bool:

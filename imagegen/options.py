@@ -79,6 +79,12 @@ def platform_flag(value) -> tuple[str, ...]:
     return parse_platforms(_many(value, "--platform")) if value is not None else ()
 
 
+def recipe_versions(args: argparse.Namespace) -> tuple[str, ...]:
+    """--version's values, each once (repeated, or a list in one value: '2.8.2 2.8.3', 2.8.2,2.8.3); empty
+    when not given (the recipe's default version). render's single --version refuses a list."""
+    return _unique(_many(_flag(args, "recipe_version"), "--version"))
+
+
 def _unique(values) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
@@ -151,4 +157,4 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
     )
 
 
-__all__ = ["Options", "flag_values", "platform_flag", "resolve"]
+__all__ = ["Options", "flag_values", "platform_flag", "recipe_versions", "resolve"]

@@ -17,6 +17,8 @@ from packaging.version import Version
 
 from imagegen import safety, yamlio
 from imagegen.cell_rules import (
+    FLAGS,
+    FixWords,
     base_problems,
     compiled_archs,
     cxx_std_problems,
@@ -163,7 +165,7 @@ def make_cell(recipe: Recipe, version: RecipeVersion, torch: str, cuda: str, pyt
 
 def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_version: str, cuda: CudaVariant,
           python: str, archs: ArchList, flavor: str, base_image: str | None, torch_index_override: str | None,
-          host_base: BaseImage | None = None) -> Cell:
+          host_base: BaseImage | None = None, fixes: FixWords = FLAGS) -> Cell:
     problems: list[str] = []
     notes: list[str] = []
     fl = compat.flavor(flavor)
@@ -190,14 +192,14 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         notes.append(mapped)
     problems += python_problems(series, python)
     problems += torch_cuda_problems(series, cuda)
-    problems += rule_problems(recipe, version, series, torch_version, cuda, nvcc, python)
-    std_problems, std_notes = cxx_std_problems(recipe, version, series, msvc=_msvc(base))
+    problems += rule_problems(recipe, version, series, torch_version, cuda, nvcc, python, fixes)
+    std_problems, std_notes = cxx_std_problems(recipe, version, series, msvc=_msvc(base), fixes=fixes)
     problems += std_problems
     notes += std_notes
-    problems += nvcc_problems_for(archs, nvcc, cuda)
+    problems += nvcc_problems_for(archs, nvcc, cuda, fixes)
     # An arch nvcc cannot compile is reported once, by the nvcc rule; the recipe checks see the rest.
     compilable = ArchList([a for a in archs if not nvcc_problems(ArchList([a]), nvcc)])
-    problems += recipe_problems(recipe, version, series, cuda, compilable, nvcc)
+    problems += recipe_problems(recipe, version, series, cuda, compilable, nvcc, fixes)
     if base is not None:
         problems += base_problems(base, cuda, archs)
         if base.fallbacks:
@@ -483,13 +485,15 @@ def expand(req: MatrixRequest) -> Plan:
 
 
 def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_base: BaseImage, torch_version: str,
-                torch_cuda: str | None, python: str) -> Cell:
-    """The cell of a native build: the torch, CUDA and Python of this host, checked the same way."""
+                torch_cuda: str | None, python: str, fixes: FixWords = FLAGS) -> Cell:
+    """The cell of a native build: the torch, CUDA and Python of this host (or a Windows script's cell),
+    checked the same way; ``fixes``: how its reasons say what to change (cell_rules.HOST on this host)."""
     series, _ = compat.torch_series(torch_version)
     if not torch_cuda:
         raise CompatError(f"the installed torch {torch_version} is a CPU-only build: install a CUDA build of torch")
     cuda = compat.cuda_variant(torch_cuda)
-    return _cell(recipe, version, series, torch_version, cuda, python, archs, "native", None, None, host_base=host_base)
+    return _cell(recipe, version, series, torch_version, cuda, python, archs, "native", None, None, host_base=host_base,
+                 fixes=fixes)
 
 
 POLICY_AXES = ("torch", "CUDA", "Python", "flavor", "archs")

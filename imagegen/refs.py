@@ -157,7 +157,7 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
     """``recipe`` and the version to build for ``--ref``/``--git`` (one of them given)."""
     if recipe.source_kind != "git" or recipe.source_url is None:
         raise UsageError(f"--ref/--git apply to a recipe whose source is a git repository; {recipe.name} is"
-                         f" {recipe.source_kind} (give --src-dir for a checkout of your own)")
+                         f" {recipe.source_kind} (build a checkout of your own with --source DIR)")
     url, ref_in_url = split_git(git) if git else (recipe.source_url, None)
     if ref and ref_in_url:
         raise UsageError(f"--ref {ref} and --git ...@{ref_in_url}: give the ref once")

@@ -108,7 +108,8 @@ def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> Imag
         if not report.ok:
             continue
         try:
-            report.gpu_check = check.check_wheel(wheel, cat, python_exe=args.python_exe).as_dict()
+            report.gpu_check = check.check_wheel(wheel, cat, python_exe=args.python_exe,
+                                                 how=f"imagegen check {wheel} --recipe NAME").as_dict()
         except check.NoGpuError as exc:
             return exc  # the same for every wheel: stop
         except ImagegenError as exc:

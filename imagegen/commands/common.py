@@ -22,7 +22,7 @@ from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
-from imagegen.model.recipes import Recipe, RecipeVersion, fetched_from, with_env
+from imagegen.model.recipes import JOB_FLAGS, Recipe, RecipeVersion, fetched_from, with_env
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree, with_declared_version
 from imagegen.outputs import shown
 from imagegen.plan import (
@@ -64,9 +64,24 @@ def user_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+def job_fix(args: argparse.Namespace) -> tuple[str, str]:
+    """How this command sets MAX_JOBS and NVCC_THREADS, as an --env refusal says it: its own flags where
+    it takes them (build, pull, render --shell), else where the jobs of what it writes are set."""
+    if getattr(args, "max_jobs", None) is not None or (hasattr(args, "max_jobs") and (
+            args.command != "render" or getattr(args, "shell", None))):
+        return JOB_FLAGS
+    if args.command == "render":
+        return tuple(f"the Dockerfile takes it at build time (docker build --build-arg {v}=N)"  # type: ignore[return-value]
+                     for v in ("MAX_JOBS", "NVCC_THREADS"))
+    if args.command == "bake":
+        return tuple(f"the bake file takes it at bake time ({v}=N docker buildx bake)"  # type: ignore[return-value]
+                     for v in ("IMAGEGEN_MAX_JOBS", "IMAGEGEN_NVCC_THREADS"))
+    return tuple(f"imagegen build sets it ({flag})" for flag in ("--max-jobs", "--nvcc-threads"))  # type: ignore[return-value]
+
+
 def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None,
             fetch: str | None = None, env: dict[str, str] | None = None, *, ref: str | None = None,
-            git: str | None = None) -> tuple[Recipe, RecipeVersion]:
+            git: str | None = None, jobs: tuple[str, str] = JOB_FLAGS) -> tuple[Recipe, RecipeVersion]:
     if source is not None and name is not None:
         raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
     if source is None and name is not None and looks_like_path(name):
@@ -76,7 +91,7 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         known = cat.by_distribution(recipe.distribution)
         if known is not None:  # a tree of a package the catalogue knows: built with that recipe's knowledge
             recipe, version = refs.at_tree(known, known.version(None), source, wanted_version, tree=recipe)
-            return recipe, with_env(recipe, version, env or {})
+            return recipe, with_env(recipe, version, env or {}, jobs)
         # your own project: named by the version it states, else the one --version declares
         recipe = with_declared_version(recipe, wanted_version)
         wanted_version = None
@@ -92,7 +107,7 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         recipe, version = refs.at_ref(recipe, ref, git, wanted_version)
     else:
         recipe, version = fetched_from(recipe, recipe.version(wanted_version), fetch)
-    return recipe, with_env(recipe, version, env or {})
+    return recipe, with_env(recipe, version, env or {}, jobs)
 
 
 def lock(args: argparse.Namespace):
@@ -287,9 +302,12 @@ def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRe
     ref, git = getattr(args, "ref", None), getattr(args, "git", None)
     if (ref or git) and (sources or len({cat.get(n).name if not looks_like_path(n) else n for n in names}) != 1):
         raise UsageError("--ref/--git name one recipe's source: give exactly one recipe with them")
-    for recipe, version in [resolve(cat, n, None, args.recipe_version, args.fetch, env, ref=ref, git=git)
-                            for n in names] \
-            + [resolve(cat, None, source, args.recipe_version, args.fetch, env) for source in sources]:
+    # Several versions (seed 001's FA_VERSIONS="2.8.2 2.8.3"): each recipe's cells at each of them.
+    versions = one_version_per_source(args)
+    jobs = job_fix(args)
+    for recipe, version in [resolve(cat, n, None, v, args.fetch, env, ref=ref, git=git, jobs=jobs)
+                            for n in names for v in versions] \
+            + [resolve(cat, None, source, versions[0], args.fetch, env, jobs=jobs) for source in sources]:
         key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
         if key not in seen:
             seen.add(key)
@@ -310,6 +328,21 @@ def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRe
         torch_index_override=opts.torch_index_url,
         flavor_given=opts.flavor_given,
     )
+
+
+def one_version_per_source(args: argparse.Namespace) -> tuple[str | None, ...]:
+    """The --version values a matrix is planned at ((None,): each recipe's default). Several versions are
+    several pins of a catalogue recipe; a source given as it is (--ref, --git, --source, a path) is one
+    version, so it takes one --version."""
+    versions = options.recipe_versions(args)
+    if len(versions) > 1:
+        given = [flag for flag, value in (("--ref", getattr(args, "ref", None)), ("--git", getattr(args, "git", None)),
+                                          ("--source", getattr(args, "source", None)))
+                 if value] + (["a project path"] if any(looks_like_path(n) for n in args.recipes or []) else [])
+        if given:
+            raise UsageError(f"--version {' '.join(versions)}: {given[0]} is one source, of one version: give one"
+                             " --version with it (several versions are several pins of a catalogue recipe)")
+    return versions or (None,)
 
 
 def buildable(args, config, cat, *, arch_free: bool = False):
@@ -344,14 +377,19 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
     if len(args.arch or []) > 1:
         raise UsageError("--native takes one --arch list")
+    versions = options.recipe_versions(args)
+    if len(versions) > 1:
+        raise UsageError(f"--native builds one version at a time (for this host's torch): give one --version, not"
+                         f" {' '.join(versions)}")
+    wanted = versions[0] if versions else None
     recipe, version = resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
-                              args.recipe_version, args.fetch, user_env(args), ref=getattr(args, "ref", None),
-                              git=getattr(args, "git", None))
+                              wanted, args.fetch, user_env(args), ref=getattr(args, "ref", None),
+                              git=getattr(args, "git", None), jobs=job_fix(args))
     src_dir = getattr(args, "src_dir", None)
     if src_dir is not None and recipe.source_kind == "git" and any(
             (Path(src_dir) / f).is_file() for f in ("setup.py", "pyproject.toml")):
         # --src-dir on a checkout: the pin as it is, or a fork / changed tree built with the recipe's knowledge
-        recipe, version = refs.at_tree(recipe, version, Path(src_dir), args.recipe_version)
+        recipe, version = refs.at_tree(recipe, version, Path(src_dir), wanted)
     host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
     for flag, wanted, have in (("--torch", options.flag_values(args, "torch"), host.torch),

@@ -23,8 +23,9 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     _render_flags(args)
-    recipe, version = common.resolve(cat, args.recipe, args.source, args.recipe_version, args.fetch,
-                                     common.user_env(args), ref=args.ref, git=args.git)
+    wanted = (options.recipe_versions(args) or (None,))[0]  # one: render makes one cell
+    recipe, version = common.resolve(cat, args.recipe, args.source, wanted, args.fetch,
+                                     common.user_env(args), ref=args.ref, git=args.git, jobs=common.job_fix(args))
     opts = options.resolve(args, config)
     archs = parse_arch_list(opts.arch_configured or defaults()["arch"])
     if args.shell:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
+from imagegen.cell_rules import HOST
 from imagegen.errors import CompatError, EngineError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
@@ -140,7 +141,7 @@ def preflight(recipe: Recipe, version: RecipeVersion, archs: ArchList, host: Hos
                           " (or `pip install cuda-toolkit[nvcc,cudart,cccl]` matching torch's CUDA) and set CUDA_HOME")
     base = BaseImage(ref="native", flavor=compat.flavor("native"), python=host.python_exe, toolkit="host",
                      nvcc=host.nvcc, image_torch_cuda=None)
-    cell = native_cell(recipe, version, archs, base, host.torch, host.torch_cuda, host.python)
+    cell = native_cell(recipe, version, archs, base, host.torch, host.torch_cuda, host.python, HOST)
     if cell.problems:
         raise CompatError(f"cannot build {cell.describe()} here: " + "; ".join(cell.problems))
     return cell

@@ -66,23 +66,45 @@ def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: i
                      nvcc_threads: int | None = None, src_dir: Path | None = None, audit: bool = False,
                      say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> dict[str, str]:
     """The variables a native build of ``cell`` would set (arch knob, MAX_JOBS split, force-build...),
-    computed by the in-build script itself: `imagegen build --native --print-env`. ``audit``: run the
-    gencode audit first, as the build does, so that MAX_JOBS is the one the audit's estimate gives
-    (without it, the estimate from the whole arch list: what `--no-audit` builds with)."""
+    computed by the in-build script itself: `imagegen build --native --print-env`. Nothing is downloaded.
+    ``audit``: where the source is already on this machine (a local tree, a checkout at --src-dir or in
+    --work), run the gencode audit first, as the build does, so that MAX_JOBS is the one the audit's
+    estimate gives, and an audit that refuses the cell or cannot run is an error (non-zero exit), never
+    printed over; elsewhere (and without ``audit``), the estimate from the whole arch list, what
+    `--no-audit` builds with, said on stderr."""
     work = work.resolve()
     doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
-    if audit:
-        if cell.recipe.source_kind != "local":
+    if audit and not source_here(cell, doc):
+        say("imagegen: --print-env fetches nothing: the source is not on this machine, so MAX_JOBS is the estimate"
+            " from the arch list (what --no-audit builds with); a build sizes it again from its gencode audit (give"
+            " --src-dir CHECKOUT to print that one)")
+    elif audit:
+        from imagegen.audit import refuse
+        if cell.recipe.source_kind != "local":  # a checkout there: checked against the pin, patched; no download
             _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
-        verdict = _audit(cell, host, script, cell_file, env, work, say)
-        if verdict.ok:
-            _settings_from_audit(cell, doc, cell_file, env, settings, work / "logs" / "audit.json", max_jobs)
+        verdict = _audit(cell, host, script, cell_file, env, work, say,
+                         skip="print without it: --print-env --no-audit")
+        if not verdict.ok:
+            raise refuse(cell, verdict)
+        _settings_from_audit(cell, doc, cell_file, env, settings, work / "logs" / "audit.json", max_jobs)
     proc = subprocess.run([host.python_exe, str(script), "--cell", str(cell_file), "env"], env=env,
                           capture_output=True, text=True)
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise BuildError(f"could not compute the build environment: {(proc.stderr or proc.stdout).strip()[-300:]}") from None
+
+
+def source_here(cell: Cell, doc: dict) -> bool:
+    """Is the cell's source on this machine already (a local tree, a git checkout with files in its
+    src_dir), so that the fetch step downloads nothing?"""
+    if cell.recipe.source_kind == "local":
+        return True
+    folder = Path(doc["src_dir"])
+    try:
+        return cell.recipe.source_kind == "git" and folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return False
 
 
 def _run_step(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: dict, work: Path, *step: str,
@@ -96,11 +118,12 @@ def _run_step(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, en
 
 
 def _audit(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: dict, work: Path,
-           say: Callable[[str], None]) -> "Verdict":
-    """The audit step on a fetched source, judged, its table and warnings said."""
+           say: Callable[[str], None], skip: str = "skip it with --no-audit") -> "Verdict":
+    """The audit step on a fetched source, judged, its table and warnings said; ``skip``: how the
+    command at hand goes without it, for the error of an audit that cannot run."""
     from imagegen import audit
     (work / "imagegen_audit.py").write_text(audit_script())
-    report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env)
+    report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env, skip=skip)
     verdict = audit.judge_cell(report, cell)
     say(f"audit ({report.seconds:.1f} s): what the build would compile\n" + verdict.table())
     for line in verdict.findings(refusals=False):  # a refusal is raised by the caller, with its cell
@@ -117,7 +140,7 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
     _, cell_file, script, _, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
     if cell.recipe.source_kind != "local":  # stdout to stderr: `plan --audit --json` prints only JSON
         _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
-    return _audit(cell, host, script, cell_file, env, work, say)
+    return _audit(cell, host, script, cell_file, env, work, say, skip="plan it without --audit")
 
 
 def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, finish: Finisher,

@@ -325,14 +325,19 @@ def fetched_from(recipe: Recipe, version: RecipeVersion, fetch: str | None) -> t
             replace(version, ref=sdist.filename, commit=None))
 
 
-def with_env(recipe: Recipe, version: RecipeVersion, env: Mapping[str, str]) -> RecipeVersion:
+JOB_FLAGS = ("use --max-jobs", "use --nvcc-threads")
+
+
+def with_env(recipe: Recipe, version: RecipeVersion, env: Mapping[str, str],
+             job_fix: tuple[str, str] = JOB_FLAGS) -> RecipeVersion:
     """``version`` with the user's ``--env`` variables on top of the recipe's: a package's own
     switches (FLASH_ATTENTION_DISABLE_BACKWARD=TRUE, NVCC_APPEND_FLAGS, ...). The variables imagegen
     sets itself are refused, each with the flag that sets it: they would be overwritten or would
-    turn the build into something else (a download of a prebuilt wheel)."""
+    turn the build into something else (a download of a prebuilt wheel). ``job_fix``: how the command
+    at hand sets MAX_JOBS and NVCC_THREADS (its flags, or where a command without them takes them)."""
     if not env:
         return version
-    arch, jobs, threads = "use --arch", "use --max-jobs", "use --nvcc-threads"
+    arch, (jobs, threads) = "use --arch", job_fix
     owned = {"TORCH_CUDA_ARCH_LIST": arch, recipe.jobs_env: jobs, "NVCC_THREADS": threads}
     if version.arch.env:
         owned[version.arch.env] = arch

@@ -77,15 +77,27 @@ class BakeDefinition:
 
     @property
     def groups(self) -> dict[str, list[str]]:
+        """``default`` (every target), one group per recipe (``flash-attn``) and one per recipe version
+        (``flash-attn-2_8_3``). buildx keeps the last file's group of a name when several files are
+        given (``-f a.hcl -f b.hcl``): the version groups, named after what they hold, stay apart, so
+        files of two versions build together by naming them (README: several bake files)."""
         groups: dict[str, list[str]] = {}
         for t in self.targets:
             groups.setdefault(t.recipe, []).append(t.name)
+        recipes = set(groups)
+        for t in self.targets:
+            if version_group(t) not in recipes:  # a recipe of that very name keeps its own group
+                groups.setdefault(version_group(t), []).append(t.name)
         groups["default"] = [t.name for t in self.targets]
         return groups
 
+    def version_groups_of(self, recipe: str) -> set[str]:
+        return {version_group(t) for t in self.targets if t.recipe == recipe}
+
     def as_dict(self, *, only_recipe: str | None = None) -> dict:
         targets = [t for t in self.targets if only_recipe is None or t.recipe == only_recipe]
-        groups = {k: v for k, v in self.groups.items() if only_recipe is None or k in (only_recipe, "default")}
+        mine = self.version_groups_of(only_recipe) if only_recipe is not None else set()
+        groups = {k: v for k, v in self.groups.items() if only_recipe is None or k in (only_recipe, "default", *mine)}
         if only_recipe is not None:
             groups["default"] = [t.name for t in targets]
         variables = {name: {"default": ""} for name in VARIABLES}
@@ -95,6 +107,11 @@ class BakeDefinition:
             "group": {name: {"targets": names} for name, names in sorted(groups.items())},
             "target": {t.name: _target_dict(t) for t in targets},
         }
+
+
+def version_group(t: BakeTarget) -> str:
+    """The bake group of one recipe version's targets: ``flash-attn-2_8_3`` (bake names take no dots)."""
+    return f"{t.recipe}-{''.join(c if c.isalnum() else '_' for c in t.cell.version.version)}"
 
 
 def _target_dict(t: BakeTarget) -> dict:

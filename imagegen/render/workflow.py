@@ -70,6 +70,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from imagegen import __version__, safety
+from imagegen.cell_rules import FixWords
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UnsafeValueError, UsageError
 from imagegen.model.destinations import parse_destination
 from imagegen.outputs import resolve_target, write_output
@@ -255,8 +256,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     w = g.add_argument_group("Windows jobs", "native Windows builds, one job per cell of recipes x torch x CUDA x Python"
                              " x arch list; every cell must be one `imagegen plan` finds buildable")
     w.add_argument("--windows", action="append", metavar="RECIPES", help="add Windows jobs building these recipes"
-                   " (catalogue names or aliases, at their default version; comma-separated or repeated); needs"
-                   " --windows-torch, --windows-cuda and --imagegen-from")
+                   " (catalogue names or aliases, at their default version unless --windows-version; comma-separated or"
+                   " repeated); needs --windows-torch, --windows-cuda and --imagegen-from")
+    w.add_argument("--windows-version", action="append", metavar="VERSIONS", help="recipe versions of the Windows"
+                   " cells, each recipe's cells at each (comma-separated or repeated, e.g. 2.8.2,2.8.3; default: the"
+                   " recipe's default version)")
     w.add_argument("--windows-torch", action="append", metavar="VERSIONS", help="torch series or releases of the"
                    " Windows cells: 2.8 or 2.8.0 (comma-separated or repeated)")
     w.add_argument("--windows-cuda", action="append", metavar="VERSIONS", help="CUDA variants of the Windows cells:"
@@ -483,12 +487,13 @@ class WindowsRequest:
     archs: tuple[str, ...]  # one list each; empty: imagegen's default list
     runs_on: tuple[str, ...]
     timeout: int
+    versions: tuple[str, ...] = ()  # recipe versions (--windows-version); empty: each recipe's default
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "WindowsRequest | None":
         flags = {"--windows-torch": "windows_torch", "--windows-cuda": "windows_cuda", "--windows-python": "windows_python",
-                 "--windows-arch": "windows_arch", "--windows-runs-on": "windows_runs_on",
-                 "--windows-timeout": "windows_timeout"}
+                 "--windows-version": "windows_version", "--windows-arch": "windows_arch",
+                 "--windows-runs-on": "windows_runs_on", "--windows-timeout": "windows_timeout"}
         values = {flag: getattr(args, dest, None) for flag, dest in flags.items()}
         if getattr(args, "windows", None) is None:
             given = [flag for flag, value in values.items() if value is not None]
@@ -502,7 +507,8 @@ class WindowsRequest:
         axes = {}
         for flag, what in (("--windows-torch", "a torch series or release such as 2.8"),
                            ("--windows-cuda", "a CUDA version such as 12.8 or cu128"),
-                           ("--windows-python", "a CPython version such as 3.12")):
+                           ("--windows-python", "a CPython version such as 3.12"),
+                           ("--windows-version", "a recipe version such as 2.8.3")):
             raw = values[flag]
             axes[flag] = tuple(_check(v, _VERSION_ARG, flag, what) for v in _names(raw))
             if raw is not None and not axes[flag]:
@@ -524,7 +530,8 @@ class WindowsRequest:
             raise UsageError(f"--windows-timeout must be between 1 and {MAX_TIMEOUT_MINUTES} minutes (GitHub stops a"
                              f" hosted job after {MAX_TIMEOUT_MINUTES})")
         return cls(recipes=recipes, torch=axes["--windows-torch"], cuda=axes["--windows-cuda"],
-                   python=axes["--windows-python"], archs=archs, runs_on=runs_on, timeout=timeout)
+                   python=axes["--windows-python"], archs=archs, runs_on=runs_on, timeout=timeout,
+                   versions=axes["--windows-version"])
 
     def command(self) -> list[str]:
         """Its part of the command line that writes the workflow again (defaults left out)."""
@@ -532,6 +539,8 @@ class WindowsRequest:
                  "--windows-cuda", ",".join(self.cuda)]
         if self.python:
             parts += ["--windows-python", ",".join(self.python)]
+        if self.versions:
+            parts += ["--windows-version", ",".join(self.versions)]
         for archs in self.archs:
             parts += ["--windows-arch", archs]
         if self.runs_on != (DEFAULT_WINDOWS_RUNS_ON,):
@@ -576,6 +585,11 @@ def windows_packages(toolkit: str) -> str:
     return json.dumps([*WINDOWS_CUDA_PACKAGES, *WINDOWS_CUDA_PACKAGES_BY_MAJOR.get(major, ())])
 
 
+# A rejected Windows cell's reason names the --windows-* flags that change it.
+WINDOWS_FIXES = FixWords(torch="use --windows-torch {}", cuda="use --windows-cuda {}", python="use --windows-python {}",
+                         version="--windows-version")
+
+
 def windows_cells(request: WindowsRequest, root: Path) -> list[WindowsCell]:
     """The Windows matrix planned as `imagegen plan` plans a matrix (imagegen.plan), with the toolkit each job
     installs as its nvcc: every cell must be buildable, or CompatError names the first that is not and why."""
@@ -592,11 +606,12 @@ def windows_cells(request: WindowsRequest, root: Path) -> list[WindowsCell]:
     recipes = {}
     for name in request.recipes:
         recipe = cat.get(name)
-        version = recipe.version(None)
-        if recipe.source_kind != "git" or not version.ref:
-            raise UsageError(f"--windows {name}: the Windows script clones the recipe's git source, and"
-                             f" {recipe.name} {version.version} has no git ref to clone")
-        recipes.setdefault(recipe.name, (recipe, version))
+        for wanted in request.versions or (None,):
+            version = recipe.version(wanted)
+            if recipe.source_kind != "git" or not version.ref:
+                raise UsageError(f"--windows {name}: the Windows script clones the recipe's git source, and"
+                                 f" {recipe.name} {version.version} has no git ref to clone")
+            recipes.setdefault((recipe.name, version.version), (recipe, version))
     series = list({tv: (s, tv) for s, tv in (compat.torch_series(t) for t in request.torch)}.values())
     variants = list({v.name: v for v in (compat.cuda_variant(c) for c in request.cuda)}.values())
     pythons = list(dict.fromkeys(compat.check_python(p) for p in request.python or [str(defaults()["python"])]))
@@ -611,11 +626,11 @@ def windows_cells(request: WindowsRequest, root: Path) -> list[WindowsCell]:
         toolkit = toolkits[cuda.name]
         host = compat.BaseImage(ref="windows", flavor=compat.flavor("native"), python="python", toolkit="host",
                                 nvcc=Version(toolkit), image_torch_cuda=None)
-        cell = native_cell(recipe, version, requested, host, tv, cuda.name, py)
+        cell = native_cell(recipe, version, requested, host, tv, cuda.name, py, WINDOWS_FIXES)
         if not cell.buildable:
             rejected.append(cell)
             continue
-        key = (recipe.name, tv, cuda.name, str(requested))
+        key = (recipe.name, version.version, tv, cuda.name, str(requested))
         if recipe.abi3 and key in abi3_built:
             continue  # a Python-independent wheel: built once per torch x CUDA, as plan skips the others
         abi3_built.add(key)

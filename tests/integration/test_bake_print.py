@@ -152,3 +152,23 @@ def test_a_jetson_matrix_reaches_buildx_as_arm64_targets_on_each_jetpacks_image(
     assert "ARG BASE_IMAGE=nvcr.io/nvidia/l4t-jetpack:r36.4.0\n" in texts[0]
     assert "ARG BASE_IMAGE=nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04\n" in texts[1]
     assert "ARG TORCH_CUDA_ARCH_LIST=8.7\n" in texts[0] and "ARG TORCH_CUDA_ARCH_LIST=11.0\n" in texts[1]
+
+
+def test_two_bake_files_of_two_versions_build_together_by_their_version_groups(tmp_path, monkeypatch, capsys):
+    """Seed 001's two flash-attn versions in two files: buildx keeps the last file's `default` (and
+    `flash-attn`) group, so `-f a -f b` alone is b's; the version groups stay apart and build both."""
+    monkeypatch.chdir(tmp_path)
+    cell = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "8.0;9.0"]
+    for v in ("2.8.2", "2.8.3"):
+        assert main(["bake", "flash-attn", "--version", v, *cell, "-f", f"fa{v}.hcl"]) == 0
+    capsys.readouterr()
+
+    def printed(*targets: str) -> dict:
+        proc = subprocess.run(["docker", "buildx", "bake", "--print", "-f", "fa2.8.2.hcl", "-f", "fa2.8.3.hcl", *targets],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert sorted(printed()["target"]) == ["fa2-2_8_3-torch2_8-cu128-py312"]
+    assert sorted(printed("flash-attn-2_8_2", "flash-attn-2_8_3")["target"]) == [
+        "fa2-2_8_2-torch2_8-cu128-py312", "fa2-2_8_3-torch2_8-cu128-py312"]

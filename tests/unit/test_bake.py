@@ -69,10 +69,12 @@ def test_a_local_source_is_a_named_context_relative_to_the_bake_folder(tmp_path)
 def test_groups_per_recipe_and_default(tmp_path):
     d = B.build_definition(_plan("sage", "flash-attn"), out_dir="wh", root=tmp_path)
     groups = d.as_dict()["group"]
-    assert sorted(groups) == ["default", "flash-attn", "sageattention"]
+    # and one group per recipe version, named after what it holds (two files of two versions keep theirs apart)
+    assert sorted(groups) == ["default", "flash-attn", "flash-attn-2_8_3", "sageattention", "sageattention-2_2_0"]
     assert groups["default"]["targets"] == [t.name for t in d.targets]
+    assert groups["flash-attn-2_8_3"] == groups["flash-attn"]
     only = d.as_dict(only_recipe="sageattention")
-    assert sorted(only["group"]) == ["default", "sageattention"]
+    assert sorted(only["group"]) == ["default", "sageattention", "sageattention-2_2_0"]
     assert list(only["target"]) == only["group"]["default"]["targets"] == groups["sageattention"]["targets"]
 
 

@@ -324,7 +324,7 @@ def test_print_env_can_show_the_jobs_the_audit_gives(tmp_path, monkeypatch):
     monkeypatch.setattr(jobs, "host", lambda: jobs.Host(cpus=16, mem_gb=100.6))
     monkeypatch.setattr(native, "_run_step", lambda *a, **k: 0.0)  # no fetch
 
-    def fake_audit(cell, host, script, cell_file, env, work, say):
+    def fake_audit(cell, host, script, cell_file, env, work, say, skip=""):
         (work / "logs").mkdir(parents=True, exist_ok=True)
         shutil.copy(RESULTS / "proof1" / "audit.json", work / "logs" / "audit.json")
         return SimpleNamespace(ok=True)
@@ -332,6 +332,8 @@ def test_print_env_can_show_the_jobs_the_audit_gives(tmp_path, monkeypatch):
     for var in ("MAX_JOBS", "NVCC_THREADS", "EXT_PARALLEL", "TORCH_CUDA_ARCH_LIST"):
         monkeypatch.delenv(var, raising=False)
     plain = native.build_env_native(cell, host, work=tmp_path / "a")
+    (tmp_path / "b" / "src").mkdir(parents=True)  # the source on this machine: --print-env audits, fetching nothing
+    (tmp_path / "b" / "src" / "setup.py").write_text("")
     audited = native.build_env_native(cell, host, work=tmp_path / "b", audit=True)
     assert (plain["EXT_PARALLEL"], plain["MAX_JOBS"], plain["NVCC_THREADS"]) == ("4", "2", "8")
     assert (audited["EXT_PARALLEL"], audited["MAX_JOBS"], audited["NVCC_THREADS"]) == ("4", "4", "8")
