@@ -118,8 +118,8 @@ def assumed_note(root: Path) -> str:
 
 def with_declared_version(recipe: Recipe, declared: str | None) -> Recipe:
     """A local project's recipe (recipe_from_source_tree) at the version the user declares
-    (``--version``): its cells, folders and image tags are named by it. A version the tree states
-    otherwise is kept in the note: the wheel will say the tree's."""
+    (``--version``): its cells, folders and image tags are named by it. A tree that states another
+    version is refused: its wheel will say the tree's."""
     if not declared:
         return recipe
     try:
@@ -130,10 +130,13 @@ def with_declared_version(recipe: Recipe, declared: str | None) -> Recipe:
     safety.check(label, safety.VERSION_LABEL, "version")
     rv = recipe.version(None)
     said = rv.source_version
-    note = ("" if said in (None, label) else
-            f"version {label} as --version says, but the tree says {said}: its wheel will say {said}")
+    if said not in (None, label):
+        # Cells, folders and image tags named 7.7 for a wheel that says 1.0 would be the mismatch
+        # --version exists to prevent.
+        raise UsageError(f"--version {label}: {recipe.name}'s tree says it is {said} (its wheel will say that):"
+                         f" give --version {said}, or none")
     left = [part for part in rv.resolved.split("; ") if part.startswith("[build-system]")]
-    rv = replace(rv, version=label, source_version=label, resolved="; ".join(([note] if note else []) + left))
+    rv = replace(rv, version=label, source_version=label, resolved="; ".join(left))
     return replace(recipe, default_version=label, versions={label: rv})
 
 

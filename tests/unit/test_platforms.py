@@ -82,7 +82,7 @@ def test_an_arch_of_arm64_hosts_only_is_explained_on_amd64():
 def test_the_dockerfile_and_the_bake_target_name_the_platform(tmp_path):
     amd, arm = cells("sage", "2.11", "13.0", "pypi")
     text = render_dockerfile(arm).dockerfile
-    assert "archs 9.0, linux/arm64\n" in text and "docker buildx build --platform linux/arm64 " in text
+    assert "archs 9.0, linux/arm64\n" in text and "docker build --platform linux/arm64 " in text
     assert "--platform" not in render_dockerfile(amd).dockerfile
     # everything below the header comments is the amd64 cell's, but for the cell's name in its document
     # and the inputs hash (of that document: an arm64 wheel is another wheel)
