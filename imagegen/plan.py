@@ -429,6 +429,11 @@ class Plan:
         return [c for c in self.cells if c.status == SKIPPED]
 
 
+def device_rows(flavor: str) -> list:
+    """The device rows of a flavor whose images each serve one device (jetson: its JetPacks); []."""
+    return list(compat.flavor(flavor).raw.get("jetpacks") or ())
+
+
 def device_requests(req: MatrixRequest, *, torch: bool, cuda: bool, python: bool, arch: bool) -> list[MatrixRequest]:
     """``req`` as one request per device row of its flavor (jetson: a JetPack each) on the axes the user
     left open (``torch``/``cuda``/``python``/``arch``: given by a flag or the config): the row's CUDA,
@@ -436,7 +441,7 @@ def device_requests(req: MatrixRequest, *, torch: bool, cuda: bool, python: bool
     combinations no such image has. Rows are kept where they fit what was given; where none fits a
     given CUDA or Python, the plain request stands (its plan says why), and where none runs a given
     arch, every row is planned with it (each says so). A flavor without device rows: [req]."""
-    rows = list(compat.flavor(req.flavor).raw.get("jetpacks") or ())
+    rows = device_rows(req.flavor)
     if not rows or (torch and cuda and python and arch):
         return [req]
     if cuda:
@@ -606,5 +611,5 @@ __all__ = [
     "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "candidates", "choose_cell", "compiled_archs", "default_policy", "policy_clauses", "POLICY_AXES", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
     "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "with_requested_platforms", "platform_problems", "with_platforms",
-    "device_requests", "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
+    "device_requests", "device_rows", "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

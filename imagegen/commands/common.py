@@ -138,11 +138,12 @@ def check_wheel_file(wheel: Path) -> None:
         raise UsageError(f"{shown(wheel)}: no such wheel file")
 
 
-def planned(args: argparse.Namespace, config: Config, cat: Catalogue, *, pin: bool = True):
+def planned(args: argparse.Namespace, config: Config, cat: Catalogue, *, pin: bool = True,
+            opts: options.Options | None = None):
     """The matrix expanded, with locked base images pinned to their digests (``pin``; `imagegen lock`
     wants the tags); a cell asked twice (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8
-    --cuda cu128``) is there once."""
-    opts = options.resolve(args, config)
+    --cuda cu128``) is there once. ``opts``: the command's options when it resolved them already."""
+    opts = opts or options.resolve(args, config)
     request = matrix(args, config, cat)
     # a flavor whose images each serve one device (jetson) plans its devices' own cells on open axes
     requests = device_requests(request, torch=opts.torch_one is not None, cuda=opts.cuda_one is not None,

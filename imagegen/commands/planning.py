@@ -17,7 +17,7 @@ from imagegen.model.arch import ArchList
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.outputs import output_folder
-from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, Plan, default_policy
+from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, Plan, default_policy, device_rows
 
 
 def _cell_record(cell) -> dict:
@@ -77,7 +77,8 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
                         ("--work", args.work)):
         if value:
             raise UsageError(f"{flag} goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
-    plan = common.planned(args, config, cat)
+    opts = options.resolve(args, config)
+    plan = common.planned(args, config, cat, opts=opts)
     if args.resolve:
         from imagegen.resolve import with_resolution
         plan = with_resolution(plan)
@@ -88,10 +89,9 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
         sys.stdout.write("\n")
     else:
         _print_plan(plan, args.only)
-        opts = options.resolve(args, config)
         # The axes the default policy filled; a flavor whose images each serve one device (jetson) fills
         # torch, CUDA, Python and archs from its devices' rows instead (plan.device_requests).
-        devices = bool(compat.flavor(opts.flavor).raw.get("jetpacks"))
+        devices = bool(device_rows(opts.flavor))
         given = {"torch": opts.torch, "CUDA": opts.cuda, "Python": opts.python, "flavor": opts.flavor_given,
                  "archs": opts.arch_configured}
         unnamed = [axis for axis, value in given.items() if not value]
