@@ -33,6 +33,7 @@ from imagegen.cli import main
 from imagegen.errors import CompatError
 from imagegen.model import compat
 from tests.unit.command_helpers import ROOT
+from tests.unit.test_refresh import send_range
 
 # --------------------------------------------------------------------------------- helpers
 
@@ -174,13 +175,7 @@ def ranged(data: bytes):
         rng = h.headers.get("Range")
         if not rng:
             return send(h, data, "application/octet-stream")
-        lo, hi = (int(x) for x in rng.split("=")[1].split("-"))
-        chunk = data[lo:hi + 1]
-        h.send_response(206)
-        h.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
-        h.send_header("Content-Length", str(len(chunk)))
-        h.end_headers()
-        h.wfile.write(chunk)
+        send_range(h, data, rng)
     return route
 
 

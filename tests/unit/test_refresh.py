@@ -21,6 +21,18 @@ from imagegen.model import compat
 TORCH_META = "Metadata-Version: 2.1\nName: torch\nVersion: {v}\nRequires-Dist: filelock\n{pin}\n"
 
 
+def send_range(handler: http.server.BaseHTTPRequestHandler, data: bytes, header: str) -> None:
+    """Answer a ``Range: bytes=LO-HI`` request for ``data`` with 206 and that span, as PyPI's file host
+    does (tests/unit/test_hostile_reads.py serves wheels with it too)."""
+    lo, hi = (int(x) for x in header.split("=")[1].split("-"))
+    chunk = data[lo:hi + 1]
+    handler.send_response(206)
+    handler.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
+    handler.send_header("Content-Length", str(len(chunk)))
+    handler.end_headers()
+    handler.wfile.write(chunk)
+
+
 def _wheel(name: str, version: str, metadata: str) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -66,14 +78,7 @@ class FakeIndex:
                     return
                 rng = self.headers.get("Range")
                 if rng:
-                    lo, hi = (int(x) for x in rng.split("=")[1].split("-"))
-                    chunk = data[lo:hi + 1]
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
-                    self.send_header("Content-Length", str(len(chunk)))
-                    self.end_headers()
-                    self.wfile.write(chunk)
-                    return
+                    return send_range(self, data, rng)
                 index.full_downloads.append(name)
                 self._send(data, "application/octet-stream")
 
