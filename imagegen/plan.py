@@ -467,14 +467,12 @@ def expand(req: MatrixRequest) -> Plan:
     per recipe and arch list, the one `render` makes. Python-independent (abi3) wheels build once per
     torch x CUDA."""
     plan = Plan()
-    series = [compat.torch_series(t) for t in req.torch] or [None]
-    variants = [compat.cuda_variant(c) for c in req.cuda] or [None]
-    pythons = [compat.check_python(p) for p in req.python] or [None]
-    for (recipe, version), given_series, cuda, archs in itertools.product(req.recipes, series, variants, req.archs):
+    # choose_cell parses each value (a bad one is its error); None: the axis is the policy's
+    torches, variants, pythons = list(req.torch) or [None], list(req.cuda) or [None], list(req.python) or [None]
+    for (recipe, version), torch, cuda, archs in itertools.product(req.recipes, torches, variants, req.archs):
         built_for: dict[tuple, str] = {}
         for py in pythons:
-            cell = choose_cell(recipe, version, archs, torch=given_series[1] if given_series else None,
-                               cuda=cuda.name if cuda else None, python=py, flavor=req.flavor,
+            cell = choose_cell(recipe, version, archs, torch=torch, cuda=cuda, python=py, flavor=req.flavor,
                                base_image=req.base_image, torch_index_override=req.torch_index_override,
                                flavor_given=req.flavor_given, strict=False)
             key = (cell.torch_version, cell.cuda.name, cell.flavor)
