@@ -84,5 +84,9 @@ fi
 # garbage-collected to the last run's images)
 kept=${IMAGEGEN_TEST_REGISTRY_CACHE:-/var/cache/imagegen-tests/registry}
 [ -d "$kept" ] && say "kept for the next run: $(du -sh "$kept" 2>/dev/null | cut -f1) of registry blobs in $kept"
+# test_builders' second dockerd keeps its data-root (tests/integration/second_dockerd.py keep_data): the
+# torch + CUDA layer its share builds on, found there by the next run instead of installed again
+second=$(dirname "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)")/imagegen-dockerd2
+[ -d "$second" ] && say "kept for the next run: $(du -sh "$second" 2>/dev/null | cut -f1) in the second dockerd's data-root $second"
 say "wall time $((SECONDS - START)) s (pytest exit $rc)"
 exit $rc

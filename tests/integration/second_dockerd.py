@@ -13,9 +13,11 @@ test file).
   MASQUERADE for the subnet, and two FORWARD accepts (the first engine sets FORWARD's policy to DROP).
 
 `stop()` undoes everything, whatever state `start()` reached: the docker context, dockerd (SIGTERM,
-wait, SIGKILL) and its containerd, anything still mounted under its roots, its data-root (the torch
-layer makes it several GB), its exec-root, the iptables rules and the bridge. It raises DockerdError
-naming whatever it could not remove. dockerd gets SIGTERM when the process that started it dies
+wait, SIGKILL) and its containerd, anything still mounted under its roots, its exec-root, the iptables
+rules and the bridge, and its data-root unless it was asked to keep it (`keep_data=True`: the torch
+layer makes it several GB, which the next run on this machine then finds in its build cache instead of
+installing it from PyPI again; a data-root the engine cannot start on is removed and started afresh).
+It raises DockerdError naming whatever it could not remove. dockerd gets SIGTERM when the process that started it dies
 (PR_SET_PDEATHSIG), and `start()` first clears what a killed earlier run left behind.
 
     engine = SecondDockerd(log_dir)
@@ -146,8 +148,9 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 class SecondDockerd:
     """A second dockerd with its own roots, socket, containerd and bridge (see the module docstring)."""
 
-    def __init__(self, log_dir: str | os.PathLike) -> None:
+    def __init__(self, log_dir: str | os.PathLike, keep_data: bool = False) -> None:
         self.log_dir = Path(log_dir)
+        self.keep_data = keep_data
         self.log_path = self.log_dir / "dockerd.log"
         self.config_path = self.log_dir / "daemon.json"
         self.exec_root = EXEC_ROOT
@@ -216,14 +219,38 @@ class SecondDockerd:
         mtu = self._uplink_mtu()
         if mtu:
             cmd += ["--mtu", str(mtu)]
+        kept = self.keep_data and any(self.data_root.iterdir())
+        try:
+            self._launch(cmd)
+        except DockerdError:
+            if not kept:
+                raise
+            # A data-root an interrupted run broke: started afresh, as a first run would.
+            problems: list[str] = []
+            self._stop_dockerd(problems)
+            self._remove_files(problems, data=True)
+            if problems:
+                raise DockerdError("a kept data-root the second dockerd could not start on was not removed:\n  "
+                                   + "\n  ".join(problems)) from None
+            self.exec_root.mkdir(parents=True, exist_ok=True)
+            self.data_root.mkdir(parents=True, exist_ok=True)
+            OWNER_FILE.write_text(f"{os.getpid()}\n")
+            self._launch(cmd)
+        return self
+
+    def _launch(self, cmd: list[str]) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, preexec_fn=_die_with_parent)
         self._wait_ready()
-        return self
 
     def load_image(self, image: str) -> None:
-        """`docker save IMAGE` from the first engine into this one."""
+        """`docker save IMAGE` from the first engine into this one (nothing to do when a kept data-root
+        holds that very image already)."""
+        want = _run("docker", "image", "inspect", "--format", "{{.Id}}", image, timeout=60).stdout.strip()
+        have = self.docker("image", "inspect", "--format", "{{.Id}}", image, timeout=60)
+        if want and have.returncode == 0 and have.stdout.strip() == want:
+            return
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             load = subprocess.run(["docker", "-H", self.host, "load"], stdin=save.stdout, capture_output=True,
@@ -255,7 +282,7 @@ class SecondDockerd:
                 problems.append(f"docker context rm {self.context}: {proc.stderr.strip()}")
             self.context = None
         self._stop_dockerd(problems)
-        self._remove_files(problems)
+        self._remove_files(problems, data=not self.keep_data)
         self._remove_network(problems)
         if problems:
             raise DockerdError("the second engine was not removed completely:\n  " + "\n  ".join(problems))
@@ -317,7 +344,7 @@ class SecondDockerd:
                                f" ({OWNER_FILE}); wait for it")
         problems: list[str] = []
         self._stop_dockerd(problems)
-        self._remove_files(problems)
+        self._remove_files(problems, data=not self.keep_data)
         self._remove_network(problems)
         if problems:
             raise DockerdError("leftovers of an earlier second dockerd could not be removed:\n  "
@@ -380,13 +407,14 @@ class SecondDockerd:
                 points.append(point)
         return sorted(points, key=len, reverse=True)
 
-    def _remove_files(self, problems: list[str]) -> None:
+    def _remove_files(self, problems: list[str], data: bool = True) -> None:
+        """Unmount everything under the roots; delete the exec-root, and the data-root when ``data``."""
         for point in self._mounts():
             proc = _run("umount", "-l", point)
             if proc.returncode != 0:
                 problems.append(f"umount {point}: {proc.stderr.strip()}")
         still = self._mounts()
-        for path in (self.data_root, self.exec_root):
+        for path in ((self.data_root, self.exec_root) if data else (self.exec_root,)):
             if any(point == str(path) or point.startswith(str(path) + "/") for point in still):
                 problems.append(f"{path} still has mounts ({', '.join(still[:5])}): not deleted")
                 continue
