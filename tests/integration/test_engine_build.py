@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from image_scan import find_in_image
 
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.verify import verify_wheel
@@ -236,28 +237,13 @@ def test_ca_bundle_never_reaches_an_image_layer_or_history(first_build, workspac
         history = sh("docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", tag).stdout
         assert history and workspace["marker"] not in history and "ca.pem" not in history
         assert "BEGIN CERTIFICATE" not in history
-        # One pass over every layer and the config. The scan must find what is there (the build
+        # Every layer's files, the config and the history. The scan must find what is there (the build
         # script imagegen copies in) and must not find the CA bundle's marker.
-        found = _stream_find(["docker", "save", tag], [workspace["marker"].encode(), b"in-builder script"])
+        found = find_in_image(tag, [workspace["marker"].encode(), b"in-builder script"])
         assert b"in-builder script" in found, "the scan did not see the image's own files"
         assert workspace["marker"].encode() not in found, "the CA bundle's marker is inside an image layer"
     finally:
         sh("docker", "image", "rm", "-f", tag)
-
-
-def _stream_find(cmd: list[str], needles: list[bytes]) -> set[bytes]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
-    found: set[bytes] = set()
-    keep = max(len(n) for n in needles)
-    tail = b""
-    assert proc.stdout is not None
-    for chunk in iter(lambda: proc.stdout.read(1 << 22), b""):
-        window = tail + chunk
-        found |= {n for n in needles if n in window}
-        tail = window[-keep:]
-    proc.stdout.close()
-    assert proc.wait() == 0
-    return found
 
 
 def test_edited_source_is_rebuilt_and_ccache_serves_what_did_not_change(first_build, workspace):
