@@ -114,6 +114,8 @@ class ExtensionAudit:
     std_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The header probe's runs for its flag sets (() when the probe was off or the report predates it).
     probe: tuple[ProbeRun, ...] = ()
+    # The -l libraries its link asks for that the linker would not find (the in-build script's check).
+    link_missing: tuple[str, ...] = ()
 
     @property
     def lowest_std(self) -> CxxStd | None:
@@ -172,6 +174,7 @@ class AuditReport:
                 nvcc_flags=_strs(e.get("nvcc_flags"), 60),
                 std_args=_std_args(e.get("std_args")),
                 probe=_probes(e.get("probe")),
+                link_missing=_strs(e.get("link_missing"), 20),
             ))
         env = data.get("env") if isinstance(data.get("env"), dict) else {}
         probe = data.get("probe") if isinstance(data.get("probe"), dict) else {}
@@ -249,7 +252,8 @@ class Verdict:
                  "sources": e.sources, "cuda_sources": e.cuda_sources, "nvcc_flags": list(e.nvcc_flags),
                  **({"cxx_std": e.lowest_std.flag} if e.lowest_std is not None else {}),
                  **({"probe": [{"compiler": p.compiler, "what": p.what, "ok": p.ok, "error": p.error,
-                                "seconds": p.seconds} for p in e.probe]} if e.probe else {})}
+                                "seconds": p.seconds} for p in e.probe]} if e.probe else {}),
+                 **({"link_missing": list(e.link_missing)} if e.link_missing else {})}
                 for e in self.report.extensions
             ],
         }
@@ -288,6 +292,7 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
                         " (this is the package's build with the flags imagegen would pass; --no-audit skips the audit)")
         return Verdict(report, tuple(refusals), tuple(warnings), tuple(notes))
     _judge_probe(report, refusals, warnings, notes)
+    _judge_link(report, refusals)
     cuda_exts = [e for e in report.extensions if e.compiles_cuda]
     if not cuda_exts:
         hint = f" ({force_hint})" if force_hint else ""
@@ -393,6 +398,27 @@ def probe_fix(error: str) -> str:
     return ""
 
 
+def link_fix(name: str) -> str:
+    """What to do about a library the link would not find."""
+    if name == "cuda":
+        return ("libcuda.so is the GPU driver's, absent on a host without one (a CPU builder, a pypi toolkit):"
+                " the recipe's `links_libcuda: true` puts CUDA's stub libcuda.so on LIBRARY_PATH for the build")
+    return f"install what provides lib{name}.so, or put its folder on LIBRARY_PATH"
+
+
+def _judge_link(report: AuditReport, refusals: list[str]) -> None:
+    """Refuse each extension whose link asks for a library the linker would not find: the compile
+    would pass and the build stop at its last step (`cannot find -lNAME`)."""
+    by_library: dict[str, list[str]] = {}
+    for ext in report.extensions:
+        for name in ext.link_missing:
+            by_library.setdefault(name, []).append(ext.module)
+    for name, modules in by_library.items():
+        refusals.append(f"{', '.join(dict.fromkeys(modules))}: its link asks for -l{name}, which the linker will not"
+                        f" find (not in the link's -L folders, LIBRARY_PATH or the compiler's own search): the build"
+                        f" would stop at `cannot find -l{name}`; {link_fix(name)}")
+
+
 def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], notes: list[str]) -> None:
     """Refuse each extension whose header probe failed, one line per failure (extensions that share a
     flag set share the line); note probes that could not run. nvcc's probe includes
@@ -421,7 +447,7 @@ def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], 
         notes.append(f"header probe with {compiler} for {', '.join(dict.fromkeys(modules))} did not run: {error}")
     mode = report.probe_mode
     if mode == "off":
-        notes.append("header probe skipped (IMAGEGEN_AUDIT_PROBE=0 / --no-probe)")
+        notes.append("header probe skipped (IMAGEGEN_AUDIT_PROBE=0)")
     elif mode and not failed:
         probed = sum(1 for e in report.extensions if e.probe)
         what = "parsed" if mode == "full" else "preprocessed"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -87,3 +88,33 @@ def test_a_catalogue_recipe_fetched_as_its_pypi_sdist_is_audited_natively(torch_
     assert ext["module"] == "causal_conv1d_cuda" and ext["sass"] == ["sm_80", "sm_90"] and ext["ptx"] == ["compute_90"]
     assert not any("hard-coded arch list" in w for w in got["warnings"]), got["warnings"]
     assert "causal-conv1d-arch-list.patch" in proc.stderr
+
+
+def test_a_link_the_linker_cannot_complete_is_refused_before_anything_compiles(torch_venv, tmp_path):
+    # The -lcuda class (SageAttention's _qattn_sm90 on a CPU builder): every compile would pass and the
+    # build stop at its last step, `cannot find -lcuda`. This host has no GPU driver, so no libcuda.so
+    # where g++ looks; the fixture kernel asks for it as such packages do.
+    tree = tmp_path / "tiny_kernel"
+    shutil.copytree(FIXTURES / "tiny_kernel", tree)
+    setup = tree / "setup.py"
+    setup.write_text(setup.read_text().replace('"csrc/add_one_kernel.cu"])', '"csrc/add_one_kernel.cu"], libraries=["cuda"])'))
+    assert 'libraries=["cuda"]' in setup.read_text()
+    args = ["plan", "--audit", "--native", "--source", tree, "--arch", "9.0", "--python-exe", torch_venv / "bin" / "python",
+            "--json"]
+    refused = imagegen(*args, "--work", tmp_path / "a", cwd=tmp_path, IMAGEGEN_AUDIT_PROBE="0")
+    assert refused.returncode == 3, refused.stderr[-2000:]
+    got = json.loads(refused.stdout)["audit"]
+    (ext,) = got["extensions"]
+    assert ext["link_missing"] == ["cuda"]
+    (line,) = [r for r in got["refusals"] if "-lcuda" in r]
+    assert line.startswith("tiny_kernel._C: its link asks for -lcuda, which the linker will not find") and \
+        "links_libcuda: true" in line
+    # torch's own libraries (-lc10 -ltorch ... -lcudart) are all found: only -lcuda is named
+    assert "-lcuda" in refused.stderr.strip().splitlines()[-1]
+    # A stub libcuda.so on LIBRARY_PATH (what links_libcuda gives a build): the same cell is buildable.
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "libcuda.so").write_bytes(b"")
+    ok = imagegen(*args, "--work", tmp_path / "b", cwd=tmp_path, IMAGEGEN_AUDIT_PROBE="0", LIBRARY_PATH=str(stubs))
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads(ok.stdout)["audit"]["verdict"] == "ok"

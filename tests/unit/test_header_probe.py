@@ -386,7 +386,7 @@ def test_a_passing_skipped_or_unrun_probe_does_not_refuse():
     v = verdict(probed(("pkg._a", [run_of("g++", True), run_of("nvcc", True)])))
     assert v.ok and v.notes == ("header probe: torch's headers preprocessed with the flags of 1 extension(s) in 2.5 s",)
     v = verdict(probed(("pkg._a", []), mode="off", seconds=0))
-    assert v.ok and v.notes == ("header probe skipped (IMAGEGEN_AUDIT_PROBE=0 / --no-probe)",)
+    assert v.ok and v.notes == ("header probe skipped (IMAGEGEN_AUDIT_PROBE=0)",)
     v = verdict(probed(("pkg._a", [run_of("nvcc", None, "timed out after 240 s")])))
     assert v.ok and "header probe with nvcc for pkg._a did not run: timed out after 240 s" in v.notes
     # a report written before the probe existed: nothing said

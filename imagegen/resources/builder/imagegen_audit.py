@@ -879,6 +879,85 @@ def includes_aten_cuda(src_root, max_files=20000, max_bytes=256 << 20):
     return False
 
 
+def _link_args(argv):
+    """(-L folders, -l names) of a link command line (-Lx and -L x alike)."""
+    folders, names = [], []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-L", "-l") and i + 1 < len(argv):
+            (folders if a == "-L" else names).append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("-L") and len(a) > 2:
+            folders.append(a[2:])
+        elif a.startswith("-l") and len(a) > 2:
+            names.append(a[2:])
+        i += 1
+    return folders, names
+
+
+def _library_files(name):
+    """The files `-lNAME` asks the linker for (`-l:FILE` names the file itself)."""
+    return [name[1:]] if name.startswith(":") else ["lib%s.so" % name, "lib%s.a" % name]
+
+
+def _compiler_finds(compiler, files, env, timeout=30):
+    """Does the compiler driver's own library search find one of ``files`` (`-print-file-name`, which
+    answers the bare name when it finds nothing)? None when it cannot be asked."""
+    import subprocess
+
+    if not compiler:
+        return None
+    for name in files:
+        try:
+            proc = subprocess.run(list(compiler) + ["-print-file-name=%s" % name], env=env, capture_output=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if proc.returncode != 0:
+            return None
+        answer = proc.stdout.decode("utf-8", "replace").strip()
+        if os.path.isabs(answer) and os.path.exists(answer):
+            return True
+    return False
+
+
+def missing_libraries(records, env):
+    """Per extension module, the libraries its link asks for (-lNAME) that the linker would not find:
+    not in the link's -L folders, not on LIBRARY_PATH, not in the real compiler driver's own search
+    (its -print-file-name). The classic case: -lcuda where no driver is installed (a CPU builder, a
+    pypi toolkit): the compile passes and the link stops at `cannot find -lcuda`."""
+    real = json.loads(env.get(REAL_ENV) or "{}")
+    compiler = real.get("cxx") or real.get("cc")
+    library_path = [d for d in (env.get("LIBRARY_PATH") or "").split(os.pathsep) if d]
+    asked, missing = {}, {}
+    for r in records:
+        if not _is_link(r):
+            continue
+        outs, _ = _outputs(r["argv"])
+        module = _module_of(os.path.normpath(os.path.join(r["cwd"], outs[0])) if outs else "")
+        folders, names = _link_args(r["argv"])
+        folders = [os.path.join(r["cwd"], f) for f in folders] + library_path
+        for name in names:
+            files = _library_files(name)
+            if any(os.path.exists(os.path.join(f, n)) for f in folders for n in files):
+                continue
+            if name not in asked:
+                asked[name] = _compiler_finds(compiler, files, env)
+            if asked[name] is False and name not in missing.setdefault(module, []):
+                missing[module].append(name)
+    return dict((m, names) for m, names in missing.items() if names)
+
+
+def add_link_check(report, records, env):
+    """Each extension's ``link_missing``: the -l libraries its link would not find (missing_libraries)."""
+    missing = missing_libraries(records, env)
+    for ext in report.get("extensions", []):
+        ext["link_missing"] = missing.get(ext["module"], [])
+    return report
+
+
 def add_probe(report, records, env, work, mode=None, src_root=None):
     """Run the header probe on an audit's records and put its results into ``report``: the section
     ``probe`` (mode, seconds, one entry per distinct flag set, whether the package's own sources

@@ -1265,6 +1265,12 @@ def cmd_audit(cell, args):
             # the header probe: torch's headers compiled with each extension's own flags (seconds)
             imagegen_audit.add_probe(report, recorded, env, work, "off" if args.no_probe else None, tree)
             _log_probe(report["probe"])
+            # the link: each -l library the extension asks for, found where the linker will look
+            imagegen_audit.add_link_check(report, recorded, env)
+            for ext in report["extensions"]:
+                if ext["link_missing"]:
+                    log("audit: %s links %s, which the linker will not find" % (
+                        ext["module"], " ".join("-l" + n for n in ext["link_missing"])))
         report.update({
             "schema": 1,
             "ok": rc == 0,
