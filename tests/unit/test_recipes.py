@@ -520,6 +520,72 @@ def test_flash_attn_3_gpu_check_runs_what_the_wheel_was_built_with_against_fp32_
     assert "except ImportError:\n    flags = {}" in check
 
 
+def _calls_of(tree, name):
+    import ast
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == name]
+
+
+def test_xformers_gpu_check_runs_the_wheels_own_kernels_against_pytorch():
+    # The H100 runs of 2026-11-27 (docs/gpu-results/2026-11-27-xformers): the former check ran only
+    # memory_efficient_attention, which in 0.0.35 dispatches to PyTorch's own kernels (aten's
+    # _efficient_attention_*, flash), so no kernel the wheel compiled ever ran. This one runs xformers._C's
+    # sparse24 ops (what 0.0.34+ compiles): exact where a kernel only selects values (largest_mask_2d on
+    # upstream's fixed case, sparsify_both_ways against it, apply/apply_dense_output, sparseNM_dense
+    # against a PyTorch ranking), float32 references where it multiplies (the sm8x 2:4 GEMM; the sm90 fp8
+    # 2:4 compress+GEMM, whose kernels are real only for 9.0a, so only where the wheel says 9.0a).
+    import ast
+    check = load_catalogue().get("xformers").smoke.gpu_check
+    tree = ast.parse(check)
+    for needed in ("xformers._has_cpp_library", "xformers._cpp_lib._built_with_cuda",
+                   "xf.sparse24_largest_mask_2d(inp)", "xf.sparse24_sparsify_both_ways(a)",
+                   "xf.sparse24_apply_dense_output(a, threads_masks)", "xf.sparse24_apply(a, threads_masks)",
+                   "torch.equal(kept, mask)", "torch.equal(dense[kept], a[kept])",
+                   "xf.sparseNM_dense(A, N=2, M=M, sort_preproc=pre)", "argsort().argsort()",
+                   "ref = (A.float() * a_scale) @ (B.float() * b_scale).t()", "err <= 2 * pt_err + 1e-3",
+                   'build_env.get("TORCH_CUDA_ARCH_LIST")', "xops.memory_efficient_attention(q, k, v)"):
+        assert needed in check, needed
+    guards = [n for n in ast.walk(tree) if isinstance(n, ast.If) and "9.0a" in ast.unparse(n.test)]
+    assert len(guards) == 1 and ast.unparse(guards[0].test) == 'cc == (9, 0) and \'9.0a\' in archs'
+    for op in ("_sparse24_sm90_cutlass_compress", "_sparse24_fp8_sm90_cutlass_gemm"):  # a plain-9.0 build traps
+        assert _calls_of(tree, op) and all(c in _calls_of(guards[0], op) for c in _calls_of(tree, op)), op
+    sm8x = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "cc[0] == 8"]
+    assert len(sm8x) == 1 and _calls_of(tree, "_sparse24_gemm") == _calls_of(sm8x[0], "_sparse24_gemm")  # sm8x only
+
+
+def test_natten_gpu_check_runs_the_neighborhood_kernels_not_the_self_attention_shortcut():
+    # The H100 run of 2026-11-27 (docs/gpu-results/2026-11-27-natten): the former check called na1d with
+    # kernel_size equal to the sequence length, which natten answers with natten.attention (FMHA): no FNA
+    # kernel ran although it said cutlass-fna. This one calls na1d/na2d/na3d with windows smaller than the
+    # input (odd, so NATTEN's window is centred), causal and not, forward and backward, per backend the GPU
+    # runs (cutlass-fna everywhere, hopper-fna on 9.0, blackwell-fna on 10.0/10.3) and natten.attention per
+    # FMHA backend, against float64 attention masked to the neighbourhood, within NATTEN's own test
+    # tolerances or 2x PyTorch's error in the same dtype. It ran there with RANKS = (1,) (a 1-D-only build).
+    import ast
+    check = load_catalogue().get("natten").smoke.gpu_check
+    tree = ast.parse(check)
+    ranks = [n for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "RANKS"]
+    assert len(ranks) == 1 and ast.literal_eval(ranks[0].value) == (1, 2, 3)
+    cases = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.AugAssign) and ast.unparse(n.target) == "cases":
+            # tuples and (False,) * 3: eval without builtins, not literal_eval
+            cases += eval(compile(ast.Expression(n.value), "cases", "eval"), {"__builtins__": {}})
+    na = [c for c in cases if c[2] is not None]
+    assert sorted({len(shape) for _, shape, _, _ in na}) == [1, 2, 3]
+    assert {any(causal) for *_, causal in na} == {False, True}
+    for label, shape, kernel, causal in na:  # a window as large as the input would take the shortcut
+        assert len(shape) == len(kernel) == len(causal), label
+        assert all(k % 2 == 1 and 1 < k < n for n, k in zip(shape, kernel)), label
+    assert [c for c in cases if c[2] is None] == [("attention", (300,), None, (False,))]
+    for needed in ("(natten.na1d, natten.na2d, natten.na3d)[len(shape) - 1]", "backend=backend",
+                   "natten.attention(q, k, v, backend=backend)", 'family + ("-fmha" if kernel is None else "-fna")',
+                   '["hopper"] if cc == (9, 0)', "out.backward(dout.to(dtype))", "torch.float64",
+                   "(i - k // 2).clamp(0, n - k)", "(j <= i) & (j > i - k)",
+                   "limit = max(tol, 2 * (p - r).abs().max().item())", "err == err and err <= limit"):
+        assert needed in check, needed
+
+
 def test_flash_attn_gpu_check_runs_forward_and_backward_for_both_dtypes_and_three_head_dims():
     # The H100 run of 2026-11-27 (docs/verification.md): the check that ran there compares flash_attn_func's
     # output and the gradients of q, k and v with attention computed in fp32, for fp16 and bf16, head dims
