@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen import __version__
-from imagegen.commands import building, checking, images, planning, rendering
+from imagegen.commands import building, checking, ci, images, planning, rendering
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.model import compat
 from imagegen.model.recipes import FETCH_KINDS
 from imagegen.plan import default_policy, defaults
-from imagegen.render import workflow as ci
 
 
 class _Once(argparse._StoreAction):

@@ -83,25 +83,26 @@ def _render_flags(args: argparse.Namespace) -> None:
 
 
 def _render_windows(args, argv, recipe, version, archs, opts) -> int:
+    from imagegen.plan import WindowsHost, windows_plan
     from imagegen.render import windows
     if recipe.source_kind == "sdist":
         raise UsageError("a Windows script clones the recipe's git source: leave out --fetch sdist")
-    if version.arch.style != "fixed":
-        supported = {a.cc for a in version.archs}
-        bad = [a for a in archs if a.cc not in supported]
-        if bad:
-            raise UsageError(f"{recipe.name} {version.version} does not support {', '.join(a.sm for a in bad)}"
-                             f" (it supports {', '.join(sorted(supported, key=lambda cc: tuple(map(int, cc.split('.')))))})")
     common.check_job_flags(args)
     torch, cuda, python = (options.flag_values(args, k) for k in ("torch", "cuda", "python"))
     m = opts.config.matrix  # a config matrix stands in for the flags it names
-    cells, rejected = windows.windows_cells(recipe, version, archs, torch=torch or tuple(m.torch),
-                                            cuda=cuda or tuple(m.cuda), python=python or tuple(m.python),
-                                            layout=opts.layout)
-    if len(cells) + len(rejected) > 1:
-        for c in rejected:
+    plan = windows_plan([(recipe, version)], [archs], WindowsHost(), torch=torch or tuple(m.torch),
+                        cuda=cuda or tuple(m.cuda), python=python or tuple(m.python),
+                        torch_index_override=opts.torch_index_url, layout=opts.layout)
+    cells = plan.buildable
+    if len(plan.cells) > 1:
+        for c in plan.rejected:
             print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
-    windows.refuse_rejected(rejected, len(cells) + len(rejected))
+    if plan.rejected:
+        first = plan.rejected[0]
+        more = (f" (and {len(plan.rejected) - 1} more of the {len(plan.cells)} cells:"
+                f" {', '.join(c.name for c in plan.rejected[1:4])}{', ...' if len(plan.rejected) > 4 else ''})"
+                if len(plan.rejected) > 1 else "")
+        raise CompatError(f"cannot build {first.describe()}: " + "; ".join(first.problems) + more)
     if args.python_exe is not None and len(cells) > 1:
         raise UsageError(f"--python-exe builds with that interpreter's torch as it is: one cell only, and these flags"
                          f" make {len(cells)} ({', '.join(c.name for c in cells)}); leave --python-exe out to get a"

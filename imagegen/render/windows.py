@@ -1,8 +1,9 @@
 """Windows: the native build of one or many cells as a cmd or PowerShell script (seeds 001 and 002, generated).
 
-The cells come from the planner (imagegen.plan.native_cell, with the cell's CUDA toolkit as nvcc), so a
-cell the plan rejects (nvcc 12.6 cannot build sm_120, a torch/CUDA pair torch never shipped) is refused
-here with the plan's reason. One script builds every cell in turn and goes on past a failed one; it
+The cells come from the planner (imagegen.plan.windows_plan: expand on a WindowsHost, with the cell's CUDA
+toolkit as nvcc), so a cell the plan rejects (nvcc 12.6 cannot build sm_120, a torch/CUDA pair torch never
+shipped) is refused with the plan's reason, and an arch the package runs from another cubin (flash-attn's
+8.6 on sm_80) is mapped as on Linux. One script builds every cell in turn and goes on past a failed one; it
 exits non-zero at the end when any failed, and keeps the wheels of those that built.
 
 Per cell the script selects the CUDA toolkit through ``CUDA_PATH_V<major>_<minor>`` (what NVIDIA's
@@ -21,10 +22,8 @@ NVCC_THREADS default to 1 (seed 002's OOM workaround) unless given.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import re
-from dataclasses import replace
 from importlib import resources
 
 import jinja2
@@ -34,11 +33,9 @@ from imagegen.errors import CompatError, UnsafeValueError, UsageError, printable
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_format import format_for
-from imagegen.model.compat import BaseImage
 from imagegen.model.jobs import split_extensions
-from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.plan import WINDOWS_BASE_REF, Cell, candidates, native_cell
+from imagegen.plan import Cell
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
@@ -151,56 +148,7 @@ def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs:
 
 
 # --------------------------------------------------------------------------------------------
-# The cells
-
-
-def windows_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, torch: str, cuda: compat.CudaVariant,
-                 python: str) -> Cell:
-    """One Windows cell, planned like a native build whose nvcc is the cell's own toolkit (the script
-    selects CUDA_PATH_V<major>_<minor>)."""
-    base = BaseImage(ref=WINDOWS_BASE_REF, flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
-                     nvcc=cuda.version, image_torch_cuda=None)
-    _, release = compat.torch_series(torch)  # 2.8 -> its newest release, 2.8.0
-    return native_cell(recipe, version, archs, base, release, cuda.name, python)
-
-
-def windows_cells(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch=(), cuda=(), python=(),
-                  layout: str = DEFAULT_LAYOUT) -> tuple[list[Cell], list[Cell]]:
-    """(buildable, rejected) cells: every combination of the torch, CUDA and Python values given; an
-    axis not given is filled, for each combination, with the newest value that builds (none given:
-    one cell, the newest combination that builds). A rejected cell is the candidate
-    with the fewest problems (the first of those tried)."""
-    torches = [compat.torch_series(t) for t in torch] or [None]
-    cudas = [compat.cuda_variant(c) for c in cuda] or [None]
-    pythons = [compat.check_python(p) for p in python] or [None]
-    buildable: list[Cell] = []
-    rejected: list[Cell] = []
-    seen: set[str] = set()
-    for t, c, p in itertools.product(torches, cudas, pythons):
-        closest = chosen = None
-        for s, tv, cv, py in candidates(t, c, p):
-            cell = windows_cell(recipe, version, archs, tv, cv, py)
-            if cell.buildable:
-                chosen = cell
-                break
-            if closest is None or len(cell.problems) < len(closest.problems):
-                closest = cell  # the reasons of the candidate nearest to building, not of one torch never shipped
-        cell = chosen or closest
-        if cell is None or cell.name in seen:
-            continue
-        seen.add(cell.name)
-        (buildable if chosen else rejected).append(replace(cell, layout=layout))
-    return buildable, rejected
-
-
-def refuse_rejected(rejected: list[Cell], total: int) -> None:
-    """A CompatError with the plan's reasons when any cell asked for cannot build."""
-    if not rejected:
-        return
-    first = rejected[0]
-    more = f" (and {len(rejected) - 1} more of the {total} cells: {', '.join(c.name for c in rejected[1:4])}" \
-           f"{', ...' if len(rejected) > 4 else ''})" if len(rejected) > 1 else ""
-    raise CompatError(f"cannot build {first.describe()}: " + "; ".join(first.problems) + more)
+# The cells (planned by imagegen.plan.windows_plan, as every other cell)
 
 
 def torch_index(cell: Cell, override: str | None = None) -> str:

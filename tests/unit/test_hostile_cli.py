@@ -659,7 +659,8 @@ def _stubs():
     from imagegen.executors import buildx as execute
     from imagegen.executors import buildx_audit, native
     from imagegen.publish import upload
-    from imagegen.render import bakefiles, workflow
+    from imagegen.commands import ci as workflow
+    from imagegen.render import bakefiles
     from tests.unit import bake_print_stand_in
 
     def reached(*a, **k):

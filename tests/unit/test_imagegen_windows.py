@@ -26,8 +26,9 @@ from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
-from imagegen.render.windows import build_document, windows_cell
+from imagegen.render.windows import build_document
 from tests.unit.builder_script import builder_module
+from tests.unit.test_windows import windows_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "windows"))

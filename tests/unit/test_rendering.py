@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -88,16 +89,22 @@ def test_render_lists_make_one_script_of_many_cells(capsys):
     assert text.count("\r\n:cell_") == 4 and "sage-2_2_0-torch2_9-cu128-py311" in text
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["sage", "--arch", "7.0"], "sageattention 2.2.0 does not support sm_70 (it supports "),
-    (["fa2", "--arch", "8.6"], "flash-attn 2.8.3 does not support sm_86"),
-    (["sage", "--arch", "9.0", "--max-jobs", "0"], "--max-jobs must be between 1 and 1024"),
-    (["sage", "--arch", "9.0", "--nvcc-threads", "1025"], "--nvcc-threads must be between 1 and 1024"),
+@pytest.mark.parametrize("argv, error, says", [
+    (["sage", "--arch", "7.0", "--cuda", "12.8"], CompatError, "cannot build sageattention 2.2.0 torch 2.11.0 cu128"
+     " py3.12 arch 7.0 [native]: sageattention 2.2.0 does not support sm_70 (it supports "),
+    (["sage", "--arch", "9.0", "--max-jobs", "0"], UsageError, "--max-jobs must be between 1 and 1024"),
+    (["sage", "--arch", "9.0", "--nvcc-threads", "1025"], UsageError, "--nvcc-threads must be between 1 and 1024"),
 ])
-def test_the_windows_script_refuses_archs_the_recipe_cannot_build_and_bad_job_counts(argv, says):
-    # No plan maps 8.6 to sm_80 here: the script hands the knob what it is given.
-    with pytest.raises(UsageError, match="^" + says.replace("(", "\\(")):
+def test_the_windows_script_refuses_archs_the_recipe_cannot_build_and_bad_job_counts(argv, error, says):
+    with pytest.raises(error, match="^" + re.escape(says)):
         render(*argv, "--shell", "cmd")
+
+
+def test_the_windows_script_maps_archs_as_the_linux_plan_does(capsys):
+    """Issue 34: flash-attn's 8.6 and 8.9 run its sm_80 cubin on Linux; the Windows script plans them alike."""
+    assert render("fa2", "--arch", "80;86;89;90", "--torch", "2.8", "--cuda", "12.8", "--shell", "cmd") == 0
+    text = capsys.readouterr().out
+    assert 'set "FLASH_ATTN_CUDA_ARCHS=80;90"' in text and 'set "TORCH_CUDA_ARCH_LIST=8.0;9.0"' in text
 
 
 def test_a_recipe_with_a_fixed_arch_list_renders_what_it_compiles(capsys):

@@ -20,7 +20,8 @@ from imagegen.errors import CompatError, UnsafeValueError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
-from imagegen.render.windows import build_env, render_script, windows_cell, windows_cells
+from imagegen.plan import WindowsHost, choose_cell, windows_plan
+from imagegen.render.windows import build_env, render_script
 from tests.unit.test_cli import run
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "windows"
@@ -30,6 +31,18 @@ SAGE_TWO_TORCHES = ["render", "sage", "--version", "2.2.0", "--torch", "2.8,2.9"
                     "--arch", "8.0;9.0;12.0+PTX"]
 GOLDENS = {"flash-attn-seed-002": SEED_002, "sage-2.2.0-torch2.8-2.9-cu128": SAGE_TWO_TORCHES}
 SUFFIX = {"cmd": "cmd", "powershell": "ps1"}
+
+
+def windows_cells(recipe, version, archs, *, torch=(), cuda=(), python=()):
+    """(buildable, rejected) cells of one Windows script, from the one planner."""
+    plan = windows_plan([(recipe, version)], [archs], WindowsHost(), torch=torch, cuda=cuda, python=python)
+    return plan.buildable, plan.rejected
+
+
+def windows_cell(recipe, version, archs, torch, cuda, python):
+    """The Windows cell of exactly these values (rejected or not)."""
+    return choose_cell(recipe, version, archs, torch=torch, cuda=cuda.name, python=python, flavor="native",
+                       strict=False, windows=WindowsHost())
 
 
 def rendered(argv: list[str], shell: str) -> str:
@@ -251,7 +264,7 @@ def test_an_axis_not_given_is_the_newest_that_builds():
     (["render", "no-such-recipe", "--shell", "cmd"], 2, "unknown recipe 'no-such-recipe'"),
     (["render", "sage", "--shell", "powershell", "--arch", "sm_999"], 2, "unknown compute capability"),
     (["render", "sage", "--shell", "powershell", "--arch", "8.0;;x'y"], 2, "unknown GPU architecture"),
-    (["render", "flash-attn", "--shell", "cmd", "--arch", "7.5"], 2, "flash-attn 2.8.3 does not support sm_75"),
+    (["render", "flash-attn", "--shell", "cmd", "--arch", "7.5"], 3, "flash-attn 2.8.3 does not support sm_75"),
     (["render", "flash-attn", "--shell", "cmd", "--torch", "2.8,2.9", "--python-exe", "py.exe"], 2,
      "--python-exe builds with that interpreter's torch as it is: one cell only"),
     (["render", "flash-attn", "--shell", "cmd", "--flavor", "cuda"], 2, "--flavor does not apply to --shell"),

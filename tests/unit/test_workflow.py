@@ -22,6 +22,7 @@ import yaml
 
 from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
 from imagegen.render import bakefiles
+from imagegen.commands import ci as command
 from imagegen.render import workflow as ci
 from tests.unit import bake_print_stand_in as stand_in
 from tests.workflow_cli import generate, imagegen, parser, steps_by_name
@@ -32,7 +33,7 @@ SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{
 
 @pytest.fixture(autouse=True)
 def no_buildx(monkeypatch):
-    monkeypatch.setattr(ci, "print_bake", stand_in.print_bake)
+    monkeypatch.setattr(command, "print_bake", stand_in.print_bake)
 
 
 def _tool(name: str) -> str | None:
@@ -183,16 +184,16 @@ def test_hostile_or_bad_input_is_one_line_and_non_zero(argv, needle, tmp_path, m
 def test_hostile_values_stop_in_run_before_buildx(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     called = []
-    monkeypatch.setattr(ci, "print_bake", lambda *a, **k: called.append(a))
+    monkeypatch.setattr(command, "print_bake", lambda *a, **k: called.append(a))
     for argv in (["--registry", "x; rm -rf /"], ["--targets", "x$(id)"]):
         with pytest.raises(UnsafeValueError) as exc:
-            ci.run(parser().parse_args(["ci", "github", "--output", str(tmp_path / "wf.yml"), *argv]))
+            command.run(parser().parse_args(["ci", "github", "--output", str(tmp_path / "wf.yml"), *argv]))
         assert "\n" not in str(exc.value) and exc.value.exit_code != 0
     assert called == []
 
 
 def test_without_docker(monkeypatch, tmp_path):
-    monkeypatch.setattr(ci, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
+    monkeypatch.setattr(command, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("PATH", str(tmp_path))  # no docker on it
     code, _, err = imagegen("ci", "github", "-o", str(tmp_path / "wf.yml"))
@@ -200,7 +201,7 @@ def test_without_docker(monkeypatch, tmp_path):
 
 
 def test_without_buildx(monkeypatch, tmp_path):
-    monkeypatch.setattr(ci, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
+    monkeypatch.setattr(command, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
     fake = tmp_path / "docker"
     fake.write_text("#!/bin/sh\necho \"docker: 'buildx' is not a docker command.\" >&2\nexit 1\n")
     fake.chmod(0o755)
@@ -554,7 +555,7 @@ def test_the_destination_pattern_takes_what_publish_takes():
     for dest in [*DESTS.values(), "pypi:http://127.0.0.1:8080/,simple=http://127.0.0.1:8080/simple/",
                  "hf:o/r:a/b", "s3://bucket.example/p+q=r/", "github:o/r@v1.0+cu128"]:
         parse_destination(dest)
-        assert ci.PUBLISH_DEST.fullmatch(dest), dest
+        assert command.PUBLISH_DEST.fullmatch(dest), dest
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,7 +570,7 @@ ARM_PRINT = {"target": {
 
 
 def _arm_workflow(tmp_path, *extra: str) -> tuple[Path, dict]:
-    opts = ci.Options.from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml"), *extra]))
+    opts = command.options_from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml"), *extra]))
     text = ci.render_workflow(opts, ci.targets_from_print(ARM_PRINT))
     path = tmp_path / "w.yml"
     path.write_text(text)
@@ -594,12 +595,12 @@ def test_arm64_runner_labels_are_chosen_and_checked(tmp_path, actionlint):
     assert "Free disk space" not in steps_by_name(doc)
     assert "--arm64-runs-on self-hosted,arm64" in path.read_text()
     with pytest.raises(UnsafeValueError, match="--arm64-runs-on"):
-        ci.Options.from_args(parser().parse_args(["ci", "github", "--arm64-runs-on", "arm\n    evil: 1"]))
+        command.options_from_args(parser().parse_args(["ci", "github", "--arm64-runs-on", "arm\n    evil: 1"]))
 
 
 def test_an_amd64_only_workflow_is_unchanged_by_the_arm64_support(tmp_path):
     printed = {"target": {k: v for k, v in ARM_PRINT["target"].items() if "arm64" not in k}}
-    opts = ci.Options.from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml")]))
+    opts = command.options_from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml")]))
     doc = yaml.safe_load(ci.render_workflow(opts, ci.targets_from_print(printed)))
     assert doc["jobs"]["build"]["runs-on"] == "ubuntu-latest"
     assert all("runner" not in i for i in doc["jobs"]["build"]["strategy"]["matrix"]["include"])
