@@ -7,11 +7,13 @@ shipped) is refused with the plan's reason, and an arch the package runs from an
 exits non-zero at the end when any failed, and keeps the wheels of those that built.
 
 Per cell the script selects the CUDA toolkit through ``CUDA_PATH_V<major>_<minor>`` (what NVIDIA's
-installer sets; seed 001 picks toolkits the same way), makes a venv with ``py -X.Y`` (or uses
-``--python-exe`` as it is), installs the cell's torch from its index and the recipe's build
-requirements, loads Visual Studio's x64 environment (vcvarsall, unless already loaded), sets the recipe's
+installer sets; seed 001 picks toolkits the same way), makes a venv with ``py -X.Y`` and installs the
+cell's torch from its index (or uses ``--python-exe`` as it is: its torch is checked, never replaced,
+unless ``--install-torch``), installs the recipe's build requirements, loads Visual Studio's x64 environment (vcvarsall, unless already loaded), sets the recipe's
 variables with ``set "NAME=value"`` (no trailing space can slip into a value) and runs ``pip wheel
---no-build-isolation``. What needs real work (the torch/nvcc check, the pinned source and the recipe's
+--no-build-isolation``. A local tree (a checkout of your own given as ``--src-dir``: a fork, local fixes;
+refs.at_tree) is never written to: the script builds a copy, patched as the Linux build patches its copy.
+What needs real work (the torch/nvcc check, the pinned source and the recipe's
 patches, the local version, the cuobjdump arch check, the import test in a fresh venv, the atomic move
 into the wheelhouse) is resources/windows/imagegen_windows.py, a stdlib-only helper embedded in the
 script and run with the cell's Python, so that it is tested on any OS. Every native command's exit
@@ -229,7 +231,7 @@ def _base64_lines(text: str) -> list[str]:
 
 
 def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: list[Cell], *, src: str,
-                  python_exe: str | None = None, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
+                  python_exe: str | None = None, install_torch: bool = False, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
                   nvcc_threads: int = 1, out: str = "wheelhouse", command: str = "",
                   index_override: str | None = None) -> str:
     """The script that builds ``cells`` (buildable cells of ``recipe`` ``version``) in turn."""
@@ -237,8 +239,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
     if recipe.source_kind == "sdist":
         raise UnsafeValueError("a Windows script clones the recipe's git source: leave out --fetch sdist")
-    if recipe.source_kind != "git":
-        raise UnsafeValueError("a Windows script clones a git recipe; for a local project run pip wheel in it directly")
+    if recipe.source_kind not in ("git", "local"):
+        raise UnsafeValueError(f"a Windows script builds a git recipe or a local tree, not a {recipe.source_kind} source")
     if not cells:
         raise CompatError(f"no cell of {recipe.name} {version.version} to build")
     if python_exe is not None and len(cells) > 1:
@@ -268,6 +270,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         imagegen_version=__version__, command=comment_line(command),
         recipe=recipe, version=version, src=src, subdir=subdir, python_exe=python_exe or "", vcvars=vcvars, out=out,
         python_exe_is_path=bool(python_exe and re.search(r"[\\/]", python_exe)),
+        # never a torch into the user's interpreter unless asked (--install-torch): it is checked instead
+        install_torch=bool(python_exe is None or install_torch), local=recipe.source_kind == "local",
         work=DEFAULT_WORK, helper_name=HELPER, shared_name=SHARED,
         requires=list(recipe.build_requires),
         cells=[{"cell": c, "name": c.name, "torch": c.torch_version, "cuda": c.cuda.name, "toolkit": str(c.cuda.version),

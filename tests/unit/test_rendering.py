@@ -55,7 +55,8 @@ def test_render_refuses_a_flag_the_chosen_output_would_ignore(argv, says, capsys
 
 
 def test_the_windows_script_carries_every_value_given(capsys):
-    assert render("fa2", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8", "--python-exe",
+    assert render("fa2", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+                  "--python-exe",
                   "C:\\py\\python.exe", "--src-dir", "fa", "--vcvars", "D:\\vc.bat", "--max-jobs", "4",
                   "--nvcc-threads", "2", "--out", "D:\\wh") == 0
     lines = capsys.readouterr().out.splitlines()
@@ -66,8 +67,8 @@ def test_the_windows_script_carries_every_value_given(capsys):
         assert line in lines, line
     assert any('-m pip wheel --no-build-isolation --no-deps -w "%IG_DIST%" .' in line for line in lines)
     # The command line that made it, as a comment, quoted the way a shell reads it back.
-    assert "rem Re-render with: imagegen render fa2 --arch 9.0 --shell cmd --torch 2.8 --cuda 12.8 --python-exe" \
-           " 'C:\\py\\python.exe'" in "\n".join(lines)
+    assert "rem Re-render with: imagegen render fa2 --arch 9.0 --shell cmd --torch 2.8 --cuda 12.8 --python 3.12" \
+           " --python-exe 'C:\\py\\python.exe'" in "\n".join(lines)
 
 
 def test_the_windows_script_defaults_are_the_safe_ones(capsys):
