@@ -401,3 +401,13 @@ def test_a_script_whose_cells_need_different_patches_is_refused_in_one_line():
     cells, _ = windows_cells(sage, version, parse_arch_list("9.0"), torch=("2.12", "2.13"), cuda=("13.0",), python=("3.12",))
     text = render_script("powershell", sage, version, cells, src="sage")
     assert "sageattention-2.2.0-cxx-std-from-torch.patch" in text
+
+
+@pytest.mark.parametrize("shell, comment", [("cmd", "rem"), ("powershell", "#")])
+@pytest.mark.parametrize("git", ["https://github.com/me/flash-attention@0123456789abcdef0123456789abcdef01234567",
+                                 "git@github.com:me/flash-attention.git@0123456789abcdef0123456789abcdef01234567"])
+def test_the_rerender_line_keeps_the_at_of_git_url_at_sha(shell, comment, git):
+    text = rendered(["render", "fa2", "--version", "2.8.3", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+                     "--arch", "8.0", "--git", git], shell)
+    assert f"{comment} Re-render with: imagegen render fa2 --version 2.8.3 --torch 2.8 --cuda 12.8 --python 3.12" \
+           f" --arch 8.0 --git {git} --shell {shell}" in text.splitlines()[:3]
