@@ -145,6 +145,8 @@ def _from_python_exe(args, torch: tuple, cuda: tuple, python: tuple) -> tuple[tu
         return torch, cuda, python
     from imagegen.errors import EngineError
     from imagegen.executors.host import probe_python
+    from imagegen.render.windows import check_value
+    check_value(args.shell, exe)  # a path the script could not hold is never run here either
     try:
         info = probe_python(exe)
     except EngineError as exc:
