@@ -32,7 +32,6 @@ from imagegen.model.destinations import parse_destination
 from imagegen.outputs import resolve_target, write_output
 from imagegen.render.bakefiles import print_bake
 from imagegen.render.workflow import (
-    BAKE_NAME,
     CELL_VALUE,
     DEFAULT_ARM64_RUNS_ON,
     DEFAULT_BAKE_FILE,
@@ -44,20 +43,23 @@ from imagegen.render.workflow import (
     DEFAULT_TIMEOUT,
     DEFAULT_WINDOWS_RUNS_ON,
     DEFAULT_WINDOWS_TIMEOUT,
-    MAX_MATRIX_JOBS,
     MAX_TIMEOUT_MINUTES,
     RUNNER_LIMIT_MINUTES,
     NAMESPACE_EXPRESSIONS,
     Options,
     WindowsCell,
     WindowsRequest,
+    render_workflow,
+    windows_packages,
+    windows_toolkit,
+)
+from imagegen.render.workflow_targets import (
+    BAKE_NAME,
+    MAX_MATRIX_JOBS,
     WorkflowTarget,
     check_text,
     fallback_targets,
-    render_workflow,
     targets_from_print,
-    windows_packages,
-    windows_toolkit,
 )
 from imagegen.resources.builder import imagegen_wheeltools as wheeltools
 

@@ -35,8 +35,8 @@ from imagegen.plan import (
     with_gpu_check,
     with_layout,
     with_offline,
-    with_requested_platforms,
 )
+from imagegen.platforms import with_requested_platforms
 
 
 def config(args: argparse.Namespace) -> Config:

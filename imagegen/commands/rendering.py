@@ -15,7 +15,8 @@ from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown, write_output
-from imagegen.plan import Plan, choose_cell, defaults, with_offline, with_requested_platforms
+from imagegen.plan import Plan, choose_cell, defaults, with_offline
+from imagegen.platforms import with_requested_platforms
 from imagegen.render.dockerfile import render_dockerfile
 
 

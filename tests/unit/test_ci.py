@@ -130,14 +130,3 @@ def test_a_base_image_with_a_fallback_is_picked_in_the_job(tmp_path):
     assert "docker buildx imagetools inspect \"$image\"" in steps["Pick the base image"]["run"]
     assert steps["Bake"]["env"]["TARGET"] == "${{ steps.base.outputs.target }}"
     lint(Path("wf.yml"))
-
-
-def test_a_fallback_target_the_bake_file_lacks_is_refused():
-    printed = {"target": {"t": {"output": ["type=local,dest=w/a/b/c"],
-                                "labels": {"io.imagegen.base-image": "a/b:1", "io.imagegen.fallbacks": "t-fallback"}}}}
-    with pytest.raises(Exception, match="names its fallback target t-fallback, which the bake file lacks"):
-        render.targets_from_print(printed, {"target": {}})
-    other = {"target": {"t-fallback": {"output": ["type=local,dest=elsewhere"],
-                                       "labels": {"io.imagegen.base-image": "c/d:1"}}}}
-    with pytest.raises(Exception, match="writes to another folder"):
-        render.targets_from_print(printed, other)

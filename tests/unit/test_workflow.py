@@ -24,6 +24,7 @@ from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageE
 from imagegen.render import bakefiles
 from imagegen.commands import ci as command
 from imagegen.render import workflow as ci
+from imagegen.render import workflow_targets as wt
 from tests.unit import bake_print_stand_in as stand_in
 from tests.workflow_cli import generate, imagegen, parser, steps_by_name
 
@@ -224,18 +225,18 @@ def test_must_run_in_the_top_folder(monkeypatch, tmp_path):
 
 
 def test_local_output_dests_reads_both_print_forms():
-    assert ci.local_output_dests(["type=local,dest=a/b", "type=tar,dest=x.tar", "type=image,name=x/y"]) == ["a/b"]
-    assert ci.local_output_dests([{"type": "local", "dest": "c/d"}, {"type": "docker"}]) == ["c/d"]
-    assert ci.local_output_dests(["out/dir"]) == ["out/dir"]  # --output DIR shorthand
-    assert ci.local_output_dests(['"type=local","dest=q,r"']) == ["q,r"]
+    assert wt.local_output_dests(["type=local,dest=a/b", "type=tar,dest=x.tar", "type=image,name=x/y"]) == ["a/b"]
+    assert wt.local_output_dests([{"type": "local", "dest": "c/d"}, {"type": "docker"}]) == ["c/d"]
+    assert wt.local_output_dests(["out/dir"]) == ["out/dir"]  # --output DIR shorthand
+    assert wt.local_output_dests(['"type=local","dest=q,r"']) == ["q,r"]
 
 
 def test_matrix_limit():
-    printed = {"target": {f"t{i}": {"output": [f"type=local,dest=o/{i}"]} for i in range(ci.MAX_MATRIX_JOBS + 1)}}
+    printed = {"target": {f"t{i}": {"output": [f"type=local,dest=o/{i}"]} for i in range(wt.MAX_MATRIX_JOBS + 1)}}
     with pytest.raises(UsageError, match="at most 256"):
-        ci.targets_from_print(printed)
+        wt.targets_from_print(printed)
     del printed["target"]["t0"]
-    assert len(ci.targets_from_print(printed)) == ci.MAX_MATRIX_JOBS
+    assert len(wt.targets_from_print(printed)) == wt.MAX_MATRIX_JOBS
 
 
 
@@ -319,7 +320,7 @@ def test_the_leak_check_can_fail(tmp_path):
 
 def test_the_render_refuses_its_own_expression_in_a_script(tmp_path):
     text, _ = generate(tmp_path, "--publish", DESTS["hf:"], "--imagegen-from", REQUIREMENT)
-    targets = [ci.WorkflowTarget(name=t, wheels="") for t in yaml.safe_load(text)["jobs"]["build"]["strategy"]["matrix"]["target"]]
+    targets = [wt.WorkflowTarget(name=t, wheels="") for t in yaml.safe_load(text)["jobs"]["build"]["strategy"]["matrix"]["target"]]
     ci._self_check(text, targets, publish=True)
     bad = text.replace('collect "$RUNNER_TEMP/wheelhouse"', 'collect "${{ runner.temp }}/wheelhouse"')
     assert bad != text
@@ -509,21 +510,21 @@ def test_hostile_publish_options_through_the_real_cli(argv, needle, tmp_path):
 
 
 def _targets(*dests: str) -> list:
-    return [ci.WorkflowTarget(name=f"t{i}", wheels=d) for i, d in enumerate(dests)]
+    return [wt.WorkflowTarget(name=f"t{i}", wheels=d) for i, d in enumerate(dests)]
 
 
 def test_the_wheelhouse_is_the_folder_above_the_layout():
-    assert ci.wheelhouse_of(_targets("wheelhouse/fa-2.8.3/torch2.8/cu128")) == (
+    assert wt.wheelhouse_of(_targets("wheelhouse/fa-2.8.3/torch2.8/cu128")) == (
         "wheelhouse", {"t0": ["fa-2.8.3/torch2.8/cu128"]})
-    assert ci.wheelhouse_of(_targets("out/w/a-1/torch2.8/cu128", "./out/w//b-2/torch2.9/cu130/")) == (
+    assert wt.wheelhouse_of(_targets("out/w/a-1/torch2.8/cu128", "./out/w//b-2/torch2.9/cu130/")) == (
         "out/w", {"t0": ["a-1/torch2.8/cu128"], "t1": ["b-2/torch2.9/cu130"]})
     # two targets of one folder (cells that differ by Python only), and several folders of one target
-    assert ci.wheelhouse_of(_targets("w/a-1/torch2.8/cu128\nw/a-1/torch2.9/cu128", "w/a-1/torch2.8/cu128")) == (
+    assert wt.wheelhouse_of(_targets("w/a-1/torch2.8/cu128\nw/a-1/torch2.9/cu128", "w/a-1/torch2.8/cu128")) == (
         "w", {"t0": ["a-1/torch2.8/cu128", "a-1/torch2.9/cu128"], "t1": ["a-1/torch2.8/cu128"]})
     # no common folder, or a shallower layout: below the checkout itself
-    assert ci.wheelhouse_of(_targets("x/a-1/torch2.8/cu128", "y/a-1/torch2.8/cu128")) == (
+    assert wt.wheelhouse_of(_targets("x/a-1/torch2.8/cu128", "y/a-1/torch2.8/cu128")) == (
         ".", {"t0": ["x/a-1/torch2.8/cu128"], "t1": ["y/a-1/torch2.8/cu128"]})
-    assert ci.wheelhouse_of(_targets("out/a")) == (".", {"t0": ["out/a"]})
+    assert wt.wheelhouse_of(_targets("out/a")) == (".", {"t0": ["out/a"]})
 
 
 @pytest.mark.parametrize("dest, needle", [
@@ -535,7 +536,7 @@ def test_the_wheelhouse_is_the_folder_above_the_layout():
 ])
 def test_output_folders_the_publish_job_cannot_gather_are_refused(dest, needle):
     with pytest.raises(UsageError, match=re.escape(needle)) as exc:
-        ci.wheelhouse_of(_targets("w/b-1/torch2.8/cu128", dest))
+        wt.wheelhouse_of(_targets("w/b-1/torch2.8/cu128", dest))
     assert "\n" not in str(exc.value) and exc.value.exit_code == 2
 
 
@@ -571,7 +572,7 @@ ARM_PRINT = {"target": {
 
 def _arm_workflow(tmp_path, *extra: str) -> tuple[Path, dict]:
     opts = command.options_from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml"), *extra]))
-    text = ci.render_workflow(opts, ci.targets_from_print(ARM_PRINT))
+    text = ci.render_workflow(opts, wt.targets_from_print(ARM_PRINT))
     path = tmp_path / "w.yml"
     path.write_text(text)
     return path, yaml.safe_load(text)
@@ -601,7 +602,7 @@ def test_arm64_runner_labels_are_chosen_and_checked(tmp_path, actionlint):
 def test_an_amd64_only_workflow_is_unchanged_by_the_arm64_support(tmp_path):
     printed = {"target": {k: v for k, v in ARM_PRINT["target"].items() if "arm64" not in k}}
     opts = command.options_from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml")]))
-    doc = yaml.safe_load(ci.render_workflow(opts, ci.targets_from_print(printed)))
+    doc = yaml.safe_load(ci.render_workflow(opts, wt.targets_from_print(printed)))
     assert doc["jobs"]["build"]["runs-on"] == "ubuntu-latest"
     assert all("runner" not in i for i in doc["jobs"]["build"]["strategy"]["matrix"]["include"])
 
@@ -609,4 +610,4 @@ def test_an_amd64_only_workflow_is_unchanged_by_the_arm64_support(tmp_path):
 def test_a_target_for_two_platforms_is_refused():
     printed = {"target": {"x": {"output": ["type=local,dest=w"], "platforms": ["linux/amd64", "linux/arm64"]}}}
     with pytest.raises(UsageError, match="one target per platform"):
-        ci.targets_from_print(printed)
+        wt.targets_from_print(printed)
