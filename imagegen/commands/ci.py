@@ -133,8 +133,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         " docker-container builder and a registry cache (<registry>/<namespace>/imagegen-cache:<target>,"
         " cache-to mode=max), then uploads the target's local output folder as an artifact. With --windows, it"
         " also builds on Windows runners, one job per cell of the --windows-* matrix (planned as `imagegen plan`"
-        " plans it: a cell it rejects is refused); its Linux jobs are then written only when --bake-file,"
-        " --targets or --group is given. Run it in the repository's top folder, where the workflow runs bake."),
+        " plans it; a cell that cannot build, such as a torch x CUDA pair torch never shipped, is left out and"
+        " named); its Linux jobs are then written only when --bake-file, --targets or --group is given. A target"
+        " whose base image has a fallback (<target>-fallback in the bake file) builds on the first that can be"
+        " pulled. Every job has a timeout below a hosted runner's 6 hours. Run it in the repository's top"
+        " folder, where the workflow runs bake."),
         epilog=("example: imagegen ci github --windows sage --windows-torch 2.8 --windows-cuda 12.8 --windows-python"
                 " 3.12 --windows-arch '8.0;9.0;12.0' --imagegen-from 'imagegen @ git+https://github.com/ORG/imagegen@TAG'"
                 " (Windows jobs only; add --group default for the bake file's Linux jobs too)"))
@@ -160,7 +163,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--max-parallel", type=int, help="most jobs at once, in each of the Linux and the Windows matrix"
                    " (default: as many as GitHub allows)")
     w = g.add_argument_group("Windows jobs", "native Windows builds, one job per cell of recipes x torch x CUDA x Python"
-                             " x arch list; every cell must be one `imagegen plan` finds buildable")
+                             " x arch list, planned as `imagegen plan` plans them; the cells it rejects are left out"
+                             " and named")
     w.add_argument("--windows", action="append", metavar="RECIPES", help="add Windows jobs building these recipes"
                    " (catalogue names or aliases, at their default version unless --windows-version; comma-separated or"
                    " repeated); needs --windows-torch, --windows-cuda and --imagegen-from")
