@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen import __version__
-from imagegen.commands import building, checking, images, planning, rendering
+from imagegen.commands import building, checking, ci, images, planning, rendering
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.model import compat
 from imagegen.model.recipes import FETCH_KINDS
 from imagegen.plan import default_policy, defaults
-from imagegen.render import workflow as ci
 
 
 class _Once(argparse._StoreAction):
@@ -176,9 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
                    " Dockerfile: one or many cells (--torch 2.8,2.9 --cuda 12.8 --python 3.12: lists), each with its CUDA"
                    " toolkit (CUDA_PATH_V12_8), a venv (py -3.12) with its torch, the recipe's patches, vcvarsall, pip wheel,"
                    " the local version, a cuobjdump arch check and an import test; wheels into the wheelhouse layout")
-    p.add_argument("--src-dir", help="with --shell: where the source is (cloned there if missing)")
+    p.add_argument("--src-dir", help="with --shell: where the source is (cloned there if missing); a checkout of"
+                   " your own (a fork, local fixes) that is here already builds as it is, as a local tree with the"
+                   " recipe's rules for its version, as --native --src-dir does on Linux")
     p.add_argument("--python-exe", help="with --shell: build one cell with this Python and the torch it has, e.g."
-                   " ..\\.venv\\Scripts\\python.exe (default: a venv per cell made with the py launcher)")
+                   " ..\\.venv\\Scripts\\python.exe (default: a venv per cell made with the py launcher); its torch,"
+                   " CUDA and Python are the cell's where --torch, --cuda, --python are not given (read by running it"
+                   " here, from where the script will run); the script never installs a torch into it unless"
+                   " --install-torch")
+    p.add_argument("--install-torch", action="store_true", help="with --shell --python-exe: the script installs the"
+                   " cell's torch into that interpreter (default: it uses and checks the torch already there)")
     p.add_argument("--out", help="with --shell: the wheelhouse the script writes to (default: config out, else"
                    " wheelhouse; the script's -Wheelhouse / first argument overrides it)")
     p.add_argument("--audit", action="store_true", help="with --shell: says why the gencode audit cannot run for a"

@@ -45,7 +45,7 @@ class Options:
     layout: str = DEFAULT_LAYOUT  # where wheels land below out: --layout, else the config's, else the default
     offline: bool = False  # --offline, else the config's `offline = true`
     gpu_check_device: str | None = None  # --gpu-check-device (plan.with_gpu_check)
-    platforms: tuple[str, ...] = ()  # --platform, parsed (plan.with_platforms); empty: linux/amd64 alone
+    platforms: tuple[str, ...] = ()  # --platform, parsed (platforms.with_platforms); empty: linux/amd64 alone
     dockerfile_frontend: str | None = None  # --dockerfile-frontend
 
 
@@ -75,7 +75,7 @@ def _many(value, flag: str) -> tuple[str, ...]:
 
 def platform_flag(value) -> tuple[str, ...]:
     """--platform's values (repeated, or a list in one value), parsed; empty when not given."""
-    from imagegen.plan import parse_platforms
+    from imagegen.platforms import parse_platforms
     return parse_platforms(_many(value, "--platform")) if value is not None else ()
 
 

@@ -31,7 +31,7 @@ from imagegen.cell_rules import (
     runs_on_device,
     torch_cuda_problems,
 )
-from imagegen.errors import ArchError, CompatError, NothingToDoError, UsageError
+from imagegen.errors import ArchError, CompatError, NothingToDoError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
@@ -225,13 +225,41 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
     )
 
 
-# The base of a Windows cell (render/windows.py windows_cell): a native build whose compiler is MSVC.
+# The base of a Windows cell (WindowsHost.base): a native build whose compiler is MSVC.
 WINDOWS_BASE_REF = "windows"
+
+
+@dataclass(frozen=True)
+class WindowsHost:
+    """Where the cells of a Windows script compile (render --shell, and each job of ci github --windows):
+    no image, MSVC as the host compiler, and per CUDA variant a toolkit whose nvcc is ``toolkits[cu128]``
+    (a CI job's installer has its own patch releases), else the variant's own toolkit (the script selects
+    it through CUDA_PATH_V<major>_<minor>). ``fixes``: how a reason names the flag that changes it. The
+    cells are planned by expand and choose_cell as every other cell is: the same policy for an open axis,
+    the same rules, the same arch mapping (flash-attn's 8.6 runs the sm_80 cubin)."""
+
+    toolkits: tuple[tuple[str, str], ...] = ()  # (cu128, "12.8.1"), ...
+    fixes: FixWords = FLAGS
+
+    def base(self, cuda: CudaVariant, python: str) -> BaseImage:
+        nvcc = dict(self.toolkits).get(cuda.name) or str(cuda.version)
+        return BaseImage(ref=WINDOWS_BASE_REF, flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
+                         nvcc=Version(nvcc), image_torch_cuda=None)
 
 
 def _msvc(base: BaseImage | None) -> bool:
     """Does this cell compile with MSVC (a Windows script's cell)?"""
     return base is not None and base.ref == WINDOWS_BASE_REF and base.flavor.name == "native"
+
+
+def on_fallback(cell: Cell, ref: str, why: str) -> Cell:
+    """``cell`` built on its fallback base image ``ref`` (one of ``cell.base.fallbacks``) because ``why``: what
+    `imagegen build` does when the primary cannot be pulled (executors/bases.py), and what the bake file's
+    ``<target>-fallback`` targets and the CI jobs that pick them build (render/bake.py)."""
+    assert cell.base is not None and ref in cell.base.fallbacks
+    notes = tuple(n for n in cell.notes if not n.startswith("fallback base image:"))
+    return replace(cell, base=compat.on_fallback(cell.base, ref, cell.python),
+                   notes=notes + (f"built on the fallback base image {ref}: {why}",))
 
 
 def image_for(base_image: str | dict[str, str] | None, cuda: CudaVariant) -> str | None:
@@ -301,97 +329,6 @@ def with_gpu_check(plan: "Plan", device: str, frontend: str | None = None) -> "P
     return Plan(cells=cells)
 
 
-def parse_platforms(values: Sequence[str]) -> tuple[str, ...]:
-    """--platform values (linux/amd64, linux/arm64; amd64, arm64, aarch64 for short), in order, once each."""
-    short = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "arm64": "linux/arm64", "aarch64": "linux/arm64",
-             "linux/aarch64": "linux/arm64", "linux/x86_64": "linux/amd64"}
-    out: list[str] = []
-    for value in values:
-        platform = short.get(value, value)
-        if platform not in PLATFORMS:
-            raise UsageError(f"--platform {safety.describe(value, 40)}: imagegen builds Linux wheels for"
-                              f" {' and '.join(PLATFORMS)} (amd64 and arm64 for short)")
-        if platform not in out:
-            out.append(platform)
-    return tuple(out)
-
-
-def default_platforms(flavor: str) -> tuple[str, ...]:
-    """The platforms a plan without --platform builds for: linux/amd64, or the flavor's own where it
-    has no amd64 images (jetson: linux/arm64)."""
-    platforms = tuple(compat.flavor(flavor).raw.get("platforms", (DEFAULT_PLATFORM,)))
-    return (DEFAULT_PLATFORM,) if DEFAULT_PLATFORM in platforms else platforms[:1]
-
-
-def with_requested_platforms(plan: "Plan", given: Sequence[str], flavor: str) -> "Plan":
-    """``plan`` for the platforms asked for (--platform), else the flavor's own (default_platforms); a
-    plain linux/amd64 plan of an amd64 flavor stays as it is. A flavor without amd64 images has its
-    amd64 cells refused."""
-    default = default_platforms(flavor)
-    platforms = tuple(given) or default
-    if platforms == default == (DEFAULT_PLATFORM,):
-        return plan
-    return with_platforms(plan, platforms)
-
-
-def platform_problems(cell: Cell) -> tuple[list[str], list[str]]:
-    """Why ``cell`` cannot build for its platform, and what the plan should say about it: (problems, notes)."""
-    problems: list[str] = []
-    notes: list[str] = []
-    arm = cell.platform == "linux/arm64"
-    flavor = cell.base.flavor if cell.base is not None else compat.flavor(cell.flavor)
-    platforms = tuple(flavor.raw.get("platforms", (DEFAULT_PLATFORM,)))
-    if cell.platform not in platforms:
-        problems.append(f"the {flavor.name} flavor has no {cell.platform} images ({', '.join(platforms)} only): use"
-                        " --flavor cuda, manylinux or pypi, or your own --base-image for that platform")
-    if arm and cell.base is not None and cell.base.ref in compat.amd64_catalogue_refs(flavor, cell.cuda):
-        # arm64_base found no arm64 image for this CUDA version: the amd64 one is still there
-        problems.append(f"{flavor.raw['arm64_template'].split(':')[0]} has no CUDA {cell.cuda.dotted} image (it has"
-                        f" {', '.join(flavor.raw.get('arm64_cuda', ()))}): use one of those, or --flavor cuda")
-    min_torch = flavor.raw.get("arm64_min_torch")
-    index_min = compat.base_images_data().get("arm64_index_min_torch")
-    if arm and not min_torch and index_min and cell.torch_from == "venv" \
-            and Version(cell.torch_version) < Version(f"{index_min}.0"):
-        problems.append(f"torch {cell.torch_version} has no CUDA aarch64 wheel on the PyTorch index (they start at"
-                        f" torch {index_min}): use --torch {index_min} or newer")
-    if arm and min_torch and Version(cell.torch_version) < Version(f"{min_torch}.0"):
-        problems.append(f"torch {cell.torch_version} has no CUDA build for aarch64 on PyPI (its aarch64 wheel is"
-                        f" CPU-only; CUDA aarch64 wheels start at torch {min_torch}): use --torch {min_torch} or newer,"
-                        " or --flavor cuda / manylinux with a base image that has an aarch64 CUDA torch")
-    from imagegen.model.arch_data import arch_table
-    infos = arch_table().infos
-    for arch in cell.archs:
-        only = infos[arch.cc].platforms if arch.cc in infos else ()
-        if only and cell.platform not in only:
-            what = ", ".join(infos[arch.cc].gpus) or arch.cc
-            notes.append(f"{arch.cc} ({what}) GPUs sit in {' and '.join(only)} hosts only: a {cell.platform} wheel"
-                         f" cannot run on them; add --platform {only[0]}")
-    if arm:
-        notes.append("linux/arm64: built in the image's arm64 variant, natively on an arm64 builder or under QEMU"
-                     " (scripts/install-qemu.sh; slow: nvcc runs emulated)")
-    return problems, notes
-
-
-def with_platforms(plan: "Plan", platforms: Sequence[str]) -> "Plan":
-    """``plan`` with each cell once per platform: an arm64 cell gets its flavor's arm64 base image,
-    and a problem where the flavor or the torch has no arm64 build."""
-    cells = []
-    for c in plan.cells:
-        for platform in platforms:
-            cell = replace(c, platform=platform)
-            kept = c.notes
-            if platform == "linux/arm64" and cell.base is not None:
-                base = compat.arm64_base(cell.base, cell.cuda)
-                if base.ref != cell.base.ref:  # the amd64 image's fallbacks are not this one's
-                    kept = tuple(n for n in kept if not n.startswith("fallback base image:"))
-                cell = replace(cell, base=base)
-            problems, notes = platform_problems(cell)
-            status = REJECTED if problems and c.status == BUILDABLE else c.status
-            cells.append(replace(cell, problems=c.problems + tuple(problems), notes=kept + tuple(notes),
-                                 status=status))
-    return Plan(cells=cells)
-
-
 def with_layout(plan: "Plan", layout: str) -> "Plan":
     """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
     return Plan(cells=[replace(c, layout=layout) for c in plan.cells])
@@ -410,6 +347,8 @@ class MatrixRequest:
     torch_index_override: str | None = None
     # False: nobody named the flavor, so a cell the default flavor cannot build may use a fallback one.
     flavor_given: bool = True
+    # A Windows script's cells (render --shell, ci github --windows): compiled on that host, no image.
+    windows: WindowsHost | None = None
 
 
 @dataclass
@@ -474,7 +413,7 @@ def expand(req: MatrixRequest) -> Plan:
         for py in pythons:
             cell = choose_cell(recipe, version, archs, torch=torch, cuda=cuda, python=py, flavor=req.flavor,
                                base_image=req.base_image, torch_index_override=req.torch_index_override,
-                               flavor_given=req.flavor_given, strict=False)
+                               flavor_given=req.flavor_given, strict=False, windows=req.windows)
             key = (cell.torch_version, cell.cuda.name, cell.flavor)
             if cell.buildable and recipe.abi3:
                 if key in built_for:
@@ -485,6 +424,19 @@ def expand(req: MatrixRequest) -> Plan:
                     built_for[key] = cell.python
             plan.cells.append(cell)
     return plan
+
+
+def windows_plan(recipes: Sequence[tuple[Recipe, RecipeVersion]], archs: Sequence[ArchList], host: WindowsHost, *,
+                 torch: Sequence[str] = (), cuda: Sequence[str] = (), python: Sequence[str] = (),
+                 torch_index_override: str | None = None, layout: str = DEFAULT_LAYOUT) -> Plan:
+    """The cells of Windows scripts (render --shell, ci github --windows): expand's matrix on ``host``,
+    each cell once (two open-axis combinations can choose the same cell)."""
+    req = MatrixRequest(recipes=recipes, torch=torch, cuda=cuda, python=python, archs=archs, flavor="native",
+                        torch_index_override=torch_index_override, windows=host)
+    seen: set = set()
+    cells = [c for c in expand(req).cells
+             if (c.name, str(c.archs), c.status) not in seen and not seen.add((c.name, str(c.archs), c.status))]
+    return with_layout(Plan(cells=cells), layout)
 
 
 def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_base: BaseImage, torch_version: str,
@@ -534,7 +486,8 @@ def fallback_flavors(flavor: str, flavor_given: bool, base_image) -> list[str]:
 
 def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch: str | None, cuda: str | None,
                 python: str | None, flavor: str, base_image: str | dict[str, str] | None = None,
-                torch_index_override: str | None = None, flavor_given: bool = True, strict: bool = True) -> Cell:
+                torch_index_override: str | None = None, flavor_given: bool = True, strict: bool = True,
+                windows: WindowsHost | None = None) -> Cell:
     """The one cell of what was given, the axes not given filled by imagegen's one default policy
     (resources/defaults.yaml): the newest torch series the recipe version can build (its newest
     release), that series' PyPI default CUDA (else its other variants, newest first), Python 3.12 where
@@ -542,17 +495,22 @@ def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torc
     fallbacks. render builds this cell; plan, bake, build, push, pull and lock fill every combination of
     the values given the same way. The cell's notes say what was passed over and why. Raises
     CompatError with the closest candidate's reasons when nothing can build (``strict``), else returns
-    that candidate (rejected)."""
+    that candidate (rejected). ``windows``: the cell of a Windows script, compiled on that host (no flavor,
+    no image), by the same policy and rules."""
     given_series = compat.torch_series(torch) if torch else None
     given_cuda = compat.cuda_variant(cuda) if cuda else None
     given_py = compat.check_python(python) if python else None
-    flavors = fallback_flavors(flavor, flavor_given, base_image)
+    flavors = ["native"] if windows else fallback_flavors(flavor, flavor_given, base_image)
     first: Cell | None = None
     first_on_default: Cell | None = None  # this combination on the default flavor: why a fallback was used
     passed_over: dict[str, str] = {}  # newer torch releases that cannot build: the first reason of each
     for s, tv, cv, py in candidates(given_series, given_cuda, given_py):
         for fl in flavors:
-            cell = _cell(recipe, version, s, tv, cv, py, archs, fl, image_for(base_image, cv), torch_index_override)
+            if windows:
+                cell = _cell(recipe, version, s, tv, cv, py, archs, fl, None, torch_index_override,
+                             host_base=windows.base(cv, py), fixes=windows.fixes)
+            else:
+                cell = _cell(recipe, version, s, tv, cv, py, archs, fl, image_for(base_image, cv), torch_index_override)
             if cell.buildable:
                 # each reason up to its advice: the cell's own problems say what to do
                 newer = [f"torch {t}: {why.split(': use ')[0]}" for t, why in passed_over.items() if t != tv and not torch]
@@ -572,7 +530,7 @@ def candidates(torch: tuple[TorchSeries, str] | None, cuda: CudaVariant | None, 
     """(series, torch release, CUDA variant, Python) in the default policy's order for one combination
     of the axes given: the ones not given filled newest torch first, then the series' PyPI default CUDA
     before its other variants (newest first), then the default Python before the series' others
-    (newest first). choose_cell and the Windows scripts (render/windows.py) walk it."""
+    (newest first). choose_cell walks it, for the Windows scripts' cells too."""
     series = [torch] if torch else [(s, s.latest) for s in reversed(list(compat.torch_table().values()))]
     default_py = str(defaults()["python"])
     for s, tv in series:
@@ -606,8 +564,8 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 
 
 __all__ = [
-    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "candidates", "choose_cell", "compiled_archs", "default_policy", "policy_clauses", "POLICY_AXES", "defaults",
+    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "WindowsHost", "WINDOWS_BASE_REF", "candidates", "choose_cell", "compiled_archs", "default_policy", "policy_clauses", "POLICY_AXES", "defaults",
     "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
-    "DEFAULT_PLATFORM", "PLATFORMS", "default_platforms", "parse_platforms", "with_requested_platforms", "platform_problems", "with_platforms",
-    "device_requests", "device_rows", "expand", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
+    "DEFAULT_PLATFORM", "PLATFORMS",
+    "device_requests", "device_rows", "expand", "windows_plan", "on_fallback", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
 ]

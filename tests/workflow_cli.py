@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from imagegen import cli
-from imagegen.render import workflow as ci
+from imagegen.commands import ci
 
 ROOT = Path(__file__).resolve().parents[1]
 

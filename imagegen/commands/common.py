@@ -35,8 +35,8 @@ from imagegen.plan import (
     with_gpu_check,
     with_layout,
     with_offline,
-    with_requested_platforms,
 )
+from imagegen.platforms import with_requested_platforms
 
 
 def config(args: argparse.Namespace) -> Config:
@@ -386,19 +386,14 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     recipe, version = resolve(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
                               wanted, args.fetch, user_env(args), ref=getattr(args, "ref", None),
                               git=getattr(args, "git", None), jobs=job_fix(args))
-    src_dir = getattr(args, "src_dir", None)
-    if src_dir is not None and recipe.source_kind == "git" and any(
-            (Path(src_dir) / f).is_file() for f in ("setup.py", "pyproject.toml")):
-        # --src-dir on a checkout: the pin as it is, or a fork / changed tree built with the recipe's knowledge
-        recipe, version = refs.at_tree(recipe, version, Path(src_dir), wanted)
+    recipe, version = local_checkout(recipe, version, getattr(args, "src_dir", None), wanted)
     host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
     # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
-    for flag, wanted, have in (("--torch", options.flag_values(args, "torch"), host.torch),
-                               ("--cuda", options.flag_values(args, "cuda"), host.torch_cuda),
-                               ("--python", options.flag_values(args, "python"), host.python)):
-        for w in wanted:
-            if have is None or not (have == w or have.startswith(w + ".") or compat.cuda_variant(w).dotted == have
-                                    if flag == "--cuda" else have == w or have.startswith(w + ".")):
+    for flag, asked, have in (("--torch", options.flag_values(args, "torch"), host.torch),
+                              ("--cuda", options.flag_values(args, "cuda"), host.torch_cuda),
+                              ("--python", options.flag_values(args, "python"), host.python)):
+        for w in asked:
+            if not same_value(flag, w, have):
                 raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
                                  " install the one you want, or build in a container")
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
@@ -406,6 +401,26 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
     archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["arch"])
     cell = host_toolchain.preflight(recipe, version, archs, host)
     return dataclasses.replace(cell, layout=opts.layout), host
+
+
+def same_value(flag: str, asked: str, have: str | None) -> bool:
+    """Whether ``have`` (an interpreter's torch, torch's CUDA or Python: 2.8.0, 12.9, 3.12) is what --torch,
+    --cuda or --python ``asked`` (2.8, 2.8.0; 12.9, cu129; 3.12)."""
+    if have is None:
+        return False
+    if flag == "--cuda" and compat.cuda_variant(asked).dotted == have:
+        return True
+    return have == asked or have.startswith(asked + ".")
+
+
+def local_checkout(recipe: Recipe, version: RecipeVersion, src_dir, wanted: str | None) -> tuple[Recipe, RecipeVersion]:
+    """``--src-dir`` on an existing checkout of a git recipe (a native build, a Windows script): the pin as
+    it is, or a fork or changed tree built as a local tree with the recipe's knowledge (refs.at_tree); a
+    folder that holds no project yet (the build clones into it) leaves the recipe as it is."""
+    if src_dir is None or recipe.source_kind != "git" or not any(
+            is_file(Path(src_dir) / f) for f in ("setup.py", "pyproject.toml")):
+        return recipe, version
+    return refs.at_tree(recipe, version, Path(src_dir), wanted)
 
 
 def expected_for_wheel(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:

@@ -15,7 +15,8 @@ from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown, write_output
-from imagegen.plan import Plan, choose_cell, defaults, with_offline, with_requested_platforms
+from imagegen.plan import Plan, choose_cell, defaults, with_offline
+from imagegen.platforms import with_requested_platforms
 from imagegen.render.dockerfile import render_dockerfile
 
 
@@ -73,35 +74,43 @@ def _render_flags(args: argparse.Namespace) -> None:
                 setattr(args, flag, [value])
     else:
         for flag, value in (("--src-dir", args.src_dir), ("--python-exe", args.python_exe), ("--vcvars", args.vcvars),
-                            ("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads), ("--out", args.out)):
+                            ("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads), ("--out", args.out),
+                            ("--install-torch", args.install_torch or None)):
             if value is not None:
-                raise UsageError(f"{flag} goes with --shell cmd|powershell (a Dockerfile takes MAX_JOBS and"
-                                 " NVCC_THREADS as build args at bake time)")
+                raise UsageError(f"{flag} goes with --shell cmd|powershell" + (
+                    " (a Dockerfile takes MAX_JOBS and NVCC_THREADS as build args at bake time)"
+                    if flag in ("--max-jobs", "--nvcc-threads") else " (a native Windows script)"))
         if args.audit:
             raise UsageError("--audit goes with --shell cmd|powershell; a Dockerfile's cell is audited by"
                              " `imagegen plan --audit` (and before every `imagegen build`)")
 
 
 def _render_windows(args, argv, recipe, version, archs, opts) -> int:
+    from imagegen.plan import WindowsHost, windows_plan
     from imagegen.render import windows
     if recipe.source_kind == "sdist":
         raise UsageError("a Windows script clones the recipe's git source: leave out --fetch sdist")
-    if version.arch.style != "fixed":
-        supported = {a.cc for a in version.archs}
-        bad = [a for a in archs if a.cc not in supported]
-        if bad:
-            raise UsageError(f"{recipe.name} {version.version} does not support {', '.join(a.sm for a in bad)}"
-                             f" (it supports {', '.join(sorted(supported, key=lambda cc: tuple(map(int, cc.split('.')))))})")
     common.check_job_flags(args)
-    torch, cuda, python = (options.flag_values(args, k) for k in ("torch", "cuda", "python"))
+    if args.install_torch and args.python_exe is None:
+        raise UsageError("--install-torch goes with --python-exe (without it, each cell's own venv gets its torch)")
+    # --src-dir on a checkout that is here: a fork or a changed tree builds as a local tree, as on Linux.
+    wanted = (options.recipe_versions(args) or (None,))[0]
+    recipe, version = common.local_checkout(recipe, version, args.src_dir, wanted)
+    torch, cuda, python = _from_python_exe(args, *(options.flag_values(args, k) for k in ("torch", "cuda", "python")))
     m = opts.config.matrix  # a config matrix stands in for the flags it names
-    cells, rejected = windows.windows_cells(recipe, version, archs, torch=torch or tuple(m.torch),
-                                            cuda=cuda or tuple(m.cuda), python=python or tuple(m.python),
-                                            layout=opts.layout)
-    if len(cells) + len(rejected) > 1:
-        for c in rejected:
+    plan = windows_plan([(recipe, version)], [archs], WindowsHost(), torch=torch or tuple(m.torch),
+                        cuda=cuda or tuple(m.cuda), python=python or tuple(m.python),
+                        torch_index_override=opts.torch_index_url, layout=opts.layout)
+    cells = plan.buildable
+    if len(plan.cells) > 1:
+        for c in plan.rejected:
             print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
-    windows.refuse_rejected(rejected, len(cells) + len(rejected))
+    if plan.rejected:
+        first = plan.rejected[0]
+        more = (f" (and {len(plan.rejected) - 1} more of the {len(plan.cells)} cells:"
+                f" {', '.join(c.name for c in plan.rejected[1:4])}{', ...' if len(plan.rejected) > 4 else ''})"
+                if len(plan.rejected) > 1 else "")
+        raise CompatError(f"cannot build {first.describe()}: " + "; ".join(first.problems) + more)
     if args.python_exe is not None and len(cells) > 1:
         raise UsageError(f"--python-exe builds with that interpreter's torch as it is: one cell only, and these flags"
                          f" make {len(cells)} ({', '.join(c.name for c in cells)}); leave --python-exe out to get a"
@@ -111,8 +120,9 @@ def _render_windows(args, argv, recipe, version, archs, opts) -> int:
               " cell's builder image, or --native); it cannot run a Windows build, so these cells are not audited:"
               " the script checks the built extensions' archs with cuobjdump instead", file=sys.stderr)
     out = args.out or (os.path.relpath(opts.config.out) if opts.config.path else "wheelhouse")
+    src = str(recipe.source_path) if recipe.source_kind == "local" else args.src_dir or recipe.name
     text = windows.render_script(
-        args.shell, recipe, version, cells, src=args.src_dir or recipe.name, python_exe=args.python_exe,
+        args.shell, recipe, version, cells, src=src, python_exe=args.python_exe, install_torch=args.install_torch,
         vcvars=args.vcvars or windows.DEFAULT_VCVARS, max_jobs=args.max_jobs or 1, nvcc_threads=args.nvcc_threads or 1,
         out=str(out), command=common.command_line(argv), index_override=opts.torch_index_url)
     write_output(text, args.output)
@@ -120,6 +130,47 @@ def _render_windows(args, argv, recipe, version, archs, opts) -> int:
         print(f"wrote {args.output}: {len(cells)} cell(s) of {recipe.name} {version.version}: "
               + ", ".join(c.name for c in cells), file=sys.stderr)
     return 0
+
+
+def _from_python_exe(args, torch: tuple, cuda: tuple, python: tuple) -> tuple[tuple, tuple, tuple]:
+    """--python-exe's torch, CUDA and Python as the cell's, where no flag names them: the interpreter is run
+    once with a probe (executors.host.probe_python: torch's version and CUDA read without importing it, bounded
+    in time), and a flag given must agree with what it has. Not run when the flags name all three (the script
+    checks them against the interpreter when it runs: a script rendered for another machine)."""
+    exe = args.python_exe
+    many = [f"{flag} {' '.join(v)}" for flag, v in (("--torch", torch), ("--cuda", cuda), ("--python", python)) if len(v) > 1]
+    if exe is not None and many:
+        raise UsageError(f"--python-exe builds with that interpreter's torch as it is: one cell only, and {many[0]} asks"
+                         " for several; leave --python-exe out to get a venv per cell")
+    if exe is None or (torch and cuda and python):
+        return torch, cuda, python
+    from imagegen.errors import EngineError
+    from imagegen.executors.host import probe_python
+    from imagegen.render.windows import check_value
+    check_value(args.shell, exe)  # a path the script could not hold is never run here either
+    try:
+        info = probe_python(exe)
+    except EngineError as exc:
+        raise UsageError(f"--python-exe {shown(exe, 80)}: {exc}: render where the script runs, or give --torch,"
+                         " --cuda and --python (the torch it has; the script checks them when it runs)") from None
+    have = {"--torch": info.get("torch"), "--cuda": info.get("torch_cuda"), "--python": info["python"]}
+    if have["--torch"] is None and not args.install_torch:
+        raise UsageError(f"--python-exe {shown(exe, 80)} has no torch ({shown(info.get('torch_error') or 'none', 80)}):"
+                         " install the torch you build for into it, or give --torch and --cuda with --install-torch"
+                         " (the script then installs that torch into it)")
+    if have["--torch"] is not None and have["--cuda"] is None and not args.install_torch:
+        raise UsageError(f"--python-exe {shown(exe, 80)} has torch {have['--torch']}, a CPU-only build: install a CUDA"
+                         " build of torch into it, or give --torch and --cuda with --install-torch")
+    given = {"--torch": torch, "--cuda": cuda, "--python": python}
+    for flag, asked in given.items():
+        if args.install_torch and flag != "--python":
+            continue  # the script installs the torch asked for
+        for value in asked:
+            if have[flag] is not None and not common.same_value(flag, value, have[flag]):
+                raise UsageError(f"{flag} {value} asked, but --python-exe {shown(exe, 80)} has {have[flag]}: the"
+                                 " script builds with that interpreter's; leave the flag out to take its own")
+    fill = {flag: given[flag] or ((have[flag],) if have[flag] is not None else ()) for flag in given}
+    return fill["--torch"], fill["--cuda"], fill["--python"]
 
 
 def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:

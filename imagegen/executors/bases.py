@@ -11,13 +11,11 @@ a plain build makes no extra registry call.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Sequence
 
 from imagegen import registry
 from imagegen.errors import ImagegenError
-from imagegen.model import compat
-from imagegen.plan import Cell
+from imagegen.plan import Cell, on_fallback
 
 
 def unavailable(ref: str) -> str | None:
@@ -57,10 +55,7 @@ def pick(cells: Sequence[Cell], say: Callable[[str], None],
         if ref != base.ref:
             why = reasons[0]
             say(f"[{cell.name}] base image {why}: building on the fallback {ref}")
-            notes = tuple(n for n in cell.notes if not n.startswith("fallback base image:"))
-            cell = dataclasses.replace(
-                cell, base=compat.on_fallback(base, ref, cell.python),
-                notes=notes + (f"built on the fallback base image {ref}: {why}",))
+            cell = on_fallback(cell, ref, why)
         chosen.append(cell)
     return chosen, failed
 

@@ -93,16 +93,22 @@ def gpus() -> tuple[str, ...]:
     return engine.gpus()
 
 
-def probe(python_exe: str | None = None) -> HostToolchain:
-    exe = python_exe or sys.executable
+PROBE_TIMEOUT = 120  # seconds: the probe reads files only (no torch import), but a cold venv starts slowly
+
+
+def probe_python(exe: str, timeout: float = PROBE_TIMEOUT) -> dict:
+    """What the interpreter ``exe`` is, read once by running it with _PROBE (torch's version and CUDA from
+    its metadata, without importing it): {"python": "3.12", "torch": "2.8.0" or absent, "torch_cuda":
+    "12.9" or None, ...}. EngineError, one line, when it cannot be run as Python within ``timeout``."""
     try:
-        raw = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+        raw = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+                             stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise EngineError(f"Python interpreter {shown(exe)} not found") from None
     except OSError as exc:  # not executable, a directory, a symlink loop, a name too long
         raise EngineError(f"cannot run Python interpreter {shown(exe)}: {os_reason(exc)}") from None
     except subprocess.TimeoutExpired:
-        raise EngineError(f"Python interpreter {shown(exe)} did not answer within 120 s") from None
+        raise EngineError(f"Python interpreter {shown(exe)} did not answer within {timeout:.0f} s") from None
     try:
         info = json.loads(raw.stdout.strip().splitlines()[-1])
         if not isinstance(info, dict) or not isinstance(info.get("python"), str):
@@ -110,6 +116,12 @@ def probe(python_exe: str | None = None) -> HostToolchain:
     except (ValueError, IndexError):
         last = raw.stderr.strip().splitlines()[-1] if raw.stderr.strip() else "no output"
         raise EngineError(f"cannot run {shown(exe)} as Python: {shown(last, 160)}") from None
+    return info
+
+
+def probe(python_exe: str | None = None) -> HostToolchain:
+    exe = python_exe or sys.executable
+    info = probe_python(exe)
     cuda_home = info.get("cuda_home")
     nvcc = nvcc_version(cuda_home)
     return HostToolchain(python_exe=exe, python=info["python"], torch=info.get("torch"), torch_cuda=info.get("torch_cuda"),

@@ -7,6 +7,13 @@ secret, a named context for local sources, and build args that the environment c
 ``IMAGEGEN_``-prefixed variables (an unprefixed ``MAX_JOBS`` in a CI's environment would silently
 override a bake variable of that name). Groups: one per recipe, and ``default``.
 
+A cell whose base image has fallbacks (the manylinux flavor's sameli image, ``--base-image
+CUDA=PRIMARY,FALLBACK``) gets, beside its target, one ``<target>-fallback`` target per fallback
+(``-fallback2`` for a second), in no group: the cell as ``imagegen build`` builds it when the primary
+cannot be pulled (its own Dockerfile, FROM the fallback; the same output folder). A plain ``docker buildx
+bake <target>-fallback`` builds on it; ``imagegen ci github`` jobs pick it when the primary cannot be
+had. The labels ``io.imagegen.base-image`` and ``io.imagegen.fallbacks`` say which is which.
+
 The definition is emitted both as JSON (``bake/*.json``, no quoting pitfalls) and as HCL (the root
 ``docker-bake.hcl`` that a plain ``docker buildx bake`` in a clone of the repo picks up). Every value
 is validated before it gets here (see imagegen.safety), and strings are written with JSON escaping,
@@ -24,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagegen import safety
-from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
+from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, on_fallback
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files, render_dockerfile
 
 # Variables users may set in the environment to override every target's build args.
@@ -68,6 +75,8 @@ class BakeTarget:
     output: str
     cell: Cell
     contexts: dict[str, str] = field(default_factory=dict)
+    fallbacks: tuple[str, ...] = ()  # the names of this cell's fallback targets, in order
+    fallback_of: str | None = None  # a fallback target: the primary's name (in no group)
 
 
 @dataclass
@@ -82,13 +91,14 @@ class BakeDefinition:
         given (``-f a.hcl -f b.hcl``): the version groups, named after what they hold, stay apart, so
         files of two versions build together by naming them (README: several bake files)."""
         groups: dict[str, list[str]] = {}
-        for t in self.targets:
+        primary = [t for t in self.targets if t.fallback_of is None]
+        for t in primary:
             groups.setdefault(t.recipe, []).append(t.name)
         recipes = set(groups)
-        for t in self.targets:
+        for t in primary:
             if version_group(t) not in recipes:  # a recipe of that very name keeps its own group
                 groups.setdefault(version_group(t), []).append(t.name)
-        groups["default"] = [t.name for t in self.targets]
+        groups["default"] = [t.name for t in primary]
         return groups
 
     def version_groups_of(self, recipe: str) -> set[str]:
@@ -99,7 +109,7 @@ class BakeDefinition:
         mine = self.version_groups_of(only_recipe) if only_recipe is not None else set()
         groups = {k: v for k, v in self.groups.items() if only_recipe is None or k in (only_recipe, "default", *mine)}
         if only_recipe is not None:
-            groups["default"] = [t.name for t in targets]
+            groups["default"] = [t.name for t in targets if t.fallback_of is None]
         variables = {name: {"default": ""} for name in VARIABLES}
         variables[CA_VARIABLE] = {"default": CA_DEFAULT}  # every default is a literal
         return {
@@ -123,8 +133,13 @@ def _target_dict(t: BakeTarget) -> dict:
         "args": args,
         "secret": [Interp(f"id=pip_cert,src=${{{CA_VARIABLE}}}")],
         "output": [f"type=local,dest={t.output}"],
-        "labels": {"io.imagegen.cell": t.name},
+        "labels": {"io.imagegen.cell": t.fallback_of or t.name},
     }
+    if t.fallbacks or t.fallback_of:
+        assert t.cell.base is not None
+        d["labels"]["io.imagegen.base-image"] = t.cell.base.ref
+    if t.fallbacks:
+        d["labels"]["io.imagegen.fallbacks"] = ",".join(t.fallbacks)
     if t.contexts:
         d["contexts"] = dict(t.contexts)
     if t.cell.platform != DEFAULT_PLATFORM:  # amd64 cells build for the builder's own platform, as before
@@ -134,14 +149,16 @@ def _target_dict(t: BakeTarget) -> dict:
 
 def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "dockerfiles",
                      root: Path | None = None, command: str | None = None,
-                     scripts: str | None = None) -> BakeDefinition:
+                     scripts: str | None = None, fallback_targets: bool = False) -> BakeDefinition:
     """Targets for every buildable cell of ``plan``; paths are relative to ``root`` (the folder
     bake runs from: bake resolves context, dockerfile and output against its working directory).
 
     Every target gets imagegen's in-build scripts as the named context SCRIPTS_CONTEXT: ``scripts``
     (a folder as bake should read it: the clone's own imagegen/resources/builder for --repo), else a
     copy written beside the Dockerfiles (``<dockerfiles_dir>/imagegen-scripts/``), so that a bake
-    file and its Dockerfiles build on a machine without imagegen (a CI runner)."""
+    file and its Dockerfiles build on a machine without imagegen (a CI runner). ``fallback_targets``: a
+    ``<target>-fallback`` target per fallback base image (a bake file for people and CI; `imagegen build`
+    picks the base itself)."""
     root = (root or Path.cwd()).resolve()
     targets, dockerfiles = [], {}
     safety.check(dockerfiles_dir, safety.LOCAL_PATH, "Dockerfiles folder")
@@ -159,9 +176,24 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         contexts = {SCRIPTS_CONTEXT: scripts}
         if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
             contexts["source"] = _relative(cell.recipe.source_path, root)
+        fallbacks = list(cell.base.fallbacks) if fallback_targets and cell.base is not None else []
+        names = [fallback_target(name, i) for i in range(1, len(fallbacks) + 1)]
         targets.append(BakeTarget(name=name, recipe=cell.recipe.name, context=dockerfiles_dir,
-                                  dockerfile=f"{name}.Dockerfile", output=out, cell=cell, contexts=contexts))
+                                  dockerfile=f"{name}.Dockerfile", output=out, cell=cell, contexts=contexts,
+                                  fallbacks=tuple(names)))
+        for ref, fallback in zip(fallbacks, names):
+            safety.check(fallback, _TARGET_NAME, "bake target name")
+            other = on_fallback(cell, ref, f"when {cell.base.ref} cannot be pulled ({fallback})")
+            dockerfiles[f"{dockerfiles_dir}/{fallback}.Dockerfile"] = render_dockerfile(other, command=command).dockerfile
+            targets.append(BakeTarget(name=fallback, recipe=cell.recipe.name, context=dockerfiles_dir,
+                                      dockerfile=f"{fallback}.Dockerfile", output=out, cell=other, contexts=contexts,
+                                      fallback_of=name))
     return BakeDefinition(targets=targets, dockerfiles=dockerfiles)
+
+
+def fallback_target(name: str, index: int) -> str:
+    """The bake target of a cell on its ``index``-th fallback base image: NAME-fallback, NAME-fallback2, ..."""
+    return f"{name}-fallback" + (str(index) if index > 1 else "")
 
 
 def absolute_contexts(target: BakeTarget, dockerfiles_dir: Path) -> dict[str, str]:

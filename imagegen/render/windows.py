@@ -1,16 +1,19 @@
 """Windows: the native build of one or many cells as a cmd or PowerShell script (seeds 001 and 002, generated).
 
-The cells come from the planner (imagegen.plan.native_cell, with the cell's CUDA toolkit as nvcc), so a
-cell the plan rejects (nvcc 12.6 cannot build sm_120, a torch/CUDA pair torch never shipped) is refused
-here with the plan's reason. One script builds every cell in turn and goes on past a failed one; it
+The cells come from the planner (imagegen.plan.windows_plan: expand on a WindowsHost, with the cell's CUDA
+toolkit as nvcc), so a cell the plan rejects (nvcc 12.6 cannot build sm_120, a torch/CUDA pair torch never
+shipped) is refused with the plan's reason, and an arch the package runs from another cubin (flash-attn's
+8.6 on sm_80) is mapped as on Linux. One script builds every cell in turn and goes on past a failed one; it
 exits non-zero at the end when any failed, and keeps the wheels of those that built.
 
 Per cell the script selects the CUDA toolkit through ``CUDA_PATH_V<major>_<minor>`` (what NVIDIA's
-installer sets; seed 001 picks toolkits the same way), makes a venv with ``py -X.Y`` (or uses
-``--python-exe`` as it is), installs the cell's torch from its index and the recipe's build
-requirements, loads Visual Studio's x64 environment (vcvarsall, unless already loaded), sets the recipe's
+installer sets; seed 001 picks toolkits the same way), makes a venv with ``py -X.Y`` and installs the
+cell's torch from its index (or uses ``--python-exe`` as it is: its torch is checked, never replaced,
+unless ``--install-torch``), installs the recipe's build requirements, loads Visual Studio's x64 environment (vcvarsall, unless already loaded), sets the recipe's
 variables with ``set "NAME=value"`` (no trailing space can slip into a value) and runs ``pip wheel
---no-build-isolation``. What needs real work (the torch/nvcc check, the pinned source and the recipe's
+--no-build-isolation``. A local tree (a checkout of your own given as ``--src-dir``: a fork, local fixes;
+refs.at_tree) is never written to: the script builds a copy, patched as the Linux build patches its copy.
+What needs real work (the torch/nvcc check, the pinned source and the recipe's
 patches, the local version, the cuobjdump arch check, the import test in a fresh venv, the atomic move
 into the wheelhouse) is resources/windows/imagegen_windows.py, a stdlib-only helper embedded in the
 script and run with the cell's Python, so that it is tested on any OS. Every native command's exit
@@ -21,10 +24,8 @@ NVCC_THREADS default to 1 (seed 002's OOM workaround) unless given.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import re
-from dataclasses import replace
 from importlib import resources
 
 import jinja2
@@ -34,11 +35,9 @@ from imagegen.errors import CompatError, UnsafeValueError, UsageError, printable
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_format import format_for
-from imagegen.model.compat import BaseImage
 from imagegen.model.jobs import split_extensions
-from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.plan import WINDOWS_BASE_REF, Cell, candidates, native_cell
+from imagegen.plan import Cell
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
@@ -108,6 +107,12 @@ def _psq(value: object) -> str:
     return "'" + _PS_SINGLE.sub(r"\1\1", text) + "'"
 
 
+def check_value(shell: str, value: str) -> str:
+    """``value`` as the ``shell`` script would quote it (UnsafeValueError, one line, where it cannot be): checked
+    before anything uses it (render --shell runs --python-exe's interpreter to read its torch)."""
+    return _psq(value) if shell == "powershell" else _cmdq(value)
+
+
 def _env_value(value: str) -> str:
     # Used inside `set "N=V"`, PowerShell single quotes and (vcvars) a PowerShell double-quoted
     # `cmd /c "..."`: none of them may see these.
@@ -151,56 +156,7 @@ def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs:
 
 
 # --------------------------------------------------------------------------------------------
-# The cells
-
-
-def windows_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, torch: str, cuda: compat.CudaVariant,
-                 python: str) -> Cell:
-    """One Windows cell, planned like a native build whose nvcc is the cell's own toolkit (the script
-    selects CUDA_PATH_V<major>_<minor>)."""
-    base = BaseImage(ref=WINDOWS_BASE_REF, flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
-                     nvcc=cuda.version, image_torch_cuda=None)
-    _, release = compat.torch_series(torch)  # 2.8 -> its newest release, 2.8.0
-    return native_cell(recipe, version, archs, base, release, cuda.name, python)
-
-
-def windows_cells(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch=(), cuda=(), python=(),
-                  layout: str = DEFAULT_LAYOUT) -> tuple[list[Cell], list[Cell]]:
-    """(buildable, rejected) cells: every combination of the torch, CUDA and Python values given; an
-    axis not given is filled, for each combination, with the newest value that builds (none given:
-    one cell, the newest combination that builds). A rejected cell is the candidate
-    with the fewest problems (the first of those tried)."""
-    torches = [compat.torch_series(t) for t in torch] or [None]
-    cudas = [compat.cuda_variant(c) for c in cuda] or [None]
-    pythons = [compat.check_python(p) for p in python] or [None]
-    buildable: list[Cell] = []
-    rejected: list[Cell] = []
-    seen: set[str] = set()
-    for t, c, p in itertools.product(torches, cudas, pythons):
-        closest = chosen = None
-        for s, tv, cv, py in candidates(t, c, p):
-            cell = windows_cell(recipe, version, archs, tv, cv, py)
-            if cell.buildable:
-                chosen = cell
-                break
-            if closest is None or len(cell.problems) < len(closest.problems):
-                closest = cell  # the reasons of the candidate nearest to building, not of one torch never shipped
-        cell = chosen or closest
-        if cell is None or cell.name in seen:
-            continue
-        seen.add(cell.name)
-        (buildable if chosen else rejected).append(replace(cell, layout=layout))
-    return buildable, rejected
-
-
-def refuse_rejected(rejected: list[Cell], total: int) -> None:
-    """A CompatError with the plan's reasons when any cell asked for cannot build."""
-    if not rejected:
-        return
-    first = rejected[0]
-    more = f" (and {len(rejected) - 1} more of the {total} cells: {', '.join(c.name for c in rejected[1:4])}" \
-           f"{', ...' if len(rejected) > 4 else ''})" if len(rejected) > 1 else ""
-    raise CompatError(f"cannot build {first.describe()}: " + "; ".join(first.problems) + more)
+# The cells (planned by imagegen.plan.windows_plan, as every other cell)
 
 
 def torch_index(cell: Cell, override: str | None = None) -> str:
@@ -281,7 +237,7 @@ def _base64_lines(text: str) -> list[str]:
 
 
 def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: list[Cell], *, src: str,
-                  python_exe: str | None = None, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
+                  python_exe: str | None = None, install_torch: bool = False, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
                   nvcc_threads: int = 1, out: str = "wheelhouse", command: str = "",
                   index_override: str | None = None) -> str:
     """The script that builds ``cells`` (buildable cells of ``recipe`` ``version``) in turn."""
@@ -289,8 +245,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
     if recipe.source_kind == "sdist":
         raise UnsafeValueError("a Windows script clones the recipe's git source: leave out --fetch sdist")
-    if recipe.source_kind != "git":
-        raise UnsafeValueError("a Windows script clones a git recipe; for a local project run pip wheel in it directly")
+    if recipe.source_kind not in ("git", "local"):
+        raise UnsafeValueError(f"a Windows script builds a git recipe or a local tree, not a {recipe.source_kind} source")
     if not cells:
         raise CompatError(f"no cell of {recipe.name} {version.version} to build")
     if python_exe is not None and len(cells) > 1:
@@ -320,6 +276,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         imagegen_version=__version__, command=comment_line(command),
         recipe=recipe, version=version, src=src, subdir=subdir, python_exe=python_exe or "", vcvars=vcvars, out=out,
         python_exe_is_path=bool(python_exe and re.search(r"[\\/]", python_exe)),
+        # never a torch into the user's interpreter unless asked (--install-torch): it is checked instead
+        install_torch=bool(python_exe is None or install_torch), local=recipe.source_kind == "local",
         work=DEFAULT_WORK, helper_name=HELPER, shared_name=SHARED,
         requires=list(recipe.build_requires),
         cells=[{"cell": c, "name": c.name, "torch": c.torch_version, "cuda": c.cuda.name, "toolkit": str(c.cuda.version),

@@ -286,3 +286,26 @@ def test_unknown_group(monkeypatch, tmp_path):
 # --------------------------------------------------------------------------------------------
 # Units
 
+
+
+def test_a_fallback_base_image_through_the_real_buildx(tmp_path):
+    """Issue 34: the manylinux cells' sameli fallback, in an HCL bake file buildx reads: `<target>-fallback` is a
+    target of its own (FROM the fallback, the same output folder, in no group), and the workflow's job for the
+    primary names both, each with its base image, as buildx prints them."""
+    exe = Path(sys.executable).parent / "imagegen"
+    bake = subprocess.run([str(exe), "bake", "fa2", "--torch", "2.8", "--cuda", "12.8", "--arch", "8.0",
+                           "--flavor", "manylinux"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert bake.returncode == 0, bake.stderr
+    name = "fa2-2_8_3-torch2_8-cu128-py312"
+    assert list(bake_print(cwd=tmp_path)["target"]) == [name]  # the default group: the primary only
+    printed = bake_print(name, f"{name}-fallback", cwd=tmp_path)["target"]
+    assert local_dest(printed[name]["output"]) == local_dest(printed[f"{name}-fallback"]["output"])
+    assert printed[f"{name}-fallback"]["labels"]["io.imagegen.base-image"] == "sameli/manylinux_2_34_x86_64_cuda_12.8"
+    out = tmp_path / "wf.yml"
+    proc = subprocess.run([str(exe), "ci", "github", "--output", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = yaml.safe_load(out.read_text())["jobs"]["build"]["strategy"]["matrix"]["include"]
+    assert row["bases"] == (f"pytorch/manylinux2_28-builder:cuda12.8 {name}\n"
+                            f"sameli/manylinux_2_34_x86_64_cuda_12.8 {name}-fallback")
+    _lint(out)

@@ -121,3 +121,27 @@ def test_unsafe_folders_are_refused(tmp_path, bad):
 
 def test_escape_template():
     assert B.escape_template("a${b}%{c}$d") == "a$${b}%%{c}$d"
+
+
+def test_a_fallback_base_image_is_a_target_of_its_own_in_no_group(tmp_path):
+    """Issue 34: the manylinux flavor's sameli image, as `imagegen build` would pick it when the primary cannot
+    be pulled: its own Dockerfile FROM the fallback, the same output folder, named by labels, in no group."""
+    cat = load_catalogue()
+    plan = expand(MatrixRequest(recipes=[(r := cat.get("fa2"), r.version(None))], torch=["2.8"], cuda=["12.8"],
+                                python=["3.12"], archs=[parse_arch_list("8.0")], flavor="manylinux"))
+    assert B.build_definition(plan, out_dir="wh", root=tmp_path).groups["default"] == [plan.cells[0].name]
+    d = B.build_definition(plan, out_dir="wh", root=tmp_path, fallback_targets=True)
+    primary, fallback = d.targets
+    assert fallback.name == f"{primary.name}-fallback" and fallback.fallback_of == primary.name
+    assert fallback.output == primary.output and primary.fallbacks == (fallback.name,)
+    text = d.dockerfiles[f"dockerfiles/{fallback.name}.Dockerfile"]
+    assert "ARG BASE_IMAGE=sameli/manylinux_2_34_x86_64_cuda_12.8\n" in text
+    assert "built on the fallback base image sameli/manylinux_2_34_x86_64_cuda_12.8" in text
+    assert all(fallback.name not in names for names in d.groups.values())
+    targets = d.as_dict()["target"]
+    assert targets[primary.name]["labels"] == {"io.imagegen.cell": primary.name,
+                                               "io.imagegen.base-image": "pytorch/manylinux2_28-builder:cuda12.8",
+                                               "io.imagegen.fallbacks": fallback.name}
+    assert targets[fallback.name]["labels"] == {"io.imagegen.cell": primary.name,
+                                                "io.imagegen.base-image": "sameli/manylinux_2_34_x86_64_cuda_12.8"}
+    assert B.fallback_target("t", 1) == "t-fallback" and B.fallback_target("t", 2) == "t-fallback2"

@@ -13,7 +13,7 @@ import pytest
 from packaging.version import Version
 
 from imagegen.errors import CompatError, EngineError
-from imagegen.executors.host import HostToolchain, gpus, nvcc_version, preflight, probe
+from imagegen.executors.host import HostToolchain, gpus, nvcc_version, preflight, probe, probe_python
 from imagegen.model.arch_parse import parse_arch_list
 from tests.unit.executor_fixtures import executable, python_stand_in, tiny_recipe
 
@@ -113,6 +113,15 @@ def test_an_interpreter_that_does_not_answer_like_python_is_an_engine_error(tmp_
     with pytest.raises(EngineError) as info:
         probe(str(exe))
     assert str(info.value) == f"cannot run {exe} as Python: {says}" and info.value.exit_code == 4
+
+
+def test_probe_python_reads_an_interpreter_once_and_in_bounded_time(tmp_path):
+    """render --shell --python-exe's probe (issue 34 item 3): Python, torch and its CUDA; no GPU or nvcc asked."""
+    info = probe_python(sys.executable)
+    assert info["python"] == "%d.%d" % sys.version_info[:2] and "torch" in info or "torch_error" in info
+    slow = python_stand_in(tmp_path / "slow-python", "import time\ntime.sleep(30)\n")
+    with pytest.raises(EngineError, match=r"did not answer within 1 s$"):
+        probe_python(str(slow), timeout=1)
 
 
 def test_a_missing_interpreter_is_named_in_the_error(tmp_path, bin_dir):

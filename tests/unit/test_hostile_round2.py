@@ -200,7 +200,7 @@ def test_reading_a_planted_tree_runs_none_of_its_commands(tmp_path):
                   " version = '1.3.0.dev0'\n+# x\n", "r")
     refs.only_patched(tree, (patch,))
     refs.export_commit(tree, head, "demo")
-    from imagegen.render import workflow
+    from imagegen.commands import ci as workflow
     workflow._check_top_folder(tree)
     wheeltools.apply_patch({"name": "p.patch", "text": patch.text}, str(tree), lambda m: None,
                            lambda m: pytest.fail(m), "broken")

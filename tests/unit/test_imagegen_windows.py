@@ -26,8 +26,9 @@ from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
-from imagegen.render.windows import build_document, windows_cell
+from imagegen.render.windows import build_document
 from tests.unit.builder_script import builder_module
+from tests.unit.test_windows import windows_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "windows"))
@@ -148,6 +149,31 @@ def test_fetch_refuses_a_checkout_at_another_commit(tmp_path, capsys):
     doc = doc_for(url=str(repo), ref=commit, commit="0" * 40)
     assert W.main(["fetch", "--doc", str(write_doc(tmp_path, doc)), "--src", str(repo)]) == 1
     assert "not the pinned 000000000000" in capsys.readouterr().err
+
+
+def test_a_local_tree_is_built_from_a_patched_copy_and_never_written_to(tmp_path, capsys):
+    """Issue 34 item 3: --src-dir on the user's own checkout (seed 002's clone of main with local fixes)."""
+    repo, _, text = repo_with_patch(tmp_path)
+    (repo / "setup.py").write_text((repo / "setup.py").read_text() + "# the user's own fix\n")
+    (repo / "build").mkdir()  # the user's own earlier build
+    before = {p.relative_to(repo): p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    doc = doc_for(kind="local", url=None, ref="", commit=None)
+    doc["patches"] = [{"name": "add-sm120.patch", "reason": "sm_120", "text": text}]
+    copy = tmp_path / "work" / "src"
+    for _ in range(2):  # a second run starts from a fresh copy
+        assert W.main(["fetch", "--doc", str(write_doc(tmp_path, doc)), "--src", str(repo), "--copy", str(copy)]) == 0
+        assert "'12.0'" in (copy / "setup.py").read_text() and "# the user's own fix" in (copy / "setup.py").read_text()
+        assert not (copy / "build").exists()
+    assert {p.relative_to(repo): p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert "copying the local tree" in capsys.readouterr().out
+
+
+def test_a_local_tree_that_is_not_there_or_no_copy_is_one_line(tmp_path, capsys):
+    doc = write_doc(tmp_path, doc_for(kind="local", url=None, ref="", commit=None))
+    assert W.main(["fetch", "--doc", str(doc), "--src", str(tmp_path / "gone"), "--copy", str(tmp_path / "c")]) == 1
+    assert "the local tree" in capsys.readouterr().err
+    assert W.main(["fetch", "--doc", str(doc), "--src", str(tmp_path)]) == 1
+    assert "a local tree is built from a copy of it: give --copy DIR" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------------- retag

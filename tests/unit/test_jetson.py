@@ -14,7 +14,8 @@ from imagegen.cli import main
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import BUILDABLE, REJECTED, Plan, choose_cell, default_platforms, make_cell, with_platforms
+from imagegen.plan import BUILDABLE, REJECTED, Plan, choose_cell, make_cell
+from imagegen.platforms import default_platforms, with_platforms
 from imagegen.render.bake import build_definition
 from imagegen.render.dockerfile import render_dockerfile
 from tests.unit.test_dockerfile import check_structure, run_hadolint

@@ -29,7 +29,7 @@ MODULE_STEP = {
     # the options of a request: the config file, then flags > config > defaults
     "config": 1, "refs": 1, "refresh": 1, "options": 2,
     # plan: validated cells, and the gencode audit that proves them
-    "plan": 2, "cell_rules": 2, "audit": 2, "registry": 2, "resolve": 2,
+    "plan": 2, "platforms": 2, "cell_rules": 2, "audit": 2, "registry": 2, "resolve": 2,
     # finish: verify, collect into the wheelhouse, the GPU check
     "wheelhouse": 2, "finish": 5, "verify": 5, "fatbin": 5, "collect": 5, "records": 5, "check": 5,
     # the shell

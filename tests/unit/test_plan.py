@@ -12,7 +12,19 @@ from imagegen.errors import CompatError
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import BUILDABLE, REJECTED, SKIPPED, MatrixRequest, choose_cell, defaults, expand, make_cell
+from imagegen.plan import (
+    BUILDABLE,
+    REJECTED,
+    SKIPPED,
+    MatrixRequest,
+    WindowsHost,
+    choose_cell,
+    defaults,
+    expand,
+    make_cell,
+    on_fallback,
+    windows_plan,
+)
 
 CAT = load_catalogue()
 
@@ -508,3 +520,40 @@ def test_the_plans_trailer_names_only_the_axes_it_filled(capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "jetson: the axes not named come from its devices' rows (README, Jetson)"
     assert "not named:" not in out
+
+
+# ------------------------------------------------------------------- Windows cells (issue 34 item 2)
+
+
+def test_windows_cells_come_from_the_same_planner_and_rules():
+    fa = load_catalogue().get("fa2")
+    archs = parse_arch_list("80;86;89;90")
+    plan = windows_plan([(fa, fa.version("2.8.3"))], [archs], WindowsHost(), torch=["2.6", "2.8"], cuda=["12.6", "12.8"])
+    linux = expand(MatrixRequest(recipes=[(fa, fa.version("2.8.3"))], torch=["2.6", "2.8"], cuda=["12.6", "12.8"],
+                                 python=[], archs=[archs], flavor="manylinux"))
+    assert [(c.name, c.status) for c in plan.cells] == [(c.name, c.status) for c in linux.cells]
+    assert plan.rejected[0].problems == linux.rejected[0].problems == ("torch 2.6 has no cu128 build (it has cu118,"
+                                                                      " cu124, cu126)",)
+    cell = plan.buildable[0]
+    assert cell.flavor == "native" and cell.base.ref == "windows" and str(cell.archs) == "8.0;9.0"
+    assert cell.requested_archs == archs and "8.6, 8.9 run the sm_80 cubin" in " ".join(cell.notes)
+
+
+def test_a_windows_hosts_toolkit_is_its_nvcc_and_its_fix_words_its_flags():
+    from imagegen.cell_rules import FixWords
+    sage = load_catalogue().get("sage")
+    host = WindowsHost(toolkits=(("cu128", "12.8.1"),), fixes=FixWords(cuda="use --windows-cuda {}"))
+    plan = windows_plan([(sage, sage.version("2.2.0"))], [parse_arch_list("12.0")], host, torch=["2.8"],
+                        cuda=["12.8", "12.6"])
+    assert plan.buildable[0].base.nvcc == Version("12.8.1")
+    assert plan.rejected[0].problems == ("sm_120 needs CUDA >= 12.8; CUDA 12.6 (cu126) selected: use --windows-cuda"
+                                         " 12.8 or newer",)
+
+
+def test_on_fallback_is_the_cell_on_its_fallback_base_image():
+    cell = make_cell(*(lambda r: (r, r.version(None)))(load_catalogue().get("fa2")), "2.8", "12.8", "3.12",
+                     parse_arch_list("8.0"), "manylinux")
+    other = on_fallback(cell, "sameli/manylinux_2_34_x86_64_cuda_12.8", "not found")
+    assert other.base.ref == "sameli/manylinux_2_34_x86_64_cuda_12.8" and other.base.fallbacks == ()
+    assert other.notes[-1] == "built on the fallback base image sameli/manylinux_2_34_x86_64_cuda_12.8: not found"
+    assert not any(n.startswith("fallback base image:") for n in other.notes)

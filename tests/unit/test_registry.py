@@ -151,7 +151,7 @@ def test_gpu_flags_follow_the_driver_and_the_container_toolkit(tmp_path, monkeyp
 
 
 def test_an_arm64_builder_image_has_a_tag_of_its_own():
-    from imagegen.plan import with_platforms
+    from imagegen.platforms import with_platforms
 
     amd, arm = with_platforms(Plan(cells=[cell(flavor="pypi", torch="2.11", cuda="13.0")]),
                               ("linux/amd64", "linux/arm64")).cells

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -54,7 +55,8 @@ def test_render_refuses_a_flag_the_chosen_output_would_ignore(argv, says, capsys
 
 
 def test_the_windows_script_carries_every_value_given(capsys):
-    assert render("fa2", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8", "--python-exe",
+    assert render("fa2", "--arch", "9.0", "--shell", "cmd", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+                  "--python-exe",
                   "C:\\py\\python.exe", "--src-dir", "fa", "--vcvars", "D:\\vc.bat", "--max-jobs", "4",
                   "--nvcc-threads", "2", "--out", "D:\\wh") == 0
     lines = capsys.readouterr().out.splitlines()
@@ -65,8 +67,8 @@ def test_the_windows_script_carries_every_value_given(capsys):
         assert line in lines, line
     assert any('-m pip wheel --no-build-isolation --no-deps -w "%IG_DIST%" .' in line for line in lines)
     # The command line that made it, as a comment, quoted the way a shell reads it back.
-    assert "rem Re-render with: imagegen render fa2 --arch 9.0 --shell cmd --torch 2.8 --cuda 12.8 --python-exe" \
-           " 'C:\\py\\python.exe'" in "\n".join(lines)
+    assert "rem Re-render with: imagegen render fa2 --arch 9.0 --shell cmd --torch 2.8 --cuda 12.8 --python 3.12" \
+           " --python-exe 'C:\\py\\python.exe'" in "\n".join(lines)
 
 
 def test_the_windows_script_defaults_are_the_safe_ones(capsys):
@@ -88,16 +90,22 @@ def test_render_lists_make_one_script_of_many_cells(capsys):
     assert text.count("\r\n:cell_") == 4 and "sage-2_2_0-torch2_9-cu128-py311" in text
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["sage", "--arch", "7.0"], "sageattention 2.2.0 does not support sm_70 (it supports "),
-    (["fa2", "--arch", "8.6"], "flash-attn 2.8.3 does not support sm_86"),
-    (["sage", "--arch", "9.0", "--max-jobs", "0"], "--max-jobs must be between 1 and 1024"),
-    (["sage", "--arch", "9.0", "--nvcc-threads", "1025"], "--nvcc-threads must be between 1 and 1024"),
+@pytest.mark.parametrize("argv, error, says", [
+    (["sage", "--arch", "7.0", "--cuda", "12.8"], CompatError, "cannot build sageattention 2.2.0 torch 2.11.0 cu128"
+     " py3.12 arch 7.0 [native]: sageattention 2.2.0 does not support sm_70 (it supports "),
+    (["sage", "--arch", "9.0", "--max-jobs", "0"], UsageError, "--max-jobs must be between 1 and 1024"),
+    (["sage", "--arch", "9.0", "--nvcc-threads", "1025"], UsageError, "--nvcc-threads must be between 1 and 1024"),
 ])
-def test_the_windows_script_refuses_archs_the_recipe_cannot_build_and_bad_job_counts(argv, says):
-    # No plan maps 8.6 to sm_80 here: the script hands the knob what it is given.
-    with pytest.raises(UsageError, match="^" + says.replace("(", "\\(")):
+def test_the_windows_script_refuses_archs_the_recipe_cannot_build_and_bad_job_counts(argv, error, says):
+    with pytest.raises(error, match="^" + re.escape(says)):
         render(*argv, "--shell", "cmd")
+
+
+def test_the_windows_script_maps_archs_as_the_linux_plan_does(capsys):
+    """Issue 34: flash-attn's 8.6 and 8.9 run its sm_80 cubin on Linux; the Windows script plans them alike."""
+    assert render("fa2", "--arch", "80;86;89;90", "--torch", "2.8", "--cuda", "12.8", "--shell", "cmd") == 0
+    text = capsys.readouterr().out
+    assert 'set "FLASH_ATTN_CUDA_ARCHS=80;90"' in text and 'set "TORCH_CUDA_ARCH_LIST=8.0;9.0"' in text
 
 
 def test_a_recipe_with_a_fixed_arch_list_renders_what_it_compiles(capsys):
@@ -223,3 +231,62 @@ def test_bake_repo_regenerates_the_repositorys_files_and_removes_stale_ones(tmp_
     keep.write_text("mine\n")
     assert bake("--repo") == 0
     assert capsys.readouterr().err == f"wrote {stale}\n" and not stale.exists() and keep.read_text() == "mine\n"
+
+
+# ----------------------------------------------------- render --shell from the user's venv (issue 34 item 3)
+
+
+def test_the_windows_cell_is_the_python_exes_torch_cuda_and_python(tmp_path, capsys):
+    from tests.unit.command_helpers import fake_host
+    venv = fake_host(tmp_path, python="3.11", torch="2.8.0", torch_cuda="12.9")
+    assert render("fa2", "--arch", "8.0;12.0", "--shell", "cmd", "--python-exe", venv) == 0
+    out = capsys.readouterr().out
+    assert 'set "IG_CELL=fa2-2_8_3-torch2_8-cu129-py311"' in out and 'set "IG_TORCH=2.8.0"' in out
+    assert "if defined IG_PYTHON_EXE goto :have_python" in out  # its torch is checked, not installed
+
+
+@pytest.mark.parametrize("facts, argv, says", [
+    ({"torch": None}, [], "has no torch (none): install the torch you build for into it, or give --torch and --cuda"
+                          " with --install-torch"),
+    ({"torch_cuda": None}, [], "has torch 2.8.0, a CPU-only build: install a CUDA build of torch into it"),
+    ({}, ["--torch", "2.9"], "--torch 2.9 asked, but --python-exe"),
+    ({}, ["--cuda", "12.8"], "--cuda 12.8 asked, but --python-exe"),
+    ({}, ["--python", "3.10"], "--python 3.10 asked, but --python-exe"),
+    ({}, ["--torch", "2.8,2.9"], "--python-exe builds with that interpreter's torch as it is: one cell only, and"
+                                 " --torch 2.8 2.9 asks for several"),
+])
+def test_a_python_exe_that_cannot_be_the_cell_is_one_line(tmp_path, facts, argv, says):
+    from tests.unit.command_helpers import fake_host
+    venv = fake_host(tmp_path, **{"python": "3.12", "torch": "2.8.0", "torch_cuda": "12.9", **facts})
+    with pytest.raises(UsageError) as info:
+        render("fa2", "--arch", "8.0", "--shell", "cmd", "--python-exe", venv, *argv)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_python_exe_that_is_not_here_needs_the_flags(capsys):
+    exe = "D:\\omni\\.venv\\Scripts\\python.exe"
+    with pytest.raises(UsageError, match="not found: render where the script runs, or give --torch, --cuda and"
+                                         " --python"):
+        render("fa2", "--arch", "8.0", "--shell", "cmd", "--python-exe", exe, "--torch", "2.8")
+    # all three given: nothing is run here, the script checks them against the interpreter when it runs
+    assert render("fa2", "--arch", "8.0", "--shell", "cmd", "--python-exe", exe, "--torch", "2.8", "--cuda", "12.9",
+                  "--python", "3.12") == 0
+
+
+@pytest.mark.parametrize("shell, line", [
+    ("cmd", "if defined IG_PYTHON_EXE goto :have_venv"),
+    ("powershell", "Invoke-Checked \"install torch $($Cell.Torch) from $($Cell.IndexUrl) into $py (--install-torch)\""),
+])
+def test_install_torch_puts_the_cells_torch_into_the_python_exe(tmp_path, capsys, shell, line):
+    from tests.unit.command_helpers import fake_host
+    venv = fake_host(tmp_path, torch=None)  # no torch yet: --install-torch with the torch asked for
+    assert render("fa2", "--arch", "8.0", "--shell", shell, "--python-exe", venv, "--install-torch", "--torch", "2.8",
+                  "--cuda", "12.8") == 0
+    assert line in capsys.readouterr().out
+
+
+def test_install_torch_goes_with_python_exe():
+    with pytest.raises(UsageError, match="^--install-torch goes with --python-exe"):
+        render("fa2", "--arch", "8.0", "--shell", "cmd", "--install-torch")
+    with pytest.raises(UsageError, match="^--install-torch goes with --shell cmd|powershell \\(a native Windows"):
+        render("fa2", "--arch", "8.0", "--install-torch")

@@ -20,7 +20,8 @@ from imagegen.errors import CompatError, UnsafeValueError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
-from imagegen.render.windows import build_env, render_script, windows_cell, windows_cells
+from imagegen.plan import WindowsHost, choose_cell, windows_plan
+from imagegen.render.windows import build_env, render_script
 from tests.unit.test_cli import run
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "windows"
@@ -30,6 +31,18 @@ SAGE_TWO_TORCHES = ["render", "sage", "--version", "2.2.0", "--torch", "2.8,2.9"
                     "--arch", "8.0;9.0;12.0+PTX"]
 GOLDENS = {"flash-attn-seed-002": SEED_002, "sage-2.2.0-torch2.8-2.9-cu128": SAGE_TWO_TORCHES}
 SUFFIX = {"cmd": "cmd", "powershell": "ps1"}
+
+
+def windows_cells(recipe, version, archs, *, torch=(), cuda=(), python=()):
+    """(buildable, rejected) cells of one Windows script, from the one planner."""
+    plan = windows_plan([(recipe, version)], [archs], WindowsHost(), torch=torch, cuda=cuda, python=python)
+    return plan.buildable, plan.rejected
+
+
+def windows_cell(recipe, version, archs, torch, cuda, python):
+    """The Windows cell of exactly these values (rejected or not)."""
+    return choose_cell(recipe, version, archs, torch=torch, cuda=cuda.name, python=python, flavor="native",
+                       strict=False, windows=WindowsHost())
 
 
 def rendered(argv: list[str], shell: str) -> str:
@@ -251,7 +264,7 @@ def test_an_axis_not_given_is_the_newest_that_builds():
     (["render", "no-such-recipe", "--shell", "cmd"], 2, "unknown recipe 'no-such-recipe'"),
     (["render", "sage", "--shell", "powershell", "--arch", "sm_999"], 2, "unknown compute capability"),
     (["render", "sage", "--shell", "powershell", "--arch", "8.0;;x'y"], 2, "unknown GPU architecture"),
-    (["render", "flash-attn", "--shell", "cmd", "--arch", "7.5"], 2, "flash-attn 2.8.3 does not support sm_75"),
+    (["render", "flash-attn", "--shell", "cmd", "--arch", "7.5"], 3, "flash-attn 2.8.3 does not support sm_75"),
     (["render", "flash-attn", "--shell", "cmd", "--torch", "2.8,2.9", "--python-exe", "py.exe"], 2,
      "--python-exe builds with that interpreter's torch as it is: one cell only"),
     (["render", "flash-attn", "--shell", "cmd", "--flavor", "cuda"], 2, "--flavor does not apply to --shell"),
@@ -331,7 +344,7 @@ def test_hostile_but_accepted_values_stay_quoted_and_parse(shell, field, value):
     if shell == "powershell":
         assert "'" + re.sub("(['\u2019])", r"\1\1", value) + "'" in out
     assert parse_errors(out, shell) == []
-    baseline = render_script(shell, r, version, cells, src="D:\\src", python_exe=None)
+    baseline = render_script(shell, r, version, cells, src="D:\\src", python_exe="python" if field == "python_exe" else None)
     assert len(out.splitlines()) == len(baseline.splitlines())  # a value never adds or ends a line
 
 
@@ -388,3 +401,13 @@ def test_a_script_whose_cells_need_different_patches_is_refused_in_one_line():
     cells, _ = windows_cells(sage, version, parse_arch_list("9.0"), torch=("2.12", "2.13"), cuda=("13.0",), python=("3.12",))
     text = render_script("powershell", sage, version, cells, src="sage")
     assert "sageattention-2.2.0-cxx-std-from-torch.patch" in text
+
+
+@pytest.mark.parametrize("shell, comment", [("cmd", "rem"), ("powershell", "#")])
+@pytest.mark.parametrize("git", ["https://github.com/me/flash-attention@0123456789abcdef0123456789abcdef01234567",
+                                 "git@github.com:me/flash-attention.git@0123456789abcdef0123456789abcdef01234567"])
+def test_the_rerender_line_keeps_the_at_of_git_url_at_sha(shell, comment, git):
+    text = rendered(["render", "fa2", "--version", "2.8.3", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+                     "--arch", "8.0", "--git", git], shell)
+    assert f"{comment} Re-render with: imagegen render fa2 --version 2.8.3 --torch 2.8 --cuda 12.8 --python 3.12" \
+           f" --arch 8.0 --git {git} --shell {shell}" in text.splitlines()[:3]

@@ -22,7 +22,9 @@ import yaml
 
 from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
 from imagegen.render import bakefiles
+from imagegen.commands import ci as command
 from imagegen.render import workflow as ci
+from imagegen.render import workflow_targets as wt
 from tests.unit import bake_print_stand_in as stand_in
 from tests.workflow_cli import generate, imagegen, parser, steps_by_name
 
@@ -32,7 +34,7 @@ SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{
 
 @pytest.fixture(autouse=True)
 def no_buildx(monkeypatch):
-    monkeypatch.setattr(ci, "print_bake", stand_in.print_bake)
+    monkeypatch.setattr(command, "print_bake", stand_in.print_bake)
 
 
 def _tool(name: str) -> str | None:
@@ -183,16 +185,16 @@ def test_hostile_or_bad_input_is_one_line_and_non_zero(argv, needle, tmp_path, m
 def test_hostile_values_stop_in_run_before_buildx(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     called = []
-    monkeypatch.setattr(ci, "print_bake", lambda *a, **k: called.append(a))
+    monkeypatch.setattr(command, "print_bake", lambda *a, **k: called.append(a))
     for argv in (["--registry", "x; rm -rf /"], ["--targets", "x$(id)"]):
         with pytest.raises(UnsafeValueError) as exc:
-            ci.run(parser().parse_args(["ci", "github", "--output", str(tmp_path / "wf.yml"), *argv]))
+            command.run(parser().parse_args(["ci", "github", "--output", str(tmp_path / "wf.yml"), *argv]))
         assert "\n" not in str(exc.value) and exc.value.exit_code != 0
     assert called == []
 
 
 def test_without_docker(monkeypatch, tmp_path):
-    monkeypatch.setattr(ci, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
+    monkeypatch.setattr(command, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("PATH", str(tmp_path))  # no docker on it
     code, _, err = imagegen("ci", "github", "-o", str(tmp_path / "wf.yml"))
@@ -200,7 +202,7 @@ def test_without_docker(monkeypatch, tmp_path):
 
 
 def test_without_buildx(monkeypatch, tmp_path):
-    monkeypatch.setattr(ci, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
+    monkeypatch.setattr(command, "print_bake", bakefiles.print_bake)  # the real one, run with a stand-in docker
     fake = tmp_path / "docker"
     fake.write_text("#!/bin/sh\necho \"docker: 'buildx' is not a docker command.\" >&2\nexit 1\n")
     fake.chmod(0o755)
@@ -223,18 +225,18 @@ def test_must_run_in_the_top_folder(monkeypatch, tmp_path):
 
 
 def test_local_output_dests_reads_both_print_forms():
-    assert ci.local_output_dests(["type=local,dest=a/b", "type=tar,dest=x.tar", "type=image,name=x/y"]) == ["a/b"]
-    assert ci.local_output_dests([{"type": "local", "dest": "c/d"}, {"type": "docker"}]) == ["c/d"]
-    assert ci.local_output_dests(["out/dir"]) == ["out/dir"]  # --output DIR shorthand
-    assert ci.local_output_dests(['"type=local","dest=q,r"']) == ["q,r"]
+    assert wt.local_output_dests(["type=local,dest=a/b", "type=tar,dest=x.tar", "type=image,name=x/y"]) == ["a/b"]
+    assert wt.local_output_dests([{"type": "local", "dest": "c/d"}, {"type": "docker"}]) == ["c/d"]
+    assert wt.local_output_dests(["out/dir"]) == ["out/dir"]  # --output DIR shorthand
+    assert wt.local_output_dests(['"type=local","dest=q,r"']) == ["q,r"]
 
 
 def test_matrix_limit():
-    printed = {"target": {f"t{i}": {"output": [f"type=local,dest=o/{i}"]} for i in range(ci.MAX_MATRIX_JOBS + 1)}}
+    printed = {"target": {f"t{i}": {"output": [f"type=local,dest=o/{i}"]} for i in range(wt.MAX_MATRIX_JOBS + 1)}}
     with pytest.raises(UsageError, match="at most 256"):
-        ci.targets_from_print(printed)
+        wt.targets_from_print(printed)
     del printed["target"]["t0"]
-    assert len(ci.targets_from_print(printed)) == ci.MAX_MATRIX_JOBS
+    assert len(wt.targets_from_print(printed)) == wt.MAX_MATRIX_JOBS
 
 
 
@@ -318,7 +320,7 @@ def test_the_leak_check_can_fail(tmp_path):
 
 def test_the_render_refuses_its_own_expression_in_a_script(tmp_path):
     text, _ = generate(tmp_path, "--publish", DESTS["hf:"], "--imagegen-from", REQUIREMENT)
-    targets = [ci.WorkflowTarget(name=t, wheels="") for t in yaml.safe_load(text)["jobs"]["build"]["strategy"]["matrix"]["target"]]
+    targets = [wt.WorkflowTarget(name=t, wheels="") for t in yaml.safe_load(text)["jobs"]["build"]["strategy"]["matrix"]["target"]]
     ci._self_check(text, targets, publish=True)
     bad = text.replace('collect "$RUNNER_TEMP/wheelhouse"', 'collect "${{ runner.temp }}/wheelhouse"')
     assert bad != text
@@ -508,21 +510,21 @@ def test_hostile_publish_options_through_the_real_cli(argv, needle, tmp_path):
 
 
 def _targets(*dests: str) -> list:
-    return [ci.WorkflowTarget(name=f"t{i}", wheels=d) for i, d in enumerate(dests)]
+    return [wt.WorkflowTarget(name=f"t{i}", wheels=d) for i, d in enumerate(dests)]
 
 
 def test_the_wheelhouse_is_the_folder_above_the_layout():
-    assert ci.wheelhouse_of(_targets("wheelhouse/fa-2.8.3/torch2.8/cu128")) == (
+    assert wt.wheelhouse_of(_targets("wheelhouse/fa-2.8.3/torch2.8/cu128")) == (
         "wheelhouse", {"t0": ["fa-2.8.3/torch2.8/cu128"]})
-    assert ci.wheelhouse_of(_targets("out/w/a-1/torch2.8/cu128", "./out/w//b-2/torch2.9/cu130/")) == (
+    assert wt.wheelhouse_of(_targets("out/w/a-1/torch2.8/cu128", "./out/w//b-2/torch2.9/cu130/")) == (
         "out/w", {"t0": ["a-1/torch2.8/cu128"], "t1": ["b-2/torch2.9/cu130"]})
     # two targets of one folder (cells that differ by Python only), and several folders of one target
-    assert ci.wheelhouse_of(_targets("w/a-1/torch2.8/cu128\nw/a-1/torch2.9/cu128", "w/a-1/torch2.8/cu128")) == (
+    assert wt.wheelhouse_of(_targets("w/a-1/torch2.8/cu128\nw/a-1/torch2.9/cu128", "w/a-1/torch2.8/cu128")) == (
         "w", {"t0": ["a-1/torch2.8/cu128", "a-1/torch2.9/cu128"], "t1": ["a-1/torch2.8/cu128"]})
     # no common folder, or a shallower layout: below the checkout itself
-    assert ci.wheelhouse_of(_targets("x/a-1/torch2.8/cu128", "y/a-1/torch2.8/cu128")) == (
+    assert wt.wheelhouse_of(_targets("x/a-1/torch2.8/cu128", "y/a-1/torch2.8/cu128")) == (
         ".", {"t0": ["x/a-1/torch2.8/cu128"], "t1": ["y/a-1/torch2.8/cu128"]})
-    assert ci.wheelhouse_of(_targets("out/a")) == (".", {"t0": ["out/a"]})
+    assert wt.wheelhouse_of(_targets("out/a")) == (".", {"t0": ["out/a"]})
 
 
 @pytest.mark.parametrize("dest, needle", [
@@ -534,7 +536,7 @@ def test_the_wheelhouse_is_the_folder_above_the_layout():
 ])
 def test_output_folders_the_publish_job_cannot_gather_are_refused(dest, needle):
     with pytest.raises(UsageError, match=re.escape(needle)) as exc:
-        ci.wheelhouse_of(_targets("w/b-1/torch2.8/cu128", dest))
+        wt.wheelhouse_of(_targets("w/b-1/torch2.8/cu128", dest))
     assert "\n" not in str(exc.value) and exc.value.exit_code == 2
 
 
@@ -554,7 +556,7 @@ def test_the_destination_pattern_takes_what_publish_takes():
     for dest in [*DESTS.values(), "pypi:http://127.0.0.1:8080/,simple=http://127.0.0.1:8080/simple/",
                  "hf:o/r:a/b", "s3://bucket.example/p+q=r/", "github:o/r@v1.0+cu128"]:
         parse_destination(dest)
-        assert ci.PUBLISH_DEST.fullmatch(dest), dest
+        assert command.PUBLISH_DEST.fullmatch(dest), dest
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,8 +571,8 @@ ARM_PRINT = {"target": {
 
 
 def _arm_workflow(tmp_path, *extra: str) -> tuple[Path, dict]:
-    opts = ci.Options.from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml"), *extra]))
-    text = ci.render_workflow(opts, ci.targets_from_print(ARM_PRINT))
+    opts = command.options_from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml"), *extra]))
+    text = ci.render_workflow(opts, wt.targets_from_print(ARM_PRINT))
     path = tmp_path / "w.yml"
     path.write_text(text)
     return path, yaml.safe_load(text)
@@ -594,13 +596,13 @@ def test_arm64_runner_labels_are_chosen_and_checked(tmp_path, actionlint):
     assert "Free disk space" not in steps_by_name(doc)
     assert "--arm64-runs-on self-hosted,arm64" in path.read_text()
     with pytest.raises(UnsafeValueError, match="--arm64-runs-on"):
-        ci.Options.from_args(parser().parse_args(["ci", "github", "--arm64-runs-on", "arm\n    evil: 1"]))
+        command.options_from_args(parser().parse_args(["ci", "github", "--arm64-runs-on", "arm\n    evil: 1"]))
 
 
 def test_an_amd64_only_workflow_is_unchanged_by_the_arm64_support(tmp_path):
     printed = {"target": {k: v for k, v in ARM_PRINT["target"].items() if "arm64" not in k}}
-    opts = ci.Options.from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml")]))
-    doc = yaml.safe_load(ci.render_workflow(opts, ci.targets_from_print(printed)))
+    opts = command.options_from_args(parser().parse_args(["ci", "github", "--output", str(tmp_path / "w.yml")]))
+    doc = yaml.safe_load(ci.render_workflow(opts, wt.targets_from_print(printed)))
     assert doc["jobs"]["build"]["runs-on"] == "ubuntu-latest"
     assert all("runner" not in i for i in doc["jobs"]["build"]["strategy"]["matrix"]["include"])
 
@@ -608,4 +610,4 @@ def test_an_amd64_only_workflow_is_unchanged_by_the_arm64_support(tmp_path):
 def test_a_target_for_two_platforms_is_refused():
     printed = {"target": {"x": {"output": ["type=local,dest=w"], "platforms": ["linux/amd64", "linux/arm64"]}}}
     with pytest.raises(UsageError, match="one target per platform"):
-        ci.targets_from_print(printed)
+        wt.targets_from_print(printed)

@@ -14,7 +14,8 @@ Linux build and with `imagegen verify`: imagegen_wheeltools.py, which the script
           rule of the Linux pre-flight) and is the toolkit the cell was planned with
   fetch   the pinned source in --src (cloned when missing, checked when present), the recipe's
           patches applied once (one already in the tree is skipped with a log line), the tree's
-          build folder of an earlier cell removed
+          build folder of an earlier cell removed; a local tree (--src-dir on a fork or a changed
+          checkout) is never written to: a fresh copy in --copy gets the patches instead
   retag   the one wheel in --dist gets the cell's local version (2.2.0 -> 2.2.0+cu128torch2.8)
   verify  every requested SASS (and PTX where +PTX was asked) is in the wheel's extensions, read
           with cuobjdump --list-elf / --list-ptx
@@ -181,9 +182,38 @@ def apply_patch(patch, dest):
                            " line endings: clone with -c core.autocrlf=false)")
 
 
+def remove_tree(path):
+    """shutil.rmtree that also removes read-only files (git's objects on Windows)."""
+    def retry(func, name, _exc):
+        os.chmod(name, 0o700)
+        func(name)
+    shutil.rmtree(path, onerror=retry)
+
+
+def copy_local(doc, args):
+    """A local tree as the build compiles it: a fresh copy in --copy (the user's tree is never written to),
+    patched as the Linux build patches its copy of a local tree (imagegen_build.copy_source)."""
+    if not args.copy:
+        raise Failed("a local tree is built from a copy of it: give --copy DIR")
+    tree = os.path.join(args.src, doc["source"].get("subdir") or "")
+    if not any(os.path.isfile(os.path.join(tree, f)) for f in ("setup.py", "pyproject.toml")):
+        raise Failed("the local tree %s is not there, or has no setup.py or pyproject.toml" % tree)
+    if os.path.lexists(args.copy):
+        remove_tree(args.copy)
+    log("copying the local tree %s to %s" % (args.src, args.copy))
+    shutil.copytree(args.src, args.copy, symlinks=True)
+    return args.copy
+
+
 def cmd_fetch(doc, args):
     src = doc["source"]
     dest = args.src
+    if src["kind"] == "local":
+        dest = copy_local(doc, args)
+        for patch in doc.get("patches", []):
+            apply_patch(patch, dest)
+        clear_build(dest, src)
+        return
     env = git_env(dest)
     if os.path.isdir(os.path.join(dest, ".git")):
         head = head_of(dest)
@@ -212,7 +242,11 @@ def cmd_fetch(doc, args):
                     reading=False), env=env)
     for patch in doc.get("patches", []):
         apply_patch(patch, dest)
-    # An earlier cell's objects (another torch, the same Python) would be taken as up to date.
+    clear_build(dest, src)
+
+
+def clear_build(dest, src):
+    """An earlier cell's objects (another torch, the same Python) would be taken as up to date."""
     tree = os.path.join(dest, src.get("subdir") or "")
     for stale in ("build",):
         path = os.path.join(tree, stale)
@@ -522,6 +556,7 @@ def main(argv=None):
             p.add_argument("--cell", required=True)
         if name == "fetch":
             p.add_argument("--src", required=True, help="the source folder (cloned there when missing)")
+            p.add_argument("--copy", help="a local tree's build copy (made afresh; the tree itself is not written to)")
         if name in ("retag", "verify", "smoke", "place"):
             p.add_argument("--dist", required=True, help="the folder pip wheel wrote the cell's wheel into")
         if name == "verify":

@@ -1,0 +1,443 @@
+"""``imagegen ci github``: the command that writes a GitHub Actions workflow (imagegen.render.workflow
+renders it) for a bake file's targets and, with ``--windows``, a matrix of Windows cells.
+
+Every value is checked here before it reaches the workflow (registry, namespace, runner labels, bake file,
+target and group names, output folders, publish destinations, the requirement, the Windows recipes and
+matrix, the timeouts). The Linux matrix is read from the bake file with ``docker buildx bake --print`` (no
+daemon needed; imagegen.render.bakefiles.print_bake), so the workflow builds exactly what bake would.
+
+The Windows cells (``--windows RECIPE`` x ``--windows-version`` x ``--windows-torch`` x ``--windows-cuda`` x
+``--windows-python`` x ``--windows-arch``) are planned by imagegen.plan.windows_plan, the planner of `imagegen
+plan` and `render --shell`, with the toolkit each job installs as its nvcc. The matrix is taken as given: a
+cell the plan rejects (a torch x CUDA pair torch never shipped, as seed 001's own table has; CUDA 12.6 with arch
+12.0) is left out, and the command says which and why (on stderr and in the workflow's header); only a matrix
+none of whose cells can build is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from imagegen import safety
+from imagegen.cell_rules import FixWords
+from imagegen.errors import CompatError, UsageError, bounded
+from imagegen.model.destinations import parse_destination
+from imagegen.outputs import resolve_target, write_output
+from imagegen.render.bakefiles import print_bake
+from imagegen.render.workflow import (
+    CELL_VALUE,
+    DEFAULT_ARM64_RUNS_ON,
+    DEFAULT_BAKE_FILE,
+    DEFAULT_GROUP,
+    DEFAULT_NAMESPACE,
+    DEFAULT_OUTPUT,
+    DEFAULT_REGISTRY,
+    DEFAULT_RUNS_ON,
+    DEFAULT_TIMEOUT,
+    DEFAULT_WINDOWS_RUNS_ON,
+    DEFAULT_WINDOWS_TIMEOUT,
+    MAX_TIMEOUT_MINUTES,
+    RUNNER_LIMIT_MINUTES,
+    NAMESPACE_EXPRESSIONS,
+    Options,
+    WindowsCell,
+    WindowsRequest,
+    render_workflow,
+    windows_packages,
+    windows_toolkit,
+)
+from imagegen.render.workflow_targets import (
+    BAKE_NAME,
+    MAX_MATRIX_JOBS,
+    WorkflowTarget,
+    check_text,
+    fallback_targets,
+    targets_from_print,
+)
+from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+
+# A registry host as docker reads it: a dotted name or localhost, with an optional port. A first path
+# component without a dot or port would be taken for a Docker Hub namespace instead.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+REGISTRY = re.compile(rf"(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]{{1,5}})?")
+# Repository path components of an image reference (lower case, as the registry requires).
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+NAMESPACE = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT}){{0,7}}")
+RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# A --windows recipe as given (a catalogue name or alias; looked up in the catalogue after this check).
+WINDOWS_RECIPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# A publish destination as it reaches the workflow: its kind and characters safe in YAML and in an
+# environment variable (no quotes, spaces, $ or braces, so no GitHub expression either; no newline, which
+# separates destinations in PUBLISH_TO). Each is then parsed as `imagegen publish --to` parses it
+# (imagegen.model.destinations.parse_destination), so the job never meets one publish refuses.
+PUBLISH_DEST = re.compile(r"(?:pypi:https?://|hf:|github:|s3://)[A-Za-z0-9._~:/@%+=,-]{1,400}")
+# How the publish job installs imagegen: a pip requirement (name[extras] @ URL, a path, name==version);
+# it cannot start with '-' (a pip option).
+REQUIREMENT = re.compile(r"[A-Za-z0-9.][A-Za-z0-9._\[\],@ :/+=<>!~#%-]{0,299}")
+# torch, CUDA and Python as given (compat reads each; this keeps its messages short).
+_VERSION_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+]{0,31}")
+# One GPU arch list as given (parse_arch_list reads it): 8.0;9.0;12.0+PTX, sm_90a, Hopper, "8.0 9.0" ...
+_ARCH_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._;:+, -]{0,199}")
+
+
+def pypi_imagegen(requirement: str) -> bool:
+    """Whether pip could take ``requirement`` as PyPI's 'imagegen' (another project): a requirement by
+    name with no URL, whatever follows a '#' (pip reads `` #...`` as a comment in a requirements file,
+    and no name goes on past one), in any spelling of the name (``IMAGEGEN``, ``imagegen[publish]>=1``)."""
+    head = requirement.split("#", 1)[0].strip()
+    try:
+        parsed = Requirement(head)
+    except InvalidRequirement:
+        return False  # a path or a URL (./tools/imagegen, git+https://...): not a name pip looks up
+    return parsed.url is None and canonicalize_name(parsed.name) == "imagegen"
+
+
+def check_timeout(minutes: int, flag: str) -> int:
+    """A job's timeout-minutes: below the hosted runner's own limit, so the job's stops it first."""
+    if not 1 <= minutes <= MAX_TIMEOUT_MINUTES:
+        raise UsageError(f"{flag} must be between 1 and {MAX_TIMEOUT_MINUTES} minutes (GitHub stops a hosted job"
+                         f" after {RUNNER_LIMIT_MINUTES}, saving nothing)")
+    return minutes
+
+
+def _names(values: list[str] | None) -> list[str]:
+    """``--targets a,b --targets c`` -> [a, b, c] (commas and spaces separate)."""
+    out: list[str] = []
+    for value in values or []:
+        for name in re.split(r"[,\s]+", value.strip()):
+            if name and name not in out:
+                out.append(name)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``ci`` (with its ``github`` subcommand) to the top-level subparsers of imagegen."""
+    p = subparsers.add_parser("ci", help="write a CI workflow that builds the bake matrix on CI runners", description=(
+        "Write a CI workflow that builds every target of a bake file, one runner per target."))
+    sub = p.add_subparsers(dest="ci_command", metavar="PROVIDER", parser_class=type(p))
+    sub.required = True
+    g = sub.add_parser("github", help="GitHub Actions workflow with a registry cache per target", description=(
+        "Write a GitHub Actions workflow whose matrix is the bake file's targets (read with `docker buildx"
+        " bake --print`, so they always match): each job bakes one target on its own runner with a"
+        " docker-container builder and a registry cache (<registry>/<namespace>/imagegen-cache:<target>,"
+        " cache-to mode=max), then uploads the target's local output folder as an artifact. With --windows, it"
+        " also builds on Windows runners, one job per cell of the --windows-* matrix (planned as `imagegen plan`"
+        " plans it; a cell that cannot build, such as a torch x CUDA pair torch never shipped, is left out and"
+        " named); its Linux jobs are then written only when --bake-file, --targets or --group is given. A target"
+        " whose base image has a fallback (<target>-fallback in the bake file) builds on the first that can be"
+        " pulled. Every job has a timeout below a hosted runner's 6 hours. Run it in the repository's top"
+        " folder, where the workflow runs bake."),
+        epilog=("example: imagegen ci github --windows sage --windows-torch 2.8 --windows-cuda 12.8 --windows-python"
+                " 3.12 --windows-arch '8.0;9.0;12.0' --imagegen-from 'imagegen @ git+https://github.com/ORG/imagegen@TAG'"
+                " (Windows jobs only; add --group default for the bake file's Linux jobs too)"))
+    g.add_argument("--bake-file", help="bake file, relative to the repository's top folder"
+                   f" (default: {DEFAULT_BAKE_FILE}, written by `imagegen bake --repo`)")
+    which = g.add_mutually_exclusive_group()
+    which.add_argument("--targets", action="append", metavar="NAMES",
+                       help="bake targets or groups to build (comma-separated or repeated)")
+    which.add_argument("--group", help=f"bake group to build (default: {DEFAULT_GROUP})")
+    g.add_argument("--registry", default=DEFAULT_REGISTRY, help=f"registry for the build cache (default: {DEFAULT_REGISTRY},"
+                   " logged in with GITHUB_TOKEN; any other uses the secrets IMAGEGEN_REGISTRY_USERNAME and"
+                   " IMAGEGEN_REGISTRY_PASSWORD)")
+    g.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="repository path under the registry"
+                   " (default: the repository owner, lower-cased at run time)")
+    g.add_argument("--runs-on", action="append", metavar="LABELS", help=f"runner labels (comma-separated or repeated;"
+                   f" default: {DEFAULT_RUNS_ON})")
+    g.add_argument("--arm64-runs-on", action="append", metavar="LABELS", help="runner labels of the jobs of linux/arm64"
+                   f" targets (imagegen bake --platform arm64), which build natively there (default: {DEFAULT_ARM64_RUNS_ON},"
+                   " GitHub's arm64 runner)")
+    g.add_argument("--timeout", type=int, metavar="MINUTES", help="timeout-minutes of each Linux build job"
+                   f" (default: {DEFAULT_TIMEOUT}; at most {MAX_TIMEOUT_MINUTES}, below GitHub's {RUNNER_LIMIT_MINUTES}"
+                   " for a hosted job)")
+    g.add_argument("--max-parallel", type=int, help="most jobs at once, in each of the Linux and the Windows matrix"
+                   " (default: as many as GitHub allows)")
+    w = g.add_argument_group("Windows jobs", "native Windows builds, one job per cell of recipes x torch x CUDA x Python"
+                             " x arch list, planned as `imagegen plan` plans them; the cells it rejects are left out"
+                             " and named")
+    w.add_argument("--windows", action="append", metavar="RECIPES", help="add Windows jobs building these recipes"
+                   " (catalogue names or aliases, at their default version unless --windows-version; comma-separated or"
+                   " repeated); needs --windows-torch, --windows-cuda and --imagegen-from")
+    w.add_argument("--windows-version", action="append", metavar="VERSIONS", help="recipe versions of the Windows"
+                   " cells, each recipe's cells at each (comma-separated or repeated, e.g. 2.8.2,2.8.3; default: the"
+                   " recipe's default version)")
+    w.add_argument("--windows-torch", action="append", metavar="VERSIONS", help="torch series or releases of the"
+                   " Windows cells: 2.8 or 2.8.0 (comma-separated or repeated)")
+    w.add_argument("--windows-cuda", action="append", metavar="VERSIONS", help="CUDA variants of the Windows cells:"
+                   " 12.8 or cu128 (comma-separated or repeated)")
+    w.add_argument("--windows-python", action="append", metavar="VERSIONS", help="CPython versions of the Windows"
+                   " cells (comma-separated or repeated; default: imagegen's default Python)")
+    w.add_argument("--windows-arch", action="append", metavar="ARCHS", help="one GPU arch list of the Windows cells,"
+                   " e.g. '8.0;9.0;12.0' (repeat for several lists; default: imagegen's default list)")
+    w.add_argument("--windows-runs-on", action="append", metavar="LABELS", help="runner labels of the Windows jobs"
+                   f" (comma-separated or repeated; default: {DEFAULT_WINDOWS_RUNS_ON})")
+    w.add_argument("--windows-timeout", type=int, metavar="MINUTES", help="timeout-minutes of each Windows job"
+                   f" (default: {DEFAULT_WINDOWS_TIMEOUT}; at most {MAX_TIMEOUT_MINUTES}, below GitHub's"
+                   f" {RUNNER_LIMIT_MINUTES} for a hosted job)")
+    g.add_argument("--publish", action="append", metavar="DEST", help="add a publish job: once every target built,"
+                   " on a tag push or a manual run, `imagegen collect` verifies the wheels against their build"
+                   " records and `imagegen publish` uploads those to DEST (as imagegen publish --to takes it;"
+                   " repeatable), with the credentials from the repository's secrets")
+    g.add_argument("--imagegen-from", metavar="REQUIREMENT", help="with --publish or --windows: how the publish job"
+                   " and the Windows jobs install imagegen, a pip requirement such as"
+                   " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0' or a path in the repository"
+                   " (required: PyPI's 'imagegen' is another project)")
+    g.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help=f"workflow file to write, - for stdout"
+                   f" (default: {DEFAULT_OUTPUT})")
+    return p
+
+
+def run(args: argparse.Namespace, argv=None) -> int:
+    """``imagegen ci github``; ``argv`` is accepted (and unused) so that cli.COMMANDS can call it."""
+    if getattr(args, "ci_command", None) != "github":
+        raise UsageError("imagegen ci: name a CI provider: github")
+    options = options_from_args(args)
+    root = Path.cwd()
+    _check_top_folder(root)
+    # The Windows cells first: a matrix none of whose cells can build stops here, before buildx runs.
+    cells, left_out = windows_cells(options.windows, root) if options.windows else ([], [])
+    for line in left_out:
+        print(f"imagegen: left out of the Windows jobs: {line}", file=sys.stderr)
+    targets: list[WorkflowTarget] = []
+    if options.linux:
+        if not (root / options.bake_file).is_file():
+            raise UsageError(f"--bake-file {options.bake_file}: no such file in {root} (write it with `imagegen bake"
+                             " --repo` or `imagegen bake -f FILE`, and run imagegen ci github in the repository's top"
+                             " folder)")
+        printed = print_bake(Path(options.bake_file), root, targets=options.selection)
+        names = fallback_targets(printed)  # in no group: printed by name
+        targets = targets_from_print(printed, print_bake(Path(options.bake_file), root, targets=names) if names else None)
+    text = render_workflow(options, targets, cells, left_out=left_out)
+    write_output(text, options.output, what="workflow file")
+    if options.output != "-":
+        jobs = []
+        if options.linux:
+            jobs.append(f"{len(targets)} Linux jobs, one per target of {options.describe_selection()} in"
+                        f" {options.bake_file}")
+        if cells:
+            jobs.append(f"{len(cells)} Windows job{'s' if len(cells) != 1 else ''}, one per cell"
+                        + (f" ({len(left_out)} left out, listed above)" if left_out else ""))
+        if options.publish:
+            jobs.append("a publish job")
+        print(f"wrote {options.output}: {', '.join(jobs)}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Options
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    """``imagegen ci github``'s flags, each checked before anything reaches the workflow."""
+    windows = windows_request(args)
+    bake_file_given = getattr(args, "bake_file", None) is not None
+    linux = windows is None or bake_file_given or args.targets is not None or args.group is not None
+    bake_file = safety.check(args.bake_file if bake_file_given else DEFAULT_BAKE_FILE, safety.RELATIVE_PATH,
+                             "--bake-file")
+    targets = tuple(check_text(n, BAKE_NAME, "--targets name", "bake target names of letters, digits, '_' and '-'")
+                    for n in _names(args.targets))
+    if args.targets is not None and not targets:
+        raise UsageError("--targets: name at least one bake target")
+    group = check_text(args.group or DEFAULT_GROUP, BAKE_NAME, "--group", "a bake group name of letters, digits, '_' and '-'")
+    registry = check_text(args.registry, REGISTRY, "--registry",
+                      "a registry host such as ghcr.io or registry.example.com:5000 (lower case, no scheme or path)")
+    namespace = args.namespace
+    if namespace not in NAMESPACE_EXPRESSIONS:
+        check_text(namespace, NAMESPACE, "--namespace", "a lower-case image path such as my-org or my-org/wheels,"
+               f" or one of {', '.join(NAMESPACE_EXPRESSIONS)}")
+    runs_on = tuple(check_text(label, RUNNER_LABEL, "--runs-on label", "runner labels of letters, digits, '.', '_' and '-'")
+                    for label in _names(args.runs_on or [DEFAULT_RUNS_ON]))
+    if not runs_on:
+        raise UsageError("--runs-on: name at least one runner label")
+    arm64_runs_on = tuple(check_text(label, RUNNER_LABEL, "--arm64-runs-on label", "runner labels of letters, digits,"
+                                 " '.', '_' and '-'")
+                          for label in _names(getattr(args, "arm64_runs_on", None) or [DEFAULT_ARM64_RUNS_ON]))
+    if not arm64_runs_on:
+        raise UsageError("--arm64-runs-on: name at least one runner label")
+    timeout = DEFAULT_TIMEOUT if args.timeout is None else check_timeout(args.timeout, "--timeout")
+    if args.max_parallel is not None and not 1 <= args.max_parallel <= MAX_MATRIX_JOBS:
+        raise UsageError(f"--max-parallel must be between 1 and {MAX_MATRIX_JOBS}")
+    output = args.output
+    if not output:
+        raise UsageError("--output: give a file, or - for stdout")
+    if output != "-":
+        resolve_target(output, "workflow file")  # a device, folder or odd name: refused before buildx runs
+    publish = tuple(check_text(d, PUBLISH_DEST, "--publish", "a destination as imagegen publish --to takes it:"
+                           " pypi:URL, hf:OWNER/REPO[@REVISION][:PATH], github:OWNER/REPO@TAG,"
+                           " s3://BUCKET[/PREFIX]")
+                    for d in dict.fromkeys(getattr(args, "publish", None) or []))
+    for dest in publish:  # the workflow is committed: a credential there is public
+        safety.no_credentials(dest.removeprefix("pypi:"), "--publish", safety.CI_SECRET_INSTEAD
+                              + " (TWINE_USERNAME/TWINE_PASSWORD, HF_TOKEN, IMAGEGEN_GITHUB_TOKEN, AWS_*)")
+        parse_destination(dest, "--publish")
+    imagegen_from = getattr(args, "imagegen_from", None)
+    if publish and imagegen_from is None:
+        raise UsageError("--publish needs --imagegen-from REQUIREMENT: how the publish job installs imagegen (e.g."
+                         " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0'; PyPI's 'imagegen' is"
+                         " another project)")
+    if windows is not None and imagegen_from is None:
+        raise UsageError("--windows needs --imagegen-from REQUIREMENT: how the Windows jobs install imagegen (e.g."
+                         " 'imagegen @ git+https://github.com/ORG/imagegen@v0.1.0'; PyPI's 'imagegen' is another"
+                         " project)")
+    if imagegen_from is not None:
+        if not publish and windows is None:
+            raise UsageError("--imagegen-from is for the publish job and the Windows jobs: give --publish DEST or"
+                             " --windows RECIPE too")
+        check_text(imagegen_from, REQUIREMENT, "--imagegen-from", "a pip requirement such as"
+               " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
+        safety.no_credentials(imagegen_from, "--imagegen-from", "keep imagegen's source public, in the repository"
+                              " itself (a path such as ./tools/imagegen), or reachable with the job's own token")
+        if pypi_imagegen(imagegen_from):
+            # By name alone pip would install PyPI's 'imagegen', another project, into the job that
+            # holds the publish secrets.
+            raise UsageError(f"--imagegen-from {imagegen_from!r} would install PyPI's 'imagegen', another project:"
+                             " name this one by URL or path, e.g. 'imagegen[publish] @"
+                             " git+https://github.com/ORG/imagegen@TAG' or './tools/imagegen'")
+    opts = Options(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
+               runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish, timeout=timeout,
+               arm64_runs_on=arm64_runs_on,
+               imagegen_from=imagegen_from, linux=linux, windows=windows)
+    # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?
+    safety.check(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF, "cache reference")
+    return opts
+
+
+def windows_request(args: argparse.Namespace) -> WindowsRequest | None:
+    """``--windows`` and its matrix, checked as text (windows_cells plans it); None without --windows."""
+    flags = {"--windows-torch": "windows_torch", "--windows-cuda": "windows_cuda", "--windows-python": "windows_python",
+             "--windows-version": "windows_version", "--windows-arch": "windows_arch",
+             "--windows-runs-on": "windows_runs_on", "--windows-timeout": "windows_timeout"}
+    values = {flag: getattr(args, dest, None) for flag, dest in flags.items()}
+    if getattr(args, "windows", None) is None:
+        given = [flag for flag, value in values.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} goes with --windows RECIPE (the recipes the Windows jobs build)")
+        return None
+    recipes = tuple(check_text(n, WINDOWS_RECIPE, "--windows recipe", "a recipe name or alias such as sage or"
+                           " flash-attn (imagegen recipes lists them)") for n in _names(args.windows))
+    if not recipes:
+        raise UsageError("--windows: name at least one recipe (imagegen recipes lists them)")
+    axes = {}
+    for flag, what in (("--windows-torch", "a torch series or release such as 2.8"),
+                       ("--windows-cuda", "a CUDA version such as 12.8 or cu128"),
+                       ("--windows-python", "a CPython version such as 3.12"),
+                       ("--windows-version", "a recipe version such as 2.8.3")):
+        raw = values[flag]
+        axes[flag] = tuple(check_text(v, _VERSION_ARG, flag, what) for v in _names(raw))
+        if raw is not None and not axes[flag]:
+            raise UsageError(f"{flag}: give at least one version")
+    for flag in ("--windows-torch", "--windows-cuda"):
+        if not axes[flag]:
+            raise UsageError(f"--windows needs {flag} (comma-separated versions): the Windows matrix is asked for,"
+                             " never guessed")
+    archs = tuple(dict.fromkeys(check_text(a.strip(), _ARCH_ARG, "--windows-arch", "one GPU arch list such as"
+                                       " '8.0;9.0;12.0' or 9.0+PTX per flag") for a in values["--windows-arch"] or []))
+    runs_on = tuple(check_text(label, RUNNER_LABEL, "--windows-runs-on label", "runner labels of letters, digits, '.',"
+                           " '_' and '-'") for label in _names(values["--windows-runs-on"] or [DEFAULT_WINDOWS_RUNS_ON]))
+    if not runs_on:
+        raise UsageError("--windows-runs-on: name at least one runner label")
+    timeout = values["--windows-timeout"]
+    if timeout is None:
+        timeout = DEFAULT_WINDOWS_TIMEOUT
+    else:
+        check_timeout(timeout, "--windows-timeout")
+    return WindowsRequest(recipes=recipes, torch=axes["--windows-torch"], cuda=axes["--windows-cuda"],
+                          python=axes["--windows-python"], archs=archs, runs_on=runs_on, timeout=timeout,
+                          versions=axes["--windows-version"])
+
+
+# --------------------------------------------------------------------------------------------
+# Windows jobs
+
+# A rejected Windows cell's reason names the --windows-* flags that change it.
+WINDOWS_FIXES = FixWords(torch="use --windows-torch {}", cuda="use --windows-cuda {}", python="use --windows-python {}",
+                         version="--windows-version")
+
+
+def windows_cells(request: WindowsRequest, root: Path) -> tuple[list[WindowsCell], list[str]]:
+    """The Windows matrix as given, planned by imagegen.plan.windows_plan (the planner of `plan` and `render
+    --shell`) with the toolkit each job installs as its nvcc: (one job per cell that can build, one line per
+    cell left out saying why). CompatError when no cell can build."""
+    from imagegen.config import load_config
+    from imagegen.model import compat
+    from imagegen.model.arch_parse import parse_arch_list
+    from imagegen.model.catalogue import load_catalogue
+    from imagegen.plan import WindowsHost, defaults, windows_plan
+
+    config = load_config(search_from=root)  # the checkout's, as `imagegen render` on the runner reads it
+    cat = load_catalogue(tuple(config.recipe_dirs))
+    recipes = {}
+    for name in request.recipes:
+        recipe = cat.get(name)
+        for wanted in request.versions or (None,):
+            version = recipe.version(wanted)
+            if recipe.source_kind != "git" or not version.ref:
+                raise UsageError(f"--windows {name}: the Windows script clones the recipe's git source, and"
+                                 f" {recipe.name} {version.version} has no git ref to clone")
+            recipes.setdefault((recipe.name, version.version), (recipe, version))
+    left_out: list[str] = []
+    toolkits: dict[str, str] = {}
+    for variant in dict.fromkeys(compat.cuda_variant(c) for c in request.cuda):
+        try:
+            toolkits[variant.name] = windows_toolkit(variant)
+        except CompatError as exc:  # no installer for it: every cell of that CUDA is left out
+            left_out.append(f"every cell of CUDA {variant.dotted}: {exc}")
+    archs = list({str(a): a for a in (parse_arch_list(a) for a in request.archs or [defaults()["arch"]])}.values())
+    plan = windows_plan(list(recipes.values()), archs, WindowsHost(toolkits=tuple(toolkits.items()), fixes=WINDOWS_FIXES),
+                        torch=request.torch, cuda=list(toolkits), python=request.python) if toolkits else None
+    cells: list[WindowsCell] = []
+    seen: dict[str, str] = {}
+    for cell in plan.cells if plan else []:
+        requested = cell.requested_archs or cell.archs
+        if not cell.buildable:
+            if cell.problems:  # a skipped cell (a Python-independent wheel built once) is not left out
+                left_out.append(f"{cell.name} (arch {requested}): {'; '.join(cell.problems)}")
+            continue
+        other = seen.setdefault(cell.name, str(requested))
+        if other != str(requested):
+            raise UsageError(f"Windows cell {cell.name} is asked for two arch lists ({other} and {requested}): a"
+                             " workflow has one job per cell; give one --windows-arch list")
+        toolkit = toolkits[cell.cuda.name]
+        row = WindowsCell(name=check_text(cell.name, BAKE_NAME, "Windows cell name", "a recipe with a plain name"),
+                          recipe=cell.recipe.name, version=cell.version.version, torch=cell.torch_version,
+                          cuda=cell.cuda.dotted, toolkit=toolkit, python=cell.python, arch=str(requested),
+                          packages=windows_packages(toolkit))
+        for value in (row.recipe, row.version, row.torch, row.cuda, row.toolkit, row.python, row.arch):
+            check_text(value, CELL_VALUE, f"Windows cell {row.name}", "a recipe and versions of plain characters")
+        cells.append(row)
+    if not cells:
+        raise CompatError(f"no Windows cell of this matrix can build: {bounded(left_out[0], 400)}"
+                          + (f" (and {len(left_out) - 1} more left out)" if len(left_out) > 1 else ""))
+    if len(cells) > MAX_MATRIX_JOBS:
+        raise UsageError(f"{len(cells)} Windows cells: a GitHub matrix holds at most {MAX_MATRIX_JOBS} jobs")
+    return cells, left_out
+
+
+def _check_top_folder(cwd: Path) -> None:
+    """The workflow runs bake in the checkout's top folder, and bake resolves paths against its cwd."""
+    try:
+        # As on any tree imagegen reads: none of the checkout's own commands run (imagegen_wheeltools.git_cmd).
+        env = wheeltools.git_env(str(cwd))
+        env.pop("GIT_CEILING_DIRECTORIES")  # the top folder is searched upwards from cwd
+        proc = subprocess.run(wheeltools.git_cmd(str(cwd), ["rev-parse", "--show-toplevel"], env=env), env=env,
+                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired, wheeltools.UnsafeTree):
+        return  # no git: nothing to compare with
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return  # not a git checkout
+    top = Path(proc.stdout.strip()).resolve()
+    if top != cwd.resolve():
+        raise UsageError(f"run imagegen ci github in the repository's top folder {top}, not {cwd}: the workflow runs"
+                         " bake there, and bake resolves the file's paths against the folder it runs in")
+
+
