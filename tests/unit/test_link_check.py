@@ -36,6 +36,7 @@ def env_with(real: dict, **extra: str) -> dict:
     (["-L/a", "-L", "b", "-lc10", "-l", "torch", "-l:libexact.so.1", "-lcuda"], ["/a", "b"],
      ["c10", "torch", ":libexact.so.1", "cuda"]),
     (["-shared", "x.o", "-o", "x.so", "-Wl,-rpath,/r", "-L"], [], []),
+    (["-Wl,-L,/w1", "-Wl,-L/w2,--as-needed", "-lx"], ["/w1", "/w2"], ["x"]),
 ])
 def test_link_arguments(argv, folders, names):
     assert audit._link_args(argv) == (folders, names)

@@ -893,6 +893,13 @@ def _link_args(argv):
             folders.append(a[2:])
         elif a.startswith("-l") and len(a) > 2:
             names.append(a[2:])
+        elif a.startswith("-Wl,"):  # -Wl,-L,DIR / -Wl,-LDIR: folders handed to the linker itself
+            parts = a[4:].split(",")
+            for n, part in enumerate(parts):
+                if part == "-L" and n + 1 < len(parts):
+                    folders.append(parts[n + 1])
+                elif part.startswith("-L") and len(part) > 2:
+                    folders.append(part[2:])
         i += 1
     return folders, names
 
