@@ -291,7 +291,10 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
         refusals.append(f"{name}: its own build stops before compiling anything (exit {report.exit}): {why}"
                         " (this is the package's build with the flags imagegen would pass; --no-audit skips the audit)")
         return Verdict(report, tuple(refusals), tuple(warnings), tuple(notes))
-    _judge_probe(report, refusals, warnings, notes)
+    # The C++ standard of each extension against torch's headers first: a probe failing on that same
+    # standard (torch's #error) then only confirms it, and says so in a note instead of a second refusal.
+    std_refused = _judge_std(report, torch, refusals, warnings) if torch is not None else set()
+    _judge_probe(report, refusals, warnings, notes, std_refused)
     _judge_link(report, refusals)
     cuda_exts = [e for e in report.extensions if e.compiles_cuda]
     if not cuda_exts:
@@ -302,14 +305,6 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
     if report.unlinked:
         notes.append(f"{report.unlinked} nvcc compile(s) not linked into any extension were not judged")
 
-    if torch is not None:
-        # Every extension includes torch's headers (host-only ones too): a standard they #error under
-        # fails the build at its first compile.
-        for ext in report.extensions:
-            std = ext.lowest_std
-            found = judge_std(ext.module, std, torch) if std is not None else None
-            if found is not None:
-                (refusals if found.kind == "refuse" else warnings).append(found.text)
     covered: dict[str, list[str]] = {}  # requested target -> extensions that carry it
     for ext in cuda_exts:
         targets = ext.targets
@@ -398,6 +393,29 @@ def probe_fix(error: str) -> str:
     return ""
 
 
+def _judge_std(report: AuditReport, torch: TorchSeries, refusals: list[str], warnings: list[str]) -> set[str]:
+    """Every extension includes torch's headers (host-only ones too): a standard they #error under fails
+    the build at its first compile. One line per standard, naming the extensions that use it; returns
+    the refused extensions."""
+    by_std: dict[str, list[ExtensionAudit]] = {}
+    for ext in report.extensions:
+        if ext.lowest_std is not None:
+            by_std.setdefault(ext.lowest_std.flag, []).append(ext)
+    refused: set[str] = set()
+    for exts in by_std.values():
+        modules = [e.module for e in exts]
+        what = modules[0] if len(modules) == 1 else f"{', '.join(modules)}: each"
+        found = judge_std(what, exts[0].lowest_std, torch)
+        if found is None:
+            continue
+        if found.kind == "refuse":
+            refusals.append(found.text)
+            refused.update(modules)
+        else:
+            warnings.append(found.text)
+    return refused
+
+
 def link_fix(name: str) -> str:
     """What to do about a library the link would not find."""
     if name == "cuda":
@@ -419,11 +437,13 @@ def _judge_link(report: AuditReport, refusals: list[str]) -> None:
                         f" would stop at `cannot find -l{name}`; {link_fix(name)}")
 
 
-def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], notes: list[str]) -> None:
+def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], notes: list[str],
+                 std_refused: set[str] = frozenset()) -> None:
     """Refuse each extension whose header probe failed, one line per failure (extensions that share a
     flag set share the line); note probes that could not run. nvcc's probe includes
     ATen/cuda/CUDAContext.h: an error there (a toolkit without cusparse.h) is a warning when the
-    package's own sources include no ATen/cuda/ header (the build may never need it)."""
+    package's own sources include no ATen/cuda/ header (the build may never need it). A failure on the
+    C++ standard of extensions the standard check refused already (``std_refused``) is a note."""
     failed: dict[tuple[str, str], list[str]] = {}
     not_run: dict[tuple[str, str], list[str]] = {}
     for ext in report.extensions:
@@ -435,6 +455,9 @@ def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], 
     for (compiler, error), modules in failed.items():
         fix = probe_fix(error)
         what = ", ".join(dict.fromkeys(modules))
+        if _NEEDS_STD.search(error) and set(modules) <= std_refused:
+            notes.append(f"header probe with {compiler} for {what} confirms the standard: {error}")
+            continue
         if error.startswith("ATen/cuda/") and report.probe_aten_cuda is False:
             warnings.append(f"{what}: ATen/cuda/CUDAContext.h does not compile with {compiler} and the build's own flags"
                             f" (header probe): {error}" + (f"; {fix}" if fix else "")

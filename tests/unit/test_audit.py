@@ -323,6 +323,35 @@ def test_the_audit_sees_the_recipe_fix():
         assert v.ok and not v.warnings, (v.refusals, v.warnings)
 
 
+def test_one_cause_is_one_refusal_line_and_the_probe_that_agrees_is_a_note():
+    # SageAttention's four extensions at -std=c++17 against torch 2.14, its header probe failing on torch's
+    # #error for both compilers: one line names the standard and the four modules (was six lines).
+    error = "torch/csrc/api/include/torch/all.h:5:2: error: #error C++20 or later compatible compiler is required to use PyTorch."
+    modules = ["sageattention._qattn_sm80", "sageattention._qattn_sm89", "sageattention._qattn_sm90", "sageattention._fused"]
+    probe = [{"compiler": c, "tool": c, "what": "preprocess", "ok": False, "error": error, "seconds": 1.0} for c in ("c++", "nvcc")]
+    report = AuditReport.from_json({"ok": True, "exit": 0, "seconds": 5.1, "probe": {"mode": "on", "seconds": 3.0},
+                                    "extensions": [{"module": m, "sass": ["sm_90a"], "ptx": [], "probe": probe,
+                                                    "std_args": [{"tool": "nvcc", "args": ["-std=c++17"]}]}
+                                                   for m in modules]})
+    v = judge_std(report, "2.14")
+    assert v.refusals == (
+        f"{', '.join(modules)}: each compiles with -std=c++17 but torch 2.14's headers require C++20 or later: use a"
+        " recipe fix (by_torch patch) or the package's release that picks the standard from torch",)
+    assert [n for n in v.notes if "confirms" in n] == [
+        f"header probe with {c} for {', '.join(modules)} confirms the standard: {error}" for c in ("c++", "nvcc")]
+    # A probe failing for another reason still refuses on its own line, as does one for a module the
+    # standard check let through.
+    other = "ATen/cuda/CUDAContextLight.h:10:10: fatal error: cusparse.h: No such file or directory"
+    mixed = AuditReport.from_json({"ok": True, "exit": 0, "extensions": [
+        {"module": "a", "sass": ["sm_90"], "std_args": [{"tool": "nvcc", "args": ["-std=c++17"]}],
+         "probe": [dict(probe[1], error=other)]},
+        {"module": "b", "sass": ["sm_90"], "std_args": [{"tool": "nvcc", "args": ["-std=c++20"]}], "probe": [probe[1]]}]})
+    v = judge_std(mixed, "2.14")
+    assert len(v.refusals) == 3 and v.refusals[0].startswith("a compiles with -std=c++17")
+    assert any(r.startswith("a: torch's headers do not compile with nvcc") and "cusparse.h" in r for r in v.refusals)
+    assert any(r.startswith("b: torch's headers do not compile with nvcc") and "#error C++20" in r for r in v.refusals)
+
+
 def test_one_compile_left_at_cxx17_is_enough_to_refuse():
     v = judge_std(std_report(("nvcc", ("-std=c++20", "-Xcompiler", "-std=c++17")), ("cxx", ("-std=c++20",))), "2.14")
     assert not v.ok and "compiles with -std=c++17" in v.refusals[0]
