@@ -222,8 +222,9 @@ def _settings_from_audit(cell: Cell, doc: dict, cell_file: Path, env: dict, sett
     ext_env, ext_max = recipe.ext_parallel_for(cell.version)
     ext_max = ext_max if ext_env else 0
     better = jobs.settings_for(recipe.memory_per_thread_gb, recipe.default_nvcc_threads, jobs.host(), max_jobs=max_jobs,
-                               nvcc_threads=settings.nvcc_threads, profile=profile, ext_parallel_max=ext_max)
-    load = {"host_gb": jobs.NVCC_HOST_GB,
+                               nvcc_threads=settings.nvcc_threads, profile=profile, ext_parallel_max=ext_max,
+                               host_gb=recipe.nvcc_host_gb)
+    load = {"host_gb": recipe.nvcc_host_gb,
             "extensions": [e.as_load() for e in profile]}
     cell_file.write_text(json.dumps({**doc, "load_profile": load}, indent=2))  # doc itself (the inputs hash) unchanged
     env["MAX_JOBS"] = str(better.max_jobs)

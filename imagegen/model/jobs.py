@@ -103,10 +103,15 @@ _MAX_LOAD_SOURCES = 5000
 
 def source_figure(source: object, source_memory_gb: Mapping[str, float]) -> float | None:
     """The recipe's GB per thread for ``source`` (a path the audit recorded): the entry whose key is
-    the path's tail at a folder boundary (`csrc/causal_conv1d_bwd.cu` or `causal_conv1d_bwd.cu`)."""
+    the path's tail at a folder boundary (`csrc/causal_conv1d_bwd.cu` or `causal_conv1d_bwd.cu`), or
+    a folder key (ending in `/`: `flash-attention/hopper/`) that the path lies under; a file's own
+    key first."""
     path = str(source).replace("\\", "/") if isinstance(source, str) else ""
     for key, gb in source_memory_gb.items():
-        if path == key or path.endswith("/" + key):
+        if not key.endswith("/") and (path == key or path.endswith("/" + key)):
+            return gb
+    for key, gb in source_memory_gb.items():
+        if key.endswith("/") and (path.startswith(key) or "/" + key in path):
             return gb
     return None
 
@@ -154,7 +159,8 @@ def peak_estimate(profile: Sequence[ExtensionLoad], total_jobs: int, nvcc_thread
 
 def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, share: int = 1,
                  max_jobs: int | None = None, nvcc_threads: int | None = None, targets: int = 0,
-                 profile: Sequence[ExtensionLoad] = (), ext_parallel_max: int = 0) -> JobSettings:
+                 profile: Sequence[ExtensionLoad] = (), ext_parallel_max: int = 0,
+                 host_gb: float = NVCC_HOST_GB) -> JobSettings:
     """One build's jobs when ``share`` builds run side by side on ``h`` (imagegen_rules.job_settings:
     a 9.0-only build of SageAttention, --threads=8 hard-coded, peaked at ~2.3 GB per job on an H100
     host, not 8x; a machine with little RAM gets MAX_JOBS=1 and NVCC_THREADS=1, seed 002's OOM
@@ -162,7 +168,7 @@ def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, 
     jobs, threads, peak_gb, est = rules.job_settings(
         memory_per_thread_gb, default_threads, max(1, h.cpus // share), h.mem_gb / share, max_jobs=max_jobs,
         nvcc_threads=nvcc_threads, targets=targets, extensions=[e.as_load() for e in profile],
-        ext_max=ext_parallel_max)
+        ext_max=ext_parallel_max, host_gb=host_gb)
     return JobSettings(max_jobs=jobs, nvcc_threads=threads, peak_gb=peak_gb,
                        estimate=PeakEstimate(*est) if est is not None else None)
 

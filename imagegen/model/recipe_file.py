@@ -190,6 +190,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         obsolete_patches=tuple(obsolete),
         path=shown,
         source_memory_gb=_source_memory(build),
+        nvcc_host_gb=build.number("nvcc_host_gb", 1.0, low=0.05, high=64),
     )
 
 
@@ -204,7 +205,8 @@ def _source_memory(build: Reader) -> dict[str, float]:
     out = {}
     for key in raw:
         if not isinstance(key, str) or not safety.RELATIVE_PATH.fullmatch(key):
-            raise figures.error(f"{quoted(key)} is not a relative source path like csrc/kernel_bwd.cu", key_text(key))
+            raise figures.error(f"{quoted(key)} is not a relative source path like csrc/kernel_bwd.cu"
+                                " (or a folder like third_party/hopper/)", key_text(key))
         out[key] = figures.number(key, 0.0, low=0.01, high=1024)
     return out
 

@@ -243,8 +243,12 @@ class Recipe:
     obsolete_patches: tuple[Mapping[str, str], ...]
     path: str  # where the recipe came from, for messages
     # GB per nvcc thread of named sources whose compile takes far more (or less) than
-    # memory_per_thread_gb: path tail -> GB (causal-conv1d: csrc/causal_conv1d_bwd.cu).
+    # memory_per_thread_gb: path tail -> GB (causal-conv1d: csrc/causal_conv1d_bwd.cu), or a folder
+    # (a key ending in /) -> GB for every source under it.
     source_memory_gb: Mapping[str, float] = field(default_factory=dict)
+    # Each nvcc's host part (nvcc, cudafe++, the host compiler on torch's headers), GB: the model's
+    # 1.0 unless the recipe measured another (xformers 0.0.35 on torch's stable headers: 0.25).
+    nvcc_host_gb: float = 1.0
 
     @property
     def heaviest_gb_per_thread(self) -> float:

@@ -216,14 +216,14 @@ def peak_estimate(extensions, total_jobs, nvcc_threads, per_thread_gb, ext_max=0
 
 
 def job_settings(per_thread_gb, default_threads, cpus, mem_gb, max_jobs=None, nvcc_threads=None, targets=0,
-                 extensions=(), ext_max=0):
+                 extensions=(), ext_max=0, host_gb=NVCC_HOST_GB):
     """MAX_JOBS and NVCC_THREADS for one build on ``cpus`` cores with ``mem_gb`` GB to plan for.
 
     ``targets`` is how many -gencode targets (SASS + PTX) each nvcc call compiles: nvcc --threads
     works on those in parallel, so a job never runs more busy threads than that. A machine with
     little RAM gets fewer threads (down to one) and one job rather than an OOM kill; an explicit
-    value always wins. With the audit's load (``extensions``, as peak_estimate takes them): the most
-    jobs, one per core at most, whose estimated peak fits.
+    value always wins. With the audit's load (``extensions``, as peak_estimate takes them, each nvcc
+    with ``host_gb`` of host part): the most jobs, one per core at most, whose estimated peak fits.
     Returns (max_jobs, nvcc_threads, peak GB, (GB, nvcc, busy) from the audit or None)."""
     cpus = max(1, int(cpus))
     mem = max(0.5, float(mem_gb))
@@ -232,7 +232,7 @@ def job_settings(per_thread_gb, default_threads, cpus, mem_gb, max_jobs=None, nv
         threads = max(1, int(mem // per_thread_gb))
     if extensions:
         def peak(j):
-            return peak_estimate(extensions, j, threads, per_thread_gb, ext_max)
+            return peak_estimate(extensions, j, threads, per_thread_gb, ext_max, host_gb)
         jobs = max_jobs or next((j for j in range(cpus, 0, -1) if peak(j)[0] <= mem), 1)
         est = peak(jobs)
         return jobs, threads, est[0], est
