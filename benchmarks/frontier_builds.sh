@@ -5,7 +5,7 @@
 # the fix taken out of the recipe (a --recipe-dir copy, as a user patches a recipe), refused by the
 # pre-flight: the recipe without its by_torch entry by the plan's standard check, and the recipe that
 # claims C++20 without the patch by the gencode audit's header probe in the builder image.
-#   bash benchmarks/frontier_builds.sh RESULTS_DIR 'RECIPE|SOURCE|TORCH' ...   (RECIPE: the catalogue name)
+#   bash benchmarks/frontier_builds.sh RESULTS_DIR 'RECIPE|SOURCE|TORCH[|VERSION]' ...   (RECIPE: the catalogue name)
 # SOURCE: a local tree (--source) or file:///mirror@REF (--git). Python 3.11 on the local test base image
 # (scripts/make-base-image.sh; no registry here). Results: RESULTS_DIR/<recipe>-torch<T>/{build.out,
 # build.err,times.json,plan-nofix.*,audit-claims20.*}; docs/verification.md has the figures.
@@ -18,13 +18,14 @@ base=${IMAGEGEN_TEST_BASE_IMAGE:-imagegen-test/python:3.11-bookworm}
 arch=${FRONTIER_ARCH:-9.0}
 
 for spec in "$@"; do
-  IFS='|' read -r recipe source torch <<<"$spec"
+  IFS='|' read -r recipe source torch version <<<"$spec"
   dir="$results/$recipe-torch$torch"
   mkdir -p "$dir"
   if [[ $source == file://* ]]; then
     src=(--git "$source" --version "${source##*@v}")
   else
-    src=(--source "$source")
+    src=(--source "$source")  # a tree whose version imagegen cannot read statically: VERSION, the 4th field
+    [ -n "$version" ] && src+=(--version "$version")
   fi
   cell=("${src[@]}" --torch "$torch" --python 3.11 --flavor pypi --base-image "$base" --arch "$arch")
   [[ $source == file://* ]] && cell=("$recipe" "${cell[@]}")

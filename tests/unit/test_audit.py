@@ -201,6 +201,20 @@ def test_stand_ins_start_python_without_site(tmp_path):
     assert os.path.isdir(env["IMAGEGEN_AUDIT_QUERIES"])
 
 
+def test_a_relative_cuda_home_is_shadowed_by_links_that_resolve(tmp_path, monkeypatch):
+    # CUDA_HOME=relative/path (a user's shell): the shadow's links must still reach the toolkit, not
+    # dangle (they did, and the audit stopped at "File exists: .../cuda/include").
+    home = tmp_path / "toolkit"
+    (home / "include").mkdir(parents=True)
+    (home / "include" / "cuda.h").write_text("/* cuda */\n")
+    (home / "bin").mkdir()
+    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"
+    imagegen_audit.install_stubs(str(work), {"PATH": "/usr/bin:/bin"}, sys.executable, str(BUILDER / "imagegen_audit.py"),
+                                 "toolkit")
+    assert (work / "cuda" / "include" / "cuda.h").read_text() == "/* cuda */\n"
+
+
 def _project(tree: Path, pyproject: str | None, backend: str | None = None) -> Path:
     tree.mkdir(parents=True)
     if pyproject is not None:

@@ -226,7 +226,8 @@ import time  # noqa: E402
 def install_stubs(work, env, python, script, cuda_home):
     """Point ``env`` at stand-ins under ``work`` that shadow the toolkit at ``cuda_home`` (where torch
     would find it: imagegen_build.torch_cuda_home); return the path of the record log."""
-    real_home = cuda_home if cuda_home and os.path.isdir(cuda_home) else None
+    # absolute: the shadow's links point at it from another folder (a relative CUDA_HOME made dangling links)
+    real_home = os.path.abspath(cuda_home) if cuda_home and os.path.isdir(cuda_home) else None
     shadow = os.path.join(work, "cuda")
     bindir = os.path.join(shadow, "bin")
     os.makedirs(bindir, exist_ok=True)
