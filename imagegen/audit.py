@@ -420,7 +420,9 @@ def link_fix(name: str) -> str:
     """What to do about a library the link would not find."""
     if name == "cuda":
         return ("libcuda.so is the GPU driver's, absent on a host without one (a CPU builder, a pypi toolkit):"
-                " the recipe's `links_libcuda: true` puts CUDA's stub libcuda.so on LIBRARY_PATH for the build")
+                " in a builder image the recipe's `links_libcuda: true` puts a stub libcuda.so on LIBRARY_PATH;"
+                " natively, put a folder holding one on LIBRARY_PATH (the toolkit's lib64/stubs, or build where"
+                " the driver is installed)")
     return f"install what provides lib{name}.so, or put its folder on LIBRARY_PATH"
 
 

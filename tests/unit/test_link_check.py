@@ -88,8 +88,9 @@ def test_a_library_the_linker_will_not_find_refuses_the_cell():
     assert v.refusals == (
         "pkg._qattn_sm90, pkg._fused: its link asks for -lcuda, which the linker will not find (not in the link's -L"
         " folders, LIBRARY_PATH or the compiler's own search): the build would stop at `cannot find -lcuda`;"
-        " libcuda.so is the GPU driver's, absent on a host without one (a CPU builder, a pypi toolkit): the recipe's"
-        " `links_libcuda: true` puts CUDA's stub libcuda.so on LIBRARY_PATH for the build",
+        " libcuda.so is the GPU driver's, absent on a host without one (a CPU builder, a pypi toolkit): in a builder"
+        " image the recipe's `links_libcuda: true` puts a stub libcuda.so on LIBRARY_PATH; natively, put a folder"
+        " holding one on LIBRARY_PATH (the toolkit's lib64/stubs, or build where the driver is installed)",
         "pkg._fused: its link asks for -lnvshmem, which the linker will not find (not in the link's -L folders,"
         " LIBRARY_PATH or the compiler's own search): the build would stop at `cannot find -lnvshmem`; install what"
         " provides libnvshmem.so, or put its folder on LIBRARY_PATH")
