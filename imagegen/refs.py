@@ -273,13 +273,20 @@ def export_commit(repo: Path, commit: str, name: str) -> Path:
     """``commit`` of a repository on this machine as a plain tree in imagegen's cache
     (``$XDG_CACHE_HOME/imagegen/sources``, else ~/.cache/...), made once and then reused: what the build
     context of a local source can carry into a container."""
+    from imagegen.outputs import output_folder, shown
+
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "imagegen" / "sources"
+    output_folder(base, "imagegen's cache ($XDG_CACHE_HOME/imagegen/sources)")
     dest = base / f"{name}-{commit[:16]}"
     marker = dest / ".imagegen-export"
     if marker.is_file() and marker.read_text().strip() == commit:
         return dest
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=base))
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=base))
+    except OSError as exc:
+        raise UsageError(f"cannot export {commit[:12]} of {repo} into {shown(base)} (imagegen's cache: $XDG_CACHE_HOME,"
+                         f" else ~/.cache): {safety.os_reason(exc)}") from None
     try:
         archive = _git(["archive", "--format=tar", commit], timeout=600, tree=repo,
                        missing="git is not installed here, and it is needed to export the --git file:// repository")
@@ -301,6 +308,8 @@ def export_commit(repo: Path, commit: str, name: str) -> Path:
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(tmp, dest)
+    except OSError as exc:  # a full disk, a cache folder that became unwritable
+        raise UsageError(f"cannot export {commit[:12]} of {repo} into {shown(base)}: {safety.os_reason(exc)}") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

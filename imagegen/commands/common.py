@@ -58,6 +58,9 @@ def user_env(args: argparse.Namespace) -> dict[str, str]:
             raise UsageError(f"--env {shown(item, 60)}: expected NAME=VALUE, NAME a variable name like NVCC_APPEND_FLAGS")
         if not safety.ENV_VALUE.fullmatch(value):
             raise UsageError(f"--env {name}: bad value {shown(value, 60)} (printable text, no quotes, $ or `)")
+        secret = safety.env_secret(name, value)
+        if secret:
+            raise UsageError(f"--env {name}: {secret}; {safety.ENV_SECRET_INSTEAD}")
         if env.get(name, value) != value:
             raise UsageError(f"--env {name} is given twice with different values")
         env[name] = value
@@ -249,6 +252,10 @@ def netrc_file(value: str | None) -> str | None:
 
 def check_cache_specs(values: Sequence[str]) -> list[str]:
     for v in values:
+        if safety.has_credentials(v):
+            # the spec goes into the bake file imagegen writes: a registry's credential belongs to docker login
+            raise UsageError(f"cache spec {safety.describe(safety.redact(v), 80)} carries a credential, which would be"
+                             " written into the bake file: log in to the registry with docker login instead")
         if not CACHE_SPEC.fullmatch(v):
             raise UsageError(f"cache spec {v!r}: expected buildx's key=value,... form, e.g. type=registry,ref=HOST/NS/cache:TAG")
     return list(values)
