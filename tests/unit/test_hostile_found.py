@@ -399,3 +399,14 @@ def test_an_empty_layout_and_an_empty_archs_cuda_are_refused(tmp_path, monkeypat
     for flag in ("--cuda", "--torch"):
         code, _, err = run(["archs", "9.0", flag, ""], capsys)
         assert "got an empty one" in one_line(code, err)
+
+
+def test_no_writable_temporary_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    # A machine (or a sandbox) where tempfile finds no folder it can write: verify's temporary folder
+    # was an exit 70. The real tempfile code path, with its list of candidates pointing nowhere.
+    import tempfile
+    from tests.unit.executor_fixtures import WHEEL
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "nowhere")])
+    code, _, err = run(["verify", WHEEL, "--arch", "8.0"], capsys)
+    assert "set TMPDIR" in one_line(code, err)
