@@ -410,3 +410,11 @@ def test_no_writable_temporary_folder_is_one_line(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "nowhere")])
     code, _, err = run(["verify", WHEEL, "--arch", "8.0"], capsys)
     assert "set TMPDIR" in one_line(code, err)
+
+
+def test_repair_into_a_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
+    from tests.unit.executor_fixtures import WHEEL, temp_files_under
+    temp_files_under(tmp_path, monkeypatch)
+    (tmp_path / "a-file").write_text("x\n")
+    code, _, err = run(["repair", WHEEL, "--out", tmp_path / "a-file" / "out"], capsys)
+    assert "cannot write the repaired wheel there" in one_line(code, err, 9)
