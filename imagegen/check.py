@@ -227,6 +227,9 @@ def require_gpu(info: GpuInfo) -> None:
                          " check needs one; run it on the GPU machine")
 
 
+MAX_TIMEOUT = 7 * 86400.0  # a week: longer is no time limit at all
+
+
 def check_wheel(wheel: Path, cat: Catalogue, *, recipe: str | None = None, python_exe: str | None = None,
                 timeout: float = DEFAULT_TIMEOUT, how: str = "--recipe") -> CheckResult:
     """Run the recipe's ``smoke.gpu_check`` against ``wheel`` with ``python_exe`` (default: this
@@ -234,8 +237,8 @@ def check_wheel(wheel: Path, cat: Catalogue, *, recipe: str | None = None, pytho
     GpuCheckError (exit 6) when the check fails, UsageError/RecipeError (exit 2) for bad input."""
     from imagegen.executors.import_test import Importer, import_test
 
-    if not timeout > 0:
-        raise UsageError("--timeout must be a positive number of seconds")
+    if not 0 < timeout <= MAX_TIMEOUT:  # nan and inf too (inf was an OverflowError deep in subprocess: exit 70)
+        raise UsageError(f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:.0f}")
     dist = wheel_distribution(wheel)
     r = recipe_for(cat, dist, recipe, how)
     code = r.smoke.gpu_check

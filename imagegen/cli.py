@@ -478,6 +478,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug: still one line, with a way to get the details
+        if isinstance(exc, FileNotFoundError) and "No usable temporary directory" in str(exc):
+            # tempfile found no folder it can write (TMPDIR, /tmp, /var/tmp, the current folder): the
+            # machine's, not a bug
+            print("imagegen: error: no folder for temporary files can be written here (TMPDIR, /tmp, /var/tmp, the"
+                  " current folder): set TMPDIR to a folder of your own", file=sys.stderr)
+            return UsageError.exit_code
         if os.environ.get("IMAGEGEN_DEBUG"):
             raise
         print("imagegen: internal error: " + error_line(f"{exc.__class__.__name__}: {exc}", MAX_ERROR - 100)

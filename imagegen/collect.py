@@ -99,17 +99,25 @@ def _lock(path: Path) -> int:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    """``data`` as ``path`` (a manifest), replaced by rename; a place that cannot take it (a folder of that
+    name, a read-only or full file system) is one line, exit 9."""
+    if path.is_dir() and not path.is_symlink():
+        raise PublishError(f"{shown(path)} is a folder: remove it (imagegen keeps the wheelhouse's manifest there)")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2, sort_keys=True)
             fh.write("\n")
         os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the wheelhouse is served
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        tmp = None
+    except OSError as exc:
+        raise PublishError(f"{shown(path)}: cannot write: {exc.strerror or exc.__class__.__name__}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _copy_atomic(src: Path, dest: Path) -> None:

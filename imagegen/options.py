@@ -66,7 +66,9 @@ def _many(value, flag: str) -> tuple[str, ...]:
     out: list[str] = []
     for v in values:
         parts = [part for part in _LIST_SEP.split(str(v).strip()) if part]
-        out.extend(parts or [str(v)])  # an empty value stays, for its parser to refuse
+        if not parts:  # given empty: refused, never taken as "not given" (the default)
+            raise UsageError(f"{flag}: give a value (got an empty one)")
+        out.extend(parts)
     if not isinstance(value, (list, tuple)) and len(out) > 1:
         raise UsageError(f"{flag} takes one value here, not a list ({', '.join(out[:4])}): this command builds"
                          " one cell; plan, bake and build take lists")
@@ -149,7 +151,7 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         cuda_one=(cuda[0] if cuda else None) or (m.cuda[-1] if m.cuda else None),
         python_one=(python[0] if python else None) or (m.python[-1] if m.python else None),
         arch_configured=(arch[0] if arch else None) or m.arch,
-        layout=check_layout(_flag(args, "layout")) if _flag(args, "layout") else config.layout or DEFAULT_LAYOUT,
+        layout=check_layout(_flag(args, "layout")) if _flag(args, "layout") is not None else config.layout or DEFAULT_LAYOUT,
         offline=bool(_flag(args, "offline") or config.offline),
         gpu_check_device=_flag(args, "gpu_check_device"),
         platforms=platform_flag(_flag(args, "platform")),

@@ -31,6 +31,17 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (
           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
 
 
+# A path imagegen writes may go this many folders deep (pathlib and os.makedirs make the missing ones
+# recursively: 2000 of them was a RecursionError, exit 70). Real paths go a few dozen deep.
+MAX_PATH_DEPTH = 255
+
+
+def _depth(what: str, text: str) -> None:
+    depth = len(Path(text).parts)
+    if depth > MAX_PATH_DEPTH:
+        raise UsageError(f"{what} {shown(text)} is {depth} folders deep; at most {MAX_PATH_DEPTH}")
+
+
 def shown(path: object, limit: int = 120) -> str:
     """``path`` for a message: control characters escaped, at most ``limit`` characters. A longer one
     loses its middle, not its end (the file name of a wheel deep in a wheelhouse): a third of what is
@@ -63,6 +74,7 @@ def _in_system_tree(folder: Path, allowed: tuple[str, ...] = ()) -> bool:
 def output_folder(path: str | os.PathLike, what: str) -> Path:
     """``path``, a folder imagegen writes into (``repair --out``, ``bake --dockerfiles``, ``--work``),
     when it is not the filesystem root, the home folder or a system folder; else a UsageError."""
+    _depth(what, os.fspath(path))
     resolved = Path(os.path.realpath(os.fspath(path)))
     text = resolved.as_posix()
     try:
@@ -75,6 +87,19 @@ def output_folder(path: str | os.PathLike, what: str) -> Path:
     return Path(path)
 
 
+def inside(folder: str | os.PathLike, path: str | os.PathLike, what: str) -> Path:
+    """``path``, a file or folder imagegen itself puts in ``folder`` (one the user named: the folder of
+    ``render -o``, ``bake --dockerfiles``, ``--work``), when it stays in that folder once links are
+    followed; else a UsageError. A link planted there (``imagegen-scripts``, ``runs``, a script's name)
+    never leads imagegen's writes out of the folder given; the folder named may itself be a link."""
+    base = os.path.realpath(os.fspath(folder))
+    real = os.path.realpath(os.fspath(path))
+    if real != base and not real.startswith(base.rstrip("/") + "/"):
+        raise UsageError(f"{what} {shown(os.fspath(path))} leads out of {shown(os.fspath(folder))} (to {shown(real)}):"
+                         " imagegen writes only inside the folder given; remove that link")
+    return Path(path)
+
+
 def resolve_target(path: str | os.PathLike, what: str = "output file", system_ok: tuple[str, ...] = ()) -> Path:
     """The regular file that writing ``path`` replaces (symlinks followed), checked before anything
     is written: a directory, device, FIFO or socket, a symlink loop, an unusable name, a file in the
@@ -84,6 +109,7 @@ def resolve_target(path: str | os.PathLike, what: str = "output file", system_ok
         raise UsageError(f"{what}: give a file name (got an empty one)")
     if any(not c.isprintable() for c in text):
         raise UsageError(f"{what} {shown(text)!s}: a file name with control characters is refused")
+    _depth(what, text)
     p = Path(text)
     try:
         link = stat.S_ISLNK(os.lstat(p).st_mode)

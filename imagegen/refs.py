@@ -11,6 +11,7 @@ is refused with what to add, never built with facts guessed for it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -18,9 +19,10 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
+from urllib.parse import urlsplit
 
 from imagegen import safety
 from imagegen.errors import RecipeError, UsageError, bounded, printable
@@ -38,14 +40,16 @@ _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "G
 
 
 def _git(args: list[str], *, timeout: int, missing: str, env: dict[str, str] | None = None,
-         input: bytes | None = None, tree: Path | None = None) -> subprocess.CompletedProcess:
+         input: bytes | None = None, tree: Path | None = None,
+         home: Path | None = None) -> subprocess.CompletedProcess:
     """git ``args`` (output as bytes); ``missing`` is the UsageError's message when git is not installed.
 
     With ``tree``: git on that tree, which imagegen only reads, with none of its own commands running
     (imagegen_wheeltools.git_cmd: no hooks, fsmonitor, filters, drivers, pager or network; UsageError
     for a tree whose drivers cannot be switched off). Without: a remote operation (ls-remote), run in an
     empty folder of its own, so that the config of whatever repository the current folder is in (a
-    downloaded project's core.sshCommand, credential helper or url.insteadOf) plays no part."""
+    downloaded project's core.sshCommand, credential helper or url.insteadOf) plays no part; with ``home``
+    (_build_home), git's HOME and XDG config are that folder's."""
     git = shutil.which("git")
     if git is None:
         raise UsageError(missing)
@@ -61,6 +65,8 @@ def _git(args: list[str], *, timeout: int, missing: str, env: dict[str, str] | N
         full_env = {**os.environ, **_GIT_ENV, "GIT_CEILING_DIRECTORIES": os.path.dirname(empty), **(env or {})}
         for var in ("GIT_DIR", "GIT_WORK_TREE"):
             full_env.pop(var, None)
+        if home is not None:
+            full_env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
         return subprocess.run([git, *args], capture_output=True, env=full_env, cwd=empty,
                               timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
@@ -116,24 +122,85 @@ def _repo_url(url: str) -> bool:
     return "/" in rest.strip("/") and "@" not in rest.split("/", 1)[1]
 
 
-def resolve_commit(url: str, ref: str) -> str:
-    """The commit ``ref`` names in the repository at ``url`` (a full commit names itself)."""
-    if FULL_SHA.fullmatch(ref):
-        return ref
+@dataclass(frozen=True)
+class BuildCredentials:
+    """What a container build's fetch step has to reach an http(s) git host: the file ``--netrc`` hands it
+    as the netrc BuildKit secret, or nothing (no ~/.netrc, no credential helper: those are this machine's).
+    `build`, `push` and `pull` resolve a ref with exactly these, so that a repository the build could not
+    fetch is said before anything is built, in one line."""
+    netrc: str | None = None
+
+
+@contextlib.contextmanager
+def _build_home(creds: BuildCredentials) -> Iterator[Path]:
+    """A HOME for git holding what the build has: a link to the --netrc file as .netrc (git's HTTP reads
+    $HOME/.netrc only), and a .gitconfig that includes the user's global git config (a proxy, a CA,
+    url.insteadOf still apply); the credential helpers are switched off on git's command line."""
+    real_home = Path(os.path.expanduser("~"))
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or real_home / ".config")
+    with tempfile.TemporaryDirectory(prefix="imagegen-git-home-") as folder:
+        home = Path(folder)
+        included = [p for p in (real_home / ".gitconfig", xdg / "git" / "config") if _is_file(p)]
+        if included:
+            quoted_paths = "".join('\tpath = "%s"\n' % str(p).replace("\\", "\\\\").replace('"', '\\"')
+                                   for p in included)
+            (home / ".gitconfig").write_text("[include]\n" + quoted_paths, encoding="utf-8")
+        if creds.netrc is not None:
+            (home / ".netrc").symlink_to(creds.netrc)
+        yield home
+
+
+def _is_file(path: Path) -> bool:
     try:
-        # The pattern `REF^{}` lists an annotated tag's commit (the tag object is listed under REF).
-        proc = _git(["ls-remote", "--", url, ref, ref + "^{}"], timeout=LS_REMOTE_TIMEOUT,
-                    missing=f"--ref {ref}: git is not installed here, and it is needed to resolve the ref to a commit"
-                            " (install git, or give the full 40-character commit)")
+        return str(path).isprintable() and path.is_file()
+    except OSError:
+        return False
+
+
+def _ls_remote(url: str, ref: str, creds: BuildCredentials | None) -> subprocess.CompletedProcess:
+    # The pattern `REF^{}` lists an annotated tag's commit (the tag object is listed under REF).
+    args = ["ls-remote", "--", url, ref, ref + "^{}"]
+    missing = (f"--ref {ref}: git is not installed here, and it is needed to resolve the ref to a commit"
+               " (install git, or give the full 40-character commit)")
+    try:
+        if creds is None:
+            return _git(args, timeout=LS_REMOTE_TIMEOUT, missing=missing)
+        with _build_home(creds) as home:
+            return _git(["-c", "credential.helper=", *args], timeout=LS_REMOTE_TIMEOUT, missing=missing, home=home)
     except subprocess.TimeoutExpired:
         raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote took over {LS_REMOTE_TIMEOUT} s"
                          " (no network? give the full 40-character commit)") from None
     except OSError as exc:
         raise UsageError(f"cannot resolve {ref} at {url}: {safety.os_reason(exc)}") from None
+
+
+def resolve_commit(url: str, ref: str, build: BuildCredentials | None = None) -> str:
+    """The commit ``ref`` names in the repository at ``url`` (a full commit names itself).
+
+    ``build``: for a container build, an http(s) repository is asked with the credentials the build's
+    fetch step will have, not this machine's; when that fails where git with this machine's own
+    credentials succeeds, the build could not fetch it: a UsageError says to give --netrc."""
+    if FULL_SHA.fullmatch(ref):
+        return ref
+    as_build = build if build is not None and url.startswith(("https://", "http://")) else None
+    proc = _ls_remote(url, ref, as_build)
+    if proc.returncode != 0 and as_build is not None and _ls_remote(url, ref, None).returncode == 0:
+        host = urlsplit(url).hostname or "HOST"
+        if as_build.netrc is None:
+            raise UsageError(f"cannot fetch {url} in the build: it needs credentials, which git on this machine"
+                             " has (~/.netrc or a credential helper) but a build's fetch step gets only the netrc"
+                             f" file --netrc hands it: give --netrc ~/.netrc (or a file with 'machine {host}"
+                             " login USER password TOKEN')")
+        raise UsageError(f"cannot fetch {url} in the build: the --netrc file's credentials are refused there"
+                         f" ({_stderr_tail(proc)}), while git on this machine has working ones: put them in the"
+                         f" --netrc file ('machine {host} login USER password TOKEN')")
     out = proc.stdout[:MAX_LS_REMOTE_BYTES].decode("utf-8", "replace")
     if proc.returncode != 0:
+        host = urlsplit(url).hostname or "HOST"
+        hint = ("it needs git credentials" if as_build is None else "give --netrc FILE with its credential"
+                if as_build.netrc is None else f"the --netrc file has no working entry for {host}")
         raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote failed: {_stderr_tail(proc)}"
-                         " (a private repository needs git credentials; offline, give the full commit)")
+                         f" (a private repository? {hint}; offline, give the full commit)")
     found = {}
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
@@ -153,8 +220,10 @@ def version_tag(ref: str) -> str | None:
     return m.group(1) if m else None
 
 
-def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | None) -> tuple[Recipe, RecipeVersion]:
-    """``recipe`` and the version to build for ``--ref``/``--git`` (one of them given)."""
+def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | None,
+           build: BuildCredentials | None = None) -> tuple[Recipe, RecipeVersion]:
+    """``recipe`` and the version to build for ``--ref``/``--git`` (one of them given); ``build``: what a
+    container build's fetch step will have to reach the repository (resolve_commit)."""
     if recipe.source_kind != "git" or recipe.source_url is None:
         raise UsageError(f"--ref/--git apply to a recipe whose source is a git repository; {recipe.name} is"
                          f" {recipe.source_kind} (build a checkout of your own with --source DIR)")
@@ -163,7 +232,7 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
         raise UsageError(f"--ref {ref} and --git ...@{ref_in_url}: give the ref once")
     ref = ref or ref_in_url or "HEAD"
     safety.check(ref, safety.GIT_REF, "--ref")
-    commit = resolve_commit(url, ref)
+    commit = resolve_commit(url, ref, build)
     forked = url != recipe.source_url
     if forked:
         recipe = replace(recipe, source_url=url)
@@ -204,13 +273,20 @@ def export_commit(repo: Path, commit: str, name: str) -> Path:
     """``commit`` of a repository on this machine as a plain tree in imagegen's cache
     (``$XDG_CACHE_HOME/imagegen/sources``, else ~/.cache/...), made once and then reused: what the build
     context of a local source can carry into a container."""
+    from imagegen.outputs import output_folder, shown
+
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "imagegen" / "sources"
+    output_folder(base, "imagegen's cache ($XDG_CACHE_HOME/imagegen/sources)")
     dest = base / f"{name}-{commit[:16]}"
     marker = dest / ".imagegen-export"
     if marker.is_file() and marker.read_text().strip() == commit:
         return dest
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=base))
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=base))
+    except OSError as exc:
+        raise UsageError(f"cannot export {commit[:12]} of {repo} into {shown(base)} (imagegen's cache: $XDG_CACHE_HOME,"
+                         f" else ~/.cache): {safety.os_reason(exc)}") from None
     try:
         archive = _git(["archive", "--format=tar", commit], timeout=600, tree=repo,
                        missing="git is not installed here, and it is needed to export the --git file:// repository")
@@ -232,6 +308,8 @@ def export_commit(repo: Path, commit: str, name: str) -> Path:
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(tmp, dest)
+    except OSError as exc:  # a full disk, a cache folder that became unwritable
+        raise UsageError(f"cannot export {commit[:12]} of {repo} into {shown(base)}: {safety.os_reason(exc)}") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -182,22 +182,31 @@ _SECRET_PARAM = re.compile(
     r"(?i)([?&;](?:access_token|private_token|token|auth|password|passwd|pwd|secret|client_secret|api_key|apikey"
     r"|key|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential)=)"
     r"[^&#\s'\"<>]+")
+# user:password@host without a scheme: a registry reference (user:TOKEN@registry/ns/img), a cache spec's
+# ref=...; the password is a secret. Not name:tag@sha256:... (an image pinned by digest), not git@host:path
+# (a user name alone).
+_BARE_USERINFO = re.compile(r"(?<![\w.+%/:@-])([\w.+%-]+:[^\s/@'\"<>,=;]+)@(?!sha\d{3}:)(?=[A-Za-z0-9\[])")
+# An HTTP credential a server echoed back (a reflected request's headers): Authorization: Basic/Bearer ...
+_AUTH_HEADER = re.compile(r"(?i)\b(basic|bearer)(\s+)(?=[A-Za-z0-9+/._~-]*[0-9])([A-Za-z0-9+/._~-]{12,}=*)")
 REDACTED = "***"
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with the userinfo of every URL in it (``https://user:TOKEN@host`` -> ``https://***@host``),
-    every secret-carrying query value (``?token=...``) and every value of ``secrets`` (a password
-    imagegen read from a netrc, an upload token: longest first, one may contain another) replaced by
-    ``***``. The one place imagegen hides credentials; used on every error and on every message that
+    every secret-carrying query value (``?token=...``), the password of a ``user:password@host`` without
+    a scheme (a registry reference), the value of an HTTP credential a server echoed back (``Basic ...``,
+    ``Bearer ...``) and every value of ``secrets`` (a password imagegen read from a netrc, an upload
+    token: longest first, one may contain another) replaced by ``***``. The one place imagegen hides credentials; used on every error and on every message that
     quotes a URL or a server's answer."""
     if not isinstance(text, str):
         return text
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
+    text = _AUTH_HEADER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     if "@" not in text and "=" not in text:
         return text
     text = _USERINFO.sub(_redacted_userinfo, text)
+    text = _BARE_USERINFO.sub(REDACTED + "@", text)
     return _SECRET_PARAM.sub(lambda m: m.group(1) + REDACTED, text)
 
 
@@ -210,7 +219,7 @@ def _redacted_userinfo(m: re.Match[str]) -> str:
 
 def has_credentials(url: str) -> bool:
     """Whether ``url`` carries a credential: userinfo (``user:password@``, or a token as the user
-    name) or a secret query parameter."""
+    name; ``user:password@host`` without a scheme too) or a secret query parameter."""
     return isinstance(url, str) and redact(url) != url
 
 
@@ -222,6 +231,32 @@ def no_credentials(url: str, what: str, instead: str) -> str:
         raise UnsafeValueError(f"{what} {describe(redact(url), 77)} carries a credential (user:password@ or a token),"
                                f" which would be written where others read it: give the URL without it and {instead}")
     return url
+
+
+# A build variable (``--env``, a recipe's ``env``) is written into the Dockerfile (ENV), the bake file and the
+# image's history: one named like a credential, or whose value is one, is refused (issue 32).
+_SECRET_NAME = re.compile(r"(?i)(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
+                          r"|COOKIE)")
+# Tokens of the services a build might reach: GitHub, GitLab, Hugging Face, PyPI, npm, Slack, AWS, OpenAI-like.
+_TOKEN_VALUE = re.compile(r"(ghp_|gho_|ghu_|ghs_|ghr_|github_pat_|glpat-|hf_[A-Za-z0-9]{20}|pypi-AgE|npm_[A-Za-z0-9]{20}"
+                          r"|xox[abposr]-|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20})")
+
+
+def env_secret(name: str, value: str) -> str | None:
+    """Why the build variable ``name=value`` must not be written into a Dockerfile (it is or carries a
+    credential), or None."""
+    if _SECRET_NAME.search(name):
+        return f"{name} is named like a credential"
+    if has_credentials(value):
+        return "its value carries a credential (user:password@ or a token in a URL)"
+    if _TOKEN_VALUE.search(value):
+        return "its value looks like an access token"
+    return None
+
+
+ENV_SECRET_INSTEAD = ("a build variable is written into the Dockerfile, the bake file and the image's history:"
+                      " a credential the build needs goes in the netrc file imagegen build --netrc hands it as a"
+                      " BuildKit secret")
 
 
 # Where each kind of credential belongs instead of a URL (the second half of no_credentials' message).

@@ -25,11 +25,14 @@ it is tested.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import os
 import re
 import shutil
 import socket
+import stat
 import threading
 import time
 import urllib.error
@@ -37,7 +40,7 @@ import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urljoin, urlsplit
 
 from imagegen.errors import HTTPStatusError, Unreachable, Unreadable
@@ -110,8 +113,9 @@ class _Watch:
     server then returns at once (a socket timeout would restart with every byte)."""
 
     def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
         self.lock = threading.Lock()
-        self.socks: list[socket.socket] = []
+        self.socks: list[tuple[socket.socket, int]] = []
         self.expired = False
         self.timer = threading.Timer(max(seconds, 0.0), self.expire)
         self.timer.daemon = True
@@ -119,26 +123,61 @@ class _Watch:
 
     def add(self, sock: socket.socket) -> socket.socket:
         with self.lock:
-            self.socks.append(sock)
+            self.socks.append((sock, sock.fileno()))
             if self.expired:
-                _shutdown(sock)
+                _shutdown(sock, sock.fileno())
         return sock
 
     def expire(self) -> None:
         with self.lock:
             self.expired = True
-            for sock in self.socks:
-                _shutdown(sock)
+            for sock, fd in self.socks:
+                _shutdown(sock, fd)
 
     def cancel(self) -> None:
         self.timer.cancel()
 
 
-def _shutdown(sock: socket.socket) -> None:
+def _shutdown(sock: socket.socket, fd: int) -> None:
+    """Shut ``sock`` down; when TLS took it over (wrap_socket detaches the plain socket: its fileno is -1
+    then), the connection is shut down through its descriptor ``fd``, which the TLS socket now holds."""
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        if sock.fileno() != -1:
+            sock.shutdown(socket.SHUT_RDWR)
+            return
+    except OSError:
+        return
+    try:
+        if fd >= 0 and stat.S_ISSOCK(os.fstat(fd).st_mode):
+            dup = socket.socket(fileno=os.dup(fd))
+            try:
+                dup.shutdown(socket.SHUT_RDWR)
+            finally:
+                dup.close()
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def connections_within(seconds: float) -> Iterator[_Watch]:
+    """Every connection this process opens inside the block, from any thread and through any HTTP client
+    (requests and twine, httpx for huggingface_hub, botocore), is shut down when ``seconds`` have passed
+    since the block began: a server that drips its answer, or never answers, cannot hold a publish
+    longer than that (a client's socket timeout restarts with every byte). The returned watch says
+    whether it expired: what the client made of its cut connections is then not trusted."""
+    watch = _Watch(seconds)
+    real = socket.socket.connect
+
+    def connect(sock: socket.socket, address: Any) -> None:
+        watch.add(sock)
+        return real(sock, address)
+
+    socket.socket.connect = connect  # type: ignore[method-assign]
+    try:
+        yield watch
+    finally:
+        socket.socket.connect = real  # type: ignore[method-assign]
+        watch.cancel()
 
 
 def _watched(base: type[http.client.HTTPConnection], watch: _Watch):

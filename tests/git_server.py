@@ -1,9 +1,12 @@
 """A real git server for tests: `git http-backend` (git's own smart-HTTP server, as CGI) behind a WSGI
 server on 127.0.0.1, serving the bare repositories of one folder. `git ls-remote` and `git fetch
---depth 1` run against it exactly as against GitHub."""
+--depth 1` run against it exactly as against GitHub. With ``auth=(user, token)`` it is a private host:
+every request without that Basic credential gets 401 (git then reads its netrc), and it counts the
+requests it served with it (``served``, each with the client's address) and refused (``refused``)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import threading
@@ -17,14 +20,18 @@ class _Quiet(WSGIRequestHandler):
 
 
 class GitServer:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, host: str = "127.0.0.1", auth: tuple[str, str] | None = None) -> None:
         self.root = root
-        self._server = make_server("127.0.0.1", 0, self._app, handler_class=_Quiet)
+        self.host = host
+        self._auth = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() if auth else None
+        self.served: list[str] = []  # "CLIENT METHOD PATH?QUERY" of each request answered
+        self.refused = 0  # requests answered 401 (no or a wrong credential)
+        self._server = make_server(host, 0, self._app, handler_class=_Quiet)
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def url(self, repo: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{repo}"
+        return f"http://{self.host}:{self.port}/{repo}"
 
     def __enter__(self) -> "GitServer":
         self._thread.start()
@@ -35,6 +42,13 @@ class GitServer:
         self._server.server_close()
 
     def _app(self, environ, start_response):
+        if self._auth and environ.get("HTTP_AUTHORIZATION") != self._auth:
+            self.refused += 1
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="private"'),
+                                                ("Content-Type", "text/plain")])
+            return [b"credentials required\n"]
+        self.served.append(f"{environ.get('REMOTE_ADDR')} {environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"
+                           f"?{environ.get('QUERY_STRING', '')}")
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         env = {

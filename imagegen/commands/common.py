@@ -58,6 +58,9 @@ def user_env(args: argparse.Namespace) -> dict[str, str]:
             raise UsageError(f"--env {shown(item, 60)}: expected NAME=VALUE, NAME a variable name like NVCC_APPEND_FLAGS")
         if not safety.ENV_VALUE.fullmatch(value):
             raise UsageError(f"--env {name}: bad value {shown(value, 60)} (printable text, no quotes, $ or `)")
+        secret = safety.env_secret(name, value)
+        if secret:
+            raise UsageError(f"--env {name}: {secret}; {safety.ENV_SECRET_INSTEAD}")
         if env.get(name, value) != value:
             raise UsageError(f"--env {name} is given twice with different values")
         env[name] = value
@@ -81,7 +84,8 @@ def job_fix(args: argparse.Namespace) -> tuple[str, str]:
 
 def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None,
             fetch: str | None = None, env: dict[str, str] | None = None, *, ref: str | None = None,
-            git: str | None = None, jobs: tuple[str, str] = JOB_FLAGS) -> tuple[Recipe, RecipeVersion]:
+            git: str | None = None, jobs: tuple[str, str] = JOB_FLAGS,
+            build: refs.BuildCredentials | None = None) -> tuple[Recipe, RecipeVersion]:
     if source is not None and name is not None:
         raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
     if source is None and name is not None and looks_like_path(name):
@@ -104,7 +108,7 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
     if ref or git:
         if fetch == "sdist":
             raise UsageError("--fetch sdist builds a pinned version's source distribution; --ref/--git fetch from git")
-        recipe, version = refs.at_ref(recipe, ref, git, wanted_version)
+        recipe, version = refs.at_ref(recipe, ref, git, wanted_version, build)
     else:
         recipe, version = fetched_from(recipe, recipe.version(wanted_version), fetch)
     return recipe, with_env(recipe, version, env or {}, jobs)
@@ -248,6 +252,10 @@ def netrc_file(value: str | None) -> str | None:
 
 def check_cache_specs(values: Sequence[str]) -> list[str]:
     for v in values:
+        if safety.has_credentials(v):
+            # the spec goes into the bake file imagegen writes: a registry's credential belongs to docker login
+            raise UsageError(f"cache spec {safety.describe(safety.redact(v), 80)} carries a credential, which would be"
+                             " written into the bake file: log in to the registry with docker login instead")
         if not CACHE_SPEC.fullmatch(v):
             raise UsageError(f"cache spec {v!r}: expected buildx's key=value,... form, e.g. type=registry,ref=HOST/NS/cache:TAG")
     return list(values)
@@ -291,6 +299,15 @@ def check_exe(value: str | None, flag: str) -> str | None:
     return value
 
 
+def build_credentials(args: argparse.Namespace) -> refs.BuildCredentials | None:
+    """What the container builds of this command will have to fetch a private git source (``--netrc``),
+    for resolving its ref with exactly that; None for a command that builds nothing or natively (git on
+    this machine then uses its own ~/.netrc and credential helpers)."""
+    if args.command not in ("build", "push", "pull") or getattr(args, "native", False):
+        return None
+    return refs.BuildCredentials(netrc_file(getattr(args, "netrc", None)))
+
+
 def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
     opts = options.resolve(args, config)
     # --source alone means just that project; otherwise the named recipes, the config's, or all.
@@ -306,7 +323,8 @@ def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRe
     # Several versions (seed 001's FA_VERSIONS="2.8.2 2.8.3"): each recipe's cells at each of them.
     versions = one_version_per_source(args)
     jobs = job_fix(args)
-    for recipe, version in [resolve(cat, n, None, v, args.fetch, env, ref=ref, git=git, jobs=jobs)
+    build = build_credentials(args) if ref or git else None
+    for recipe, version in [resolve(cat, n, None, v, args.fetch, env, ref=ref, git=git, jobs=jobs, build=build)
                             for n in names for v in versions] \
             + [resolve(cat, None, source, versions[0], args.fetch, env, jobs=jobs) for source in sources]:
         key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)

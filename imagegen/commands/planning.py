@@ -192,6 +192,9 @@ def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.model.arch_rules import min_cuda_for, nvcc_problems, parse_cuda_version, torch_problems
     archs: ArchList = parse_arch_list(args.arch)
     problems: list[str] = []
+    for flag, value in (("--cuda", args.cuda), ("--torch", args.torch)):
+        if value is not None and not value.strip():  # given empty: refused, not taken as not given
+            raise UsageError(f"{flag}: give a version (got an empty one)")
     if args.cuda:
         cuda = compat.cuda_variant(args.cuda) if not args.cuda.count(".") == 2 else None
         problems += nvcc_problems(archs, parse_cuda_version(args.cuda) if cuda is None else cuda.version)

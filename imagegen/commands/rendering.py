@@ -53,7 +53,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
         # `docker build .` of this folder); bake and build name a context of that name instead.
         from imagegen.render.dockerfile import SCRIPTS_CONTEXT, write_scripts
         folder = Path(args.output).parent / SCRIPTS_CONTEXT  # beside the name given (a symlink's too)
-        write_scripts(folder)
+        write_scripts(folder, within=Path(args.output).parent)
         print(f"wrote {args.output} and {folder}/: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
     return 0
 

@@ -78,7 +78,7 @@ class TargetLogs:
         self.failed: set[str] = set()
         self.last: dict[str, str] = {}
         self.bake_error = ""  # bake's own last ERROR line (a bad definition fails before any target runs)
-        self.errors: dict[str, str] = {}  # target -> the in-build script's "[imagegen] error: ..." text
+        self.errors: dict[str, str] = {}  # target -> the in-build script's first "[imagegen] error: ..." text
         self.say = say
         self.clock = clock
         self.compiling: dict[str, list] = {}  # vertex -> [target, started, last line, last said, announced]
@@ -114,6 +114,10 @@ class TargetLogs:
             self.files[target].write(line + "\n")
             if _VERTEX_ERROR.match(line):
                 self.failed.add(target)
+            out = _OUTPUT.match(line)
+            if out and target not in self.errors and out.group(2).strip().startswith("[imagegen] error: "):
+                # the first step that failed with a reason of its own (fetch, toolchain, deps, compile...)
+                self.errors[target] = out.group(2).strip()[len("[imagegen] error: "):]
             self._progress(v.group(1), target, line)
         return None
 
@@ -132,9 +136,7 @@ class TargetLogs:
                 state[4] = True
                 self._say(f"[{target}] compiling")
             text = out.group(2).strip()
-            if text.startswith("[imagegen] error: ") and target not in self.errors:
-                self.errors[target] = text[len("[imagegen] error: "):]
-            elif text and not text.startswith("[imagegen] still compiling"):
+            if text and not text.startswith(("[imagegen] still compiling", "[imagegen] error: ")):
                 state[2] = text
             now = self.clock()
             if now - state[3] >= PROGRESS_EVERY_S:

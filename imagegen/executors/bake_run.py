@@ -103,9 +103,15 @@ def new_run_dir(work: Path, tag: str = "") -> Path:
     CI steps) must not share Dockerfiles, bake file or staging."""
     import tempfile
 
-    runs = work / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S") + tag + "-", dir=runs))
+    from imagegen.errors import UsageError
+    from imagegen.outputs import inside, shown
+
+    runs = inside(work, work / "runs", "the runs folder")  # a link planted there leads no write out of --work
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S") + tag + "-", dir=runs))
+    except OSError as exc:
+        raise UsageError(f"--work {shown(work)}: cannot write there: {exc.strerror or exc.__class__.__name__}") from None
 
 
 def netrc_secret(netrc: str | None) -> list[str]:

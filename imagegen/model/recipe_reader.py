@@ -199,6 +199,9 @@ class Reader:
             val = self.scalar_text(val, f"{key}.{name}")
             if not isinstance(val, str) or not safety.ENV_VALUE.fullmatch(val):
                 raise self.error(f"bad value {quoted(val)} for {name} (printable text, no quotes, $ or `)", key)
+            secret = safety.env_secret(name, val)
+            if secret:
+                raise self.error(f"{secret}; {safety.ENV_SECRET_INSTEAD}", key)
             out[name] = val
         return out
 

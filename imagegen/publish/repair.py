@@ -43,7 +43,7 @@ from imagegen.executors.import_test import import_test, wheel_modules
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import new_file_mode, shown
-from imagegen.safety import describe, member_name_problem
+from imagegen.safety import describe, member_name_problem, os_reason
 from imagegen.verify import verify_wheel
 from imagegen.wheelhouse import MANIFEST, read_manifest, sha256
 
@@ -403,14 +403,20 @@ def repair_wheel(wheel: Path, dest_dir: Path, *, plat: str | None = None, python
     was built on, to compare glibcs. A wheel that cannot be repaired is a PublishError (exit 9), with
     auditwheel's reason; dest_dir is then left as it was."""
     _check_input(wheel, plat)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".imagegen-repair-", dir=dest_dir))
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".imagegen-repair-", dir=dest_dir))
+    except OSError as exc:  # a read-only or full file system, a path through a file
+        raise PublishError(f"{dest_dir}: cannot write the repaired wheel there: {os_reason(exc)}") from None
     try:
         result = _repair_into(wheel, sha256(wheel), staging, plat=plat, python_exe=python_exe, expected=expected,
                               base_image=base_image, say=say)
         dest = dest_dir / result.wheel.name
-        os.chmod(result.wheel, new_file_mode())  # not the staging's: the wheel may be served
-        os.replace(result.wheel, dest)
+        try:
+            os.chmod(result.wheel, new_file_mode())  # not the staging's: the wheel may be served
+            os.replace(result.wheel, dest)
+        except OSError as exc:  # e.g. a folder of the wheel's name there
+            raise PublishError(f"{dest}: cannot place the repaired wheel: {os_reason(exc)}") from None
         return dataclasses.replace(result, wheel=dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -437,7 +443,10 @@ def repair_in_wheelhouse(wheel: Path, *, plat: str | None = None, python_exe: st
         expected = parse_arch_list(entry["expected_archs"]) if isinstance(entry.get("expected_archs"), str) else None
     except ArchError:
         expected = None  # written by another imagegen: the archs are still compared with the built wheel's
-    staging = Path(tempfile.mkdtemp(prefix=".imagegen-repair-", dir=folder))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".imagegen-repair-", dir=folder))
+    except OSError as exc:
+        raise PublishError(f"{folder}: cannot write the repaired wheel there: {os_reason(exc)}") from None
     try:
         result = _repair_into(wheel, digest, staging, plat=plat, python_exe=python_exe, expected=expected,
                               base_image=entry.get("base_image") if isinstance(entry.get("base_image"), str) else None,

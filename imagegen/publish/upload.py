@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
-from imagegen.errors import PublishError, bounded, printable
+from imagegen import untrusted
+from imagegen.errors import PublishError, UsageError, bounded, printable
 # The destinations' grammar (``--to``), shared with `ci github --publish`; the destination modules import
 # the parsed forms from here.
 from imagegen.model.destinations import Dest, GithubDest, HubDest, PypiDest, S3Dest, parse_destination  # noqa: F401
@@ -160,6 +161,30 @@ class Report:
 # --------------------------------------------------------------------------------------------
 # The orchestration
 
+# Time: one exchange with a destination (connecting, reading what is there, uploading one wheel and
+# checking it) gets DEADLINE seconds ($IMAGEGEN_PUBLISH_DEADLINE), plus a second per MiB of the wheel
+# it uploads; then its connections are shut down (untrusted.connections_within), so a server that drips
+# or never answers fails that wheel, and the destination, in bounded time.
+DEADLINE = 300.0
+UPLOAD_RATE = 1 << 20  # bytes per second an upload may be as slow as
+
+
+def deadline_seconds(env: Mapping[str, str], size: int = 0) -> float:
+    raw = (env.get("IMAGEGEN_PUBLISH_DEADLINE") or "").strip()
+    try:
+        base = float(raw) if raw else DEADLINE
+    except ValueError:
+        base = float("nan")
+    if not 0 < base <= 86400:
+        raise UsageError(f"IMAGEGEN_PUBLISH_DEADLINE={raw[:40]!r}: give a number of seconds (at most 86400)")
+    return base + size / UPLOAD_RATE
+
+
+def _expired(seconds: float) -> str:
+    return (f"no complete answer within the {seconds:.0f} s this exchange may take (a stalled or dripping server?):"
+            " the destination is given up")
+
+
 # Environment variables whose values are secrets: no message may show them.
 SECRET_VARIABLES = ("TWINE_PASSWORD", "HF_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 MAX_DETAIL = 300
@@ -171,6 +196,7 @@ def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping
     their failures are in the report."""
     env = os.environ if env is None else env
     dests = [parse_destination(text) for text in to]
+    deadline_seconds(env)  # a malformed $IMAGEGEN_PUBLISH_DEADLINE is said before anything is read
     report = Report(dry_run=dry_run)
     wheels = _unique_names(verified_wheels(Path(out), problems=report.problems), report.problems)
     if not wheels and not report.problems:
@@ -205,19 +231,28 @@ def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, st
     if not wheels:
         return outcomes
     broken = ""  # why the destination cannot be used: the remaining wheels fail with it
-    try:
-        target = connect(dest, env, write=not dry_run)
-        secrets = secrets + list(target.secrets)
-    except Exception as exc:  # PublishError, or a client library's own error that its module did not foresee
-        broken = _redact(_reason(exc), secrets)
+    limit = deadline_seconds(env)
+    with untrusted.connections_within(limit) as watch:
+        try:
+            target = connect(dest, env, write=not dry_run)
+            secrets = secrets + list(target.secrets)
+        except Exception as exc:  # PublishError, or a client library's own error that its module did not foresee
+            broken = _redact(_reason(exc), secrets)
+    if watch.expired:
+        broken = _expired(limit)
     for wheel in wheels:
         if broken:
             outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, FAILED, broken))
             continue
-        try:
-            status, detail = _one(target, wheel, dry_run)
-        except Exception as exc:  # this wheel failed; the next is tried unless the destination gave up
-            status, detail = FAILED, _reason(exc)
+        limit = deadline_seconds(env, 0 if dry_run else wheel.path.stat().st_size)
+        with untrusted.connections_within(limit) as watch:
+            try:
+                status, detail = _one(target, wheel, dry_run)
+            except Exception as exc:  # this wheel failed; the next is tried unless the destination gave up
+                status, detail = FAILED, _reason(exc)
+        if watch.expired:  # whatever the client made of its cut connections
+            status, detail = FAILED, _expired(limit)
+            target.unusable = target.unusable or detail
         broken = _redact(target.unusable, secrets)
         outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, status, _redact(detail, secrets)))
     return outcomes

@@ -48,7 +48,7 @@ def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_
     outputs.resolve_target(path, "bake file")  # refused before any Dockerfile is written
     definition = build_definition(plan, out_dir=out_dir, dockerfiles_dir=dockerfiles_dir, root=root, command=command,
                                   fallback_targets=True)
-    written = write_dockerfiles(definition, root)
+    written = write_dockerfiles(definition, root, within=root / dockerfiles_dir)
     atomic_write(path, serialise(definition, path, command), "bake file")
     written.append(path)
     printed = None
@@ -69,12 +69,15 @@ def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_
     return written, printed
 
 
-def write_dockerfiles(definition: BakeDefinition, root: Path) -> list[Path]:
+def write_dockerfiles(definition: BakeDefinition, root: Path, within: Path | None = None) -> list[Path]:
     """Write ``definition``'s Dockerfiles at their paths (relative ones under ``root``), each
-    atomically and only when its text changed."""
+    atomically and only when its text changed; with ``within`` (the --dockerfiles folder), none through
+    a link that leads out of it (outputs.inside)."""
     written = []
     for rel, text in definition.dockerfiles.items():
         p = root / rel
+        if within is not None:
+            outputs.inside(within, p, "Dockerfile")
         if not _same(p, text):
             atomic_write(p, text, "Dockerfile")
         written.append(p)

@@ -22,7 +22,7 @@ from pathlib import Path
 import jinja2
 
 from imagegen import __version__, safety
-from imagegen.errors import UnsafeValueError
+from imagegen.errors import UnsafeValueError, UsageError
 from imagegen.plan import Cell
 from imagegen.resources.builder import imagegen_rules as rules
 
@@ -116,13 +116,21 @@ def wheeltools_script() -> str:
 SCRIPTS_CONTEXT = "imagegen-scripts"
 
 
-def write_scripts(folder: Path) -> list[Path]:
-    """builder_files() into ``folder`` (render -o writes them beside the Dockerfile), atomically each."""
-    from imagegen.outputs import write_text_atomic
+def write_scripts(folder: Path, within: Path | None = None) -> list[Path]:
+    """builder_files() into ``folder`` (render -o writes them beside the Dockerfile), atomically each;
+    with ``within`` (the folder the user named), none of them through a link that leads out of it."""
+    from imagegen.outputs import inside, write_text_atomic
 
-    folder.mkdir(parents=True, exist_ok=True)
+    if within is not None:
+        inside(within, folder, "the scripts' folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{folder}: cannot write: {exc.strerror or exc.__class__.__name__}") from None
     written = []
     for name, text in builder_files().items():
+        if within is not None:
+            inside(within, folder / name, "build script")
         write_text_atomic(folder / name, text)
         written.append(folder / name)
     return written
@@ -266,16 +274,21 @@ def tree_digest(root: Path) -> str:
     if key in _TREE_DIGESTS:
         return _TREE_DIGESTS[key]
     digest = hashlib.sha256()
-    for rel, path, st in entries:
-        if stat.S_ISLNK(st.st_mode):
-            digest.update(f"L {rel} -> {os.readlink(path)}\n".encode())
-        elif stat.S_ISREG(st.st_mode):
-            digest.update(f"F {rel} {st.st_mode & 0o111:o} {st.st_size}\n".encode())
-            with path.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-        elif stat.S_ISDIR(st.st_mode):
-            digest.update(f"D {rel}\n".encode())
+    # A name need not be UTF-8 (a file name is bytes): its bytes, as the file system gives them.
+    line = lambda text: digest.update(os.fsencode(text))  # noqa: E731
+    try:
+        for rel, path, st in entries:
+            if stat.S_ISLNK(st.st_mode):
+                line(f"L {rel} -> {os.readlink(path)}\n")
+            elif stat.S_ISREG(st.st_mode):
+                line(f"F {rel} {st.st_mode & 0o111:o} {st.st_size}\n")
+                with path.open("rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+            elif stat.S_ISDIR(st.st_mode):
+                line(f"D {rel}\n")
+    except OSError as exc:  # a file the tree holds but this user cannot read
+        raise UsageError(f"source tree {root}: cannot read {exc.filename!s}: {exc.strerror or exc.__class__.__name__}") from None
     _TREE_DIGESTS[key] = digest.hexdigest()
     return _TREE_DIGESTS[key]
 

@@ -298,3 +298,231 @@ def test_a_build_from_a_local_git_repository_at_a_tag(workspace, tmp_path):
     assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
     assert "patch tiny-readme.patch is already in the source" in logs, logs[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------
+# A private git host and `build --netrc FILE` (issue 32): the credential reaches the steps that fetch,
+# and nothing else: no image layer, no image history or config, no file imagegen writes, no output.
+
+NETRC_LOGIN = "x-access-token"
+SCANNED_STAGES = ("fetch", "base", "builder", "compile", "smoke")  # every stage a --no-audit build runs
+
+
+def _bridge_gateway() -> str:
+    """This host's address on Docker's default bridge: a build step's RUN reaches it (a step's 127.0.0.1
+    is its own), nothing beyond this machine does."""
+    proc = sh("docker", "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}")
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def private_git(tmp_path_factory, engine):
+    """The tiny kernel's repository (tagged v0.1.0) on a real git host (git http-backend) that answers 401
+    to every request without Basic auth of a token made up for this run, listening on the bridge's
+    address; the token in a netrc file of its own. imagegen runs with a HOME of its own (no ~/.netrc, no
+    git config): the credential can only come from --netrc."""
+    sys.path.insert(0, str(ROOT))
+    from tests.git_server import GitServer, git, tiny_kernel_repo
+
+    root = tmp_path_factory.mktemp("private-git")
+    repo, commit = tiny_kernel_repo(root)
+    (root / "srv").mkdir()
+    git(root / "srv", "clone", "-q", "--bare", str(repo), "tiny.git")
+    token = f"imagegen-netrc-token-{uuid.uuid4().hex}"
+    host = _bridge_gateway()
+    netrc = root / "netrc"
+    netrc.write_text(f"machine {host} login {NETRC_LOGIN} password {token}\n")
+    netrc.chmod(0o600)
+    (root / "home").mkdir()
+    env = {"HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "cache"),
+           "DOCKER_CONFIG": os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")}
+    with GitServer(root / "srv", host=host, auth=(NETRC_LOGIN, token)) as srv:
+        yield {"root": root, "url": srv.url("tiny.git"), "commit": commit, "token": token, "netrc": netrc,
+               "server": srv, "host": host, "env": env}
+
+
+@pytest.fixture(scope="module")
+def netrc_build(first_build, private_git, workspace):
+    """`imagegen build tiny --git http://BRIDGE:PORT/tiny.git@v0.1.0 --netrc FILE` (the fixture kernel's
+    cell, so the torch layer and ccache are first_build's), then each stage it ran as an image of its
+    own (all of them from the build cache, nothing run again), to read their layers and history.
+
+    The layers that were there before this build (the builder up to its toolchain step: the base image
+    and the torch layer of several GB, made by first_build without any netrc) are built first, as an
+    image of their own, from this cell's Dockerfile cut after that step: the token was made up for this
+    run and never handed to them, so the scan leaves them out (reading 8 GB costs ~100 s); every other
+    layer, and every layer whose content differs from theirs, is read whole."""
+    p, uid = private_git, uuid.uuid4().hex[:8]
+    root, env, t0 = p["root"], p["env"], time.time()
+    recipe = ["tiny", "--recipe-dir", str(FIXTURES / "tiny_git_recipe"), *CELL]
+    pre = root / "pre"
+    # A full commit resolves nothing (no credential needed); --version names what v0.1.0 would.
+    proc = sh(IMAGEGEN, "render", *recipe, "--git", f"{p['url']}@{p['commit']}", "--version", "0.1.0",
+              "-o", str(pre / "Dockerfile"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = (pre / "Dockerfile").read_text().splitlines(keepends=True)
+    (cut,) = [i for i, line in enumerate(lines) if "imagegen_toolchain.py --cell" in line]
+    (pre / "Dockerfile.pre").write_text("".join(lines[:cut + 1]))
+    tags = {"pre": f"imagegen-netrc-pre:{uid}", **{s: f"imagegen-netrc-{s}:{uid}" for s in SCANNED_STAGES}}
+    try:
+        proc = sh("docker", "buildx", "build", "--progress", "plain", "--target", "base", "-f", "Dockerfile.pre",
+                  "--secret", f"id=pip_cert,src={workspace['ca']}", "--output", f"type=docker,name={tags['pre']}", ".",
+                  cwd=pre)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        seconds_pre = time.time() - t0
+        t0 = time.time()
+        build = sh(IMAGEGEN, "build", *recipe, "--git", f"{p['url']}@v0.1.0", "--netrc", str(p["netrc"]), "--no-audit",
+                   "--out", str(root / "out"), "--work", str(root / "work"), "--ca-bundle", str(workspace["ca"]),
+                   cwd=root, env=env)
+        seconds_build = time.time() - t0
+        (run,) = (root / "work" / "runs").iterdir()
+        bake = json.loads((run / "docker-bake.json").read_text())
+        (cell,) = bake["group"]["default"]["targets"]
+        made_by_build = sh("docker", "images", "-q", "--filter", f"label=io.imagegen.cell={cell}").stdout.split()
+        t0 = time.time()
+        if build.returncode == 0:
+            (root / "stages.json").write_text(json.dumps({"target": {
+                f"scan-{s}": {"inherits": [cell], "target": s, "output": [f"type=docker,name={tags[s]}"]}
+                for s in SCANNED_STAGES}}))
+            staged = sh("docker", "buildx", "bake", "--progress", "plain", "-f", str(run / "docker-bake.json"),
+                        "-f", str(root / "stages.json"), *(f"scan-{s}" for s in SCANNED_STAGES), cwd=root,
+                        env={"IMAGEGEN_PIP_CERT": str(workspace["ca"])})
+        else:
+            staged = None
+        yield {"proc": build, "run": run, "cell": cell, "tags": tags, "staged": staged,
+               "made_by_build": made_by_build, "seconds": {"pre": seconds_pre, "build": seconds_build,
+                                                            "stages": time.time() - t0}}
+    finally:
+        sh("docker", "image", "rm", "-f", *tags.values())
+
+
+def _layer_folders(image: str) -> list[tuple[str, Path]]:
+    """(diff id, folder) of each layer of ``image``, bottom first: with the overlay2 storage driver each
+    layer's files are a folder of their own (docker image inspect's GraphDriver), the files `docker save`
+    would tar for that layer."""
+    (info,) = json.loads(sh("docker", "image", "inspect", image).stdout)
+    driver = info["GraphDriver"]
+    assert driver["Name"] == "overlay2", f"the layer scan reads overlay2's layer folders, not {driver['Name']}'s"
+    data = driver["Data"]
+    folders = [data["UpperDir"], *(data["LowerDir"].split(":") if data.get("LowerDir") else [])][::-1]
+    assert len(folders) == len(info["RootFS"]["Layers"]), (folders, info["RootFS"]["Layers"])
+    return list(zip(info["RootFS"]["Layers"], map(Path, folders)))
+
+
+def _found_in(folder: Path, needles: list[bytes], *, skip: set[Path] = frozenset()) -> dict[bytes, set[str]]:
+    """needle -> the paths under ``folder`` whose name, link target or content holds it (the members of a
+    wheel or zip read inflated)."""
+    import stat
+    import zipfile
+
+    found: dict[bytes, set[str]] = {}
+    keep = max(map(len, needles))
+
+    def scan(data_chunks, where: str) -> None:
+        tail = b""
+        for chunk in data_chunks:
+            window = tail + chunk
+            for n in needles:
+                if n in window:
+                    found.setdefault(n, set()).add(where)
+            tail = window[-keep:]
+
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if Path(path) in skip:
+                continue
+            st = os.lstat(path)
+            extra = os.fsencode(os.readlink(path)) if stat.S_ISLNK(st.st_mode) else b""
+            scan([os.fsencode(name) + b"\0" + extra], path)
+            if name in filenames and stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as fh:
+                    scan(iter(lambda: fh.read(1 << 22), b""), path)
+                if name.endswith((".whl", ".zip")):
+                    with zipfile.ZipFile(path) as zf:
+                        for member in zf.namelist():
+                            scan([member.encode(), zf.read(member)], f"{path}!{member}")
+    return found
+
+
+def test_a_private_repository_is_fetched_in_the_build_with_the_netrc_secret(netrc_build, private_git):
+    proc = netrc_build["proc"]
+    print(f"netrc build: {netrc_build['seconds']}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = (private_git["root"] / "out").glob(f"tiny-0.1.0-g{private_git['commit'][:8]}/torch2.11/cu130/*.whl")
+    assert verify_wheel(wheel, parse_arch_list("8.0;9.0+PTX")).ok
+    # The host refused every request without the token (401), and served the fetch of a build step: the
+    # commit's pack went to a container, not to this host's ls-remote (it asks from the gateway address).
+    srv = private_git["server"]
+    assert srv.refused >= 2, srv.refused
+    fetched = [r for r in srv.served if r.endswith(" POST /tiny.git/git-upload-pack?")
+               and not r.startswith(private_git["host"] + " ")]
+    assert fetched, srv.served
+    log = next((netrc_build["run"] / "logs").glob("*.log")).read_text(errors="replace")
+    assert re.search(r"^#(\d+) \[[^\]]*fetch \d/\d\] RUN .*imagegen_build\.py fetch", log, re.M), log[-3000:]
+    assert "fetch --depth 1 origin" in log
+
+
+def test_the_netrc_token_is_in_no_layer_history_config_file_or_output(netrc_build, private_git):
+    assert netrc_build["proc"].returncode == 0, netrc_build["proc"].stderr[-3000:]
+    token = private_git["token"].encode()
+    # The build itself exported wheels and logs only: no image of this cell was tagged. Each stage it ran,
+    # made an image now, came from the build cache as the build left it (not one step ran again).
+    assert netrc_build["made_by_build"] == []
+    staged = netrc_build["staged"]
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    runs = re.findall(r"^#(\d+) \[scan-\S+ \S+ \d+/\d+\] RUN ", staged.stderr, re.M)
+    assert runs and all(re.search(rf"^#{n} CACHED$", staged.stderr, re.M) for n in runs), staged.stderr[-3000:]
+    tags = netrc_build["tags"]
+    for stage in SCANNED_STAGES:
+        history = sh("docker", "history", "--no-trunc", "--format", "{{.CreatedBy}} {{.Comment}}", tags[stage])
+        assert history.returncode == 0 and "imagegen_build.py" in history.stdout, history.stderr
+        assert private_git["token"] not in history.stdout and str(private_git["netrc"]) not in history.stdout, stage
+        config = sh("docker", "image", "inspect", tags[stage]).stdout
+        assert private_git["token"] not in config, stage
+    # Every layer of every stage image, read whole, except those there before the build (built above
+    # without the token); the scan must see what the build fetched (the repository's README line).
+    before = {diff for diff, _ in _layer_folders(tags["pre"])}
+    compile_layers = [diff for diff, _ in _layer_folders(tags["compile"])]
+    assert compile_layers[:len(before)] == [diff for diff, _ in _layer_folders(tags["pre"])]
+    seen = b"tiny kernel: taken upstream at v0.1.0"
+    scanned: dict[str, dict[bytes, set[str]]] = {}
+    t0 = time.time()
+    for stage in SCANNED_STAGES:
+        for diff, folder in _layer_folders(tags[stage]):
+            if diff not in before and diff not in scanned:
+                scanned[diff] = _found_in(folder, [token, seen])
+    print(f"scanned {len(scanned)} layers in {time.time() - t0:.1f} s")
+    assert any(seen in found for found in scanned.values()), "the layer scan did not see the fetched tree"
+    leaks = {diff: found[token] for diff, found in scanned.items() if token in found}
+    assert not leaks, f"the netrc token is in image layers: {leaks}"
+    # Nor in anything imagegen wrote (the bake file, Dockerfiles, logs and job files under --work, the
+    # wheel, its build record and manifest.json under --out, imagegen's cache) or printed.
+    proc = netrc_build["proc"]
+    assert private_git["token"] not in proc.stdout + proc.stderr
+    assert "id=netrc,src=" + str(private_git["netrc"]) in (netrc_build["run"] / "docker-bake.json").read_text()
+    found = _found_in(private_git["root"], [token, seen], skip={private_git["netrc"]})
+    assert seen in found and not found.get(token), found.get(token)
+
+
+def test_without_netrc_a_private_repository_is_refused_in_one_line(private_git):
+    """No credential to leak: imagegen resolves the ref with what the build would have (the --netrc file,
+    here none) and says what is missing before anything is built, whether or not git on this machine
+    has a credential of its own (here: a ~/.netrc in imagegen's HOME)."""
+    p = private_git
+    argv = ["build", "tiny", "--git", f"{p['url']}@v0.1.0", "--recipe-dir", str(FIXTURES / "tiny_git_recipe"), *CELL,
+            "--out", str(p["root"] / "refused-out"), "--work", str(p["root"] / "refused-work")]
+    proc = sh(IMAGEGEN, *argv, env=p["env"])
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert "git ls-remote failed" in proc.stderr and "give --netrc FILE" in proc.stderr
+    home_netrc = Path(p["env"]["HOME"]) / ".netrc"
+    home_netrc.symlink_to(p["netrc"])
+    try:
+        proc = sh(IMAGEGEN, *argv, env=p["env"])
+    finally:
+        home_netrc.unlink()
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert "needs credentials" in proc.stderr and "give --netrc ~/.netrc" in proc.stderr
+    assert p["token"] not in proc.stderr
+    assert not (p["root"] / "refused-out").exists() and not (p["root"] / "refused-work").exists()

@@ -191,7 +191,10 @@ def cmd_fetch(cell, args):
             os.makedirs(dest, exist_ok=True)
             run(["git", "init", "-q", dest], env=env)
             run(git_cmd(dest, ["remote", "add", "origin", src["url"]], env), env=env)
-            run(git_cmd(dest, ["fetch", "--depth", "1", "origin", src["ref"]], env, reading=False), env=env)
+            rc = run(git_cmd(dest, ["fetch", "--depth", "1", "origin", src["ref"]], env, reading=False), env=env,
+                     check=False)
+            if rc != 0:
+                fail(fetch_failure(src, env, rc), rc)
             run(git_cmd(dest, ["checkout", "-q", "FETCH_HEAD"], env), env=env)
             head = git_output(dest, ["rev-parse", "HEAD"], env)
             if src.get("commit") and not head.startswith(src["commit"]):
@@ -207,6 +210,21 @@ def cmd_fetch(cell, args):
         return  # the user's own tree is never written to: each build's copy gets the patches (copy_source)
     for patch in cell.get("patches", []):
         apply_patch(patch, dest)
+
+
+def fetch_failure(src, env, rc):
+    """Why a git fetch failed, in one line: an http(s) repository gets credentials only from the netrc
+    secret (imagegen build --netrc FILE), none from the host it was planned on."""
+    from urllib.parse import urlsplit
+
+    what = "cannot fetch %s from %s (git exit %d)" % (src["ref"], src["url"], rc)
+    if not src["url"].startswith(("https://", "http://")):
+        return what
+    host = urlsplit(src["url"]).hostname or "HOST"
+    if env.get("NETRC") and os.path.isfile(env["NETRC"]):
+        return what + ": if it is private, the netrc secret has no working entry for %s" % host
+    return (what + ": if it is private, the build has no credential for it: give imagegen build --netrc FILE"
+            " (machine %s login USER password TOKEN)" % host)
 
 
 def git_fetch_env(env, dest):
