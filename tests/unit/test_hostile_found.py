@@ -19,7 +19,6 @@ docs/security.md ("The fresh campaign") has the campaign's figures."""
 from __future__ import annotations
 
 import http.server
-import json
 import os
 import socket
 import subprocess
@@ -73,7 +72,7 @@ def no_engine(monkeypatch):
 @pytest.mark.parametrize("text, shown", [
     (f"u:{TOKEN}@registry.example/img:1", "***@registry.example/img:1"),
     (f"type=registry,ref=u:{TOKEN}@127.0.0.1:9/c:t", "type=registry,ref=***@127.0.0.1:9/c:t"),
-    (f"{{'Authorization': 'Basic Y2FtcGFpZ24tdXNlcjppZ3Rvaz123'}}", "{'Authorization': 'Basic ***'}"),
+    ("{'Authorization': 'Basic Y2FtcGFpZ24tdXNlcjppZ3Rvaz123'}", "{'Authorization': 'Basic ***'}"),
     ("Authorization: Bearer eyJhbGciOi.JIUzI1NiJ9.x1", "Authorization: Bearer ***"),
 ])
 def test_redact_hides_a_password_without_a_scheme_and_an_echoed_credential(text, shown):
