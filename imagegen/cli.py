@@ -425,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Upload the verified wheels of a wheelhouse: a wheel already there with the same sha256 is skipped, one"
         " that differs under the same name is refused. Credentials come from the environment (TWINE_USERNAME /"
         " TWINE_PASSWORD, HF_TOKEN, GITHUB_TOKEN, AWS_*), ~/.netrc or the token `huggingface-cli login` stored,"
-        " never from the command line."))
+        " never from the command line. Each exchange with a destination has a total deadline:"
+        " $IMAGEGEN_PUBLISH_DEADLINE seconds (default 300), plus one per MiB uploaded."))
     p.add_argument("out", type=Path, help="the wheelhouse (imagegen build's --out)")
     p.add_argument("--to", required=True, action="append", metavar="DEST", help="pypi:URL (a PyPI-compatible upload"
                    " endpoint, e.g. pypi:https://upload.pypi.org/legacy/), hf:OWNER/REPO[@REVISION][:PATH],"
