@@ -20,17 +20,21 @@ def _sh(*cmd: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), capture_output=True, timeout=timeout)
 
 
-def _layer_dirs(image: str) -> list[Path] | None:
-    proc = _sh("docker", "image", "inspect", "--format", "{{json .GraphDriver}}", image)
+def layer_folders(image: str) -> list[tuple[str, Path]] | None:
+    """(diff id, folder) of each layer of ``image``, bottom first: with the overlay2 storage driver each
+    layer's files are a folder of their own (GraphDriver), the files `docker save` would tar for that
+    layer. None on another storage driver."""
+    proc = _sh("docker", "image", "inspect", image)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    driver = json.loads(proc.stdout)
+    (info,) = json.loads(proc.stdout)
+    driver = info["GraphDriver"]
     if driver.get("Name") != "overlay2":
         return None
     data = driver.get("Data") or {}
-    dirs = [data.get("UpperDir") or ""] + (data.get("LowerDir") or "").split(":")
-    found = [Path(d) for d in dirs if d]
-    assert found and all(d.is_dir() for d in found), data
-    return found
+    folders = [data["UpperDir"], *(data["LowerDir"].split(":") if data.get("LowerDir") else [])][::-1]
+    assert len(folders) == len(info["RootFS"]["Layers"]), (folders, info["RootFS"]["Layers"])
+    assert all(Path(f).is_dir() for f in folders), data
+    return list(zip(info["RootFS"]["Layers"], map(Path, folders)))
 
 
 def _grep(dirs: list[Path], needles: list[bytes]) -> set[bytes]:
@@ -42,16 +46,22 @@ def _grep(dirs: list[Path], needles: list[bytes]) -> set[bytes]:
     return {needle for needle in needles if needle in proc.stdout}
 
 
-def _stream(cmd: list[str], needles: list[bytes]) -> set[bytes]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+def find_in_chunks(chunks, needles: list[bytes]) -> set[bytes]:
+    """The ``needles`` found in a stream of byte chunks (a needle split across two chunks too)."""
     found: set[bytes] = set()
     keep = max(len(n) for n in needles)
     tail = b""
-    assert proc.stdout is not None
-    for chunk in iter(lambda: proc.stdout.read(1 << 22), b""):
+    for chunk in chunks:
         window = tail + chunk
         found |= {n for n in needles if n in window}
         tail = window[-keep:]
+    return found
+
+
+def _stream(cmd: list[str], needles: list[bytes]) -> set[bytes]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    found = find_in_chunks(iter(lambda: proc.stdout.read(1 << 22), b""), needles)
     proc.stdout.close()
     assert proc.wait() == 0
     return found
@@ -62,7 +72,7 @@ def find_in_image(image: str, needles: list[bytes]) -> set[bytes]:
     history = _sh("docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", image).stdout
     config = _sh("docker", "image", "inspect", image).stdout
     found = {needle for needle in needles if needle in history or needle in config}
-    dirs = _layer_dirs(image)
-    if dirs is None:
+    layers = layer_folders(image)
+    if layers is None:
         return found | _stream(["docker", "save", image], needles)
-    return found | _grep(dirs, needles)
+    return found | _grep([folder for _, folder in layers], needles)

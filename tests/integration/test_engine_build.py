@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from image_scan import find_in_image
+from image_scan import find_in_chunks, find_in_image, layer_folders
 
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.verify import verify_wheel
@@ -398,16 +398,9 @@ def netrc_build(first_build, private_git, workspace):
 
 
 def _layer_folders(image: str) -> list[tuple[str, Path]]:
-    """(diff id, folder) of each layer of ``image``, bottom first: with the overlay2 storage driver each
-    layer's files are a folder of their own (docker image inspect's GraphDriver), the files `docker save`
-    would tar for that layer."""
-    (info,) = json.loads(sh("docker", "image", "inspect", image).stdout)
-    driver = info["GraphDriver"]
-    assert driver["Name"] == "overlay2", f"the layer scan reads overlay2's layer folders, not {driver['Name']}'s"
-    data = driver["Data"]
-    folders = [data["UpperDir"], *(data["LowerDir"].split(":") if data.get("LowerDir") else [])][::-1]
-    assert len(folders) == len(info["RootFS"]["Layers"]), (folders, info["RootFS"]["Layers"])
-    return list(zip(info["RootFS"]["Layers"], map(Path, folders)))
+    layers = layer_folders(image)
+    assert layers is not None, "the layer scan reads overlay2's layer folders: another storage driver is in use"
+    return layers
 
 
 def _found_in(folder: Path, needles: list[bytes], *, skip: set[Path] = frozenset()) -> dict[bytes, set[str]]:
@@ -417,16 +410,10 @@ def _found_in(folder: Path, needles: list[bytes], *, skip: set[Path] = frozenset
     import zipfile
 
     found: dict[bytes, set[str]] = {}
-    keep = max(map(len, needles))
 
     def scan(data_chunks, where: str) -> None:
-        tail = b""
-        for chunk in data_chunks:
-            window = tail + chunk
-            for n in needles:
-                if n in window:
-                    found.setdefault(n, set()).add(where)
-            tail = window[-keep:]
+        for n in find_in_chunks(data_chunks, needles):
+            found.setdefault(n, set()).add(where)
 
     for dirpath, dirnames, filenames in os.walk(folder):
         for name in dirnames + filenames:
