@@ -171,6 +171,13 @@ def write(path: Path, data: str | bytes) -> Path:
     return path
 
 
+def set_json_field(path: Path, field: str, value) -> None:
+    """Rewrite the JSON document at ``path`` with ``field`` set to ``value`` (a hostile record or manifest)."""
+    doc = json.loads(path.read_text())
+    doc[field] = value
+    path.write_text(json.dumps(doc))
+
+
 def copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, symlinks=True)
 
@@ -893,10 +900,7 @@ def exit70_cases(s: "Servers") -> list[Case]:
         for value in values:
             def setup(c: Path, field=field, value=value) -> None:
                 copy_tree(s.f / "exported", c / "cwd" / "wh")
-                record = next((c / "cwd" / "wh").rglob("*.imagegen.json"))
-                doc = json.loads(record.read_text())
-                doc[field] = value
-                record.write_text(json.dumps(doc))
+                set_json_field(next((c / "cwd" / "wh").rglob("*.imagegen.json")), field, value)
             cases.append(Case("exit70", f"collect record {field}={json.dumps(value)[:20]}", ["collect", "@C@/cwd/wh"],
                               setup=setup, allowed=("cwd/wh",)))
     for field, value in (("cells", {"x": {"archs": 5}}), ("cells", {"x": {"wheel": "x.whl", "smoke": 5}}),
@@ -904,10 +908,7 @@ def exit70_cases(s: "Servers") -> list[Case]:
                                                            "sha256": None, "archs": None}})):
         def wh(c: Path, field=field, value=value) -> None:
             copy_tree(s.f / "wheelhouse", c / "cwd" / "wh")
-            m = next((c / "cwd" / "wh").rglob("manifest.json"))
-            doc = json.loads(m.read_text())
-            doc[field] = value
-            m.write_text(json.dumps(doc))
+            set_json_field(next((c / "cwd" / "wh").rglob("manifest.json")), field, value)
         for argv in (["index", "@C@/cwd/wh"], ["publish", "@C@/cwd/wh", "--to", "pypi:http://127.0.0.1:9/legacy/",
                                                "--dry-run"], ["collect", "@C@/cwd/wh"]):
             cases.append(Case("exit70", f"{argv[0]} manifest {field}", argv, setup=wh, allowed=("cwd/wh",)))

@@ -5,7 +5,6 @@
 #   source   https://github.com/state-spaces/mamba.git @ v2.3.2.post1 (a14b1dff0454a3bc27d9eb31355dc01e4b2490ec)
 #   base     runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404 (runpod flavor: runpod/pytorch images (Ubuntu, nvidia/cuda cudnn-devel underneath, deadsnakes Pythons))
 #   venv     torch 2.9.1 (cu128) of the base image, reused
-#   note     mamba-ssm compiles a fixed arch list: 7.5;8.0;8.7;9.0;10.0;12.0
 #
 # Build it in the folder where `imagegen render ... -o Dockerfile` wrote it and imagegen-scripts/ (the
 # stage imagegen-scripts copies them from the build context; `imagegen build` and bake name a context
@@ -29,7 +28,7 @@ COPY imagegen-scripts/ /
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cell":"mamba-2_3_2_post1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":null,"keep_variant":false,"style":"fixed"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":0.5,"patches":[],"python":"3.12","recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cell":"mamba-2_3_2_post1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"mamba_ssm","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{"MAMBA_FORCE_BUILD":"TRUE","MAMBA_KEEP_CUDA_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu128torch2.9","local_version_env":"MAMBA_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":0.5,"patches":[{"name":"mamba-ssm-arch-list.patch","reason":"setup.py ignores TORCH_CUDA_ARCH_LIST and compiles a fixed list of up to nine archs (7.5, 8.0, 8.7, 9.0, 10.0, 12.0, and 10.3/11.0/12.1 with nvcc 13), so `--arch 9.0` still built all nine (8.5 min and a 350 MB wheel on the H100, 2026-11-27) and +PTX was impossible. With the patch a TORCH_CUDA_ARCH_LIST that is set empties that list and torch's cpp_extension adds the -gencode flags for exactly the archs asked for (+PTX honoured); unset, the upstream list stays. The same hunk applies to the tag and to main e9594ce (git apply --check), before or after the C++20 patch.","text":"diff --git a/setup.py b/setup.py\n--- a/setup.py\n+++ b/setup.py\n@@ -200,6 +200,13 @@\n             cc_flag.append(\"-gencode\")\n             cc_flag.append(\"arch=compute_121,code=sm_121\")\n \n+        # imagegen patch: a TORCH_CUDA_ARCH_LIST that is set replaces the hard-coded list above. With\n+        # no -gencode among the nvcc flags, torch's cpp_extension turns the list into -gencode flags\n+        # (+PTX included), so a build compiles the archs asked for instead of up to nine. The list is\n+        # blanked above when nvcc's major differs from torch's CUDA major: the upstream list stays then.\n+        if os.environ.get(\"TORCH_CUDA_ARCH_LIST\", \"\").strip():\n+            cc_flag = []\n+\n \n     # HACK: The compiler flag -D_GLIBCXX_USE_CXX11_ABI is set to be the same as\n     # torch._C._GLIBCXX_USE_CXX11_ABI\n"}],"python":"3.12","recipe":"mamba-ssm","schema":1,"smoke_driver_imports":[],"smoke_imports":["mamba_ssm","selective_scan_cuda"],"source":{"commit":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","kind":"git","ref":"a14b1dff0454a3bc27d9eb31355dc01e4b2490ec","subdir":"","submodules":false,"url":"https://github.com/state-spaces/mamba.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"2.3.2.post1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -59,7 +58,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
         else echo "imagegen: cannot install$missing" >&2; exit 1; fi; \
     fi
 
-# --- fetch: the pinned source, beside the toolchain (BuildKit runs both
+# --- fetch: the pinned source and the recipe's patches, beside the toolchain (BuildKit runs both
 # at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
 FROM os AS fetch
 # hadolint ignore=DL3022
@@ -158,7 +157,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=af70bf901bf1e068
+    IMAGEGEN_INPUTS=c376b775d9a6f2e3
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -168,7 +167,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="af70bf901bf1e068"
+      io.imagegen.inputs="c376b775d9a6f2e3"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -34,6 +34,8 @@ FULL_SHA = re.compile(r"[0-9a-f]{40}")
 # A tag that names a version: v2.8.2, 2.8.3.post1, V1.0 (what remains is read as PEP 440).
 _VERSION_TAG = re.compile(r"[vV]?(\d+(\.\d+)*([._-]?(a|b|rc|post|dev)\d*)*)")
 LS_REMOTE_TIMEOUT = 60
+# A full commit needs no resolving: the build's access to its host is asked, but not waited on for long.
+FULL_SHA_ACCESS_TIMEOUT = 20
 MAX_LS_REMOTE_BYTES = 1 << 20
 # git never asks: a missing credential fails at once instead of waiting on a prompt nobody sees.
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
@@ -157,21 +159,44 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _ls_remote(url: str, ref: str, creds: BuildCredentials | None) -> subprocess.CompletedProcess:
+def _ls_remote(url: str, ref: str, creds: BuildCredentials | None,
+               timeout: float = LS_REMOTE_TIMEOUT) -> subprocess.CompletedProcess:
     # The pattern `REF^{}` lists an annotated tag's commit (the tag object is listed under REF).
     args = ["ls-remote", "--", url, ref, ref + "^{}"]
     missing = (f"--ref {ref}: git is not installed here, and it is needed to resolve the ref to a commit"
                " (install git, or give the full 40-character commit)")
     try:
         if creds is None:
-            return _git(args, timeout=LS_REMOTE_TIMEOUT, missing=missing)
+            return _git(args, timeout=timeout, missing=missing)
         with _build_home(creds) as home:
-            return _git(["-c", "credential.helper=", *args], timeout=LS_REMOTE_TIMEOUT, missing=missing, home=home)
+            return _git(["-c", "credential.helper=", *args], timeout=timeout, missing=missing, home=home)
     except subprocess.TimeoutExpired:
-        raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote took over {LS_REMOTE_TIMEOUT} s"
+        raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote took over {timeout:g} s"
                          " (no network? give the full 40-character commit)") from None
     except OSError as exc:
         raise UsageError(f"cannot resolve {ref} at {url}: {safety.os_reason(exc)}") from None
+
+
+def _refuse_what_the_build_cannot_fetch(url: str, ref: str, proc: subprocess.CompletedProcess,
+                                        as_build: BuildCredentials) -> None:
+    """``proc``, git ls-remote with only the build's credentials, failed: when git with this machine's
+    own credentials succeeds, the build could not fetch the repository: a UsageError says what to give.
+    Otherwise (the host refuses everyone, or cannot be reached) the caller says what failed."""
+    try:
+        mine = _ls_remote(url, ref, None, timeout=FULL_SHA_ACCESS_TIMEOUT)
+    except UsageError:
+        return
+    if mine.returncode != 0:
+        return
+    host = urlsplit(url).hostname or "HOST"
+    if as_build.netrc is None:
+        raise UsageError(f"cannot fetch {url} in the build: it needs credentials, which git on this machine"
+                         " has (~/.netrc or a credential helper) but a build's fetch step gets only the netrc"
+                         f" file --netrc hands it: give --netrc ~/.netrc (or a file with 'machine {host}"
+                         " login USER password TOKEN')")
+    raise UsageError(f"cannot fetch {url} in the build: the --netrc file's credentials are refused there"
+                     f" ({_stderr_tail(proc)}), while git on this machine has working ones: put them in the"
+                     f" --netrc file ('machine {host} login USER password TOKEN')")
 
 
 def resolve_commit(url: str, ref: str, build: BuildCredentials | None = None) -> str:
@@ -180,20 +205,22 @@ def resolve_commit(url: str, ref: str, build: BuildCredentials | None = None) ->
     ``build``: for a container build, an http(s) repository is asked with the credentials the build's
     fetch step will have, not this machine's; when that fails where git with this machine's own
     credentials succeeds, the build could not fetch it: a UsageError says to give --netrc."""
-    if FULL_SHA.fullmatch(ref):
-        return ref
     as_build = build if build is not None and url.startswith(("https://", "http://")) else None
+    if FULL_SHA.fullmatch(ref):
+        # Nothing to resolve, and no network needed (the offline route). A container build's fetch step
+        # still needs access: asked once with its credentials; where the host cannot be asked at all
+        # (offline, too slow), the fetch step says what failed.
+        if as_build is not None:
+            try:
+                proc = _ls_remote(url, ref, as_build, timeout=FULL_SHA_ACCESS_TIMEOUT)
+            except UsageError:
+                return ref
+            if proc.returncode != 0:
+                _refuse_what_the_build_cannot_fetch(url, ref, proc, as_build)
+        return ref
     proc = _ls_remote(url, ref, as_build)
-    if proc.returncode != 0 and as_build is not None and _ls_remote(url, ref, None).returncode == 0:
-        host = urlsplit(url).hostname or "HOST"
-        if as_build.netrc is None:
-            raise UsageError(f"cannot fetch {url} in the build: it needs credentials, which git on this machine"
-                             " has (~/.netrc or a credential helper) but a build's fetch step gets only the netrc"
-                             f" file --netrc hands it: give --netrc ~/.netrc (or a file with 'machine {host}"
-                             " login USER password TOKEN')")
-        raise UsageError(f"cannot fetch {url} in the build: the --netrc file's credentials are refused there"
-                         f" ({_stderr_tail(proc)}), while git on this machine has working ones: put them in the"
-                         f" --netrc file ('machine {host} login USER password TOKEN')")
+    if proc.returncode != 0 and as_build is not None:
+        _refuse_what_the_build_cannot_fetch(url, ref, proc, as_build)
     out = proc.stdout[:MAX_LS_REMOTE_BYTES].decode("utf-8", "replace")
     if proc.returncode != 0:
         host = urlsplit(url).hostname or "HOST"

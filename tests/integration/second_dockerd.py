@@ -203,9 +203,7 @@ class SecondDockerd:
         self._check_subnet_free()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text("{}\n")  # not /etc/docker/daemon.json: nothing of the first engine's
-        self.exec_root.mkdir(parents=True, exist_ok=True)
-        self.data_root.mkdir(parents=True, exist_ok=True)
-        OWNER_FILE.write_text(f"{os.getpid()}\n")
+        self._make_roots()
         _run("ip", "link", "add", BRIDGE, "type", "bridge", check=True)
         _run("ip", "addr", "add", GATEWAY, "dev", BRIDGE, check=True)
         _run("ip", "link", "set", BRIDGE, "up", check=True)
@@ -232,11 +230,15 @@ class SecondDockerd:
             if problems:
                 raise DockerdError("a kept data-root the second dockerd could not start on was not removed:\n  "
                                    + "\n  ".join(problems)) from None
-            self.exec_root.mkdir(parents=True, exist_ok=True)
-            self.data_root.mkdir(parents=True, exist_ok=True)
-            OWNER_FILE.write_text(f"{os.getpid()}\n")
+            self._make_roots()
             self._launch(cmd)
         return self
+
+    def _make_roots(self) -> None:
+        """The exec- and data-root folders, and the owner file that marks them this process's."""
+        self.exec_root.mkdir(parents=True, exist_ok=True)
+        self.data_root.mkdir(parents=True, exist_ok=True)
+        OWNER_FILE.write_text(f"{os.getpid()}\n")
 
     def _launch(self, cmd: list[str]) -> None:
         with open(self.log_path, "ab") as log:

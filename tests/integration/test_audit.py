@@ -90,6 +90,22 @@ def test_a_catalogue_recipe_fetched_as_its_pypi_sdist_is_audited_natively(torch_
     assert "causal-conv1d-arch-list.patch" in proc.stderr
 
 
+def test_mamba_ssm_from_its_pypi_sdist_compiles_only_the_archs_asked_for(torch_venv, tmp_path):
+    # mamba-ssm's setup.py, like causal-conv1d's, compiles a hard-coded list (nine archs with nvcc 13)
+    # whatever TORCH_CUDA_ARCH_LIST says: 62 minutes on 2 cores for `--arch 9.0` before the recipe's
+    # arch-list patch. The audit runs the package's own setup.py on the sdist with the patch applied.
+    proc = imagegen("plan", "--audit", "--native", "mamba-ssm", "--fetch", "sdist", "--arch", "9.0+PTX",
+                    "--python-exe", torch_venv / "bin" / "python", "--work", tmp_path / "w", "--json", cwd=tmp_path,
+                    IMAGEGEN_AUDIT_PROBE="0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "mamba_ssm-2.3.2.post1.tar.gz" in proc.stderr and "sha256 ok" in proc.stderr
+    assert "mamba-ssm-arch-list.patch" in proc.stderr
+    got = json.loads(proc.stdout)["audit"]
+    assert got["verdict"] == "ok", got
+    (ext,) = got["extensions"]
+    assert ext["module"] == "selective_scan_cuda" and ext["sass"] == ["sm_90"] and ext["ptx"] == ["compute_90"]
+
+
 def test_a_link_the_linker_cannot_complete_is_refused_before_anything_compiles(torch_venv, tmp_path):
     # The -lcuda class (SageAttention's _qattn_sm90 on a CPU builder): every compile would pass and the
     # build stop at its last step, `cannot find -lcuda`. This host has no GPU driver, so no libcuda.so

@@ -3,9 +3,9 @@
 A container build's fetch step reaches an http(s) git host with the netrc file `--netrc` hands it, and
 nothing else of this machine's (no ~/.netrc, no credential helper). So `build`, `push` and `pull` resolve
 a ref with exactly that, and a repository the build could not fetch is one line, exit 2, before anything
-is built: whether git on this machine has a credential of its own (a ~/.netrc, a helper) or none. When
-the fetch step itself fails (a full commit resolves nothing on the host), its one line says the same, and
-is the cell's error in the table. Against a real private host: `git http-backend` on 127.0.0.1 that
+is built: whether git on this machine has a credential of its own (a ~/.netrc, a helper) or none; a full
+commit is not resolved, but the build's access is asked all the same. When the fetch step itself fails
+(the host could not be asked beforehand), its one line says the same, and is the cell's error in the table. Against a real private host: `git http-backend` on 127.0.0.1 that
 answers 401 without the planted token (tests/git_server.py). The on-engine half (the build, the image
 layers and history) is tests/integration/test_engine_build.py's."""
 
@@ -95,6 +95,37 @@ def test_a_build_resolves_with_the_netrc_it_is_handed_and_nothing_else(private, 
         refs.resolve_commit(url, "v0.1.0", wrong)
 
 
+def test_a_full_commit_is_not_resolved_but_the_builds_access_is_still_asked(private, home, tmp_path):
+    # `--git URL@<40 hex>` needs no ls-remote (the offline route), but the build's fetch step still needs
+    # access: asked with the build's credentials alone, as for a tag.
+    srv, commit = private
+    url = srv.url("tiny.git")
+    handed = refs.BuildCredentials(str(_netrc(tmp_path / "netrc")))
+    assert refs.resolve_commit(url, commit, handed) == commit
+    assert refs.resolve_commit(url, commit) == commit  # plan, render: nothing asked, nothing needed
+    # Neither this machine nor the build has a credential: not refused here (the fetch step says it).
+    assert refs.resolve_commit(url, commit, refs.BuildCredentials(None)) == commit
+    _netrc(home / ".netrc")  # this machine's git can, the build could not
+    with pytest.raises(UsageError) as err:
+        refs.resolve_commit(url, commit, refs.BuildCredentials(None))
+    assert "needs credentials, which git on this machine has" in str(err.value) and TOKEN not in str(err.value)
+    wrong = refs.BuildCredentials(str(_netrc(tmp_path / "wrong", token="not-the-token")))
+    with pytest.raises(UsageError, match="the --netrc file's credentials are refused there"):
+        refs.resolve_commit(url, commit, wrong)
+
+
+def test_a_full_commit_on_a_host_that_cannot_be_reached_is_left_to_the_fetch_step(home, tmp_path):
+    # Offline (nothing listens on the port): the full commit is the way to build, not a refusal.
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    url = f"http://127.0.0.1:{port}/tiny.git"
+    assert refs.resolve_commit(url, commit, refs.BuildCredentials(str(_netrc(tmp_path / "netrc")))) == commit
+    assert refs.resolve_commit(url, commit, refs.BuildCredentials(None)) == commit
+
+
 def test_a_credential_helper_of_this_machine_is_not_the_builds(private, home, tmp_path):
     srv, commit = private
     store = tmp_path / "credentials"
@@ -116,14 +147,16 @@ def test_the_users_global_git_config_still_applies_to_a_builds_resolve(private, 
     assert refs.resolve_commit("http://private.invalid/tiny.git", "v0.1.0", handed) == commit
 
 
+@pytest.mark.parametrize("at", ["tag", "commit"])
 @pytest.mark.parametrize("command", ["build", "push", "pull"])
 def test_a_private_git_source_without_netrc_is_one_line_before_anything_runs(private, home, tmp_path, monkeypatch,
-                                                                             capsys, command):
-    srv, _ = private
+                                                                             capsys, command, at):
+    srv, commit = private
     monkeypatch.chdir(tmp_path)
     for step in ("bake", "docker"):
         monkeypatch.setattr(engine, step, lambda *a, **k: pytest.fail("nothing runs before the source is checked"))
-    argv = [command, "tiny", "--git", srv.url("tiny.git") + "@v0.1.0", "--recipe-dir", str(FIXTURES / "tiny_git_recipe"),
+    ref = "v0.1.0" if at == "tag" else commit  # a full commit is not resolved, but its access is asked
+    argv = [command, "tiny", "--git", srv.url("tiny.git") + "@" + ref, "--recipe-dir", str(FIXTURES / "tiny_git_recipe"),
             *CELL, *(["--registry", "registry.example:5000/ns"] if command != "build" else []),
             "--work", str(tmp_path / "work")]
     _netrc(home / ".netrc")  # git on this machine can, the build could not

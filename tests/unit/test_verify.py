@@ -186,17 +186,18 @@ def test_missing_still_fails_and_variants_match_exactly(tmp_path):
 
 
 def test_a_hard_coded_list_is_flagged_against_the_plans_expected_archs(tmp_path):
-    # mamba-ssm compiles a fixed list whatever TORCH_CUDA_ARCH_LIST says; the plan expects, for
-    # a request of 8.6, the fixed entry that runs there (sm_80). Everything else is not requested.
-    version = load_catalogue().get("mamba-ssm").version(None)
+    # Block-Sparse-Attention 0.0.1 compiles a fixed list (sm_80, sm_90 from nvcc 11.8) whatever
+    # TORCH_CUDA_ARCH_LIST says; the plan expects, for a request of 8.6, the fixed entry that runs there
+    # (sm_80). Everything else is not requested.
+    version = load_catalogue().get("block-sparse-attn").version("0.0.1")
     fixed = version.arch.fixed_for(Version("12.8"))
     expected = expected_archs(version, parse_arch_list("8.6"), Version("12.8"))
     assert [a.sm for a in expected] == ["sm_80"]
     fatbin = fatbin_container(*(a.sm for a in fixed)) * 4
-    report = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin}, dist="mamba_ssm"), expected, cuobjdump=None)
+    report = verify_wheel(make_wheel(tmp_path, {SO_NAME: fatbin}, dist="block_sparse_attn"), expected, cuobjdump=None)
     (so,) = report.extensions
     assert report.ok and so.missing == []
-    assert so.extra == [a.sm for a in fixed if a.sm != "sm_80"] and len(so.extra) >= 2
+    assert so.extra == [a.sm for a in fixed if a.sm != "sm_80"] == ["sm_90"]
     assert report.warnings[0].startswith(f"{SO_NAME} also carries {', '.join(so.extra)}, not requested")
 
 

@@ -454,17 +454,28 @@ def _is_link(r):
     return r["tool"] == "ld" or ("-shared" in r["argv"] and r["tool"] in ("cc", "cxx"))
 
 
+def _absolute_outputs(r):
+    """The files a compile or link record writes, as absolute paths."""
+    outs, _ = _outputs(r["argv"])
+    return [os.path.normpath(os.path.join(r["cwd"], o)) for o in outs]
+
+
+def _link_parts(r):
+    """(the file a link record writes, the objects it links), as absolute paths."""
+    outs = _absolute_outputs(r)
+    objs = [os.path.normpath(os.path.join(r["cwd"], a)) for a in r["argv"] if a.endswith(".o")]
+    return (outs[0] if outs else ""), objs
+
+
 def _link_groups(records):
     """(module, its compile records) per extension the build links, grouped as fold() groups them."""
     compiles, links = {}, []
     for r in records:
-        outs, _ = _outputs(r["argv"])
-        absolute = [os.path.normpath(os.path.join(r["cwd"], o)) for o in outs]
         if _is_link(r):
-            objs = [os.path.normpath(os.path.join(r["cwd"], a)) for a in r["argv"] if a.endswith(".o")]
-            links.append((_module_of(absolute[0] if absolute else ""), objs))
+            output, objs = _link_parts(r)
+            links.append((_module_of(output), objs))
             continue
-        for o in absolute:
+        for o in _absolute_outputs(r):
             compiles[o] = r
     return [(module, [compiles[o] for o in objs if o in compiles]) for module, objs in links]
 
@@ -475,12 +486,11 @@ def fold(records, src_root):
     links = []
     for r in records:
         argv, cwd = r["argv"], r["cwd"]
-        outs, _ = _outputs(argv)
-        absolute = [os.path.normpath(os.path.join(cwd, o)) for o in outs]
         if _is_link(r):
-            objs = [os.path.normpath(os.path.join(cwd, a)) for a in argv if a.endswith(".o")]
-            links.append({"output": absolute[0] if absolute else "", "objects": objs})
+            output, objs = _link_parts(r)
+            links.append({"output": output, "objects": objs})
             continue
+        absolute = _absolute_outputs(r)
         sources = [a for a in argv if _SOURCE.search(a) and not a.startswith("-")]
         src = sources[-1] if sources else ""
         src_abs = os.path.normpath(os.path.join(cwd, src)) if src else ""
@@ -943,8 +953,7 @@ def missing_libraries(records, env):
     for r in records:
         if not _is_link(r):
             continue
-        outs, _ = _outputs(r["argv"])
-        module = _module_of(os.path.normpath(os.path.join(r["cwd"], outs[0])) if outs else "")
+        module = _module_of(_link_parts(r)[0])
         folders, names = _link_args(r["argv"])
         folders = [os.path.join(r["cwd"], f) for f in folders] + library_path
         for name in names:

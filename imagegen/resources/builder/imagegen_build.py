@@ -462,8 +462,10 @@ def auto_jobs(cell, threads, targets=0):
     extensions = load_extensions(cell)
     per_thread = float(cell["memory_per_thread_gb"] if extensions
                        else cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
+    # the host part the estimate was made with (the recipe's nvcc_host_gb), as peak_estimate below reads it
+    host_gb = float((cell.get("load_profile") or {}).get("host_gb") or rules.NVCC_HOST_GB)
     return rules.job_settings(per_thread, threads, cpus, mem_gb, nvcc_threads=threads, targets=targets,
-                              extensions=extensions, ext_max=ext_parallel_max(cell))[0]
+                              extensions=extensions, ext_max=ext_parallel_max(cell), host_gb=host_gb)[0]
 
 
 def auto_threads(cell):
@@ -479,7 +481,7 @@ split_extensions = rules.split_extensions
 def peak_estimate(load, total_jobs, nvcc_threads, per_thread_gb, ext_max=0):
     """rules.peak_estimate over a cell's load_profile (GB, nvcc at once, busy threads)."""
     return rules.peak_estimate(load.get("extensions") or [], total_jobs, nvcc_threads, per_thread_gb, ext_max,
-                               float(load.get("host_gb") or 0))
+                               float(load.get("host_gb") or rules.NVCC_HOST_GB))
 
 
 def visible_gpu_archs(cell):
