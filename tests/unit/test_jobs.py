@@ -225,6 +225,21 @@ def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
     assert 4 * (1.0 + 4 * 3.3) < 0.9 * pr_2079
 
 
+def test_flash_attn_2_8_2_a_second_run_the_figures_were_not_fitted_to():
+    # seed 001's version, 2.8.2, for 9.0 on the H100 later the same day (docs/gpu-results/
+    # 2026-11-27-flash-attn-2.8.2), printed with the fitted figures: ~80 for a 68.69 GiB peak (1.17x).
+    results = ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn-2.8.2"
+    recipe = load_catalogue().get("flash-attn")
+    report = json.loads((results / "audit.json").read_text())
+    measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
+    profile = jobs.load_profile(report, recipe.source_memory_gb)
+    assert [(e.chains, e.threads) for e in profile] == [((1,) * 72, 4)]
+    now = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb, host_gb=recipe.nvcc_host_gb)
+    assert now.gb == pytest.approx(80.0) and 0.9 * measured <= now.gb <= 1.25 * measured
+    assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~80 GB peak) from the audit: 16 nvcc at once, 16 busy threads" \
+        in (results / "build.err").read_text()
+
+
 def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
     # flash-attn-3 3.0.0 for 9.0a on the H100 (docs/gpu-results/2026-11-27-fa3), three builds reduced with
     # FLASH_ATTENTION_DISABLE_*. proof1: flash_prepare_scheduler.cu (sm_80 + sm_90a) and the bf16 hdim-128
