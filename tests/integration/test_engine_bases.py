@@ -15,6 +15,8 @@ The torch image installs torch from PyPI through the same pip cache mount the bu
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +85,28 @@ def test_the_images_own_torch_is_reused_not_downloaded(build):
     # deps pins torch beside the build requirements: satisfied by the image's, nothing fetched
     assert "Requirement already satisfied: torch==2.11.0 in ./usr/local/lib/python3.11/dist-packages" in text
     assert "Collecting torch" not in text and "Downloading torch-" not in text
+
+
+def test_a_plain_bake_of_the_fallback_target_builds_where_the_primary_cannot(build, tmp_path):
+    # Issue 34: what a CI job's pick step runs when the primary cannot be had, `docker buildx bake
+    # <target>-fallback` on a bake file `imagegen bake` wrote, with no imagegen in the loop. The primary
+    # target fails at its FROM; the fallback target builds on the fallback image (its layers are the
+    # fixture's build above: the same Dockerfile, base and inputs) and exports the wheel with its record.
+    assert build["proc"].returncode == 0, build["proc"].stderr[-4000:]
+    shutil.copytree(FIXTURES / "tiny_kernel", tmp_path / "tiny_kernel")
+    proc = sh(IMAGEGEN, "bake", "--source", "tiny_kernel", *CELL, "--base-image", f"13.0={MISSING},{build['image']}",
+              "-f", "docker-bake.hcl", "--out", "wheels", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    env = {**os.environ, "IMAGEGEN_PIP_CERT": SYSTEM_CA}
+    primary = subprocess.run(["docker", "buildx", "bake", "--progress", "plain", NAME], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert primary.returncode != 0 and MISSING in primary.stderr, primary.stderr[-2000:]
+    fallback = subprocess.run(["docker", "buildx", "bake", "--progress", "plain", f"{NAME}-fallback"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=3600)
+    assert fallback.returncode == 0, fallback.stderr[-3000:]
+    assert "CACHED" in fallback.stderr
+    (wheel,) = (tmp_path / "wheels" / "tiny-kernel-0.1.0" / "torch2.11" / "cu130").glob("*.whl")
+    record = json.loads(wheel.with_name(wheel.name + ".imagegen.json").read_text())
+    assert record["cell"] == NAME and record["base_image"] == build["image"] and record["smoke"]["ok"] is True
+    (so,) = verify_wheel(wheel, None).extensions
+    assert sorted(map(str, so.entries)) == ["sm_90"]
