@@ -205,6 +205,12 @@ def resolve_commit(url: str, ref: str, build: BuildCredentials | None = None) ->
     ``build``: for a container build, an http(s) repository is asked with the credentials the build's
     fetch step will have, not this machine's; when that fails where git with this machine's own
     credentials succeeds, the build could not fetch it: a UsageError says to give --netrc."""
+    if build is not None and url.startswith(("ssh://", "git@")):
+        # A build's fetch step gets the --netrc file and nothing else of this machine's: no SSH key, no
+        # agent (and none is ever put into a build). Said now, not after the toolchain layer.
+        raise UsageError(f"cannot fetch {url} in the build: a container build's fetch step has no SSH key or"
+                         " agent; give the repository's https:// URL with --netrc FILE ('machine HOST login USER"
+                         " password TOKEN'), or build with --native, where your own ssh setup is used")
     as_build = build if build is not None and url.startswith(("https://", "http://")) else None
     if FULL_SHA.fullmatch(ref):
         # Nothing to resolve, and no network needed (the offline route). A container build's fetch step

@@ -126,6 +126,16 @@ def test_a_full_commit_on_a_host_that_cannot_be_reached_is_left_to_the_fetch_ste
     assert refs.resolve_commit(url, commit, refs.BuildCredentials(None)) == commit
 
 
+@pytest.mark.parametrize("url", ["ssh://git@127.0.0.1:9/org/tiny.git", "git@127.0.0.1:org/tiny.git"])
+def test_an_ssh_source_of_a_container_build_is_refused_with_what_to_give(url, home):
+    # No SSH key or agent ever reaches a build step: said before anything runs (no ls-remote either)
+    for ref in ("v0.1.0", "0123456789abcdef0123456789abcdef01234567"):
+        with pytest.raises(UsageError, match="has no SSH key or agent; give the repository's https:// URL with --netrc"):
+            refs.resolve_commit(url, ref, refs.BuildCredentials(None))
+    # plan and render ask with this machine's own git (a full commit needs nothing)
+    assert refs.resolve_commit(url, "0123456789abcdef0123456789abcdef01234567") == "0123456789abcdef0123456789abcdef01234567"
+
+
 def test_a_credential_helper_of_this_machine_is_not_the_builds(private, home, tmp_path):
     srv, commit = private
     store = tmp_path / "credentials"
