@@ -105,7 +105,11 @@ def _render_windows(args, argv, recipe, version, archs, opts) -> int:
     if len(plan.cells) > 1:
         for c in plan.rejected:
             print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
-    if plan.rejected:
+    if plan.rejected and cells:
+        # as ci github --windows and bake do: the script builds what can build, the rest is named above
+        print(f"imagegen: the script leaves out {len(plan.rejected)} rejected cell(s) of {len(plan.cells)}"
+              " (reasons above)", file=sys.stderr)
+    elif plan.rejected:
         first = plan.rejected[0]
         more = (f" (and {len(plan.rejected) - 1} more of the {len(plan.cells)} cells:"
                 f" {', '.join(c.name for c in plan.rejected[1:4])}{', ...' if len(plan.rejected) > 4 else ''})"
