@@ -36,6 +36,8 @@ def cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
     served = result.base_url or "<URL the folder is served at>/"
     print(f"  pip install --index-url {served}simple/ PROJECT")
     print(f"  pip install --find-links {served}index.html PROJECT")
+    for cuda in result.cuda:
+        print(f"  pip install --index-url {served}{cuda}/simple/ PROJECT   (only the {cuda} wheels)")
     if result.base_url is None:
         here = result.out.resolve().as_uri()
         print(f"  here: --index-url {shown(here, 200)}/simple/ or --find-links {shown(here, 200)}/index.html")

@@ -102,6 +102,8 @@ WHEEL_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
 PROJECT_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 # A variant label (PEP 825): the last dash-separated part of a variant wheel's file name.
 VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")
+# A CUDA variant as the manifest names it (cu130): the folder of its own index, <OUT>/cu130/simple/.
+CUDA_VARIANT = re.compile(r"cu[0-9]{2,4}")
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -154,6 +156,7 @@ class IndexResult:
     removed: list[Path]  # stale project folders, metadata and variant files
     problems: list[str]  # wheels left out of the index, and why
     variants: dict[str, list[str]] = field(default_factory=dict)  # project -> its variant wheels and variants.json
+    cuda: dict[str, list[str]] = field(default_factory=dict)  # CUDA variant (cu130) -> the projects its index lists
 
     @property
     def wheels(self) -> int:
@@ -164,7 +167,9 @@ class IndexResult:
                 "find_links": str(self.out / INDEX_HTML), "base_url": self.base_url,
                 "projects": self.projects, "wheels": self.wheels,
                 "written": [str(p) for p in self.written], "removed": [str(p) for p in self.removed],
-                "problems": self.problems, "variants": self.variants}
+                "problems": self.problems, "variants": self.variants,
+                "cuda": {cuda: {"simple": str(self.out / cuda / SIMPLE) + "/", "projects": projects}
+                         for cuda, projects in self.cuda.items()}}
 
 
 def write_index(out: Path, *, base_url: str | None = None, variants: bool | None = None,
@@ -297,10 +302,14 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
     _write(simple / INDEX_JSON, _json({"meta": {"api-version": API_VERSION},
                                        "projects": [{"name": p} for p in projects]}), written)
     _write(simple / INDEX_HTML, _page("Simple index", [_anchor(f"{p}/", p) for p in projects]), written)
+    by_cuda = _by_cuda(wheels, {v.path: v.entry for v in verified})
+    for cuda, cuda_projects in by_cuda.items():
+        _write_cuda_index(out / cuda, cuda_projects, prefix, written)
     _sweep_partials(out)
     _write(out / INDEX_HTML, _find_links_html(wheels, prefix, variant_wheels, variant_files), written)
     # Nothing links to these any more.
     removed = _remove_stale_projects(simple, set(projects), problems)
+    removed += _remove_stale_cuda_indexes(out, set(by_cuda), problems)
     current_variants = {f.path for f in variant_files}
     current_variants |= {p for w in variant_wheels for p in (w.path, w.metadata_path)}
     removed += _remove_stale_variants(simple, set(projects), current_variants)
@@ -312,7 +321,68 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
     for item in sorted([*variant_wheels, *variant_files], key=lambda f: (f.project, f.path.name)):
         variant_names.setdefault(item.project, []).append(item.path.name)
     return IndexResult(out=out, base_url=prefix, projects=names, written=written, removed=removed, problems=problems,
-                       variants=variant_names)
+                       variants=variant_names, cuda={cuda: list(p) for cuda, p in by_cuda.items()})
+
+
+# -------------------------------------------------------------------------------------------- per CUDA
+
+
+def _by_cuda(wheels: list[IndexedWheel], entries: dict[Path, dict]) -> dict[str, dict[str, list[IndexedWheel]]]:
+    """CUDA variant -> project -> its wheels of that variant (the manifest entry's "cuda"), sorted like the
+    flat index. A wheel whose entry names no CUDA variant (a CPU build, a hand-edited manifest) is in the
+    flat index only."""
+    by_cuda: dict[str, dict[str, list[IndexedWheel]]] = {}
+    for wheel in wheels:
+        cuda = (entries.get(wheel.path) or {}).get("cuda")
+        if isinstance(cuda, str) and CUDA_VARIANT.fullmatch(cuda):
+            by_cuda.setdefault(cuda, {}).setdefault(wheel.project, []).append(wheel)
+    return {cuda: dict(sorted(projects.items())) for cuda, projects in sorted(by_cuda.items())}
+
+
+def _write_cuda_index(folder: Path, projects: dict[str, list[IndexedWheel]], prefix: str | None,
+                      written: list[Path]) -> None:
+    """<OUT>/cu130/simple/: the same pages as simple/, listing only that CUDA variant's wheels (as PyTorch's
+    and Astral's per-CUDA indexes), so `pip install --extra-index-url .../cu130/simple/ PROJECT` cannot pick a
+    wheel of another CUDA. The links lead to the same files: nothing is copied."""
+    _real_folder(folder, refuse=True)
+    simple = folder / SIMPLE
+    _real_folder(simple, refuse=True)
+    for project, files in projects.items():
+        _real_folder(simple / project, refuse=False)
+        _sweep_partials(simple / project)
+        _write(simple / project / INDEX_JSON, _project_json(project, files, prefix, up="../../../"), written)
+        _write(simple / project / INDEX_HTML, _project_html(project, files, prefix, up="../../../"), written)
+    _sweep_partials(simple)
+    _write(simple / INDEX_JSON, _json({"meta": {"api-version": API_VERSION},
+                                       "projects": [{"name": p} for p in projects]}), written)
+    _write(simple / INDEX_HTML, _page(f"Simple index ({folder.name})", [_anchor(f"{p}/", p) for p in projects]),
+           written)
+
+
+def _remove_stale_cuda_indexes(out: Path, current: set[str], problems: list[str]) -> list[Path]:
+    """The per-CUDA indexes of variants the wheelhouse no longer has: their project pages, then their
+    lists; the cuXYZ folder itself when nothing else is in it (a layout may keep wheels there)."""
+    removed: list[Path] = []
+    for entry in sorted(os.scandir(out), key=lambda e: e.name):
+        if entry.name in current or not CUDA_VARIANT.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        simple = Path(entry.path) / SIMPLE
+        try:
+            if not stat.S_ISDIR(os.lstat(simple).st_mode):
+                continue
+        except FileNotFoundError:
+            continue
+        removed += _remove_stale_projects(simple, set(), problems)
+        for name in os.listdir(simple):
+            if name in PAGES or any(_is_partial(name, page) for page in PAGES):
+                os.unlink(simple / name)
+        try:
+            simple.rmdir()
+            removed.append(simple)
+            Path(entry.path).rmdir()
+        except OSError:
+            pass  # files imagegen did not write, or the wheels of a layout by CUDA: left in place
+    return removed
 
 
 # -------------------------------------------------------------------------------------------- variants
@@ -612,9 +682,10 @@ def _file_anchor(file: IndexedWheel | IndexedFile, prefix: str | None, up: str) 
 
 
 def _project_html(project: str, files: list[IndexedWheel], prefix: str | None,
-                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = ()) -> bytes:
+                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = (),
+                  up: str = "../../") -> bytes:
     listed = _listed(files, list(variant_wheels), list(variant_files))
-    return _page(f"Links for {project}", [_file_anchor(f, prefix, "../../") for f in listed])
+    return _page(f"Links for {project}", [_file_anchor(f, prefix, up) for f in listed])
 
 
 def _find_links_html(wheels: list[IndexedWheel], prefix: str | None, variant_wheels: list[IndexedWheel] = (),
@@ -624,10 +695,11 @@ def _find_links_html(wheels: list[IndexedWheel], prefix: str | None, variant_whe
 
 
 def _project_json(project: str, files: list[IndexedWheel], prefix: str | None,
-                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = ()) -> bytes:
+                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = (),
+                  up: str = "../../") -> bytes:
     entries = []
     for file in _listed(files, list(variant_wheels), list(variant_files)):
-        entry = {"filename": file.path.name, "url": _url(file, prefix, "../../"), "hashes": {"sha256": file.sha256},
+        entry = {"filename": file.path.name, "url": _url(file, prefix, up), "hashes": {"sha256": file.sha256},
                  "size": file.size}
         if isinstance(file, IndexedWheel):
             metadata = {"sha256": file.metadata_sha256}

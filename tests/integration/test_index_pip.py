@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -140,3 +141,30 @@ def test_pip_refuses_a_wheel_changed_after_indexing_and_a_new_index_leaves_it_ou
                             f" differs from {served.other.parent / 'manifest.json'})\n")
     gone = pip_install(python, "--index-url", f"{served.url}/simple/", "other-project==1.0")
     assert gone.returncode != 0 and "No matching distribution found for other-project==1.0" in gone.stderr, gone.stderr
+
+
+def test_pip_given_a_cuda_variants_index_installs_that_variants_wheel(tmp_path):
+    # Issue 36 item 4: a wheelhouse with one project built for two CUDA variants. From the flat index pip
+    # takes the highest version (+cu130); from OUT/cu128/simple/ it can only see, and so installs, cu128's.
+    from imagegen.model import compat
+    out = tmp_path / "house"
+    for cuda, dotted in (("cu128", "12.8"), ("cu130", "13.0")):
+        source = pure_wheel(tmp_path / "src" / cuda / f"demo-1.0+{cuda}-py3-none-any.whl", {"demo/__init__.py": ""},
+                            name="demo", version=f"1.0+{cuda}")
+        cell = dataclasses.replace(tiny_cell(), cuda=compat.cuda_variant(dotted), layout=f"demo/{cuda}")
+        collect.publish(out, cell, source, inputs=cuda, record={})
+    indexed = imagegen("index", out)
+    assert indexed.returncode == 0, indexed.stderr
+    assert "/cu128/simple/ PROJECT   (only the cu128 wheels)" in indexed.stdout
+    with http_server(out, tmp_path / "http.log") as url:
+        for index_url, want in ((f"{url}/simple/", "1.0+cu130"), (f"{url}/cu128/simple/", "1.0+cu128"),
+                                (f"{url}/cu130/simple/", "1.0+cu130")):
+            python = fresh_venv(tmp_path / f"venv-{want}-{index_url.count('cu')}")
+            done = pip_install(python, "--index-url", index_url, "demo")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert installed(python, "demo") == want, index_url
+    # The cu128 wheel gone from the wheelhouse: its CUDA's index goes with it, the other stays.
+    shutil.rmtree(out / "demo" / "cu128")
+    again = imagegen("index", out, "--json")
+    assert again.returncode == 0, again.stderr
+    assert not (out / "cu128").exists() and (out / "cu130" / "simple" / "demo" / "index.html").is_file()

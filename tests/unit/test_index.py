@@ -285,17 +285,19 @@ def test_an_unchanged_index_is_not_rewritten_and_a_new_wheel_rewrites_only_what_
     out = tmp_path / "house"
     place(out, WHEEL)
     first = index.write_index(out, say=_quiet)
-    assert len(first.written) == 6  # a metadata file, the project's two pages, the list's two, the find-links page
+    # a metadata file, the project's two pages, the list's two, the same four of cu130/simple/, the find-links page
+    assert len(first.written) == 10
     before = index_files(out)
     again = index.write_index(out, say=_quiet)
     assert again.written == [] and again.removed == [] and index_files(out) == before
 
     other = place(out, a_wheel(tmp_path), "others/a")
     third = index.write_index(out, say=_quiet)
-    simple = out / "simple"
+    simple, cu130 = out / "simple", out / "cu130" / "simple"
     assert third.written == [other.with_name(other.name + ".metadata"), simple / "other-project" / "index.json",
                              simple / "other-project" / "index.html", simple / "index.json", simple / "index.html",
-                             out / "index.html"]
+                             cu130 / "other-project" / "index.json", cu130 / "other-project" / "index.html",
+                             cu130 / "index.json", cu130 / "index.html", out / "index.html"]
     after = index_files(out)
     untouched = [p for p in before if p not in third.written]
     assert untouched and all(after[p] == before[p] for p in untouched)
@@ -647,3 +649,39 @@ def test_a_folder_above_another_wheelhouses_index_or_the_home_folder_is_refused(
         write_index(tmp_path / "team")
     with pytest.raises(PublishError, match="the filesystem root"):
         write_index(Path("/"))
+
+
+def test_per_cuda_indexes_list_their_variant_and_a_hostile_cuda_value_makes_none(tmp_path):
+    out = tmp_path / "house"
+    place(out, WHEEL)
+    index.write_index(out, say=_quiet)
+    page = out / "cu130" / "simple" / TINY / "index.html"
+    (attrs, text), = anchors(page.read_text())
+    assert text == WHEEL.name and target(page, attrs["href"]).is_file()
+    assert json.loads((out / "cu130" / "simple" / "index.json").read_text())["projects"] == [{"name": TINY}]
+    assert dangling(out) == []
+    # A manifest whose "cuda" is no CUDA variant (a path, a long name) gives no folder of that name
+    manifest = next(out.rglob("manifest.json"))
+    for value in ("../../escape", "cu13000000", "CU130", 130):
+        doc = json.loads(manifest.read_text())
+        for entry in doc["cells"].values():
+            entry["cuda"] = value
+        manifest.write_text(json.dumps(doc))
+        result = index.write_index(out, say=_quiet)
+        assert result.cuda == {} and not (out / "cu130").exists() and result.projects == {TINY: [WHEEL.name]}
+        assert not (tmp_path / "escape").exists() and sorted(p.name for p in out.iterdir() if p.name.startswith("cu")) == []
+
+
+def test_a_stale_cuda_index_in_a_folder_that_also_holds_wheels_keeps_the_wheels(tmp_path):
+    # a layout by CUDA puts wheels in OUT/cu130/...: when that CUDA's index goes, only its pages go
+    out = tmp_path / "house"
+    placed = place(out, WHEEL, "cu130/tiny")
+    index.write_index(out, say=_quiet)
+    assert (out / "cu130" / "simple" / TINY / "index.html").is_file()
+    manifest = placed.parent / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    for entry in doc["cells"].values():
+        entry["cuda"] = "cu128"
+    manifest.write_text(json.dumps(doc))
+    result = index.write_index(out, say=_quiet)
+    assert list(result.cuda) == ["cu128"] and not (out / "cu130" / "simple").exists() and placed.is_file()

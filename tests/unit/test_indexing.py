@@ -32,9 +32,10 @@ def test_the_summary_says_what_was_indexed_and_how_pip_reads_it(tmp_path, capsys
     captured = capsys.readouterr()
     assert captured.err == ""
     assert captured.out.splitlines() == [
-        f"indexed 1 wheel of 1 project (tiny-kernel) in {out} (6 files written, 0 removed)",
+        f"indexed 1 wheel of 1 project (tiny-kernel) in {out} (10 files written, 0 removed)",
         "  pip install --index-url <URL the folder is served at>/simple/ PROJECT",
         "  pip install --find-links <URL the folder is served at>/index.html PROJECT",
+        "  pip install --index-url <URL the folder is served at>/cu130/simple/ PROJECT   (only the cu130 wheels)",
         f"  here: --index-url {out.resolve().as_uri()}/simple/ or --find-links {out.resolve().as_uri()}/index.html"]
     assert (out / "simple" / "tiny-kernel" / "index.html").is_file()
     assert index(out) == 0
@@ -46,7 +47,8 @@ def test_a_base_url_is_where_pip_is_told_to_look(tmp_path, capsys):
     assert index(out, "--base-url", "https://wheels.example.com/house/") == 0
     assert capsys.readouterr().out.splitlines()[1:] == [
         "  pip install --index-url https://wheels.example.com/house/simple/ PROJECT",
-        "  pip install --find-links https://wheels.example.com/house/index.html PROJECT"]
+        "  pip install --find-links https://wheels.example.com/house/index.html PROJECT",
+        "  pip install --index-url https://wheels.example.com/house/cu130/simple/ PROJECT   (only the cu130 wheels)"]
 
 
 def test_json_says_it_all(tmp_path, capsys):
@@ -56,7 +58,8 @@ def test_json_says_it_all(tmp_path, capsys):
     report = json.loads(captured.out)
     assert report["projects"] == {"tiny-kernel": [WHEEL.name]} and report["wheels"] == 1
     assert report["simple"] == f"{out / 'simple'}/" and report["find_links"] == str(out / "index.html")
-    assert report["base_url"] is None and report["problems"] == [] and len(report["written"]) == 6
+    assert report["base_url"] is None and report["problems"] == [] and len(report["written"]) == 10
+    assert report["cuda"] == {"cu130": {"simple": f"{out / 'cu130' / 'simple'}/", "projects": ["tiny-kernel"]}}
     assert captured.err == ""
 
 
