@@ -9,7 +9,11 @@ What is written, all of it under OUT:
 - ``index.json`` beside each of those: the same data as PEP 691 JSON (api-version 1.1, PEP 700's
   ``versions`` and ``size``);
 - ``<wheel>.metadata`` beside each wheel: its METADATA (PEP 658/714);
-- ``OUT/index.html``: every wheel on one page, for ``pip install --find-links``.
+- ``OUT/index.html``: every wheel on one page, for ``pip install --find-links``;
+- ``OUT/cu130/simple/...`` (one per CUDA variant the manifests name): the same pages listing only that
+  variant's wheels, as PyTorch's and Astral's per-CUDA indexes (links to the same files).
+
+The pages are made in imagegen.publish.index_pages, and written as imagegen.publish.index_files writes.
 
 Links are relative to their page, so the folder works wherever it is served; with ``base_url`` (where
 OUT is served) wheel links are absolute, for an index served apart from its wheels.
@@ -54,14 +58,11 @@ from __future__ import annotations
 import email.parser
 import fcntl
 import hashlib
-import html
-import json
 import os
 import re
 import stat
 import struct
 import sys
-import tempfile
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -79,6 +80,9 @@ from packaging.version import Version
 from imagegen import safety
 from imagegen.errors import PublishError, Unreadable, UnsafeValueError, printable
 from imagegen.outputs import new_file_mode, shown
+from imagegen.publish import index_files as disk
+from imagegen.publish import index_pages as pages
+from imagegen.publish.index_pages import API_VERSION, METADATA_SUFFIX, IndexedFile, IndexedWheel
 from imagegen.safety import os_reason
 from imagegen.wheelhouse import MANIFEST, MAX_WALK_DEPTH, VerifiedWheel, verified_wheels
 
@@ -86,10 +90,8 @@ SIMPLE = "simple"
 INDEX_HTML = "index.html"
 INDEX_JSON = "index.json"
 PAGES = (INDEX_HTML, INDEX_JSON)
-METADATA_SUFFIX = ".metadata"  # PEP 658: the metadata file's URL is the wheel's with this appended
 VARIANTS_JSON_SUFFIX = "-variants.json"  # PEP 817/825: {name}-{version}-variants.json
 LOCK = ".imagegen-index.lock"
-API_VERSION = "1.1"  # PEP 700: JSON project pages carry versions and each file's size
 
 # Bounds on what is read from a wheel.
 MAX_METADATA_BYTES = 4 << 20
@@ -113,38 +115,6 @@ def say_on_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-@dataclass(frozen=True)
-class IndexedWheel:
-    """A verified wheel as the index lists it."""
-
-    path: Path
-    url_path: str  # its path below OUT, percent-encoded
-    project: str  # normalized (PEP 503)
-    version: Version
-    sha256: str
-    size: int
-    requires_python: str | None
-    metadata: bytes  # its METADATA, served as <wheel>.metadata
-
-    @property
-    def metadata_path(self) -> Path:
-        return self.path.with_name(self.path.name + METADATA_SUFFIX)
-
-    @property
-    def metadata_sha256(self) -> str:
-        return hashlib.sha256(self.metadata).hexdigest()
-
-
-@dataclass(frozen=True)
-class IndexedFile:
-    """A file the index lists that is not a wheel: a version's variants.json."""
-
-    path: Path
-    url_path: str  # its path below OUT, percent-encoded
-    project: str
-    version: Version
-    sha256: str
-    size: int
 
 
 @dataclass
@@ -280,13 +250,13 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
         variants = _has_variants(simple)
 
     written: list[Path] = []
-    _real_folder(simple, refuse=True)
+    disk.real_folder(simple, refuse=True)
     for project in projects:
-        _real_folder(simple / project, refuse=False)
+        disk.real_folder(simple / project, refuse=False)
         _sweep_partials(simple / project)
     # What a page links to first, then the pages, the lists of pages last.
     for wheel in wheels:
-        _write(wheel.metadata_path, wheel.metadata, written)
+        disk.write(wheel.metadata_path, wheel.metadata, written)
     variant_wheels: list[IndexedWheel] = []
     variant_files: list[IndexedFile] = []
     if variants:
@@ -296,17 +266,17 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
         folder = simple / project
         extra_wheels = [w for w in variant_wheels if w.project == project]
         extra_files = [f for f in variant_files if f.project == project]
-        _write(folder / INDEX_JSON, _project_json(project, files, prefix, extra_wheels, extra_files), written)
-        _write(folder / INDEX_HTML, _project_html(project, files, prefix, extra_wheels, extra_files), written)
+        disk.write(folder / INDEX_JSON, pages.project_json(project, files, prefix, extra_wheels, extra_files), written)
+        disk.write(folder / INDEX_HTML, pages.project_html(project, files, prefix, extra_wheels, extra_files), written)
     _sweep_partials(simple)
-    _write(simple / INDEX_JSON, _json({"meta": {"api-version": API_VERSION},
-                                       "projects": [{"name": p} for p in projects]}), written)
-    _write(simple / INDEX_HTML, _page("Simple index", [_anchor(f"{p}/", p) for p in projects]), written)
+    disk.write(simple / INDEX_JSON, pages.json_bytes({"meta": {"api-version": API_VERSION},
+                                                      "projects": [{"name": p} for p in projects]}), written)
+    disk.write(simple / INDEX_HTML, pages.page("Simple index", [pages.anchor(f"{p}/", p) for p in projects]), written)
     by_cuda = _by_cuda(wheels, {v.path: v.entry for v in verified})
     for cuda, cuda_projects in by_cuda.items():
         _write_cuda_index(out / cuda, cuda_projects, prefix, written)
     _sweep_partials(out)
-    _write(out / INDEX_HTML, _find_links_html(wheels, prefix, variant_wheels, variant_files), written)
+    disk.write(out / INDEX_HTML, pages.find_links_html(wheels, prefix, variant_wheels, variant_files), written)
     # Nothing links to these any more.
     removed = _remove_stale_projects(simple, set(projects), problems)
     removed += _remove_stale_cuda_indexes(out, set(by_cuda), problems)
@@ -344,19 +314,19 @@ def _write_cuda_index(folder: Path, projects: dict[str, list[IndexedWheel]], pre
     """<OUT>/cu130/simple/: the same pages as simple/, listing only that CUDA variant's wheels (as PyTorch's
     and Astral's per-CUDA indexes), so `pip install --extra-index-url .../cu130/simple/ PROJECT` cannot pick a
     wheel of another CUDA. The links lead to the same files: nothing is copied."""
-    _real_folder(folder, refuse=True)
+    disk.real_folder(folder, refuse=True)
     simple = folder / SIMPLE
-    _real_folder(simple, refuse=True)
+    disk.real_folder(simple, refuse=True)
     for project, files in projects.items():
-        _real_folder(simple / project, refuse=False)
+        disk.real_folder(simple / project, refuse=False)
         _sweep_partials(simple / project)
-        _write(simple / project / INDEX_JSON, _project_json(project, files, prefix, up="../../../"), written)
-        _write(simple / project / INDEX_HTML, _project_html(project, files, prefix, up="../../../"), written)
+        disk.write(simple / project / INDEX_JSON, pages.project_json(project, files, prefix, up="../../../"), written)
+        disk.write(simple / project / INDEX_HTML, pages.project_html(project, files, prefix, up="../../../"), written)
     _sweep_partials(simple)
-    _write(simple / INDEX_JSON, _json({"meta": {"api-version": API_VERSION},
-                                       "projects": [{"name": p} for p in projects]}), written)
-    _write(simple / INDEX_HTML, _page(f"Simple index ({folder.name})", [_anchor(f"{p}/", p) for p in projects]),
-           written)
+    disk.write(simple / INDEX_JSON, pages.json_bytes({"meta": {"api-version": API_VERSION},
+                                                      "projects": [{"name": p} for p in projects]}), written)
+    listing = pages.page(f"Simple index ({folder.name})", [pages.anchor(f"{p}/", p) for p in projects])
+    disk.write(simple / INDEX_HTML, listing, written)
 
 
 def _remove_stale_cuda_indexes(out: Path, current: set[str], problems: list[str]) -> list[Path]:
@@ -374,7 +344,7 @@ def _remove_stale_cuda_indexes(out: Path, current: set[str], problems: list[str]
             continue
         removed += _remove_stale_projects(simple, set(), problems)
         for name in os.listdir(simple):
-            if name in PAGES or any(_is_partial(name, page) for page in PAGES):
+            if name in PAGES or any(disk.is_partial(name, page) for page in PAGES):
                 os.unlink(simple / name)
         try:
             simple.rmdir()
@@ -436,7 +406,7 @@ def _write_variants(out: Path, wheels: list[IndexedWheel], entries: dict[Path, d
             continue
         labels[variant.label] = variant
         variant_wheel = dataclasses_replace(wheel, path=path, url_path=_url_path(out, path), sha256=sha256, size=size)
-        _write(variant_wheel.metadata_path, variant_wheel.metadata, written)
+        disk.write(variant_wheel.metadata_path, variant_wheel.metadata, written)
         variant_wheels.append(variant_wheel)
     variant_files: list[IndexedFile] = []
     for (project, version), labels in sorted(by_version.items()):
@@ -444,7 +414,7 @@ def _write_variants(out: Path, wheels: list[IndexedWheel], entries: dict[Path, d
             continue
         data = support.variants_json(labels.values())
         path = simple / project / support.variants_json_name(project, version)
-        _write(path, data, written)
+        disk.write(path, data, written)
         variant_files.append(IndexedFile(path=path, url_path=_url_path(out, path), project=project, version=version,
                                          sha256=hashlib.sha256(data).hexdigest(), size=len(data)))
     return variant_wheels, variant_files
@@ -455,7 +425,7 @@ def _write_variant_wheel(path: Path, spliced, written: list[Path]) -> tuple[str,
     is there already); its sha256 and size."""
     if spliced.is_written_at(path):
         return spliced.sha256(), spliced.size  # what it should be: a copy damaged since fails pip's hash check
-    return _replace(path, spliced.write_to, written), spliced.size
+    return disk.replace_file(path, spliced.write_to, written), spliced.size
 
 
 def _url_path(out: Path, path: Path) -> str:
@@ -632,159 +602,13 @@ def _requires_python(metadata: bytes, wheel: Path, problems: list[str]) -> str |
     return value
 
 
-# -------------------------------------------------------------------------------------------- pages
-
-
-def _url(wheel: IndexedWheel | IndexedFile, prefix: str | None, up: str) -> str:
-    """The file's URL from a page ``up`` folders below OUT (absolute with a base URL)."""
-    return f"{prefix if prefix is not None else up}{wheel.url_path}"
-
-
-def _href(wheel: IndexedWheel | IndexedFile, prefix: str | None, up: str) -> str:
-    """The file's link in an HTML page: its URL with the hash pip checks the download against."""
-    return f"{_url(wheel, prefix, up)}#sha256={wheel.sha256}"
-
-
-def _wheel_anchor(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
-    attributes = {}
-    if wheel.requires_python is not None:
-        attributes["data-requires-python"] = wheel.requires_python
-    # PEP 714's name, and PEP 658's for the pip releases before it.
-    attributes["data-core-metadata"] = attributes["data-dist-info-metadata"] = f"sha256={wheel.metadata_sha256}"
-    return _anchor(_href(wheel, prefix, up), wheel.path.name, attributes)
-
-
-def _anchor(href: str, text: str, attributes: dict[str, str] | None = None) -> str:
-    extra = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in (attributes or {}).items())
-    return f'<a href="{html.escape(href, quote=True)}"{extra}>{html.escape(text)}</a>'
-
-
-def _page(title: str, anchors: list[str]) -> bytes:
-    title = html.escape(title)
-    body = "".join(f"    {a}<br>\n" for a in anchors)
-    return ("<!DOCTYPE html>\n<html>\n  <head>\n    <meta charset=\"utf-8\">\n"
-            f"    <meta name=\"pypi:repository-version\" content=\"{API_VERSION}\">\n"
-            f"    <title>{title}</title>\n  </head>\n  <body>\n    <h1>{title}</h1>\n{body}"
-            "  </body>\n</html>\n").encode()
-
-
-def _listed(wheels: list[IndexedWheel], variant_wheels: list[IndexedWheel],
-            variant_files: list[IndexedFile]) -> list[IndexedWheel | IndexedFile]:
-    """What a page lists, in its order: by project, version and file name (a variant wheel beside its
-    wheel, a version's variants.json after its wheels)."""
-    return sorted([*wheels, *variant_wheels, *variant_files], key=lambda f: (f.project, f.version, f.path.name))
-
-
-def _file_anchor(file: IndexedWheel | IndexedFile, prefix: str | None, up: str) -> str:
-    if isinstance(file, IndexedWheel):
-        return _wheel_anchor(file, prefix, up)
-    return _anchor(_href(file, prefix, up), file.path.name)
-
-
-def _project_html(project: str, files: list[IndexedWheel], prefix: str | None,
-                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = (),
-                  up: str = "../../") -> bytes:
-    listed = _listed(files, list(variant_wheels), list(variant_files))
-    return _page(f"Links for {project}", [_file_anchor(f, prefix, up) for f in listed])
-
-
-def _find_links_html(wheels: list[IndexedWheel], prefix: str | None, variant_wheels: list[IndexedWheel] = (),
-                     variant_files: list[IndexedFile] = ()) -> bytes:
-    listed = _listed(wheels, list(variant_wheels), list(variant_files))
-    return _page("Wheels", [_file_anchor(f, prefix, "") for f in listed])
-
-
-def _project_json(project: str, files: list[IndexedWheel], prefix: str | None,
-                  variant_wheels: list[IndexedWheel] = (), variant_files: list[IndexedFile] = (),
-                  up: str = "../../") -> bytes:
-    entries = []
-    for file in _listed(files, list(variant_wheels), list(variant_files)):
-        entry = {"filename": file.path.name, "url": _url(file, prefix, up), "hashes": {"sha256": file.sha256},
-                 "size": file.size}
-        if isinstance(file, IndexedWheel):
-            metadata = {"sha256": file.metadata_sha256}
-            entry["core-metadata"] = entry["dist-info-metadata"] = metadata
-            if file.requires_python is not None:
-                entry["requires-python"] = file.requires_python
-        entries.append(entry)
-    versions = sorted({w.version for w in files})
-    return _json({"meta": {"api-version": API_VERSION}, "name": project, "versions": [str(v) for v in versions],
-                  "files": entries})
-
-
-def _json(document: dict) -> bytes:
-    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
-
-
-# -------------------------------------------------------------------------------------------- files
-
-
-def _write(path: Path, data: bytes, written: list[Path]) -> None:
-    """``path`` holds ``data`` afterwards, replaced in one rename (fsynced first) if it held anything else."""
-    try:
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) and st.st_size == len(data) and path.read_bytes() == data:
-            return
-    except FileNotFoundError:
-        pass
-    _replace(path, lambda fh: fh.write(data), written)
-
-
-def _replace(path: Path, fill: Callable[[BinaryIO], T], written: list[Path]) -> T:
-    """Replace ``path`` in one rename with what ``fill`` writes into a temporary file beside it (fsynced
-    first, then the folder); ``path`` joins ``written``. What ``fill`` returns."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            result = fill(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the index is served
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_folder(path.parent)
-    written.append(path)
-    return result
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (a crash after it leaves the new file, not a missing one)."""
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _real_folder(folder: Path, *, refuse: bool) -> None:
-    """``folder`` as a real directory (not a symlink, which would take writes outside OUT). A project folder
-    that is anything else is replaced (simple/ is the index's own); simple/ itself is refused."""
-    try:
-        st = os.lstat(folder)
-    except FileNotFoundError:
-        folder.mkdir()
-        return
-    if stat.S_ISDIR(st.st_mode):
-        return
-    if refuse:
-        raise PublishError(f"{shown(folder)} is not a directory (a symlink or a file): move it away; imagegen index"
-                           " writes its pages there and nowhere outside the wheelhouse")
-    folder.unlink()
-    folder.mkdir()
-
-
-def _is_partial(name: str, of: str) -> bool:
-    """Whether ``name`` is a temporary file _write made for ``of`` (left by a run that was killed)."""
-    return name.startswith(f".{of}.") and name.endswith(".partial")
 
 
 def _sweep_partials(folder: Path) -> None:
     """Remove the temporary page and variant files a killed run left in ``folder`` (the lock is held: no run
     is writing)."""
     for entry in os.scandir(folder):
-        ours = any(_is_partial(entry.name, page) for page in PAGES) or _is_variant_partial(entry.name)
+        ours = any(disk.is_partial(entry.name, page) for page in PAGES) or _is_variant_partial(entry.name)
         if ours and not entry.is_dir(follow_symlinks=False):
             os.unlink(entry.path)
 
@@ -798,7 +622,7 @@ def _remove_stale_projects(simple: Path, current: set[str], problems: list[str])
             continue
         folder = Path(entry.path)
         for child in os.scandir(folder):
-            ours = child.name in PAGES or any(_is_partial(child.name, page) for page in PAGES) \
+            ours = child.name in PAGES or any(disk.is_partial(child.name, page) for page in PAGES) \
                 or _is_variant_file(child.name) or _is_variant_partial(child.name)
             if ours and not child.is_dir(follow_symlinks=False):
                 os.unlink(child.path)
