@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO, Callable, Iterator, TypeVar
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence, TypeVar
 from urllib.parse import quote
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -251,9 +251,7 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
 
     written: list[Path] = []
     disk.real_folder(simple, refuse=True)
-    for project in projects:
-        disk.real_folder(simple / project, refuse=False)
-        _sweep_partials(simple / project)
+    _project_folders(simple, projects)
     # What a page links to first, then the pages, the lists of pages last.
     for wheel in wheels:
         disk.write(wheel.metadata_path, wheel.metadata, written)
@@ -262,16 +260,7 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
     if variants:
         entries = {v.path: v.entry for v in verified}
         variant_wheels, variant_files = _write_variants(out, wheels, entries, written, problems)
-    for project, files in projects.items():
-        folder = simple / project
-        extra_wheels = [w for w in variant_wheels if w.project == project]
-        extra_files = [f for f in variant_files if f.project == project]
-        disk.write(folder / INDEX_JSON, pages.project_json(project, files, prefix, extra_wheels, extra_files), written)
-        disk.write(folder / INDEX_HTML, pages.project_html(project, files, prefix, extra_wheels, extra_files), written)
-    _sweep_partials(simple)
-    disk.write(simple / INDEX_JSON, pages.json_bytes({"meta": {"api-version": API_VERSION},
-                                                      "projects": [{"name": p} for p in projects]}), written)
-    disk.write(simple / INDEX_HTML, pages.page("Simple index", [pages.anchor(f"{p}/", p) for p in projects]), written)
+    _write_pages(simple, projects, prefix, written, variant_wheels=variant_wheels, variant_files=variant_files)
     by_cuda = _by_cuda(wheels, {v.path: v.entry for v in verified})
     for cuda, cuda_projects in by_cuda.items():
         _write_cuda_index(out / cuda, cuda_projects, prefix, written)
@@ -317,16 +306,35 @@ def _write_cuda_index(folder: Path, projects: dict[str, list[IndexedWheel]], pre
     disk.real_folder(folder, refuse=True)
     simple = folder / SIMPLE
     disk.real_folder(simple, refuse=True)
-    for project, files in projects.items():
+    _project_folders(simple, projects)
+    _write_pages(simple, projects, prefix, written, title=f"Simple index ({folder.name})", up="../../../")
+
+
+def _project_folders(simple: Path, projects: Iterable[str]) -> None:
+    """Each project's folder under ``simple``, real (a link or file there is replaced) and swept of the
+    temporary files a killed run left."""
+    for project in projects:
         disk.real_folder(simple / project, refuse=False)
         _sweep_partials(simple / project)
-        disk.write(simple / project / INDEX_JSON, pages.project_json(project, files, prefix, up="../../../"), written)
-        disk.write(simple / project / INDEX_HTML, pages.project_html(project, files, prefix, up="../../../"), written)
+
+
+def _write_pages(simple: Path, projects: dict[str, list[IndexedWheel]], prefix: str | None, written: list[Path], *,
+                 title: str = "Simple index", up: str = "../../", variant_wheels: Sequence[IndexedWheel] = (),
+                 variant_files: Sequence[IndexedFile] = ()) -> None:
+    """The project pages (HTML and PEP 691 JSON) of ``projects`` under ``simple``, ``up`` below OUT, each
+    with its project's variant wheels and files, then the project list (after the pages it lists)."""
+    for project, files in projects.items():
+        folder = simple / project
+        extra_wheels = [w for w in variant_wheels if w.project == project]
+        extra_files = [f for f in variant_files if f.project == project]
+        disk.write(folder / INDEX_JSON, pages.project_json(project, files, prefix, extra_wheels, extra_files, up=up),
+                   written)
+        disk.write(folder / INDEX_HTML, pages.project_html(project, files, prefix, extra_wheels, extra_files, up=up),
+                   written)
     _sweep_partials(simple)
     disk.write(simple / INDEX_JSON, pages.json_bytes({"meta": {"api-version": API_VERSION},
                                                       "projects": [{"name": p} for p in projects]}), written)
-    listing = pages.page(f"Simple index ({folder.name})", [pages.anchor(f"{p}/", p) for p in projects])
-    disk.write(simple / INDEX_HTML, listing, written)
+    disk.write(simple / INDEX_HTML, pages.page(title, [pages.anchor(f"{p}/", p) for p in projects]), written)
 
 
 def _remove_stale_cuda_indexes(out: Path, current: set[str], problems: list[str]) -> list[Path]:
