@@ -77,31 +77,31 @@ def test_a_catalogue_recipe_fetched_as_its_pypi_sdist_is_audited_natively(torch_
     # Without the header probe: causal-conv1d includes ATen/cuda/CUDAContext.h, which needs cusparse.h,
     # and this host's toolkit (/usr/local/cuda: nvcc and the runtime) has none, so the probe rightly
     # refuses a native build here (tests/integration/test_header_probe.py); this test is about the arch patch.
-    proc = imagegen("plan", "--audit", "--native", "causal-conv1d", "--fetch", "sdist", "--arch", "8.0;9.0+PTX",
-                    "--python-exe", torch_venv / "bin" / "python", "--work", tmp_path / "w", "--json", cwd=tmp_path,
-                    IMAGEGEN_AUDIT_PROBE="0")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "causal_conv1d-1.6.1.tar.gz" in proc.stderr and "sha256 ok" in proc.stderr
-    got = json.loads(proc.stdout)["audit"]
-    assert got["verdict"] == "ok", got
+    got = audited_sdist("causal-conv1d", "8.0;9.0+PTX", "causal_conv1d-1.6.1.tar.gz", torch_venv, tmp_path)
     (ext,) = got["extensions"]
     assert ext["module"] == "causal_conv1d_cuda" and ext["sass"] == ["sm_80", "sm_90"] and ext["ptx"] == ["compute_90"]
     assert not any("hard-coded arch list" in w for w in got["warnings"]), got["warnings"]
-    assert "causal-conv1d-arch-list.patch" in proc.stderr
+
+
+def audited_sdist(recipe: str, arch: str, sdist: str, torch_venv: Path, tmp_path: Path) -> dict:
+    """`plan --audit --native RECIPE --fetch sdist`: the sdist checked against the recipe's sha256, the
+    recipe's arch-list patch applied, the package's own setup.py run; its audit, which must be ok."""
+    proc = imagegen("plan", "--audit", "--native", recipe, "--fetch", "sdist", "--arch", arch,
+                    "--python-exe", torch_venv / "bin" / "python", "--work", tmp_path / "w", "--json", cwd=tmp_path,
+                    IMAGEGEN_AUDIT_PROBE="0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sdist in proc.stderr and "sha256 ok" in proc.stderr
+    assert f"{recipe}-arch-list.patch" in proc.stderr
+    got = json.loads(proc.stdout)["audit"]
+    assert got["verdict"] == "ok", got
+    return got
 
 
 def test_mamba_ssm_from_its_pypi_sdist_compiles_only_the_archs_asked_for(torch_venv, tmp_path):
     # mamba-ssm's setup.py, like causal-conv1d's, compiles a hard-coded list (nine archs with nvcc 13)
     # whatever TORCH_CUDA_ARCH_LIST says: 62 minutes on 2 cores for `--arch 9.0` before the recipe's
     # arch-list patch. The audit runs the package's own setup.py on the sdist with the patch applied.
-    proc = imagegen("plan", "--audit", "--native", "mamba-ssm", "--fetch", "sdist", "--arch", "9.0+PTX",
-                    "--python-exe", torch_venv / "bin" / "python", "--work", tmp_path / "w", "--json", cwd=tmp_path,
-                    IMAGEGEN_AUDIT_PROBE="0")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "mamba_ssm-2.3.2.post1.tar.gz" in proc.stderr and "sha256 ok" in proc.stderr
-    assert "mamba-ssm-arch-list.patch" in proc.stderr
-    got = json.loads(proc.stdout)["audit"]
-    assert got["verdict"] == "ok", got
+    got = audited_sdist("mamba-ssm", "9.0+PTX", "mamba_ssm-2.3.2.post1.tar.gz", torch_venv, tmp_path)
     (ext,) = got["extensions"]
     assert ext["module"] == "selective_scan_cuda" and ext["sass"] == ["sm_90"] and ext["ptx"] == ["compute_90"]
 
