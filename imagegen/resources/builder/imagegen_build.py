@@ -314,9 +314,7 @@ def sdist_urls(url, filename, project, env):
     index = (env.get("PIP_INDEX_URL") or "").strip()
     urls = []
     if index and "pypi.org/simple" not in index:
-        import re
-        norm = re.sub(r"[-_.]+", "-", project).lower()
-        page_url = index.rstrip("/") + "/" + norm + "/"
+        page_url = index.rstrip("/") + "/" + _project_name(project) + "/"
         try:
             page = download(page_url, env, limit=16 << 20).decode("utf-8", "replace")
             for href in re.findall(r'href=["\']([^"\']+)["\']', page):
@@ -462,10 +460,9 @@ def auto_jobs(cell, threads, targets=0):
     extensions = load_extensions(cell)
     per_thread = float(cell["memory_per_thread_gb"] if extensions
                        else cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
-    # the host part the estimate was made with (the recipe's nvcc_host_gb), as peak_estimate below reads it
-    host_gb = float((cell.get("load_profile") or {}).get("host_gb") or rules.NVCC_HOST_GB)
     return rules.job_settings(per_thread, threads, cpus, mem_gb, nvcc_threads=threads, targets=targets,
-                              extensions=extensions, ext_max=ext_parallel_max(cell), host_gb=host_gb)[0]
+                              extensions=extensions, ext_max=ext_parallel_max(cell),
+                              host_gb=load_host_gb(cell.get("load_profile")))[0]
 
 
 def auto_threads(cell):
@@ -481,7 +478,13 @@ split_extensions = rules.split_extensions
 def peak_estimate(load, total_jobs, nvcc_threads, per_thread_gb, ext_max=0):
     """rules.peak_estimate over a cell's load_profile (GB, nvcc at once, busy threads)."""
     return rules.peak_estimate(load.get("extensions") or [], total_jobs, nvcc_threads, per_thread_gb, ext_max,
-                               float(load.get("host_gb") or rules.NVCC_HOST_GB))
+                               load_host_gb(load))
+
+
+def load_host_gb(load):
+    """The host part per nvcc (GB) a load profile was estimated with (the recipe's nvcc_host_gb), else
+    the rules' default: what the job choice and the printed estimate both use."""
+    return float((load or {}).get("host_gb") or rules.NVCC_HOST_GB)
 
 
 def visible_gpu_archs(cell):
