@@ -22,7 +22,7 @@ from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
-from imagegen.model.recipes import JOB_FLAGS, Recipe, RecipeVersion, fetched_from, with_env
+from imagegen.model.recipes import JOB_FLAGS, Recipe, RecipeVersion, fetched_from, with_env, with_memory_for
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree, with_declared_version
 from imagegen.outputs import shown
 from imagegen.plan import (
@@ -95,7 +95,7 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         known = cat.by_distribution(recipe.distribution)
         if known is not None:  # a tree of a package the catalogue knows: built with that recipe's knowledge
             recipe, version = refs.at_tree(known, known.version(None), source, wanted_version, tree=recipe)
-            return recipe, with_env(recipe, version, env or {}, jobs)
+            return with_build_env(recipe, version, env or {}, jobs)
         # your own project: named by the version it states, else the one --version declares
         recipe = with_declared_version(recipe, wanted_version)
         wanted_version = None
@@ -111,7 +111,14 @@ def resolve(cat: Catalogue, name: str | None, source: Path | None, wanted_versio
         recipe, version = refs.at_ref(recipe, ref, git, wanted_version, build)
     else:
         recipe, version = fetched_from(recipe, recipe.version(wanted_version), fetch)
-    return recipe, with_env(recipe, version, env or {}, jobs)
+    return with_build_env(recipe, version, env or {}, jobs)
+
+
+def with_build_env(recipe: Recipe, version: RecipeVersion, env: dict[str, str],
+                   jobs: tuple[str, str]) -> tuple[Recipe, RecipeVersion]:
+    """The user's --env on top of the version's, and the recipe's memory figure for that environment."""
+    version = with_env(recipe, version, env, jobs)
+    return with_memory_for(recipe, version.env), version
 
 
 def lock(args: argparse.Namespace):

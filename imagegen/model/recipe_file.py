@@ -31,7 +31,7 @@ from imagegen.model.recipe_reader import (
     read_recipe_text,
     shown_path,
 )
-from imagegen.model.recipes import RECIPE_SCHEMA, Recipe, RecipeVersion, Sdist, SmokeTest, ranges_text
+from imagegen.model.recipes import RECIPE_SCHEMA, MemoryWhenEnv, Recipe, RecipeVersion, Sdist, SmokeTest, ranges_text
 
 
 def _local_source(source: Reader, local: str, recipe_dir: Path) -> Path:
@@ -191,6 +191,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         path=shown,
         source_memory_gb=_source_memory(build),
         nvcc_host_gb=build.number("nvcc_host_gb", 1.0, low=0.05, high=64),
+        memory_when_env=_memory_when_env(build),
     )
 
 
@@ -209,6 +210,29 @@ def _source_memory(build: Reader) -> dict[str, float]:
                                 " (or a folder like third_party/hopper/)", key_text(key))
         out[key] = figures.number(key, 0.0, low=0.01, high=1024)
     return out
+
+
+MAX_MEMORY_WHEN_ENV = 16
+
+
+def _memory_when_env(build: Reader) -> tuple[MemoryWhenEnv, ...]:
+    """build.memory_when_env: a figure per nvcc thread for builds that set every variable of ``env``
+    (a package's own knobs given with --env that make each kernel file lighter)."""
+    entries = build.list("memory_when_env")
+    if len(entries) > MAX_MEMORY_WHEN_ENV:
+        raise build.error(f"at most {MAX_MEMORY_WHEN_ENV} entries", "memory_when_env")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise build.error(f"entry {i}: expected a mapping with env and memory_per_thread_gb", "memory_when_env")
+        item = Reader(build.path, entry, f"{build.where}.memory_when_env[{i}]",
+                      keys=("env", "memory_per_thread_gb"))
+        env = item.env("env")
+        if not env:
+            raise item.error("name at least one variable (NAME: value) the figure is for", "env")
+        out.append(MemoryWhenEnv(env=env, memory_per_thread_gb=item.number(
+            "memory_per_thread_gb", 0.0, low=0.05, high=1024)))
+    return tuple(out)
 
 
 def _sdist(v: Reader) -> Sdist | None:

@@ -205,6 +205,18 @@ class SmokeTest:
 
 
 @dataclass(frozen=True)
+class MemoryWhenEnv:
+    """A figure per nvcc thread for a build that sets every variable of ``env`` to its value: a package's
+    own knobs (given with --env) that make each kernel file lighter (flash-attn-3's
+    FLASH_ATTENTION_DISABLE_VARLEN and its kin turn paths off inside every file)."""
+    env: Mapping[str, str]
+    memory_per_thread_gb: float
+
+    def holds_for(self, env: Mapping[str, str]) -> bool:
+        return all(env.get(name) == value for name, value in self.env.items())
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     aliases: tuple[str, ...]
@@ -249,6 +261,9 @@ class Recipe:
     # Each nvcc's host part (nvcc, cudafe++, the host compiler on torch's headers), GB: the model's
     # 1.0 unless the recipe measured another (xformers 0.0.35 on torch's stable headers: 0.25).
     nvcc_host_gb: float = 1.0
+    # Figures for builds with some of the package's own knobs set (the first that holds wins);
+    # with_memory_for resolves it once, when the user's --env is known.
+    memory_when_env: tuple[MemoryWhenEnv, ...] = ()
 
     @property
     def heaviest_gb_per_thread(self) -> float:
@@ -360,6 +375,16 @@ def with_env(recipe: Recipe, version: RecipeVersion, env: Mapping[str, str],
             raise RecipeError(f"--env {name}: imagegen sets {name} itself for the build (the toolchain, the index,"
                               " its own steps); give a package's own variables only")
     return replace(version, env={**version.env, **env})
+
+
+def with_memory_for(recipe: Recipe, env: Mapping[str, str]) -> Recipe:
+    """``recipe`` with the GB per nvcc thread of a build whose environment is ``env`` (the version's and
+    the user's --env): the first ``memory_when_env`` entry whose variables all hold, else unchanged. Every
+    step after this (jobs, the cell document, the in-build script) reads ``memory_per_thread_gb``."""
+    for when in recipe.memory_when_env:
+        if when.holds_for(env):
+            return replace(recipe, memory_per_thread_gb=when.memory_per_thread_gb)
+    return recipe
 
 
 # --------------------------------------------------------------------------------------------

@@ -264,14 +264,36 @@ def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
     profile, measured = runs["proof3"]
     now = jobs.peak_estimate(profile, 16, 2, recipe.memory_per_thread_gb)
     assert now.gb == pytest.approx(22.5) and 0.9 * measured <= now.gb <= 1.25 * measured
-    # ... the builds with those paths turned off inside each file over it (fewer jobs than would fit,
-    # never more), and no per-thread figure puts all three in the band: their files are lighter.
+    # ... the builds with those paths turned off inside each file over it with that figure, and no one
+    # per-thread figure puts all three in the band: their files are lighter.
     for case in ("proof1", "proof2"):
         profile, measured = runs[case]
         assert 1.25 * measured < jobs.peak_estimate(profile, 16, 2, recipe.memory_per_thread_gb).gb < 1.7 * measured
     fits = [g / 10 for g in range(1, 100)
             if all(0.9 * m <= jobs.peak_estimate(p, 16, 2, g / 10).gb <= 1.25 * m for p, m in runs.values())]
     assert fits == []
+    # So the recipe gives a build with those five knobs set its own figure (memory_when_env), resolved
+    # from the user's --env as `imagegen build` does it: proof1 and proof2 (each with its own knobs) in
+    # the band, proof3 (VARLEN/LOCAL/APPENDKV/CLUSTER/SOFTCAP kept) on the full-class figure.
+    from imagegen.commands.common import resolve
+    lite = ("VARLEN", "LOCAL", "APPENDKV", "CLUSTER", "SOFTCAP")
+    knobs = {"proof1": lite + ("BACKWARD", "SPLIT", "PAGEDKV", "PACKGQA", "FP16", "FP8", "HDIM64", "HDIM96",
+                                "HDIM192", "HDIM256", "SM80", "HDIMDIFF64", "HDIMDIFF192"),
+             "proof2": lite + ("SPLIT", "PAGEDKV", "PACKGQA", "FP8", "HDIM64", "HDIM96", "HDIM192", "HDIM256",
+                                "SM80", "HDIMDIFF64", "HDIMDIFF192"),
+             "proof3": ("FP16", "FP8", "HDIM64", "HDIM96", "HDIM192", "HDIM256", "HDIMDIFF64", "HDIMDIFF192",
+                        "SM80", "SPLIT", "PAGEDKV", "PACKGQA")}
+    for case, names in knobs.items():
+        resolved, _ = resolve(load_catalogue(), "flash-attn-3", None, None,
+                              env={f"FLASH_ATTENTION_DISABLE_{k}": "TRUE" for k in names})
+        profile, measured = runs[case]
+        predicted = jobs.peak_estimate(profile, 16, 2, resolved.memory_per_thread_gb).gb
+        assert resolved.memory_per_thread_gb == (6.0 if case == "proof3" else 3.8)
+        assert 0.9 * measured <= predicted <= 1.25 * measured, (case, predicted, measured)
+    # One lite knob short (SOFTCAP kept): the full-class figure, never the lighter one.
+    partial, _ = resolve(load_catalogue(), "flash-attn-3", None, None,
+                         env={f"FLASH_ATTENTION_DISABLE_{k}": "TRUE" for k in lite[:-1]})
+    assert partial.memory_per_thread_gb == 6.0
 
 
 def test_xformers_0_0_35_builds_what_ran_at_once_and_the_recipes_figures():

@@ -185,6 +185,35 @@ def test_per_source_memory_figures_are_validated(tmp_path, figures, words):
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("entries, words", [
+    ("[{env: {LITE: 'TRUE', FAST: 1}, memory_per_thread_gb: 1.5}]", None),
+    ("[{env: {}, memory_per_thread_gb: 1.5}]", "build.memory_when_env[0].env: name at least one variable"),
+    ("[{env: {LITE: 'TRUE'}}]", "build.memory_when_env[0].memory_per_thread_gb: expected a number"),
+    ("[{env: {LITE: 'TRUE'}, memory_per_thread_gb: .nan}]", "build.memory_when_env[0].memory_per_thread_gb"),
+    ("[{env: {LITE: 'TRUE'}, memory_per_thread_gb: 1, gb: 2}]", "build.memory_when_env[0].gb: unknown key"),
+    ("[{env: {'bad name': 'TRUE'}, memory_per_thread_gb: 1}]", "bad environment variable name"),
+    ("[{env: {LITE: '$(id)'}, memory_per_thread_gb: 1}]", "bad value"),
+    ("[LITE]", "build.memory_when_env: entry 0: expected a mapping"),
+    ("{LITE: 1}", "build.memory_when_env: expected a list"),
+    ("[" + ", ".join(["{env: {A: '1'}, memory_per_thread_gb: 1}"] * 17) + "]", "at most 16 entries"),
+])
+def test_figures_for_a_build_environment_are_validated(tmp_path, entries, words):
+    from imagegen.errors import RecipeError
+    from imagegen.model.recipe_file import load_recipe_file
+    path = tmp_path / "demo.yaml"
+    path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
+                    "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"
+                    "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\nsmoke: {imports: [demo]}\n"
+                    f"build:\n  memory_per_thread_gb: 4.0\n  memory_when_env: {entries}\n")
+    if words is None:
+        (when,) = load_recipe_file(path).memory_when_env
+        assert (dict(when.env), when.memory_per_thread_gb) == ({"LITE": "TRUE", "FAST": "1"}, 1.5)
+        return
+    with pytest.raises(RecipeError) as info:
+        load_recipe_file(path)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
 # --------------------------------------------------------------------------------------------
 # What a good file loads into, and the loader's other refusals
 

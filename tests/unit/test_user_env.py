@@ -43,6 +43,21 @@ def test_env_reaches_the_cell_document_and_the_inputs_hash():
     assert not any(ln.startswith(("RUN", "ENV", "ARG")) and "NVCC_APPEND_FLAGS" in ln for ln in out.splitlines())
 
 
+def test_the_knobs_that_lighten_each_file_give_the_cell_its_memory_figure():
+    # flash-attn-3's memory_when_env: with all five in-file paths turned off, each kernel file takes
+    # less (the H100 runs of docs/verification.md): the cell document (what the in-build script sizes
+    # MAX_JOBS from) carries that figure; four of the five are not enough.
+    cell = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.12", "--arch", "9.0a"]
+    lite = [f"FLASH_ATTENTION_DISABLE_{k}=TRUE" for k in ("VARLEN", "LOCAL", "APPENDKV", "CLUSTER", "SOFTCAP")]
+    figures = {}
+    for name, env in (("plain", []), ("four", lite[:4]), ("lite", lite)):
+        code, out, err = run("render", "flash-attn-3", *cell, *[a for e in env for a in ("--env", e)])
+        assert code == 0, err
+        doc = cell_document(out)
+        figures[name] = (doc["memory_per_thread_gb"], doc["memory_per_thread_gb_max"])
+    assert figures == {"plain": (6.0, 6.0), "four": (6.0, 6.0), "lite": (3.8, 3.8)}
+
+
 def test_env_reaches_bake_and_the_windows_scripts(tmp_path, monkeypatch):
     from imagegen.render import bakefiles
     from tests.unit import bake_print_stand_in
