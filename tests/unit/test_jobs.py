@@ -227,17 +227,19 @@ def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
 
 def test_flash_attn_2_8_2_a_second_run_the_figures_were_not_fitted_to():
     # seed 001's version, 2.8.2, for 9.0 on the H100 later the same day (docs/gpu-results/
-    # 2026-11-27-flash-attn-2.8.2), printed with the fitted figures: ~80 for a 68.69 GiB peak (1.17x).
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn-2.8.2"
-    recipe = load_catalogue().get("flash-attn")
-    report = json.loads((results / "audit.json").read_text())
-    measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
-    profile = jobs.load_profile(report, recipe.source_memory_gb)
-    assert [(e.chains, e.threads) for e in profile] == [((1,) * 72, 4)]
-    now = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb, host_gb=recipe.nvcc_host_gb)
-    assert now.gb == pytest.approx(80.0) and 0.9 * measured <= now.gb <= 1.25 * measured
-    assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~80 GB peak) from the audit: 16 nvcc at once, 16 busy threads" \
-        in (results / "build.err").read_text()
+    # 2026-11-27-flash-attn-2.8.2), printed with the fitted figures: ~80 for a 68.69 GiB peak (1.17x);
+    # built again (checked/, the next session, where its gpu_check passed): 66.34 GiB (1.21x).
+    for results in (ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn-2.8.2",
+                    ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn-2.8.2" / "checked"):
+        recipe = load_catalogue().get("flash-attn")
+        report = json.loads((results / "audit.json").read_text())
+        measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
+        profile = jobs.load_profile(report, recipe.source_memory_gb)
+        assert [(e.chains, e.threads) for e in profile] == [((1,) * 72, 4)]
+        now = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb, host_gb=recipe.nvcc_host_gb)
+        assert now.gb == pytest.approx(80.0) and 0.9 * measured <= now.gb <= 1.25 * measured, (results, measured)
+        assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~80 GB peak) from the audit: 16 nvcc at once, 16 busy threads" \
+            in (results / "build.err").read_text()
 
 
 def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
@@ -273,22 +275,29 @@ def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
             if all(0.9 * m <= jobs.peak_estimate(p, 16, 2, g / 10).gb <= 1.25 * m for p, m in runs.values())]
     assert fits == []
     # So the recipe gives a build with those five knobs set its own figure (memory_when_env), resolved
-    # from the user's --env as `imagegen build` does it: proof1 and proof2 (each with its own knobs) in
-    # the band, proof3 (VARLEN/LOCAL/APPENDKV/CLUSTER/SOFTCAP kept) on the full-class figure.
+    # from the user's --env as `imagegen build` does it: proof1, proof2 and proof4 (a later run: bf16
+    # hdim 64 and 256, fwd+bwd, 15.65 GiB; 3.8 fitted to the first two printed 1.34x for it) in the
+    # band, proof3 (VARLEN/LOCAL/APPENDKV/CLUSTER/SOFTCAP kept) on the full-class figure.
     from imagegen.commands.common import resolve
     lite = ("VARLEN", "LOCAL", "APPENDKV", "CLUSTER", "SOFTCAP")
     knobs = {"proof1": lite + ("BACKWARD", "SPLIT", "PAGEDKV", "PACKGQA", "FP16", "FP8", "HDIM64", "HDIM96",
                                 "HDIM192", "HDIM256", "SM80", "HDIMDIFF64", "HDIMDIFF192"),
              "proof2": lite + ("SPLIT", "PAGEDKV", "PACKGQA", "FP8", "HDIM64", "HDIM96", "HDIM192", "HDIM256",
                                 "SM80", "HDIMDIFF64", "HDIMDIFF192"),
+             "proof4": lite + ("FP16", "FP8", "HDIM96", "HDIM128", "HDIM192", "HDIMDIFF64", "HDIMDIFF192", "SM80",
+                                "SPLIT", "PAGEDKV", "PACKGQA"),
              "proof3": ("FP16", "FP8", "HDIM64", "HDIM96", "HDIM192", "HDIM256", "HDIMDIFF64", "HDIMDIFF192",
                         "SM80", "SPLIT", "PAGEDKV", "PACKGQA")}
     for case, names in knobs.items():
         resolved, _ = resolve(load_catalogue(), "flash-attn-3", None, None,
                               env={f"FLASH_ATTENTION_DISABLE_{k}": "TRUE" for k in names})
-        profile, measured = runs[case]
+        profile, measured = runs.get(case) or recorded(case, results, recipe.source_memory_gb)
         predicted = jobs.peak_estimate(profile, 16, 2, resolved.memory_per_thread_gb).gb
-        assert resolved.memory_per_thread_gb == (6.0 if case == "proof3" else 3.8)
+        assert resolved.memory_per_thread_gb == (6.0 if case == "proof3" else 3.3)
+        if case == "proof4":  # what it printed, run with 3.8 (the figure of then)
+            assert jobs.peak_estimate(profile, 16, 2, 3.8).describe().startswith("~21 GB peak: 5 nvcc at once")
+            assert "(~21 GB peak) from the audit: 5 nvcc at once, 6 busy threads" in (
+                results / case / "build.err").read_text()
         assert 0.9 * measured <= predicted <= 1.25 * measured, (case, predicted, measured)
     # One lite knob short (SOFTCAP kept): the full-class figure, never the lighter one.
     partial, _ = resolve(load_catalogue(), "flash-attn-3", None, None,

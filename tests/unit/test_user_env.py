@@ -55,7 +55,7 @@ def test_the_knobs_that_lighten_each_file_give_the_cell_its_memory_figure():
         assert code == 0, err
         doc = cell_document(out)
         figures[name] = (doc["memory_per_thread_gb"], doc["memory_per_thread_gb_max"])
-    assert figures == {"plain": (6.0, 6.0), "four": (6.0, 6.0), "lite": (3.8, 3.8)}
+    assert figures == {"plain": (6.0, 6.0), "four": (6.0, 6.0), "lite": (3.3, 3.3)}
 
 
 def test_env_reaches_bake_and_the_windows_scripts(tmp_path, monkeypatch):
