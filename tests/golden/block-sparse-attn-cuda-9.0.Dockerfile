@@ -28,7 +28,7 @@ COPY imagegen-scripts/ /
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cell":"bsa-0_0_2_post1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"block_sparse_attn","env":{},"ext_parallel":null,"flavor":"cuda","force_env":{"BLOCK_SPARSE_ATTN_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"BLOCK_SPARSE_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.9","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":5.0,"patches":[],"python":"3.12","recipe":"block-sparse-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["block_sparse_attn","block_sparse_attn_cuda"],"source":{"commit":"b346156b69dc2f33911ba390d1867ee3de0f5402","kind":"git","ref":"b346156b69dc2f33911ba390d1867ee3de0f5402","subdir":"","submodules":true,"url":"https://github.com/mit-han-lab/Block-Sparse-Attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"0.0.2.post1","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging","psutil"],"cell":"bsa-0_0_2_post1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"block_sparse_attn","env":{},"ext_parallel":null,"flavor":"cuda","force_env":{"BLOCK_SPARSE_ATTN_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"BLOCK_SPARSE_ATTN_CUDA_ARCHS","keep_variant":false,"runs_on":{"8.6":"8.0","8.7":"8.0","8.9":"8.0"},"style":"numeric"},"local_version":"cu128torch2.9","local_version_env":"FLASH_ATTN_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":3.2,"patches":[],"python":"3.12","recipe":"block-sparse-attn","schema":1,"smoke_driver_imports":[],"smoke_imports":["block_sparse_attn","block_sparse_attn_cuda"],"source":{"commit":"b346156b69dc2f33911ba390d1867ee3de0f5402","kind":"git","ref":"b346156b69dc2f33911ba390d1867ee3de0f5402","subdir":"","submodules":true,"url":"https://github.com/mit-han-lab/Block-Sparse-Attention.git"},"src_dir":"/imagegen/src","threads_env":"NVCC_THREADS","toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":null,"version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"0.0.2.post1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -149,7 +149,7 @@ COPY --from=audit /imagegen/audit/ /
 FROM builder AS compile
 ARG TORCH_CUDA_ARCH_LIST=9.0
 # Empty: sized at build time from this machine's cores and RAM by the rule imagegen plans with
-# (imagegen_rules.py: 5.0 GB per nvcc thread for block-sparse-attn, 4 threads, fewer on a small machine).
+# (imagegen_rules.py: 3.2 GB per nvcc thread for block-sparse-attn, 4 threads, fewer on a small machine).
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
 # The planned list and inputs hash: the build record keeps the hash only if the list was not overridden.
@@ -157,7 +157,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=9.0 \
-    IMAGEGEN_INPUTS=b6e171bbc84b0ec1
+    IMAGEGEN_INPUTS=0ad32081fb4ac543
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -167,7 +167,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="9.0" \
-      io.imagegen.inputs="b6e171bbc84b0ec1"
+      io.imagegen.inputs="0ad32081fb4ac543"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
