@@ -143,12 +143,17 @@ def test_causal_conv1d_with_the_recipes_per_source_figures():
     measured = json.loads((RESULTS / "proof2" / "mem.json").read_text())["peak_over_baseline_gib"]
     (load,) = jobs.load_profile(report, recipe.source_memory_gb)
     assert load.gb_per_thread == (2.0, None, None)
-    est = jobs.peak_estimate((load,), 16, 4, recipe.memory_per_thread_gb)
+    est = jobs.peak_estimate((load,), 16, 4, recipe.memory_per_thread_gb)  # the model's host part
     assert (est.nvcc, est.threads) == (3, 12) and est.gb == pytest.approx(3 * 1.0 + 4 * 2.0 + 8 * 0.2)
-    assert measured <= est.gb <= measured * 1.5
+    assert measured <= est.gb <= measured * 1.5  # with the model's 1.0 host part: 1.46x
+    # The recipe's host part (mamba-ssm's, the same lineage): within issue 35's band (-10 % .. 1.25x).
+    assert recipe.nvcc_host_gb == 0.25
+    est = jobs.peak_estimate((load,), 16, 4, recipe.memory_per_thread_gb, host_gb=recipe.nvcc_host_gb)
+    assert est.gb == pytest.approx(3 * 0.25 + 4 * 2.0 + 8 * 0.2) and 0.9 * measured <= est.gb <= 1.25 * measured
     # One job (seed 002's small machine): bwd alone, still 4 threads (setup.py hard-codes --threads 4),
     # whatever NVCC_THREADS says: the 8.6 GiB the H100 build peaked at with bwd alone running.
-    assert jobs.peak_estimate((load,), 1, 1, recipe.memory_per_thread_gb).gb == pytest.approx(9.0)
+    assert jobs.peak_estimate((load,), 1, 1, recipe.memory_per_thread_gb,
+                              host_gb=recipe.nvcc_host_gb).gb == pytest.approx(8.25)
     # Without an audit, which files run together is unknown: the heaviest figure plans the jobs.
     assert recipe.heaviest_gb_per_thread == 2.0
     assert jobs.source_figure("/build/src/csrc/causal_conv1d_bwd.cu", recipe.source_memory_gb) == 2.0
@@ -382,6 +387,47 @@ def test_natten_reduced_build_what_ran_at_once_and_the_recipes_figure():
     assert (s.max_jobs, s.estimate.nvcc, s.estimate.threads, s.peak_gb) == (16, 16, 16, 80.0)
     assert s.describe() in (results / "proof1" / "build.err").read_text()
     assert 0.9 * measured <= s.peak_gb <= 1.25 * measured
+
+
+# Runs recorded before the manifest carried the job settings: MAX_JOBS in all, NVCC_THREADS.
+_JOBS_OF_OLDER_RUNS = {"2026-11-24/proof1": (8, 8), "2026-11-24/proof2": (16, 4)}  # sage: EXT_PARALLEL 4 x 2
+
+
+def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_figures_now():
+    # Issue 35's "done when": the RAM model within 1.25x of the measured peak on every GPU proof row,
+    # never under it by more than 10 %. Every run under docs/gpu-results with a measured peak (an audit,
+    # mem.json), estimated as `imagegen build` does it now: the catalogue recipe's figures for that
+    # run's environment (memory_when_env), its per-source figures and host part, the jobs it ran with.
+    # A new row lands here by itself; one the model misses fails this test. Block-Sparse-Attention's two
+    # runs predate the audit record: test_block_sparse_attn_builds_on_the_h100_and_the_recipes_figures.
+    from imagegen.model.recipes import with_memory_for
+    cat, seen = load_catalogue(), {}
+    for mem in sorted((ROOT / "docs" / "gpu-results").rglob("mem.json")):
+        run = mem.parent
+        if run.name == "refused":  # the audit refused it: nothing compiled
+            continue
+        rel = run.relative_to(ROOT / "docs" / "gpu-results").as_posix()
+        audit = json.loads((run / "audit.json").read_text())
+        if (run / "manifest.json").exists():
+            (cell,) = json.loads((run / "manifest.json").read_text())["cells"].values()
+            name, ran = cell["recipe"], cell.get("jobs")
+            assert json.loads((run / "check.json").read_text())["status"] == "passed", rel
+        else:  # flash-attn 2.8.2's first run (its check ran in checked/): the printed line says its jobs
+            name, ran = "flash-attn", None
+            assert "MAX_JOBS=16 NVCC_THREADS=4" in (run / "build.err").read_text()
+        total, threads = (ran["max_jobs"], ran["nvcc_threads"]) if ran else _JOBS_OF_OLDER_RUNS.get(rel, (16, 4))
+        recipe = with_memory_for(cat.get(name), audit.get("env") or {})
+        profile = jobs.load_profile(audit, recipe.source_memory_gb)
+        est = jobs.peak_estimate(profile, total, threads, recipe.memory_per_thread_gb,
+                                 recipe.ext_parallel_max if recipe.ext_parallel_env else 0, host_gb=recipe.nvcc_host_gb)
+        measured = json.loads(mem.read_text())["peak_over_baseline_gib"]
+        seen[rel] = round(est.gb / measured, 2)
+        assert 0.9 * measured <= est.gb <= 1.25 * measured, (rel, name, est.gb, measured)
+    # every catalogue recipe with an audit record has a row (block-sparse-attn: the test named above)
+    assert len(seen) == 17
+    names = {json.loads((ROOT / "docs" / "gpu-results" / r / "manifest.json").read_text())["cells"].popitem()[1]["recipe"]
+             for r in seen if (ROOT / "docs" / "gpu-results" / r / "manifest.json").exists()}
+    assert names | {"block-sparse-attn"} == set(cat.names())
 
 
 def test_extensions_without_ext_parallel_build_one_after_another():
