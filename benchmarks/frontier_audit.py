@@ -12,6 +12,10 @@ with one torch venv at a time (CUDA_HOME: the venv's PyPI CUDA toolkit merged in
     frontier_audit.py cudahome VENV HOME      merge VENV's nvidia/* trees into HOME (hard links)
     frontier_audit.py run ROOT VENV HOME T C OUT.jsonl [recipe[/version] ...]
                                               audit every cell (one at a time), append one JSON line each
+    frontier_audit.py engine ROOT T OUT.jsonl [recipe[/version] ...]
+                                              the same cells in the builder image (Docker engine, `pypi`
+                                              flavor, Python 3.11 on the local test base image): imagegen
+                                              plan --audit --source TREE --torch T --flavor pypi ...
     frontier_audit.py table OUT.jsonl...      the Markdown table and the per-torch totals / time summary
 """
 from __future__ import annotations
@@ -223,6 +227,39 @@ def run(root, venv, home, torch, cuda, out, only=()):
         print(f"{recipe} {version} torch {torch}: rc {p.returncode} {wall:.1f} s", flush=True)
 
 
+def engine(root, torch, out, only=()):
+    """Item 3's other half: each cell audited (and probed) in its builder image, as `imagegen plan --audit`
+    does it without --native: the toolchain layer (torch T and its PyPI CUDA toolkit) made once per torch,
+    then the exported tree copied in and the audit run there. The tree is given as --source (a tree of a
+    package the catalogue knows is planned with that recipe's rules at the tree's version)."""
+    base = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+    for recipe, version, _git, commit, _sdist, _subdir in catalogue():
+        if only and recipe not in only and f"{recipe}/{version}" not in only:
+            continue
+        src = tree_dir(root, recipe, version)
+        work = Path(root) / "work-engine" / f"{recipe}-{version}-{torch}"
+        pin = ["--version", version] if commit else []
+        cmd = [sys.executable, "-m", "imagegen", "plan", "--audit", "--source", str(src), *pin, "--torch", torch,
+               "--python", "3.11", "--flavor", "pypi", "--base-image", base, "--arch", "9.0", "--work", str(work),
+               "--json"]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                           cwd=str(REPO))
+        wall = time.monotonic() - t0
+        rec = {"recipe": recipe, "version": version, "torch": torch, "cuda": "pypi default", "where": "engine",
+               "rc": p.returncode, "wall_s": round(wall, 1), "cmd": " ".join(cmd[1:])}
+        try:
+            planned = json.loads(p.stdout)  # a container plan's JSON: one {cell, audit} per cell
+            rec["plan"] = planned[0] if isinstance(planned, list) and planned else planned
+            rec["cuda"] = ((rec["plan"].get("cell") or {}).get("cuda") or rec["cuda"])
+        except (ValueError, AttributeError):
+            rec["stdout"] = p.stdout[-4000:]
+        rec["stderr"] = p.stderr[-4000:]
+        with open(out, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        print(f"{recipe} {version} torch {torch} (engine): rc {p.returncode} {wall:.1f} s", flush=True)
+
+
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
     if cmd == "sources":
@@ -231,6 +268,8 @@ if __name__ == "__main__":
         cudahome(*args)
     elif cmd == "run":
         run(*args[:6], only=tuple(args[6:]))
+    elif cmd == "engine":
+        engine(*args[:3], only=tuple(args[3:]))
     elif cmd == "table":
         table(args)
     else:
