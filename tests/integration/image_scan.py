@@ -37,6 +37,24 @@ def layer_folders(image: str) -> list[tuple[str, Path]] | None:
     return list(zip(info["RootFS"]["Layers"], map(Path, folders)))
 
 
+def overlay2_layers() -> set[Path] | None:
+    """Every layer folder of the engine's overlay2 store now (images' and BuildKit's snapshots alike: with
+    the docker driver, a build's steps are layers there); None on another storage driver."""
+    proc = _sh("docker", "info", "--format", "{{.Driver}} {{.DockerRootDir}}")
+    driver, _, root = proc.stdout.decode().strip().partition(" ")
+    if proc.returncode or driver != "overlay2":
+        return None
+    return {p for p in (Path(root) / "overlay2").iterdir() if p.name != "l"}
+
+
+def find_in_layers_made_since(before: set[Path], needles: list[bytes]) -> tuple[set[bytes], int]:
+    """The ``needles`` in the files of every overlay2 layer made since ``before`` (overlay2_layers()), and
+    how many layers that was: what a build wrote, cached steps and images that existed before left out."""
+    now = overlay2_layers() or set()
+    made = [p / "diff" for p in sorted(now - before) if (p / "diff").is_dir()]
+    return (_grep(made, needles) if made else set()), len(made)
+
+
 def _grep(dirs: list[Path], needles: list[bytes]) -> set[bytes]:
     args = ["grep", "-r", "-a", "-F", "-o", "-h", "-D", "skip", "--no-messages"]
     for needle in needles:

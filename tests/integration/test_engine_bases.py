@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from image_scan import find_in_layers_made_since, overlay2_layers
 
 from imagegen.verify import verify_wheel
 
@@ -44,10 +47,19 @@ def build(torch_image, tmp_path_factory):
     root = tmp_path_factory.mktemp("bases")
     plan = sh(IMAGEGEN, "plan", "--source", str(FIXTURES / "tiny_kernel"), *CELL,
               "--base-image", f"13.0={MISSING},{torch_image}", "--json", cwd=root)
+    # With a --netrc of its own (issue 32): on this run's torch image every step runs afresh, the toolchain
+    # step too (its pip, reading NETRC, checks the PyPI toolkit), so the secret is mounted where no
+    # cached layer can hide what a step did with it.
+    token = f"imagegen-bases-netrc-{uuid.uuid4().hex}"
+    netrc = root / "netrc"
+    netrc.write_text(f"machine private.example login x-access-token password {token}\n")
+    netrc.chmod(0o600)
+    before = overlay2_layers()
     proc = sh(IMAGEGEN, "build", "--source", str(FIXTURES / "tiny_kernel"), *CELL,
               "--base-image", f"13.0={MISSING},{torch_image}", "--out", str(root / "out"), "--work", str(root / "work"),
-              "--ca-bundle", SYSTEM_CA, cwd=root)
-    return {"plan": plan, "proc": proc, "out": root / "out", "work": root / "work", "image": torch_image}
+              "--ca-bundle", SYSTEM_CA, "--netrc", str(netrc), cwd=root)
+    return {"plan": plan, "proc": proc, "out": root / "out", "work": root / "work", "image": torch_image,
+            "netrc": netrc, "token": token, "layers_before": before}
 
 
 def manifest_entry(build) -> tuple[Path, dict]:
@@ -85,6 +97,32 @@ def test_the_images_own_torch_is_reused_not_downloaded(build):
     # deps pins torch beside the build requirements: satisfied by the image's, nothing fetched
     assert "Requirement already satisfied: torch==2.11.0 in ./usr/local/lib/python3.11/dist-packages" in text
     assert "Collecting torch" not in text and "Downloading torch-" not in text
+
+
+def test_the_netrc_secret_was_mounted_in_the_toolchain_step_and_no_layer_holds_it(build):
+    # Issue 32: the toolchain step runs with the netrc secret mounted (never from the cache here: this
+    # run's torch image is new), and no layer the build made holds the token or the file's path; nor
+    # does any file the build wrote outside the engine.
+    assert build["proc"].returncode == 0, build["proc"].stderr[-4000:]
+    (run,) = (build["work"] / "runs").iterdir()
+    bake = (run / "docker-bake.json").read_text()
+    assert f"id=netrc,src={build['netrc']}" in bake and build["token"] not in bake
+    (log,) = run.glob(f"logs/{NAME}.log")
+    text = log.read_text(errors="replace")
+    # The log holds each bake of the build (the audit's, then the wheel's): every toolchain RUN mounts the
+    # secret, and at least one of them ran (DONE, not CACHED).
+    runs = [(m.group(1), m.group(0)) for m in re.finditer(r"^(#\d+) \[[^]]*\] RUN .*imagegen_toolchain\.py --cell.*$",
+                                                           text, re.M)]
+    assert runs and all("--mount=type=secret,id=netrc" in line for _, line in runs), runs
+    assert any(re.search(rf"^{step} DONE ", text, re.M) for step, _ in runs), runs
+    assert build["layers_before"] is not None, "the layer scan reads overlay2's layer folders"
+    needles = [build["token"].encode(), str(build["netrc"]).encode()]
+    found, layers = find_in_layers_made_since(build["layers_before"], needles)
+    assert layers >= 4 and not found, (layers, found)  # toolchain, deps, source, compile, smoke at least
+    for path in [*build["work"].rglob("*"), *build["out"].rglob("*")]:
+        if path.is_file():
+            assert build["token"].encode() not in path.read_bytes(), path
+    assert build["token"] not in build["proc"].stdout + build["proc"].stderr
 
 
 def test_a_plain_bake_of_the_fallback_target_builds_where_the_primary_cannot(build, tmp_path):
