@@ -95,6 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
+    "io.imagegen.inputs" = "55e40ecbe5fd184d"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -115,6 +116,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
+    "io.imagegen.inputs" = "290c279e5b10aabb"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -135,6 +137,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
+    "io.imagegen.inputs" = "d0eafc19c9818039"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -155,6 +158,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
+    "io.imagegen.inputs" = "477145f75807b376"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -175,6 +179,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
+    "io.imagegen.inputs" = "b70e5b0dd646fdc1"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -195,6 +200,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
+    "io.imagegen.inputs" = "a1a2824866cfaa7a"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -215,6 +221,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
+    "io.imagegen.inputs" = "d6ebf405d4d7e2af"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -235,6 +242,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
+    "io.imagegen.inputs" = "93a16cd33fe86e4b"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -255,6 +263,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
+    "io.imagegen.inputs" = "cb47a6bee14ed342"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -275,6 +284,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
+    "io.imagegen.inputs" = "094d0a498456349b"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -295,6 +305,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
+    "io.imagegen.inputs" = "2e1ff111dda1744b"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -315,6 +326,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
+    "io.imagegen.inputs" = "a5a2ea59714e4fbc"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

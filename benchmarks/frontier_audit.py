@@ -233,13 +233,17 @@ def engine(root, torch, out, only=()):
     then the exported tree copied in and the audit run there. The tree is given as --source (a tree of a
     package the catalogue knows is planned with that recipe's rules at the tree's version)."""
     base = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
-    for recipe, version, _git, commit, _sdist, _subdir in catalogue():
+    for recipe, version, git, commit, _sdist, subdir in catalogue():
         if only and recipe not in only and f"{recipe}/{version}" not in only:
             continue
         src = tree_dir(root, recipe, version)
         work = Path(root) / "work-engine" / f"{recipe}-{version}-{torch}"
         pin = ["--version", version] if commit else []
-        cmd = [sys.executable, "-m", "imagegen", "plan", "--audit", "--source", str(src), *pin, "--torch", torch,
+        # A recipe built from a subfolder of another package's repository (flash-attn-3: flash-attention's
+        # hopper/): --source of the whole tree is that other package, so the pinned commit comes from the
+        # mirror by --git, with the recipe named.
+        what = [recipe, "--git", f"file://{mirror(git)}@{commit}"] if subdir and commit else ["--source", str(src)]
+        cmd = [sys.executable, "-m", "imagegen", "plan", "--audit", *what, *pin, "--torch", torch,
                "--python", "3.11", "--flavor", "pypi", "--base-image", base, "--arch", "9.0", "--work", str(work),
                "--json"]
         t0 = time.monotonic()

@@ -99,6 +99,17 @@ def pypi_imagegen(requirement: str) -> bool:
     return parsed.url is None and canonicalize_name(parsed.name) == "imagegen"
 
 
+def check_published_url(url: str) -> str:
+    """--skip-published: an http(s) URL of a folder, with no credential (the workflow is committed and its
+    logs are public: a private wheelhouse's access belongs in the runner, not in the URL)."""
+    safety.check(url, safety.URL, "--skip-published")
+    safety.no_credentials(url, "--skip-published", "serve the published wheelhouse where the build jobs can read it")
+    if "?" in url or "#" in url:
+        raise UsageError(f"--skip-published {safety.describe(url, 77)} carries a query or fragment: give the URL of"
+                         " the folder the wheelhouse is served from")
+    return url.rstrip("/")
+
+
 def check_timeout(minutes: int, flag: str) -> int:
     """A job's timeout-minutes: below the hosted runner's own limit, so the job's stops it first."""
     if not 1 <= minutes <= MAX_TIMEOUT_MINUTES:
@@ -160,6 +171,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=int, metavar="MINUTES", help="timeout-minutes of each Linux build job"
                    f" (default: {DEFAULT_TIMEOUT}; at most {MAX_TIMEOUT_MINUTES}, below GitHub's {RUNNER_LIMIT_MINUTES}"
                    " for a hosted job)")
+    g.add_argument("--skip-published", metavar="URL", help="the URL the published wheelhouse is served at (the"
+                   " folder imagegen index makes servable, with each <pkg>-<ver>/torch<X.Y>/cu<XYZ>/manifest.json): each"
+                   " Linux job first reads its cell's entry there and builds nothing when the same inputs hash is"
+                   " published with its wheel (a run with nothing changed builds nothing and says so)")
     g.add_argument("--max-parallel", type=int, help="most jobs at once, in each of the Linux and the Windows matrix"
                    " (default: as many as GitHub allows)")
     w = g.add_argument_group("Windows jobs", "native Windows builds, one job per cell of recipes x torch x CUDA x Python"
@@ -217,6 +232,13 @@ def run(args: argparse.Namespace, argv=None) -> int:
         printed = print_bake(Path(options.bake_file), root, targets=options.selection)
         names = fallback_targets(printed)  # in no group: printed by name
         targets = targets_from_print(printed, print_bake(Path(options.bake_file), root, targets=names) if names else None)
+        if options.skip_published is not None:
+            for t in targets:
+                if not t.inputs:
+                    raise UsageError(f"--skip-published: bake target {t.name} has no io.imagegen.inputs label (a bake file"
+                                     " written by an older imagegen): write it again with imagegen bake")
+    elif options.skip_published is not None:
+        raise UsageError("--skip-published applies to the Linux jobs of a bake file; the Windows jobs always build")
     text = render_workflow(options, targets, cells, left_out=left_out)
     write_output(text, options.output, what="workflow file")
     if options.output != "-":
@@ -265,6 +287,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if not arm64_runs_on:
         raise UsageError("--arm64-runs-on: name at least one runner label")
     timeout = DEFAULT_TIMEOUT if args.timeout is None else check_timeout(args.timeout, "--timeout")
+    skip_published = None if args.skip_published is None else check_published_url(args.skip_published)
     if args.max_parallel is not None and not 1 <= args.max_parallel <= MAX_MATRIX_JOBS:
         raise UsageError(f"--max-parallel must be between 1 and {MAX_MATRIX_JOBS}")
     output = args.output
@@ -305,6 +328,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
                              " git+https://github.com/ORG/imagegen@TAG' or './tools/imagegen'")
     opts = Options(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
                runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish, timeout=timeout,
+               skip_published=skip_published,
                arm64_runs_on=arm64_runs_on,
                imagegen_from=imagegen_from, linux=linux, windows=windows)
     # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?

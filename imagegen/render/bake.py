@@ -77,6 +77,9 @@ class BakeTarget:
     contexts: dict[str, str] = field(default_factory=dict)
     fallbacks: tuple[str, ...] = ()  # the names of this cell's fallback targets, in order
     fallback_of: str | None = None  # a fallback target: the primary's name (in no group)
+    # The cell's inputs hash (the Dockerfile's io.imagegen.inputs): what `ci github --skip-published`
+    # compares with the published manifest's entry. Primary targets only.
+    inputs: str = ""
 
 
 @dataclass
@@ -135,6 +138,8 @@ def _target_dict(t: BakeTarget) -> dict:
         "output": [f"type=local,dest={t.output}"],
         "labels": {"io.imagegen.cell": t.fallback_of or t.name},
     }
+    if t.inputs:
+        d["labels"]["io.imagegen.inputs"] = t.inputs
     if t.fallbacks or t.fallback_of:
         assert t.cell.base is not None
         d["labels"]["io.imagegen.base-image"] = t.cell.base.ref
@@ -170,7 +175,8 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         name = cell.name
         safety.check(name, _TARGET_NAME, "bake target name")
         path = f"{dockerfiles_dir}/{name}.Dockerfile"
-        dockerfiles[path] = render_dockerfile(cell, command=command).dockerfile
+        rendered = render_dockerfile(cell, command=command)
+        dockerfiles[path] = rendered.dockerfile
         out = f"{out_dir}/{cell.wheel_dir}"
         safety.check(out, safety.LOCAL_PATH, "output folder")
         contexts = {SCRIPTS_CONTEXT: scripts}
@@ -180,7 +186,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         names = [fallback_target(name, i) for i in range(1, len(fallbacks) + 1)]
         targets.append(BakeTarget(name=name, recipe=cell.recipe.name, context=dockerfiles_dir,
                                   dockerfile=f"{name}.Dockerfile", output=out, cell=cell, contexts=contexts,
-                                  fallbacks=tuple(names)))
+                                  fallbacks=tuple(names), inputs=rendered.inputs_hash))
         for ref, fallback in zip(fallbacks, names):
             safety.check(fallback, _TARGET_NAME, "bake target name")
             other = on_fallback(cell, ref, f"when {cell.base.ref} cannot be pulled ({fallback})")

@@ -156,6 +156,9 @@ class Options:
     linux: bool = True  # the bake file's jobs (without --windows always; with it, when asked for)
     windows: WindowsRequest | None = None
     timeout: int = DEFAULT_TIMEOUT  # timeout-minutes of each Linux build job
+    # --skip-published URL: where the published wheelhouse's folders are read (<folder>/manifest.json); a
+    # cell whose inputs hash is listed there with its wheel is not built again (issue 36 item 3).
+    skip_published: str | None = None
 
     @property
     def selection(self) -> list[str]:
@@ -196,6 +199,8 @@ class Options:
             parts += ["--max-parallel", str(self.max_parallel)]
         if self.timeout != DEFAULT_TIMEOUT:
             parts += ["--timeout", str(self.timeout)]
+        if self.skip_published is not None:
+            parts += ["--skip-published", self.skip_published]
         if self.windows is not None:
             parts += self.windows.command()
         for dest in self.publish:
@@ -324,6 +329,7 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
                       for labels in ([options.runs_on] + ([options.arm64_runs_on] if any(t.arm64 for t in targets) else []))),
         max_parallel=options.max_parallel,
         timeout=options.timeout,
+        skip_published=options.skip_published,
         targets=targets,
         fallbacks=any(t.bases for t in targets),
         cells=cells,

@@ -21,6 +21,8 @@ BAKE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 # The wheelhouse layout below its top folder (imagegen.model.layout.DEFAULT_LAYOUT): the publish job's
 # wheelhouse is the output folders' common folder above their last LAYOUT_DEPTH parts.
 LAYOUT_DEPTH = 3
+# A cell's inputs hash as imagegen.render.dockerfile.inputs_hash writes it (empty: not in the bake file).
+INPUTS_HASH = re.compile(r"|[0-9a-f]{16,64}")
 
 
 def check_text(value: object, pattern: re.Pattern[str], what: str, hint: str) -> str:
@@ -40,6 +42,11 @@ class WorkflowTarget:
     # Where its base image has fallbacks: "IMAGE TARGET" per line, the primary first, then each fallback
     # target (render/bake.py); the job bakes the first whose image can be pulled. Empty: no fallback.
     bases: str = ""
+    # The cell's inputs hash (the bake target's label io.imagegen.inputs; empty in a bake file written before
+    # it existed) and its wheelhouse folder (<pkg>-<ver>/torch<X.Y>/cu<XYZ>, the output folder's last
+    # LAYOUT_DEPTH parts): where --skip-published looks for it.
+    inputs: str = ""
+    folder: str = ""
 
 
 def fallback_targets(printed: dict) -> list[str]:
@@ -89,8 +96,11 @@ def targets_from_print(printed: dict, fallbacks: dict | None = None) -> list[Wor
                              " runner of its platform; make one target per platform (imagegen bake --platform does)")
         bases = _bases(name, body, dests, (fallbacks or {}).get("target") or {}) if fallback_targets(
             {"target": {name: body}}) else ""
+        inputs = str((body.get("labels") or {}).get("io.imagegen.inputs", ""))
+        check_text(inputs, INPUTS_HASH, f"inputs hash of bake target {name}", "hex digits (imagegen bake writes it)")
         targets.append(WorkflowTarget(name=name, wheels="\n".join(dests), arm64=platforms == ["linux/arm64"],
-                                      bases=bases))
+                                      bases=bases, inputs=inputs,
+                                      folder="/".join(posixpath.normpath(dests[0]).split("/")[-LAYOUT_DEPTH:])))
     return targets
 
 

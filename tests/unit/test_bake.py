@@ -141,7 +141,10 @@ def test_a_fallback_base_image_is_a_target_of_its_own_in_no_group(tmp_path):
     targets = d.as_dict()["target"]
     assert targets[primary.name]["labels"] == {"io.imagegen.cell": primary.name,
                                                "io.imagegen.base-image": "pytorch/manylinux2_28-builder:cuda12.8",
-                                               "io.imagegen.fallbacks": fallback.name}
+                                               "io.imagegen.fallbacks": fallback.name,
+                                               "io.imagegen.inputs": primary.inputs}
+    # the primary's inputs hash, as its Dockerfile's label says it (ci github --skip-published reads it)
+    assert f'io.imagegen.inputs="{primary.inputs}"' in d.dockerfiles[f"dockerfiles/{primary.name}.Dockerfile"]
     assert targets[fallback.name]["labels"] == {"io.imagegen.cell": primary.name,
                                                 "io.imagegen.base-image": "sameli/manylinux_2_34_x86_64_cuda_12.8"}
     assert B.fallback_target("t", 1) == "t-fallback" and B.fallback_target("t", 2) == "t-fallback2"

@@ -611,3 +611,61 @@ def test_a_target_for_two_platforms_is_refused():
     printed = {"target": {"x": {"output": ["type=local,dest=w"], "platforms": ["linux/amd64", "linux/arm64"]}}}
     with pytest.raises(UsageError, match="one target per platform"):
         wt.targets_from_print(printed)
+
+
+# --------------------------------------------------------------------------------------------
+# --skip-published (issue 36 item 3): a cell whose inputs hash is published with its wheel is not built
+
+
+def test_skip_published_checks_first_and_every_later_step_waits_for_it(tmp_path, actionlint):
+    text, doc = generate(tmp_path, "--skip-published", "https://wheels.example.org/whl/", *PUBLISH)
+    job = doc["jobs"]["build"]
+    rows = {row["target"]: row for row in job["strategy"]["matrix"]["include"]}
+    for name, row in rows.items():
+        # the cell's inputs hash: the io.imagegen.inputs label of its Dockerfile, which the bake target repeats
+        dockerfile = (ROOT / "dockerfiles" / f"{name}.Dockerfile").read_text()
+        assert f'io.imagegen.inputs="{row["inputs"]}"' in dockerfile, name
+        assert row["published"] == "/".join(row["wheels"].split("/")[-3:])
+    first, *rest = job["steps"]
+    assert (first["name"], first["id"]) == ("Already published?", "published")
+    assert first["env"]["PUBLISHED"] == "https://wheels.example.org/whl"  # one URL, no trailing '/'
+    assert first["env"]["INPUTS"] == "${{ matrix.inputs }}" and first["env"]["FOLDER"] == "${{ matrix.published }}"
+    assert all(s.get("if") == "steps.published.outputs.skip != 'true'" for s in rest), [s["name"] for s in rest]
+    publish = _job_steps(doc, "publish")
+    assert publish["Collect"]["id"] == "collect" and publish["Publish"]["if"] == "steps.collect.outputs.none != 'true'"
+    assert "--skip-published https://wheels.example.org/whl " in text  # the regenerate line
+    _lint(actionlint, tmp_path / "imagegen.yml")
+    # Without the flag the workflow is what it was: no check step, no condition.
+    _, plain = generate(tmp_path, name="plain.yml")
+    assert "Already published?" not in steps_by_name(plain)
+    assert not any("if" in s for s in plain["jobs"]["build"]["steps"] if s["name"] != "Pick the base image")
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("https://user:ghp_abcdefghijklmnopqrstuvwxyz0123456789@wheels.example.org/", "carries a credential"),
+    ("https://wheels.example.org/whl?token=abc", "--skip-published"),
+    ("https://wheels.example.org/whl#x", "query or fragment"),
+    ("ftp://wheels.example.org/whl", "--skip-published"),
+    ("https://wheels.example.org/$(id)", "--skip-published"),
+    ("https://wheels.example.org/\"; curl evil", "--skip-published"),
+])
+def test_skip_published_refuses_a_url_that_would_leak_or_inject(url, needle, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "wf.yml"
+    code, stdout, stderr = imagegen("ci", "github", "--output", str(out), "--skip-published", url)
+    assert code == 2, stderr
+    assert stderr.startswith("imagegen: error: ") and stderr.count("\n") == 1 and needle in stderr, stderr
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in stderr and not out.exists()
+
+
+def test_skip_published_needs_the_inputs_label_of_every_target(tmp_path, monkeypatch):
+    # A bake file written before the label existed: refused in one line, naming the fix.
+    printed = {"target": {"t1": {"output": ["type=local,dest=wheelhouse/p-1/torch2.8/cu128"]}}}
+    monkeypatch.setattr(command, "print_bake", lambda *a, **k: printed)
+    monkeypatch.chdir(ROOT)
+    code, _, stderr = imagegen("ci", "github", "--output", str(tmp_path / "wf.yml"), "--skip-published",
+                               "https://w.example.org")
+    assert code == 2 and "bake target t1 has no io.imagegen.inputs label" in stderr, stderr
+    printed["target"]["t1"]["labels"] = {"io.imagegen.inputs": "$(id)"}
+    code, _, stderr = imagegen("ci", "github", "--output", str(tmp_path / "wf.yml"))
+    assert code == 2 and "inputs hash of bake target t1" in stderr, stderr
