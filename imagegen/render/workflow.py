@@ -49,7 +49,7 @@ import jinja2
 
 from imagegen import __version__, safety
 from imagegen.errors import CompatError, ImagegenError, UsageError, bounded, printable
-from imagegen.render.workflow_targets import WorkflowTarget, wheelhouse_of
+from imagegen.render.workflow_targets import MAX_MATRIX_JOBS, WorkflowTarget, wheelhouse_of
 
 DEFAULT_BAKE_FILE = "docker-bake.hcl"
 DEFAULT_GROUP = "default"
@@ -328,6 +328,7 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         free_disk=all(len(labels) == 1 and labels[0].startswith("ubuntu-")
                       for labels in ([options.runs_on] + ([options.arm64_runs_on] if any(t.arm64 for t in targets) else []))),
         max_parallel=options.max_parallel,
+        parts=_parts(targets),
         timeout=options.timeout,
         skip_published=options.skip_published,
         targets=targets,
@@ -340,12 +341,20 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         left_out=[bounded(printable(line), 400) for line in left_out or []],
         imagegen_python=IMAGEGEN_PYTHON,
         imagegen_from=options.imagegen_from,
-        build_jobs=(["build"] if targets else []) + (["build-windows"] if cells else []),
+        build_jobs=[part["job"] for part in _parts(targets)] + (["build-windows"] if cells else []),
         actions={**ACTIONS, **PUBLISH_ACTIONS, **WINDOWS_ACTIONS},
         **_publish_context(options, targets),
     )
     _self_check(text, targets, publish=bool(options.publish), cells=cells)
     return text
+
+
+def _parts(targets: list[WorkflowTarget]) -> list[dict]:
+    """The Linux build jobs: one matrix of at most MAX_MATRIX_JOBS targets each, in the bake file's order
+    (`build`, then `build-2`, ...: a matrix of 256 or fewer is the one `build` job it always was)."""
+    chunks = [targets[i:i + MAX_MATRIX_JOBS] for i in range(0, len(targets), MAX_MATRIX_JOBS)]
+    return [{"job": "build" if n == 0 else f"build-{n + 1}", "targets": chunk, "first": n * MAX_MATRIX_JOBS + 1,
+             "last": n * MAX_MATRIX_JOBS + len(chunk), "total": len(targets)} for n, chunk in enumerate(chunks)]
 
 
 def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
@@ -374,11 +383,12 @@ def _self_check(text: str, targets: list[WorkflowTarget], *, publish: bool = Fal
     import yaml
 
     cells = list(cells or [])
-    want_jobs = (["build"] if targets else []) + (["build-windows"] if cells else []) + (["publish"] if publish else [])
+    builds = [part["job"] for part in _parts(targets)]
+    want_jobs = builds + (["build-windows"] if cells else []) + (["publish"] if publish else [])
     try:
         doc = yaml.safe_load(text)
         jobs = list(doc["jobs"])
-        matrix = doc["jobs"]["build"]["strategy"]["matrix"]["target"] if targets else None
+        matrix = [n for job in builds for n in doc["jobs"][job]["strategy"]["matrix"]["target"]] if targets else None
         windows = doc["jobs"]["build-windows"] if cells else None
         scripts = [s.get("run", "") for job in doc["jobs"].values() for s in job["steps"]]
         uses = [s["uses"] for job in doc["jobs"].values() for s in job["steps"] if "uses" in s]

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from imagegen import safety
 from imagegen.errors import NothingToDoError, UnsafeValueError, UsageError
 
-MAX_MATRIX_JOBS = 256  # GitHub's limit for one matrix
+MAX_MATRIX_JOBS = 256  # GitHub's limit for one matrix: more targets are several build jobs
+# The most targets one workflow takes (four matrices: the largest prebuilt collections hold ~850 wheels);
+# beyond it, one workflow per --group or --targets selection.
+MAX_WORKFLOW_TARGETS = 4 * MAX_MATRIX_JOBS
 # Bake target and group names (bake allows [A-Za-z0-9_-]); a target name is also the cache tag, so
 # it must start like a tag and fit in one (128 characters).
 BAKE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
@@ -79,8 +82,10 @@ def targets_from_print(printed: dict, fallbacks: dict | None = None) -> list[Wor
     bodies = printed.get("target") or {}
     if not bodies:
         raise NothingToDoError("the bake file has no target to build for this selection")
-    if len(bodies) > MAX_MATRIX_JOBS:
-        raise UsageError(f"{len(bodies)} targets: a GitHub matrix holds at most {MAX_MATRIX_JOBS} jobs; write one"
+    if len(bodies) > MAX_WORKFLOW_TARGETS:
+        jobs = MAX_WORKFLOW_TARGETS // MAX_MATRIX_JOBS
+        raise UsageError(f"{len(bodies)} targets: one workflow takes at most {MAX_WORKFLOW_TARGETS} ({jobs} build jobs"
+                         f" of {MAX_MATRIX_JOBS}, GitHub's limit for one matrix); write one"
                          " workflow per --group or --targets selection (each with its own --output)")
     targets = []
     for name, body in bodies.items():

@@ -232,11 +232,33 @@ def test_local_output_dests_reads_both_print_forms():
 
 
 def test_matrix_limit():
-    printed = {"target": {f"t{i}": {"output": [f"type=local,dest=o/{i}"]} for i in range(wt.MAX_MATRIX_JOBS + 1)}}
-    with pytest.raises(UsageError, match="at most 256"):
+    printed = {"target": {f"t{i}": {"output": [f"type=local,dest=o/{i}"]} for i in range(wt.MAX_WORKFLOW_TARGETS + 1)}}
+    with pytest.raises(UsageError, match="at most 1024 .4 build jobs of 256"):
         wt.targets_from_print(printed)
     del printed["target"]["t0"]
-    assert len(wt.targets_from_print(printed)) == wt.MAX_MATRIX_JOBS
+    assert len(wt.targets_from_print(printed)) == wt.MAX_WORKFLOW_TARGETS
+
+
+def test_more_targets_than_one_matrix_holds_are_several_build_jobs(tmp_path, monkeypatch, actionlint):
+    # Issue 36: a farm's matrix (the largest prebuilt collections hold ~850 wheels) over GitHub's 256 jobs
+    # per matrix: build (targets 1-256), build-2 (257-300), each with its own matrix, and the publish job
+    # waits for both; the order is the bake file's.
+    printed = {"target": {f"t{i:03d}": {"output": [f"type=local,dest=wheelhouse/p-{i}/torch2.8/cu128"]}
+                          for i in range(300)}}
+    monkeypatch.setattr(command, "print_bake", lambda *a, **k: printed)
+    text, doc = generate(tmp_path, *PUBLISH)
+    assert list(doc["jobs"]) == ["build", "build-2", "publish"]
+    matrices = [doc["jobs"][j]["strategy"]["matrix"]["target"] for j in ("build", "build-2")]
+    assert [len(m) for m in matrices] == [256, 44] and matrices[0] + matrices[1] == sorted(printed["target"])
+    assert doc["jobs"]["publish"]["needs"] == ["build", "build-2"]
+    assert doc["jobs"]["build-2"]["steps"] == doc["jobs"]["build"]["steps"]  # the same job, another matrix
+    assert "# 2 build jobs of at most 256 targets each" in text and "# Targets 257 to 300 of 300" in text
+    _lint(actionlint, tmp_path / "imagegen.yml")
+    # 256 or fewer: the one `build` job it always was
+    printed["target"] = dict(list(printed["target"].items())[:256])
+    text, doc = generate(tmp_path, name="one.yml")
+    assert list(doc["jobs"]) == ["build"] and len(doc["jobs"]["build"]["strategy"]["matrix"]["target"]) == 256
+    assert "build jobs of at most 256" not in text and "# Targets" not in text
 
 
 
