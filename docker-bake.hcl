@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "55e40ecbe5fd184d"
+    "io.imagegen.inputs" = "50b3ae5f12444d16"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -116,7 +116,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "290c279e5b10aabb"
+    "io.imagegen.inputs" = "1adca4121ffaac6f"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -137,7 +137,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "d0eafc19c9818039"
+    "io.imagegen.inputs" = "78eea8d3b597c719"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -158,7 +158,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "477145f75807b376"
+    "io.imagegen.inputs" = "8da478b7ea4847ce"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -179,7 +179,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "b70e5b0dd646fdc1"
+    "io.imagegen.inputs" = "f528cae2a8c79502"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -200,7 +200,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "a1a2824866cfaa7a"
+    "io.imagegen.inputs" = "23ca90bb3363b1cf"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -221,7 +221,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "d6ebf405d4d7e2af"
+    "io.imagegen.inputs" = "222c53f428ad256a"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -242,7 +242,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "93a16cd33fe86e4b"
+    "io.imagegen.inputs" = "97232a22fd8e5470"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -263,7 +263,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "cb47a6bee14ed342"
+    "io.imagegen.inputs" = "e3b7edfbbfcefd15"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -284,7 +284,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "094d0a498456349b"
+    "io.imagegen.inputs" = "d2e73692ee05b65a"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -305,7 +305,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "2e1ff111dda1744b"
+    "io.imagegen.inputs" = "b2a7c760e46a0ffb"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -326,7 +326,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "a5a2ea59714e4fbc"
+    "io.imagegen.inputs" = "6ef130ca6c9f6efb"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

@@ -104,6 +104,12 @@ def rules_script() -> str:
     return _builder_resource("imagegen_rules.py")
 
 
+def fetch_script() -> str:
+    """The fetch step (the pinned source, its patches, the copy a build compiles), shipped beside
+    builder_script() (imagegen_fetch.py), which imports it."""
+    return _builder_resource("imagegen_fetch.py")
+
+
 def wheeltools_script() -> str:
     """How every build path patches sources, retags wheels and finds cuobjdump, shipped beside
     builder_script() (imagegen_wheeltools.py), which imports it; the Windows helper and imagegen's own
@@ -140,8 +146,8 @@ def builder_files() -> dict[str, str]:
     """Every file the in-build script needs beside it, by name (a native build writes them into its
     work folder; a Dockerfile carries them)."""
     return {"imagegen_build.py": builder_script(), "imagegen_toolchain.py": toolchain_script(),
-            "imagegen_rules.py": rules_script(), "imagegen_wheeltools.py": wheeltools_script(),
-            "imagegen_audit.py": audit_script()}
+            "imagegen_fetch.py": fetch_script(), "imagegen_rules.py": rules_script(),
+            "imagegen_wheeltools.py": wheeltools_script(), "imagegen_audit.py": audit_script()}
 
 
 @dataclass(frozen=True)

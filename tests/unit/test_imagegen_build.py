@@ -1,7 +1,7 @@
 """Tests for imagegen.resources.builder.imagegen_build (the in-build script, loaded by path as a module): its
 job budget (the EXT_PARALLEL split, the imagegen_jobs secret), the PATH it gives the build, ninja on PATH,
-applying a recipe's patches (to a local tree's copy, never the tree), its arch formats against imagegen's
-own, and retagging a wheel with the local version."""
+its arch formats against imagegen's own, and retagging a wheel with the local version. Its fetch step
+(imagegen_fetch.py) has tests/unit/test_imagegen_fetch.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import time
 import zipfile
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -139,81 +138,6 @@ def test_ninja_already_on_path_is_left_alone_and_none_at_all_is_said(tmp_path, c
     assert B.ninja_on_path(env, str(bare / "bin" / "python")) is None
     assert env == {"PATH": "/nonexistent"}
     assert "one file after another" in capsys.readouterr().out
-
-
-# ----------------------------------------------------------------------------------------- patches
-
-
-def _sm90_patch():
-    patch = load_catalogue().get("sageattention").version("2.2.0").patches[0]
-    return {"name": patch.name, "reason": patch.reason, "text": patch.text}
-
-
-def _sm90_tree(tree):
-    """The patched region of v2.2.0's sm90_compile.py, enough context for the hunk to apply."""
-    (tree / "sageattention").mkdir(parents=True)
-    body = ["" for _ in range(73)] + [
-        "", "", '@torch.library.register_fake("sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf")',
-        "def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(",
-        "    query: torch.Tensor, ", "    key: torch.Tensor, ", "    value: torch.Tensor, "]
-    target = tree / "sageattention" / "sm90_compile.py"
-    target.write_text("\n".join(body[1:]) + "\n")
-    return target
-
-
-@pytest.mark.parametrize("layout", ["vendored", "own-checkout"])
-def test_patches_apply_to_a_tree_inside_a_git_work_tree(tmp_path, layout):
-    # Found on the H100: a --src-dir inside the user's own repository got "applying patch" and an
-    # unpatched wheel, because `git apply` read the patch's paths from the outer repository's root
-    # and skipped them all with exit 0.
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
-    outer = tmp_path / "project"
-    outer.mkdir()
-    subprocess.run([*git, "init", "-q", str(outer)], check=True)
-    tree = outer / "vendor" / "SageAttention"
-    target = _sm90_tree(tree)
-    if layout == "own-checkout":  # the tree is a clone of its own: its .git is the one that counts
-        subprocess.run([*git, "init", "-q", str(tree)], check=True)
-        subprocess.run([*git, "-C", str(tree), "add", "-A"], check=True)
-        subprocess.run([*git, "-C", str(tree), "commit", "-qm", "v2.2.0"], check=True)
-    B.apply_patch(_sm90_patch(), str(tree))
-    assert "_fake_impl(" in target.read_text()
-
-
-def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
-    doc = _sm90_patch()
-    tree = tmp_path / "src"
-    target = _sm90_tree(tree)
-    B.apply_patch(doc, str(tree))
-    assert "_fake_impl(" in target.read_text()
-    B.apply_patch(doc, str(tree))  # the same --src-dir fetched again (or upstream took it): not an error
-    assert "is already in the source" in capsys.readouterr().out
-    target.write_text("something else\n")
-    with pytest.raises(SystemExit):
-        B.apply_patch(doc, str(tree))
-    assert "neither applies to the source" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("kind", ["local", "git"])
-def test_a_local_trees_copy_is_patched_and_the_tree_left_alone(tmp_path, capsys, kind):
-    # Found on the H100: `imagegen build --native --source v2.2.0-tree` skipped the fetch step (the
-    # tree is the user's), so no patch was applied and the wheel returned cosine 0.0002 vs SDPA.
-    tree = tmp_path / "SageAttention"
-    target = _sm90_tree(tree)
-    pristine = target.read_text()
-    cell = {"src_dir": str(tree), "source": {"kind": kind}, "patches": [_sm90_patch()]}
-    if kind == "local":
-        B.cmd_fetch(cell, None)  # fetch leaves a local tree alone
-    assert target.read_text() == pristine
-    work = tmp_path / "work"
-    work.mkdir()
-    built = Path(B.copy_source(cell, str(work)))
-    assert built == work / "src"
-    copied = (built / "sageattention" / "sm90_compile.py").read_text()
-    # a git or sdist source was patched in place by fetch: its copy is taken as it is
-    assert ("_fake_impl(" in copied) == (kind == "local") and target.read_text() == pristine
-    assert ("applying patch" in capsys.readouterr().out) == (kind == "local")
-
 
 
 # ------------------------------------------------------------------------------ formats and retag

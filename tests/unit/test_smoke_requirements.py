@@ -87,7 +87,7 @@ def test_a_requirement_of_an_extra_alone_is_not_the_wheels(tmp_path, venv):
     (tmp_path / "w").mkdir()
     code, _ = _smoke(tmp_path / "w", venv, ["needs_deps_core"])
     assert code == 0
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c", B._SMOKE, str(tmp_path / "out.json"), DIST,
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", B.wheeltools.SMOKE_PROGRAM, str(tmp_path / "out.json"), DIST,
                             "needs_deps_core"], capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr
     assert json.loads((tmp_path / "out.json").read_text())["requires"] == ["Declared-Dep-Xyz"]

@@ -370,20 +370,6 @@ def cmd_verify(doc, args):
 # ------------------------------------------------------------------------------------------------
 # smoke
 
-_SMOKE = """
-import importlib, json, sys
-results = {}
-for name in sys.argv[2:]:
-    try:
-        importlib.import_module(name)
-        results[name] = "ok"
-    except Exception as exc:
-        results[name] = "error: %s: %s" % (type(exc).__name__, exc)
-with open(sys.argv[1], "w") as fh:
-    json.dump(results, fh)
-"""
-
-
 def venv_python(venv):
     if os.name == "nt":
         return os.path.join(venv, "Scripts", "python.exe")
@@ -411,23 +397,6 @@ def driver_present():
     return ctypes.util.find_library("cuda") is not None
 
 
-_NEEDS_DRIVER = re.compile(r"nvcuda\.dll|libcuda\.so|CUDA driver|no CUDA-capable device|NVIDIA driver")
-
-
-def judge_imports(results, modules, driver_modules, has_driver):
-    """(report, failed) of the import results: an import that failed only for want of a GPU driver on
-    a machine without one is skipped, not failed."""
-    report, failed = {}, []
-    for name in list(modules) + list(driver_modules):
-        got = results.get(name, "error: not run")
-        if got != "ok" and (_NEEDS_DRIVER.search(got) or (not has_driver and "DLL load failed" in got)):
-            got = "skipped: needs a GPU driver (%s)" % got.split(": ", 1)[-1][:200]
-        elif got != "ok":
-            failed.append(name)
-        report[name] = got
-    return report, failed
-
-
 def cmd_smoke(doc, args):
     path = os.path.abspath(the_wheel(args.dist))
     venv = os.path.abspath(args.venv)
@@ -449,13 +418,16 @@ def cmd_smoke(doc, args):
     driver_modules = list(doc.get("smoke_driver_imports") or [])
     with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
         out_file = os.path.join(tmp, "imports.json")
-        rc, text = output_of([py, "-c", _SMOKE, out_file] + modules + driver_modules, cwd=tmp)
+        rc, text = output_of([py, "-c", wheeltools.SMOKE_PROGRAM, out_file, doc.get("distribution") or ""]
+                             + modules + driver_modules, cwd=tmp)
         try:
             with open(out_file, encoding="utf-8") as fh:
-                results = json.load(fh)
+                found = json.load(fh)
         except (OSError, ValueError):
             raise Failed("the import test did not run (exit %s): %s" % (rc, text.strip()[-300:]))
-    report, failed = judge_imports(results, modules, driver_modules, driver_present())
+    # the Linux build's judgement (imagegen_wheeltools.judge_imports): a missing driver, or a runtime
+    # requirement the wheel declares, is skipped
+    report, failed = wheeltools.judge_imports(found, modules + driver_modules, driver_present())
     for name, got in report.items():
         log("smoke: import %s: %s" % (name, got))
     with open(os.path.join(args.dist, SMOKE_FILE), "w", encoding="utf-8") as fh:

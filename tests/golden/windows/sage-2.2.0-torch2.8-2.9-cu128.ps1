@@ -510,20 +510,6 @@ def cmd_verify(doc, args):
 # ------------------------------------------------------------------------------------------------
 # smoke
 
-_SMOKE = """
-import importlib, json, sys
-results = {}
-for name in sys.argv[2:]:
-    try:
-        importlib.import_module(name)
-        results[name] = "ok"
-    except Exception as exc:
-        results[name] = "error: %s: %s" % (type(exc).__name__, exc)
-with open(sys.argv[1], "w") as fh:
-    json.dump(results, fh)
-"""
-
-
 def venv_python(venv):
     if os.name == "nt":
         return os.path.join(venv, "Scripts", "python.exe")
@@ -551,23 +537,6 @@ def driver_present():
     return ctypes.util.find_library("cuda") is not None
 
 
-_NEEDS_DRIVER = re.compile(r"nvcuda\.dll|libcuda\.so|CUDA driver|no CUDA-capable device|NVIDIA driver")
-
-
-def judge_imports(results, modules, driver_modules, has_driver):
-    """(report, failed) of the import results: an import that failed only for want of a GPU driver on
-    a machine without one is skipped, not failed."""
-    report, failed = {}, []
-    for name in list(modules) + list(driver_modules):
-        got = results.get(name, "error: not run")
-        if got != "ok" and (_NEEDS_DRIVER.search(got) or (not has_driver and "DLL load failed" in got)):
-            got = "skipped: needs a GPU driver (%s)" % got.split(": ", 1)[-1][:200]
-        elif got != "ok":
-            failed.append(name)
-        report[name] = got
-    return report, failed
-
-
 def cmd_smoke(doc, args):
     path = os.path.abspath(the_wheel(args.dist))
     venv = os.path.abspath(args.venv)
@@ -589,13 +558,16 @@ def cmd_smoke(doc, args):
     driver_modules = list(doc.get("smoke_driver_imports") or [])
     with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
         out_file = os.path.join(tmp, "imports.json")
-        rc, text = output_of([py, "-c", _SMOKE, out_file] + modules + driver_modules, cwd=tmp)
+        rc, text = output_of([py, "-c", wheeltools.SMOKE_PROGRAM, out_file, doc.get("distribution") or ""]
+                             + modules + driver_modules, cwd=tmp)
         try:
             with open(out_file, encoding="utf-8") as fh:
-                results = json.load(fh)
+                found = json.load(fh)
         except (OSError, ValueError):
             raise Failed("the import test did not run (exit %s): %s" % (rc, text.strip()[-300:]))
-    report, failed = judge_imports(results, modules, driver_modules, driver_present())
+    # the Linux build's judgement (imagegen_wheeltools.judge_imports): a missing driver, or a runtime
+    # requirement the wheel declares, is skipped
+    report, failed = wheeltools.judge_imports(found, modules + driver_modules, driver_present())
     for name, got in report.items():
         log("smoke: import %s: %s" % (name, got))
     with open(os.path.join(args.dist, SMOKE_FILE), "w", encoding="utf-8") as fh:
@@ -852,6 +824,11 @@ def apply_patch(patch, dest, log, fail, broken_hint):
 # the local version label
 
 
+def project_name(name):
+    """A distribution or import name as PEP 503 compares them (einops, Foo_Bar -> foo-bar)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def wheel_name_parts(name):
     """(distribution, version, the tags with any build tag) of a wheel file name; ValueError for
     another name."""
@@ -969,6 +946,60 @@ def find_cuobjdump():
         for cand in sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))):
             return cand
     return None
+
+
+# ------------------------------------------------------------------------------------------------
+# the import test every build path runs on a wheel it made (the Linux build's smoke step, the Windows
+# helper's): one program, one judgement
+
+# Run by the Python the wheel was installed into: argv OUT DISTRIBUTION MODULE...; writes each import's
+# result, the top-level module a failed import lacked, and the wheel's own runtime requirements (not an
+# extra's) by name.
+SMOKE_PROGRAM = """
+import importlib, importlib.metadata, json, re, sys
+results, missing = {}, {}
+for name in sys.argv[3:]:
+    try:
+        importlib.import_module(name)
+        results[name] = "ok"
+    except Exception as exc:
+        results[name] = "error: %s: %s" % (type(exc).__name__, exc)
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            missing[name] = exc.name.split(".")[0]
+try:
+    requires = importlib.metadata.requires(sys.argv[2]) or []
+except Exception:
+    requires = []
+needs = [m.group(0) for r in requires if "extra ==" not in r.replace("extra==", "extra ==")
+         for m in [re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", r)] if m]
+with open(sys.argv[1], "w") as fh:
+    json.dump({"results": results, "missing": missing, "requires": needs}, fh)
+"""
+
+# What an import error looks like when the only thing missing is the GPU driver (libcuda, nvcuda.dll).
+_NEEDS_DRIVER = re.compile(r"nvcuda\.dll|libcuda\.so|CUDA driver|no CUDA-capable device|NVIDIA driver")
+
+
+def judge_imports(found, modules, has_driver=True):
+    """(report, failed) of SMOKE_PROGRAM's output ``found`` for ``modules``: an import that failed only for
+    want of a GPU driver is skipped (on a machine without one, a DLL that does not load too), and so is one
+    that failed only for a module the wheel itself declares as a runtime requirement (the wheel is installed
+    alone, --no-deps: mamba-ssm needs einops); any other failure fails."""
+    results, missing = found.get("results") or {}, found.get("missing") or {}
+    requirements = set(project_name(r) for r in found.get("requires") or [])
+    report, failed = {}, []
+    for name in modules:
+        got = results.get(name, "error: not run")
+        lacking = missing.get(name)
+        if got != "ok" and (_NEEDS_DRIVER.search(got) or (not has_driver and "DLL load failed" in got)):
+            got = "skipped: needs a GPU driver (%s)" % got.split(": ", 1)[-1][:200]
+        elif got != "ok" and lacking and project_name(lacking) in requirements:
+            got = ("skipped: needs %s, a runtime requirement of the wheel (the smoke test installs the wheel alone)"
+                   % lacking)
+        elif got != "ok":
+            failed.append(name)
+        report[name] = got
+    return report, failed
 
 '@)
 [IO.File]::WriteAllText($Doc, @'

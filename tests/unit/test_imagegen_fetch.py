@@ -1,0 +1,98 @@
+"""Tests for imagegen.resources.builder.imagegen_fetch (the fetch step shipped beside the in-build script,
+loaded by path as a module): a recipe's patches applied once, in a tree inside another git work tree too,
+a foreign tree refused, and a local tree's copy patched while the tree itself is left alone. Its refusals
+of hostile trees and servers: tests/unit/test_hostile_round2.py, test_hostile_netrc.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagegen.model.catalogue import load_catalogue
+from imagegen.render.dockerfile import fetch_script
+
+SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder" / "imagegen_fetch.py"
+_spec = importlib.util.spec_from_file_location("imagegen_fetch_under_test", SCRIPT)
+F = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(F)
+
+
+def test_the_fetch_script_is_what_render_ships():
+    assert fetch_script() == SCRIPT.read_text()
+
+
+# ----------------------------------------------------------------------------------------- patches
+
+
+def _sm90_patch():
+    patch = load_catalogue().get("sageattention").version("2.2.0").patches[0]
+    return {"name": patch.name, "reason": patch.reason, "text": patch.text}
+
+
+def _sm90_tree(tree):
+    """The patched region of v2.2.0's sm90_compile.py, enough context for the hunk to apply."""
+    (tree / "sageattention").mkdir(parents=True)
+    body = ["" for _ in range(73)] + [
+        "", "", '@torch.library.register_fake("sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf")',
+        "def qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(",
+        "    query: torch.Tensor, ", "    key: torch.Tensor, ", "    value: torch.Tensor, "]
+    target = tree / "sageattention" / "sm90_compile.py"
+    target.write_text("\n".join(body[1:]) + "\n")
+    return target
+
+
+@pytest.mark.parametrize("layout", ["vendored", "own-checkout"])
+def test_patches_apply_to_a_tree_inside_a_git_work_tree(tmp_path, layout):
+    # Found on the H100: a --src-dir inside the user's own repository got "applying patch" and an
+    # unpatched wheel, because `git apply` read the patch's paths from the outer repository's root
+    # and skipped them all with exit 0.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    outer = tmp_path / "project"
+    outer.mkdir()
+    subprocess.run([*git, "init", "-q", str(outer)], check=True)
+    tree = outer / "vendor" / "SageAttention"
+    target = _sm90_tree(tree)
+    if layout == "own-checkout":  # the tree is a clone of its own: its .git is the one that counts
+        subprocess.run([*git, "init", "-q", str(tree)], check=True)
+        subprocess.run([*git, "-C", str(tree), "add", "-A"], check=True)
+        subprocess.run([*git, "-C", str(tree), "commit", "-qm", "v2.2.0"], check=True)
+    F.apply_patch(_sm90_patch(), str(tree))
+    assert "_fake_impl(" in target.read_text()
+
+
+def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
+    doc = _sm90_patch()
+    tree = tmp_path / "src"
+    target = _sm90_tree(tree)
+    F.apply_patch(doc, str(tree))
+    assert "_fake_impl(" in target.read_text()
+    F.apply_patch(doc, str(tree))  # the same --src-dir fetched again (or upstream took it): not an error
+    assert "is already in the source" in capsys.readouterr().out
+    target.write_text("something else\n")
+    with pytest.raises(SystemExit):
+        F.apply_patch(doc, str(tree))
+    assert "neither applies to the source" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["local", "git"])
+def test_a_local_trees_copy_is_patched_and_the_tree_left_alone(tmp_path, capsys, kind):
+    # Found on the H100: `imagegen build --native --source v2.2.0-tree` skipped the fetch step (the
+    # tree is the user's), so no patch was applied and the wheel returned cosine 0.0002 vs SDPA.
+    tree = tmp_path / "SageAttention"
+    target = _sm90_tree(tree)
+    pristine = target.read_text()
+    cell = {"src_dir": str(tree), "source": {"kind": kind}, "patches": [_sm90_patch()]}
+    if kind == "local":
+        F.cmd_fetch(cell, None)  # fetch leaves a local tree alone
+    assert target.read_text() == pristine
+    work = tmp_path / "work"
+    work.mkdir()
+    built = Path(F.copy_source(cell, str(work)))
+    assert built == work / "src"
+    copied = (built / "sageattention" / "sm90_compile.py").read_text()
+    # a git or sdist source was patched in place by fetch: its copy is taken as it is
+    assert ("_fake_impl(" in copied) == (kind == "local") and target.read_text() == pristine
+    assert ("applying patch" in capsys.readouterr().out) == (kind == "local")
