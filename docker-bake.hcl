@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "50b3ae5f12444d16"
+    "io.imagegen.inputs" = "f9b2a704970227f3"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -116,7 +116,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "1adca4121ffaac6f"
+    "io.imagegen.inputs" = "9b7b69e98fae1b67"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -137,7 +137,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "78eea8d3b597c719"
+    "io.imagegen.inputs" = "74835238af6e330e"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -158,7 +158,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "8da478b7ea4847ce"
+    "io.imagegen.inputs" = "568f7cbd4e475582"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -179,7 +179,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "f528cae2a8c79502"
+    "io.imagegen.inputs" = "14d69ad010f1cf8f"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -200,7 +200,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "23ca90bb3363b1cf"
+    "io.imagegen.inputs" = "1998ab12d6fc393e"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -221,7 +221,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "222c53f428ad256a"
+    "io.imagegen.inputs" = "570fb0d7960c5232"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -242,7 +242,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "97232a22fd8e5470"
+    "io.imagegen.inputs" = "17a760d7665b1ac5"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -263,7 +263,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "e3b7edfbbfcefd15"
+    "io.imagegen.inputs" = "50cc498558af6c7f"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -284,7 +284,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "d2e73692ee05b65a"
+    "io.imagegen.inputs" = "d4db6cd4a3e03edb"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -305,7 +305,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "b2a7c760e46a0ffb"
+    "io.imagegen.inputs" = "cf289507f4710bc8"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -326,7 +326,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "6ef130ca6c9f6efb"
+    "io.imagegen.inputs" = "320f80f298b83be3"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

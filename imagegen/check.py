@@ -36,6 +36,7 @@ from imagegen import untrusted
 from imagegen.errors import BuildError, GpuCheckError, ImagegenError, NoGpuError, RecipeError, Unreadable, UsageError
 from imagegen.model.catalogue import Catalogue
 from imagegen.model.recipes import Recipe
+from imagegen.resources.builder import imagegen_wheeltools as wheeltools
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -122,27 +123,6 @@ def interpreter(python_exe: str | None) -> str:
 # --------------------------------------------------------------------------------------------
 # The GPU probe and the check's interpreter
 
-_PROBE_MARK = "IMAGEGEN-GPU-PROBE "
-_PROBE = r"""
-import json
-out = {}
-try:
-    import torch
-except BaseException as exc:
-    out["error"] = "%s: %s" % (type(exc).__name__, exc)
-else:
-    out["torch"] = str(getattr(torch, "__version__", "unknown"))
-    try:
-        if torch.cuda.is_available():
-            cc = torch.cuda.get_device_capability(0)
-            out["device"] = "%s (%d.%d)" % (torch.cuda.get_device_name(0), cc[0], cc[1])
-        else:
-            out["error"] = "torch.cuda.is_available() is False"
-    except BaseException as exc:
-        out["error"] = "%s: %s" % (type(exc).__name__, exc)
-print("IMAGEGEN-GPU-PROBE " + json.dumps(out))
-"""
-
 # argv: site folder, check file, result file. torch first (the wheel's extensions link against
 # libtorch, which only `import torch` loads), then the wheel's folder, then the recipe's check.
 # The result file says how it ended, whatever the check prints.
@@ -201,16 +181,15 @@ def _last_line(text: str) -> str:
 def probe_gpu(python_exe: str, *, cwd: Path, timeout: float = 300.0) -> GpuInfo:
     """Does ``python_exe`` import torch, and does torch see a CUDA GPU? (from ``cwd``, an empty folder)"""
     try:
-        rc, out, err = _run([python_exe, "-c", _PROBE], cwd=cwd, timeout=timeout)
+        rc, out, err = _run([python_exe, "-c", wheeltools.GPU_PROBE], cwd=cwd, timeout=timeout)
     except OSError as exc:
         raise UsageError(f"--python {python_exe}: cannot run it ({exc.strerror or exc})") from None
     if rc is None:
         raise NoGpuError(f"{python_exe} did not finish `import torch; torch.cuda.is_available()` within {timeout:.0f} s:"
                          " the numerical check needs a working CUDA GPU; check the driver (nvidia-smi)")
-    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(_PROBE_MARK)), None)
-    if line is None:
+    info = wheeltools.gpu_probe_answer(out)
+    if info is None:
         raise UsageError(f"cannot run {python_exe} as Python: {_last_line(err) or f'exit {rc}, no output'}")
-    info = json.loads(line[len(_PROBE_MARK):])
     error = info.get("error")
     hint = next((ln.strip() for ln in reversed(err.splitlines()) if re.search(r"CUDA|driver|NVIDIA", ln)), "")
     if error and info.get("torch") and hint:

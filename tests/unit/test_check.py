@@ -297,3 +297,22 @@ def test_unpacked_wheel_goes_away(tmp_path):
     assert list(temp.iterdir()) == []
     with zipfile.ZipFile(wheel) as zf:  # and the wheel itself is untouched
         assert "demo_kernel/__init__.py" in zf.namelist()
+
+
+def test_one_gpu_probe_for_imagegen_check_and_the_builds_gpu_check_step():
+    # Issue 33: the probe lived twice (check.py and the build script); both now run imagegen_wheeltools'
+    # and read its answer the same way: the marked line, whatever else the interpreter printed.
+    from imagegen.render.dockerfile import builder_script
+    from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+    script = builder_script()
+    assert "wheeltools.GPU_PROBE" in script and "torch.cuda.get_device_capability(0)" not in script
+    out = "a warning from torch\n" + wheeltools.GPU_PROBE_MARK + '{"torch": "2.11.0", "device": "H100 (9.0)"}\n'
+    assert wheeltools.gpu_probe_answer(out) == {"torch": "2.11.0", "device": "H100 (9.0)"}
+    for broken in ("", "no mark\n", wheeltools.GPU_PROBE_MARK + "{not json", wheeltools.GPU_PROBE_MARK + "[1]"):
+        assert wheeltools.gpu_probe_answer(broken) is None
+    # the program itself, run by this interpreter (no torch here: the answer says so, it does not crash)
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", wheeltools.GPU_PROBE], capture_output=True, text=True, timeout=120)
+    answer = wheeltools.gpu_probe_answer(proc.stdout)
+    assert answer is not None and ("error" in answer or "device" in answer), proc.stdout + proc.stderr

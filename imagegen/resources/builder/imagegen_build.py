@@ -900,23 +900,6 @@ def smoke_test(cell, wheels):
 # ------------------------------------------------------------------------------------------------
 # gpu-check: the recipe's numerical check on the GPU a build step was handed (RUN --device, CDI)
 
-_GPU_PROBE = """
-import json
-out = {}
-try:
-    import torch
-    out["torch"] = torch.__version__
-    if torch.cuda.is_available():
-        cc = torch.cuda.get_device_capability(0)
-        out["device"] = "%s (%d.%d)" % (torch.cuda.get_device_name(0), cc[0], cc[1])
-    else:
-        out["error"] = "torch.cuda.is_available() is False"
-except BaseException as exc:
-    out["error"] = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps(out))
-"""
-
-
 def _tail_line(text):
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
@@ -932,11 +915,11 @@ def cmd_gpu_check(cell, args):
     if not wheels:
         fail("no wheel in %s to check" % args.wheels)
     py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
-    try:
-        probe = subprocess.run([py, "-c", _GPU_PROBE], cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    try:  # the probe `imagegen check` runs too (imagegen_wheeltools.GPU_PROBE)
+        probe = subprocess.run([py, "-c", wheeltools.GPU_PROBE], cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                universal_newlines=True, timeout=300)
-        info = json.loads(probe.stdout.strip().splitlines()[-1]) if probe.stdout.strip() else {}
-    except (subprocess.TimeoutExpired, ValueError) as exc:
+        info = wheeltools.gpu_probe_answer(probe.stdout) or {"error": "the GPU probe printed no answer"}
+    except subprocess.TimeoutExpired as exc:
         info = {"error": "the GPU probe did not answer (%s)" % exc.__class__.__name__}
         probe = None
     if not info.get("device"):

@@ -702,6 +702,7 @@ import csv
 import glob
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -993,6 +994,45 @@ def judge_imports(found, modules, has_driver=True):
             failed.append(name)
         report[name] = got
     return report, failed
+
+
+# ------------------------------------------------------------------------------------------------
+# the GPU probe before a numerical check (the build's gpu-check step, `imagegen check`): does this
+# Python import torch, and does torch see a CUDA GPU? One marked JSON line, read by gpu_probe_answer.
+
+GPU_PROBE_MARK = "IMAGEGEN-GPU-PROBE "
+GPU_PROBE = r"""
+import json
+out = {}
+try:
+    import torch
+except BaseException as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+else:
+    out["torch"] = str(getattr(torch, "__version__", "unknown"))
+    try:
+        if torch.cuda.is_available():
+            cc = torch.cuda.get_device_capability(0)
+            out["device"] = "%s (%d.%d)" % (torch.cuda.get_device_name(0), cc[0], cc[1])
+        else:
+            out["error"] = "torch.cuda.is_available() is False"
+    except BaseException as exc:
+        out["error"] = "%s: %s" % (type(exc).__name__, exc)
+print("IMAGEGEN-GPU-PROBE " + json.dumps(out))
+"""
+
+
+def gpu_probe_answer(stdout):
+    """The probe's answer in ``stdout`` (torch, device or error), or None when it printed none (the
+    interpreter did not run it)."""
+    line = next((ln for ln in reversed((stdout or "").splitlines()) if ln.startswith(GPU_PROBE_MARK)), None)
+    if line is None:
+        return None
+    try:
+        answer = json.loads(line[len(GPU_PROBE_MARK):])
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
 
 '@)
 [IO.File]::WriteAllText($Doc, @'
