@@ -142,6 +142,9 @@ def summarize(rec):
     plan = rec.get("plan")
     if not plan and "cannot build" in (rec.get("stderr") or ""):
         return "plan-refused", rec["stderr"].strip().splitlines()[-1].split(" here: ", 1)[-1], "not run", None
+    if not plan and "no cell of this matrix can build" in (rec.get("stderr") or ""):  # a container plan's refusal
+        why = next((ln.split("] rejected: ", 1)[1] for ln in rec["stderr"].splitlines() if "] rejected: " in ln), "")
+        return "plan-refused", why, "not run", None
     if not plan:
         return "error", (rec.get("stderr") or rec.get("stdout") or "").strip().splitlines()[-1:] or [""], "-", rec["wall_s"]
     cell, audit = plan.get("cell") or {}, plan.get("audit")
@@ -227,6 +230,20 @@ def run(root, venv, home, torch, cuda, out, only=()):
         print(f"{recipe} {version} torch {torch}: rc {p.returncode} {wall:.1f} s", flush=True)
 
 
+def exported_repo(root, recipe, version):
+    """FILE@COMMIT of a one-commit repository holding the exported tree of ``recipe`` ``version`` (the
+    mirror itself lacks blobs, which `git archive` of the pinned commit then cannot export); made once."""
+    repo = Path(root) / "git" / f"{recipe}-{version}"
+    if not (repo / ".git").is_dir():
+        subprocess.run(["cp", "-a", str(tree_dir(root, recipe, version)), str(repo)], check=True)
+        git = ["git", "-C", str(repo), "-c", "user.name=frontier", "-c", "user.email=frontier@localhost"]
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", f"{recipe} {version} export"]):
+            subprocess.run(git + args, check=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    return f"{repo}@{head}"
+
+
 def engine(root, torch, out, only=()):
     """Item 3's other half: each cell audited (and probed) in its builder image, as `imagegen plan --audit`
     does it without --native: the toolchain layer (torch T and its PyPI CUDA toolkit) made once per torch,
@@ -242,7 +259,8 @@ def engine(root, torch, out, only=()):
         # A recipe built from a subfolder of another package's repository (flash-attn-3: flash-attention's
         # hopper/): --source of the whole tree is that other package, so the pinned commit comes from the
         # mirror by --git, with the recipe named.
-        what = [recipe, "--git", f"file://{mirror(git)}@{commit}"] if subdir and commit else ["--source", str(src)]
+        what = [recipe, "--git", f"file://{exported_repo(root, recipe, version)}"] if subdir and commit \
+            else ["--source", str(src)]
         cmd = [sys.executable, "-m", "imagegen", "plan", "--audit", *what, *pin, "--torch", torch,
                "--python", "3.11", "--flavor", "pypi", "--base-image", base, "--arch", "9.0", "--work", str(work),
                "--json"]

@@ -104,6 +104,12 @@ def rules_script() -> str:
     return _builder_resource("imagegen_rules.py")
 
 
+def supervise_script() -> str:
+    """The nvcc guard and the build's supervisor, shipped beside builder_script() (imagegen_supervise.py),
+    which imports them."""
+    return _builder_resource("imagegen_supervise.py")
+
+
 def fetch_script() -> str:
     """The fetch step (the pinned source, its patches, the copy a build compiles), shipped beside
     builder_script() (imagegen_fetch.py), which imports it."""
@@ -146,7 +152,8 @@ def builder_files() -> dict[str, str]:
     """Every file the in-build script needs beside it, by name (a native build writes them into its
     work folder; a Dockerfile carries them)."""
     return {"imagegen_build.py": builder_script(), "imagegen_toolchain.py": toolchain_script(),
-            "imagegen_fetch.py": fetch_script(), "imagegen_rules.py": rules_script(),
+            "imagegen_fetch.py": fetch_script(), "imagegen_supervise.py": supervise_script(),
+            "imagegen_rules.py": rules_script(),
             "imagegen_wheeltools.py": wheeltools_script(), "imagegen_audit.py": audit_script()}
 
 

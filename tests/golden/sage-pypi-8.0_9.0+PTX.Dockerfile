@@ -65,7 +65,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
 FROM os AS fetch
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_toolchain.py imagegen_fetch.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
+COPY --from=imagegen-scripts imagegen_build.py imagegen_toolchain.py imagegen_fetch.py imagegen_supervise.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 RUN --mount=type=secret,id=pip_cert \
@@ -106,7 +106,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
 # imagegen's build steps (imagegen_build.py, with the rules imagegen plans with, the patch and wheel
 # tools every build path shares, and the audit's stand-in compilers beside it), and this cell's inputs.
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
+COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_supervise.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 
@@ -160,7 +160,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0+PTX \
-    IMAGEGEN_INPUTS=3899365f44af4493
+    IMAGEGEN_INPUTS=602b562d9315ca1a
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json.
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
@@ -170,7 +170,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=sha
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0+PTX" \
-      io.imagegen.inputs="3899365f44af4493"
+      io.imagegen.inputs="602b562d9315ca1a"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

@@ -1,6 +1,6 @@
-"""Fail fast and live logs, without a compiler: the in-build script's nvcc guard run around stand-in
-"nvcc" executables (real subprocesses), its build supervisor stopping a process tree at the first
-error, and the bake log splitter's per-cell progress."""
+"""Fail fast and live logs, without a compiler: the nvcc guard (imagegen_supervise.py, shipped beside the
+in-build script) run around stand-in "nvcc" executables (real subprocesses), its build supervisor
+stopping a process tree at the first error, and the bake log splitter's per-cell progress."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from imagegen.executors.bake_log import TargetLogs
-from tests.unit.builder_script import SCRIPT, builder_module
+from tests.unit.builder_script import SUPERVISE, builder_module
 
 B = builder_module("imagegen_build_failfast")
+S = builder_module("imagegen_supervise_failfast", SUPERVISE)
 
 
 def fake_tool(folder: Path, name: str, body: str) -> Path:
@@ -30,7 +31,7 @@ def fake_tool(folder: Path, name: str, body: str) -> Path:
 
 def guard(tmp_path: Path, *cmd: str, words: int = 1, **popen) -> subprocess.Popen:
     env = dict(os.environ, IMAGEGEN_NVCC_FAILED=str(tmp_path / "marker"), IMAGEGEN_NVCC_PROGRESS=str(tmp_path / "progress"))
-    return subprocess.Popen([sys.executable, "-S", str(SCRIPT), "nvcc-guard", str(words), *cmd], env=env,
+    return subprocess.Popen([sys.executable, "-S", str(SUPERVISE), "nvcc-guard", str(words), *cmd], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
@@ -116,7 +117,7 @@ def test_guard_wraps_ccache_as_the_shell_runs_it(tmp_path):
     """)
     env = {"PYTORCH_NVCC": f"{ccache} {tmp_path / 'nvcc'}", "PATH": os.environ["PATH"]}
     (tmp_path / "logs").mkdir()
-    files = B.guard_nvcc(env, str(tmp_path / "logs"), str(tmp_path))
+    files = S.guard_nvcc(env, str(tmp_path / "logs"), str(tmp_path))
     assert env["PYTORCH_NVCC"].endswith(f"nvcc-guard 2 {ccache} {tmp_path / 'nvcc'}")
     proc = subprocess.run(["/bin/sh", "-c", env["PYTORCH_NVCC"] + " -c a.cu -o a.o"], capture_output=True,
                           env=dict(os.environ, **env), timeout=60)
@@ -130,7 +131,7 @@ def test_print_env_stays_free_of_the_guard():
     plain = {"TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "2", "NVCC_THREADS": "1"}
     env = dict(plain, CUDA_HOME="/usr/local/cuda")
     chosen = B.chosen_env(env)
-    assert not set(chosen) & {"PYTORCH_NVCC", *B.GUARD_VARS}
+    assert not set(chosen) & {"PYTORCH_NVCC", *S.GUARD_VARS}
 
 
 # ------------------------------------------------------------------------------- the supervisor
@@ -170,10 +171,10 @@ def test_supervisor_stops_the_whole_tree_at_the_guards_marker(tmp_path):
     log = tmp_path / "build.log"
     t0 = time.time()
     with open(log, "wb", buffering=0) as lf:
-        result = B.supervise([str(pip)], dict(os.environ), lf, {"marker": str(marker), "progress": str(tmp_path / "p")})
+        result = S.supervise([str(pip)], dict(os.environ), lf, {"marker": str(marker), "progress": str(tmp_path / "p")})
     took = time.time() - t0
     assert result["error"] == "csrc/q.cu(7): error: boom" and result["rc"] != 0
-    assert result["stopped_at"] - result["error_at"] < B.KILL_GRACE_S + 3
+    assert result["stopped_at"] - result["error_at"] < S.KILL_GRACE_S + 3
     assert took < 20
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert not [p for p in pids if _alive(p)], "a compiler outlived the build (the TERM-ignoring one needs KILL)"
@@ -185,14 +186,14 @@ def test_supervisor_stops_at_an_error_line_in_a_verbose_stream(tmp_path, monkeyp
     monkeypatch.setenv("IMAGEGEN_BUILD_VERBOSE", "1")
     pip = _tree_script(tmp_path, "print('  /src/a.cpp:3:1: error: expected unqualified-id', flush=True)")
     with open(tmp_path / "build.log", "wb", buffering=0) as lf:
-        result = B.supervise([str(pip)], dict(os.environ), lf, None)
+        result = S.supervise([str(pip)], dict(os.environ), lf, None)
     assert result["error"] == "/src/a.cpp:3:1: error: expected unqualified-id"
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert not [p for p in pids if _alive(p)]
 
 
 def test_supervisor_streams_progress_and_names_the_error_of_a_failed_build(tmp_path, monkeypatch):
-    monkeypatch.setattr(B, "HEARTBEAT_S", 0.5)
+    monkeypatch.setattr(S, "HEARTBEAT_S", 0.5)
     progress = tmp_path / "progress"
     pip = fake_tool(tmp_path, "fake-pip", f"""
         open({str(progress)!r}, "a").write("nvcc csrc/a.cu: 1.0 s\\n")
@@ -202,7 +203,7 @@ def test_supervisor_streams_progress_and_names_the_error_of_a_failed_build(tmp_p
     """)
     log = tmp_path / "build.log"
     with open(log, "wb", buffering=0) as lf:
-        result = B.supervise([str(pip)], dict(os.environ), lf, {"marker": str(tmp_path / "m"), "progress": str(progress)})
+        result = S.supervise([str(pip)], dict(os.environ), lf, {"marker": str(tmp_path / "m"), "progress": str(progress)})
     text = log.read_text()
     assert result["rc"] == 1 and result["error"] == "x.cpp:9:2: error: pip printed this at its end"
     assert "[imagegen] nvcc csrc/a.cu: 1.0 s" in text
@@ -212,7 +213,7 @@ def test_supervisor_streams_progress_and_names_the_error_of_a_failed_build(tmp_p
 def test_supervisor_leaves_a_good_build_alone(tmp_path):
     pip = fake_tool(tmp_path, "fake-pip", "print('ok'); sys.exit(0)\n")
     with open(tmp_path / "build.log", "wb", buffering=0) as lf:
-        result = B.supervise([str(pip)], dict(os.environ), lf, {"marker": str(tmp_path / "m"), "progress": str(tmp_path / "p")})
+        result = S.supervise([str(pip)], dict(os.environ), lf, {"marker": str(tmp_path / "m"), "progress": str(tmp_path / "p")})
     assert result["rc"] == 0 and result["error"] is None
 
 
@@ -274,7 +275,7 @@ def test_cached_compile_step_says_nothing(tmp_path):
     (b"error: subprocess-exited-with-error", False),
 ])
 def test_compiler_error_pattern(line, expected):
-    assert (B._first_error(line + b"\n") is not None) == expected
+    assert (S._first_error(line + b"\n") is not None) == expected
 
 
 def test_the_first_error_names_nvccs_temporary_file_without_its_folder():
@@ -282,7 +283,7 @@ def test_the_first_error_names_nvccs_temporary_file_without_its_folder():
     # the room for the log's path.
     line = (b"ptxas /tmp/t/imagegen-work-x1/tmp/tmpxft_0000a1b2_00000000-6_k.ptx, line 20; error   : Instruction"
             b" 'wgmma.fence' not supported on .target 'sm_80'\n")
-    assert B._first_error(line) == ("ptxas tmpxft_0000a1b2_00000000-6_k.ptx, line 20; error   : Instruction"
+    assert S._first_error(line) == ("ptxas tmpxft_0000a1b2_00000000-6_k.ptx, line 20; error   : Instruction"
                                     " 'wgmma.fence' not supported on .target 'sm_80'")
-    assert B._first_error(b"/src/csrc/a.cu(4): error: expected a declaration\n") == \
+    assert S._first_error(b"/src/csrc/a.cu(4): error: expected a declaration\n") == \
         "/src/csrc/a.cu(4): error: expected a declaration"
