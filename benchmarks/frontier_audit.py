@@ -233,7 +233,7 @@ def run(root, venv, home, torch, cuda, out, only=()):
 def exported_repo(root, recipe, version):
     """FILE@COMMIT of a one-commit repository holding the exported tree of ``recipe`` ``version`` (the
     mirror itself lacks blobs, which `git archive` of the pinned commit then cannot export); made once."""
-    repo = Path(root) / "git" / f"{recipe}-{version}"
+    repo = Path(root).resolve() / "git" / f"{recipe}-{version}"
     if not (repo / ".git").is_dir():
         subprocess.run(["cp", "-a", str(tree_dir(root, recipe, version)), str(repo)], check=True)
         git = ["git", "-C", str(repo), "-c", "user.name=frontier", "-c", "user.email=frontier@localhost"]

@@ -144,6 +144,8 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
     failed = [cell for cell, verdict, _ in audited if verdict is None]
     if len(audited) == 1 and refused:
         raise refuse(*refused[0])
+    if len(audited) == 1 and failed:  # why, on stderr too (with --json the record on stdout has it)
+        raise CompatError(f"the gencode audit could not run for {failed[0].name}: {audited[0][2]}")
     if refused or failed:
         raise CompatError(f"the gencode audit refuses {len(refused)} and could not run {len(failed)} of {len(audited)}"
                           f" cell(s): {', '.join(c.name for c, _ in refused)}{', ' if refused and failed else ''}"

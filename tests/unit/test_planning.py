@@ -93,6 +93,21 @@ def test_an_audit_of_a_matrix_that_cannot_build_stops_before_the_engine(capsys):
     assert capsys.readouterr().err.startswith("[sage-2_2_0-torch2_8-cu128-py312] rejected: ")
 
 
+def test_an_audit_that_could_not_run_says_why_on_stderr_too(monkeypatch, capsys):
+    # One cell whose builder image failed (the frontier sweep met it: a step's traceback in the log):
+    # the one-line error names the cell and why, not only how many could not run.
+    def failed(plan, **kwargs):
+        return [buildx_audit.AuditOutcome(c, None, error="its builder image or the audit step failed", log="/w/x.log")
+                for c in plan.buildable]
+    monkeypatch.setattr(buildx_audit, "audit", failed)
+    with pytest.raises(CompatError) as info:
+        plan("sage", *CELL[:6], "--arch", "9.0", "--audit", "--json")
+    assert "the gencode audit could not run for sage-" in str(info.value)
+    assert str(info.value).endswith(": its builder image or the audit step failed (log: /w/x.log)")
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["audit"] is None and record["error"].startswith("its builder image or the audit step failed")
+
+
 def test_an_audit_on_the_host_takes_one_recipe():
     with pytest.raises(UsageError, match="--native builds one recipe"):
         plan("sage", "fa2", *CELL, "--audit", "--native")
