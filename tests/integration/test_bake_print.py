@@ -23,6 +23,7 @@ from imagegen.plan import MatrixRequest, expand
 from imagegen.render import bake as B
 from imagegen.render.bake import build_definition
 from imagegen.render.bakefiles import check_round_trip, print_bake
+from imagegen.render.dockerfile import builder_files
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -90,8 +91,8 @@ def test_bake_local_source_uses_a_named_context(tmp_path, monkeypatch, capsys):
     # imagegen's build steps are written beside the Dockerfiles: the files build without imagegen.
     assert printed["target"]["tiny-kernel-0_1_0-torch2_11-cu130-py311"]["contexts"] == {
         "source": "./proj", "imagegen-scripts": "./dockerfiles/imagegen-scripts"}
-    assert sorted(p.name for p in (tmp_path / "dockerfiles" / "imagegen-scripts").iterdir()) == [
-        "imagegen_audit.py", "imagegen_build.py", "imagegen_rules.py", "imagegen_toolchain.py", "imagegen_wheeltools.py"]
+    # every file the script needs, nothing else
+    assert sorted(p.name for p in (tmp_path / "dockerfiles" / "imagegen-scripts").iterdir()) == sorted(builder_files())
 
 
 def _definition(value: str) -> dict:
