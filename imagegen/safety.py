@@ -233,6 +233,17 @@ def no_credentials(url: str, what: str, instead: str) -> str:
     return url
 
 
+def served_folder_url(url: str, what: str, instead: str) -> str:
+    """``url``, the http(s) address a folder is served at (a wheelhouse, an index), checked: URL characters
+    only, no credential (``instead``: where it belongs), no query or fragment; without a trailing '/'."""
+    check(url, URL, what)
+    no_credentials(url, what, instead)
+    if "?" in url or "#" in url:
+        raise UnsafeValueError(f"{what} {describe(url, 77)} carries a query or fragment: give the URL of the folder"
+                               " the wheelhouse is served from")
+    return url.rstrip("/")
+
+
 # A build variable (``--env``, a recipe's ``env``) is written into the Dockerfile (ENV), the bake file and the
 # image's history: one named like a credential, or whose value is one, is refused (issue 32).
 _SECRET_NAME = re.compile(r"(?i)(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"

@@ -99,17 +99,6 @@ def pypi_imagegen(requirement: str) -> bool:
     return parsed.url is None and canonicalize_name(parsed.name) == "imagegen"
 
 
-def check_published_url(url: str) -> str:
-    """--skip-published: an http(s) URL of a folder, with no credential (the workflow is committed and its
-    logs are public: a private wheelhouse's access belongs in the runner, not in the URL)."""
-    safety.check(url, safety.URL, "--skip-published")
-    safety.no_credentials(url, "--skip-published", "serve the published wheelhouse where the build jobs can read it")
-    if "?" in url or "#" in url:
-        raise UsageError(f"--skip-published {safety.describe(url, 77)} carries a query or fragment: give the URL of"
-                         " the folder the wheelhouse is served from")
-    return url.rstrip("/")
-
-
 def check_timeout(minutes: int, flag: str) -> int:
     """A job's timeout-minutes: below the hosted runner's own limit, so the job's stops it first."""
     if not 1 <= minutes <= MAX_TIMEOUT_MINUTES:
@@ -287,7 +276,9 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if not arm64_runs_on:
         raise UsageError("--arm64-runs-on: name at least one runner label")
     timeout = DEFAULT_TIMEOUT if args.timeout is None else check_timeout(args.timeout, "--timeout")
-    skip_published = None if args.skip_published is None else check_published_url(args.skip_published)
+    # The workflow is committed and its logs are public: a private wheelhouse's access belongs in the runner.
+    skip_published = None if args.skip_published is None else safety.served_folder_url(
+        args.skip_published, "--skip-published", "serve the published wheelhouse where the build jobs can read it")
     if args.max_parallel is not None and not 1 <= args.max_parallel <= MAX_MATRIX_JOBS:
         raise UsageError(f"--max-parallel must be between 1 and {MAX_MATRIX_JOBS}")
     output = args.output

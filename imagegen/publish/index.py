@@ -78,7 +78,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from imagegen import safety
-from imagegen.errors import PublishError, Unreadable, UnsafeValueError, printable
+from imagegen.errors import PublishError, Unreadable, printable
 from imagegen.outputs import new_file_mode, shown
 from imagegen.publish import index_files as disk
 from imagegen.publish import index_pages as pages
@@ -206,14 +206,9 @@ def _wheel_url_prefix(base_url: str | None) -> str | None:
     """``base_url`` checked and ending in one '/', or None (links relative to their page)."""
     if base_url is None:
         return None
-    safety.check(base_url, safety.URL, "--base-url")
-    # Every page of the index would carry it, to whoever is served the page.
-    safety.no_credentials(base_url, "--base-url", "give the server's credentials to pip itself (~/.netrc, keyring),"
-                          " never to the pages")
-    if "?" in base_url or "#" in base_url:
-        raise UnsafeValueError(f"--base-url {safety.describe(base_url, 77)} carries a query or fragment: give the"
-                               " URL of the folder the wheelhouse is served from")
-    return base_url.rstrip("/") + "/"
+    # Every page of the index would carry a credential, to whoever is served the page.
+    return safety.served_folder_url(base_url, "--base-url", "give the server's credentials to pip itself (~/.netrc,"
+                                    " keyring), never to the pages") + "/"
 
 
 @contextmanager

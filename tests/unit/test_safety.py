@@ -203,3 +203,13 @@ def test_os_reason_is_a_few_lowercase_words_without_the_path():
         "no such file or directory"
     assert safety.os_reason(ValueError("embedded null byte")) == "ValueError"
     assert safety.os_reason(OSError("no strerror")) == "OSError"
+
+
+def test_a_served_folder_url_is_one_check_for_index_and_ci():
+    # `index --base-url` and `ci github --skip-published` both name where a wheelhouse is served.
+    assert safety.served_folder_url("https://w.example.org/whl/", "--x", "elsewhere") == "https://w.example.org/whl"
+    for bad, says in (("https://u:ghp_abcdefghijklmnopqrstuvwxyz0123456789@w.example.org/", "carries a credential"),
+                      ("https://w.example.org/?a=1", "query or fragment"), ("https://w.example.org/#x", "query or"),
+                      ("ftp://w.example.org/", "--x"), ("https://w.example.org/$(id)", "--x")):
+        with pytest.raises(UnsafeValueError, match=re.escape(says)):
+            safety.served_folder_url(bad, "--x", "elsewhere")
