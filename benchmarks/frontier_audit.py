@@ -215,19 +215,28 @@ def run(root, venv, home, torch, cuda, out, only=()):
         cmd = [sys.executable, "-m", "imagegen", "plan", recipe, *pin, "--audit", "--native",
                "--python-exe", str(py), "--src-dir", str(src), "--work", str(work), "--arch", "9.0",
                "--torch", torch, "--cuda", cuda, "--python", "3.11", "--json"]
-        t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(REPO))
-        wall = time.monotonic() - t0
-        rec = {"recipe": recipe, "version": version, "torch": torch, "cuda": cuda, "rc": p.returncode,
-               "wall_s": round(wall, 1), "cmd": " ".join(cmd[1:])}
-        try:
-            rec["plan"] = json.loads(p.stdout)
-        except ValueError:
-            rec["stdout"] = p.stdout[-4000:]
-        rec["stderr"] = p.stderr[-4000:]
-        with open(out, "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
-        print(f"{recipe} {version} torch {torch}: rc {p.returncode} {wall:.1f} s", flush=True)
+        audit_cell(cmd, env, out, {"recipe": recipe, "version": version, "torch": torch, "cuda": cuda})
+
+
+def audit_cell(cmd, env, out, rec):
+    """Run one cell's `imagegen plan --audit ... --json`, append its record (``rec`` with the exit, the wall
+    time, the plan's JSON or the output's end) to ``out`` and say how it went."""
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(REPO))
+    wall = time.monotonic() - t0
+    rec = {**rec, "rc": p.returncode, "wall_s": round(wall, 1), "cmd": " ".join(cmd[1:])}
+    try:
+        planned = json.loads(p.stdout)  # native: one {cell, audit}; in the builder image: a list of them
+        rec["plan"] = planned[0] if isinstance(planned, list) and planned else planned
+        if rec.get("where") == "engine":
+            rec["cuda"] = (rec["plan"].get("cell") or {}).get("cuda") or rec["cuda"]
+    except (ValueError, AttributeError):
+        rec["stdout"] = p.stdout[-4000:]
+    rec["stderr"] = p.stderr[-4000:]
+    with open(out, "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+    where = " (engine)" if rec.get("where") == "engine" else ""
+    print(f"{rec['recipe']} {rec['version']} torch {rec['torch']}{where}: rc {p.returncode} {wall:.1f} s", flush=True)
 
 
 def exported_repo(root, recipe, version):
@@ -264,22 +273,8 @@ def engine(root, torch, out, only=()):
         cmd = [sys.executable, "-m", "imagegen", "plan", "--audit", *what, *pin, "--torch", torch,
                "--python", "3.11", "--flavor", "pypi", "--base-image", base, "--arch", "9.0", "--work", str(work),
                "--json"]
-        t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                           cwd=str(REPO))
-        wall = time.monotonic() - t0
-        rec = {"recipe": recipe, "version": version, "torch": torch, "cuda": "pypi default", "where": "engine",
-               "rc": p.returncode, "wall_s": round(wall, 1), "cmd": " ".join(cmd[1:])}
-        try:
-            planned = json.loads(p.stdout)  # a container plan's JSON: one {cell, audit} per cell
-            rec["plan"] = planned[0] if isinstance(planned, list) and planned else planned
-            rec["cuda"] = ((rec["plan"].get("cell") or {}).get("cuda") or rec["cuda"])
-        except (ValueError, AttributeError):
-            rec["stdout"] = p.stdout[-4000:]
-        rec["stderr"] = p.stderr[-4000:]
-        with open(out, "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
-        print(f"{recipe} {version} torch {torch} (engine): rc {p.returncode} {wall:.1f} s", flush=True)
+        audit_cell(cmd, dict(os.environ, PYTHONPATH=str(REPO)), out, {
+            "recipe": recipe, "version": version, "torch": torch, "cuda": "pypi default", "where": "engine"})
 
 
 if __name__ == "__main__":
