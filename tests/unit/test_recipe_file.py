@@ -159,6 +159,16 @@ def test_runs_on_target_already_requested_is_refused(tmp_path):
         load_recipe_file(write(tmp_path, text))
 
 
+def _demo_with_build(tmp_path, build: str):
+    """A minimal recipe file whose build section is ``build`` (its lines after the first indented by two)."""
+    path = tmp_path / "demo.yaml"
+    path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
+                    "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"
+                    "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\nsmoke: {imports: [demo]}\n"
+                    f"build:\n  {build}\n")
+    return path
+
+
 @pytest.mark.parametrize("figures, words", [
     ("{csrc/k_bwd.cu: 2.0}", None),
     ("{/etc/passwd: 2.0}", "build.source_memory_gb./etc/passwd"),
@@ -169,13 +179,7 @@ def test_runs_on_target_already_requested_is_refused(tmp_path):
     ("[csrc/k.cu]", "build.source_memory_gb"),
 ])
 def test_per_source_memory_figures_are_validated(tmp_path, figures, words):
-    from imagegen.errors import RecipeError
-    from imagegen.model.recipe_file import load_recipe_file
-    path = tmp_path / "demo.yaml"
-    path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
-                    "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"
-                    "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\nsmoke: {imports: [demo]}\n"
-                    f"build:\n  memory_per_thread_gb: 0.5\n  source_memory_gb: {figures}\n")
+    path = _demo_with_build(tmp_path, f"memory_per_thread_gb: 0.5\n  source_memory_gb: {figures}")
     if words is None:
         recipe = load_recipe_file(path)
         assert recipe.source_memory_gb == {"csrc/k_bwd.cu": 2.0} and recipe.heaviest_gb_per_thread == 2.0
@@ -198,13 +202,7 @@ def test_per_source_memory_figures_are_validated(tmp_path, figures, words):
     ("[" + ", ".join(["{env: {A: '1'}, memory_per_thread_gb: 1}"] * 17) + "]", "at most 16 entries"),
 ])
 def test_figures_for_a_build_environment_are_validated(tmp_path, entries, words):
-    from imagegen.errors import RecipeError
-    from imagegen.model.recipe_file import load_recipe_file
-    path = tmp_path / "demo.yaml"
-    path.write_text("schema: 1\nname: demo\nsource: {git: https://example.com/demo.git}\n"
-                    "versions:\n  '1.0': {ref: v1.0, archs: ['9.0']}\n"
-                    "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\nsmoke: {imports: [demo]}\n"
-                    f"build:\n  memory_per_thread_gb: 4.0\n  memory_when_env: {entries}\n")
+    path = _demo_with_build(tmp_path, f"memory_per_thread_gb: 4.0\n  memory_when_env: {entries}")
     if words is None:
         (when,) = load_recipe_file(path).memory_when_env
         assert (dict(when.env), when.memory_per_thread_gb) == ({"LITE": "TRUE", "FAST": "1"}, 1.5)
