@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -143,6 +143,13 @@ def _std_args(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(out)
 
 
+def _phases(value: Any) -> dict:
+    if not isinstance(value, dict):
+        return {}
+    return {k: float(value[k]) for k in ("before", "compiles", "after", "records")
+            if isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)}
+
+
 @dataclass(frozen=True)
 class AuditReport:
     ok: bool
@@ -156,6 +163,9 @@ class AuditReport:
     probe_seconds: float = 0.0
     # Do the package's sources include ATen/cuda/ headers? (None: not known; judged as if they do.)
     probe_aten_cuda: bool | None = None
+    # Where the package's own build (with stand-ins) spent its time: before its first compile, over
+    # its compiles, after the last; and its number of records ({} from an older report).
+    build_phases: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Any) -> "AuditReport":
@@ -189,6 +199,7 @@ class AuditReport:
             probe_mode=_text(probe.get("mode") or ""),
             probe_seconds=float(probe["seconds"]) if isinstance(probe.get("seconds"), (int, float)) else 0.0,
             probe_aten_cuda=probe["aten_cuda_included"] if isinstance(probe.get("aten_cuda_included"), bool) else None,
+            build_phases=_phases(data.get("build")),
         )
 
     @classmethod
@@ -245,6 +256,7 @@ class Verdict:
             "seconds": self.report.seconds,
             **({"probe": {"mode": self.report.probe_mode, "seconds": self.report.probe_seconds}}
                if self.report.probe_mode else {}),
+            **({"build": dict(self.report.build_phases)} if self.report.build_phases else {}),
             "build_exit": self.report.exit,
             "env": dict(self.report.env),
             "extensions": [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.audit import AuditReport, judge
+from imagegen.audit import AuditReport, Verdict, judge
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 
@@ -154,6 +155,16 @@ def test_a_hostile_report_is_bounded():
     assert r.extensions[0].ptx == ()
 
 
+def test_the_build_phases_travel_from_the_report_to_the_plans_record_and_are_bounded():
+    data = {"ok": True, "exit": 0, "build": {"before": 3.5, "compiles": 9.25, "after": 1.0, "records": 160,
+                                            "hostile": "x" * 100, "extra": True}}
+    r = AuditReport.from_json(data)
+    assert r.build_phases == {"before": 3.5, "compiles": 9.25, "after": 1.0, "records": 160.0}
+    assert AuditReport.from_json({"ok": True, "exit": 0, "build": "nope"}).build_phases == {}
+    assert Verdict(report=r).as_dict()["build"] == {"before": 3.5, "compiles": 9.25, "after": 1.0, "records": 160.0}
+    assert "build" not in Verdict(report=AuditReport.from_json({"ok": True, "exit": 0})).as_dict()
+
+
 # ------------------------------------------------------------------ the audit's own speed (issue 15)
 
 
@@ -199,6 +210,32 @@ def test_stand_ins_start_python_without_site(tmp_path):
     imagegen_audit.install_stubs(str(tmp_path), env, sys.executable, str(BUILDER / "imagegen_audit.py"), None)
     assert " -S " in (tmp_path / "stubs" / "cxx").read_text()
     assert os.path.isdir(env["IMAGEGEN_AUDIT_QUERIES"])
+
+
+@pytest.mark.skipif(not shutil.which("ccache"), reason="needs ccache (scripts/test.sh installs it)")
+def test_ccache_in_front_of_a_stand_in_calls_only_the_stand_in(tmp_path):
+    # torch 2.13+ writes `cxx = ccache <CXX>` into its ninja file when ccache is on PATH. A working
+    # ccache first runs the compiler with -E, which a stand-in hands to the real compiler (xformers
+    # 0.0.32 with torch 2.14: ~1 s per host source). The audit's environment turns both off.
+    real = tmp_path / "real-cxx"
+    calls = tmp_path / "real-calls"
+    real.write_text("#!/bin/sh\necho \"$@\" >> %s\nexec c++ \"$@\"\n" % calls)
+    real.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "CXX": str(real), "CCACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    imagegen_audit.install_stubs(str(tmp_path / "work"), env, sys.executable, str(BUILDER / "imagegen_audit.py"), None)
+    assert env["TORCH_NO_COMPILER_WRAPPER"] == "1" and "CCACHE_DIR" not in env
+    (tmp_path / "a.cpp").write_text("int f() { return 1; }\n")
+    proc = subprocess.run(["ccache", env["CXX"], "-c", str(tmp_path / "a.cpp"), "-o", str(tmp_path / "a.o")],
+                          env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = (tmp_path / "work" / "records.jsonl").read_text().splitlines()
+    assert len(records) == 1 and not calls.exists()  # recorded once; the real compiler never ran
+    # the same call without the audit's CCACHE_DISABLE: ccache preprocesses with the real compiler
+    env.pop("CCACHE_DISABLE")
+    env["CCACHE_DIR"] = str(tmp_path / "cache")
+    subprocess.run(["ccache", env["CXX"], "-c", str(tmp_path / "a.cpp"), "-o", str(tmp_path / "b.o")],
+                   env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert "-E" in calls.read_text().split()
 
 
 def test_a_relative_cuda_home_is_shadowed_by_links_that_resolve(tmp_path, monkeypatch):

@@ -164,6 +164,30 @@ def test_extensions_with_identical_flags_are_probed_once(tmp_path, torch_headers
         "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n")
 
 
+def test_extensions_built_in_folders_of_their_own_share_a_probe_when_their_flags_mean_the_same(tmp_path, torch_headers):
+    # SageAttention 2.2 with EXT_PARALLEL: each extension compiles in its own build folder, with the
+    # same flags; 8 probes became 2. A relative include folder is read against each compile's folder.
+    def at(cwd, r):
+        return dict(r, cwd=cwd)
+    same = ("-std=c++20", f"-I{SRC}/csrc")
+    records = [at(f"{BUILD}/a", host_of("a", *same, "-isystem", "../../third")),
+               at(f"{BUILD}/b", host_of("b", *same, "-isystem", "../../third")),
+               at(f"{BUILD}/a", nvcc_of("ka", *same, "--include-path=../inc")),
+               at(f"{BUILD}/b", nvcc_of("kb", *same, "--include-path=../inc")),
+               at(f"{BUILD}/c/d", nvcc_of("kc", *same, "--include-path=../inc")),  # ../inc is elsewhere here
+               at(f"{BUILD}/a", host_of("e", *same, "@flags.rsp")),
+               at(f"{BUILD}/b", host_of("f", *same, "@flags.rsp")),  # its own flags file: its own probe
+               link("_a", f"{BUILD}/a.o", f"{BUILD}/ka.o"), link("_b", f"{BUILD}/b.o", f"{BUILD}/kb.o"),
+               link("_c", f"{BUILD}/kc.o"), link("_e", f"{BUILD}/e.o"), link("_f", f"{BUILD}/f.o")]
+    runner = Runner()
+    section, _ = audit.run_probes(records, ENV, str(tmp_path), runner=runner)
+    assert [(r["tool"], r["modules"]) for r in section["runs"]] == [
+        ("cxx", ["pkg._a", "pkg._b"]), ("nvcc", ["pkg._a", "pkg._b"]), ("nvcc", ["pkg._c"]),
+        ("cxx", ["pkg._e"]), ("cxx", ["pkg._f"])]
+    assert len(runner.ran) == 5
+    assert runner.ran[0][1][len(INC):len(INC) + 4] == ["-std=c++20", f"-I{SRC}/csrc", "-isystem", "../../third"]  # as recorded
+
+
 @pytest.mark.parametrize("argv, stable", [
     (["-DTORCH_TARGET_VERSION=0x0209000000000000"], True),  # flash-attn-3's flash_api_stable.cpp, torch >= 2.9
     (["-D", "TORCH_TARGET_VERSION=0x020a000000000000"], True),
@@ -401,3 +425,9 @@ def test_a_hostile_probe_section_is_bounded():
                                "extensions": [{"module": "m", "sass": ["sm_90"], "probe": runs}]})
     assert len(r.extensions[0].probe) == 20 and r.extensions[0].probe[0].ok is None
     assert len(r.extensions[0].probe[0].compiler) <= 300 and r.probe_mode == ""
+
+
+def test_the_build_phases_are_read_from_the_records_timestamps():
+    records = [{"t": 103.0}, {"t": 101.5}, {"t": 104.25}, {"tool": "nvcc"}]
+    assert audit.phases(records, 100.0, 110.0) == {"records": 3, "before": 1.5, "compiles": 2.75, "after": 5.75}
+    assert audit.phases([], 100.0, 102.5) == {"records": 0, "before": 2.5, "compiles": 0.0, "after": 0.0}

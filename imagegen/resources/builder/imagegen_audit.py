@@ -274,7 +274,11 @@ def install_stubs(work, env, python, script, cuda_home):
         LOG_ENV: log,
         REAL_ENV: json.dumps(real),
     })
-    env.pop("CCACHE_DIR", None)  # nothing compiles: keep ccache out of the picture
+    # Nothing compiles: keep compile caches out of the picture. torch 2.13+ puts ccache/sccache in
+    # front of the compilers when one is on PATH, and ccache then runs the real preprocessor on every
+    # file before it calls the stand-in (xformers 0.0.32: ~1 s per host source, 12 s of its audit).
+    env.pop("CCACHE_DIR", None)
+    env.update({"TORCH_NO_COMPILER_WRAPPER": "1", "CCACHE_DISABLE": "1"})
     return log
 
 
@@ -550,6 +554,18 @@ def read_records(log):
     return out
 
 
+def phases(records, started, ended):
+    """Where the package's build spent the audit's time, from the records' timestamps: until its first
+    compile (setup.py, importing torch, ...), its compiles (stand-ins: recorded, nothing compiled)
+    and after the last one (linking, packing the wheel); seconds, and the number of records."""
+    times = sorted(r["t"] for r in records if isinstance(r.get("t"), (int, float)))
+    if not times:
+        return {"records": 0, "before": round(ended - started, 2), "compiles": 0.0, "after": 0.0}
+    first, last = max(started, times[0]), min(ended, times[-1])
+    return {"records": len(times), "before": round(first - started, 2), "compiles": round(max(0.0, last - first), 2),
+            "after": round(max(0.0, ended - last), 2)}
+
+
 
 # ------------------------------------------------------------------------------------------------
 # The header probe: do torch's headers compile with each extension's own flags?
@@ -685,6 +701,35 @@ def probe_flags(argv, stubs=None):
     return out
 
 
+_PATH_OPTIONS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "--include-path",
+                 "--system-include", "--pre-include")
+
+
+def where_flags_point(flags, cwd):
+    """What a flag set means wherever it runs: its include folders and forced includes made absolute
+    against the compile's folder (a package that builds each extension in its own folder, as
+    SageAttention 2.2's EXT_PARALLEL does, gives the same flags from four folders: one probe). A flag set
+    that reads options from a file (@FILE, --options-file) keeps its folder: what it means lies there."""
+    out = []
+    i = 0
+    while i < len(flags):
+        a = flags[i]
+        if a.startswith("@") or a.split("=", 1)[0] in ("--options-file", "-optf"):
+            return (cwd,) + tuple(flags)
+        if a in _PATH_OPTIONS and i + 1 < len(flags):
+            out += [a, os.path.normpath(os.path.join(cwd, flags[i + 1]))]
+            i += 2
+            continue
+        for opt in _PATH_OPTIONS:
+            joined = opt + "=" if opt.startswith("--") else opt  # -Idir, --include-path=dir
+            if a.startswith(joined) and len(a) > len(joined):
+                a = joined + os.path.normpath(os.path.join(cwd, a[len(joined):]))
+                break
+        out.append(a)
+        i += 1
+    return tuple(out)
+
+
 def probe_command(kind, argv, unit, out, mode="on", stubs=None):
     """The probe's arguments (without the compiler) for a recorded compile of ``kind``."""
     flags = probe_flags(argv, stubs)
@@ -764,7 +809,7 @@ def run_probes(records, env, work, mode="on", stubs=None, runner=None, limit=PRO
             if kind is None or not has_torch_headers(r["argv"], r["cwd"]):
                 continue
             flags = probe_flags(r["argv"], stubs)
-            key = (r["tool"], r["cwd"], tuple(flags))
+            key = (r["tool"], where_flags_point(flags, r["cwd"]))
             if key not in distinct:
                 distinct[key] = {"kind": kind, "tool": r["tool"], "cwd": r["cwd"], "argv": r["argv"], "modules": []}
                 order.append(key)

@@ -317,6 +317,11 @@ def cmd_build(cell, args):
     env["TMPDIR"] = os.path.join(work, "tmp")
     os.makedirs(env["TMPDIR"])
     stats_log = use_ccache(env, work, py, relative_paths=not cell.get("work_dir"))
+    if stats_log is None and cell.get("work_dir"):
+        # torch 2.13+ puts ccache in front of the compilers on its own when it finds one (the image
+        # has it); without a mounted cache folder that cache goes with the layer, and a cold ccache
+        # costs a preprocessing pass per file. A native build keeps the user's own wrapper choice.
+        env.setdefault("TORCH_NO_COMPILER_WRAPPER", "1")
     guard = guard_nvcc(env, cell["log_dir"], work)
     tree = copy_source(cell, work)
     dist = os.path.join(work, "dist")
@@ -627,15 +632,20 @@ def cmd_audit(cell, args):
         # (and imports torch) once more and compiles nothing, ~half of an audit's time.
         cmd = imagegen_audit.build_wheel_command(py, work, tree, dist)
         log("audit: $ %s  (the build_wheel hook of: %s)" % (" ".join(cmd), " ".join(pip_wheel_command(py, dist, tree))))
+        hook_started = time.time()
         rc, output = _run_audit_build(cmd, env, work, args.timeout)
         if rc == imagegen_audit.NO_BACKEND_READER and imagegen_audit.NO_BACKEND_MARK in output:
             # no TOML reader for pyproject.toml in this Python (< 3.11 without pip's tomli): let pip read it
             cmd = pip_wheel_command(py, dist, tree)  # exactly the build's command
             log("audit: $ " + " ".join(cmd))
+            hook_started = time.time()
             rc, output = _run_audit_build(cmd, env, work, args.timeout)
         text = output.decode("utf-8", "replace")
         recorded = imagegen_audit.read_records(records)
         report = imagegen_audit.fold(recorded, os.path.realpath(os.path.join(work, "src")))
+        report["build"] = imagegen_audit.phases(recorded, hook_started, time.time())
+        log("audit: the package's build: {before:.1f} s to its first compile, {records} record(s) over {compiles:.1f} s, "
+            "{after:.1f} s after the last".format(**report["build"]))
         if rc == 0:
             # the header probe: torch's headers compiled with each extension's own flags (seconds)
             imagegen_audit.add_probe(report, recorded, env, work, "off" if args.no_probe else None, tree)
