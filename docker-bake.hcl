@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "a4a2503644a9df9e"
+    "io.imagegen.inputs" = "8e15c2e58be50915"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -116,7 +116,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "d0c47692c2443428"
+    "io.imagegen.inputs" = "adc4f022340b86e1"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -137,7 +137,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "f47a67f0fc52abcf"
+    "io.imagegen.inputs" = "2ed239116c320087"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -158,7 +158,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "79e8a2c660ab821a"
+    "io.imagegen.inputs" = "6cfd0b297c9f5f3e"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -179,7 +179,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "c46e5a348ace0214"
+    "io.imagegen.inputs" = "6a2141c7aa50bb01"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -200,7 +200,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "1eae135eaaedcc67"
+    "io.imagegen.inputs" = "d9a4a0814deab12e"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -221,7 +221,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "9e45237dfd6eb983"
+    "io.imagegen.inputs" = "97e27cf483bf7f20"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -242,7 +242,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "bd5432dff4103055"
+    "io.imagegen.inputs" = "5a8c43ccecb45a5d"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -263,7 +263,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "b1caa06fde6ba3e2"
+    "io.imagegen.inputs" = "5a90d1ca5ba96ab0"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -284,7 +284,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "afd13aed38578563"
+    "io.imagegen.inputs" = "476d13d953899caa"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -305,7 +305,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "a2ccea413fb36b2e"
+    "io.imagegen.inputs" = "55113a15cfea3714"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -326,7 +326,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "49006d2bf61faf23"
+    "io.imagegen.inputs" = "15b6db0ffedb2141"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

@@ -62,7 +62,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
 FROM os AS fetch
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_toolchain.py imagegen_fetch.py imagegen_supervise.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
+COPY --from=imagegen-scripts imagegen_build.py imagegen_toolchain.py imagegen_fetch.py imagegen_supervise.py imagegen_resume.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 RUN --mount=type=secret,id=pip_cert \
@@ -103,7 +103,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
 # imagegen's build steps (imagegen_build.py, with the rules imagegen plans with, the patch and wheel
 # tools every build path shares, and the audit's stand-in compilers beside it), and this cell's inputs.
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_supervise.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
+COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_supervise.py imagegen_resume.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 
@@ -152,22 +152,29 @@ ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 # (imagegen_rules.py: 2.0 GB per nvcc thread for causal-conv1d, 4 threads, fewer on a small machine).
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
+# Seconds: a build still compiling then stops and keeps its state for the next build of these inputs.
+ARG IMAGEGEN_BUILD_BUDGET=
 # The planned list and inputs hash: the build record keeps the hash only if the list was not overridden.
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
     NVCC_THREADS=${NVCC_THREADS} \
+    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} \
+    IMAGEGEN_RESUME_DIR=/imagegen/resume \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=79e8a2c660ab821a
+    IMAGEGEN_INPUTS=6cfd0b297c9f5f3e
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
-# change recompiles only what changed; the hit rate is in the build log and ccache.json.
+# change recompiles only what changed; the hit rate is in the build log and ccache.json. A build stopped
+# at its budget keeps its tree in the resume mount (one file per inputs hash), which outlives the failed
+# step: the same build again compiles only what is left (imagegen_resume.py).
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
 # arg) is no cache key: a cell built before in a batch of another size is not compiled again.
 RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=shared \
+    --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="79e8a2c660ab821a"
+      io.imagegen.inputs="6cfd0b297c9f5f3e"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---

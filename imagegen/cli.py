@@ -133,6 +133,17 @@ def _add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nvcc-threads", type=int, help="nvcc --threads per job (default: the recipe's)")
 
 
+def budget_seconds(text: str) -> int:
+    """A duration: 330m, 5h30m, 90s, or plain seconds; whole seconds > 0."""
+    import re
+
+    m = re.fullmatch(r"(?:(\d{1,4})h)?(?:(\d{1,6})m)?(?:(\d{1,8})s?)?", text.strip())
+    seconds = int(m.group(1) or 0) * 3600 + int(m.group(2) or 0) * 60 + int(m.group(3) or 0) if m else 0
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is no duration: say e.g. 330m, 5h30m or 19800 (seconds)")
+    return seconds
+
+
 def _add_gpu_check_args(p: argparse.ArgumentParser) -> None:
     """A Dockerfile build that runs the recipe's GPU check inside it (BuildKit CDI, `RUN --device`)."""
     p.add_argument("--gpu-check-device", metavar="CDI_DEVICE", help="run the recipe's numerical GPU check inside"
@@ -238,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: config out, else wheelhouse)")
     p.add_argument("--work", type=Path, default=Path(".imagegen"), help="staging, logs and bake files (default: .imagegen)")
     _add_compile_args(p)
+    p.add_argument("--budget", type=budget_seconds, metavar="DURATION", help="stop a cell's compile after this long"
+                   " (e.g. 330m, under a CI runner's 6 hours) and keep its build tree in the builder's cache (keyed by"
+                   " the cell's inputs hash): the same build again compiles only what is left (exit 5 with the"
+                   " cell's row saying so)")
     p.add_argument("--builder", action="append", default=[], help="buildx builder to run on (default: the current"
                    " one); repeat to split the matrix across several builders (bake sends all of one run to one node)")
     _add_cache_args(p)

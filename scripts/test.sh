@@ -35,8 +35,8 @@ if [ "$(id -u)" = 0 ]; then
   say "engine: $((SECONDS - step)) s"; step=$SECONDS
   bash scripts/install-registry.sh
   # ccache for the native ccache test (the images install their own); ip (iproute2) for the second
-  # dockerd of the --builder test (its own bridge)
-  for tool in ccache:ccache ip:iproute2; do
+  # dockerd of the --builder test (its own bridge); ninja for the resume test's real ninja
+  for tool in ccache:ccache ip:iproute2 ninja:ninja-build; do
     command -v "${tool%%:*}" > /dev/null || apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null 2>&1 \
       || { apt-get update -q > /dev/null && apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null; }
   done

@@ -49,7 +49,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle, netrc=netrc,
                             cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
-                            audit=not args.no_audit)
+                            audit=not args.no_audit, budget=args.budget)
     repaired = _last_mile(args, out, [r.wheel for r in results if r.wheel is not None and r.status == "built"],
                           any(r.wheel is not None for r in results))
     for r in results:
@@ -63,6 +63,9 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
     if args.netrc:
         raise UsageError("--netrc goes with a container build: natively, git and pip read your ~/.netrc (or $NETRC)"
                          " themselves")
+    if args.budget:
+        raise UsageError("--budget goes with a container build (its stopped tree is kept in the builder's cache);"
+                         " a native build is not stopped at a budget yet")
     if args.flat and (args.repair or args.index):
         raise UsageError("--repair and --index work on a wheelhouse: drop --flat (a flat folder has no manifest)")
     cell, host = common.native_cell(args, config, cat)

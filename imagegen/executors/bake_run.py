@@ -92,6 +92,9 @@ class Run:
     # What becomes of a built cell (imagegen.finish.finish, handed in by the caller: verifying and
     # collecting come after this step).
     finish: "Finisher | None" = None
+    # Seconds a cell's compile may run before it stops and keeps its state (`build --budget`; the
+    # imagegen_jobs secret carries it, so it is no cache key); None: no limit.
+    budget: "int | None" = None
 
     def jobs_file(self, cell: str) -> Path:
         """Where the cell's MAX_JOBS and NVCC_THREADS for the next bake go (the imagegen_jobs secret)."""

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool = False, max_jobs: int | None = None,
           nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
           netrc: str | None = None,
-          cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True,
+          cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True, budget: int | None = None,
           say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
     """Build the plan's cells, each audited first (``audit``), each built one handed to ``finish``
     (imagegen.finish.finish: verify, then collect into ``out``). With several ``builders`` the cells
@@ -78,7 +78,7 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
         return [results[c.name] for c in plan.buildable]
 
     run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to, netrc=netrc)
-    run.finish = finish
+    run.finish, run.budget = finish, budget
     check_cache_support(list(builders) or [None], cache_to)
 
     if len(builders) > 1:
@@ -186,7 +186,8 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
                                   share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
                                   targets=c.archs.gencode_targets)
             # A secret, not build args: the batch's size is no cache key (the log target reuses the build).
-            run.jobs_file(c.name).write_text(f"MAX_JOBS={s.max_jobs}\nNVCC_THREADS={s.nvcc_threads}\n")
+            run.jobs_file(c.name).write_text(f"MAX_JOBS={s.max_jobs}\nNVCC_THREADS={s.nvcc_threads}\n"
+                                             + (f"IMAGEGEN_BUILD_BUDGET={run.budget}\n" if run.budget else ""))
             say(f"[{c.name}] {s.describe()}")
             started[c.name] = time.time()
             shutil.rmtree(stage / c.name, ignore_errors=True)

@@ -153,6 +153,7 @@ def builder_files() -> dict[str, str]:
     work folder; a Dockerfile carries them)."""
     return {"imagegen_build.py": builder_script(), "imagegen_toolchain.py": toolchain_script(),
             "imagegen_fetch.py": fetch_script(), "imagegen_supervise.py": supervise_script(),
+            "imagegen_resume.py": _builder_resource("imagegen_resume.py"),
             "imagegen_rules.py": rules_script(),
             "imagegen_wheeltools.py": wheeltools_script(), "imagegen_audit.py": audit_script()}
 

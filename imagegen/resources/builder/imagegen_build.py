@@ -46,6 +46,7 @@ from imagegen_supervise import guard_nvcc, supervise, torch_cuda_home  # noqa: E
 
 # The fetch step and the copy a build compiles (imagegen_fetch.py, beside this script).
 from imagegen_fetch import cmd_fetch, copy_source  # noqa: E402
+import imagegen_resume as resume  # noqa: E402
 
 
 
@@ -166,6 +167,8 @@ def jobs_from_secret():
     for line in text.splitlines():
         name, _, value = line.strip().partition("=")
         if name in ("MAX_JOBS", "NVCC_THREADS") and value.isdigit() and 0 < int(value) <= 4096:
+            found[name] = value
+        elif name == resume.BUDGET_ENV and value.isdigit():  # `imagegen build --budget`: no cache key either
             found[name] = value
     return found
 
@@ -323,13 +326,29 @@ def cmd_build(cell, args):
         # costs a preprocessing pass per file. A native build keeps the user's own wrapper choice.
         env.setdefault("TORCH_NO_COMPILER_WRAPPER", "1")
     guard = guard_nvcc(env, cell["log_dir"], work)
-    tree = copy_source(cell, work)
+    # A state saved by a build of the same inputs that was stopped at its budget (imagegen_resume.py):
+    # only in an image, whose work folder is the same path every time (ninja's commands name it).
+    state = resume.state_path(env) if cell.get("work_dir") else None
+    restored = resume.restore(state, work)
+    if restored:
+        tree = os.path.join(work, "src")
+        resumed = ("resuming from %s: %d object(s) compiled by the stopped build (%d finished step(s) in ninja's log)"
+                   % (state, restored["objects"], restored["entries"]))
+        log(resumed)
+    else:
+        tree = copy_source(cell, work)
     dist = os.path.join(work, "dist")
     started = time.time()
+    budget = resume.budget_seconds(env)
     # Unbuffered: the log grows while the build runs (a long compile can be followed with tail -f).
     with open(log_path, "wb", buffering=0) as lf:
         lf.write(("[imagegen] build env: %s\n" % json.dumps(chosen)).encode())
-        result = supervise(pip_wheel_command(py, dist, tree), env, lf, guard)
+        if restored:
+            lf.write(("[imagegen] %s\n" % resumed).encode())
+        result = supervise(pip_wheel_command(py, dist, tree), env, lf, guard,
+                           deadline=started + budget if budget else None)
+    if result["budget_spent"]:
+        stop_and_keep(cell, work, tree, state, budget, restored, started)
     if result["error"]:
         with open(os.path.join(cell["log_dir"], "failure.json"), "w", encoding="utf-8") as fh:
             json.dump(dict(result, log=log_path), fh)
@@ -348,12 +367,38 @@ def cmd_build(cell, args):
     give_to_folder_owner(tmp, out)
     os.replace(tmp, dest)
     write_build_record(cell, plain, dest, started)
+    if restored:
+        now, again = resume.steps_since(tree, restored["steps"])
+        said = "resumed build: %d step(s) run now, %d done by the stopped build%s" % (
+            len(now), restored["entries"], " (run again: %s)" % ", ".join(os.path.basename(s) for s in again[:5])
+            if again else "")
+        log(said)
+        with open(log_path, "ab") as lf:
+            lf.write(("[imagegen] %s\n" % said).encode())
+    if state:
+        resume.forget(state)
     if stats_log:
         report_ccache(stats_log, cell["log_dir"])
     shutil.rmtree(work, ignore_errors=True)
     log("built %s in %.0f s (log: %s)" % (dest, time.time() - started, log_path))
     if getattr(args, "smoke", False):
         smoke_test(cell, [dest])
+
+
+def stop_and_keep(cell, work, tree, state, budget, restored, started):
+    """The build's budget is spent: keep its tree for the next build of the same inputs and stop
+    with resume.STOPPED_EXIT (no wheel, no failure record)."""
+    done = resume.ninja_entries(tree)
+    if not state:
+        shutil.rmtree(work, ignore_errors=True)
+        fail("the build's budget of %d s is spent after %d ninja step(s); nothing is kept (no %s, or no inputs "
+             "hash): the next build starts afresh" % (budget, done, resume.RESUME_DIR_ENV), resume.STOPPED_EXIT)
+    size = resume.save(work, state, {"inputs": os.environ.get(resume.INPUTS_ENV), "cell": cell.get("cell"),
+                                     "steps_done": done, "seconds": round(time.time() - started, 1),
+                                     "resumed": bool(restored)})
+    shutil.rmtree(work, ignore_errors=True)
+    fail("the build's budget of %d s is spent: stopped after %d ninja step(s), its state (%.0f MB) is kept in %s; "
+         "the same build again resumes from it" % (budget, done, size / 1e6, state), resume.STOPPED_EXIT)
 
 
 RECORD_SUFFIX = ".imagegen.json"  # beside the wheel: what built it (imagegen.wheelhouse.RECORD_SUFFIX)

@@ -217,12 +217,13 @@ def _without_temp_folders(line):
     return re.sub(r"(?<!\S)/\S*/(tmpxft_)", r"\1", line)
 
 
-def supervise(cmd, env, log_file, guard):
+def supervise(cmd, env, log_file, guard, deadline=None):
     """Run the build (``cmd``, pip wheel) in a session of its own, its output to stdout and
     ``log_file`` chunk by chunk as it comes. Stop it, every process of it (pip, setup.py, ninja,
     nvcc, cicc, ptxas, the host compiler), at the first compiler error: the guard's marker file, or
-    an error line in the output when pip shows it (IMAGEGEN_BUILD_VERBOSE). Returns {rc, error
-    (its first line, or None), how, error_at, stopped_at}."""
+    an error line in the output when pip shows it (IMAGEGEN_BUILD_VERBOSE); or at ``deadline`` (a
+    time.time(), the build's budget: then ``budget_spent`` is true). Returns {rc, error (its first
+    line, or None), how, error_at, stopped_at, budget_spent}."""
     log("$ " + " ".join(cmd))
     started = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -294,6 +295,14 @@ def supervise(cmd, env, log_file, guard):
         if rc is not None:
             break
         now = time.time()
+        if deadline is not None and now >= deadline:
+            emit(("[imagegen] the build's budget is spent after %d compilation(s): stopping it to keep its state\n"
+                  % compiled).encode())
+            stop_session(proc)
+            rc = proc.wait()
+            thread.join(timeout=10)
+            return {"rc": rc, "error": None, "how": "", "error_at": None, "stopped_at": time.time(),
+                    "budget_spent": True}
         if now >= next_beat:
             elapsed = int(now - started)
             emit(("[imagegen] still compiling: %dm%02ds, %d compilation(s) done%s\n"
@@ -316,7 +325,7 @@ def supervise(cmd, env, log_file, guard):
         log_file.write(("[imagegen] build stopped %.1f s after the first error was seen\n"
                         % (stopped_at - (error_at or stopped_at))).encode())
     return {"rc": rc if rc and rc > 0 else (1 if error else rc), "error": error, "how": how,
-            "error_at": error_at, "stopped_at": stopped_at}
+            "error_at": error_at, "stopped_at": stopped_at, "budget_spent": False}
 
 
 def _read_new(path, offset):
