@@ -97,6 +97,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         imports=smoke_r.str_list("imports", pattern=safety.MODULE_NAME),
         driver_imports=smoke_r.str_list("driver_imports", pattern=safety.MODULE_NAME),
         gpu_check=smoke_r.str("gpu_check", "", max_len=MAX_SCRIPT) or "",
+        check_requires=smoke_r.str_list("check_requires", pattern=safety.PIP_REQUIREMENT),
     )
     if not smoke.imports:
         raise smoke_r.error("list at least one module to import", "imports")

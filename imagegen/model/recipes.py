@@ -202,6 +202,9 @@ class SmokeTest:
     imports: tuple[str, ...]
     driver_imports: tuple[str, ...] = ()
     gpu_check: str = ""
+    # What the GPU check imports beyond torch and the wheel (the wheel is installed alone, --no-deps):
+    # mamba-ssm's interface imports einops. Installed before the check, torch pinned.
+    check_requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

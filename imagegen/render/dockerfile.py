@@ -363,7 +363,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
         safety.check(cell.gpu_check_device, safety.CDI_DEVICE, "--gpu-check-device")
         safety.check(cell.dockerfile_frontend or "", safety.IMAGE_REF, "--dockerfile-frontend")
         gpu_check_json = _json_line({"recipe": recipe.name, "device": cell.gpu_check_device,
-                                     "code": recipe.smoke.gpu_check})
+                                     "code": recipe.smoke.gpu_check, "requires": list(recipe.smoke.check_requires)})
     text = _environment().get_template("Dockerfile.j2").render(
         imagegen_version=__version__,
         command=command or f"imagegen render {recipe.name}",
@@ -396,6 +396,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
         offline=cell.offline,
         net=_Raw("--network=none " if cell.offline else ""),
         gpu_check_json=_Raw(gpu_check_json),
+        gpu_check_requires=bool(cell.gpu_check_device and recipe.smoke.check_requires),
         gpu_check_delimiter=safety.heredoc_delimiter(gpu_check_json, "IMAGEGEN_GPU_CHECK_JSON"),
     )
     return Rendered(cell=cell, dockerfile=text, cell_json=doc, inputs_hash=digest)

@@ -337,6 +337,31 @@ def test_fold_records_the_standard_arguments_of_every_compile(tmp_path):
     assert audited.lowest_std.flag == "-std=c++17"
 
 
+def test_a_stable_abi_compile_is_left_to_the_probe_not_to_the_standard_check(tmp_path):
+    # torch 2.14's stable headers (torch/csrc/stable/library.h, tensor.h) parse as C++17 (g++ -fsyntax-only in
+    # the torch 2.14.1 builder image), where torch/extension.h #errors: a stable-ABI compile (flash-attn-3's
+    # flash_api_stable.cpp, xformers 0.0.35) is not held to torch's extension minimum; the probe judges it.
+    src = str(tmp_path / "src")
+    build = f"{src}/build/temp"
+    rec = lambda tool, *argv: {"tool": tool, "cwd": build, "argv": list(argv)}  # noqa: E731
+    records = [
+        rec("cxx", "-c", f"{src}/api_stable.cpp", "-o", f"{build}/s.o", "-std=c++17", "-DTORCH_TARGET_VERSION=0x020e000000000000"),
+        rec("nvcc", "-c", f"{src}/k.cu", "-o", f"{build}/k.o", "-std=c++17", "-DTORCH_STABLE_ONLY",
+            "-gencode", "arch=compute_90,code=sm_90"),
+        rec("ld", "-shared", f"{build}/s.o", f"{build}/k.o", "-o",
+            f"{src}/build/lib.linux-x86_64-cpython-312/pkg/_C.cpython-312-x86_64-linux-gnu.so"),
+        rec("cxx", "-c", f"{src}/api.cpp", "-o", f"{build}/a.o", "-std=c++17"),
+        rec("ld", "-shared", f"{build}/a.o", "-o", f"{src}/build/lib.linux-x86_64-cpython-312/pkg/_D.cpython-312-x86_64-linux-gnu.so"),
+    ]
+    stable, plain = imagegen_audit.fold(records, src)["extensions"]
+    assert stable["std_args"] == [] and stable["stable_abi_sources"] == 2
+    assert plain["std_args"] == [{"tool": "cxx", "args": ["-std=c++17"]}] and plain["stable_abi_sources"] == 0
+    report = AuditReport.from_json({"ok": True, "exit": 0, "extensions": [dict(stable, module="pkg._C"), dict(plain, module="pkg._D")]})
+    v = judge_std(report, "2.14")
+    assert v.refusals == ("pkg._D compiles with -std=c++17 but torch 2.14's headers require C++20 or later: use a"
+                          " recipe fix (by_torch patch) or the package's release that picks the standard from torch",)
+
+
 def std_report(*std_args):
     ext = {"module": "flash_attn_2_cuda", "sass": ["sm_90"], "ptx": [],
            "std_args": [{"tool": tool, "args": list(args)} for tool, args in std_args]}

@@ -88,7 +88,7 @@ def test_the_gpucheck_stage_gets_the_device_and_no_network_and_wheels_come_from_
     assert stage_of(cmds, copy.start_line) == "gpucheck" and copy.start_line < run.start_line
     assert len(docs["/imagegen/gpu_check.json"].strip().splitlines()) == 1
     doc = json.loads(docs["/imagegen/gpu_check.json"])
-    assert doc == {"recipe": "sageattention", "device": DEVICE, "code": cell.recipe.smoke.gpu_check}
+    assert doc == {"recipe": "sageattention", "device": DEVICE, "code": cell.recipe.smoke.gpu_check, "requires": []}
     assert "cosine" in doc["code"]
     # wheels: only from gpucheck (a wheel that fails the check is never exported); buildlog has the report.
     assert cmds[-1][0] == "COPY" and cmds[-1][1].flags == ("--from=gpucheck",)
@@ -100,6 +100,36 @@ def test_the_gpucheck_stage_gets_the_device_and_no_network_and_wheels_come_from_
     smoke_runs = [c for n, c in cmds if n == "RUN" and stage_of(cmds, c.start_line) == "smoke"]
     assert [c.flags for c in smoke_runs] == [()]
     assert lint(text, tmp_path) == []
+
+
+def test_what_the_check_imports_beyond_the_wheel_is_installed_before_it_with_the_network(tmp_path):
+    # mamba-ssm's selective_scan_interface imports einops at its top; the smoke step installs the wheel
+    # alone (--no-deps), and the check runs without a network: the recipe's check_requires go in first.
+    cell, _ = render("mamba-ssm", "9.0", "pypi", torch="2.11", python="3.12")
+    assert cell.buildable, cell.problems
+    assert cell.recipe.smoke.check_requires == ("einops",)
+    checked, text = gpu_render(cell)
+    cmds = instructions(text)
+    runs = [c for n, c in cmds if n == "RUN" and stage_of(cmds, c.start_line) == "gpucheck"]
+    assert [r.value[0].split(" ", 2)[2].split(" --")[0] for r in runs] == ["gpu-check-deps", "gpu-check"]
+    deps = runs[0]
+    assert "--network=none" not in deps.flags and "--mount=type=secret,id=pip_cert" in deps.flags
+    doc = json.loads(next(c.heredocs[0].content for _, c in cmds if c.heredocs and c.value[-1] == "/imagegen/gpu_check.json"))
+    assert doc["requires"] == ["einops"]
+    assert lint(text, tmp_path) == []
+    # the in-build step refuses anything but a plain requirement in the check file, before pip runs
+    import subprocess
+    import sys
+
+    from tests.unit.builder_script import SCRIPT
+    check = tmp_path / "check.json"
+    cell_file = tmp_path / "cell.json"
+    cell_file.write_text(json.dumps({"torch": {"version": "2.11.0"}, "venv": str(tmp_path / "none")}))
+    for bad in (["einops; os_name == 'posix'"], ["--index-url=http://evil/ x"], ["x @ https://evil/x.whl"]):
+        check.write_text(json.dumps({"requires": bad}))
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--cell", str(cell_file), "gpu-check-deps", "--check", str(check)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 1 and "is not a requirement imagegen installs" in proc.stderr, proc.stderr
 
 
 def test_the_rest_of_the_dockerfile_is_the_plain_render(tmp_path):

@@ -499,7 +499,12 @@ def fold(records, src_root):
         src = sources[-1] if sources else ""
         src_abs = os.path.normpath(os.path.join(cwd, src)) if src else ""
         shown = os.path.relpath(src_abs, src_root) if src_abs.startswith(src_root + os.sep) else src
-        entry = {"tool": r["tool"], "source": shown, "std": std_args(argv)}
+        # A stable-ABI compile (TORCH_TARGET_VERSION / TORCH_STABLE_ONLY) includes only torch's stable
+        # headers, which compile as C++17 where torch/extension.h #errors (torch 2.14: g++ -std=c++17
+        # -fsyntax-only of torch/csrc/stable/library.h and tensor.h passes): its standard is not held to
+        # torch's extension minimum; the header probe (the stable unit, with its flags) judges it.
+        stable = stable_abi(argv)
+        entry = {"tool": r["tool"], "source": shown, "std": std_args(argv), "stable": stable}
         if r["tool"] == "nvcc":
             entry["targets"] = ["%s:%s" % t for t in nvcc_targets(argv)]
             entry["flags"] = _flags(argv)
@@ -517,6 +522,8 @@ def fold(records, src_root):
         # an empty one where the command line names none.
         stds = []
         for p in parts:
+            if p["stable"]:
+                continue
             item = {"tool": p["tool"], "args": p["std"]}
             if item not in stds:
                 stds.append(item)
@@ -533,6 +540,7 @@ def fold(records, src_root):
             "other_targets": other,
             "nvcc_flags": common or [],
             "std_args": stds[:20],
+            "stable_abi_sources": sum(1 for p in parts if p["stable"]),
         })
     loose = [dict(e, object=o) for o, e in compiles.items() if o not in used and e["tool"] == "nvcc"]
     return {"extensions": extensions, "unlinked_cuda_compiles": loose}

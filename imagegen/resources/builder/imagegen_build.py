@@ -593,6 +593,25 @@ def _tail_line(text):
     return lines[-1][:300] if lines else ""
 
 
+def cmd_gpu_check_deps(cell, args):
+    """What the recipe's GPU check imports beyond torch and the wheel (the check file's "requires",
+    the recipe's smoke.check_requires), into the venv the check runs in; torch pinned to the cell's."""
+    with open(args.check, encoding="utf-8") as fh:
+        requires = json.load(fh).get("requires") or []
+    bad = [r for r in requires if not isinstance(r, str) or not PIP_REQUIREMENT.match(r)]
+    if bad:
+        fail("gpu check: %r is not a requirement imagegen installs (name[extras] and version specifiers only)" % bad[0])
+    if requires:
+        py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
+        run([py, "-m", "pip", "install", "--disable-pip-version-check"] + list(requires)
+            + ["torch==" + cell["torch"]["version"]], env=secret_env(os.environ))
+
+
+# imagegen.safety.PIP_REQUIREMENT (the recipe reader checked them; the check file is read again here)
+PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,-]+\])?([<>=!~]=?[A-Za-z0-9.*+-]+)?"
+                             r"(,[<>=!~]=?[A-Za-z0-9.*+-]+)*\Z")
+
+
 def cmd_gpu_check(cell, args):
     """Run the recipe's smoke.gpu_check (the JSON file --check: recipe, device, code) against the
     wheels the smoke step installed, on the GPU this step was given; fail the build when no GPU is
@@ -771,10 +790,12 @@ def main(argv=None):
     gc.add_argument("--wheels", required=True, help="the folder of the wheels the smoke step installed")
     gc.add_argument("--check", required=True, help="JSON: the recipe, the CDI device and the check's code")
     gc.add_argument("--timeout", type=float, default=600)
+    gd = sub.add_parser("gpu-check-deps")
+    gd.add_argument("--check", required=True, help="JSON: the check's requires")
     args = parser.parse_args(argv)
     cell = load_cell(args.cell)
     {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
-     "audit": cmd_audit, "gpu-check": cmd_gpu_check}[args.step](cell, args)
+     "audit": cmd_audit, "gpu-check": cmd_gpu_check, "gpu-check-deps": cmd_gpu_check_deps}[args.step](cell, args)
 
 
 if __name__ == "__main__":
