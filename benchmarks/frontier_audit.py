@@ -14,7 +14,9 @@ with one torch venv at a time (CUDA_HOME: the venv's PyPI CUDA toolkit merged in
                                               audit every cell (one at a time), append one JSON line each
     frontier_audit.py engine ROOT T OUT.jsonl [recipe[/version] ...]
                                               the same cells in the builder image (Docker engine, `pypi`
-                                              flavor, Python 3.11 on the local test base image): imagegen
+                                              flavor, Python $FRONTIER_PYTHON (3.11) on the base image
+                                              $IMAGEGEN_TEST_BASE_IMAGE (the local test image; Python 3.12:
+                                              imagegen-test/python:3.12-noble, scripts/make-base-image.sh)): imagegen
                                               plan --audit --source TREE --torch T --flavor pypi ...
     frontier_audit.py table OUT.jsonl...      the Markdown table and the per-torch totals / time summary
 """
@@ -259,11 +261,13 @@ def engine(root, torch, out, only=()):
     then the exported tree copied in and the audit run there. The tree is given as --source (a tree of a
     package the catalogue knows is planned with that recipe's rules at the tree's version)."""
     base = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
+    python = os.environ.get("FRONTIER_PYTHON", "3.11")
     for recipe, version, git, commit, _sdist, subdir in catalogue():
         if only and recipe not in only and f"{recipe}/{version}" not in only:
             continue
         src = tree_dir(root, recipe, version)
-        work = Path(root) / "work-engine" / f"{recipe}-{version}-{torch}"
+        work = Path(root) / "work-engine" / f"{recipe}-{version}-{torch}" if python == "3.11" else \
+            Path(root) / "work-engine" / f"{recipe}-{version}-{torch}-py{python}"
         pin = ["--version", version] if commit else []
         # A recipe built from a subfolder of another package's repository (flash-attn-3: flash-attention's
         # hopper/): --source of the whole tree is that other package, so the pinned commit comes from the
@@ -271,10 +275,11 @@ def engine(root, torch, out, only=()):
         what = [recipe, "--git", f"file://{exported_repo(root, recipe, version)}"] if subdir and commit \
             else ["--source", str(src)]
         cmd = [sys.executable, "-m", "imagegen", "plan", "--audit", *what, *pin, "--torch", torch,
-               "--python", "3.11", "--flavor", "pypi", "--base-image", base, "--arch", "9.0", "--work", str(work),
+               "--python", python, "--flavor", "pypi", "--base-image", base, "--arch", "9.0", "--work", str(work),
                "--json"]
         audit_cell(cmd, dict(os.environ, PYTHONPATH=str(REPO)), out, {
-            "recipe": recipe, "version": version, "torch": torch, "cuda": "pypi default", "where": "engine"})
+            "recipe": recipe, "version": version, "torch": torch, "cuda": "pypi default", "where": "engine",
+            "python": python})
 
 
 if __name__ == "__main__":

@@ -183,6 +183,27 @@ COPY --from=compile /imagegen/wheelhouse/ /imagegen/wheelhouse/
 WORKDIR /
 RUN python /imagegen/imagegen_build.py smoke --wheels /imagegen/wheelhouse
 
+# --- resume-in, resume-state: a build stopped at its budget, carried from one CI runner to the next (the
+# builder's resume cache mount does not outlive a hosted runner): resume-in puts a saved state (the named
+# context `resume`, a folder) into the mount, resume-state takes this cell's out of it (`imagegen ci github`
+# runs both; neither is part of a build). IMAGEGEN_RESUME_NONCE: a value per run, so neither step is cached. ---
+FROM os AS resume-in
+ARG IMAGEGEN_RESUME_NONCE=
+RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
+    --mount=type=bind,from=resume,target=/imagegen/resume-in \
+    cp /imagegen/resume-in/b06d61aa2d61f6e1.tar /imagegen/resume-in/b06d61aa2d61f6e1.tar.json /imagegen/resume/ \
+    && echo "imagegen: the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
+
+FROM os AS resume-out
+ARG IMAGEGEN_RESUME_NONCE=
+RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
+    mkdir -p /imagegen/resume-out \
+    && cp /imagegen/resume/b06d61aa2d61f6e1.tar /imagegen/resume/b06d61aa2d61f6e1.tar.json /imagegen/resume-out/ \
+    && echo "imagegen: the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
+
+FROM scratch AS resume-state
+COPY --from=resume-out /imagegen/resume-out/ /
+
 # The build log and the smoke report, for `--target buildlog`.
 FROM scratch AS buildlog
 COPY --from=compile /imagegen/logs/ /

@@ -4,9 +4,12 @@
 #   tar -C <tmpdir> -c . | docker import - NAME:TAG
 # The image has what is needed to `python3 -m venv`, pip-install torch and compile a torch
 # C++/CUDA extension (python3, python3-venv, python3-dev, ca-certificates, git, g++, make).
-# Usage: bash scripts/make-base-image.sh [NAME:TAG] [amd64|arm64]   (default imagegen-test/python:3.11-bookworm,
-# this machine's architecture). arm64 on an x86_64 machine runs debootstrap's second stage under QEMU
-# (scripts/install-qemu.sh first) and imports the image as linux/arm64.
+# Usage: bash scripts/make-base-image.sh [NAME:TAG] [amd64|arm64] [bookworm|noble]   (default
+# imagegen-test/python:3.11-bookworm, this machine's architecture, bookworm). arm64 on an x86_64 machine
+# runs debootstrap's second stage under QEMU (scripts/install-qemu.sh first) and imports the image as
+# linux/arm64. noble is Ubuntu 24.04 (Python 3.12, which no Debian suite has), from Ubuntu's own archive
+# (http://archive.ubuntu.com/ubuntu, checked with Debian's ubuntu-keyring), e.g.
+#   bash scripts/make-base-image.sh imagegen-test/python:3.12-noble amd64 noble
 # Skips the work if the image already exists. Needs root and a running engine
 # (scripts/install-engine.sh). The mirror is read from /etc/apt/sources.list.d/debian.sources.
 set -euo pipefail
@@ -15,7 +18,8 @@ exec </dev/null
 IMAGE=${1:-imagegen-test/python:3.11-bookworm}
 ARCH=${2:-$(dpkg --print-architecture)}
 case $ARCH in amd64|arm64) ;; *) echo "make-base-image: architecture $ARCH: use amd64 or arm64" >&2; exit 2 ;; esac
-SUITE=bookworm
+SUITE=${3:-bookworm}
+case $SUITE in bookworm|noble) ;; *) echo "make-base-image: suite $SUITE: use bookworm or noble" >&2; exit 2 ;; esac
 PACKAGES=python3,python3-venv,python3-dev,ca-certificates,git,g++,make
 SOURCES=/etc/apt/sources.list.d/debian.sources
 START=$SECONDS
@@ -46,7 +50,17 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/instal
 
 # shellcheck source=lib/debian-mirror.sh
 . "$(dirname "$0")/lib/debian-mirror.sh"
-MIRROR=$(mirror_uri "$SUITE") || die "no Debian mirror URI found in $SOURCES"
+KEYRING=()
+# Ubuntu's archive key, from its own keyring package (Debian bookworm has none), fetched over HTTPS at a
+# pinned sha256 (noble's ubuntu-keyring 2023.11.28.1): debootstrap checks every Release file against it.
+UBUNTU_KEYRING_DEB=https://archive.ubuntu.com/ubuntu/pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1_all.deb
+UBUNTU_KEYRING_SHA256=36de43b15853ccae0028e9a767613770c704833f82586f28eb262f0311adb8a8
+if [ "$SUITE" = noble ]; then
+    [ "$ARCH" = amd64 ] || die "noble: amd64 only (arm64 lives on ports.ubuntu.com)"
+    MIRROR=http://archive.ubuntu.com/ubuntu
+else
+    MIRROR=$(mirror_uri "$SUITE") || die "no Debian mirror URI found in $SOURCES"
+fi
 
 TMP=$(mktemp -d /var/tmp/imagegen-base.XXXXXX)
 STEP_LOG=$TMP.log
@@ -66,10 +80,24 @@ if ! command -v debootstrap >/dev/null; then
         || { apt-get update -q >"$STEP_LOG" 2>&1 && apt-get install -y -q --no-install-recommends debootstrap >"$STEP_LOG" 2>&1; } \
         || die "apt-get install debootstrap failed"
 fi
+if [ "$SUITE" = noble ]; then
+    curl -fsS --proto '=https' --max-time 120 -o "$TMP/keyring.deb" "$UBUNTU_KEYRING_DEB" 2>"$STEP_LOG" \
+        || die "cannot download $UBUNTU_KEYRING_DEB"
+    echo "$UBUNTU_KEYRING_SHA256  $TMP/keyring.deb" | sha256sum -c --quiet - >"$STEP_LOG" 2>&1 \
+        || die "$UBUNTU_KEYRING_DEB: not the pinned sha256"
+    dpkg-deb -x "$TMP/keyring.deb" "$TMP/keyring" && [ -s "$TMP/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg" ] \
+        || die "no ubuntu-archive-keyring.gpg in $UBUNTU_KEYRING_DEB"
+    # python3-venv's ensurepip wheels are in universe
+    KEYRING=(--keyring="$TMP/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg" --components=main,universe)
+fi
+# Debian's debootstrap may predate the suite: Ubuntu's releases all use the gutsy script.
+if [ ! -e "/usr/share/debootstrap/scripts/$SUITE" ] && [ -e /usr/share/debootstrap/scripts/gutsy ]; then
+    ln -s gutsy "/usr/share/debootstrap/scripts/$SUITE"
+fi
 
 say "debootstrap $SUITE ($ARCH) from $MIRROR"
 t0=$SECONDS
-debootstrap --arch="$ARCH" --variant=minbase --include="$PACKAGES" "$SUITE" "$TMP/rootfs" "$MIRROR" >"$STEP_LOG" 2>&1 \
+debootstrap --arch="$ARCH" --variant=minbase "${KEYRING[@]}" --include="$PACKAGES" "$SUITE" "$TMP/rootfs" "$MIRROR" >"$STEP_LOG" 2>&1 \
     || die "debootstrap failed (see above)"
 R=$TMP/rootfs
 # Slim the tree: downloaded .debs and apt lists are not needed in the image (containers run

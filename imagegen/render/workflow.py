@@ -78,6 +78,9 @@ ACTIONS = {
     "setup_buildx": Action("docker/setup-buildx-action", "37fe631027851001ddb9b187196cc803df7f5f0e", "v4.3.0"),
     "login": Action("docker/login-action", "4907a6ddec9925e35a0a9e82d7399ccc52663121", "v4.1.0"),
     "upload_artifact": Action("actions/upload-artifact", "bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
+    # a stopped build's tree, from one run's runner to the next (v4.2.3: one commit, both sub-actions)
+    "cache_restore": Action("actions/cache/restore", "5a3ec84eff668545956fd18022155c47e93e2684", "v4.2.3"),
+    "cache_save": Action("actions/cache/save", "5a3ec84eff668545956fd18022155c47e93e2684", "v4.2.3"),
 }
 # The publish job's, beside checkout.
 PUBLISH_ACTIONS = {
@@ -96,6 +99,11 @@ DEFAULT_TIMEOUT = 330  # a Linux build job's: a flash-attn matrix cell on a 4-co
 # GitHub stops a job on its hosted runners after 360 minutes, saving nothing: every job's own limit is below
 # it, so that the job's timeout stops it first and its `if: always()` steps (the Windows logs) still run.
 RUNNER_LIMIT_MINUTES = 360
+# A Linux job's compile gets its timeout less this as its budget (IMAGEGEN_BUILD_BUDGET): the layers before
+# it (the toolchain, the audit: from the registry cache when they are there) and saving a stopped build's
+# tree to the CI cache fit in it. A job whose timeout leaves less than RESUME_MIN_BUDGET gets no budget.
+RESUME_MARGIN_MINUTES = 60
+RESUME_MIN_BUDGET_MINUTES = 30
 MAX_TIMEOUT_MINUTES = 350
 # The Python the Windows jobs install imagegen with (its own venv), whatever the cell's Python is.
 IMAGEGEN_PYTHON = "3.12"
@@ -330,6 +338,8 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         max_parallel=options.max_parallel,
         parts=_parts(targets),
         timeout=options.timeout,
+        resume_budget=str(resume_budget(options.timeout)) if resume_budget(options.timeout) else "",
+        resume_margin=RESUME_MARGIN_MINUTES,
         skip_published=options.skip_published,
         targets=targets,
         fallbacks=any(t.bases for t in targets),
@@ -347,6 +357,12 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
     )
     _self_check(text, targets, publish=bool(options.publish), cells=cells)
     return text
+
+
+def resume_budget(timeout_minutes: int) -> int | None:
+    """The compile budget in seconds of a Linux job with this timeout, or None when too little is left."""
+    minutes = timeout_minutes - RESUME_MARGIN_MINUTES
+    return minutes * 60 if minutes >= RESUME_MIN_BUDGET_MINUTES else None
 
 
 def _parts(targets: list[WorkflowTarget]) -> list[dict]:

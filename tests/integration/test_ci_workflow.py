@@ -108,6 +108,7 @@ def test_the_workflow_bake_command_is_accepted_by_buildx_with_the_cache_settings
         assert "${{" not in value, value
         env[key] = value
     env["PATH"] = f"{docker_print_shim}{os.pathsep}{env['PATH']}"
+    env.update(RUNNER_TEMP=str(tmp_path), GITHUB_OUTPUT=str(tmp_path / "github_output"))
     # GitHub runs `shell: bash` as: bash --noprofile --norc -eo pipefail {0}
     proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", bake["run"]], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -115,13 +116,18 @@ def test_the_workflow_bake_command_is_accepted_by_buildx_with_the_cache_settings
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[:4] == ["buildx", "bake", "-f", "docker-bake.hcl"] and argv[-1] == target
 
-    printed = json.loads(proc.stdout)
+    # the step's output goes to the log and through tee to bake.log (its stop at the budget is read there)
+    printed = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert (tmp_path / "bake.log").read_text() == proc.stdout
     assert list(printed["target"]) == [target]
     got = printed["target"][target]
     ref = f"ghcr.io/octo-org/imagegen-cache:{target}"  # lower-cased: registries refuse upper case
     assert _cache(got["cache-from"]) == [{"type": "registry", "ref": ref}]
     assert _cache(got["cache-to"]) == [{"type": "registry", "ref": ref, "mode": "max", "ignore-error": "true"}]
-    # the rest of the target is the bake file's
+    # the compile's budget (the job's timeout less the margin), a build arg; the rest is the bake file's
+    assert got["args"].pop("IMAGEGEN_BUILD_BUDGET") == bake["env"]["BUDGET"] == str((330 - 60) * 60)
+    if not got["args"]:
+        del got["args"]
     want = bake_print(target)["target"][target]
     assert {k: v for k, v in got.items() if not k.startswith("cache-")} == want
 

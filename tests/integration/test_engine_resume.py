@@ -48,20 +48,30 @@ def member_digests(wheel: str) -> dict:
         return {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist()}
 
 
-def test_a_build_stopped_at_its_budget_resumes_and_compiles_only_what_was_left(tmp_path):
+def need_engine() -> None:
     if shutil.which("docker") is None or subprocess.run(["docker", "image", "inspect", BASE_IMAGE],
                                                         capture_output=True).returncode != 0:
         pytest.fail(f"a running engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
+
+
+def fresh_fixture(tmp_path: Path) -> Path:
+    """The fixture with parts of its own for this run (another seed for the constexpr work): a fresh
+    inputs hash, so no state or layer of an earlier run is reused, and no object from the shared ccache
+    mount either (a ccache hit takes no time, and the budget would not stop anything). The torch layer
+    is reused."""
     tree = tmp_path / "resumable_kernel"
     shutil.copytree(FIXTURE, tree)
-    # Parts of their own for this run (another seed for the constexpr work): a fresh inputs hash, so no
-    # state or layer of an earlier run is reused, and no object from the shared ccache mount either (a
-    # ccache hit takes no time, and the budget would not stop anything). The torch layer is reused.
     nonce = random.randrange(1000, 10**6)
     for part in sorted((tree / "csrc").glob("part_*.cpp")):
         text = part.read_text()
         assert "spin(12, " in text
         part.write_text(text.replace("spin(12, ", f"spin(12, {nonce} + "))
+    return tree
+
+
+def test_a_build_stopped_at_its_budget_resumes_and_compiles_only_what_was_left(tmp_path):
+    need_engine()
+    tree = fresh_fixture(tmp_path)
     root = tmp_path / "first"
     root.mkdir()
 
@@ -108,3 +118,103 @@ def test_a_build_stopped_at_its_budget_resumes_and_compiles_only_what_was_left(t
     assert changed == {"resumable_kernel/__init__.py"} | {n for n in resumed_members if n.endswith("/RECORD")}, changed
     assert any(n.endswith(".so") for n in resumed_members)
     assert row["smoke"] == {"resumable_kernel": "ok"}  # installed and imported in a fresh copy of the image
+
+
+# ------------------------------------------------------------------------------------------------
+# The generated workflow's steps, replayed on the engine: a job that stops at its budget takes the tree
+# out of its builder for the CI cache; a later job on a fresh runner hands it in and resumes.
+
+def _step_env(step: dict, values: dict, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
+    for key, value in (step.get("env") or {}).items():
+        for expr, sub in values.items():
+            value = str(value).replace(expr, sub)
+        assert "${{" not in value, value
+        env[key] = value
+    env.update(extra)
+    return env
+
+
+def _run_step(step: dict, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    # GitHub runs `shell: bash` as: bash --noprofile --norc -eo pipefail {0}
+    assert step["shell"] == "bash" and "${{" not in step["run"]
+    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=3600)
+
+
+def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_it(tmp_path):
+    need_engine()
+    farm = tmp_path / "repo"
+    farm.mkdir()
+    fresh_fixture(farm)
+    cell = ["--source", "./resumable_kernel", *CELL[:-2]]
+    proc = subprocess.run([IMAGEGEN, "bake", *cell, "-f", "farm.hcl"], cwd=farm, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([IMAGEGEN, "ci", "github", "--bake-file", "farm.hcl", "-o", "wf.yml"], cwd=farm,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    import yaml
+
+    job = yaml.safe_load((farm / "wf.yml").read_text())["jobs"]["build"]
+    (row,) = job["strategy"]["matrix"]["include"]
+    steps = {s["name"]: s for s in job["steps"]}
+    target, inputs = row["target"], row["inputs"]
+    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "octo-org"}
+    # The registry cache needs a docker-container builder (this engine's is the docker driver, with no
+    # registry image to start one): a `docker` first on PATH drops the two cache --set pairs and runs the
+    # real one with everything else (their acceptance by buildx: tests/integration/test_ci_workflow.py).
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "docker").write_text(
+        f"#!{sys.executable}\nimport os, sys\nargs, out = sys.argv[1:], []\n"
+        "while args:\n    a = args.pop(0)\n"
+        "    if a == '--set' and args and ('.cache-from=' in args[0] or '.cache-to=' in args[0]):\n"
+        "        args.pop(0)\n        continue\n    out.append(a)\n"
+        f"os.execv({shutil.which('docker')!r}, ['docker'] + out)\n")
+    (shim / "docker").chmod(0o755)
+    path = f"{shim}{os.pathsep}{os.environ['PATH']}"
+
+    # Runner 1: the Bake step with a budget the compile cannot meet stops it and says so in the step output.
+    runner1 = tmp_path / "runner1"
+    runner1.mkdir()
+    out1 = runner1 / "github_output"
+    bake = _run_step(steps["Bake"], farm, _step_env(steps["Bake"], values, BUDGET="16", PATH=path, IMAGEGEN_MAX_JOBS="1",
+                                                     RUNNER_TEMP=str(runner1), GITHUB_OUTPUT=str(out1)))
+    assert bake.returncode != 0 and "stopped=true" in out1.read_text(), bake.stdout[-3000:] + bake.stderr[-2000:]
+    assert steps["Take the stopped build out of the builder"]["if"] == "failure() && steps.bake.outputs.stopped == 'true'"
+    gh = {"GITHUB_RUN_ID": "11", "GITHUB_RUN_ATTEMPT": "1", "PATH": path}
+    took = _run_step(steps["Take the stopped build out of the builder"], farm,
+                     _step_env(steps["Take the stopped build out of the builder"], values, RUNNER_TEMP=str(runner1), **gh))
+    assert took.returncode == 0, took.stderr[-2000:]
+    saved = runner1 / "imagegen-resume"
+    assert sorted(p.name for p in saved.iterdir()) == [f"{inputs}.tar", f"{inputs}.tar.json"], took.stderr[-2000:]
+    assert "::error::" in took.stdout and "re-run the failed jobs" in took.stdout
+    done = json.loads((saved / f"{inputs}.tar.json").read_text())["steps_done"]
+    assert 1 <= done < PARTS
+
+    # A fresh runner: its builder has no resume state (taken out of this engine's mount here), and the CI
+    # cache gives the saved folder back (actions/cache/restore: the folder, as it was saved).
+    forget = tmp_path / "forget"
+    forget.mkdir()
+    (forget / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nARG N\nRUN --mount=type=cache,target=/r,id=imagegen-resume,sharing=shared "
+        f"rm -f /r/{inputs}.tar /r/{inputs}.tar.json && echo forgot-$N\n")
+    proc = subprocess.run(["docker", "buildx", "build", "--progress=plain", "--build-arg", f"N={os.getpid()}", str(forget)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runner2 = tmp_path / "runner2"
+    runner2.mkdir()
+    shutil.copytree(saved, runner2 / "imagegen-resume")
+    hand = steps["Hand the stopped build to the builder"]
+    assert hand["if"] == "steps.resume.outputs.cache-matched-key != ''"
+    handed = _run_step(hand, farm, _step_env(hand, values, RUNNER_TEMP=str(runner2), **dict(gh, GITHUB_RUN_ID="12")))
+    assert handed.returncode == 0, handed.stderr[-2000:]
+    out2 = runner2 / "github_output"
+    bake = _run_step(steps["Bake"], farm, _step_env(steps["Bake"], values, PATH=path, RUNNER_TEMP=str(runner2), IMAGEGEN_MAX_JOBS="1",
+                                                     GITHUB_OUTPUT=str(out2)))
+    assert bake.returncode == 0, bake.stdout[-3000:] + bake.stderr[-2000:]
+    log = (runner2 / "bake.log").read_text()
+    assert f"resuming from /imagegen/resume/{inputs}.tar" in log
+    ran = re.search(r"resumed build: (\d+) step\(s\) run now, (\d+) done by the stopped build", log)
+    assert ran and int(ran.group(2)) == done and int(ran.group(1)) == PARTS - done, log[-3000:]
+    assert list((farm / row["wheels"]).glob("*.whl"))

@@ -74,9 +74,9 @@ def check_structure(text: str, cell) -> None:
     assert [(n, c.value) for n, c in cmds if scripts.start_line < c.start_line < froms[0].start_line] == [
         ("COPY", ("imagegen-scripts/", "/"))]
     assert [f.value[-1] for f in froms] == ["cell", "os", "fetch", "base", "builder", "audit", "audit-report", "compile",
-                                            "smoke", "buildlog", "wheels"]
+                                            "smoke", "resume-in", "resume-out", "resume-state", "buildlog", "wheels"]
     assert [f.value[0] for f in froms] == ["scratch", "${BASE_IMAGE}", "os", "os", "base", "builder", "scratch", "builder",
-                                           "base", "scratch", "scratch"]
+                                           "base", "os", "os", "scratch", "scratch", "scratch"]
     # The builder stage carries no arch: one pushed image serves every arch list. Its one ARG is the
     # base image (for the build record), which is already the stage's base.
     start, end = froms[4].start_line, froms[5].start_line

@@ -71,7 +71,7 @@ def test_the_gpucheck_stage_gets_the_device_and_no_network_and_wheels_come_from_
     cmds = instructions(text)
     stages = [c.value[-1] for n, c in cmds if n == "FROM"]
     assert stages == ["imagegen-scripts", "cell", "os", "fetch", "base", "builder", "audit", "audit-report", "compile", "smoke", "gpucheck",
-                      "buildlog", "wheels"]
+                      "resume-in", "resume-out", "resume-state", "buildlog", "wheels"]
     gpucheck = next(c for n, c in cmds if n == "FROM" and c.value[-1] == "gpucheck")
     assert gpucheck.value[0] == "smoke"  # the installed wheel, as the smoke step left it
     # One RUN with the device, in gpucheck; its flags exactly the device and no network.
@@ -144,7 +144,7 @@ def test_the_rest_of_the_dockerfile_is_the_plain_render(tmp_path):
     head, rest = text.split("\n", 1)
     assert head == "# syntax=docker/dockerfile:1.19-labs"
     start = rest.index("\n# --- gpucheck:")
-    end = rest.index("\n# The build log")
+    end = rest.index("\n# --- resume-in")
     stripped = (rest[:start] + rest[end:]).replace("COPY --from=gpucheck /imagegen/logs/gpu_check.json /\n", "")
     stripped = stripped.replace(" and the GPU check's, for", ", for").replace(" and the GPU check, each", ", each")
     stripped = stripped.replace("COPY --from=gpucheck /imagegen/wheelhouse/", "COPY --from=smoke /imagegen/wheelhouse/")

