@@ -96,3 +96,46 @@ def test_a_local_trees_copy_is_patched_and_the_tree_left_alone(tmp_path, capsys,
     # a git or sdist source was patched in place by fetch: its copy is taken as it is
     assert ("_fake_impl(" in copied) == (kind == "local") and target.read_text() == pristine
     assert ("applying patch" in capsys.readouterr().out) == (kind == "local")
+
+
+# ------------------------------------------------------------------------------------ git sources
+# The pinned checkout itself is imagegen_wheeltools.fetch_git, shared with the Windows helper
+# (tests/unit/test_imagegen_windows.py runs it there): here through the Linux fetch step, on a real repository.
+
+def _repo(tmp_path: Path) -> tuple[Path, str]:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    repo = tmp_path / "upstream"
+    _sm90_tree(repo)
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "v2.2.0"], check=True)
+    subprocess.run([*git, "-C", str(repo), "tag", "v2.2.0"], check=True)
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return repo, commit
+
+
+def _fetch(cell: dict) -> subprocess.CompletedProcess:
+    # the step as the build runs it: a process of its own (a refusal exits with its one line)
+    code = f"import sys; sys.path.insert(0, {str(SCRIPT.parent)!r}); import imagegen_fetch as f; f.cmd_fetch({cell!r}, None)"
+    return subprocess.run([__import__("sys").executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_a_git_source_is_fetched_at_its_pin_and_a_checkout_elsewhere_is_refused(tmp_path):
+    repo, commit = _repo(tmp_path)
+    dest = tmp_path / "src"
+    cell = {"src_dir": str(dest), "patches": [_sm90_patch()],
+            "source": {"kind": "git", "url": f"file://{repo}", "ref": "v2.2.0", "commit": commit}}
+    proc = _fetch(cell)
+    assert proc.returncode == 0, proc.stderr
+    assert "_fake_impl(" in (dest / "sageattention" / "sm90_compile.py").read_text()  # patched after the fetch
+    again = _fetch(cell)  # the same --src-dir again: at the pin, the patch already in it
+    assert again.returncode == 0 and "source already present at" in again.stderr + again.stdout
+    other = _fetch(dict(cell, source=dict(cell["source"], commit="0" * 40)))
+    assert other.returncode == 1
+    assert other.stderr.strip().splitlines()[-1] == (
+        f"[imagegen] error: the checkout at {dest} is at {commit[:12]}, not the pinned 000000000000: check out the"
+        " pinned commit")
+    wrong_pin = _fetch(dict(cell, src_dir=str(tmp_path / "fresh"), source=dict(cell["source"], commit="1" * 40)))
+    assert wrong_pin.returncode == 1 and f"is {commit}, not the pinned {'1' * 40}" in wrong_pin.stderr
+    missing = _fetch(dict(cell, src_dir=str(tmp_path / "none"), source=dict(cell["source"], ref="v9.9.9")))
+    assert missing.returncode != 0 and f"cannot fetch v9.9.9 from file://{repo}" in missing.stderr

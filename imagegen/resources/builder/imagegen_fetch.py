@@ -30,29 +30,16 @@ def cmd_fetch(cell, args):
         # Every git call: none of the tree's own commands (hooks, fsmonitor, filters) run
         # (imagegen_wheeltools.git_cmd); the netrc secret, if mounted, is what git's HTTP reads.
         env = git_fetch_env(env, dest)
-        if os.path.isdir(os.path.join(dest, ".git")):
-            head = git_output(dest, ["rev-parse", "HEAD"], env)
-            if src.get("commit") and not head.startswith(src["commit"]):
-                fail("the checkout at %s is at %s, not the pinned %s: check out the pinned commit" % (dest, head, src["commit"]))
-            log("source already present at %s (%s)" % (dest, head[:12]))
-        elif os.path.isdir(dest) and os.listdir(dest):
-            log("using the source tree at %s as given (no .git, so the pinned %s cannot be checked)"
-                % (dest, src.get("commit") or src["ref"]))
-        else:
-            os.makedirs(dest, exist_ok=True)
-            run(["git", "init", "-q", dest], env=env)
-            run(git_cmd(dest, ["remote", "add", "origin", src["url"]], env), env=env)
-            rc = run(git_cmd(dest, ["fetch", "--depth", "1", "origin", src["ref"]], env, reading=False), env=env,
-                     check=False)
-            if rc != 0:
-                fail(fetch_failure(src, env, rc), rc)
-            run(git_cmd(dest, ["checkout", "-q", "FETCH_HEAD"], env), env=env)
-            head = git_output(dest, ["rev-parse", "HEAD"], env)
-            if src.get("commit") and not head.startswith(src["commit"]):
-                fail("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], head, src["commit"]))
-            if src.get("submodules"):
-                run(git_cmd(dest, ["submodule", "update", "--init", "--recursive", "--depth", "1"], env, reading=False),
-                    env=env)
+
+        def head():
+            try:
+                return git_output(dest, ["rev-parse", "HEAD"], env)
+            except subprocess.CalledProcessError:
+                return None
+
+        wheeltools.fetch_git(src, dest, git=lambda args, reading=True: git_cmd(dest, args, env, reading=reading),
+                             run=lambda cmd, check=True: run(cmd, env=env, check=check), head=head, fail=fail, log=log,
+                             fetch_failed=lambda rc: fetch_failure(src, env, rc))
     elif src["kind"] == "sdist":
         fetch_sdist(src, cell.get("distribution") or cell["recipe"], dest, env)
     elif not os.path.isdir(dest):

@@ -125,6 +125,50 @@ def apply_patch(patch, dest, log, fail, broken_hint):
         fail("patch %s neither applies to the source in %s nor is already in it: %s" % (patch["name"], dest, broken_hint))
 
 
+def fetch_git(src, dest, git, run, head, fail, log, fetch_failed=None, keep_lf=False, elsewhere=""):
+    """The recipe's pinned git source in ``dest``, for both build paths (the Linux builder's fetch step,
+    the Windows helper's). A checkout already there must be at the pinned commit; a tree without .git is
+    taken as given (the log says its pin cannot be checked); anything else is fetched: the pinned ref,
+    shallow, checked against the pinned commit, with its submodules when the recipe asks.
+
+    ``git(args, reading=True)``: the command line of git on ``dest`` (git_cmd, with the caller's
+    environment); ``run(cmd, check=True)``: runs it (with check, a failure stops the step; without, it
+    returns the exit status); ``head()``: HEAD's commit, or None when git cannot read it; ``fail(msg,
+    code=1)`` stops the step; ``fetch_failed(rc)``: the one line for a failed fetch; ``keep_lf``: the
+    tree keeps LF line ends (Windows: the recipe's patches are LF, and `git apply` refuses a CRLF tree);
+    ``elsewhere``: what else the user can do about a checkout at another commit."""
+    pinned = src.get("commit")
+    if os.path.isdir(os.path.join(dest, ".git")):
+        at = head()
+        if at is None:
+            fail("%s has a .git folder git cannot read" % dest)
+        if pinned and not at.startswith(pinned):
+            fail("the checkout at %s is at %s, not the pinned %s: check out the pinned commit%s"
+                 % (dest, at[:12], pinned[:12], elsewhere))
+        log("source already present at %s (%s)" % (dest, at[:12]))
+        return
+    if os.path.isdir(dest) and os.listdir(dest):
+        log("using the source tree at %s as given (no .git, so the pinned %s cannot be checked)"
+            % (dest, pinned or src["ref"]))
+        return
+    os.makedirs(dest, exist_ok=True)
+    run(["git", "init", "-q", dest])
+    if keep_lf:
+        run(git(["config", "core.autocrlf", "false"]))
+    run(git(["remote", "add", "origin", src["url"]]))
+    rc = run(git(["fetch", "--depth", "1", "origin", src["ref"]], reading=False), check=False)
+    if rc != 0:
+        fail(fetch_failed(rc) if fetch_failed else "cannot fetch %s from %s (git exit %d)" % (src["ref"], src["url"], rc),
+             rc or 1)
+    run(git(["checkout", "-q", "FETCH_HEAD"]))
+    at = head() or "?"
+    if pinned and not at.startswith(pinned):
+        fail("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], at, pinned))
+    if src.get("submodules"):
+        run(git((["-c", "core.autocrlf=false"] if keep_lf else []) + ["submodule", "update", "--init", "--recursive",
+                                                                       "--depth", "1"], reading=False))
+
+
 # ------------------------------------------------------------------------------------------------
 # the local version label
 

@@ -215,31 +215,17 @@ def cmd_fetch(doc, args):
         clear_build(dest, src)
         return
     env = git_env(dest)
-    if os.path.isdir(os.path.join(dest, ".git")):
-        head = head_of(dest)
-        if head is None:
-            raise Failed("%s has a .git folder git cannot read" % dest)
-        if src.get("commit") and not head.startswith(src["commit"]):
-            raise Failed("the checkout at %s is at %s, not the pinned %s: check out the pinned commit, or give"
-                         " another --src-dir" % (dest, head[:12], src["commit"][:12]))
-        log("source already present at %s (%s)" % (dest, head[:12]))
-    elif os.path.isdir(dest) and os.listdir(dest):
-        log("using the source tree at %s as given (no .git, so the pinned %s cannot be checked)"
-            % (dest, src.get("commit") or src["ref"]))
-    else:
-        os.makedirs(dest, exist_ok=True)
-        # LF as in the repository: the recipe's patches are LF, and git apply refuses a CRLF tree.
-        run(["git", "init", "-q", dest], env=env)
-        run(git(dest, ["config", "core.autocrlf", "false"]), env=env)
-        run(git(dest, ["remote", "add", "origin", src["url"]]), env=env)
-        run(git(dest, ["fetch", "--depth", "1", "origin", src["ref"]], reading=False), env=env)
-        run(git(dest, ["checkout", "-q", "FETCH_HEAD"]), env=env)
-        head = head_of(dest) or "?"
-        if src.get("commit") and not head.startswith(src["commit"]):
-            raise Failed("%s at %s is %s, not the pinned %s" % (src["url"], src["ref"], head, src["commit"]))
-        if src.get("submodules"):
-            run(git(dest, ["-c", "core.autocrlf=false", "submodule", "update", "--init", "--recursive", "--depth", "1"],
-                    reading=False), env=env)
+
+    def run_git(cmd, check=True):
+        if check:
+            return run(cmd, env=env)
+        log("$ " + " ".join(cmd))
+        return subprocess.call(cmd, env=env)
+
+    # LF as in the repository (keep_lf): the recipe's patches are LF, and git apply refuses a CRLF tree.
+    wheeltools.fetch_git(src, dest, git=lambda args, reading=True: git(dest, args, reading=reading), run=run_git,
+                         head=lambda: head_of(dest), fail=lambda msg, code=1: fail(msg), log=log, keep_lf=True,
+                         elsewhere=", or give another --src-dir")
     for patch in doc.get("patches", []):
         apply_patch(patch, dest)
     clear_build(dest, src)
