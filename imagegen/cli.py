@@ -253,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
                    " (e.g. 330m, under a CI runner's 6 hours) and keep its build tree in the builder's cache (keyed by"
                    " the cell's inputs hash): the same build again compiles only what is left (exit 5 with the"
                    " cell's row saying so)")
+    p.add_argument("--compile-cache", metavar="URL", default=os.environ.get("IMAGEGEN_COMPILE_CACHE") or None,
+                   help="a compile cache shared by every builder (ccache remote storage: redis://[[USER:]PASSWORD@]HOST:PORT"
+                   " or http://HOST:PORT/PATH; default: $IMAGEGEN_COMPILE_CACHE, the place for a password): every"
+                   " compile reads and fills it, so a cell built on another machine compiles only what changed."
+                   " It reaches the builds as a BuildKit secret, never a layer, log or the bake file")
     p.add_argument("--builder", action="append", default=[], help="buildx builder to run on (default: the current"
                    " one); repeat to split the matrix across several builders (bake sends all of one run to one node)")
     _add_cache_args(p)

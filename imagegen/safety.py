@@ -39,6 +39,9 @@ RELATIVE_PATH = re.compile(r"(?!/)(?!.*\.\.)[A-Za-z0-9._/-]{1,200}")
 RELATIVE_PATH_OR_EMPTY = re.compile(r"|(?!/)(?!.*\.\.)[A-Za-z0-9._/-]{1,200}")
 LOCAL_PATH = re.compile(r"[A-Za-z0-9._/~-]{1,400}")
 URL = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]+")
+# A compile cache's remote storage, as ccache takes it (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB],
+# http://HOST[:PORT]/PATH): it reaches builds as a BuildKit secret only, so it may hold a credential.
+COMPILE_CACHE_URL = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}")
 URL_OR_EMPTY = re.compile(r"|https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]+")
 
 # Images: [registry[:port]/]path[:tag][@sha256:digest]

@@ -35,8 +35,9 @@ if [ "$(id -u)" = 0 ]; then
   say "engine: $((SECONDS - step)) s"; step=$SECONDS
   bash scripts/install-registry.sh
   # ccache for the native ccache test (the images install their own); ip (iproute2) for the second
-  # dockerd of the --builder test (its own bridge); ninja for the resume test's real ninja
-  for tool in ccache:ccache ip:iproute2 ninja:ninja-build; do
+  # dockerd of the --builder test (its own bridge); ninja for the resume test's real ninja; redis-server
+  # for the shared compile cache's test (a real Redis on the engine's bridge)
+  for tool in ccache:ccache ip:iproute2 ninja:ninja-build redis-server:redis-server; do
     command -v "${tool%%:*}" > /dev/null || apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null 2>&1 \
       || { apt-get update -q > /dev/null && apt-get install -y -q --no-install-recommends "${tool#*:}" > /dev/null; }
   done

@@ -49,7 +49,8 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle, netrc=netrc,
                             cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
-                            audit=not args.no_audit, budget=args.budget)
+                            audit=not args.no_audit, budget=args.budget,
+                            compile_cache=common.compile_cache(args.compile_cache))
     repaired = _last_mile(args, out, [r.wheel for r in results if r.wheel is not None and r.status == "built"],
                           any(r.wheel is not None for r in results))
     for r in results:
@@ -63,6 +64,9 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
     if args.netrc:
         raise UsageError("--netrc goes with a container build: natively, git and pip read your ~/.netrc (or $NETRC)"
                          " themselves")
+    if args.compile_cache:
+        raise UsageError("--compile-cache goes with a container build; natively, set CCACHE_REMOTE_STORAGE for your"
+                         " own ccache")
     if args.budget:
         raise UsageError("--budget goes with a container build (its stopped tree is kept in the builder's cache);"
                          " a native build is not stopped at a budget yet")

@@ -257,6 +257,17 @@ def netrc_file(value: str | None) -> str | None:
     return resolved
 
 
+def compile_cache(value: str | None) -> str | None:
+    """``--compile-cache URL`` (or $IMAGEGEN_COMPILE_CACHE): a ccache remote storage URL, redis:// or
+    http://, checked; its credential, if any, is never shown."""
+    if value is None or not value.strip():
+        return None
+    if not safety.COMPILE_CACHE_URL.fullmatch(value):
+        raise UsageError(f"--compile-cache {safety.redact(shown(value))}: give redis://[[USER:]PASSWORD@]HOST:PORT[/DB] or"
+                         " http://HOST:PORT/PATH (ccache's remote storage; no spaces or quotes)")
+    return value
+
+
 def check_cache_specs(values: Sequence[str]) -> list[str]:
     for v in values:
         if safety.has_credentials(v):

@@ -18,18 +18,25 @@ from imagegen.resources.builder import imagegen_rules as rules
 from imagegen.wheelhouse import Finisher
 
 
-def bake_variables(ca: str) -> dict[str, str]:
+CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # the compile cache's URL (imagegen_build.py reads it)
+CCACHE_REMOTE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"  # the bake process's variable that secret is read from
+
+
+def bake_variables(ca: str, compile_cache: str | None = None) -> dict[str, str]:
     """The variables every bake imagegen runs sets: the CA bundle's path (the pip_cert secret), no
     local-folder entitlement prompt, and the file's own defaults for the arch and job overrides, not
     whatever the caller's environment holds; the header probe's switch is the caller's
     (IMAGEGEN_AUDIT_PROBE=0 imagegen build ... skips it, as natively)."""
     return {"BUILDX_BAKE_ENTITLEMENTS_FS": "0", "IMAGEGEN_PIP_CERT": ca,
             "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": "",
-            "IMAGEGEN_AUDIT_PROBE": os.environ.get("IMAGEGEN_AUDIT_PROBE", "")}
+            "IMAGEGEN_AUDIT_PROBE": os.environ.get("IMAGEGEN_AUDIT_PROBE", ""),
+            # `build --compile-cache`: only in the bake process's environment (the secret's env= source),
+            # never in the bake file or a build arg; empty: the secret is an empty file, no remote cache
+            CCACHE_REMOTE_VARIABLE: compile_cache or ""}
 
 
 def run_bake(file: Path, targets: list[str], logs: TargetLogs,
-          on_step: Callable[[str, str], None], builder: str | None, ca: str) -> bool:
+          on_step: Callable[[str, str], None], builder: str | None, ca: str, compile_cache: str | None = None) -> bool:
     """Run one bake; True when it succeeded. Lines are split into per-target logs as they come."""
     logs.sole = cell_of(targets[0]) if len(targets) == 1 else None
 
@@ -39,7 +46,7 @@ def run_bake(file: Path, targets: list[str], logs: TargetLogs,
             on_step(*step)
 
     try:
-        engine.bake(file, targets, on_line=on_line, builder=builder, variables=bake_variables(ca))
+        engine.bake(file, targets, on_line=on_line, builder=builder, variables=bake_variables(ca, compile_cache))
         return True
     except engine.BakeFailed as exc:
         for line in exc.stderr.splitlines():
@@ -95,6 +102,8 @@ class Run:
     # Seconds a cell's compile may run before it stops and keeps its state (`build --budget`; the
     # imagegen_jobs secret carries it, so it is no cache key); None: no limit.
     budget: "int | None" = None
+    # `build --compile-cache URL`: the ccache remote storage every compile reads and fills (a secret).
+    compile_cache: "str | None" = None
 
     def jobs_file(self, cell: str) -> Path:
         """Where the cell's MAX_JOBS and NVCC_THREADS for the next bake go (the imagegen_jobs secret)."""
@@ -152,7 +161,7 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
         jobs_file = run_dir / "jobs" / f"{cell_of(name)}.env"
         jobs_file.touch()
         data["target"][name]["secret"] = [*data["target"][name].get("secret", []), f"id={rules.JOBS_SECRET},src={jobs_file}",
-                                          *netrc_secret(netrc)]
+                                          f"id={CCACHE_REMOTE_SECRET},env={CCACHE_REMOTE_VARIABLE}", *netrc_secret(netrc)]
         if cache_from:
             data["target"][name]["cache-from"] = list(cache_from)
         if cache_to and cell_of(name) == name:

@@ -40,7 +40,7 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
           nvcc_threads: int | None = None, builders: Sequence[str] = (), ca_bundle: str | None = None,
           netrc: str | None = None,
           cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True, budget: int | None = None,
-          say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
+          compile_cache: str | None = None, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
     """Build the plan's cells, each audited first (``audit``), each built one handed to ``finish``
     (imagegen.finish.finish: verify, then collect into ``out``). With several ``builders`` the cells
     are dealt out between them and each builder runs its share on its own (bake sends every
@@ -78,7 +78,7 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
         return [results[c.name] for c in plan.buildable]
 
     run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to, netrc=netrc)
-    run.finish, run.budget = finish, budget
+    run.finish, run.budget, run.compile_cache = finish, budget, compile_cache
     check_cache_support(list(builders) or [None], cache_to)
 
     if len(builders) > 1:
@@ -193,7 +193,8 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
             shutil.rmtree(stage / c.name, ignore_errors=True)
             shutil.rmtree(stage / (c.name + LOG_SUFFIX), ignore_errors=True)
         names = [c.name for c in batch]
-        ok = run_bake(run.bake_file, names + [n + LOG_SUFFIX for n in names], logs, on_step, builder, run.ca)
+        ok = run_bake(run.bake_file, names + [n + LOG_SUFFIX for n in names], logs, on_step, builder, run.ca,
+                      run.compile_cache)
         for c in batch:
             wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
             if wheels:

@@ -157,6 +157,8 @@ ARG MAX_JOBS=
 ARG NVCC_THREADS=
 # Seconds: a build still compiling then stops and keeps its state for the next build of these inputs.
 ARG IMAGEGEN_BUILD_BUDGET=
+# The ccache mount this compile uses (one per machine is the point; another id: a cold local cache).
+ARG IMAGEGEN_CCACHE_ID=imagegen-ccache
 # The planned list and inputs hash: the build record keeps the hash only if the list was not overridden.
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS} \
@@ -164,20 +166,23 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} \
     IMAGEGEN_RESUME_DIR=/imagegen/resume \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0+PTX \
-    IMAGEGEN_INPUTS=1646adcd19cee285
+    IMAGEGEN_INPUTS=fc2c11741cf99df6
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
-# change recompiles only what changed; the hit rate is in the build log and ccache.json. A build stopped
+# change recompiles only what changed; the hit rate is in the build log and ccache.json. With
+# `imagegen build --compile-cache URL` the imagegen_ccache_remote secret names a remote storage every
+# builder shares (ccache reads it after the local cache and fills it). A build stopped
 # at its budget keeps its tree in the resume mount (one file per inputs hash), which outlives the failed
 # step: the same build again compiles only what is left (imagegen_resume.py).
 # imagegen's own bakes size the jobs per batch through the imagegen_jobs secret, which (unlike a build
 # arg) is no cache key: a cell built before in a batch of another size is not compiled again.
-RUN --mount=type=cache,target=/root/.cache/ccache,id=imagegen-ccache,sharing=shared \
+RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},sharing=shared \
     --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
+    --mount=type=secret,id=imagegen_ccache_remote \
     --mount=type=secret,id=pip_cert \
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0+PTX" \
-      io.imagegen.inputs="1646adcd19cee285"
+      io.imagegen.inputs="fc2c11741cf99df6"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
@@ -194,14 +199,14 @@ FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/1646adcd19cee285.tar /imagegen/resume-in/1646adcd19cee285.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/fc2c11741cf99df6.tar /imagegen/resume-in/fc2c11741cf99df6.tar.json /imagegen/resume/ \
     && echo "imagegen: the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/1646adcd19cee285.tar /imagegen/resume/1646adcd19cee285.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/fc2c11741cf99df6.tar /imagegen/resume/fc2c11741cf99df6.tar.json /imagegen/resume-out/ \
     && echo "imagegen: the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM scratch AS resume-state

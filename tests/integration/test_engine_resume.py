@@ -55,10 +55,10 @@ def need_engine() -> None:
 
 
 def fresh_fixture(tmp_path: Path) -> Path:
-    """The fixture with parts of its own for this run (another seed for the constexpr work): a fresh
-    inputs hash, so no state or layer of an earlier run is reused, and no object from the shared ccache
-    mount either (a ccache hit takes no time, and the budget would not stop anything). The torch layer
-    is reused."""
+    """The fixture with sources of its own for this run (another seed for the constexpr work, a value in
+    the module and the kernel): a fresh inputs hash, so no state or layer of an earlier run is reused,
+    and no object from the shared ccache mount either (a ccache hit takes no time, and the budget would
+    not stop anything). The torch layer is reused."""
     tree = tmp_path / "resumable_kernel"
     shutil.copytree(FIXTURE, tree)
     nonce = random.randrange(1000, 10**6)
@@ -66,6 +66,9 @@ def fresh_fixture(tmp_path: Path) -> Path:
         text = part.read_text()
         assert "spin(12, " in text
         part.write_text(text.replace("spin(12, ", f"spin(12, {nonce} + "))
+    for name, symbol in (("module.cpp", "module"), ("kernel.cu", "kernel")):  # their objects too
+        source = tree / "csrc" / name
+        source.write_text(source.read_text() + f"\nint imagegen_fixture_{symbol}_run = {nonce};\n")
     return tree
 
 

@@ -31,7 +31,10 @@ def test_every_bake_sets_the_ca_bundle_and_blanks_the_overrides(monkeypatch):
         # The file's own defaults, not whatever the caller's environment holds.
         "IMAGEGEN_TORCH_CUDA_ARCH_LIST": "", "IMAGEGEN_MAX_JOBS": "", "IMAGEGEN_NVCC_THREADS": "",
         "IMAGEGEN_AUDIT_PROBE": "",
+        # the compile cache's secret reads this one: empty (no remote) unless `build --compile-cache` gave one
+        "IMAGEGEN_CCACHE_REMOTE": "",
     }
+    assert bake_variables("/etc/ca.pem", "redis://pw@h:1")["IMAGEGEN_CCACHE_REMOTE"] == "redis://pw@h:1"
     # ...except the header probe's switch: IMAGEGEN_AUDIT_PROBE=0 imagegen build skips it, as natively
     monkeypatch.setenv("IMAGEGEN_AUDIT_PROBE", "0")
     assert bake_variables("/etc/ca.pem")["IMAGEGEN_AUDIT_PROBE"] == "0"

@@ -150,3 +150,33 @@ def test_a_real_ninja_stopped_at_its_budget_and_restored_runs_only_what_is_left(
     to_run = [line for line in second.stdout.splitlines() if line.startswith("[")]
     assert len(to_run) == 6 - len(done), (done, to_run)  # only what the stopped build had not finished
     assert not any(f"build/{name} " in line + " " for name in done for line in to_run)
+
+
+# ------------------------------------------------------------------------ the shared compile cache (item 2)
+
+B = builder_module("imagegen_build_compile_cache")
+
+
+@pytest.mark.parametrize("url, shown", [("redis://s3cret@10.0.0.5:6379", "redis://10.0.0.5:6379"),
+                                        ("redis://default:s3cret@cache:6379/2", "redis://cache:6379"),
+                                        ("http://cache.example:8080/ccache", "http://cache.example:8080")])
+def test_the_build_reads_the_remote_from_its_secret_and_logs_it_without_the_password(tmp_path, monkeypatch, url, shown):
+    monkeypatch.setattr(B, "SECRETS", str(tmp_path))
+    (tmp_path / B.CCACHE_REMOTE_SECRET).write_text(url + "\n")
+    assert B.compile_cache_remote() == url and B.remote_shown(url) == shown
+    (tmp_path / B.CCACHE_REMOTE_SECRET).write_text("")  # bake's env= secret when the variable is unset
+    assert B.compile_cache_remote() is None
+    (tmp_path / B.CCACHE_REMOTE_SECRET).write_text("redis://h:1 --evil\n")
+    assert B.compile_cache_remote() is None
+
+
+@pytest.mark.parametrize("bad", ["ftp://cache:21/x", "redis://host:6379 -x", "redis://pw@host:1\nx", "s3://bucket",
+                                 "redis://" + "a" * 500])
+def test_a_bad_compile_cache_is_one_line_and_never_shows_its_password(bad):
+    from imagegen.commands.common import compile_cache
+    from imagegen.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        compile_cache(bad.replace("host", "s3cretpw@host") if "@" not in bad else bad)
+    assert "\n" not in str(exc.value) and "s3cretpw" not in str(exc.value) and "give redis://" in str(exc.value)
+    assert compile_cache("redis://pw@127.0.0.1:6379") == "redis://pw@127.0.0.1:6379" and compile_cache(" ") is None

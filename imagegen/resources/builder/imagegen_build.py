@@ -494,7 +494,8 @@ def give_to_folder_owner(path, folder):
         pass
 
 
-CCACHE_RESULTS = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+CCACHE_RESULTS = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss", "remote_storage_hit", "remote_storage_miss",
+                  "remote_storage_error")
 
 
 def use_ccache(env, work, py, relative_paths=False):
@@ -505,6 +506,11 @@ def use_ccache(env, work, py, relative_paths=False):
     see paths below it as relative ones to find its objects again."""
     cache_dir = env.get("CCACHE_DIR")
     ccache = shutil.which("ccache", path=env.get("PATH"))
+    remote = compile_cache_remote()
+    if remote and ccache and not (cache_dir and os.path.isdir(cache_dir)):
+        # a shared remote cache without a local one (`docker run` of a builder image): a local one per build
+        cache_dir = env["CCACHE_DIR"] = os.path.join(work, "ccache")
+        os.makedirs(cache_dir, exist_ok=True)
     if not cache_dir or not ccache or not os.path.isdir(cache_dir):
         return None
     nvcc = shutil.which("nvcc", path=env.get("PATH"))
@@ -520,8 +526,32 @@ def use_ccache(env, work, py, relative_paths=False):
     if relative_paths:  # a native build's temporary work dir: the objects then name relative paths
         env["CCACHE_BASEDIR"] = work
     env.setdefault("CCACHE_MAXSIZE", "20G")
-    log("ccache %s in %s (nvcc and the host compiler)" % (ccache, cache_dir))
+    if remote:
+        env["CCACHE_REMOTE_STORAGE"] = remote
+    log("ccache %s in %s (nvcc and the host compiler)%s" % (
+        ccache, cache_dir, "; remote storage %s" % remote_shown(remote) if remote else ""))
     return stats_log
+
+
+CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # `imagegen build --compile-cache URL` (imagegen.executors.bake_run)
+_REMOTE = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}\Z")
+
+
+def compile_cache_remote():
+    """The compile cache's remote storage URL from its secret (empty, absent or malformed: None)."""
+    try:
+        with open(os.path.join(SECRETS, CCACHE_REMOTE_SECRET), encoding="utf-8") as fh:
+            value = fh.read(1024).strip()
+    except (OSError, ValueError):
+        return None
+    return value if _REMOTE.match(value) else None
+
+
+def remote_shown(url):
+    """The remote storage for the log: its scheme and host, never a credential."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    return "%s://%s" % (scheme, host)
 
 
 def report_ccache(stats_log, log_dir):
@@ -537,9 +567,14 @@ def report_ccache(stats_log, log_dir):
     hits = counts["direct_cache_hit"] + counts["preprocessed_cache_hit"]
     total = hits + counts["cache_miss"]
     report = {"hits": hits, "misses": counts["cache_miss"], "hit_rate": round(hits / total, 3) if total else None}
+    if counts["remote_storage_hit"] or counts["remote_storage_miss"] or counts["remote_storage_error"]:
+        # of the hits, those the shared remote storage served (the local cache did not have them)
+        report.update(remote_hits=counts["remote_storage_hit"], remote_misses=counts["remote_storage_miss"],
+                      remote_errors=counts["remote_storage_error"])
     with open(os.path.join(log_dir, "ccache.json"), "w", encoding="utf-8") as fh:
         json.dump(report, fh)
-    log("ccache: %d of %d compilations from the cache" % (hits, total))
+    log("ccache: %d of %d compilations from the cache%s" % (
+        hits, total, ", %d of them from the remote storage" % report["remote_hits"] if "remote_hits" in report else ""))
 
 
 def retag(path, label, work):
