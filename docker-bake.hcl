@@ -91,7 +91,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
@@ -112,7 +112,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
@@ -133,7 +133,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
@@ -154,7 +154,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
@@ -175,7 +175,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
@@ -196,7 +196,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
@@ -217,7 +217,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
@@ -238,7 +238,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
@@ -259,7 +259,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
@@ -280,7 +280,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
@@ -301,7 +301,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
@@ -322,7 +322,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
     NVCC_THREADS = IMAGEGEN_NVCC_THREADS != "" ? IMAGEGEN_NVCC_THREADS : null
     IMAGEGEN_AUDIT_PROBE = IMAGEGEN_AUDIT_PROBE != "" ? IMAGEGEN_AUDIT_PROBE : null
   }
-  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]
+  secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"

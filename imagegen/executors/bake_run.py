@@ -12,14 +12,10 @@ from typing import Callable, Sequence
 from imagegen import engine
 from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, TARGET_FAILED, TargetLogs, cell_of
 from imagegen.plan import Cell, Plan
-from imagegen.render.bake import BakeDefinition, absolute_contexts, build_definition, to_json
+from imagegen.render.bake import COMPILE_CACHE_VARIABLE, BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.render.bakefiles import write_dockerfiles
 from imagegen.resources.builder import imagegen_rules as rules
 from imagegen.wheelhouse import Finisher
-
-
-CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # the compile cache's URL (imagegen_build.py reads it)
-CCACHE_REMOTE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"  # the bake process's variable that secret is read from
 
 
 def bake_variables(ca: str, compile_cache: str | None = None) -> dict[str, str]:
@@ -32,7 +28,7 @@ def bake_variables(ca: str, compile_cache: str | None = None) -> dict[str, str]:
             "IMAGEGEN_AUDIT_PROBE": os.environ.get("IMAGEGEN_AUDIT_PROBE", ""),
             # `build --compile-cache`: only in the bake process's environment (the secret's env= source),
             # never in the bake file or a build arg; empty: the secret is an empty file, no remote cache
-            CCACHE_REMOTE_VARIABLE: compile_cache or ""}
+            COMPILE_CACHE_VARIABLE: compile_cache or ""}
 
 
 def run_bake(file: Path, targets: list[str], logs: TargetLogs,
@@ -161,7 +157,7 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
         jobs_file = run_dir / "jobs" / f"{cell_of(name)}.env"
         jobs_file.touch()
         data["target"][name]["secret"] = [*data["target"][name].get("secret", []), f"id={rules.JOBS_SECRET},src={jobs_file}",
-                                          f"id={CCACHE_REMOTE_SECRET},env={CCACHE_REMOTE_VARIABLE}", *netrc_secret(netrc)]
+                                          *netrc_secret(netrc)]
         if cache_from:
             data["target"][name]["cache-from"] = list(cache_from)
         if cache_to and cell_of(name) == name:

@@ -127,6 +127,12 @@ def version_group(t: BakeTarget) -> str:
     return f"{t.recipe}-{''.join(c if c.isalnum() else '_' for c in t.cell.version.version)}"
 
 
+# `imagegen build --compile-cache URL` / a CI secret: the ccache remote storage every compile shares, a
+# BuildKit secret read from the bake process's environment (empty when the variable is unset: no remote).
+COMPILE_CACHE_SECRET = "imagegen_ccache_remote"
+COMPILE_CACHE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"
+
+
 def _target_dict(t: BakeTarget) -> dict:
     args = {arg: Interp(f'${{{var} != "" ? {var} : null}}') for var, (arg, _) in VARIABLES.items()}
     d: dict = {
@@ -134,7 +140,7 @@ def _target_dict(t: BakeTarget) -> dict:
         "dockerfile": t.dockerfile,
         "target": "wheels",
         "args": args,
-        "secret": [Interp(f"id=pip_cert,src=${{{CA_VARIABLE}}}")],
+        "secret": [Interp(f"id=pip_cert,src=${{{CA_VARIABLE}}}"), f"id={COMPILE_CACHE_SECRET},env={COMPILE_CACHE_VARIABLE}"],
         "output": [f"type=local,dest={t.output}"],
         "labels": {"io.imagegen.cell": t.fallback_of or t.name},
     }

@@ -14,7 +14,7 @@ from imagegen import __version__, outputs
 from imagegen.errors import EngineError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.plan import MatrixRequest, Plan, defaults, expand
-from imagegen.render.bake import VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
+from imagegen.render.bake import COMPILE_CACHE_SECRET, VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
 
 
 def atomic_write(path: Path, text: str, what: str = "output file") -> None:
@@ -170,7 +170,7 @@ def check_round_trip(meant: dict, printed: dict) -> None:
         for key in ("context", "dockerfile", "target", "output", "labels", "contexts"):
             if key in want and got.get(key) != want[key]:
                 raise EngineError(f"bake --print changed {name}.{key}: wrote {want[key]!r}, buildx reads {got.get(key)!r}")
-        if [s.split(",")[0] for s in got.get("secret", [])] != ["id=pip_cert"]:
+        if [s.split(",")[0] for s in got.get("secret", [])] != ["id=pip_cert", "id=" + COMPILE_CACHE_SECRET]:
             raise EngineError(f"bake --print changed {name}.secret: {got.get('secret')!r}")
     # --print lists only the groups it was asked for (by default: `default`, every target).
     for name, got in printed.get("group", {}).items():

@@ -63,7 +63,8 @@ def test_prefixed_variables_override_and_generic_names_do_not_leak(tmp_path):
                               "MAX_JOBS": "64", "TORCH_CUDA_ARCH_LIST": "7.0", "IMAGEGEN_PIP_CERT": str(ca)})
     t = printed["target"]["sage-2_2_0-torch2_8-cu128-py312"]
     assert t["args"] == {"TORCH_CUDA_ARCH_LIST": "9.0;12.0+PTX", "MAX_JOBS": "2"}
-    assert t["secret"] == [f"id=pip_cert,src={ca}"]
+    # the compile cache's secret names its variable only: the URL (a credential) never goes into the file
+    assert t["secret"] == [f"id=pip_cert,src={ca}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
 
 
 def test_bake_command_writes_checks_and_prints(tmp_path, monkeypatch, capsys):

@@ -100,7 +100,8 @@ def test_the_workflow_bake_command_is_accepted_by_buildx_with_the_cache_settings
     bake = steps_by_name(doc)["Bake"]
     assert bake["shell"] == "bash"
     # what GitHub would substitute on a runner of the Octo-Org organisation
-    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "Octo-Org"}
+    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "Octo-Org",
+              "${{ secrets.IMAGEGEN_COMPILE_CACHE }}": ""}  # a repository without that secret
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
     for key, value in bake["env"].items():
         for expr, sub in values.items():

@@ -162,7 +162,8 @@ def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_i
     (row,) = job["strategy"]["matrix"]["include"]
     steps = {s["name"]: s for s in job["steps"]}
     target, inputs = row["target"], row["inputs"]
-    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "octo-org"}
+    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "octo-org",
+              "${{ secrets.IMAGEGEN_COMPILE_CACHE }}": ""}
     # The registry cache needs a docker-container builder (this engine's is the docker driver, with no
     # registry image to start one): a `docker` first on PATH drops the two cache --set pairs and runs the
     # real one with everything else (their acceptance by buildx: tests/integration/test_ci_workflow.py).

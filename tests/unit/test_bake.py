@@ -85,7 +85,9 @@ def test_overrides_come_only_from_prefixed_variables_and_the_ca_is_a_secret(tmp_
     (t,) = d["target"].values()
     assert t["args"]["MAX_JOBS"] == '${IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null}'
     assert set(t["args"]) == {arg for arg, _ in B.VARIABLES.values()}
-    assert t["secret"] == ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"] and t["target"] == "wheels"
+    # the CA bundle by path; the compile cache's URL from the bake process's environment (empty: none)
+    assert t["secret"] == ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
+    assert t["target"] == "wheels"
 
 
 def test_json_escapes_templates_except_imagegens_own_interpolations(tmp_path):
@@ -95,7 +97,8 @@ def test_json_escapes_templates_except_imagegens_own_interpolations(tmp_path):
     back = json.loads(B.to_json(d))
     (bt,) = back["target"].values()
     assert bt["labels"]["x"] == "$${HOME} %%{ if true }"
-    assert bt["secret"] == ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]  # ours, not escaped
+    assert bt["secret"] == ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}",  # ours, not escaped
+                            "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]
     assert bt["args"]["MAX_JOBS"].startswith("${IMAGEGEN_MAX_JOBS")
 
 
@@ -108,7 +111,7 @@ def test_hcl_writes_args_raw_and_strings_escaped(tmp_path):
     assert f'target "{name}" {{' in text
     assert '    MAX_JOBS = IMAGEGEN_MAX_JOBS != "" ? IMAGEGEN_MAX_JOBS : null' in text
     assert '"x" = "$${HOME}\\"\\n"' in text or 'x = "$${HOME}\\"\\n"' in text
-    assert 'secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}"]' in text
+    assert 'secret = ["id=pip_cert,src=${IMAGEGEN_PIP_CERT}", "id=imagegen_ccache_remote,env=IMAGEGEN_CCACHE_REMOTE"]' in text
 
 
 @pytest.mark.parametrize("bad", ["a b", "$(id)", "${X}", "out\nRUN id"])

@@ -655,6 +655,8 @@ def test_each_linux_job_stops_its_compile_before_the_timeout_and_carries_it_to_t
         < names.index("Bake") < names.index("Take the stopped build out of the builder") \
         < names.index("Save the stopped build") < names.index("Upload wheels")
     assert steps["Bake"]["env"]["BUDGET"] == str((300 - ci.RESUME_MARGIN_MINUTES) * 60)
+    # the shared compile cache: the repository secret, into the variable the bake file's secret reads
+    assert steps["Bake"]["env"]["IMAGEGEN_CCACHE_REMOTE"] == "${{ secrets.IMAGEGEN_COMPILE_CACHE }}"
     assert "--set \"$TARGET.args.IMAGEGEN_BUILD_BUDGET=$BUDGET\"" in steps["Bake"]["run"]
     restore, save = steps["Restore a stopped build"], steps["Save the stopped build"]
     key = "imagegen-resume-${{ matrix.target }}-${{ matrix.inputs }}-${{ github.run_id }}-${{ github.run_attempt }}"
