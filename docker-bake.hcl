@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "765ab50d27476f80"
+    "io.imagegen.inputs" = "6827b5587dc8d308"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -116,7 +116,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "18d68b2d19eb9cc4"
+    "io.imagegen.inputs" = "20488bc5e9a84182"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -137,7 +137,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "6b83b2818a1f1c0f"
+    "io.imagegen.inputs" = "36eaae30b7abcfe1"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -158,7 +158,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "61f6f2ff352592cf"
+    "io.imagegen.inputs" = "78ef544f9dc1ebaa"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -179,7 +179,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "afd4e50a97cda1c6"
+    "io.imagegen.inputs" = "49d0eeb2d144c399"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -200,7 +200,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "bf24584adce51562"
+    "io.imagegen.inputs" = "ff75c58d5fa172a2"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -221,7 +221,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "f9e437d8fef3e85e"
+    "io.imagegen.inputs" = "ea1d176e9c0cc280"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -242,7 +242,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "ea3fd72b0c328415"
+    "io.imagegen.inputs" = "d135aae344a3e057"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -263,7 +263,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "c17578b8b15e4cc3"
+    "io.imagegen.inputs" = "e702f7496e5843ff"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -284,7 +284,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "822b9e34c9689cd5"
+    "io.imagegen.inputs" = "a15ae811d4d6fc4d"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -305,7 +305,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "3d38a02517268c3c"
+    "io.imagegen.inputs" = "29f95645f20f34ca"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -326,7 +326,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "8beae64e67e09df7"
+    "io.imagegen.inputs" = "ac8521b28c5eefe8"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

@@ -533,7 +533,8 @@ def use_ccache(env, work, py, relative_paths=False):
     return stats_log
 
 
-CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # `imagegen build --compile-cache URL` (imagegen.executors.bake_run)
+CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # `build --compile-cache URL` (imagegen.render.bake.COMPILE_CACHE_SECRET)
+# imagegen.safety.COMPILE_CACHE_URL (imagegen checked it; the secret is read again here)
 _REMOTE = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}\Z")
 
 
