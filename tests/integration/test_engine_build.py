@@ -191,7 +191,8 @@ def test_plain_docker_build_of_a_rendered_dockerfile(first_build, workspace):
     # every file the script needs, nothing else
     assert sorted(p.name for p in (root / "imagegen-scripts").iterdir()) == sorted(builder_files())
     text = (root / "Dockerfile").read_text()
-    assert len(text.splitlines()) < 200  # readable: the ~1900 lines of scripts are beside it
+    # readable: the ~2000 lines of scripts are beside it (the file itself grew the resume stages, 2026-11-28)
+    assert len(text.splitlines()) < 240
     (documented,) = [line.strip("# ").strip() for line in text.splitlines()
                      if line.startswith("#   docker build ") and " -o out -f Dockerfile ." in line]
     argv = documented.split()

@@ -203,7 +203,9 @@ def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_i
     (forget / "Dockerfile").write_text(
         f"FROM {BASE_IMAGE}\nARG N\nRUN --mount=type=cache,target=/r,id=imagegen-resume,sharing=shared "
         f"rm -f /r/{inputs}.tar /r/{inputs}.tar.json && echo forgot-$N\n")
-    proc = subprocess.run(["docker", "buildx", "build", "--progress=plain", "--build-arg", f"N={os.getpid()}", str(forget)],
+    # (cacheonly: the docker driver would otherwise load the image, and leave it dangling)
+    proc = subprocess.run(["docker", "buildx", "build", "--progress=plain", "--output", "type=cacheonly",
+                           "--build-arg", f"N={os.getpid()}", str(forget)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runner2 = tmp_path / "runner2"
