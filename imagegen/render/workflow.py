@@ -338,7 +338,7 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         max_parallel=options.max_parallel,
         parts=_parts(targets),
         timeout=options.timeout,
-        resume_budget=str(resume_budget(options.timeout)) if resume_budget(options.timeout) else "",
+        resume_budget=str(budget) if (budget := resume_budget(options.timeout)) else "",
         resume_margin=RESUME_MARGIN_MINUTES,
         skip_published=options.skip_published,
         targets=targets,
