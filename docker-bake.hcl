@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "6827b5587dc8d308"
+    "io.imagegen.inputs" = "6e3f55308b3ef4ba"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -116,7 +116,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "20488bc5e9a84182"
+    "io.imagegen.inputs" = "653583302684b8d9"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -137,7 +137,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "36eaae30b7abcfe1"
+    "io.imagegen.inputs" = "2bfb5517fd69cfe3"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -158,7 +158,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "78ef544f9dc1ebaa"
+    "io.imagegen.inputs" = "3d8336eb707e6574"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -179,7 +179,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "49d0eeb2d144c399"
+    "io.imagegen.inputs" = "b316bcc8bb1cca3b"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -200,7 +200,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "ff75c58d5fa172a2"
+    "io.imagegen.inputs" = "684396bd9c352f19"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -221,7 +221,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "ea1d176e9c0cc280"
+    "io.imagegen.inputs" = "4fd9d1862571f4d3"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -242,7 +242,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "d135aae344a3e057"
+    "io.imagegen.inputs" = "cd1aab933676957a"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -263,7 +263,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "e702f7496e5843ff"
+    "io.imagegen.inputs" = "c54babd7fa72606c"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -284,7 +284,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "a15ae811d4d6fc4d"
+    "io.imagegen.inputs" = "64e42a693aec1ca4"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -305,7 +305,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "29f95645f20f34ca"
+    "io.imagegen.inputs" = "a0c4f40d61d57ab8"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -326,7 +326,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "ac8521b28c5eefe8"
+    "io.imagegen.inputs" = "32752759acdc7de9"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a compile cache shared by every builder (ccache remote storage: redis://[[USER:]PASSWORD@]HOST:PORT"
                    " or http://HOST:PORT/PATH; default: $IMAGEGEN_COMPILE_CACHE, the place for a password): every"
                    " compile reads and fills it, so a cell built on another machine compiles only what changed."
-                   " It reaches the builds as a BuildKit secret, never a layer, log or the bake file")
+                   " It reaches the builds as a BuildKit secret, never a layer, log or the bake file (a --native"
+                   " build: the in-build script's environment; ccache 4.4+ on PATH)")
     p.add_argument("--builder", action="append", default=[], help="buildx builder to run on (default: the current"
                    " one); repeat to split the matrix across several builders (bake sends all of one run to one node)")
     _add_cache_args(p)

@@ -43,16 +43,20 @@ def _reporting(config: pytest.Config) -> bool:
 
 
 def engine_leftovers() -> tuple[set[str], set[str]] | None:
-    """Dangling images and volumes on the engine; None without a usable engine."""
+    """Dangling images, images named for a test registry on loopback (the registries' ports are the run's
+    own, so any such name is a test's leftover) and volumes on the engine; None without a usable engine."""
     try:
         images = subprocess.run(["docker", "images", "-q", "--no-trunc", "-f", "dangling=true"], capture_output=True,
                                 text=True, timeout=60)
+        named = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
+                               text=True, timeout=60)
         volumes = subprocess.run(["docker", "volume", "ls", "-q"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    if images.returncode or volumes.returncode:
+    if images.returncode or named.returncode or volumes.returncode:
         return None
-    return set(images.stdout.split()), set(volumes.stdout.split())
+    loopback = {n for n in named.stdout.split() if n.startswith(("127.0.0.1:", "localhost:"))}
+    return set(images.stdout.split()) | loopback, set(volumes.stdout.split())
 
 
 class RunBudget:
@@ -79,7 +83,7 @@ class RunBudget:
             return
         new_images, new_volumes = after[0] - self.engine_before[0], after[1] - self.engine_before[1]
         if new_images or new_volumes:
-            self.left_behind = (f"the tests left behind dangling images {sorted(new_images)} and volumes"
+            self.left_behind = (f"the tests left behind dangling or test-registry images {sorted(new_images)} and volumes"
                                 f" {sorted(new_volumes)}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from functools import partial
 from pathlib import Path
@@ -64,9 +65,10 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
     if args.netrc:
         raise UsageError("--netrc goes with a container build: natively, git and pip read your ~/.netrc (or $NETRC)"
                          " themselves")
-    if args.compile_cache:
-        raise UsageError("--compile-cache goes with a container build; natively, set CCACHE_REMOTE_STORAGE for your"
-                         " own ccache")
+    compile_cache = common.compile_cache(args.compile_cache)
+    if compile_cache and shutil.which("ccache") is None:
+        raise UsageError("--compile-cache needs ccache on PATH for a native build (4.4 or newer, with Redis/HTTP"
+                         " storage: apt-get install ccache)")
     if args.budget:
         raise UsageError("--budget goes with a container build (its stopped tree is kept in the builder's cache);"
                          " a native build is not stopped at a budget yet")
@@ -94,7 +96,8 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
                                    flat=args.flat,
                                    max_jobs=args.max_jobs,
                                    nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
-                                   verbose_build=args.verbose_build, audit=not args.no_audit)
+                                   verbose_build=args.verbose_build, audit=not args.no_audit,
+                                   compile_cache=compile_cache)
     dest = _last_mile(args, out, [Path(dest)], True).get(Path(dest), dest)
     print(dest)
     return 0

@@ -263,7 +263,10 @@ def compile_cache(value: str | None) -> str | None:
     if value is None or not value.strip():
         return None
     if not safety.COMPILE_CACHE_URL.fullmatch(value):
-        raise UsageError(f"--compile-cache {safety.redact(shown(value))}: give redis://[[USER:]PASSWORD@]HOST:PORT[/DB] or"
+        # (every message is redacted on its way out: the hint names the password's place in words, as a
+        # "PASSWORD@" would be hidden too)
+        raise UsageError(f"--compile-cache {shown(safety.redact(value))}: give redis://HOST:PORT[/DB] (a password"
+                         " before HOST, ending in '@') or"
                          " http://HOST:PORT/PATH (ccache's remote storage; no spaces or quotes)")
     return value
 

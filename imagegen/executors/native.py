@@ -26,6 +26,7 @@ from imagegen.executors.host import HostToolchain
 from imagegen.executors.import_test import Importer, smoke_test
 from imagegen.model import jobs
 from imagegen.plan import Cell
+from imagegen.render.bake import COMPILE_CACHE_VARIABLE
 from imagegen.render.dockerfile import audit_script, builder_files, cell_document, inputs_hash
 from imagegen.wheelhouse import Finisher
 
@@ -146,11 +147,17 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
 def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, finish: Finisher,
                  flat: bool = False, max_jobs: int | None = None, nvcc_threads: int | None = None,
                  src_dir: Path | None = None, verbose_build: bool = False, audit: bool = True,
+                 compile_cache: str | None = None,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
     """Build ``cell`` on this host; the wheel goes to ``finish`` (imagegen.finish.finish: verify,
-    then collect), verified while its import test runs."""
+    then collect), verified while its import test runs. ``compile_cache``: ccache's remote storage URL
+    for every compile (`build --compile-cache`), handed to the in-build script in the variable a bake
+    build's secret is read from; never on a command line."""
     work = work.resolve()
     doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    env.pop(COMPILE_CACHE_VARIABLE, None)  # only the one given here
+    if compile_cache:
+        env[COMPILE_CACHE_VARIABLE] = compile_cache
     steps: dict[str, float] = {}  # where the time went, so the overhead over `pip wheel` is visible
     if cell.recipe.source_kind != "local":
         steps["fetch"] = _run_step(cell, host, script, cell_file, env, work, "fetch")

@@ -38,9 +38,9 @@ def pick_step(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def pullable(registry) -> str:
+def pullable(registry):
     """A base image that can be pulled: a one-file image pushed to the registry (its manifest is what the
-    step asks for)."""
+    step asks for); removed from the engine afterwards."""
     ref = registry.ref("imagegen-test/pick-fallback", "1")
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
@@ -50,8 +50,11 @@ def pullable(registry) -> str:
     proc = subprocess.run(["docker", "import", "-", ref], input=data.getvalue(), capture_output=True,
                           env={**os.environ, **registry.env()}, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    assert registry.docker("push", ref, timeout=300).returncode == 0
-    return ref
+    try:
+        assert registry.docker("push", ref, timeout=300).returncode == 0
+        yield ref
+    finally:
+        registry.docker("rmi", ref)
 
 
 def run_step(script: str, bases: str, registry, tmp_path: Path) -> tuple[subprocess.CompletedProcess, str]:

@@ -1,9 +1,16 @@
-"""Issue 36 item 1 on a real Docker engine: `imagegen build --budget` stops a compile partway and keeps
-its build tree in the builder's resume cache mount; the same build again compiles only what is left,
-and its extension is the one a build from scratch makes.
+"""Issue 36 items 1 and 2 on a real Docker engine, with a real Redis (Debian's redis-server on the engine's
+bridge address, with a password) as the shared compile cache:
 
-tests/fixtures/resumable_kernel: eight C++ sources of ~2.5 s each (constexpr work), a module and a
-small kernel, one job at a time.
+- `imagegen build --budget` stops a compile partway and keeps its build tree in the builder's resume cache
+  mount; the same build again compiles only what is left;
+- every compile the two made is in the shared cache: a build of the same sources on a second, clean machine
+  (another ccache mount) compiles nothing, nvcc's kernel included;
+- that build from scratch makes the same extension, byte for byte, as the resumed one;
+- the password reaches the builds as a BuildKit secret only: it is in no bake file, log, output or layer.
+Then the generated workflow's own steps carry a stopped build to a fresh runner, which resumes it.
+
+tests/fixtures/resumable_kernel, reseeded per run (tests/fixtures/reseed_resumable_kernel.py): eight C++
+sources of ~2.5 s each (constexpr work), a module and a small kernel, one job at a time.
 Needs what tests/integration/test_engine_build.py needs (the engine, the base image; torch 2.11 and its
 CUDA toolkit come from PyPI into a cached layer)."""
 
@@ -12,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -21,9 +28,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from image_scan import find_in_layers_made_since, overlay2_layers
+from redis_server import redis_server
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "resumable_kernel"
+RESEED = ROOT / "tests" / "fixtures" / "reseed_resumable_kernel.py"
 BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
 IMAGEGEN = str(Path(sys.executable).parent / "imagegen")
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "9.0", "--flavor", "pypi",
@@ -33,10 +42,10 @@ PARTS = 10  # ninja steps of a whole build: eight parts, the module and the kern
 pytestmark = pytest.mark.integration
 
 
-def build(tree: Path, root: Path, *extra: str) -> subprocess.CompletedProcess:
+def build(tree: Path, root: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([IMAGEGEN, "build", "--source", str(tree), *CELL, "--out", str(root / "out"),
                            "--work", str(root / "work"), "--json", *extra], cwd=root, capture_output=True, text=True,
-                          timeout=3600)
+                          env=env, timeout=3600)
 
 
 def build_log(result: dict) -> str:
@@ -54,34 +63,56 @@ def need_engine() -> None:
         pytest.fail(f"a running engine and {BASE_IMAGE} are required: run scripts/test.sh as root")
 
 
-def fresh_fixture(tmp_path: Path) -> Path:
-    """The fixture with sources of its own for this run (another seed for the constexpr work, a value in
-    the module and the kernel): a fresh inputs hash, so no state or layer of an earlier run is reused,
-    and no object from the shared ccache mount either (a ccache hit takes no time, and the budget would
-    not stop anything). The torch layer is reused."""
-    tree = tmp_path / "resumable_kernel"
-    shutil.copytree(FIXTURE, tree)
-    nonce = random.randrange(1000, 10**6)
-    for part in sorted((tree / "csrc").glob("part_*.cpp")):
-        text = part.read_text()
-        assert "spin(12, " in text
-        part.write_text(text.replace("spin(12, ", f"spin(12, {nonce} + "))
-    for name, symbol in (("module.cpp", "module"), ("kernel.cu", "kernel")):  # their objects too
-        source = tree / "csrc" / name
-        source.write_text(source.read_text() + f"\nint imagegen_fixture_{symbol}_run = {nonce};\n")
-    return tree
+def fresh_fixture(dest: Path) -> Path:
+    """The fixture with sources of its own for this run (see the reseed script)."""
+    proc = subprocess.run([sys.executable, str(RESEED), str(dest)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return Path(proc.stdout.strip())
 
 
-def test_a_build_stopped_at_its_budget_resumes_and_compiles_only_what_was_left(tmp_path):
+def _bridge_address() -> str:
+    """The engine's bridge (docker0) address: what a build step reaches this host at."""
+    proc = subprocess.run(["docker", "network", "inspect", "bridge", "--format",
+                           "{{range .IPAM.Config}}{{.Gateway}}{{end}}"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture()
+def redis(tmp_path):
+    with redis_server(_bridge_address(), tmp_path) as server:
+        yield server
+
+
+def _second_machine(tmp_path: Path, env: dict) -> dict:
+    """The environment of a second, clean machine: `imagegen build` runs bake with its own variables, and
+    the ccache mount id is a build arg, so a `docker` first on PATH adds --set *.args.IMAGEGEN_CCACHE_ID
+    (another mount: an empty local cache) to bake and runs the real one with everything else."""
+    shim = tmp_path / "shim-second-machine"
+    shim.mkdir()
+    cold_id = f"imagegen-ccache-cold-{secrets.token_hex(4)}"
+    (shim / "docker").write_text(
+        f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[1:]\n"
+        "if args[:2] == ['buildx', 'bake']:\n"
+        f"    args = args[:2] + ['--set', '*.args.IMAGEGEN_CCACHE_ID={cold_id}'] + args[2:]\n"
+        f"os.execv({shutil.which('docker')!r}, ['docker'] + args)\n")
+    (shim / "docker").chmod(0o755)
+    return dict(env, PATH=f"{shim}{os.pathsep}{env['PATH']}")
+
+
+def test_a_stopped_build_resumes_and_a_clean_machine_gets_every_compile_from_the_shared_cache(tmp_path, redis):
     need_engine()
     tree = fresh_fixture(tmp_path)
     root = tmp_path / "first"
     root.mkdir()
+    layers_before = overlay2_layers()
+    env = {k: v for k, v in os.environ.items() if k != "IMAGEGEN_COMPILE_CACHE"}
+    env["IMAGEGEN_COMPILE_CACHE"] = redis.url  # the place for a password: not the command line
 
     # 1. Stopped: the budget ends the compile partway; no wheel, and the cell says what is kept.
     # (The first time on a machine, the budget also covers nothing but the compile: the torch layer and
     # the audit come before the build step's clock starts.)
-    stopped = build(tree, root, "--budget", "16s")
+    stopped = build(tree, root, "--budget", "16s", env=env)
     assert stopped.returncode == 5, stopped.stderr[-3000:]
     (row,) = json.loads(stopped.stdout)
     assert row["status"] == "failed" and not row.get("wheel")
@@ -92,35 +123,58 @@ def test_a_build_stopped_at_its_budget_resumes_and_compiles_only_what_was_left(t
     assert 1 <= done < PARTS, f"the budget should stop the build partway, it stopped after {done} of {PARTS}"
     assert not list((root / "out").rglob("*.whl"))
 
-    # 2. The same build again (no budget): it restores the tree and ninja runs only the rest.
-    resumed = build(tree, root)
+    # 2. The same build again (no budget): it restores the tree and ninja runs only the rest, each a miss
+    # locally and in the shared storage (new sources).
+    resumed = build(tree, root, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (row,) = json.loads(resumed.stdout)
     log = build_log(row)
     assert f"resuming from {m.group(2)}: " in log, log[-3000:]
     ran = re.search(r"resumed build: (\d+) step\(s\) run now, (\d+) done by the stopped build", log)
     assert ran and int(ran.group(2)) == done and int(ran.group(1)) == PARTS - done, log[-3000:]
+    cc = row["ccache"]
+    assert cc["misses"] == PARTS - done and cc["hits"] == 0, cc
+    assert cc["remote_misses"] == PARTS - done and cc["remote_errors"] == 0, cc
+    assert redis.keys() >= PARTS  # every compile of both (and its manifest) is in the shared storage
+    assert row["smoke"] == {"resumable_kernel": "ok"}  # installed and imported in a fresh copy of the image
 
-    # 3. From scratch: the same tree with a comment added to its __init__.py, so that the compile step runs
-    # again (a new inputs hash: no state, no cached layer) while every C++ and CUDA input stays the same.
-    # Its objects come from the shared ccache mount, which holds what steps 1 and 2 compiled, byte for
-    # byte. The extension is the same bytes, and so is every other member but the edited file and RECORD
-    # (its hash); the zip's entry times differ (the resumed tree keeps the stopped build's).
+    # 3. A second, clean machine builds the same tree from scratch: a comment added to its __init__.py, so
+    # that the compile step runs again (a new inputs hash: no resume state, no cached layer) while every
+    # C++ and CUDA input stays the same, on an empty local ccache. Nothing is compiled: all ten compiles
+    # (eight host, a module, nvcc's kernel) are hits from the shared storage. The extension is the same
+    # bytes, and so is every other member but the edited file and RECORD (its hash); the zip's entry
+    # times differ (the resumed tree keeps the stopped build's).
     cold_tree = tmp_path / "cold_tree"
     shutil.copytree(tree, cold_tree)
     init = cold_tree / "resumable_kernel" / "__init__.py"
-    init.write_text(init.read_text() + "# built from scratch\n")
+    init.write_text(init.read_text() + "# built from scratch on a second machine\n")
     cold_root = tmp_path / "cold"
     cold_root.mkdir()
-    cold = build(cold_tree, cold_root)
+    cold = build(cold_tree, cold_root, env=_second_machine(tmp_path, env))
     assert cold.returncode == 0, cold.stderr[-3000:]
     (cold_row,) = json.loads(cold.stdout)
-    assert "resuming from" not in build_log(cold_row)
+    cc = cold_row["ccache"]
+    assert cc["misses"] == 0 and cc["hits"] == PARTS and cc["remote_hits"] == PARTS, cc
+    cold_log = build_log(cold_row)
+    assert "resuming from" not in cold_log
+    # the build's own log (bake's) names the storage by scheme and host, never with its password
+    (bake_log,) = (cold_root / "work" / "runs").glob(f"*/logs/{cold_row['cell']}.log")
+    assert f"remote storage redis://{redis.host}:{redis.port}" in bake_log.read_text(errors="replace")
     resumed_members, cold_members = member_digests(row["wheel"]), member_digests(cold_row["wheel"])
     changed = {n for n in resumed_members if resumed_members[n] != cold_members.get(n)}
     assert changed == {"resumable_kernel/__init__.py"} | {n for n in resumed_members if n.endswith("/RECORD")}, changed
     assert any(n.endswith(".so") for n in resumed_members)
-    assert row["smoke"] == {"resumable_kernel": "ok"}  # installed and imported in a fresh copy of the image
+
+    # 4. The password: in no bake file, log, output, result or layer the builds made.
+    needle = redis.password.encode()
+    for folder in (root, cold_root):
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                assert needle not in path.read_bytes(), path
+    for proc in (stopped, resumed, cold):
+        assert redis.password not in proc.stdout + proc.stderr
+    found, layers = find_in_layers_made_since(layers_before, [needle])
+    assert layers >= 2 and not found, (layers, found)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import pytest
 
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.verify import verify_wheel
+from redis_server import redis_server
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "fixtures" / "tiny_kernel"
@@ -43,15 +44,24 @@ def host_cuda_home() -> str:
 
 
 @pytest.fixture(scope="module")
-def shared_ccache(tmp_path_factory) -> dict[str, str]:
-    """The environment of the native builds of the fixture for 8.0 below: the host's CUDA and one ccache
-    (CCACHE_DIR, as a user sets it). The first build (`first_build`) compiles into the empty cache, the
+def compile_cache(tmp_path_factory):
+    """A real Redis on loopback: the shared compile cache (`--compile-cache`) of the module's builds."""
+    with redis_server("127.0.0.1", tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_ccache(tmp_path_factory, compile_cache) -> dict[str, str]:
+    """The environment of the native builds of the fixture for 8.0 below: the host's CUDA, one ccache
+    (CCACHE_DIR, as a user sets it) and the shared compile cache (IMAGEGEN_COMPILE_CACHE, which
+    `--compile-cache` defaults to). The first build (`first_build`) compiles into the empty caches, the
     others take its objects, and each still runs the package's whole build (setup.py, ninja, link,
     wheel, verify, import): the module pays for one compile, not five. Every test that uses the cache
     asks for `first_build` too, so the cold build comes first whichever tests run."""
     if not shutil.which("ccache"):
         pytest.fail("ccache is required for this test: scripts/test.sh installs it (apt-get install ccache)")
-    return {"CUDA_HOME": host_cuda_home(), "CCACHE_DIR": str(tmp_path_factory.mktemp("ccache"))}
+    return {"CUDA_HOME": host_cuda_home(), "CCACHE_DIR": str(tmp_path_factory.mktemp("ccache")),
+            "IMAGEGEN_COMPILE_CACHE": compile_cache.url}
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +213,33 @@ def test_doctor_on_this_machine(torch_venv):
     assert checks["nvcc vs torch"]["status"] == "ok"
     assert checks["bake matrix + local export"]["status"] == "ok", checks["bake matrix + local export"]
     assert proc.returncode == 0, proc.stderr
+
+
+def test_native_build_on_a_clean_machine_gets_every_compile_from_the_shared_cache(torch_venv, first_build, shared_ccache,
+                                                                                compile_cache, tmp_path):
+    # `build --native --compile-cache URL` (here through IMAGEGEN_COMPILE_CACHE): the module's first build
+    # filled the shared Redis; a build with an empty local ccache (a second machine) compiles nothing:
+    # every compile, nvcc's included, is a hit from the remote storage. The password is in no output or
+    # file of that build.
+    assert first_build["proc"].returncode == 0, first_build["proc"].stderr[-3000:]
+    _, total = ccache_counts(first_build["proc"])
+    assert compile_cache.keys() >= total
+    env = dict(shared_ccache, CCACHE_DIR=str(tmp_path / "empty-ccache"))
+    (tmp_path / "empty-ccache").mkdir()
+    proc = sh(IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe",
+              torch_venv / "bin" / "python", "--out", tmp_path / "wh", "--work", tmp_path / "work", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert ccache_counts(proc) == (total, total)
+    assert f"{total} of {total} compilations from the cache, {total} of them from the remote storage" in out, out[-3000:]
+    assert f"remote storage redis://127.0.0.1:{compile_cache.port}" in out
+    assert compile_cache.password not in out
+    for path in (tmp_path / "wh").rglob("*"):
+        if path.is_file():
+            assert compile_cache.password.encode() not in path.read_bytes(), path
+    for path in (tmp_path / "work").rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert compile_cache.password.encode() not in path.read_bytes(), path
 
 
 def test_native_rebuild_takes_its_objects_from_ccache(torch_venv, first_build, shared_ccache, tmp_path):

@@ -212,3 +212,22 @@ def test_a_flat_native_build_has_no_wheelhouse_to_repair_or_index(tmp_path):
     for flag in ("--repair", "--index"):
         with pytest.raises(UsageError, match="--repair and --index work on a wheelhouse: drop --flat"):
             build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--flat", flag, "--no-audit")
+
+
+def test_a_native_build_hands_the_compile_cache_to_the_compile_and_needs_ccache(tmp_path, monkeypatch):
+    py = fake_host(tmp_path)
+    handed: list[dict] = []
+    monkeypatch.setattr(native, "build_native", lambda cell, host, **kw: handed.append(kw) or kw["out"] / "x.whl")
+    url = "redis://s3cret@127.0.0.1:6379"
+    monkeypatch.setattr(building.shutil, "which", lambda name: None)  # no ccache on this host
+    with pytest.raises(UsageError) as info:
+        build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--no-audit", "--flat", "--compile-cache", url)
+    assert str(info.value).startswith("--compile-cache needs ccache on PATH") and "s3cret" not in str(info.value)
+    monkeypatch.setattr(building.shutil, "which", lambda name: "/usr/bin/ccache")
+    with pytest.raises(UsageError, match=r"^--compile-cache redis://\*\*\*@127.0.0.1:6379/x y: give redis://HOST:PORT"
+                                         r"\[/DB\] \(a password before HOST, ending in '@'\) or http://HOST:PORT/PATH"):
+        build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--flat", "--compile-cache",
+              "redis://s3cret@127.0.0.1:6379/x y")
+    assert build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--no-audit", "--flat",
+                 "--out", tmp_path / "d", "--compile-cache", url) == 0
+    assert handed[-1]["compile_cache"] == url

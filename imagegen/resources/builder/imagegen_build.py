@@ -507,6 +507,7 @@ def use_ccache(env, work, py, relative_paths=False):
     cache_dir = env.get("CCACHE_DIR")
     ccache = shutil.which("ccache", path=env.get("PATH"))
     remote = compile_cache_remote()
+    env.pop(CCACHE_REMOTE_VARIABLE, None)  # ccache reads CCACHE_REMOTE_STORAGE below; the compilers need neither
     if remote and ccache and not (cache_dir and os.path.isdir(cache_dir)):
         # a shared remote cache without a local one (`docker run` of a builder image): a local one per build
         cache_dir = env["CCACHE_DIR"] = os.path.join(work, "ccache")
@@ -538,13 +539,18 @@ CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # `build --compile-cache URL` (
 _REMOTE = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}\Z")
 
 
+# A native build's (`build --native --compile-cache URL`): the variable bake reads the secret from
+CCACHE_REMOTE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"  # imagegen.render.bake.COMPILE_CACHE_VARIABLE
+
+
 def compile_cache_remote():
-    """The compile cache's remote storage URL from its secret (empty, absent or malformed: None)."""
+    """The compile cache's remote storage URL: from its secret in an image, else (a native build) from
+    the variable imagegen set for this script. Empty, absent or malformed: None."""
     try:
         with open(os.path.join(SECRETS, CCACHE_REMOTE_SECRET), encoding="utf-8") as fh:
             value = fh.read(1024).strip()
     except (OSError, ValueError):
-        return None
+        value = os.environ.get(CCACHE_REMOTE_VARIABLE, "").strip()
     return value if _REMOTE.match(value) else None
 
 
