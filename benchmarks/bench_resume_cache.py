@@ -29,22 +29,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = REPO / "tests" / "fixtures" / "resumable_kernel"
+RESEED = REPO / "tests" / "fixtures" / "reseed_resumable_kernel.py"
 BASE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "9.0", "--flavor", "pypi",
         "--base-image", BASE, "--max-jobs", "1"]
 
 
 def fresh(tmp: Path, name: str) -> Path:
-    tree = tmp / name / "resumable_kernel"
-    shutil.copytree(FIXTURE, tree)
-    nonce = random.randrange(10**6, 10**7)
-    for part in (tree / "csrc").glob("part_*.cpp"):
-        part.write_text(part.read_text().replace("spin(12, ", f"spin(12, {nonce} + "))
-    for name_, sym in (("module.cpp", "module"), ("kernel.cu", "kernel")):
-        p = tree / "csrc" / name_
-        p.write_text(p.read_text() + f"\nint imagegen_fixture_{sym}_run = {nonce};\n")
-    return tree
+    """The fixture reseeded (tests/fixtures/reseed_resumable_kernel.py, the engine tests' own preparation)."""
+    proc = subprocess.run([sys.executable, str(RESEED), str(tmp / name), str(random.randrange(10**6, 10**7))],
+                          capture_output=True, text=True, check=True)
+    return Path(proc.stdout.strip())
 
 
 def build(tree: Path, root: Path, *extra: str, env: dict | None = None) -> tuple[int, dict, str, float]:
