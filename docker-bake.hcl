@@ -96,6 +96,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "6e3f55308b3ef4ba"
+    "io.imagegen.cpu-hours" = "5.19"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -117,6 +118,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "653583302684b8d9"
+    "io.imagegen.cpu-hours" = "5.19"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -180,6 +182,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "b316bcc8bb1cca3b"
+    "io.imagegen.cpu-hours" = "13.89"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -201,6 +204,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "684396bd9c352f19"
+    "io.imagegen.cpu-hours" = "13.89"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -222,6 +226,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "4fd9d1862571f4d3"
+    "io.imagegen.cpu-hours" = "5.76"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -243,6 +248,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "cd1aab933676957a"
+    "io.imagegen.cpu-hours" = "5.76"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -306,6 +312,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "a0c4f40d61d57ab8"
+    "io.imagegen.cpu-hours" = "1.23"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -327,6 +334,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "32752759acdc7de9"
+    "io.imagegen.cpu-hours" = "1.23"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

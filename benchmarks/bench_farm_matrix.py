@@ -2,7 +2,8 @@
 x Python 3.10-3.13 x amd64/arm64 (the cuda flavor: nvidia/cuda images exist for both platforms), one arch
 list: `imagegen plan` (the cells and why the rest cannot build), `imagegen bake` (the bake file and one
 Dockerfile per cell), `docker buildx bake --print` (BuildKit's own reading of the file), `imagegen ci
-github` (the workflow, one job per target) and actionlint on it. Prints each step's wall time (best of
+github` (the workflow, one job per target, and what it prints to size the runners: each job's estimated
+compile CPU-hours) and actionlint on it. Prints each step's wall time (best of
 --repeat) and the counts; results go to benchmarks/RESULTS.md by hand.
 
     .venv/bin/python benchmarks/bench_farm_matrix.py [--repeat 3]
@@ -56,7 +57,7 @@ def main() -> int:
         t_lint, _ = timed([actionlint, ".github/workflows/wheels.yml"], work, 1)
         result = {"cells": summary, "plan_s": round(t_plan, 3), "bake_s": round(t_bake, 3), "dockerfiles": dockerfiles,
                   "bake_print_s": round(t_print, 3), "bake_targets": targets, "ci_github_s": round(t_ci, 3),
-                  "ci_github_says": ci.stderr.strip().splitlines()[-1], "actionlint_s": round(t_lint, 3),
+                  "ci_github_says": ci.stderr.strip().splitlines(), "actionlint_s": round(t_lint, 3),
                   "actionlint": "ok"}
         print(json.dumps(result, indent=2))
     finally:

@@ -82,7 +82,10 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
     check_cache_support(list(builders) or [None], cache_to)
 
     if len(builders) > 1:
-        shares = {b: [c for i, c in enumerate(todo) if i % len(builders) == k] for k, b in enumerate(builders)}
+        # Dealt by the cell's place in the whole plan, not in what is left to do: the same matrix on the same
+        # builders gives each cell the same builder on every run, where a stopped compile's tree is kept.
+        place = {c.name: i for i, c in enumerate(plan.buildable)}
+        shares = {b: [c for c in todo if place[c.name] % len(builders) == k] for k, b in enumerate(builders)}
         say(f"splitting {len(todo)} cell(s) over {len(builders)} builders: "
             + ", ".join(f"{b} ({len(cs)})" for b, cs in shares.items()))
         from concurrent.futures import ThreadPoolExecutor

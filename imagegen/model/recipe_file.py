@@ -31,7 +31,7 @@ from imagegen.model.recipe_reader import (
     read_recipe_text,
     shown_path,
 )
-from imagegen.model.recipes import RECIPE_SCHEMA, MemoryWhenEnv, Recipe, RecipeVersion, Sdist, SmokeTest, ranges_text
+from imagegen.model.recipes import RECIPE_SCHEMA, CpuHours, MemoryWhenEnv, Recipe, RecipeVersion, Sdist, SmokeTest, ranges_text
 
 
 def _local_source(source: Reader, local: str, recipe_dir: Path) -> Path:
@@ -193,6 +193,7 @@ def load_recipe_file(path: Path, *, text: str | None = None) -> Recipe:
         source_memory_gb=_source_memory(build),
         nvcc_host_gb=build.number("nvcc_host_gb", 1.0, low=0.05, high=64),
         memory_when_env=_memory_when_env(build),
+        cpu_hours=_cpu_hours(build),
     )
 
 
@@ -214,6 +215,17 @@ def _source_memory(build: Reader) -> dict[str, float]:
 
 
 MAX_MEMORY_WHEN_ENV = 16
+
+
+def _cpu_hours(build: Reader) -> CpuHours | None:
+    """build.cpu_hours: a measured whole build (hours of CPU, its -gencode outputs, what was measured)."""
+    if build.data.get("cpu_hours") is None:
+        return None
+    cost = build.sub("cpu_hours", keys=("hours", "gencode_targets", "measured"))
+    measured = cost.str("measured", required=True, max_len=300) or ""
+    return CpuHours(hours=cost.number("hours", 0.0, low=0.001, high=10000),
+                    gencode_targets=int(cost.number("gencode_targets", 1, low=1, high=64, integer=True)),
+                    measured=measured)
 
 
 def _memory_when_env(build: Reader) -> tuple[MemoryWhenEnv, ...]:

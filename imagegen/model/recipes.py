@@ -220,6 +220,16 @@ class MemoryWhenEnv:
 
 
 @dataclass(frozen=True)
+class CpuHours:
+    """A whole build of the package that was measured: its CPU time (user + system of the build and every
+    compiler it ran), the -gencode outputs it compiled, and where and on what (a version, an arch list, a
+    host, the record's folder)."""
+    hours: float
+    gencode_targets: int
+    measured: str
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     aliases: tuple[str, ...]
@@ -267,6 +277,8 @@ class Recipe:
     # Figures for builds with some of the package's own knobs set (the first that holds wins);
     # with_memory_for resolves it once, when the user's --env is known.
     memory_when_env: tuple[MemoryWhenEnv, ...] = ()
+    # The CPU time of one whole build that was measured, to size a farm's runners (imagegen.model.build_cost).
+    cpu_hours: CpuHours | None = None
 
     @property
     def heaviest_gb_per_thread(self) -> float:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagegen import safety
+from imagegen.model.build_cost import cell_cost
 from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, on_fallback
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files, render_dockerfile
 
@@ -131,6 +132,8 @@ def version_group(t: BakeTarget) -> str:
 # BuildKit secret read from the bake process's environment (empty when the variable is unset: no remote).
 COMPILE_CACHE_SECRET = "imagegen_ccache_remote"
 COMPILE_CACHE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"
+# The estimated CPU-hours of a target's compile (imagegen.model.build_cost), where its recipe has a measurement.
+CPU_HOURS_LABEL = "io.imagegen.cpu-hours"
 
 
 def _target_dict(t: BakeTarget) -> dict:
@@ -146,6 +149,9 @@ def _target_dict(t: BakeTarget) -> dict:
     }
     if t.inputs:
         d["labels"]["io.imagegen.inputs"] = t.inputs
+    cost = None if t.fallback_of else cell_cost(t.cell.recipe, t.cell.archs.gencode_targets)
+    if cost is not None:  # what `imagegen ci github` sizes the farm's runners by (its primary's job)
+        d["labels"][CPU_HOURS_LABEL] = f"{cost.cpu_hours:.2f}"
     if t.fallbacks or t.fallback_of:
         assert t.cell.base is not None
         d["labels"]["io.imagegen.base-image"] = t.cell.base.ref

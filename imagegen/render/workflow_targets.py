@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from imagegen import safety
 from imagegen.errors import NothingToDoError, UnsafeValueError, UsageError
+from imagegen.render.bake import CPU_HOURS_LABEL
 
 MAX_MATRIX_JOBS = 256  # GitHub's limit for one matrix: more targets are several build jobs
 # The most targets one workflow takes (four matrices: the largest prebuilt collections hold ~850 wheels);
@@ -26,6 +27,7 @@ BAKE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 LAYOUT_DEPTH = 3
 # A cell's inputs hash as imagegen.render.dockerfile.inputs_hash writes it (empty: not in the bake file).
 INPUTS_HASH = re.compile(r"|[0-9a-f]{16,64}")
+CPU_HOURS = re.compile(r"|[0-9]{1,5}(\.[0-9]{1,2})?")  # empty: no estimate for the target's recipe
 
 
 def check_text(value: object, pattern: re.Pattern[str], what: str, hint: str) -> str:
@@ -50,6 +52,9 @@ class WorkflowTarget:
     # LAYOUT_DEPTH parts): where --skip-published looks for it.
     inputs: str = ""
     folder: str = ""
+    # The estimated CPU-hours of its compile (the bake target's label io.imagegen.cpu-hours, from its
+    # recipe's measured build: imagegen.model.build_cost); None where there is no measurement.
+    cpu_hours: float | None = None
 
 
 def fallback_targets(printed: dict) -> list[str]:
@@ -103,8 +108,10 @@ def targets_from_print(printed: dict, fallbacks: dict | None = None) -> list[Wor
             {"target": {name: body}}) else ""
         inputs = str((body.get("labels") or {}).get("io.imagegen.inputs", ""))
         check_text(inputs, INPUTS_HASH, f"inputs hash of bake target {name}", "hex digits (imagegen bake writes it)")
+        hours = str((body.get("labels") or {}).get(CPU_HOURS_LABEL, ""))
+        check_text(hours, CPU_HOURS, f"CPU-hours of bake target {name}", "a number of hours (imagegen bake writes it)")
         targets.append(WorkflowTarget(name=name, wheels="\n".join(dests), arm64=platforms == ["linux/arm64"],
-                                      bases=bases, inputs=inputs,
+                                      bases=bases, inputs=inputs, cpu_hours=float(hours) if hours else None,
                                       folder="/".join(posixpath.normpath(dests[0]).split("/")[-LAYOUT_DEPTH:])))
     return targets
 

@@ -252,6 +252,42 @@ def _bake_json(tmp_path: Path, definition: dict) -> None:
     (tmp_path / "docker-bake.json").write_text(json.dumps(definition), encoding="utf-8")
 
 
+def test_the_runners_are_sized_from_each_targets_estimate_as_buildx_prints_it(tmp_path, monkeypatch):
+    """Issue 36 item 5: `imagegen bake` labels each target with its compile's estimated CPU-hours (the
+    recipe's measured build scaled by the target's -gencode outputs); `imagegen ci github` reads them
+    through `buildx bake --print` and says what the jobs cost, and which outlast one job's budget."""
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    code, _, err = imagegen("bake", "flash-attn", "--torch", "2.8", "--cuda", "12.8", "--python", "3.11,3.12",
+                            "--arch", "8.0;9.0;12.0", "-f", "farm.hcl")
+    assert code == 0, err
+    code, _, err = imagegen("bake", "natten", "--torch", "2.8", "--cuda", "12.8", "--python", "3.12",
+                            "--arch", "9.0", "-f", "other.hcl")
+    assert code == 0, err
+    printed = bake_print(cwd=tmp_path, file="farm.hcl")
+    hours = {body["labels"]["io.imagegen.cpu-hours"] for body in printed["target"].values()}
+    assert hours == {f"{4.63 * 3:.2f}"}  # flash-attn 2.8.3: 4.63 CPU-h for one output measured; three here
+    code, _, err = imagegen("ci", "github", "--bake-file", "farm.hcl", "-o", "wf.yml")
+    assert code == 0, err
+    assert "   13.89 CPU-h (~3.5 h)  x   2 jobs  e.g. fa2-2_8_3-torch2_8-cu128-py311\n" in err
+    assert "  total 27.8 CPU-h over 2 of 2 jobs\n" in err and "outlast" not in err  # 3.5 h < 270 min
+    code, _, err = imagegen("ci", "github", "--bake-file", "farm.hcl", "-o", "wf.yml", "--timeout", "180")
+    assert code == 0, err
+    assert ("  2 jobs outlast a job's 120-minute compile budget on 4 vCPUs: each stops there and resumes when its"
+            " failed job is re-run (up to 2 runs), or give them bigger runners (--runs-on)") in err
+    code, _, err = imagegen("ci", "github", "--bake-file", "other.hcl", "-o", "wf2.yml")
+    assert code == 0 and "no CPU-hours estimate for these 1 jobs: their recipes have no measured build" in err, err
+
+
+def test_a_hostile_cpu_hours_label_is_refused(tmp_path, monkeypatch):
+    _bake_json(tmp_path, {"target": {"ok": {"context": ".", "output": ["type=local,dest=out"],
+                                            "labels": {"io.imagegen.cpu-hours": "1$(id)"}}}})
+    monkeypatch.chdir(tmp_path)
+    code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "--targets", "ok", "-o", "wf.yml")
+    assert code == 2 and err.count("\n") == 1 and "CPU-hours of bake target ok" in err, err
+    assert not (tmp_path / "wf.yml").exists()
+
+
 def test_hostile_output_folder_in_the_bake_file(tmp_path, monkeypatch):
     _bake_json(tmp_path, {"target": {"ok": {"context": ".", "output": ["type=local,dest=out/$(id)"]}}})
     monkeypatch.chdir(tmp_path)

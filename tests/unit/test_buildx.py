@@ -160,6 +160,20 @@ def test_cells_are_dealt_out_over_several_builders(tmp_path, bake):
     assert (run_dir / "logs" / "node-b" / f"{PY312.name}.log").is_file()
 
 
+def test_a_re_run_gives_each_cell_the_builder_it_had(tmp_path, bake):
+    # A cell's builder is where its stopped compile's tree is kept (--budget): a re-run of the same matrix
+    # on the same builders must send it there even when the cells before it are up to date now.
+    first = _build(tmp_path, [PY311, PY312], [], builders=["node-a", "node-b"])
+    assert [r.status for r in first] == ["built", "built"]
+    first[1].wheel.unlink()  # PY312's wheel is gone (a stopped build makes none): built again, PY311 is up to date
+    bake.calls.clear()
+    said: list[str] = []
+    again = _build(tmp_path, [PY311, PY312], said, builders=["node-a", "node-b"])
+    assert [r.status for r in again] == ["up-to-date", "built"]
+    assert [(c["builder"], c["targets"][0]) for c in bake.calls] == [("node-b", PY312.name)]
+    assert "splitting 1 cell(s) over 2 builders: node-a (0), node-b (1)" in said
+
+
 def test_inline_cache_needs_no_question_to_the_engine(monkeypatch):
     def no_engine(builder):
         raise AssertionError("the engine was asked")

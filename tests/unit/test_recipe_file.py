@@ -212,6 +212,27 @@ def test_figures_for_a_build_environment_are_validated(tmp_path, entries, words)
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("cost, words", [
+    ("{hours: 4.63, gencode_targets: 1, measured: '2.8.3 for 9.0 on the H100 host'}", None),
+    ("{hours: 4.63, gencode_targets: 1}", "build.cpu_hours.measured: missing"),
+    ("{hours: .nan, gencode_targets: 1, measured: x}", "build.cpu_hours.hours"),
+    ("{hours: 0, gencode_targets: 1, measured: x}", "build.cpu_hours.hours"),
+    ("{hours: 1, gencode_targets: 0, measured: x}", "build.cpu_hours.gencode_targets"),
+    ("{hours: 1, gencode_targets: 1.5, measured: x}", "build.cpu_hours.gencode_targets"),
+    ("{hours: 1, gencode_targets: 1, measured: x, host: y}", "build.cpu_hours.host: unknown key"),
+    ("4.63", "build.cpu_hours"),
+])
+def test_a_measured_build_is_validated(tmp_path, cost, words):
+    path = _demo_with_build(tmp_path, f"cpu_hours: {cost}")
+    if words is None:
+        got = load_recipe_file(path).cpu_hours
+        assert (got.hours, got.gencode_targets, got.measured) == (4.63, 1, "2.8.3 for 9.0 on the H100 host")
+        return
+    with pytest.raises(RecipeError) as info:
+        load_recipe_file(path)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
 # --------------------------------------------------------------------------------------------
 # What a good file loads into, and the loader's other refusals
 
