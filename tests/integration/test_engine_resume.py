@@ -7,7 +7,9 @@ bridge address, with a password) as the shared compile cache:
   (another ccache mount) compiles nothing, nvcc's kernel included;
 - that build from scratch makes the same extension, byte for byte, as the resumed one;
 - the password reaches the builds as a BuildKit secret only: it is in no bake file, log, output or layer.
-Then the generated workflow's own steps carry a stopped build to a fresh runner, which resumes it.
+Then the farm end to end (item 5) as the generated workflow's own steps run it: a stopped build carried to a
+fresh runner, resumed, published to S3 (moto's server), indexed per CUDA variant, installed by pip from its
+cu130 index, and not built again once published.
 
 tests/fixtures/resumable_kernel, reseeded per run (tests/fixtures/reseed_resumable_kernel.py): eight C++
 sources of ~2.5 s each (constexpr work), a module and a small kernel, one job at a time.
@@ -16,6 +18,7 @@ CUDA toolkit come from PyPI into a cached layer)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,12 +27,16 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from image_scan import find_in_layers_made_since, overlay2_layers
 from redis_server import redis_server
+
+from tests.publish_servers import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RESEED = ROOT / "tests" / "fixtures" / "reseed_resumable_kernel.py"
@@ -178,11 +185,14 @@ def test_a_stopped_build_resumes_and_a_clean_machine_gets_every_compile_from_the
 
 
 # ------------------------------------------------------------------------------------------------
-# The generated workflow's steps, replayed on the engine: a job that stops at its budget takes the tree
-# out of its builder for the CI cache; a later job on a fresh runner hands it in and resumes.
+# The farm end to end (issue 36 item 5), as the generated workflow runs it: its own steps replayed on the
+# engine. A job that stops at its budget takes the tree out of its builder for the CI cache; a later job on
+# a fresh runner hands it in, resumes and stages the wheel; the publish job collects and uploads it to S3
+# (moto's real server); the wheelhouse, indexed per CUDA variant and served over HTTP, gives the wheel to pip
+# from its cu130 index; and a run after that builds nothing, since the cell is published with its inputs.
 
 def _step_env(step: dict, values: dict, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IMAGEGEN_", "AWS_", "PIP_"))}
     for key, value in (step.get("env") or {}).items():
         for expr, sub in values.items():
             value = str(value).replace(expr, sub)
@@ -199,7 +209,47 @@ def _run_step(step: dict, cwd: Path, env: dict) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=3600)
 
 
-def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_it(tmp_path):
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture()
+def served(tmp_path):
+    """The published wheelhouse's web server on 127.0.0.1 (its folder: site/whl), empty at first."""
+    site = tmp_path / "site"
+    (site / "whl").mkdir(parents=True)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield {"folder": site / "whl", "url": f"http://127.0.0.1:{httpd.server_address[1]}/whl"}
+    httpd.shutdown()
+
+
+@pytest.fixture()
+def s3(tmp_path):
+    """moto's S3 server on 127.0.0.1 with the farm's bucket."""
+    import boto3
+
+    port = free_port()
+    log = tmp_path / "moto.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=fh,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        keys = {"AWS_ACCESS_KEY_ID": "AKIDFARM", "AWS_SECRET_ACCESS_KEY": "farm-SECRET-5d1c", "AWS_ENDPOINT_URL": url,
+                "AWS_REGION": "us-east-1"}
+        client = boto3.client("s3", endpoint_url=url, aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+        client.create_bucket(Bucket="farm")
+        yield {"client": client, "env": keys}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_farm_end_to_end_stop_resume_publish_index_and_pip_by_cuda_variant(tmp_path, served, s3):
     need_engine()
     farm = tmp_path / "repo"
     farm.mkdir()
@@ -207,16 +257,21 @@ def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_i
     cell = ["--source", "./resumable_kernel", *CELL[:-2]]
     proc = subprocess.run([IMAGEGEN, "bake", *cell, "-f", "farm.hcl"], cwd=farm, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run([IMAGEGEN, "ci", "github", "--bake-file", "farm.hcl", "-o", "wf.yml"], cwd=farm,
-                          capture_output=True, text=True)
+    proc = subprocess.run([IMAGEGEN, "ci", "github", "--bake-file", "farm.hcl", "-o", "wf.yml", "--skip-published",
+                           served["url"], "--publish", "s3://farm/whl", "--imagegen-from",
+                           "imagegen[publish] @ git+https://example.invalid/imagegen@v1"],
+                          cwd=farm, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     import yaml
 
-    job = yaml.safe_load((farm / "wf.yml").read_text())["jobs"]["build"]
+    workflow = yaml.safe_load((farm / "wf.yml").read_text())
+    job = workflow["jobs"]["build"]
     (row,) = job["strategy"]["matrix"]["include"]
     steps = {s["name"]: s for s in job["steps"]}
+    publish = {s["name"]: s for s in workflow["jobs"]["publish"]["steps"]}
     target, inputs = row["target"], row["inputs"]
-    values = {"${{ matrix.target }}": target, "${{ github.repository_owner }}": "octo-org",
+    values = {"${{ matrix.target }}": target, "${{ matrix.inputs }}": inputs, "${{ matrix.published }}": row["published"],
+              "${{ matrix.folders }}": row["folders"], "${{ github.repository_owner }}": "octo-org",
               "${{ secrets.IMAGEGEN_COMPILE_CACHE }}": ""}
     # The registry cache needs a docker-container builder (this engine's is the docker driver, with no
     # registry image to start one): a `docker` first on PATH drops the two cache --set pairs and runs the
@@ -232,10 +287,20 @@ def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_i
     (shim / "docker").chmod(0o755)
     path = f"{shim}{os.pathsep}{os.environ['PATH']}"
 
-    # Runner 1: the Bake step with a budget the compile cannot meet stops it and says so in the step output.
-    runner1 = tmp_path / "runner1"
-    runner1.mkdir()
-    out1 = runner1 / "github_output"
+    def runner(name: str) -> tuple[Path, Path]:
+        folder = tmp_path / name
+        folder.mkdir()
+        return folder, folder / "github_output"
+
+    def published(folder: Path, output: Path) -> str:
+        step = steps["Already published?"]
+        got = _run_step(step, farm, _step_env(step, values, RUNNER_TEMP=str(folder), GITHUB_OUTPUT=str(output)))
+        assert got.returncode == 0, got.stderr[-2000:]
+        return got.stdout
+
+    # Runner 1: not published yet; the Bake step with a budget the compile cannot meet stops it and says so.
+    runner1, out1 = runner("runner1")
+    assert f"{target}: not published yet ({served['url']}/{row['published']}/manifest.json): building" in published(runner1, out1)
     bake = _run_step(steps["Bake"], farm, _step_env(steps["Bake"], values, BUDGET="16", PATH=path, IMAGEGEN_MAX_JOBS="1",
                                                      RUNNER_TEMP=str(runner1), GITHUB_OUTPUT=str(out1)))
     assert bake.returncode != 0 and "stopped=true" in out1.read_text(), bake.stdout[-3000:] + bake.stderr[-2000:]
@@ -262,14 +327,13 @@ def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_i
                            "--build-arg", f"N={os.getpid()}", str(forget)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    runner2 = tmp_path / "runner2"
-    runner2.mkdir()
+    runner2, out2 = runner("runner2")
     shutil.copytree(saved, runner2 / "imagegen-resume")
     hand = steps["Hand the stopped build to the builder"]
     assert hand["if"] == "steps.resume.outputs.cache-matched-key != ''"
+    assert "not published yet" in published(runner2, out2)
     handed = _run_step(hand, farm, _step_env(hand, values, RUNNER_TEMP=str(runner2), **dict(gh, GITHUB_RUN_ID="12")))
     assert handed.returncode == 0, handed.stderr[-2000:]
-    out2 = runner2 / "github_output"
     bake = _run_step(steps["Bake"], farm, _step_env(steps["Bake"], values, PATH=path, RUNNER_TEMP=str(runner2), IMAGEGEN_MAX_JOBS="1",
                                                      GITHUB_OUTPUT=str(out2)))
     assert bake.returncode == 0, bake.stdout[-3000:] + bake.stderr[-2000:]
@@ -277,4 +341,51 @@ def test_the_workflow_steps_carry_a_stopped_build_to_a_fresh_runner_and_resume_i
     assert f"resuming from /imagegen/resume/{inputs}.tar" in log
     ran = re.search(r"resumed build: (\d+) step\(s\) run now, (\d+) done by the stopped build", log)
     assert ran and int(ran.group(2)) == done and int(ran.group(1)) == PARTS - done, log[-3000:]
-    assert list((farm / row["wheels"]).glob("*.whl"))
+    stage = steps["Stage wheels"]
+    staged = _run_step(stage, farm, _step_env(stage, values, RUNNER_TEMP=str(runner2)))
+    assert staged.returncode == 0, staged.stderr[-2000:]
+    (wheel,) = (runner2 / "export").rglob("*.whl")
+    assert wheel.parent == runner2 / "export" / row["folders"]
+
+    # The publish job: the artifacts downloaded (upload-artifact's folder, merged), imagegen installed (this
+    # one), Collect and Publish as written, the keys as the repository's secrets.
+    job3 = tmp_path / "publisher"
+    shutil.copytree(runner2 / "export", job3 / "wheelhouse")
+    (job3 / "imagegen" / "bin").mkdir(parents=True)
+    (job3 / "imagegen" / "bin" / "imagegen").symlink_to(IMAGEGEN)
+    out3 = job3 / "github_output"
+    out3.write_text("")  # the runner makes it before the job
+    collect = _run_step(publish["Collect"], farm, _step_env(publish["Collect"], values, RUNNER_TEMP=str(job3),
+                                                            GITHUB_OUTPUT=str(out3)))
+    assert collect.returncode == 0 and "none=true" not in out3.read_text(), collect.stdout + collect.stderr
+    keys = s3["env"]
+    secrets_ = {"${{ secrets.AWS_ACCESS_KEY_ID }}": keys["AWS_ACCESS_KEY_ID"],
+                "${{ secrets.AWS_SECRET_ACCESS_KEY }}": keys["AWS_SECRET_ACCESS_KEY"], "${{ secrets.AWS_SESSION_TOKEN }}": "",
+                "${{ vars.AWS_ENDPOINT_URL }}": keys["AWS_ENDPOINT_URL"], "${{ vars.AWS_REGION }}": keys["AWS_REGION"]}
+    up = _run_step(publish["Publish"], farm, _step_env(publish["Publish"], {**values, **secrets_}, RUNNER_TEMP=str(job3)))
+    assert up.returncode == 0 and up.stdout.startswith("uploaded"), up.stdout + up.stderr
+    body = s3["client"].get_object(Bucket="farm", Key=f"whl/{wheel.name}")["Body"].read()
+    assert body == wheel.read_bytes()
+    assert keys["AWS_SECRET_ACCESS_KEY"] not in up.stdout + up.stderr
+
+    # The served wheelhouse: the collected one, indexed (flat and per CUDA variant); pip takes the wheel from
+    # the cu130 index, and there is no cu128 one.
+    shutil.copytree(job3 / "wheelhouse", served["folder"], dirs_exist_ok=True)
+    proc = subprocess.run([IMAGEGEN, "index", str(served["folder"])], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (served["folder"] / "cu130" / "simple" / "resumable-kernel" / "index.html").is_file()
+    assert not (served["folder"] / "cu128").exists()
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--no-cache-dir",
+           "--python-version", "3.11", "--only-binary=:all:", "--platform", "linux_x86_64", "-d"]
+    got = subprocess.run([*pip, str(tmp_path / "dl"), "--index-url", f"{served['url']}/cu130/simple", "resumable-kernel"],
+                         capture_output=True, text=True, timeout=300, env=_step_env({}, {}))
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+    (downloaded,) = (tmp_path / "dl").glob("*.whl")
+    assert downloaded.name == wheel.name and downloaded.read_bytes() == wheel.read_bytes()
+    assert "+cu130torch2.11" in downloaded.name
+
+    # A run after that: the cell is published with these inputs, so its job builds nothing and says so.
+    runner3, out3b = runner("runner3")
+    said = published(runner3, out3b)
+    assert f"::notice::{target}: already published with these inputs ({inputs})" in said, said
+    assert "skip=true" in out3b.read_text()
