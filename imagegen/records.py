@@ -3,7 +3,7 @@
 A wheel that leaves a builder image without imagegen's own `build` around it (a plain ``docker buildx
 bake`` in a clone of the repository, a ``docker run -v OUT:/out`` of a pulled builder image, the
 build jobs of a generated CI workflow) carries a record beside it, ``<wheel>.imagegen.json``
-(written by imagegen_build.py: cell, recipe, source, torch, CUDA, the archs it was asked for, its
+(written by imagegen_records.py: cell, recipe, source, torch, CUDA, the archs it was asked for, its
 sha256 and the smoke test's result). Such a wheel is not in the wheelhouse's manifest yet, so
 ``imagegen index`` and ``imagegen publish`` leave it out. ``imagegen collect`` reads each record
 (bounded: the folder may come from anywhere), checks that the wheel is the one recorded and passed

@@ -9,6 +9,7 @@ one line of JSON in a quoted heredoc, which Docker does not expand.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -87,40 +88,9 @@ def builder_script() -> str:
     return _builder_resource("imagegen_build.py")
 
 
-def toolchain_script() -> str:
-    """The toolchain step (venv, torch, PyPI CUDA) and what every step shares, shipped beside
-    builder_script() (imagegen_toolchain.py), which imports it; the torch layer depends on it alone."""
-    return _builder_resource("imagegen_toolchain.py")
-
-
 def audit_script() -> str:
     """The gencode audit's stand-in compilers, shipped beside builder_script() (imagegen_audit.py)."""
     return _builder_resource("imagegen_audit.py")
-
-
-def rules_script() -> str:
-    """The arch and job-sizing rules imagegen plans with, shipped beside builder_script()
-    (imagegen_rules.py), which imports them."""
-    return _builder_resource("imagegen_rules.py")
-
-
-def supervise_script() -> str:
-    """The nvcc guard and the build's supervisor, shipped beside builder_script() (imagegen_supervise.py),
-    which imports them."""
-    return _builder_resource("imagegen_supervise.py")
-
-
-def fetch_script() -> str:
-    """The fetch step (the pinned source, its patches, the copy a build compiles), shipped beside
-    builder_script() (imagegen_fetch.py), which imports it."""
-    return _builder_resource("imagegen_fetch.py")
-
-
-def wheeltools_script() -> str:
-    """How every build path patches sources, retags wheels and finds cuobjdump, shipped beside
-    builder_script() (imagegen_wheeltools.py), which imports it; the Windows helper and imagegen's own
-    verify use the same module."""
-    return _builder_resource("imagegen_wheeltools.py")
 
 
 # The named build context that brings builder_files() into a build (bake definitions name it; a
@@ -148,14 +118,17 @@ def write_scripts(folder: Path, within: Path | None = None) -> list[Path]:
     return written
 
 
+# The modules shipped beside the in-build script (imagegen_build.py's docstring says what each is for).
+# imagegen_toolchain.py first: the torch layer is made from it alone (the Dockerfile's first COPY).
+BUILDER_FILES = ("imagegen_toolchain.py", "imagegen_build.py", "imagegen_fetch.py", "imagegen_buildenv.py",
+                 "imagegen_supervise.py", "imagegen_ccache.py", "imagegen_resume.py", "imagegen_records.py",
+                 "imagegen_check.py", "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py")
+
+
 def builder_files() -> dict[str, str]:
     """Every file the in-build script needs beside it, by name (a native build writes them into its
     work folder; a Dockerfile carries them)."""
-    return {"imagegen_build.py": builder_script(), "imagegen_toolchain.py": toolchain_script(),
-            "imagegen_fetch.py": fetch_script(), "imagegen_supervise.py": supervise_script(),
-            "imagegen_resume.py": _builder_resource("imagegen_resume.py"),
-            "imagegen_rules.py": rules_script(),
-            "imagegen_wheeltools.py": wheeltools_script(), "imagegen_audit.py": audit_script()}
+    return {name: _builder_resource(name) for name in BUILDER_FILES}
 
 
 @dataclass(frozen=True)
@@ -254,13 +227,21 @@ def toolchain_document(doc: dict) -> dict:
     return {**{key: doc[key] for key in TOOLCHAIN_KEYS}, **{key: doc[key] for key in OPTIONAL_TOOLCHAIN_KEYS if key in doc}}
 
 
+@functools.lru_cache(maxsize=1)
+def _scripts_digest() -> str:
+    """Every shipped module, by name and content: all of them run in the build (or decide its source)."""
+    digest = hashlib.sha256()
+    for name, text in builder_files().items():
+        digest.update(f"{name}\0{len(text)}\0".encode() + text.encode())
+    return digest.hexdigest()
+
+
 def inputs_hash(cell: Cell, doc: dict) -> str:
     """A digest of everything that decides the wheel: the cell document, archs and base image, and
     for a local source tree its content (a git source is pinned by its revision in the document)."""
     assert cell.base is not None
     inputs = {"cell": doc, "archs": str(cell.archs), "base": cell.base.ref,
-              "script": hashlib.sha256((builder_script() + toolchain_script() + rules_script()
-                                        + wheeltools_script()).encode()).hexdigest()}
+              "script": _scripts_digest()}
     if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
         inputs["source_tree"] = tree_digest(cell.recipe.source_path)
     payload = json.dumps(inputs, sort_keys=True)
@@ -389,6 +370,8 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
         toolchain_delimiter=safety.heredoc_delimiter(toolchain_json, "IMAGEGEN_TOOLCHAIN_JSON"),
         toolchain_json=_Raw(toolchain_json),
         scripts_context=SCRIPTS_CONTEXT,
+        builder_scripts=BUILDER_FILES,
+        step_scripts=[name for name in BUILDER_FILES if name != "imagegen_toolchain.py"],  # that one is in already
         stdout=stdout,
         jobs_secret=rules.JOBS_SECRET,
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),

@@ -37,9 +37,9 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipes import Rule
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
-from tests.unit.builder_script import SCRIPT, builder_module
+from tests.unit.builder_script import BUILDENV, SCRIPT, builder_module
 
-B = builder_module("imagegen_build_runs_on")
+B = builder_module("imagegen_buildenv_runs_on", BUILDENV)
 
 
 def _doc(recipe_name, archs="8.0;9.0", version=None):

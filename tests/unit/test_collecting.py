@@ -24,11 +24,11 @@ from imagegen.commands import collecting
 from imagegen.errors import UsageError, VerifyError
 from imagegen.publish.index import write_index
 from imagegen.render.dockerfile import cell_document, inputs_hash
-from tests.unit.builder_script import builder_module
+from tests.unit.builder_script import RECORDS, builder_module
 from tests.unit.command_helpers import ROOT, call
 from tests.unit.executor_fixtures import WHEEL, tiny_cell
 
-ib = builder_module("imagegen_build_records")
+ib = builder_module("imagegen_records_collecting", RECORDS)
 PLANNED = "8.0;9.0+PTX"
 
 

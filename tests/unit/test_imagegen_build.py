@@ -24,9 +24,11 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import builder_script
-from tests.unit.builder_script import builder_module
+from tests.unit.builder_script import BUILDENV, RECORDS, builder_module
 
 B = builder_module("imagegen_build")
+E = builder_module("imagegen_buildenv_unit", BUILDENV)  # the build's variables
+R = builder_module("imagegen_records_unit", RECORDS)
 
 
 # ------------------------------------------------------------------------------- job budget and PATH
@@ -45,10 +47,10 @@ def test_builder_splits_the_job_budget_between_sage_extensions(monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     monkeypatch.setenv("MAX_JOBS", "16")
     monkeypatch.delenv("EXT_PARALLEL", raising=False)
-    env = B.build_env(_sage_cell_doc())
+    env = E.build_env(_sage_cell_doc())
     assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("4", "4")
     monkeypatch.setenv("MAX_JOBS", "1")  # seed 002's settings: one extension, one job
-    env = B.build_env(_sage_cell_doc())
+    env = E.build_env(_sage_cell_doc())
     assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("1", "1")
 
 
@@ -57,18 +59,18 @@ def test_job_settings_from_imagegens_bake_come_as_a_secret_and_win(monkeypatch, 
     # key, unlike a build arg): it wins over the ARGs' environment; junk in it is ignored.
     secrets = tmp_path / "secrets"
     secrets.mkdir()
-    monkeypatch.setattr(B, "SECRETS", str(secrets))
+    monkeypatch.setattr(E, "SECRETS", str(secrets))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     monkeypatch.setenv("MAX_JOBS", "16")
     monkeypatch.setenv("NVCC_THREADS", "8")
     monkeypatch.delenv("EXT_PARALLEL", raising=False)
-    assert B.jobs_from_secret() == {}  # no secret: the ARGs/environment as before
+    assert E.jobs_from_secret() == {}  # no secret: the ARGs/environment as before
     (secrets / "imagegen_jobs").write_text("MAX_JOBS=2\nNVCC_THREADS=3\nPATH=/evil\nMAX_JOBS_X=9\n")
-    assert B.jobs_from_secret() == {"MAX_JOBS": "2", "NVCC_THREADS": "3"}
-    env = B.build_env(_sage_cell_doc())
+    assert E.jobs_from_secret() == {"MAX_JOBS": "2", "NVCC_THREADS": "3"}
+    env = E.build_env(_sage_cell_doc())
     assert (env["EXT_PARALLEL"], env["MAX_JOBS"]) == ("2", "1") and env["PATH"] != "/evil"
     (secrets / "imagegen_jobs").write_text("MAX_JOBS=0\nNVCC_THREADS=lots\n")
-    assert B.jobs_from_secret() == {}
+    assert E.jobs_from_secret() == {}
 
 
 def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_path):
@@ -83,12 +85,12 @@ def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_pat
     user_path = os.pathsep.join([str(tmp_path / "cuda" / "bin"), "/usr/bin"])
     # The user's nvcc is CUDA_HOME's (through the symlink): their PATH, untouched, so that a plain
     # `pip wheel` with the --print-env variables repeats the build exactly.
-    assert B.path_with_nvcc(user_path, str(home)) == user_path
+    assert E.path_with_nvcc(user_path, str(home)) == user_path
     # Another toolkit's nvcc first, or none at all: CUDA_HOME's bin goes in front.
     other_first = os.pathsep.join([str(other / "bin"), str(home / "bin")])
-    assert B.path_with_nvcc(other_first, str(home)).split(os.pathsep) == [str(home / "bin"), str(other / "bin"), str(home / "bin")]
-    assert B.path_with_nvcc("/usr/bin", str(home)).split(os.pathsep)[0] == str(home / "bin")
-    assert B.path_with_nvcc("", str(home)) == str(home / "bin")
+    assert E.path_with_nvcc(other_first, str(home)).split(os.pathsep) == [str(home / "bin"), str(other / "bin"), str(home / "bin")]
+    assert E.path_with_nvcc("/usr/bin", str(home)).split(os.pathsep)[0] == str(home / "bin")
+    assert E.path_with_nvcc("", str(home)) == str(home / "bin")
 
 
 
@@ -121,7 +123,7 @@ def test_ninja_from_a_package_whose_binary_is_not_on_path_is_put_in_front(tmp_pa
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     env = {"PATH": str(empty)}
-    assert B.ninja_on_path(env, str(py)) == str(binary.parent)
+    assert E.ninja_on_path(env, str(py)) == str(binary.parent)
     assert env["PATH"] == os.pathsep.join([str(binary.parent), str(empty)])
     # What torch's is_ninja_available() runs now finds it.
     assert subprocess.run(["ninja", "--version"], env=env, capture_output=True, text=True).stdout == "1.13.0\n"
@@ -131,11 +133,11 @@ def test_ninja_from_a_package_whose_binary_is_not_on_path_is_put_in_front(tmp_pa
 def test_ninja_already_on_path_is_left_alone_and_none_at_all_is_said(tmp_path, capsys):
     py, binary = _other_venvs_ninja(tmp_path)
     on_path = {"PATH": str(binary.parent)}
-    assert B.ninja_on_path(dict(on_path), str(py)) == ""
+    assert E.ninja_on_path(dict(on_path), str(py)) == ""
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     env = {"PATH": "/nonexistent"}
-    assert B.ninja_on_path(env, str(bare / "bin" / "python")) is None
+    assert E.ninja_on_path(env, str(bare / "bin" / "python")) is None
     assert env == {"PATH": "/nonexistent"}
     assert "one file after another" in capsys.readouterr().out
 
@@ -157,14 +159,14 @@ def test_builder_formats_agree_with_the_arch_model(entries, ptx_flags):
     text = ";".join(e + ("+PTX" if p else "") for e, p in zip(entries, ptx_flags))
     archs = parse_arch_list(text)
     canonical = str(archs)  # what the Dockerfile's ARG carries
-    parsed = B.parse_archs(canonical)
-    assert B.format_archs(parsed, "numeric") == to_numeric_list(archs)
-    assert B.format_archs(parsed, "numeric", keep_variant=True) == to_numeric_list(archs, keep_variant=True)
-    assert B.format_archs(parsed, "dotted") == to_dotted_list(archs)
-    assert B.format_archs(parsed, "cmake") == to_cmake(archs)
-    assert B.format_archs(parsed, "gencode") == " ".join(to_gencode(archs))
+    parsed = E.parse_archs(canonical)
+    assert E.format_archs(parsed, "numeric") == to_numeric_list(archs)
+    assert E.format_archs(parsed, "numeric", keep_variant=True) == to_numeric_list(archs, keep_variant=True)
+    assert E.format_archs(parsed, "dotted") == to_dotted_list(archs)
+    assert E.format_archs(parsed, "cmake") == to_cmake(archs)
+    assert E.format_archs(parsed, "gencode") == " ".join(to_gencode(archs))
     if not any(a.variant == "f" for a in archs):
-        assert B.format_archs(parsed, "torch") == to_torch_arch_list(archs)
+        assert E.format_archs(parsed, "torch") == to_torch_arch_list(archs)
 
 
 def test_retag_rewrites_name_metadata_and_record(tmp_path):
@@ -252,7 +254,7 @@ def _gpu_check_step(tmp_path, monkeypatch, code, *, available=True, timeout=None
     wheels.mkdir()
     if wheel:
         (wheels / WHEEL).write_bytes(b"not really a wheel")
-    record = wheels / (WHEEL + B.RECORD_SUFFIX)
+    record = wheels / (WHEEL + R.RECORD_SUFFIX)
     record.write_text(json.dumps({"wheel": WHEEL}))
     check = tmp_path / "gpu_check.json"
     check.write_text(json.dumps({"recipe": "sageattention", "device": "nvidia.com/gpu=all", "code": code}))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.model.catalogue import load_catalogue
-from imagegen.render.dockerfile import fetch_script
+from imagegen.render.dockerfile import builder_files
 
 SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder" / "imagegen_fetch.py"
 _spec = importlib.util.spec_from_file_location("imagegen_fetch_under_test", SCRIPT)
@@ -21,7 +21,7 @@ _spec.loader.exec_module(F)
 
 
 def test_the_fetch_script_is_what_render_ships():
-    assert fetch_script() == SCRIPT.read_text()
+    assert builder_files()["imagegen_fetch.py"] == SCRIPT.read_text()
 
 
 # ----------------------------------------------------------------------------------------- patches

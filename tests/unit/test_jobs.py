@@ -18,7 +18,7 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
 from imagegen.render.dockerfile import cell_document
-from tests.unit.builder_script import builder_module
+from tests.unit.builder_script import BUILDENV, builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
@@ -26,7 +26,7 @@ RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
 
 
 
-B = builder_module("imagegen_build_jobs_model")
+B = builder_module("imagegen_buildenv_jobs_model", BUILDENV)
 
 
 # ---------------------------------------------------------------------- job sizing without an audit

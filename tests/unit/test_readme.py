@@ -103,7 +103,7 @@ MODES = [
 ]
 
 # Programs of README command lines that are not imagegen: skipped (docker buildx bake is checked below).
-SHELL_PROGRAMS = {"docker", "ls", "pip", "python", "python3", "bash", "powershell", "PS>"}
+SHELL_PROGRAMS = {"docker", "ls", "pip", "python", "python3", "bash", "powershell", "PS>", "export"}
 
 # Local paths README commands use as projects, made in each command's folder from a test fixture.
 LOCAL_PROJECTS = {"./my-kernels": TINY_KERNEL}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.builder_script import BUILDER, SUPERVISE, builder_module
+from tests.unit.builder_script import BUILDER, CCACHE, SUPERVISE, builder_module
 from tests.unit.test_failfast import _alive, _tree_script
 
 R = builder_module("imagegen_resume_unit", BUILDER / "imagegen_resume.py")
@@ -154,7 +154,7 @@ def test_a_real_ninja_stopped_at_its_budget_and_restored_runs_only_what_is_left(
 
 # ------------------------------------------------------------------------ the shared compile cache (item 2)
 
-B = builder_module("imagegen_build_compile_cache")
+B = builder_module("imagegen_ccache_compile_cache", CCACHE)
 
 
 @pytest.mark.parametrize("url, shown", [("redis://s3cret@10.0.0.5:6379", "redis://10.0.0.5:6379"),

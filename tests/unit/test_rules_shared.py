@@ -23,7 +23,7 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import choose_cell
 from imagegen.render.dockerfile import builder_script, cell_document
-from tests.unit.builder_script import builder_module
+from tests.unit.builder_script import BUILDENV, builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "imagegen" / "resources" / "builder"
@@ -31,7 +31,7 @@ BUILDER = ROOT / "imagegen" / "resources" / "builder"
 
 
 
-B = builder_module("imagegen_build_rules_shared")
+B = builder_module("imagegen_buildenv_rules_shared", BUILDENV)
 GRID = [(cpus, ram) for cpus in (1, 2, 4, 16, 64) for ram in (4, 8, 16, 32, 125, 500)]
 
 

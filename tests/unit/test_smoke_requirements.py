@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.builder_script import builder_module
+from tests.unit.builder_script import CHECK, builder_module
 
-B = builder_module("imagegen_build_smoke_requirements")
+B = builder_module("imagegen_check_smoke_requirements", CHECK)
 DIST = "needs_deps"
 
 

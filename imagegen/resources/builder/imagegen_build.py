@@ -17,14 +17,19 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
           with --no-build-isolation, retag it with the local version, move it atomically
           into --out, keep the log
   smoke   import the recipe's modules (the wheel must be installed)
-(The nvcc guard each nvcc of `build` runs through is imagegen_supervise.py's, beside this file.)
+  gpu-check, gpu-check-deps   the recipe's numerical check on a GPU handed to the build step
+  audit   the package's own build with stand-in compilers: what it would compile (imagegen_audit.py)
+Beside this file, one module per concern: imagegen_toolchain.py (the venv with torch), imagegen_fetch.py,
+imagegen_buildenv.py (the build's variables), imagegen_supervise.py (the nvcc guard, the supervisor),
+imagegen_ccache.py, imagegen_resume.py (a build stopped at its budget), imagegen_records.py (the build
+record), imagegen_check.py (smoke and GPU checks), imagegen_audit.py, and what imagegen shares with them:
+imagegen_rules.py (archs, job sizing) and imagegen_wheeltools.py.
 """
 
 import os
 import sys
 
 import argparse
-import hashlib
 import json
 import re
 import shutil
@@ -32,15 +37,20 @@ import subprocess
 import tempfile
 import time
 
-# imagegen_rules.py lies beside this script (in the image, in a native build's work folder, and in
-# the imagegen package): the arch and job-sizing rules imagegen plans with.
+# The modules below lie beside this script (in the image, in a native build's work folder, and in the
+# imagegen package), one per concern.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import imagegen_rules as rules  # noqa: E402
 import imagegen_wheeltools as wheeltools  # noqa: E402
 
 # The toolchain step and what every step shares (log, fail, run, the secrets, the venv's torch)
 # live in imagegen_toolchain.py: the layer that installs torch depends on that small file alone.
-from imagegen_toolchain import SECRETS, check_torch, cmd_toolchain, fail, load_cell, log, run, secret_env, venv_python  # noqa: E402
+from imagegen_toolchain import check_torch, cmd_toolchain, fail, load_cell, log, run, secret_env, venv_python  # noqa: E402
+# The build's environment: the arch knob, MAX_JOBS / NVCC_THREADS, nvcc and ninja on PATH.
+from imagegen_buildenv import build_env, ninja_on_path  # noqa: E402
+# ccache and the shared compile cache; the build record beside each wheel; the smoke and GPU checks.
+from imagegen_ccache import report_ccache, use_ccache  # noqa: E402
+from imagegen_records import give_to_folder_owner, write_build_record, write_json_beside  # noqa: E402
+from imagegen_check import cmd_gpu_check, cmd_gpu_check_deps, cmd_smoke, smoke_test  # noqa: E402
 # The nvcc guard and the build's supervisor (imagegen_supervise.py, beside this script).
 from imagegen_supervise import guard_nvcc, supervise, torch_cuda_home  # noqa: E402
 
@@ -62,220 +72,6 @@ def cmd_deps(cell, args):
         run([py, "-m", "pip", "install", "--disable-pip-version-check"] + list(cell["build_requires"]) + [pin],
             env=env)
     check_torch(cell, py)
-
-
-# ------------------------------------------------------------------------------------------------
-# arch knob
-
-# Arch lists and job sizing: imagegen_rules.py, the module imagegen itself uses (shipped beside this
-# script), so that these can never differ from what imagegen plans with.
-
-
-def parse_archs(text):
-    """imagegen's canonical arch list as (major, minor, variant, sass, ptx) tuples; exit 2 on anything else."""
-    try:
-        return rules.parse_canonical(text)
-    except ValueError as exc:
-        fail(str(exc), 2)
-
-
-def format_archs(archs, style, keep_variant=False):
-    try:
-        return rules.format_archs(archs, style, keep_variant)
-    except ValueError as exc:
-        fail(str(exc), 2)
-
-
-def apply_runs_on(archs, runs_on, package="the package"):
-    """The archs the knob really compiles (imagegen.cell_rules.compiled_archs: the same rule) and a log line."""
-    archs, moved = rules.map_families(archs, runs_on)
-    return archs, rules.family_note(moved, package) if moved else ""
-
-
-def load_extensions(cell):
-    return (cell.get("load_profile") or {}).get("extensions") or []
-
-
-def ext_parallel_max(cell):
-    ext = cell.get("ext_parallel") or {}
-    return int(ext.get("max") or 1) if ext.get("env") else 0
-
-
-def auto_jobs(cell, threads, targets=0):
-    """MAX_JOBS from this machine's cores and RAM (imagegen_rules.job_settings, what imagegen plans
-    with): `threads` nvcc threads per job, at most one per -gencode target (`targets`); with the
-    audit's load (cell["load_profile"]), the most jobs whose peak estimate fits."""
-    cpus, mem_gb = rules.host_facts()
-    extensions = load_extensions(cell)
-    per_thread = float(cell["memory_per_thread_gb"] if extensions
-                       else cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
-    return rules.job_settings(per_thread, threads, cpus, mem_gb, nvcc_threads=threads, targets=targets,
-                              extensions=extensions, ext_max=ext_parallel_max(cell),
-                              host_gb=load_host_gb(cell.get("load_profile")))[0]
-
-
-def auto_threads(cell):
-    """NVCC_THREADS when none is given: the recipe's, fewer on a machine with little RAM (the same rule)."""
-    cpus, mem_gb = rules.host_facts()
-    per_thread = float(cell.get("memory_per_thread_gb_max") or cell["memory_per_thread_gb"])
-    return rules.job_settings(per_thread, int(cell["default_nvcc_threads"]), cpus, mem_gb)[1]
-
-
-split_extensions = rules.split_extensions
-
-
-def peak_estimate(load, total_jobs, nvcc_threads, per_thread_gb, ext_max=0):
-    """rules.peak_estimate over a cell's load_profile (GB, nvcc at once, busy threads)."""
-    return rules.peak_estimate(load.get("extensions") or [], total_jobs, nvcc_threads, per_thread_gb, ext_max,
-                               load_host_gb(load))
-
-
-def load_host_gb(load):
-    """The host part per nvcc (GB) a load profile was estimated with (the recipe's nvcc_host_gb), else
-    the rules' default: what the job choice and the printed estimate both use."""
-    return float((load or {}).get("host_gb") or rules.NVCC_HOST_GB)
-
-
-def visible_gpu_archs(cell):
-    """`docker run --gpus all IMAGE` without TORCH_CUDA_ARCH_LIST (seed 004): build for the GPUs the
-    container sees. Empty when there are none (parse_archs then says what to set)."""
-    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
-    code = ("import torch\nif torch.cuda.is_available():\n"
-            "    print(';'.join(sorted({'%d.%d' % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})))")
-    try:
-        found = subprocess.run([py, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               timeout=120).stdout.decode().strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        found = []
-    if found and found[-1]:
-        log("TORCH_CUDA_ARCH_LIST=%s (the GPUs this build can see)" % found[-1])
-        return found[-1]
-    return ""
-
-
-def jobs_from_secret():
-    """MAX_JOBS and NVCC_THREADS as imagegen's bake sized them for this batch (the imagegen_jobs
-    secret: NAME=N lines); nothing when the secret is absent or empty (a plain `docker build`, a
-    native build, `docker run` of a builder image): the ARGs, the environment or the auto rule."""
-    path = os.path.join(SECRETS, rules.JOBS_SECRET)
-    found = {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read(4096)
-    except OSError:
-        return found
-    for line in text.splitlines():
-        name, _, value = line.strip().partition("=")
-        if name in ("MAX_JOBS", "NVCC_THREADS") and value.isdigit() and 0 < int(value) <= 4096:
-            found[name] = value
-        elif name == resume.BUDGET_ENV and value.isdigit():  # `imagegen build --budget`: no cache key either
-            found[name] = value
-    return found
-
-
-def build_env(cell):
-    env = dict(os.environ)
-    env.update(jobs_from_secret())
-    env.update(cell.get("env", {}))
-    env.update(cell.get("force_env", {}))
-    knob = cell["knob"]
-    if not (env.get("TORCH_CUDA_ARCH_LIST") or "").strip():
-        env["TORCH_CUDA_ARCH_LIST"] = visible_gpu_archs(cell)
-    archs = parse_archs(env.get("TORCH_CUDA_ARCH_LIST") or "")
-    if knob["style"] != "fixed":
-        archs, note = apply_runs_on(archs, knob.get("runs_on"), cell.get("recipe") or "the package")
-        if note:
-            log(note)
-        value = format_archs(archs, knob["style"], knob.get("keep_variant", False))
-        env[knob["env"]] = value
-        log("%s=%s (from TORCH_CUDA_ARCH_LIST=%s)" % (knob["env"], value, env["TORCH_CUDA_ARCH_LIST"]))
-    given = (env.get("NVCC_THREADS") or "").strip()
-    threads = int(given) if given.isdigit() and int(given) > 0 else auto_threads(cell)
-    if cell.get("threads_env"):
-        env[cell["threads_env"]] = str(threads)
-    jobs = env.get("MAX_JOBS") or ""
-    targets = sum(int(a[3]) + int(a[4]) for a in archs)
-    jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads, targets)
-    total = jobs
-    ext = cell.get("ext_parallel") or {}
-    if ext.get("env"):
-        # MAX_JOBS is the cell's whole budget: a package that builds several extensions at once
-        # (EXT_PARALLEL x MAX_JOBS jobs) gets it split between them (same rule as imagegen.model.jobs).
-        parallel, jobs = split_extensions(total, int(ext.get("max") or 1))
-        env[ext["env"]] = str(parallel)
-        log("%s=%d extensions at once, MAX_JOBS=%d each" % (ext["env"], parallel, jobs))
-    env[cell.get("jobs_env") or "MAX_JOBS"] = str(jobs)
-    env["MAX_JOBS"] = str(jobs)
-    per_thread = float(cell["memory_per_thread_gb"])
-    if cell.get("load_profile"):
-        gb, nvcc, busy = peak_estimate(cell["load_profile"], total, threads, per_thread, ext_parallel_max(cell))
-        log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak: %d nvcc at once, %d busy threads,"
-            " from the audit)" % (total, threads, gb, nvcc, busy))
-    else:
-        busy = min(threads, targets) if targets else threads
-        per_thread = float(cell.get("memory_per_thread_gb_max") or per_thread)
-        log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * busy * per_thread))
-    if cell.get("local_version_env"):
-        env[cell["local_version_env"]] = cell["local_version"]
-    if cell.get("cuda_home"):
-        env["CUDA_HOME"] = cell["cuda_home"]
-        env["PATH"] = path_with_nvcc(env.get("PATH", ""), cell["cuda_home"])
-    return env
-
-
-def path_with_nvcc(path, cuda_home):
-    """PATH with CUDA_HOME's nvcc first: unchanged when it already is the first nvcc on it (the
-    usual host), so that a native build runs in the user's own environment plus the variables
-    `--print-env` names, and a plain `pip wheel` with those variables repeats it exactly."""
-    nvcc = os.path.join(cuda_home, "bin", "nvcc")
-    found = shutil.which("nvcc", path=path)
-    if found and os.path.realpath(found) == os.path.realpath(nvcc):
-        return path
-    return os.path.join(cuda_home, "bin") + os.pathsep + path if path else os.path.join(cuda_home, "bin")
-
-
-# What finds the ninja binary a `ninja` package installed (its RECORD names it, e.g. ../../../bin/ninja,
-# wherever that environment's scripts went), else the package's own BIN_DIR (ninja < 1.11.1.2).
-_FIND_NINJA = """
-import importlib.metadata as md, os, sys
-try:
-    dist = md.distribution("ninja")
-except md.PackageNotFoundError:
-    sys.exit(0)
-found = [os.path.realpath(str(dist.locate_file(f))) for f in (dist.files or ()) if f.name in ("ninja", "ninja.exe")]
-try:
-    import ninja
-    found.append(os.path.join(getattr(ninja, "BIN_DIR", "") or "-", "ninja"))
-except Exception:
-    pass
-print("\\n".join(p for p in found if os.path.isfile(p) and os.access(p, os.X_OK))[:4096])
-"""
-
-
-def ninja_on_path(env, py):
-    """Make torch's `ninja --version` check pass where the build's Python has the ninja package but
-    PATH lacks its binary. torch then silently falls back to its distutils backend, which compiles
-    one file after another: MAX_JOBS and EXT_PARALLEL do nothing, the nvcc guard and its progress
-    lines are bypassed, and a build takes as long as all its files together (seen on the H100: a
-    base image whose Python saw another venv's ninja package, so pip skipped ours; 893 s against the
-    native 270-408 s). Returns the folder put in front of PATH, "" when none was needed, or None
-    (logged) when no ninja exists at all."""
-    if shutil.which("ninja", path=env.get("PATH")):
-        return ""
-    try:
-        run = subprocess.run([py, "-c", _FIND_NINJA], env=env, capture_output=True, text=True, timeout=120)
-        found = [line for line in run.stdout.splitlines() if line.strip()] if run.returncode == 0 else []
-    except (OSError, subprocess.SubprocessError):
-        found = []
-    if not found:
-        log("warning: no ninja on PATH and no ninja package in %s: torch compiles one file after another"
-            " (its distutils fallback; MAX_JOBS has no effect). Install ninja in the build's Python" % py)
-        return None
-    folder = os.path.dirname(found[0])
-    env["PATH"] = folder + os.pathsep + env["PATH"] if env.get("PATH") else folder
-    log("ninja: %s (the ninja package's binary; it was not on PATH, and without it torch compiles one"
-        " file after another)" % found[0])
-    return folder
 
 
 # ------------------------------------------------------------------------------------------------
@@ -401,76 +197,6 @@ def stop_and_keep(cell, work, tree, state, budget, restored, started):
          "the same build again resumes from it" % (budget, done, size / 1e6, state), resume.STOPPED_EXIT)
 
 
-RECORD_SUFFIX = ".imagegen.json"  # beside the wheel: what built it (imagegen.wheelhouse.RECORD_SUFFIX)
-
-
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_json_beside(path, doc, owner_folder):
-    """``doc`` into ``path`` under a hidden name first, then renamed: never half a file."""
-    tmp = os.path.join(os.path.dirname(path), ".%s.partial" % os.path.basename(path))
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    give_to_folder_owner(tmp, owner_folder)
-    os.replace(tmp, path)
-
-
-def write_build_record(cell, env, wheel, started):
-    """The build record beside ``wheel``: which cell, source, torch, CUDA and archs built it, and
-    its sha256. A bake export or a `docker run -v OUT:/out` carries it with the wheel, so that
-    `imagegen collect` can verify that wheel against what was asked and record it in the wheelhouse's
-    manifest (index and publish take only recorded, verified wheels). `smoke` adds its result."""
-    source = cell["source"]
-    record = {
-        "schema": 1,
-        "kind": "imagegen-build-record",
-        "cell": cell.get("cell"),
-        "recipe": cell["recipe"],
-        "distribution": cell.get("distribution"),
-        "version": cell["version"],
-        "source": dict({k: source.get(k) for k in ("kind", "url", "ref", "commit")},
-                       **({"sha256": source["sha256"]} if source.get("sha256") else {})),
-        "patches": [p["name"] for p in cell.get("patches", [])],
-        "torch": cell["torch"]["version"],
-        "cuda": cell["torch"]["cuda"],
-        "python": cell.get("python") or "%d.%d" % sys.version_info[:2],
-        "flavor": cell.get("flavor"),
-        "base_image": os.environ.get("IMAGEGEN_BASE_IMAGE") or None,
-        # What this build was asked for (a bake --set or the GPUs `docker run --gpus all` shows may
-        # differ from the plan); the plan's inputs hash holds only when it was the planned list.
-        "requested_archs": env.get("TORCH_CUDA_ARCH_LIST") or "",
-        "planned_archs": os.environ.get("IMAGEGEN_PLANNED_ARCHS") or None,
-        "inputs": (os.environ.get("IMAGEGEN_INPUTS") or None)
-        if env.get("TORCH_CUDA_ARCH_LIST") == os.environ.get("IMAGEGEN_PLANNED_ARCHS") else None,
-        "wheel": os.path.basename(wheel),
-        "sha256": file_sha256(wheel),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "duration_s": round(time.time() - started, 1),
-    }
-    write_json_beside(wheel + RECORD_SUFFIX, record, os.path.dirname(wheel))
-
-
-def add_report_to_records(wheels, key, report):
-    """A test's ``report`` under ``key`` ("smoke", "gpu_check") in each tested wheel's build record (a
-    wheel without one, e.g. from an older builder, is left alone: `imagegen collect` then refuses it
-    as untested)."""
-    for wheel in wheels:
-        path = wheel + RECORD_SUFFIX
-        if not os.path.isfile(path) or os.path.islink(path):
-            continue
-        with open(path, encoding="utf-8") as fh:
-            record = json.load(fh)
-        record[key] = report
-        write_json_beside(path, record, os.path.dirname(wheel))
-
-
 def pip_wheel_command(py, dist, tree):
     """`pip wheel` as a user would type it. Not `-v` unless IMAGEGEN_BUILD_VERBOSE=1: pip renders every
     line of a verbose build through its console logger in one thread, and a package whose nvcc jobs
@@ -483,233 +209,9 @@ def pip_wheel_command(py, dist, tree):
     return cmd
 
 
-def give_to_folder_owner(path, folder):
-    """`docker run -v "$PWD/out:/out"` runs as root: hand the wheel to whoever owns the folder, so
-    the user can move or delete it without sudo."""
-    try:
-        st = os.stat(folder)
-        if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
-            os.chown(path, st.st_uid, st.st_gid)
-    except (OSError, AttributeError):
-        pass
-
-
-CCACHE_RESULTS = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss", "remote_storage_hit", "remote_storage_miss",
-                  "remote_storage_error")
-
-
-def use_ccache(env, work, py, relative_paths=False):
-    """Route nvcc (torch's PYTORCH_NVCC) and the host compiler through ccache when the image has it
-    and a cache folder is mounted (CCACHE_DIR): a rebuild after a small source change recompiles
-    only what changed. Returns the per-build stats log, or None when ccache is not in use.
-    ``relative_paths``: the work dir differs from build to build (native builds), so ccache must
-    see paths below it as relative ones to find its objects again."""
-    cache_dir = env.get("CCACHE_DIR")
-    ccache = shutil.which("ccache", path=env.get("PATH"))
-    remote = compile_cache_remote()
-    env.pop(CCACHE_REMOTE_VARIABLE, None)  # ccache reads CCACHE_REMOTE_STORAGE below; the compilers need neither
-    if remote and ccache and not (cache_dir and os.path.isdir(cache_dir)):
-        # a shared remote cache without a local one (`docker run` of a builder image): a local one per build
-        cache_dir = env["CCACHE_DIR"] = os.path.join(work, "ccache")
-        os.makedirs(cache_dir, exist_ok=True)
-    if not cache_dir or not ccache or not os.path.isdir(cache_dir):
-        return None
-    nvcc = shutil.which("nvcc", path=env.get("PATH"))
-    if nvcc:
-        env["PYTORCH_NVCC"] = "%s %s" % (ccache, nvcc)
-    if os.path.isdir("/usr/lib/ccache"):  # Debian's masquerade folder: gcc, g++, c++ -> ccache
-        env["PATH"] = "/usr/lib/ccache" + os.pathsep + env.get("PATH", "")
-    stats_log = os.path.join(work, "ccache-stats.log")
-    # No CCACHE_BASEDIR: it would make ccache pass relative paths to the compiler, which then end up
-    # in the objects (__FILE__ in torch's checks): in an image the work dir is fixed anyway, so
-    # absolute paths hit the cache and keep the .so bytes independent of ccache.
-    env.update({"CCACHE_NOHASHDIR": "1", "CCACHE_COMPILERCHECK": "content", "CCACHE_STATSLOG": stats_log})
-    if relative_paths:  # a native build's temporary work dir: the objects then name relative paths
-        env["CCACHE_BASEDIR"] = work
-    env.setdefault("CCACHE_MAXSIZE", "20G")
-    if remote:
-        env["CCACHE_REMOTE_STORAGE"] = remote
-    log("ccache %s in %s (nvcc and the host compiler)%s" % (
-        ccache, cache_dir, "; remote storage %s" % remote_shown(remote) if remote else ""))
-    return stats_log
-
-
-CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # `build --compile-cache URL` (imagegen.render.bake.COMPILE_CACHE_SECRET)
-# imagegen.safety.COMPILE_CACHE_URL (imagegen checked it; the secret is read again here)
-_REMOTE = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}\Z")
-
-
-# A native build's (`build --native --compile-cache URL`): the variable bake reads the secret from
-CCACHE_REMOTE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"  # imagegen.render.bake.COMPILE_CACHE_VARIABLE
-
-
-def compile_cache_remote():
-    """The compile cache's remote storage URL: from its secret in an image, else (a native build) from
-    the variable imagegen set for this script. Empty, absent or malformed: None."""
-    try:
-        with open(os.path.join(SECRETS, CCACHE_REMOTE_SECRET), encoding="utf-8") as fh:
-            value = fh.read(1024).strip()
-    except (OSError, ValueError):
-        value = os.environ.get(CCACHE_REMOTE_VARIABLE, "").strip()
-    return value if _REMOTE.match(value) else None
-
-
-def remote_shown(url):
-    """The remote storage for the log: its scheme and host, never a credential."""
-    scheme, _, rest = url.partition("://")
-    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
-    return "%s://%s" % (scheme, host)
-
-
-def report_ccache(stats_log, log_dir):
-    counts = dict((k, 0) for k in CCACHE_RESULTS)
-    try:
-        with open(stats_log, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                line = line.strip()
-                if line in counts:
-                    counts[line] += 1
-    except OSError:
-        pass
-    hits = counts["direct_cache_hit"] + counts["preprocessed_cache_hit"]
-    total = hits + counts["cache_miss"]
-    report = {"hits": hits, "misses": counts["cache_miss"], "hit_rate": round(hits / total, 3) if total else None}
-    if counts["remote_storage_hit"] or counts["remote_storage_miss"] or counts["remote_storage_error"]:
-        # of the hits, those the shared remote storage served (the local cache did not have them)
-        report.update(remote_hits=counts["remote_storage_hit"], remote_misses=counts["remote_storage_miss"],
-                      remote_errors=counts["remote_storage_error"])
-    with open(os.path.join(log_dir, "ccache.json"), "w", encoding="utf-8") as fh:
-        json.dump(report, fh)
-    log("ccache: %d of %d compilations from the cache%s" % (
-        hits, total, ", %d of them from the remote storage" % report["remote_hits"] if "remote_hits" in report else ""))
-
-
 def retag(path, label, work):
     """Give the wheel the PEP 440 local version ``label`` (imagegen_wheeltools.retag)."""
     return wheeltools.retag(path, label, work, log)
-
-
-# ------------------------------------------------------------------------------------------------
-# smoke
-
-
-def cmd_smoke(cell, args):
-    """Install the built wheel(s) and import the recipe's modules, from / (not the source tree)."""
-    wheels = []
-    if args.wheels:
-        wheels = sorted(os.path.join(args.wheels, f) for f in os.listdir(args.wheels) if f.endswith(".whl"))
-        if not wheels:
-            fail("no wheel in %s to test" % args.wheels)
-    smoke_test(cell, wheels)
-
-
-def smoke_test(cell, wheels):
-    """Install ``wheels`` (none: the package is installed already) and import the recipe's modules
-    from /, then add the result to each wheel's build record. A failed import fails the step."""
-    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
-    if wheels:
-        run([py, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall"] + wheels)
-    fd, out = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    modules = list(cell["smoke_imports"]) + list(cell.get("smoke_driver_imports", []))
-    subprocess.call([py, "-c", wheeltools.SMOKE_PROGRAM, out, cell.get("distribution") or ""] + modules, cwd="/")
-    with open(out) as fh:
-        found = json.load(fh)
-    os.unlink(out)
-    report, failed = wheeltools.judge_imports(found, modules)
-    for name, got in report.items():
-        log("smoke: import %s: %s" % (name, got))
-    os.makedirs(cell["log_dir"], exist_ok=True)
-    with open(os.path.join(cell["log_dir"], "smoke.json"), "w") as fh:
-        json.dump({"imports": report, "ok": not failed}, fh, indent=2)
-    if failed:
-        fail("smoke test failed: cannot import %s" % ", ".join(failed))
-    add_report_to_records(wheels, "smoke", {"imports": report, "ok": True})
-
-
-# ------------------------------------------------------------------------------------------------
-# gpu-check: the recipe's numerical check on the GPU a build step was handed (RUN --device, CDI)
-
-def _tail_line(text):
-    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
-
-
-def cmd_gpu_check_deps(cell, args):
-    """What the recipe's GPU check imports beyond torch and the wheel (the check file's "requires",
-    the recipe's smoke.check_requires), into the venv the check runs in; torch pinned to the cell's."""
-    with open(args.check, encoding="utf-8") as fh:
-        requires = json.load(fh).get("requires") or []
-    bad = [r for r in requires if not isinstance(r, str) or not PIP_REQUIREMENT.match(r)]
-    if bad:
-        fail("gpu check: %r is not a requirement imagegen installs (name[extras] and version specifiers only)" % bad[0])
-    if requires:
-        py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
-        run([py, "-m", "pip", "install", "--disable-pip-version-check"] + list(requires)
-            + ["torch==" + cell["torch"]["version"]], env=secret_env(os.environ))
-
-
-# imagegen.safety.PIP_REQUIREMENT (the recipe reader checked them; the check file is read again here)
-PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,-]+\])?([<>=!~]=?[A-Za-z0-9.*+-]+)?"
-                             r"(,[<>=!~]=?[A-Za-z0-9.*+-]+)*\Z")
-
-
-def cmd_gpu_check(cell, args):
-    """Run the recipe's smoke.gpu_check (the JSON file --check: recipe, device, code) against the
-    wheels the smoke step installed, on the GPU this step was given; fail the build when no GPU is
-    visible or the check fails, so that the wheel is never exported."""
-    with open(args.check, encoding="utf-8") as fh:
-        spec = json.load(fh)
-    wheels = sorted(os.path.join(args.wheels, f) for f in os.listdir(args.wheels) if f.endswith(".whl"))
-    if not wheels:
-        fail("no wheel in %s to check" % args.wheels)
-    py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
-    try:  # the probe `imagegen check` runs too (imagegen_wheeltools.GPU_PROBE)
-        probe = subprocess.run([py, "-c", wheeltools.GPU_PROBE], cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               universal_newlines=True, timeout=300)
-        info = wheeltools.gpu_probe_answer(probe.stdout) or {"error": "the GPU probe printed no answer"}
-    except subprocess.TimeoutExpired as exc:
-        info = {"error": "the GPU probe did not answer (%s)" % exc.__class__.__name__}
-        probe = None
-    if not info.get("device"):
-        hint = _tail_line(probe.stderr) if probe is not None else ""
-        fail("gpu check: no CUDA GPU in this build step (%s%s): the CDI device %s gave none; on the engine's host,"
-             " is the driver loaded and a CDI spec for it in /etc/cdi or /var/run/cdi (imagegen cdi-spec)?"
-             % (info.get("error", "no answer"), "; " + hint if hint else "", spec["device"]))
-    log("gpu check: %s, torch %s, device %s" % (info["device"], info.get("torch"), spec["device"]))
-    work = tempfile.mkdtemp(prefix="imagegen-gpu-check-")
-    check_file = os.path.join(work, "%s_gpu_check.py" % spec["recipe"])
-    with open(check_file, "w", encoding="utf-8") as fh:
-        fh.write(spec["code"])
-    started = time.time()
-    try:
-        proc = subprocess.run([py, check_file], cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=args.timeout)
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, out, err = None, exc.stdout or "", exc.stderr or ""
-        out = out.decode("utf-8", "replace") if isinstance(out, bytes) else out
-        err = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    seconds = round(time.time() - started, 2)
-    for line in out.splitlines():
-        log("gpu check: %s" % line)
-    report = {"recipe": spec["recipe"], "device": info["device"], "cdi_device": spec["device"],
-              "torch": info.get("torch"), "ok": rc == 0, "seconds": seconds,
-              "output": [ln for ln in out.splitlines() if ln.strip()][-20:]}
-    if rc != 0:
-        report["error"] = ("did not finish within %d s" % args.timeout if rc is None
-                           else _tail_line(err) or "exit %d" % rc)
-    os.makedirs(cell["log_dir"], exist_ok=True)
-    with open(os.path.join(cell["log_dir"], "gpu_check.json"), "w") as fh:
-        json.dump(report, fh, indent=2)
-    if rc != 0:
-        sys.stderr.write(err[-4000:])
-        fail("gpu check of %s failed on %s: %s" % (", ".join(os.path.basename(w) for w in wheels), info["device"],
-                                                  report["error"]))
-    log("gpu check: passed on %s in %.1f s" % (info["device"], seconds))
-    add_report_to_records(wheels, "gpu_check", report)
 
 
 # ------------------------------------------------------------------------------------------------
