@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from imagegen.errors import Unreadable, UnsafeValueError, printable
+from imagegen.resources.builder import imagegen_rules as rules
 
 # Names and identifiers
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -25,7 +26,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Environment values: printable ASCII without quotes, $, `, backslash or newline.
 ENV_VALUE = re.compile(r"[A-Za-z0-9 _.,;:=+/@%^~{}()\[\]<>*!?#&|-]{0,512}")
 VERSION_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
-PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,-]+\])?([<>=!~]=?[A-Za-z0-9.*+-]+)?(,[<>=!~]=?[A-Za-z0-9.*+-]+)*")
+PIP_REQUIREMENT = rules.PIP_REQUIREMENT  # the build reads them again with the same pattern
 SYSTEM_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,99}")
 
 # Sources
@@ -39,9 +40,7 @@ RELATIVE_PATH = re.compile(r"(?!/)(?!.*\.\.)[A-Za-z0-9._/-]{1,200}")
 RELATIVE_PATH_OR_EMPTY = re.compile(r"|(?!/)(?!.*\.\.)[A-Za-z0-9._/-]{1,200}")
 LOCAL_PATH = re.compile(r"[A-Za-z0-9._/~-]{1,400}")
 URL = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]+")
-# A compile cache's remote storage, as ccache takes it (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB],
-# http://HOST[:PORT]/PATH): it reaches builds as a BuildKit secret only, so it may hold a credential.
-COMPILE_CACHE_URL = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}")
+COMPILE_CACHE_URL = rules.COMPILE_CACHE_URL  # ccache's remote storage; the build reads it again
 URL_OR_EMPTY = re.compile(r"|https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]+")
 
 # Images: [registry[:port]/]path[:tag][@sha256:digest]

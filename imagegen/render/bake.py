@@ -34,6 +34,7 @@ from imagegen import safety
 from imagegen.model.build_cost import cell_cost
 from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, on_fallback
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files, render_dockerfile
+from imagegen.resources.builder import imagegen_rules as rules
 
 # Variables users may set in the environment to override every target's build args.
 VARIABLES = {
@@ -128,10 +129,10 @@ def version_group(t: BakeTarget) -> str:
     return f"{t.recipe}-{''.join(c if c.isalnum() else '_' for c in t.cell.version.version)}"
 
 
-# `imagegen build --compile-cache URL` / a CI secret: the ccache remote storage every compile shares, a
-# BuildKit secret read from the bake process's environment (empty when the variable is unset: no remote).
-COMPILE_CACHE_SECRET = "imagegen_ccache_remote"
-COMPILE_CACHE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"
+# `imagegen build --compile-cache URL`: the secret and the variable it is read from (imagegen_rules.py: the
+# in-build script reads the same names)
+COMPILE_CACHE_SECRET = rules.COMPILE_CACHE_SECRET
+COMPILE_CACHE_VARIABLE = rules.COMPILE_CACHE_VARIABLE
 # The estimated CPU-hours of a target's compile (imagegen.model.build_cost), where its recipe has a measurement.
 CPU_HOURS_LABEL = "io.imagegen.cpu-hours"
 

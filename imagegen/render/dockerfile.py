@@ -374,6 +374,7 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
         step_scripts=[name for name in BUILDER_FILES if name != "imagegen_toolchain.py"],  # that one is in already
         stdout=stdout,
         jobs_secret=rules.JOBS_SECRET,
+        compile_cache_secret=rules.COMPILE_CACHE_SECRET,
         cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
         cell_json=_Raw(cell_json),
         offline=cell.offline,

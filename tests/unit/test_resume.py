@@ -162,11 +162,11 @@ B = builder_module("imagegen_ccache_compile_cache", CCACHE)
                                         ("http://cache.example:8080/ccache", "http://cache.example:8080")])
 def test_the_build_reads_the_remote_from_its_secret_and_logs_it_without_the_password(tmp_path, monkeypatch, url, shown):
     monkeypatch.setattr(B, "SECRETS", str(tmp_path))
-    (tmp_path / B.CCACHE_REMOTE_SECRET).write_text(url + "\n")
+    (tmp_path / B.rules.COMPILE_CACHE_SECRET).write_text(url + "\n")
     assert B.compile_cache_remote() == url and B.remote_shown(url) == shown
-    (tmp_path / B.CCACHE_REMOTE_SECRET).write_text("")  # bake's env= secret when the variable is unset
+    (tmp_path / B.rules.COMPILE_CACHE_SECRET).write_text("")  # bake's env= secret when the variable is unset
     assert B.compile_cache_remote() is None
-    (tmp_path / B.CCACHE_REMOTE_SECRET).write_text("redis://h:1 --evil\n")
+    (tmp_path / B.rules.COMPILE_CACHE_SECRET).write_text("redis://h:1 --evil\n")
     assert B.compile_cache_remote() is None
 
 

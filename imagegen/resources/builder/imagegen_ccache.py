@@ -5,9 +5,9 @@ Shipped beside imagegen_build.py (standard library only, Python 3.8+)."""
 
 import json
 import os
-import re
 import shutil
 
+import imagegen_rules as rules
 from imagegen_toolchain import SECRETS, log
 
 CCACHE_RESULTS = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss", "remote_storage_hit", "remote_storage_miss",
@@ -23,7 +23,7 @@ def use_ccache(env, work, py, relative_paths=False):
     cache_dir = env.get("CCACHE_DIR")
     ccache = shutil.which("ccache", path=env.get("PATH"))
     remote = compile_cache_remote()
-    env.pop(CCACHE_REMOTE_VARIABLE, None)  # ccache reads CCACHE_REMOTE_STORAGE below; the compilers need neither
+    env.pop(rules.COMPILE_CACHE_VARIABLE, None)  # ccache reads CCACHE_REMOTE_STORAGE below; the compilers need neither
     if remote and ccache and not (cache_dir and os.path.isdir(cache_dir)):
         # a shared remote cache without a local one (`docker run` of a builder image): a local one per build
         cache_dir = env["CCACHE_DIR"] = os.path.join(work, "ccache")
@@ -50,24 +50,16 @@ def use_ccache(env, work, py, relative_paths=False):
     return stats_log
 
 
-CCACHE_REMOTE_SECRET = "imagegen_ccache_remote"  # `build --compile-cache URL` (imagegen.render.bake.COMPILE_CACHE_SECRET)
-# imagegen.safety.COMPILE_CACHE_URL (imagegen checked it; the secret is read again here)
-_REMOTE = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}\Z")
-
-
-# A native build's (`build --native --compile-cache URL`): the variable bake reads the secret from
-CCACHE_REMOTE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"  # imagegen.render.bake.COMPILE_CACHE_VARIABLE
-
 
 def compile_cache_remote():
     """The compile cache's remote storage URL: from its secret in an image, else (a native build) from
     the variable imagegen set for this script. Empty, absent or malformed: None."""
     try:
-        with open(os.path.join(SECRETS, CCACHE_REMOTE_SECRET), encoding="utf-8") as fh:
+        with open(os.path.join(SECRETS, rules.COMPILE_CACHE_SECRET), encoding="utf-8") as fh:
             value = fh.read(1024).strip()
     except (OSError, ValueError):
-        value = os.environ.get(CCACHE_REMOTE_VARIABLE, "").strip()
-    return value if _REMOTE.match(value) else None
+        value = os.environ.get(rules.COMPILE_CACHE_VARIABLE, "").strip()
+    return value if rules.COMPILE_CACHE_URL.fullmatch(value) else None  # as imagegen checked it
 
 
 def remote_shown(url):

@@ -7,13 +7,13 @@ Shipped beside imagegen_build.py (standard library only, Python 3.8+)."""
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
+import imagegen_rules as rules  # what the recipe reader checked them with
 import imagegen_wheeltools as wheeltools
 from imagegen_records import add_report_to_records
 from imagegen_toolchain import fail, log, run, secret_env, venv_python
@@ -66,7 +66,7 @@ def cmd_gpu_check_deps(cell, args):
     the recipe's smoke.check_requires), into the venv the check runs in; torch pinned to the cell's."""
     with open(args.check, encoding="utf-8") as fh:
         requires = json.load(fh).get("requires") or []
-    bad = [r for r in requires if not isinstance(r, str) or not PIP_REQUIREMENT.match(r)]
+    bad = [r for r in requires if not isinstance(r, str) or not rules.PIP_REQUIREMENT.fullmatch(r)]
     if bad:
         fail("gpu check: %r is not a requirement imagegen installs (name[extras] and version specifiers only)" % bad[0])
     if requires:
@@ -75,9 +75,6 @@ def cmd_gpu_check_deps(cell, args):
             + ["torch==" + cell["torch"]["version"]], env=secret_env(os.environ))
 
 
-# imagegen.safety.PIP_REQUIREMENT (the recipe reader checked them; the check file is read again here)
-PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,-]+\])?([<>=!~]=?[A-Za-z0-9.*+-]+)?"
-                             r"(,[<>=!~]=?[A-Za-z0-9.*+-]+)*\Z")
 
 
 def cmd_gpu_check(cell, args):

@@ -9,7 +9,9 @@ build inside Docker and a native build size their jobs and write their arch knob
   several ccs (``runs_on``: flash-attn's 80 serves 8.6 and 8.9);
 - how much to compile at once: the machine's cores and the share of its RAM a build may plan for,
   MAX_JOBS x NVCC_THREADS from the recipe's memory figures, the EXT_PARALLEL split, and the peak-RAM
-  estimate from the gencode audit's load (imagegen.model.jobs explains the model and its calibration).
+  estimate from the gencode audit's load (imagegen.model.jobs explains the model and its calibration);
+- what a value imagegen checked must look like when the build reads it again: a pip requirement
+  (the recipe's, the GPU check's), the compile cache's URL (imagegen.safety uses the same patterns).
 
 Standard library only, Python 3.8+ (it runs inside any base image). Errors are ValueError with a
 message for the user; callers turn them into their own error type.
@@ -28,6 +30,19 @@ JOBS_SECRET = "imagegen_jobs"
 # Memory of one nvcc process apart from its device threads (nvcc itself, cudafe++ and the host
 # compiler over torch's headers): calibrated on SageAttention's H100 builds (imagegen.model.jobs).
 NVCC_HOST_GB = 1.0
+
+# A pip requirement imagegen installs (the recipe's build.requires and smoke.check_requires): a name with
+# extras and version specifiers, nothing a shell or pip could read as an option, a URL or a file.
+PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,-]+\])?([<>=!~]=?[A-Za-z0-9.*+-]+)?"
+                             r"(,[<>=!~]=?[A-Za-z0-9.*+-]+)*")
+# A compile cache's remote storage, as ccache takes it (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB],
+# http://HOST[:PORT]/PATH): it reaches builds as a BuildKit secret only, so it may hold a credential.
+# `imagegen build --compile-cache URL` / a CI secret: the BuildKit secret that brings it to the compile step,
+# read from the bake process's environment variable (empty when unset: no remote). A native build hands
+# the URL to the in-build script in that same variable.
+COMPILE_CACHE_SECRET = "imagegen_ccache_remote"
+COMPILE_CACHE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"
+COMPILE_CACHE_URL = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}")
 UNKNOWN_RAM_GB = 8.0  # /proc/meminfo unreadable: assume a small machine rather than risk an OOM kill
 
 # ------------------------------------------------------------------------------------------------
