@@ -27,7 +27,7 @@ from imagegen.executors.import_test import Importer, smoke_test
 from imagegen.model import jobs
 from imagegen.plan import Cell
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE
-from imagegen.render.dockerfile import audit_script, builder_files, cell_document, inputs_hash
+from imagegen.render.dockerfile import builder_files, cell_document, inputs_hash
 from imagegen.wheelhouse import Finisher
 
 if TYPE_CHECKING:
@@ -123,7 +123,6 @@ def _audit(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: 
     """The audit step on a fetched source, judged, its table and warnings said; ``skip``: how the
     command at hand goes without it, for the error of an audit that cannot run."""
     from imagegen import audit
-    (work / "imagegen_audit.py").write_text(audit_script())
     report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env, skip=skip)
     verdict = audit.judge_cell(report, cell)
     say(f"audit ({report.seconds:.1f} s): what the build would compile\n" + verdict.table())

@@ -88,11 +88,6 @@ def builder_script() -> str:
     return _builder_resource("imagegen_build.py")
 
 
-def audit_script() -> str:
-    """The gencode audit's stand-in compilers, shipped beside builder_script() (imagegen_audit.py)."""
-    return _builder_resource("imagegen_audit.py")
-
-
 # The named build context that brings builder_files() into a build (bake definitions name it; a
 # rendered Dockerfile's header says how to give it to `docker buildx build`).
 SCRIPTS_CONTEXT = "imagegen-scripts"
@@ -122,7 +117,8 @@ def write_scripts(folder: Path, within: Path | None = None) -> list[Path]:
 # imagegen_toolchain.py first: the torch layer is made from it alone (the Dockerfile's first COPY).
 BUILDER_FILES = ("imagegen_toolchain.py", "imagegen_build.py", "imagegen_fetch.py", "imagegen_buildenv.py",
                  "imagegen_supervise.py", "imagegen_ccache.py", "imagegen_resume.py", "imagegen_records.py",
-                 "imagegen_check.py", "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py")
+                 "imagegen_check.py", "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py",
+                 "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py")
 
 
 def builder_files() -> dict[str, str]:

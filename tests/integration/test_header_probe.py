@@ -7,7 +7,7 @@ compile records torch 2.14's BuildExtension writes (its ninja rules: `$cxx -MMD 
 $in -o $out $post_cflags`, `$nvcc -MD -MF $out.d $cuda_cflags -c $in -o $out $cuda_post_cflags`) for a
 package whose setup.py passes ``extra_compile_args={"cxx": [..., STD], "nvcc": [..., STD]}``, with the
 include paths and nvcc flags read from the wheel's own torch/utils/cpp_extension.py, and runs the
-probe (imagegen_audit.add_probe) and the judgement (imagegen.audit.judge) on them.
+probe (imagegen_audit_probe.add_probe) and the judgement (imagegen.audit.judge) on them.
 
 Fetched once per session, by HTTP range requests (tests/integration/wheel_members.py): torch 2.14.1's
 ``torch/include/`` (~14 MB of the 555 MB wheel) and the cuBLAS/cuSPARSE/cuSOLVER headers its
@@ -39,6 +39,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "builder"))
 import imagegen_audit  # noqa: E402  (the script shipped into builder images)
+import imagegen_audit_probe  # noqa: E402
+import imagegen_audit_records  # noqa: E402
 
 CUDA = Path("/usr/local/cuda")
 TORCH = ("torch", "2.14.1")
@@ -162,9 +164,9 @@ def _audit(records, real, tmp: Path, mode: str = "on"):
     """The report the audit step writes (fold, then the probe) and the judgement imagegen makes of it."""
     (tmp / "build" / "temp.linux-x86_64-cpython-311").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{imagegen_audit.REAL_ENV: json.dumps(real)})
-    report = imagegen_audit.fold(records, str(tmp / "src"))
+    report = imagegen_audit_records.fold(records, str(tmp / "src"))
     report.update({"ok": True, "exit": 0, "seconds": 0.0})
-    imagegen_audit.add_probe(report, records, env, str(tmp), mode, str(tmp / "src"))
+    imagegen_audit_probe.add_probe(report, records, env, str(tmp), mode, str(tmp / "src"))
     verdict = judge(AuditReport.from_json(report), recipe_name="pkg", version_label="0.1",
                     requested=parse_arch_list("8.0 9.0a"), nvcc=Version("13.0"))
     for run in report["probe"]["runs"]:

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "imagegen" / "resources" / "builder"
 sys.path.insert(0, str(BUILDER))
 import imagegen_audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
+import imagegen_audit_records  # noqa: E402  (what reads the stand-ins' records)
 
 
 @pytest.mark.parametrize("argv, want", [
@@ -37,7 +38,7 @@ import imagegen_audit  # noqa: E402  (stdlib-only script shipped beside imagegen
     (["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_80,code=sm_80"], [("sass", "sm_80")]),
 ])
 def test_nvcc_targets_reads_every_form(argv, want):
-    assert imagegen_audit.nvcc_targets(argv) == want
+    assert imagegen_audit_records.nvcc_targets(argv) == want
 
 
 def run_stub(tmp_path, tool, *argv, real=None, version=None):
@@ -85,7 +86,7 @@ def test_fold_attributes_compiles_to_the_extension_that_links_them(tmp_path):
         rec("ld", "-shared", f"{build}/hopper.o", "-o", f"{src}/build/lib.linux-x86_64-cpython-311/pkg/_hopper.cpython-311-x86_64-linux-gnu.so"),
         rec("nvcc", "-c", f"{src}/tools/probe.cu", "-o", f"{build}/probe.o", "-arch=sm_75"),
     ]
-    out = imagegen_audit.fold(records, src)
+    out = imagegen_audit_records.fold(records, src)
     exts = {e["module"]: e for e in out["extensions"]}
     assert set(exts) == {"pkg._all", "pkg._hopper"}
     assert exts["pkg._all"]["sass"] == ["sm_80", "sm_90a"] and exts["pkg._all"]["sources"] == ["csrc/all.cu", "csrc/bind.cpp"]
@@ -326,12 +327,12 @@ def test_fold_records_the_standard_arguments_of_every_compile(tmp_path):
         rec("ld", "-shared", f"{build}/a.o", f"{build}/b.o", f"{build}/api.o", f"{build}/plain.o", "-o",
             f"{src}/build/lib.linux-x86_64-cpython-312/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so"),
     ]
-    ext = imagegen_audit.fold(records, src)["extensions"][0]
+    ext = imagegen_audit_records.fold(records, src)["extensions"][0]
     assert ext["std_args"] == [{"tool": "nvcc", "args": ["-std=c++17"]},
                                {"tool": "nvcc", "args": ["--std", "c++17", "-Xcompiler", "-std=c++17"]},
                                {"tool": "cxx", "args": ["-std=c++17", "-std=c++20"]},
                                {"tool": "cxx", "args": []}]
-    assert imagegen_audit.std_args(["-Xcompiler=-std=gnu++17", "/std:c++20", "-Xcompiler", "-O3"]) == \
+    assert imagegen_audit_records.std_args(["-Xcompiler=-std=gnu++17", "/std:c++20", "-Xcompiler", "-O3"]) == \
         ["-Xcompiler=-std=gnu++17", "/std:c++20"]
     audited = AuditReport.from_json({"ok": True, "exit": 0, "extensions": [ext]}).extensions[0]
     assert audited.lowest_std.flag == "-std=c++17"
@@ -353,7 +354,7 @@ def test_a_stable_abi_compile_is_left_to_the_probe_not_to_the_standard_check(tmp
         rec("cxx", "-c", f"{src}/api.cpp", "-o", f"{build}/a.o", "-std=c++17"),
         rec("ld", "-shared", f"{build}/a.o", "-o", f"{src}/build/lib.linux-x86_64-cpython-312/pkg/_D.cpython-312-x86_64-linux-gnu.so"),
     ]
-    stable, plain = imagegen_audit.fold(records, src)["extensions"]
+    stable, plain = imagegen_audit_records.fold(records, src)["extensions"]
     assert stable["std_args"] == [] and stable["stable_abi_sources"] == 2
     assert plain["std_args"] == [{"tool": "cxx", "args": ["-std=c++17"]}] and plain["stable_abi_sources"] == 0
     report = AuditReport.from_json({"ok": True, "exit": 0, "extensions": [dict(stable, module="pkg._C"), dict(plain, module="pkg._D")]})

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "imagegen" / "resources" / "builder"
 sys.path.insert(0, str(BUILDER))
 import imagegen_audit as audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
+import imagegen_audit_probe as probe  # noqa: E402  (the header probe, beside it)
+import imagegen_audit_records as audit_records  # noqa: E402
 
 SRC = "/w/src"
 BUILD = "/w/src/build/temp.linux-x86_64-cpython-311"
@@ -39,22 +41,22 @@ STUBS = {"/w/stubs/cc": "/usr/bin/gcc", "/w/cuda/bin/nvcc": "/usr/local/cuda/bin
 
 
 def test_a_host_compile_becomes_a_preprocessing_probe_of_torch_extension_h():
-    cmd = audit.probe_command("host", HOST, "/w/probe/imagegen_probe.cpp", "/w/probe/p0.out")
+    cmd = probe.probe_command("host", HOST, "/w/probe/imagegen_probe.cpp", "/w/probe/p0.out")
     assert cmd == ["-Wsign-compare", "-DNDEBUG", "-g", "-O3", "-fPIC", *INC, "-DTORCH_API_INCLUDE_EXTENSION_H",
                    "-std=c++17",  # not -DTORCH_EXTENSION_NAME: per extension, and no header reads it
                    "-E", "-Wfatal-errors", "-x", "c++", "/w/probe/imagegen_probe.cpp", "-o", "/w/probe/p0.out"]
-    full = audit.probe_command("host", HOST, "/w/probe/imagegen_probe.cpp", "/w/probe/p0.out", "full")
+    full = probe.probe_command("host", HOST, "/w/probe/imagegen_probe.cpp", "/w/probe/p0.out", "full")
     assert full[-5:] == ["-fsyntax-only", "-Wfatal-errors", "-x", "c++", "/w/probe/imagegen_probe.cpp"]
     assert "-o" not in full and "-c" not in full
 
 
 def test_an_nvcc_compile_keeps_its_flags_but_no_target():
-    cmd = audit.probe_command("nvcc", NVCC, "/w/probe/imagegen_probe.cu", "/w/probe/p1.out", stubs=STUBS)
+    cmd = probe.probe_command("nvcc", NVCC, "/w/probe/imagegen_probe.cu", "/w/probe/p1.out", stubs=STUBS)
     assert cmd == [*INC, "-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr", "--compiler-options", "'-fPIC'",
                    "-O3", "-Xcompiler", "-fno-strict-aliasing", "-std=c++17", "--threads", "4",
                    "-ccbin", "/usr/bin/gcc",  # the C stand-in torch handed nvcc -> the real compiler
                    "-Xcompiler=-Wfatal-errors", "-E", "-x", "cu", "/w/probe/imagegen_probe.cu", "-o", "/w/probe/p1.out"]
-    full = audit.probe_command("nvcc", NVCC, "/w/probe/imagegen_probe.cu", "/w/probe/p1.out", "full", STUBS)
+    full = probe.probe_command("nvcc", NVCC, "/w/probe/imagegen_probe.cu", "/w/probe/p1.out", "full", STUBS)
     assert full[-10:] == ["-ccbin", "/usr/bin/gcc", "-Xcudafe", "--error_limit=1", "-c", "-x", "cu",
                           "/w/probe/imagegen_probe.cu", "-o", "/w/probe/p1.out"]
     assert not any("arch" in a or "code=" in a for a in full)
@@ -70,7 +72,7 @@ def test_an_nvcc_compile_keeps_its_flags_but_no_target():
      ["-isystem", "/x/include", "-include", "pre.h", "-opt-info", "inline"]),
 ])
 def test_probe_flags_drop_what_the_probe_replaces(argv, want):
-    assert audit.probe_flags(argv, STUBS) == want
+    assert probe.probe_flags(argv, STUBS) == want
 
 
 @pytest.mark.parametrize("tool, argv, kind", [
@@ -84,7 +86,7 @@ def test_probe_flags_drop_what_the_probe_replaces(argv, want):
     ("cxx", ["-shared", "a.o", "-o", "x.so"], None),
 ])
 def test_what_is_probed(tool, argv, kind):
-    assert audit.probe_kind(tool, argv) == kind
+    assert probe.probe_kind(tool, argv) == kind
 
 
 def rec(tool, argv):
@@ -106,18 +108,18 @@ def nvcc_of(src, *extra):
 @pytest.fixture()
 def torch_headers(monkeypatch):
     """The records' include paths need not exist: every compile counts as one of torch's headers."""
-    monkeypatch.setattr(audit, "has_torch_headers", lambda argv, cwd: True)
+    monkeypatch.setattr(probe, "has_torch_headers", lambda argv, cwd: True)
 
 
 def test_only_compiles_with_torchs_include_folder_are_probed(tmp_path):
     (tmp_path / "site" / "torch" / "include" / "torch").mkdir(parents=True)
     (tmp_path / "site" / "torch" / "include" / "torch" / "extension.h").write_text("")
-    assert audit.has_torch_headers(["-c", "a.cpp", f"-I{tmp_path}/site/torch/include"], "/")
-    assert audit.has_torch_headers(["-isystem", "site/torch/include"], str(tmp_path))  # relative to the compile's folder
-    assert not audit.has_torch_headers(["-I/usr/include/python3.11", "-c", "a.cpp"], "/")
+    assert probe.has_torch_headers(["-c", "a.cpp", f"-I{tmp_path}/site/torch/include"], "/")
+    assert probe.has_torch_headers(["-isystem", "site/torch/include"], str(tmp_path))  # relative to the compile's folder
+    assert not probe.has_torch_headers(["-I/usr/include/python3.11", "-c", "a.cpp"], "/")
     records = [rec("cxx", ["-I/usr/include", "-c", f"{SRC}/plain.cpp", "-o", f"{BUILD}/plain.o"]),
                link("_plain", f"{BUILD}/plain.o")]
-    section, per_module = audit.run_probes(records, ENV, str(tmp_path), runner=Runner())
+    section, per_module = probe.run_probes(records, ENV, str(tmp_path), runner=Runner())
     assert section["runs"] == [] and per_module == {}
 
 
@@ -151,7 +153,7 @@ def test_extensions_with_identical_flags_are_probed_once(tmp_path, torch_headers
                link("_a", f"{BUILD}/a.o", f"{BUILD}/ka.o"), link("_b", f"{BUILD}/b.o", f"{BUILD}/kb.o"),
                link("_c", f"{BUILD}/c.o")]
     runner = Runner()
-    section, per_module = audit.run_probes(records, ENV, str(tmp_path), runner=runner)
+    section, per_module = probe.run_probes(records, ENV, str(tmp_path), runner=runner)
     # a and b: the same host flags (their sources and outputs differ) and the same nvcc flags
     assert [(r["tool"], r["modules"]) for r in section["runs"]] == [
         ("cxx", ["pkg._a", "pkg._b"]), ("nvcc", ["pkg._a", "pkg._b"]), ("cxx", ["pkg._c"])]
@@ -180,7 +182,7 @@ def test_extensions_built_in_folders_of_their_own_share_a_probe_when_their_flags
                link("_a", f"{BUILD}/a.o", f"{BUILD}/ka.o"), link("_b", f"{BUILD}/b.o", f"{BUILD}/kb.o"),
                link("_c", f"{BUILD}/kc.o"), link("_e", f"{BUILD}/e.o"), link("_f", f"{BUILD}/f.o")]
     runner = Runner()
-    section, _ = audit.run_probes(records, ENV, str(tmp_path), runner=runner)
+    section, _ = probe.run_probes(records, ENV, str(tmp_path), runner=runner)
     assert [(r["tool"], r["modules"]) for r in section["runs"]] == [
         ("cxx", ["pkg._a", "pkg._b"]), ("nvcc", ["pkg._a", "pkg._b"]), ("nvcc", ["pkg._c"]),
         ("cxx", ["pkg._e"]), ("cxx", ["pkg._f"])]
@@ -198,7 +200,7 @@ def test_extensions_built_in_folders_of_their_own_share_a_probe_when_their_flags
     (["-D"], False),
 ])
 def test_a_stable_abi_compile_is_told_by_its_defines(argv, stable):
-    assert audit.stable_abi(["-O3", *argv]) is stable
+    assert audit_records.stable_abi(["-O3", *argv]) is stable
 
 
 def test_a_stable_abi_compile_is_probed_with_the_stable_headers(tmp_path, torch_headers):
@@ -209,7 +211,7 @@ def test_a_stable_abi_compile_is_probed_with_the_stable_headers(tmp_path, torch_
     records = [host_of("flash_api_stable", *stable), nvcc_of("k", "-std=c++17"), host_of("other", "-std=c++17"),
                link("_C", f"{BUILD}/flash_api_stable.o", f"{BUILD}/k.o", f"{BUILD}/other.o")]
     runner = Runner()
-    audit.run_probes(records, ENV, str(tmp_path), runner=runner)
+    probe.run_probes(records, ENV, str(tmp_path), runner=runner)
     units = [args[args.index("-x") + 2] for _, args in runner.ran]
     assert [u.rsplit("/", 1)[-1] for u in units] == ["imagegen_probe_stable.cpp", "imagegen_probe.cu", "imagegen_probe.cpp"]
     assert (tmp_path / "probe" / "imagegen_probe_stable.cpp").read_text() == (
@@ -233,20 +235,20 @@ def test_the_stable_probe_passes_where_torch_extension_h_stops_at_its_error(tmp_
     records = [{"tool": "cxx", "cwd": str(build), "argv": argv}, {"tool": "cxx", "cwd": str(build), "argv": plain},
                link("_C", f"{build}/flash_api_stable.o", f"{build}/other.o")]
     env = {audit.REAL_ENV: json.dumps({"cxx": [shutil.which("g++")]})}
-    section, _ = audit.run_probes(records, env, str(tmp_path / "work"))
+    section, _ = probe.run_probes(records, env, str(tmp_path / "work"))
     stable_run, plain_run = section["runs"]
     assert stable_run["ok"] is True and stable_run["error"] == ""
     # the same headers, probed without the define: torch/extension.h is fine
     assert plain_run["ok"] is True
     # and torch/extension.h with the define is what the probe used to compile: the #error
-    rc, text, _ = audit._run_probe([shutil.which("g++")], audit.probe_command(
+    rc, text, _ = probe._run_probe([shutil.which("g++")], probe.probe_command(
         "host", argv, str(tmp_path / "work" / "probe" / "imagegen_probe.cpp"), str(tmp_path / "x.out")), str(build), {})
     assert rc != 0 and "TORCH_STABLE_ONLY or TORCH_TARGET_VERSION" in text
 
 
 def test_the_number_of_probes_is_bounded(tmp_path, torch_headers):
     records = [host_of(f"s{i}", f"-DV={i}") for i in range(5)] + [link("_x", *(f"{BUILD}/s{i}.o" for i in range(5)))]
-    section, _ = audit.run_probes(records, ENV, str(tmp_path), runner=Runner(), limit=3)
+    section, _ = probe.run_probes(records, ENV, str(tmp_path), runner=Runner(), limit=3)
     assert len(section["runs"]) == 3 and section["not_probed"] == 2
 
 
@@ -259,7 +261,7 @@ def test_a_failed_probe_reports_the_first_error_line_from_the_headers_path(tmp_p
     records = [host_of("a", "-std=c++17"), nvcc_of("k", "-std=c++20"), link("_a", f"{BUILD}/a.o", f"{BUILD}/k.o")]
     runner = Runner({"-std=c++17": (1, f"In file included from x.h:1,\n{STD_ERROR}\n    5 | #error C++20\ncompilation terminated due to -Wfatal-errors.\n"),
                      "-std=c++20": (1, f"{CUSPARSE}\ncompilation terminated.\n")})
-    section, per_module = audit.run_probes(records, ENV, str(tmp_path), runner=runner)
+    section, per_module = probe.run_probes(records, ENV, str(tmp_path), runner=runner)
     host, nvcc = per_module["pkg._a"]
     assert not host["ok"] and host["error"] == ("torch/csrc/api/include/torch/all.h:5:2: error: #error C++20 or later"
                                                  " compatible compiler is required to use PyTorch.")
@@ -277,44 +279,44 @@ def test_a_failed_probe_reports_the_first_error_line_from_the_headers_path(tmp_p
     (1, "something went wrong", False),
 ])
 def test_probe_outcome(rc, text, ok):
-    assert audit._probe_outcome(rc, text, ())[0] is ok
+    assert probe._probe_outcome(rc, text, ())[0] is ok
 
 
 def test_first_error_reads_gcc_nvcc_and_edg_lines():
-    assert audit.first_error("warning: x\nx.h(40): error: identifier \"foo\" is undefined\n") \
+    assert probe.first_error("warning: x\nx.h(40): error: identifier \"foo\" is undefined\n") \
         == 'x.h(40): error: identifier "foo" is undefined'
-    assert audit.first_error("nvcc fatal   : Value 'c++99' is not defined for option 'std'") \
+    assert probe.first_error("nvcc fatal   : Value 'c++99' is not defined for option 'std'") \
         == "nvcc fatal   : Value 'c++99' is not defined for option 'std'"
-    assert audit.first_error("In file included from a.h:3,\n                 from b.h:4:\n") == ""
-    assert audit.first_error("g++: error: unrecognized command-line option '-fbogus'") \
+    assert probe.first_error("In file included from a.h:3,\n                 from b.h:4:\n") == ""
+    assert probe.first_error("g++: error: unrecognized command-line option '-fbogus'") \
         == "g++: error: unrecognized command-line option '-fbogus'"
-    assert audit.first_error("cc1plus: warning: x\nx.h:3:1: note: error here") == ""
-    assert audit.first_error(STD_ERROR, ["/site/torch/include", "/site/torch/include/torch/csrc/api/include"]) \
+    assert probe.first_error("cc1plus: warning: x\nx.h:3:1: note: error here") == ""
+    assert probe.first_error(STD_ERROR, ["/site/torch/include", "/site/torch/include/torch/csrc/api/include"]) \
         .startswith("torch/csrc/api/include/torch/all.h:5:2: error: #error")
 
 
 def test_the_compiler_is_named_past_its_ccache_wrapper():
-    assert audit._compiler_name("cxx", {"cxx": ["/usr/bin/ccache", "g++-12"]}) == "g++-12"
-    assert audit._compiler_name("nvcc", {"nvcc": ["/usr/local/cuda/bin/nvcc"]}) == "nvcc"
-    assert audit._compiler_name("cc", {}) == "cc"
+    assert probe._compiler_name("cxx", {"cxx": ["/usr/bin/ccache", "g++-12"]}) == "g++-12"
+    assert probe._compiler_name("nvcc", {"nvcc": ["/usr/local/cuda/bin/nvcc"]}) == "nvcc"
+    assert probe._compiler_name("cc", {}) == "cc"
 
 
 def test_a_compiler_that_cannot_run_is_not_a_failure(tmp_path, torch_headers):
     records = [host_of("a"), link("_a", f"{BUILD}/a.o")]
     env = {audit.REAL_ENV: json.dumps({"cxx": ["/nonexistent/g++"]})}
-    section, per_module = audit.run_probes(records, env, str(tmp_path))
+    section, per_module = probe.run_probes(records, env, str(tmp_path))
     assert per_module["pkg._a"][0]["ok"] is None and "cannot run /nonexistent/g++" in per_module["pkg._a"][0]["error"]
 
 
 @pytest.mark.parametrize("value, mode", [("", "on"), ("1", "on"), ("0", "off"), ("off", "off"), ("no", "off"),
                                          ("full", "full"), ("FULL", "full")])
 def test_the_switch(value, mode):
-    assert audit.probe_mode({audit.PROBE_ENV: value} if value else {}) == mode
+    assert probe.probe_mode({probe.PROBE_ENV: value} if value else {}) == mode
 
 
 def test_add_probe_off_runs_nothing(tmp_path):
     report = {"extensions": [{"module": "pkg._a"}]}
-    audit.add_probe(report, [host_of("a"), link("_a", f"{BUILD}/a.o")], {audit.PROBE_ENV: "0"}, str(tmp_path))
+    probe.add_probe(report, [host_of("a"), link("_a", f"{BUILD}/a.o")], {probe.PROBE_ENV: "0"}, str(tmp_path))
     assert report["probe"] == {"mode": "off", "seconds": 0.0, "runs": [], "not_probed": 0}
     assert "probe" not in report["extensions"][0]
 
@@ -399,11 +401,11 @@ def test_includes_aten_cuda_reads_the_source_tree(tmp_path):
     (tmp_path / "README.md").write_text("uses ATen/cuda/CUDAContext.h")  # not code
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "gen.h").write_text("#include <ATen/cuda/CUDAContext.h>")  # build output: skipped
-    assert audit.includes_aten_cuda(str(tmp_path)) is False
+    assert probe.includes_aten_cuda(str(tmp_path)) is False
     (tmp_path / "csrc" / "util.cuh").write_text('#include "ATen/cuda/CUDAContext.h"\n')
-    assert audit.includes_aten_cuda(str(tmp_path)) is True
-    assert audit.includes_aten_cuda(str(tmp_path / "nope")) is None
-    assert audit.includes_aten_cuda(str(tmp_path), max_files=1) is True  # too big to read: the strict answer
+    assert probe.includes_aten_cuda(str(tmp_path)) is True
+    assert probe.includes_aten_cuda(str(tmp_path / "nope")) is None
+    assert probe.includes_aten_cuda(str(tmp_path), max_files=1) is True  # too big to read: the strict answer
 
 
 def test_a_passing_skipped_or_unrun_probe_does_not_refuse():
@@ -429,5 +431,5 @@ def test_a_hostile_probe_section_is_bounded():
 
 def test_the_build_phases_are_read_from_the_records_timestamps():
     records = [{"t": 103.0}, {"t": 101.5}, {"t": 104.25}, {"tool": "nvcc"}]
-    assert audit.phases(records, 100.0, 110.0) == {"records": 3, "before": 1.5, "compiles": 2.75, "after": 5.75}
-    assert audit.phases([], 100.0, 102.5) == {"records": 0, "before": 2.5, "compiles": 0.0, "after": 0.0}
+    assert audit_records.phases(records, 100.0, 110.0) == {"records": 3, "before": 1.5, "compiles": 2.75, "after": 5.75}
+    assert audit_records.phases([], 100.0, 102.5) == {"records": 0, "before": 2.5, "compiles": 0.0, "after": 0.0}

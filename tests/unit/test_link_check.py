@@ -19,6 +19,7 @@ from imagegen.model.arch_parse import parse_arch_list
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "builder"))
 import imagegen_audit as audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
+import imagegen_audit_links as links  # noqa: E402  (the link check, beside it)
 
 GXX = shutil.which("g++")
 MISSING = "imagegen_no_such_library_4f2a"
@@ -39,7 +40,7 @@ def env_with(real: dict, **extra: str) -> dict:
     (["-Wl,-L,/w1", "-Wl,-L/w2,--as-needed", "-lx"], ["/w1", "/w2"], ["x"]),
 ])
 def test_link_arguments(argv, folders, names):
-    assert audit._link_args(argv) == (folders, names)
+    assert links._link_args(argv) == (folders, names)
 
 
 def test_each_library_is_looked_up_where_the_linker_looks(tmp_path):
@@ -52,25 +53,25 @@ def test_each_library_is_looked_up_where_the_linker_looks(tmp_path):
     env = env_with({"cxx": [GXX]}, LIBRARY_PATH=str(tmp_path / "stubs"))
     # -lfoo and -l:libexact.so.1 in the link's -L folder (relative to its cwd), -lbar on LIBRARY_PATH,
     # -lm in g++'s own search: only the unknown one is missing, once
-    assert audit.missing_libraries([record], env) == {"pkg._C": [MISSING]}
+    assert links.missing_libraries([record], env) == {"pkg._C": [MISSING]}
     # without LIBRARY_PATH, -lbar is missing too
-    assert audit.missing_libraries([record], env_with({"cxx": [GXX]})) == {"pkg._C": ["bar", MISSING]}
+    assert links.missing_libraries([record], env_with({"cxx": [GXX]})) == {"pkg._C": ["bar", MISSING]}
 
 
 def test_a_compiler_that_cannot_be_asked_reports_nothing(tmp_path):
     record = link(tmp_path, f"-l{MISSING}")
-    assert audit.missing_libraries([record], env_with({"cxx": [str(tmp_path / "no-such-g++")]})) == {}
-    assert audit.missing_libraries([record], env_with({})) == {}
+    assert links.missing_libraries([record], env_with({"cxx": [str(tmp_path / "no-such-g++")]})) == {}
+    assert links.missing_libraries([record], env_with({})) == {}
 
 
 def test_compiles_are_not_links(tmp_path):
     compile_record = {"tool": "cxx", "cwd": str(tmp_path), "argv": ["-c", "a.cpp", "-o", "a.o", f"-l{MISSING}"]}
-    assert audit.missing_libraries([compile_record], env_with({"cxx": [GXX or "g++"]})) == {}
+    assert links.missing_libraries([compile_record], env_with({"cxx": [GXX or "g++"]})) == {}
 
 
 def test_add_link_check_fills_each_extension(tmp_path):
     report = {"extensions": [{"module": "pkg._C"}, {"module": "pkg._other"}]}
-    audit.add_link_check(report, [link(tmp_path, f"-l{MISSING}")], env_with({"cxx": [GXX]}))
+    links.add_link_check(report, [link(tmp_path, f"-l{MISSING}")], env_with({"cxx": [GXX]}))
     assert report["extensions"] == [{"module": "pkg._C", "link_missing": [MISSING]},
                                     {"module": "pkg._other", "link_missing": []}]
 

@@ -22,7 +22,8 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
 Beside this file, one module per concern: imagegen_toolchain.py (the venv with torch), imagegen_fetch.py,
 imagegen_buildenv.py (the build's variables), imagegen_supervise.py (the nvcc guard, the supervisor),
 imagegen_ccache.py, imagegen_resume.py (a build stopped at its budget), imagegen_records.py (the build
-record), imagegen_check.py (smoke and GPU checks), imagegen_audit.py, and what imagegen shares with them:
+record), imagegen_check.py (smoke and GPU checks), imagegen_audit*.py (the gencode audit's stand-ins, its
+records, header probe and link check), and what imagegen shares with them:
 imagegen_rules.py (archs, job sizing) and imagegen_wheeltools.py.
 """
 
@@ -223,7 +224,10 @@ def cmd_audit(cell, args):
     write what it would have compiled: per extension, the SASS/PTX targets and nvcc flags."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    import imagegen_audit  # noqa: E402 (shipped beside this script)
+    import imagegen_audit  # noqa: E402 (shipped beside this script: the stand-ins, and what reads their records)
+    import imagegen_audit_links  # noqa: E402
+    import imagegen_audit_probe  # noqa: E402
+    import imagegen_audit_records  # noqa: E402
 
     started = time.time()
     py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
@@ -249,17 +253,17 @@ def cmd_audit(cell, args):
             hook_started = time.time()
             rc, output = _run_audit_build(cmd, env, work, args.timeout)
         text = output.decode("utf-8", "replace")
-        recorded = imagegen_audit.read_records(records)
-        report = imagegen_audit.fold(recorded, os.path.realpath(os.path.join(work, "src")))
-        report["build"] = imagegen_audit.phases(recorded, hook_started, time.time())
+        recorded = imagegen_audit_records.read_records(records)
+        report = imagegen_audit_records.fold(recorded, os.path.realpath(os.path.join(work, "src")))
+        report["build"] = imagegen_audit_records.phases(recorded, hook_started, time.time())
         log("audit: the package's build: {before:.1f} s to its first compile, {records} record(s) over {compiles:.1f} s, "
             "{after:.1f} s after the last".format(**report["build"]))
         if rc == 0:
             # the header probe: torch's headers compiled with each extension's own flags (seconds)
-            imagegen_audit.add_probe(report, recorded, env, work, "off" if args.no_probe else None, tree)
+            imagegen_audit_probe.add_probe(report, recorded, env, work, "off" if args.no_probe else None, tree)
             _log_probe(report["probe"])
             # the link: each -l library the extension asks for, found where the linker will look
-            imagegen_audit.add_link_check(report, recorded, env)
+            imagegen_audit_links.add_link_check(report, recorded, env)
             for ext in report["extensions"]:
                 if ext["link_missing"]:
                     log("audit: %s links %s, which the linker will not find" % (
