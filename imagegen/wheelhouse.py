@@ -1,6 +1,6 @@
 """The wheelhouse as it is, read-only: where a cell's wheel goes, its manifest, whether an earlier
 build of the same inputs is still there intact, and what a build would replace. The executors ask
-these before building; imagegen.collect is the only module that writes the wheelhouse.
+these before building; imagegen.finish.collect is the only module that writes the wheelhouse.
 
 Layout: ``<out>/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/<wheel>`` plus ``manifest.json`` in that folder."""
 
@@ -45,7 +45,7 @@ class CellResult:
                 "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache, "audit": self.audit}
 
 
-# A built cell's next step (imagegen.finish.finish's signature): staged wheels in, a CellResult out.
+# A built cell's next step (imagegen.finish.finisher.finish's signature): staged wheels in, a CellResult out.
 # The command hands it to whichever executor builds (they never import the finish step).
 Finisher = Callable[..., CellResult]
 
@@ -109,7 +109,7 @@ def replacement_refused(out: Path, cell: Cell, *, force: bool, say: Callable[[st
 
 
 def in_the_way(out: Path, cell: Cell, name: str) -> str | None:
-    """At placement, with the cell folder's lock held (imagegen.collect): what placing ``cell``'s
+    """At placement, with the cell folder's lock held (imagegen.finish.collect): what placing ``cell``'s
     wheel ``name`` into ``out`` would silently replace, or None. That is the wheel the cell's own
     entry lists when it was built for other archs (``replaced``; a build of other archs started
     meanwhile may have placed it after this build's check), or the file ``name`` itself when an entry
@@ -146,7 +146,7 @@ def up_to_date(out: Path, cell: Cell, inputs: str) -> Path | None:
 @dataclass(frozen=True)
 class VerifiedWheel:
     """A wheel of the wheelhouse that its folder's manifest lists as built, verified and smoke-tested
-    (imagegen.finish publishes only such wheels), with what the manifest says of it."""
+    (imagegen.finish.finisher publishes only such wheels), with what the manifest says of it."""
 
     path: Path
     sha256: str

@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from imagegen import collect
+from imagegen.finish import collect
 from imagegen.plan import Cell
 from tests.unit.executor_fixtures import WHEEL, tiny_cell
 

@@ -44,7 +44,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     common.ca_bundle(args.ca_bundle)
     netrc = common.netrc_file(args.netrc)
     out = options.resolve(args, config).out
-    from imagegen.finish import finish
+    from imagegen.finish.finisher import finish
 
     results = execute.build(plan, out=out, work=args.work, finish=partial(finish, force=args.force), force=args.force,
                             max_jobs=args.max_jobs,
@@ -88,7 +88,7 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
                                               say=lambda m: print(m, file=sys.stderr))
         if refused:
             raise RefusedError(refused)
-    from imagegen.finish import finish
+    from imagegen.finish.finisher import finish
     from imagegen.interrupt import stopping_children
 
     with stopping_children():  # a signal to imagegen ends the compile it started

@@ -46,7 +46,7 @@ def cmd_cdi_spec(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from imagegen.verify import VerifyError, verify_wheel
+    from imagegen.finish.verify import VerifyError, verify_wheel
 
     archs = parse_arch_list(args.arch)
     common.check_exe(args.python_exe, "--python-exe")
@@ -103,7 +103,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> ImagegenError | None:
     """verify --gpu: `imagegen check` on each wheel that passed. Returns the NoGpuError (exit 8) to
     raise once the reports are printed; a failed check is a problem of its wheel."""
-    from imagegen import check
+    from imagegen.finish import check
     for wheel, report in zip(args.wheels, reports):
         if not report.ok:
             continue
@@ -119,7 +119,7 @@ def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> Imag
 
 
 def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from imagegen import check
+    from imagegen.finish import check
     try:
         args.wheel.stat()
     except FileNotFoundError:

@@ -471,7 +471,7 @@ def expected_for_wheel(cat: Catalogue | None, wheel: Path, archs: ArchList) -> t
     from packaging.utils import parse_wheel_filename
     from packaging.version import Version
 
-    from imagegen import check
+    from imagegen.finish import check
     from imagegen.cell_rules import compiled_archs, expected_archs
 
     if cat is None:

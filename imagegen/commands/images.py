@@ -40,7 +40,7 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.executors import prebuilt
     from imagegen.executors import results as report
-    from imagegen.finish import finish
+    from imagegen.finish.finisher import finish
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)

@@ -92,7 +92,7 @@ class Run:
     stage: Path
     bake_file: Path
     ca: str
-    # What becomes of a built cell (imagegen.finish.finish, handed in by the caller: verifying and
+    # What becomes of a built cell (imagegen.finish.finisher.finish, handed in by the caller: verifying and
     # collecting come after this step).
     finish: "Finisher | None" = None
     # Seconds a cell's compile may run before it stops and keeps its state (`build --budget`; the

@@ -42,7 +42,7 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
           cache_from: Sequence[str] = (), cache_to: Sequence[str] = (), audit: bool = True, budget: int | None = None,
           compile_cache: str | None = None, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CellResult]:
     """Build the plan's cells, each audited first (``audit``), each built one handed to ``finish``
-    (imagegen.finish.finish: verify, then collect into ``out``). With several ``builders`` the cells
+    (imagegen.finish.finisher.finish: verify, then collect into ``out``). With several ``builders`` the cells
     are dealt out between them and each builder runs its share on its own (bake sends every
     same-platform target of one run to one node, so spreading a matrix over a build farm has to
     happen here)."""

@@ -148,7 +148,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
                  src_dir: Path | None = None, verbose_build: bool = False, audit: bool = True,
                  compile_cache: str | None = None,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
-    """Build ``cell`` on this host; the wheel goes to ``finish`` (imagegen.finish.finish: verify,
+    """Build ``cell`` on this host; the wheel goes to ``finish`` (imagegen.finish.finisher.finish: verify,
     then collect), verified while its import test runs. ``compile_cache``: ccache's remote storage URL
     for every compile (`build --compile-cache`), handed to the in-build script in the variable a bake
     build's secret is read from; never on a command line."""

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from image_scan import find_in_layers_made_since, overlay2_layers
 
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

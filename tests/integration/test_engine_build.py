@@ -23,7 +23,7 @@ import pytest
 from image_scan import find_in_chunks, find_in_image, layer_folders
 
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 from imagegen.render.dockerfile import builder_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,7 +255,7 @@ def test_edited_source_is_rebuilt_and_ccache_serves_what_did_not_change(first_bu
     import hashlib
     import zipfile
 
-    from imagegen.fatbin import reproducible_digest
+    from imagegen.finish.fatbin import reproducible_digest
 
     root = workspace["root"] / "edited"
     tree = root / "tiny_kernel"

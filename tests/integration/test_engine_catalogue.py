@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.model.catalogue import load_catalogue
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 
 BASE_IMAGE = os.environ.get("IMAGEGEN_TEST_BASE_IMAGE", "imagegen-test/python:3.11-bookworm")
 IMAGEGEN = str(Path(sys.executable).parent / "imagegen")

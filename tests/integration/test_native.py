@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 from redis_server import redis_server
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.fatbin import reproducible_digest
+from imagegen.finish.fatbin import reproducible_digest
 from registry import INSTALL_HINT, LocalRegistry, RegistryError, kept_storage, missing_tools
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def test_pull_of_the_pushed_image_gives_the_same_so_as_a_bake_build(project, pus
     assert baked.name == wheel.name
     # Same .so bytes, except nvcc's temporary-file names (tmpxft_<pid>_<n>): nvcc names them after its
     # process id, which depends on how many processes ran before it in the container
-    # (imagegen.fatbin.reproducible_digest; documented in README).
+    # (imagegen.finish.fatbin.reproducible_digest; documented in README).
     assert so_digests(wheel)
     assert so_digests(baked, reproducible_digest) == so_digests(wheel, reproducible_digest)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import fatbin
+from imagegen.finish import fatbin
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,12 @@ import json
 
 import pytest
 
-from imagegen import collect, engine, wheelhouse
+from imagegen import engine, wheelhouse
+from imagegen.finish import collect
 from imagegen.errors import UsageError
 from imagegen.executors import buildx
 from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX
-from imagegen.finish import finish
+from imagegen.finish.finisher import finish
 from imagegen.model import jobs
 from imagegen.plan import Plan
 from imagegen.render.dockerfile import cell_document, inputs_hash

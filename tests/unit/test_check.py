@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.check import GpuCheckError, NoGpuError, probe_gpu, recipe_for, require_gpu, wheel_distribution
+from imagegen.finish.check import GpuCheckError, NoGpuError, probe_gpu, recipe_for, require_gpu, wheel_distribution
 from imagegen.errors import RecipeError, UsageError
 from imagegen.model.catalogue import load_catalogue
 from tests.unit.test_verify import SO_NAME, fatbin_container, imagegen, make_wheel, no_cuobjdump

@@ -1,4 +1,4 @@
-"""Tests for imagegen.collect: built wheels copied into the output folder atomically (cell folders with a
+"""Tests for imagegen.finish.collect: built wheels copied into the output folder atomically (cell folders with a
 manifest.json, or --flat), build logs kept, and what the manifest records of each cell."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import collect, wheelhouse
+from imagegen import wheelhouse
+from imagegen.finish import collect
 from imagegen.errors import PublishError, RecipeError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue

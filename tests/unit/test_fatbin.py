@@ -1,4 +1,4 @@
-"""Tests for imagegen.fatbin: an extension .so's ELF section table and its CUDA fat binary's entries (SASS
+"""Tests for imagegen.finish.fatbin: an extension .so's ELF section table and its CUDA fat binary's entries (SASS
 per sm_XY, PTX per compute_XY), read with bounded reads so that a garbage or hostile .so is a VerifyError,
 never a crash; cuobjdump's listing; and the digest that ignores nvcc's temporary file names."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import fatbin
+from imagegen.finish import fatbin
 from imagegen.errors import VerifyError
-from imagegen.fatbin import (
+from imagegen.finish.fatbin import (
     FATBIN_MAGIC,
     KIND_ELF,
     KIND_PTX,
@@ -29,7 +29,7 @@ from imagegen.fatbin import (
 )
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 
 WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 
@@ -99,7 +99,7 @@ def test_fatbin_reader_on_a_real_wheel():
 
 
 def test_reproducible_digest_ignores_only_nvcc_temp_names():
-    from imagegen.fatbin import reproducible_digest
+    from imagegen.finish.fatbin import reproducible_digest
 
     a = b"\x7fELF..._GLOBAL__sub_I_tmpxft_0000001d_00000000_6_add_one.compute_90.cudafe1.cpp\x00rest"
     b = a.replace(b"0000001d", b"0000001e")

@@ -31,7 +31,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagegen import cli, fatbin, outputs, registry, verify
+from imagegen import cli, outputs, registry
+from imagegen.finish import fatbin
+from imagegen.finish import verify
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.executors import prebuilt
 from imagegen.model.arch_parse import parse_arch_list
@@ -655,7 +657,8 @@ def _cwd(path: Path):
 
 @contextlib.contextmanager
 def _stubs():
-    from imagegen import check, doctor, refresh, refs
+    from imagegen import doctor, refresh, refs
+    from imagegen.finish import check
     from imagegen.commands import repairing
     from imagegen.executors import buildx as execute
     from imagegen.executors import buildx_audit, native

@@ -3,7 +3,7 @@ is not a failed build.
 
 - 15: two builds of one cell for different archs, started together, both passed the "would be
   replaced" check made before building, and the second to place its wheel silently replaced the
-  first's (both exited 0). Placement now re-checks under the cell folder's lock (imagegen.collect.
+  first's (both exited 0). Placement now re-checks under the cell folder's lock (imagegen.finish.collect.
   placing): one wins, the other is refused and says so. The manifest's read-modify-write is under the
   same lock, so two cells placed into one folder at once both keep their entries. Tested with real
   processes (and threads) calling the real placement, started together.
@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import cli, collect, engine, wheelhouse
+from imagegen import cli, engine, wheelhouse
+from imagegen.finish import collect
 from imagegen.errors import BuildError, RefusedError
 from imagegen.executors import results as report
-from imagegen.finish import finish
+from imagegen.finish.finisher import finish
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan import make_cell
@@ -64,7 +65,7 @@ def _digest(path: Path) -> str:
 PLACER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from imagegen import collect
+    from imagegen.finish import collect
     from imagegen.errors import ImagegenError
     from imagegen.model.arch_parse import parse_arch_list
     from imagegen.model.catalogue import load_catalogue

@@ -9,7 +9,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from imagegen import cli, collect
+from imagegen import cli
+from imagegen.finish import collect
 from imagegen.commands import indexing
 from tests.unit.command_helpers import call
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell

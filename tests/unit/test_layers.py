@@ -19,6 +19,7 @@ FOLDER_STEP = {
     "model": 1,       # inputs as data and the rules over them (arch, compat, recipes, jobs)
     "render": 3,      # one generator per output
     "executors": 4,   # buildx bake, native, prebuilt images
+    "finish": 5,      # verify a built wheel, collect it into the wheelhouse, the GPU check
     "publish": 6,     # registry images
     "commands": 7,    # the shell's commands
     "resources": 0,   # data, and the stdlib-only scripts the builder images run
@@ -30,8 +31,8 @@ MODULE_STEP = {
     "config": 1, "refs": 1, "refresh": 1, "options": 2,
     # plan: validated cells, and the gencode audit that proves them
     "plan": 2, "platforms": 2, "cell_rules": 2, "audit": 2, "registry": 2, "resolve": 2,
-    # finish: verify, collect into the wheelhouse, the GPU check
-    "wheelhouse": 2, "finish": 5, "verify": 5, "fatbin": 5, "collect": 5, "records": 5, "check": 5,
+    # what the wheelhouse holds, read by the executors before building (its one writer: finish.collect)
+    "wheelhouse": 2,
     # the shell
     "doctor": 7, "cli": 7, "__main__": 8,
 }

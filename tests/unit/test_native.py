@@ -19,7 +19,7 @@ from imagegen import wheelhouse
 from imagegen.errors import BuildError, CompatError
 from imagegen.executors import native
 from imagegen.executors.host import HostToolchain, preflight
-from imagegen.finish import finish
+from imagegen.finish.finisher import finish
 from imagegen.model import jobs
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue

@@ -15,10 +15,11 @@ import time
 import uuid
 from pathlib import Path
 
-from imagegen import collect, wheelhouse
+from imagegen import wheelhouse
+from imagegen.finish import collect
 from imagegen.executors import bake_run, results
 from imagegen.executors import buildx as execute
-from imagegen.finish import finish
+from imagegen.finish.finisher import finish
 from imagegen.interrupt import SIGNALS, descendants
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue

@@ -390,7 +390,8 @@ def test_seed_001_matrix_gives_its_cells_for_every_version_including_its_default
 
 
 def test_plan_json_and_manifest_carry_the_mapping_note(tmp_path, capsys):
-    from imagegen import collect, wheelhouse
+    from imagegen import wheelhouse
+    from imagegen.finish import collect
     from imagegen.cli import main
 
     code = main(["plan", "flash-attn", "--arch", "80;86;89;90", "--torch", "2.8", "--cuda", "12.8",

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import __version__, collect, engine, registry, wheelhouse
+from imagegen import __version__, engine, registry, wheelhouse
+from imagegen.finish import collect
 from imagegen.errors import BuildError, EngineError, ImageMissing, RegistryError, UsageError
 from imagegen.executors import prebuilt
 from imagegen.executors.bake_run import bake_variables
-from imagegen.finish import finish
+from imagegen.finish.finisher import finish
 from imagegen.model import jobs
 from imagegen.model.recipes import with_env
 from imagegen.plan import Plan

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import collect
+from imagegen.finish import collect
 from imagegen.errors import PublishError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import new_file_mode
 from imagegen.publish import repair
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 from imagegen.wheelhouse import MANIFEST, read_manifest, sha256, verified_wheels
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, python_stand_in, temp_files_under, tiny_cell
 

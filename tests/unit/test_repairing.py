@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from imagegen import collect
+from imagegen.finish import collect
 from imagegen.commands import repairing
 from imagegen.errors import PublishError, UsageError
 from imagegen.wheelhouse import MANIFEST, read_manifest, sha256

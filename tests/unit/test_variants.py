@@ -35,7 +35,8 @@ from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
 import imagegen.publish
-from imagegen import cli, collect, wheelhouse
+from imagegen import cli, wheelhouse
+from imagegen.finish import collect
 from imagegen.commands import indexing
 from imagegen.errors import PublishError
 from imagegen.outputs import shown

@@ -19,10 +19,10 @@ import pytest
 from packaging.version import Version
 
 from imagegen.cell_rules import expected_archs
-from imagegen.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, FatbinEntry, elf_sections, read_so
+from imagegen.finish.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, FatbinEntry, elf_sections, read_so
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.verify import SoReport, VerifyError, verify_wheel
+from imagegen.finish.verify import SoReport, VerifyError, verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_WHEEL = next((ROOT / "tests" / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))

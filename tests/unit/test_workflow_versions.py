@@ -184,7 +184,7 @@ def test_an_env_imagegen_sets_names_what_sets_it_for_this_command(capsys, tmp_pa
 
 
 def test_verify_gpu_names_check_for_a_recipe_it_cannot_find():
-    from imagegen import check
+    from imagegen.finish import check
     with pytest.raises(Exception) as info:
         check.recipe_for(load_catalogue(), "no-such-dist", how="imagegen check W.whl --recipe NAME")
     assert "name one with imagegen check W.whl --recipe NAME" in str(info.value)

@@ -8,7 +8,7 @@ sha256 and the smoke test's result). Such a wheel is not in the wheelhouse's man
 ``imagegen index`` and ``imagegen publish`` leave it out. ``imagegen collect`` reads each record
 (bounded: the folder may come from anywhere), checks that the wheel is the one recorded and passed
 its smoke test, verifies its SASS/PTX against the requested archs as the recipe compiles them, and
-only then records it in the folder's manifest (imagegen.collect.record_entry).
+only then records it in the folder's manifest (imagegen.finish.collect.record_entry).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def read(path: Path) -> BuildRecord:
 
 
 def manifest_entry(record: BuildRecord, expected: ArchList, verify: dict) -> dict:
-    """The manifest entry of a collected wheel: the schema imagegen.collect.publish writes, from the
+    """The manifest entry of a collected wheel: the schema imagegen.finish.collect.publish writes, from the
     record, with the verification done here."""
     doc = record.doc
     source = doc.get("source") if isinstance(doc.get("source"), dict) else {}

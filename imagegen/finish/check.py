@@ -11,7 +11,7 @@ distribution or a recipe without a gpu_check):
 
 - 8 (:class:`NoGpuError`): this interpreter cannot run a GPU check here: torch does not import, or
   ``torch.cuda.is_available()`` is False. Nothing was checked: run it on the GPU machine.
-- 6 (:class:`GpuCheckError`, a :class:`~imagegen.verify.VerifyError`): the check ran and failed (an
+- 6 (:class:`GpuCheckError`, a :class:`~imagegen.finish.verify.VerifyError`): the check ran and failed (an
   assertion, an exception, a module that does not import, a crash, the time limit).
 """
 

@@ -42,7 +42,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from imagegen import untrusted
 from imagegen.errors import Unreadable, VerifyError
-from imagegen.fatbin import (
+from imagegen.finish.fatbin import (
     MAX_SO_BYTES,
     SPOOL_BYTES,
     FatbinEntry,
@@ -111,7 +111,7 @@ class WheelReport:
     problems: list[str]
     imports: dict | None = None  # module -> "ok" / "skipped: ..." when an import test ran
     warnings: list[str] = field(default_factory=list)  # one line per extension with extra archs (not strict)
-    gpu_check: dict | None = None  # what `imagegen verify --gpu` ran (imagegen.check.CheckResult.as_dict)
+    gpu_check: dict | None = None  # what `imagegen verify --gpu` ran (imagegen.finish.check.CheckResult.as_dict)
 
     @property
     def ok(self) -> bool:

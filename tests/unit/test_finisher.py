@@ -1,4 +1,4 @@
-"""Tests for imagegen.finish: a staged wheel is verified (the requested SASS/PTX really in its .so)
+"""Tests for imagegen.finish.finisher: a staged wheel is verified (the requested SASS/PTX really in its .so)
 before it enters the wheelhouse; a built cell's wheel, kept log and manifest entry (with the record's
 fields, a record function called only once the wheel passed), --flat, and the failures that leave
 the output folder untouched."""
@@ -11,7 +11,7 @@ import pytest
 
 from imagegen import wheelhouse
 from imagegen.errors import VerifyError
-from imagegen.finish import finish
+from imagegen.finish.finisher import finish
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, temp_files_under, tiny_cell
 
 

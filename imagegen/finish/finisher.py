@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from imagegen import collect
+from imagegen.finish import collect
 from imagegen.errors import RefusedError
 from imagegen.plan import Cell
-from imagegen.verify import verify_wheel
+from imagegen.finish.verify import verify_wheel
 from imagegen.wheelhouse import CellResult
 
 
