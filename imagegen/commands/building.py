@@ -26,8 +26,9 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = common.catalogue(args, config)
     common.check_job_flags(args)  # container and native builds alike
     output_folder(args.work, "--work")
+    opts = options.resolve(args, config)  # once: the plan, the matrix and the output folder read it
     if args.native:
-        return _build_native(args, config, cat)
+        return _build_native(args, config, cat, opts)
     if args.print_env:
         raise UsageError("--print-env goes with --native (a container build prints its variables in its log)")
     if args.verbose_build:
@@ -36,14 +37,14 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if value:
             raise UsageError(f"{flag} goes with --native (a container build has its own source and Python)")
     common.check_builders(args.builder)
-    plan = common.one_target_per_cell(common.planned(args, config, cat))
+    plan = common.one_target_per_cell(common.planned(args, config, cat, opts=opts))
     for c in plan.rejected:
         print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     common.ca_bundle(args.ca_bundle)
     netrc = common.netrc_file(args.netrc)
-    out = options.resolve(args, config).out
+    out = opts.out
     from imagegen.finish.finisher import finish
 
     results = execute.build(plan, out=out, work=args.work, finish=partial(finish, force=args.force), force=args.force,
@@ -60,7 +61,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue, opts: options.Options) -> int:
     from imagegen.executors import native
     if args.netrc:
         raise UsageError("--netrc goes with a container build: natively, git and pip read your ~/.netrc (or $NETRC)"
@@ -74,14 +75,14 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue) -> i
                          " a native build is not stopped at a budget yet")
     if args.flat and (args.repair or args.index):
         raise UsageError("--repair and --index work on a wheelhouse: drop --flat (a flat folder has no manifest)")
-    cell, host = common.native_cell(args, config, cat)
+    cell, host = common.native_cell(args, config, cat, opts)
     if args.print_env:
         # With the audit, the MAX_JOBS printed is the one the build will use (sized from the audit).
         print(json.dumps(native.build_env_native(cell, host, work=args.work, max_jobs=args.max_jobs,
                                                  nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
                                                  audit=not args.no_audit)))
         return 0
-    out = options.resolve(args, config).out
+    out = opts.out
     if not args.flat:
         from imagegen import wheelhouse
         refused = wheelhouse.replacement_refused(Path(out), cell, force=args.force,

@@ -155,7 +155,7 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue, *, pin: bo
     wants the tags); a cell asked twice (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda 12.8
     --cuda cu128``) is there once. ``opts``: the command's options when it resolved them already."""
     opts = opts or options.resolve(args, config)
-    request = matrix(args, config, cat)
+    request = matrix(args, config, cat, opts)
     # a flavor whose images each serve one device (jetson) plans its devices' own cells on open axes
     requests = device_requests(request, torch=opts.torch_one is not None, cuda=opts.cuda_one is not None,
                                python=opts.python_one is not None, arch=opts.arch_configured is not None)
@@ -329,8 +329,9 @@ def build_credentials(args: argparse.Namespace) -> refs.BuildCredentials | None:
     return refs.BuildCredentials(netrc_file(getattr(args, "netrc", None)))
 
 
-def matrix(args: argparse.Namespace, config: Config, cat: Catalogue) -> MatrixRequest:
-    opts = options.resolve(args, config)
+def matrix(args: argparse.Namespace, config: Config, cat: Catalogue,
+           opts: options.Options | None = None) -> MatrixRequest:
+    opts = opts or options.resolve(args, config)
     # --source alone means just that project; otherwise the named recipes, the config's, or all.
     # --version applies to each, a source tree too (which render also refuses when the tree is not it).
     sources = args.source or []
@@ -402,7 +403,7 @@ def buildable(args, config, cat, *, arch_free: bool = False):
     return plan
 
 
-def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
+def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue, opts: options.Options | None = None):
     """The one cell a native build (or audit) makes on this host, checked like plan's cells."""
     from imagegen.executors import host as host_toolchain
     sources = getattr(args, "source", None) or []
@@ -436,7 +437,7 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue):
                 raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
                                  " install the one you want, or build in a container")
     # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
-    opts = options.resolve(args, config)
+    opts = opts or options.resolve(args, config)
     archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["arch"])
     cell = host_toolchain.preflight(recipe, version, archs, host)
     return dataclasses.replace(cell, layout=opts.layout), host

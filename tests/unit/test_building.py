@@ -231,3 +231,17 @@ def test_a_native_build_hands_the_compile_cache_to_the_compile_and_needs_ccache(
     assert build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--no-audit", "--flat",
                  "--out", tmp_path / "d", "--compile-cache", url) == 0
     assert handed[-1]["compile_cache"] == url
+
+
+def test_the_options_are_resolved_once_per_build(monkeypatch, tmp_path):
+    # Issue 33: flags > config > defaults is worked out once and handed down (the plan, the matrix and the
+    # output folder), not again by each of them.
+    from imagegen import options
+
+    calls: list[int] = []
+    real = options.resolve
+    monkeypatch.setattr(options, "resolve", lambda args, config: calls.append(1) or real(args, config))
+    handed: list[dict] = []
+    monkeypatch.setattr(buildx, "build", lambda plan, **kw: handed.append(kw) or [])
+    assert build("sage", *CELL, "--out", tmp_path / "wh") == 0
+    assert len(calls) == 1 and handed[0]["out"] == tmp_path / "wh"
