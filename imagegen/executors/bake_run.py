@@ -15,7 +15,6 @@ from imagegen.plan import Cell, Plan
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE, BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.render.bakefiles import write_dockerfiles
 from imagegen.resources.builder import imagegen_rules as rules
-from imagegen.wheelhouse import Finisher
 
 
 def bake_variables(ca: str, compile_cache: str | None = None) -> dict[str, str]:
@@ -92,14 +91,6 @@ class Run:
     stage: Path
     bake_file: Path
     ca: str
-    # What becomes of a built cell (imagegen.finish.finisher.finish, handed in by the caller: verifying and
-    # collecting come after this step).
-    finish: "Finisher | None" = None
-    # Seconds a cell's compile may run before it stops and keeps its state (`build --budget`; the
-    # imagegen_jobs secret carries it, so it is no cache key); None: no limit.
-    budget: "int | None" = None
-    # `build --compile-cache URL`: the ccache remote storage every compile reads and fills (a secret).
-    compile_cache: "str | None" = None
 
     def jobs_file(self, cell: str) -> Path:
         """Where the cell's MAX_JOBS and NVCC_THREADS for the next bake go (the imagegen_jobs secret)."""

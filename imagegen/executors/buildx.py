@@ -19,7 +19,8 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from imagegen import engine, interrupt, wheelhouse
 from imagegen.errors import UsageError
@@ -34,6 +35,22 @@ from imagegen.wheelhouse import CellResult, Finisher
 
 if TYPE_CHECKING:
     pass
+
+
+@dataclass(frozen=True)
+class Compile:
+    """What every compile of one `build` is given, resolved once by build() and handed down to each
+    builder's share and batch: where wheels go and the step that takes them there (``finish``:
+    imagegen.finish.finisher.finish, handed in by the command), each cell's inputs hash, the job limits, the
+    audit gate, the budget and the shared compile cache."""
+    out: Path
+    finish: "Finisher"
+    hashes: Mapping[str, str]
+    max_jobs: int | None
+    nvcc_threads: int | None
+    audit: bool
+    budget: int | None
+    compile_cache: str | None
 
 
 def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool = False, max_jobs: int | None = None,
@@ -78,7 +95,8 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
         return [results[c.name] for c in plan.buildable]
 
     run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to, netrc=netrc)
-    run.finish, run.budget, run.compile_cache = finish, budget, compile_cache
+    given = Compile(out=out, finish=finish, hashes=hashes, max_jobs=max_jobs, nvcc_threads=nvcc_threads, audit=audit,
+                    budget=budget, compile_cache=compile_cache)
     check_cache_support(list(builders) or [None], cache_to)
 
     if len(builders) > 1:
@@ -92,14 +110,13 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
 
         # The pool outermost: on a signal the children are stopped first, so its threads can end.
         with ThreadPoolExecutor(max_workers=len(builders)) as pool, interrupt.stopping_children():
-            futures = [pool.submit(_run_cells, cs, run, run.dir / "logs" / b, b, hashes, out,
-                                   max_jobs, nvcc_threads, audit, say) for b, cs in shares.items() if cs]
+            futures = [pool.submit(_run_cells, cs, run, run.dir / "logs" / b, b, given, say)
+                       for b, cs in shares.items() if cs]
             for f in futures:
                 results.update(f.result())
     else:
         with interrupt.stopping_children():
-            results.update(_run_cells(todo, run, run.dir / "logs", builders[0] if builders else None,
-                                      hashes, out, max_jobs, nvcc_threads, audit, say))
+            results.update(_run_cells(todo, run, run.dir / "logs", builders[0] if builders else None, given, say))
     return [results[c.name] for c in plan.buildable]
 
 
@@ -149,26 +166,24 @@ def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> 
                              " use --cache-to type=inline, or a docker-container / remote / kubernetes builder (--builder)")
 
 
-def _run_cells(todo: list[Cell], run: Run, log_dir: Path, builder: str | None,
-               hashes: dict[str, str], out: Path, max_jobs: int | None, nvcc_threads: int | None, audit: bool,
+def _run_cells(todo: list[Cell], run: Run, log_dir: Path, builder: str | None, given: Compile,
                say: Callable[[str], None]) -> dict[str, CellResult]:
     """Audit ``todo`` on one builder, then compile what the audit lets through."""
     results: dict[str, CellResult] = {}
     logs = TargetLogs(log_dir, [c.name for c in todo], say=say)
     try:
         verdicts: dict[str, dict] = {}
-        if audit:
+        if given.audit:
             todo = audit_gate(todo, run, logs, builder, results, verdicts, say)
         if todo:
-            _compile_cells(todo, run, logs, builder, hashes, out, max_jobs, nvcc_threads, verdicts, results, say)
+            _compile_cells(todo, run, logs, builder, given, verdicts, results, say)
     finally:
         logs.close()
     return results
 
 
-def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | None, hashes: dict[str, str],
-                   out: Path, max_jobs: int | None, nvcc_threads: int | None, verdicts: dict[str, dict],
-                   results: dict[str, CellResult], say: Callable[[str], None]) -> None:
+def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | None, given: Compile,
+                   verdicts: dict[str, dict], results: dict[str, CellResult], say: Callable[[str], None]) -> None:
     """Bake ``todo`` in RAM-sized batches, re-running what a failing neighbour cancelled."""
     stage = run.stage
     h = jobs.host()
@@ -186,23 +201,23 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
         batch, queue = queue[:size], queue[size:]
         for c in batch:
             s = jobs.settings_for(c.recipe.heaviest_gb_per_thread, c.recipe.default_nvcc_threads, h,
-                                  share=len(batch), max_jobs=max_jobs, nvcc_threads=nvcc_threads,
+                                  share=len(batch), max_jobs=given.max_jobs, nvcc_threads=given.nvcc_threads,
                                   targets=c.archs.gencode_targets)
             # A secret, not build args: the batch's size is no cache key (the log target reuses the build).
             run.jobs_file(c.name).write_text(f"MAX_JOBS={s.max_jobs}\nNVCC_THREADS={s.nvcc_threads}\n"
-                                             + (f"IMAGEGEN_BUILD_BUDGET={run.budget}\n" if run.budget else ""))
+                                             + (f"IMAGEGEN_BUILD_BUDGET={given.budget}\n" if given.budget else ""))
             say(f"[{c.name}] {s.describe()}")
             started[c.name] = time.time()
             shutil.rmtree(stage / c.name, ignore_errors=True)
             shutil.rmtree(stage / (c.name + LOG_SUFFIX), ignore_errors=True)
         names = [c.name for c in batch]
         ok = run_bake(run.bake_file, names + [n + LOG_SUFFIX for n in names], logs, on_step, builder, run.ca,
-                      run.compile_cache)
+                      given.compile_cache)
         for c in batch:
             wheels = sorted((stage / c.name).glob("*.whl")) if (stage / c.name).is_dir() else []
             if wheels:
-                results[c.name] = _finish(run, c, wheels, out, hashes[c.name], logs, started[c.name],
-                                          stage / (c.name + LOG_SUFFIX), verdicts.get(c.name))
+                results[c.name] = _finish(given, c, wheels, logs, started[c.name], stage / (c.name + LOG_SUFFIX),
+                                          verdicts.get(c.name))
             elif ok or c.name in logs.failed or len(batch) == 1:
                 error = "the build produced no wheel" if ok else "the build failed"
                 if logs.errors.get(c.name):  # the compiler's first error leads
@@ -219,8 +234,8 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
                 size = 1
 
 
-def _finish(run: Run, cell: Cell, wheels: list[Path], out: Path, inputs: str, logs: TargetLogs, started: float,
-            reports: Path, audit: dict | None = None) -> CellResult:
+def _finish(given: Compile, cell: Cell, wheels: list[Path], logs: TargetLogs, started: float, reports: Path,
+            audit: dict | None = None) -> CellResult:
     # The compile log from the build itself (complete even when bake clipped or cached the step).
     log = reports / "build.log" if (reports / "build.log").is_file() else logs.folder / f"{cell.name}.log"
     smoke, ccache = _smoke_report(reports / "smoke.json"), _json_or_none(reports / "ccache.json")
@@ -228,9 +243,8 @@ def _finish(run: Run, cell: Cell, wheels: list[Path], out: Path, inputs: str, lo
     gpu_check = _json_or_none(reports / "gpu_check.json")  # --gpu-check-device: the check run inside the build
     if gpu_check is not None:
         record["gpu_check"] = gpu_check
-    assert run.finish is not None, "execute.build hands its finish step to the run"
-    return run.finish(cell, wheels, out=out, inputs=inputs, log=log, seconds=time.time() - started, audit=audit,
-                      smoke=smoke, ccache=ccache, record=record)
+    return given.finish(cell, wheels, out=given.out, inputs=given.hashes[cell.name], log=log,
+                        seconds=time.time() - started, audit=audit, smoke=smoke, ccache=ccache, record=record)
 
 
 def _json_or_none(path: Path) -> dict | None:

@@ -103,7 +103,7 @@ def test_prepare_run_gives_every_cell_three_targets_with_absolute_paths(tmp_path
     run = prepare_run(cells, tmp_path / "work", ca_bundle=None, cache_from=["type=registry,ref=r/c"],
                       cache_to=["type=registry,ref=r/c,mode=max"], command="imagegen pull", tag="-t")
     assert run.dir.parent == tmp_path / "work" / "runs" and "-t-" in run.dir.name
-    assert run.stage == run.dir / "stage" and run.bake_file == run.dir / "docker-bake.json" and run.finish is None
+    assert run.stage == run.dir / "stage" and run.bake_file == run.dir / "docker-bake.json"
     data = json.loads(run.bake_file.read_text())
     names = {c.name + s for c in cells for s in ("", LOG_SUFFIX, AUDIT_SUFFIX)}
     assert set(data["target"]) == names
