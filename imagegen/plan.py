@@ -11,7 +11,7 @@ import functools
 import itertools
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from packaging.version import Version
 
@@ -297,14 +297,16 @@ def offline_problems(cell: Cell) -> list[str]:
     return problems
 
 
+def offline(cell: Cell) -> Cell:
+    """``cell`` built without a network: marked so, and rejected where it needs a download."""
+    problems = offline_problems(cell) if cell.status == BUILDABLE else []
+    return replace(cell, offline=True, problems=cell.problems + tuple(problems),
+                   status=REJECTED if problems else cell.status)
+
+
 def with_offline(plan: "Plan") -> "Plan":
-    """``plan`` built without a network: each cell marked so, and rejected where it needs a download."""
-    cells = []
-    for c in plan.cells:
-        problems = offline_problems(c) if c.status == BUILDABLE else []
-        cells.append(replace(c, offline=True, problems=c.problems + tuple(problems),
-                             status=REJECTED if problems else c.status))
-    return Plan(cells=cells)
+    """``plan`` built without a network (offline, per cell)."""
+    return plan.each(offline)
 
 
 # `RUN --device` is in the Dockerfile frontend's labs channel only (1.14.0-labs and later; the
@@ -312,26 +314,30 @@ def with_offline(plan: "Plan") -> "Plan":
 DEFAULT_DOCKERFILE_FRONTEND = "docker/dockerfile:1.19-labs"
 
 
-def with_gpu_check(plan: "Plan", device: str, frontend: str | None = None) -> "Plan":
-    """``plan`` with each cell's wheel checked on the GPU inside the build: the recipe's
-    smoke.gpu_check runs in a build step given the CDI ``device``. A recipe without a gpu_check
-    builds as before, with a note saying so."""
+def gpu_checked(cell: Cell, device: str, frontend: str | None = None) -> Cell:
+    """``cell`` with its wheel checked on the GPU inside the build: the recipe's smoke.gpu_check runs in a
+    build step given the CDI ``device``. A recipe without a gpu_check builds as before, with a note saying
+    so."""
     safety.check(device, safety.CDI_DEVICE, "--gpu-check-device")
     frontend = safety.check(DEFAULT_DOCKERFILE_FRONTEND if frontend is None else frontend, safety.IMAGE_REF,
                             "--dockerfile-frontend")
-    cells = []
-    for c in plan.cells:
-        if not c.recipe.smoke.gpu_check.strip():
-            cells.append(replace(c, notes=c.notes + (f"--gpu-check-device: recipe {c.recipe.name} has no smoke.gpu_check,"
-                                                     " so nothing runs on the GPU in this cell's build",)))
-            continue
-        cells.append(replace(c, gpu_check_device=device, dockerfile_frontend=frontend))
-    return Plan(cells=cells)
+    if not cell.recipe.smoke.gpu_check.strip():
+        return replace(cell, notes=cell.notes + (f"--gpu-check-device: recipe {cell.recipe.name} has no"
+                                                 " smoke.gpu_check, so nothing runs on the GPU in this cell's build",))
+    return replace(cell, gpu_check_device=device, dockerfile_frontend=frontend)
+
+
+def with_gpu_check(plan: "Plan", device: str, frontend: str | None = None) -> "Plan":
+    """``plan`` with each cell's wheel checked on the GPU inside the build (gpu_checked, per cell)."""
+    # refused even for a plan without cells
+    safety.check(device, safety.CDI_DEVICE, "--gpu-check-device")
+    safety.check(DEFAULT_DOCKERFILE_FRONTEND if frontend is None else frontend, safety.IMAGE_REF, "--dockerfile-frontend")
+    return plan.each(lambda c: gpu_checked(c, device, frontend))
 
 
 def with_layout(plan: "Plan", layout: str) -> "Plan":
     """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
-    return Plan(cells=[replace(c, layout=layout) for c in plan.cells])
+    return plan.each(lambda c: replace(c, layout=layout))
 
 
 @dataclass(frozen=True)
@@ -354,6 +360,10 @@ class MatrixRequest:
 @dataclass
 class Plan:
     cells: list[Cell] = field(default_factory=list)
+
+    def each(self, change: Callable[[Cell], Cell]) -> "Plan":
+        """The plan with ``change`` (a per-cell transform, Cell -> Cell) applied to every cell."""
+        return replace(self, cells=[change(c) for c in self.cells])
 
     @property
     def buildable(self) -> list[Cell]:

@@ -121,14 +121,15 @@ class Lock:
                            "builder_images": dict(sorted(self.builder_images.items()))}, indent=2) + "\n"
         write_text_atomic(self.path, text, what="lock file")
 
+    def pin_base(self, cell: Cell) -> Cell:
+        """``cell`` with its base image, if locked, replaced by its pinned form (FROM image@sha256)."""
+        if cell.base is not None and cell.base.ref in self.base_images:
+            return dataclasses.replace(cell, base=dataclasses.replace(cell.base, ref=self.base_images[cell.base.ref]))
+        return cell
+
     def pin_bases(self, plan: Plan) -> Plan:
-        """The plan with every locked base image replaced by its pinned form (FROM image@sha256)."""
-        cells = []
-        for cell in plan.cells:
-            if cell.base is not None and cell.base.ref in self.base_images:
-                cell = dataclasses.replace(cell, base=dataclasses.replace(cell.base, ref=self.base_images[cell.base.ref]))
-            cells.append(cell)
-        return dataclasses.replace(plan, cells=cells)
+        """The plan with every locked base image pinned (pin_base, per cell)."""
+        return plan.each(self.pin_base)
 
 
 def pinned(ref: str, digest: str) -> str:

@@ -13,7 +13,7 @@ import shutil
 import stat
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from imagegen import options, refs, safety
 from imagegen.config import Config, load_config
@@ -27,11 +27,13 @@ from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree,
 from imagegen.outputs import shown
 from imagegen.plan import (
     BUILDABLE,
+    Cell,
     MatrixRequest,
     Plan,
     defaults,
     device_requests,
     expand,
+    gpu_checked,
     with_gpu_check,
     with_layout,
     with_offline,
@@ -163,16 +165,23 @@ def planned(args: argparse.Namespace, config: Config, cat: Catalogue, *, pin: bo
     plan = with_requested_platforms(with_layout(unique_cells(expanded), opts.layout), opts.platforms, request.flavor)
     if opts.offline:
         plan = with_offline(plan)
-    plan = gpu_checked(plan, opts)
+    plan = plan.each(gpu_check_step(opts))
     return lock(args).pin_bases(plan) if pin else plan
 
 
-def gpu_checked(plan: Plan, opts: options.Options) -> Plan:
-    """``plan`` with the GPU check inside the build where --gpu-check-device asks for it."""
+def gpu_check_step(opts: options.Options) -> Callable[[Cell], Cell]:
+    """The per-cell change --gpu-check-device asks for (the GPU check inside the build; none without it),
+    its values checked now."""
     if opts.dockerfile_frontend is not None and opts.gpu_check_device is None:
         raise UsageError("--dockerfile-frontend goes with --gpu-check-device (only `RUN --device` needs a labs frontend)")
     # `is not None`: an empty value (an unset shell variable) is refused by with_gpu_check, not taken as no flag.
-    return with_gpu_check(plan, opts.gpu_check_device, opts.dockerfile_frontend) if opts.gpu_check_device is not None else plan
+    if opts.gpu_check_device is None:
+        return lambda cell: cell
+    device, frontend = opts.gpu_check_device, opts.dockerfile_frontend
+    with_gpu_check(Plan(), device, frontend)  # refuses a bad device or frontend even where no cell is built
+    return lambda cell: gpu_checked(cell, device, frontend)
+
+
 
 
 def unique_cells(plan: Plan) -> Plan:

@@ -15,7 +15,7 @@ from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown, write_output
-from imagegen.plan import Plan, choose_cell, defaults, with_offline
+from imagegen.plan import Plan, choose_cell, defaults, offline
 from imagegen.platforms import with_requested_platforms
 from imagegen.render.dockerfile import render_dockerfile
 
@@ -41,11 +41,11 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not cell.buildable:
         raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
     if opts.offline:
-        cell = with_offline(Plan(cells=[cell])).cells[0]
+        cell = offline(cell)
         if not cell.buildable:
             raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
-    cell = common.gpu_checked(Plan(cells=[cell]), opts).cells[0]
-    cell = common.lock(args).pin_bases(Plan(cells=[cell])).cells[0]
+    cell = common.gpu_check_step(opts)(cell)
+    cell = common.lock(args).pin_base(cell)
     rendered = render_dockerfile(cell, command=common.command_line(argv), stdout=args.output in (None, "-"))
     write_output(rendered.dockerfile, args.output)
     if args.output not in (None, "-"):

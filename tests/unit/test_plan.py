@@ -20,10 +20,15 @@ from imagegen.plan import (
     WindowsHost,
     choose_cell,
     defaults,
+    Plan,
     expand,
+    gpu_checked,
     make_cell,
+    offline,
     on_fallback,
     windows_plan,
+    with_gpu_check,
+    with_offline,
 )
 
 CAT = load_catalogue()
@@ -558,3 +563,15 @@ def test_on_fallback_is_the_cell_on_its_fallback_base_image():
     assert other.base.ref == "sameli/manylinux_2_34_x86_64_cuda_12.8" and other.base.fallbacks == ()
     assert other.notes[-1] == "built on the fallback base image sameli/manylinux_2_34_x86_64_cuda_12.8: not found"
     assert not any(n.startswith("fallback base image:") for n in other.notes)
+
+
+def test_per_cell_changes_are_cell_to_cell_and_a_plan_applies_them_to_each():
+    # Issue 33: render changes its one cell directly; a plan maps the same change over its cells.
+    sage, fa2 = cell("sage", "9.0", flavor="runpod"), cell("fa2", "9.0", flavor="manylinux")
+    plan = Plan(cells=[sage, fa2])
+    assert with_offline(plan).cells == [offline(sage), offline(fa2)]
+    assert offline(sage).offline and offline(sage).status == REJECTED  # its git source would be downloaded
+    checked = with_gpu_check(plan, "nvidia.com/gpu=0")
+    assert checked.cells == [gpu_checked(sage, "nvidia.com/gpu=0"), gpu_checked(fa2, "nvidia.com/gpu=0")]
+    assert checked.cells[0].gpu_check_device == "nvidia.com/gpu=0"
+    assert plan.each(lambda c: c).cells == plan.cells and plan.each(offline) == with_offline(plan)
