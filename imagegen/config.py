@@ -66,10 +66,13 @@ class Matrix:
     arch: str | None = None
 
 
+DEFAULT_OUT = "wheelhouse"  # where wheels go when neither --out nor a config file says
+
+
 @dataclass(frozen=True)
 class Config:
     path: Path | None = None
-    out: Path = Path("wheelhouse")
+    out: Path = Path(DEFAULT_OUT)
     registry: str | None = None
     flavor: str | None = None
     base_image: str | dict[str, str] | None = None  # one image, or per CUDA variant {cuXYZ: image}
@@ -158,7 +161,7 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     if index is not None and safety.has_credentials(index):
         raise ConfigError(f"{where}.torch-index-url: {safety.describe(index)} carries a credential, which every"
                           f" Dockerfile and builder image would carry: {safety.NETRC_INSTEAD}")
-    out = section.get("out", "wheelhouse")
+    out = section.get("out", DEFAULT_OUT)
     if not isinstance(out, str):
         raise ConfigError(f"{where}.out: expected a path string")
     layout = section.get("layout")

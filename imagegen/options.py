@@ -6,12 +6,13 @@ decides which of the three wins."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagegen import safety
-from imagegen.config import Config
+from imagegen.config import DEFAULT_OUT, Config
 from imagegen.errors import UsageError
 from imagegen.model import compat
 from imagegen.model.layout import DEFAULT_LAYOUT, check_layout
@@ -28,7 +29,9 @@ class Options:
     torch_index_url: str | None
     registry: str | None
     out: Path  # where wheels go (the config's out, else wheelhouse)
-    out_given: bool  # --out, or a config file that may set it (bake writes a relative path then)
+    # out as the files imagegen writes for later runs name it (a bake file's outputs, a Windows script's
+    # wheelhouse): --out as given, a config's out relative to the current folder, else wheelhouse
+    out_written: str
     recipes: tuple[str, ...]  # named on the command line, else the config matrix's (empty: every recipe)
     # The values given per axis: flags, else the config matrix; empty: the axis is filled per cell by
     # the one default policy (plan.choose_cell: newest torch that builds, its PyPI CUDA, Python 3.12).
@@ -141,7 +144,7 @@ def resolve(args: argparse.Namespace, config: Config) -> Options:
         torch_index_url=config.torch_index_url,
         registry=_flag(args, "registry") or config.registry,
         out=Path(out) if out else config.out,
-        out_given=bool(out or config.path),
+        out_written=str(out) if out else (os.path.relpath(config.out) if config.path else DEFAULT_OUT),
         recipes=tuple(_flag(args, "recipes") or ()) or tuple(m.recipes),
         torch=_unique(torch or m.torch),
         cuda=_unique(cuda or m.cuda),

@@ -123,7 +123,7 @@ def _render_windows(args, argv, recipe, version, archs, opts) -> int:
         print("imagegen: --audit: the gencode audit runs the package's build with stand-in compilers on Linux (in the"
               " cell's builder image, or --native); it cannot run a Windows build, so these cells are not audited:"
               " the script checks the built extensions' archs with cuobjdump instead", file=sys.stderr)
-    out = args.out or (os.path.relpath(opts.config.out) if opts.config.path else "wheelhouse")
+    out = opts.out_written
     src = str(recipe.source_path) if recipe.source_kind == "local" else args.src_dir or recipe.name
     text = windows.render_script(
         args.shell, recipe, version, cells, src=src, python_exe=args.python_exe, install_torch=args.install_torch,
@@ -187,12 +187,13 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"wrote {path}", file=sys.stderr)
         return 0
     output_folder(args.dockerfiles, "--dockerfiles")
-    plan = common.one_target_per_cell(common.planned(args, config, cat))
+    opts = options.resolve(args, config)  # once: the plan and the bake file's outputs read it
+    plan = common.one_target_per_cell(common.planned(args, config, cat, opts=opts))
     for c in plan.rejected:
         print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
-    out = args.out or (os.path.relpath(config.out) if config.path else "wheelhouse")
+    out = opts.out_written
     if os.path.lexists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {shown(out)}: exists and is not a folder (the wheels go into folders under it)")
     written, printed = bakefiles.write_bake(plan, Path.cwd(), Path(args.file), out_dir=str(out),

@@ -31,6 +31,7 @@ from importlib import resources
 import jinja2
 
 from imagegen import __version__
+from imagegen.config import DEFAULT_OUT
 from imagegen.errors import CompatError, UnsafeValueError, UsageError, printable
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
@@ -238,7 +239,7 @@ def _base64_lines(text: str) -> list[str]:
 
 def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: list[Cell], *, src: str,
                   python_exe: str | None = None, install_torch: bool = False, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
-                  nvcc_threads: int = 1, out: str = "wheelhouse", command: str = "",
+                  nvcc_threads: int = 1, out: str = DEFAULT_OUT, command: str = "",
                   index_override: str | None = None) -> str:
     """The script that builds ``cells`` (buildable cells of ``recipe`` ``version``) in turn."""
     if shell not in SHELLS:

@@ -3,6 +3,8 @@ a command runs with (resolved in one place)."""
 
 from __future__ import annotations
 
+import os
+
 import argparse
 from pathlib import Path
 
@@ -23,7 +25,7 @@ def test_defaults_when_neither_flags_nor_config_say():
     assert o.flavor == d["flavor"] and not o.flavor_given and o.base_image is None and o.registry is None
     # No axis named: each is left to the default policy (plan.choose_cell), one value per cell.
     assert o.torch == () and o.cuda == () and o.python == () and o.archs == (d["arch"],)
-    assert o.out == Path("wheelhouse") and not o.out_given and o.recipes == ()
+    assert o.out == Path("wheelhouse") and o.out_written == "wheelhouse" and o.recipes == ()
     assert (o.torch_one, o.cuda_one, o.python_one, o.arch_configured) == (None, None, None, None)
 
 
@@ -35,7 +37,9 @@ def test_the_config_file_beats_the_defaults(tmp_path):
     o = options.resolve(ns(), config)
     assert (o.flavor, o.registry, o.base_image) == ("pypi", "127.0.0.1:5000/ml", "python:3.12-slim")
     assert o.flavor_given  # the config named it: no fallback flavor
-    assert o.out == tmp_path / "wh" and o.out_given and o.recipes == ("sage",)
+    assert o.out == tmp_path / "wh" and o.recipes == ("sage",)
+    assert o.out_written == os.path.relpath(tmp_path / "wh")  # generated files name it from the current folder
+    assert options.resolve(ns(out="elsewhere/wh"), config).out_written == "elsewhere/wh"  # --out as given
     assert o.torch == ("2.9", "2.11") and o.cuda == ("13.0",) and o.archs == ("9.0",)
     # one cell (render): the config matrix's last entry, the newest listed
     assert (o.torch_one, o.cuda_one, o.python_one, o.arch_configured) == ("2.11", "13.0", "3.12", "9.0")
