@@ -7,13 +7,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from imagegen import engine
 from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, TARGET_FAILED, TargetLogs, cell_of
 from imagegen.plan import Cell, Plan
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE, BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.render.bakefiles import write_dockerfiles
+from imagegen.render.dockerfile import CellInputs
 from imagegen.resources.builder import imagegen_rules as rules
 
 
@@ -121,7 +122,7 @@ def netrc_secret(netrc: str | None) -> list[str]:
 
 def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, cache_from: Sequence[str] = (),
                 cache_to: Sequence[str] = (), command: str = "imagegen build", tag: str = "",
-                netrc: str | None = None) -> Run:
+                netrc: str | None = None, inputs: Mapping[str, CellInputs] | None = None) -> Run:
     """Render ``cells`` into a run folder under ``work``: their Dockerfiles and one bake file with,
     per cell, the wheel target, its log companion (the ``buildlog`` stage: compile log + smoke report,
     so the wheels stage stays wheels-only and the reports are there even when every layer was cached)
@@ -129,7 +130,7 @@ def prepare_run(cells: list[Cell], work: Path, *, ca_bundle: str | None = None, 
     run_dir = new_run_dir(work, tag)
     stage = run_dir / "stage"
     definition = build_definition(Plan(cells=cells), out_dir=str(stage), dockerfiles_dir=str(run_dir / "dockerfiles"),
-                                  root=run_dir, command=command)
+                                  root=run_dir, command=command, inputs=inputs)
     bake_file = run_dir / "docker-bake.json"
     data, ca = bake_data(definition, run_dir, ca_bundle)
     for t in definition.targets:  # absolute outputs: python-on-whales cannot set bake's cwd

@@ -30,7 +30,7 @@ from imagegen.executors.bake_run import Run, prepare_run, run_bake
 from imagegen.executors.buildx_audit import audit_gate
 from imagegen.model import jobs
 from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
-from imagegen.render.dockerfile import cell_document, inputs_hash
+from imagegen.render.dockerfile import cell_inputs
 from imagegen.wheelhouse import CellResult, Finisher
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
         if cell.name in no_base:
             results[cell.name] = CellResult(cell, "failed", error=no_base[cell.name])
             say(f"[{cell.name}] {no_base[cell.name]}")
+    computed = {cell.name: cell_inputs(cell) for cell in cells}  # once: the up-to-date check and the Dockerfiles
     for cell in cells:
-        h = inputs_hash(cell, cell_document(cell))
+        h = computed[cell.name].inputs_hash
         hashes[cell.name] = h
         existing = None if force else wheelhouse.up_to_date(out, cell, h)
         if existing:
@@ -94,7 +95,8 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
     if not todo:
         return [results[c.name] for c in plan.buildable]
 
-    run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to, netrc=netrc)
+    run = prepare_run(todo, work, ca_bundle=ca_bundle, cache_from=cache_from, cache_to=cache_to, netrc=netrc,
+                      inputs=computed)
     given = Compile(out=out, finish=finish, hashes=hashes, max_jobs=max_jobs, nvcc_threads=nvcc_threads, audit=audit,
                     budget=budget, compile_cache=compile_cache)
     check_cache_support(list(builders) or [None], cache_to)

@@ -29,11 +29,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from imagegen import safety
 from imagegen.model.build_cost import cell_cost
 from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, on_fallback
-from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files, render_dockerfile
+from imagegen.render.dockerfile import SCRIPTS_CONTEXT, CellInputs, builder_files, render_dockerfile
 from imagegen.resources.builder import imagegen_rules as rules
 
 # Variables users may set in the environment to override every target's build args.
@@ -167,7 +168,8 @@ def _target_dict(t: BakeTarget) -> dict:
 
 def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "dockerfiles",
                      root: Path | None = None, command: str | None = None,
-                     scripts: str | None = None, fallback_targets: bool = False) -> BakeDefinition:
+                     scripts: str | None = None, fallback_targets: bool = False,
+                     inputs: Mapping[str, CellInputs] | None = None) -> BakeDefinition:
     """Targets for every buildable cell of ``plan``; paths are relative to ``root`` (the folder
     bake runs from: bake resolves context, dockerfile and output against its working directory).
 
@@ -176,7 +178,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
     copy written beside the Dockerfiles (``<dockerfiles_dir>/imagegen-scripts/``), so that a bake
     file and its Dockerfiles build on a machine without imagegen (a CI runner). ``fallback_targets``: a
     ``<target>-fallback`` target per fallback base image (a bake file for people and CI; `imagegen build`
-    picks the base itself)."""
+    picks the base itself). ``inputs``: each cell's (by name), where the caller worked them out already."""
     root = (root or Path.cwd()).resolve()
     targets, dockerfiles = [], {}
     safety.check(dockerfiles_dir, safety.LOCAL_PATH, "Dockerfiles folder")
@@ -188,7 +190,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         name = cell.name
         safety.check(name, _TARGET_NAME, "bake target name")
         path = f"{dockerfiles_dir}/{name}.Dockerfile"
-        rendered = render_dockerfile(cell, command=command)
+        rendered = render_dockerfile(cell, command=command, inputs=(inputs or {}).get(name))
         dockerfiles[path] = rendered.dockerfile
         out = f"{out_dir}/{cell.wheel_dir}"
         safety.check(out, safety.LOCAL_PATH, "output folder")

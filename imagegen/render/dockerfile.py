@@ -128,6 +128,19 @@ def builder_files() -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class CellInputs:
+    """A cell's document (what the in-build script reads) and the hash of everything that decides its wheel,
+    worked out once per cell and handed to whatever needs them (the up-to-date check, the Dockerfile)."""
+    document: dict
+    inputs_hash: str
+
+
+def cell_inputs(cell: Cell) -> CellInputs:
+    doc = cell_document(cell)
+    return CellInputs(doc, inputs_hash(cell, doc))
+
+
+@dataclass(frozen=True)
 class Rendered:
     cell: Cell
     dockerfile: str
@@ -313,18 +326,19 @@ def _json_line(doc: dict) -> str:
     return text
 
 
-def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = False) -> Rendered:
+def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = False,
+                      inputs: CellInputs | None = None) -> Rendered:
     """The builder Dockerfile of ``cell``. ``stdout``: it goes to stdout, with no scripts folder beside it
-    (its header says what it needs to build)."""
+    (its header says what it needs to build). ``inputs``: the cell's, where the caller has them already."""
     if not cell.buildable or cell.base is None:
         raise UnsafeValueError("internal: render_dockerfile needs a buildable cell")
     base = cell.base
     safety.check(base.ref, safety.IMAGE_REF, "base image")
     safety.check(base.python, safety.IMAGE_PATH, "Python path")
-    doc = cell_document(cell)
+    inputs = inputs or cell_inputs(cell)
+    doc, digest = inputs.document, inputs.inputs_hash
     cell_json = _json_line(doc)
     toolchain_json = _json_line(toolchain_document(doc))
-    digest = inputs_hash(cell, doc)
     apt, dnf, recipe_apt, recipe_dnf = _packages(cell)
     recipe = cell.recipe
     if recipe.source_kind == "git":

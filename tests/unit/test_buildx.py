@@ -256,3 +256,17 @@ def test_an_arm64_cell_the_builder_cannot_run_fails_before_anything_builds(monke
 def test_amd64_cells_alone_ask_the_builder_nothing(monkeypatch):
     monkeypatch.setattr(engine, "docker", lambda *a, **k: pytest.fail("no buildx inspect for amd64 cells"))
     assert buildx.runnable_platforms([PY311, PY312], [], {}) == [PY311, PY312]
+
+
+def test_each_cells_document_and_inputs_hash_are_worked_out_once_per_build(tmp_path, bake, monkeypatch):
+    # Issue 33: the up-to-date check and the Dockerfile of a cell read the same inputs, worked out once.
+    from imagegen.render import dockerfile
+
+    made: list[str] = []
+    real = dockerfile.cell_document
+    monkeypatch.setattr(dockerfile, "cell_document", lambda cell: made.append(cell.name) or real(cell))
+    results = _build(tmp_path, [PY311, PY312], [])
+    assert [r.status for r in results] == ["built", "built"]
+    assert sorted(made) == sorted([PY311.name, PY312.name])
+    text = next((tmp_path / "work" / "runs").glob(f"*/dockerfiles/{PY311.name}.Dockerfile")).read_text()
+    assert f'io.imagegen.inputs="{inputs_hash(PY311, cell_document(PY311))}"' in text
