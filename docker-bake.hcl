@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "573cd8b66b608993"
+    "io.imagegen.inputs" = "81aba8539b028471"
     "io.imagegen.cpu-hours" = "5.19"
   }
   contexts = {
@@ -117,7 +117,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "ea9057c969b5c370"
+    "io.imagegen.inputs" = "16772dd2fbc5cfc2"
     "io.imagegen.cpu-hours" = "5.19"
   }
   contexts = {
@@ -139,7 +139,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "6fbaca7f50756b7f"
+    "io.imagegen.inputs" = "bbf82453690e3eba"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -160,7 +160,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "2d5f4d0c6fa5a5bb"
+    "io.imagegen.inputs" = "6c80b3da72d29169"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -181,7 +181,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "b0154b36be29a56f"
+    "io.imagegen.inputs" = "fc4f1118437782c2"
     "io.imagegen.cpu-hours" = "13.89"
   }
   contexts = {
@@ -203,7 +203,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "2e41a1d5f7b143c8"
+    "io.imagegen.inputs" = "bd268b61c1f3d7f4"
     "io.imagegen.cpu-hours" = "13.89"
   }
   contexts = {
@@ -225,7 +225,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "9e4c921f77351815"
+    "io.imagegen.inputs" = "828b0baac1d8141d"
     "io.imagegen.cpu-hours" = "5.76"
   }
   contexts = {
@@ -247,7 +247,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "904900f2c09ea098"
+    "io.imagegen.inputs" = "a6a16a184f51eacb"
     "io.imagegen.cpu-hours" = "5.76"
   }
   contexts = {
@@ -269,7 +269,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "104218b8438b9531"
+    "io.imagegen.inputs" = "39884f9f90833cff"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -290,7 +290,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "e68443993693eec8"
+    "io.imagegen.inputs" = "559a328ff14f3fbf"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -311,7 +311,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "b560c4f3c613221a"
+    "io.imagegen.inputs" = "1d7a62eb486b1446"
     "io.imagegen.cpu-hours" = "1.23"
   }
   contexts = {
@@ -333,7 +333,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "d7dd9a7f4b7a6612"
+    "io.imagegen.inputs" = "842c3962167f599e"
     "io.imagegen.cpu-hours" = "1.23"
   }
   contexts = {

@@ -47,19 +47,12 @@ def state_path(env):
     return os.path.join(folder, inputs + ".tar")
 
 
-def objects_in(tree):
-    """Object files under ``tree``'s build folders (what a stopped build has compiled)."""
-    n = 0
-    for _, _, files in os.walk(os.path.join(tree, "build")):
-        n += sum(1 for f in files if f.endswith((".o", ".obj")))
-    return n
-
-
-def ninja_steps(tree):
-    """Per .ninja_log under ``tree``: the outputs of its steps in the order ninja logged them (one
-    per finished compile; a step run again is logged again)."""
-    steps = {}
+def _build_folders(tree):
+    """One walk of ``tree``'s build folders: (object files in them, the steps of each .ninja_log as
+    ninja_steps() gives them)."""
+    objects, steps = 0, {}
     for folder, _, files in os.walk(os.path.join(tree, "build")):
+        objects += sum(1 for f in files if f.endswith((".o", ".obj")))
         if ".ninja_log" in files:
             path = os.path.join(folder, ".ninja_log")
             steps[path] = []
@@ -71,7 +64,13 @@ def ninja_steps(tree):
                             steps[path].append(os.path.join(folder, fields[3].decode("utf-8", "replace")))
             except OSError:
                 pass
-    return steps
+    return objects, steps
+
+
+def ninja_steps(tree):
+    """Per .ninja_log under ``tree``: the outputs of its steps in the order ninja logged them (one
+    per finished compile; a step run again is logged again)."""
+    return _build_folders(tree)[1]
 
 
 def ninja_entries(tree):
@@ -170,8 +169,8 @@ def restore(path, work):
             info = json.load(fh)
     except (OSError, ValueError):
         info = {}
-    steps = ninja_steps(dest)
-    return {"objects": objects_in(dest), "entries": sum(len(set(o)) for o in steps.values()), "steps": steps,
+    objects, steps = _build_folders(dest)  # one walk of the restored tree
+    return {"objects": objects, "entries": sum(len(set(o)) for o in steps.values()), "steps": steps,
             "info": info if isinstance(info, dict) else {}}
 
 
