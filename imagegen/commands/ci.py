@@ -17,7 +17,6 @@ none of whose cells can build is refused.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import subprocess
 import sys
@@ -244,53 +243,10 @@ def run(args: argparse.Namespace, argv=None) -> int:
         if options.publish:
             jobs.append("a publish job")
         print(f"wrote {options.output}: {', '.join(jobs)}", file=sys.stderr)
-        for line in runner_sizing(targets, options.timeout):
-            print(line, file=sys.stderr)
+        if targets:
+            for line in build_cost.sizing_lines([(t.name, t.cpu_hours) for t in targets], resume_budget(options.timeout)):
+                print(line, file=sys.stderr)
     return 0
-
-
-MAX_SIZING_ROWS = 12  # the heaviest kinds of job; the rest are in the total
-
-
-def runner_sizing(targets: list[WorkflowTarget], timeout_minutes: int) -> list[str]:
-    """What the Linux jobs' compiles cost, to size the runners: each estimate (imagegen.model.build_cost) with
-    its number of jobs and its hours on a hosted runner, the total, and the jobs whose compile outlasts one
-    job's budget (they stop and resume on re-runs: resume_budget)."""
-    if not targets:
-        return []
-    known = [t for t in targets if t.cpu_hours is not None]
-    if not known:
-        return [f"imagegen: no CPU-hours estimate for these {len(targets)} jobs: their recipes have no measured build"
-                " (build.cpu_hours)"]
-    cpus = build_cost.HOSTED_RUNNER_CPUS
-    lines = [f"imagegen: estimated compile CPU-hours per job (a measured build of the recipe scaled by the job's"
-             f" -gencode outputs; wall hours with all {cpus} vCPUs of a hosted runner busy):"]
-    groups: dict[float, list[str]] = {}
-    for t in known:
-        groups.setdefault(t.cpu_hours, []).append(t.name)  # type: ignore[arg-type]
-    rows = sorted(groups.items(), key=lambda kv: -kv[0])
-    for hours, names in rows[:MAX_SIZING_ROWS]:
-        lines.append(f"  {hours:8.2f} CPU-h (~{build_cost.hosted_hours(hours, cpus):.1f} h)  x {len(names):3d} job"
-                     f"{'s' if len(names) != 1 else ' '}  e.g. {names[0]}")
-    if len(rows) > MAX_SIZING_ROWS:
-        lines.append(f"  ... {sum(len(n) for _, n in rows[MAX_SIZING_ROWS:])} lighter jobs")
-    total = sum(t.cpu_hours for t in known)  # type: ignore[misc]
-    unknown = len(targets) - len(known)
-    lines.append(f"  total {total:.1f} CPU-h over {len(known)} of {len(targets)} jobs"
-                 + (f"; {unknown} without an estimate (no measured build of their recipe)" if unknown else ""))
-    budget = resume_budget(timeout_minutes)
-    if budget:
-        long = [t for t in known if build_cost.hosted_hours(t.cpu_hours, cpus) * 3600 > budget]  # type: ignore[arg-type]
-        if long:
-            runs = max(math.ceil(build_cost.hosted_hours(t.cpu_hours, cpus) * 3600 / budget) for t in long)  # type: ignore[arg-type]
-            lines.append(f"  {len(long)} job{'s' if len(long) != 1 else ''} outlast a job's {budget // 60}-minute compile"
-                         f" budget on {cpus} vCPUs: each stops there and resumes when its failed job is re-run (up to"
-                         f" {runs} runs), or give them bigger runners (--runs-on)")
-    return lines
-
-
-# --------------------------------------------------------------------------------------------
-# Options
 
 
 def options_from_args(args: argparse.Namespace) -> Options:

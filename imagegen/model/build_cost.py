@@ -11,7 +11,9 @@ would size a runner wrong."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from imagegen.model.recipes import CpuHours, Recipe
 
@@ -40,3 +42,40 @@ def cell_cost(recipe: Recipe, gencode_targets: int) -> CellCost | None:
 def hosted_hours(cpu_hours: float, cpus: int = HOSTED_RUNNER_CPUS) -> float:
     """Wall hours on a runner of ``cpus`` CPUs, all of them busy for the whole compile (the best case)."""
     return cpu_hours / cpus
+
+
+MAX_SIZING_ROWS = 12  # the heaviest kinds of job; the rest are in the total
+
+
+def sizing_lines(jobs: Sequence[tuple[str, float | None]], budget_s: int | None,
+                 cpus: int = HOSTED_RUNNER_CPUS) -> list[str]:
+    """What a farm's jobs (name, estimated CPU-hours or None) cost, to size its runners: each estimate with
+    its number of jobs and its wall hours on a runner of ``cpus``, the total, and the jobs whose compile
+    outlasts one job's compile budget (``budget_s``; they stop there and resume on re-runs)."""
+    if not jobs:
+        return []
+    known = [(name, hours) for name, hours in jobs if hours is not None]
+    if not known:
+        return [f"imagegen: no CPU-hours estimate for these {len(jobs)} jobs: their recipes have no measured build"
+                " (build.cpu_hours)"]
+    lines = [f"imagegen: estimated compile CPU-hours per job (a measured build of the recipe scaled by the job's"
+             f" -gencode outputs; wall hours with all {cpus} vCPUs of a hosted runner busy):"]
+    groups: dict[float, list[str]] = {}
+    for name, hours in known:
+        groups.setdefault(hours, []).append(name)
+    rows = sorted(groups.items(), key=lambda kv: -kv[0])
+    for hours, names in rows[:MAX_SIZING_ROWS]:
+        lines.append(f"  {hours:8.2f} CPU-h (~{hosted_hours(hours, cpus):.1f} h)  x {len(names):3d} job"
+                     f"{'s' if len(names) != 1 else ' '}  e.g. {names[0]}")
+    if len(rows) > MAX_SIZING_ROWS:
+        lines.append(f"  ... {sum(len(n) for _, n in rows[MAX_SIZING_ROWS:])} lighter jobs")
+    unknown = len(jobs) - len(known)
+    lines.append(f"  total {sum(h for _, h in known):.1f} CPU-h over {len(known)} of {len(jobs)} jobs"
+                 + (f"; {unknown} without an estimate (no measured build of their recipe)" if unknown else ""))
+    long = [h for _, h in known if budget_s and hosted_hours(h, cpus) * 3600 > budget_s]
+    if long and budget_s:
+        runs = max(math.ceil(hosted_hours(h, cpus) * 3600 / budget_s) for h in long)
+        lines.append(f"  {len(long)} job{'s' if len(long) != 1 else ''} outlast a job's {budget_s // 60}-minute compile"
+                     f" budget on {cpus} vCPUs: each stops there and resumes when its failed job is re-run (up to"
+                     f" {runs} runs), or give them bigger runners (--runs-on)")
+    return lines
