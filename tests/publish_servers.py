@@ -38,7 +38,7 @@ from tests.unit.executor_fixtures import WHEEL, tiny_cell
 def wheelhouse(out: Path, wheel: Path = WHEEL, cell: Cell | None = None) -> Path:
     """``out`` holding ``wheel`` as imagegen build leaves it (cell folder, manifest.json with its sha256);
     returns the wheel's path there."""
-    return collect.publish(out, cell or tiny_cell(), wheel, inputs="publish-test", record={"verify": {"ok": True}})
+    return collect.place(out, cell or tiny_cell(), wheel, inputs="publish-test", record={"verify": {"ok": True}})
 
 
 def rebuilt(wheel: Path, folder: Path, note: str = "rebuilt") -> Path:

@@ -121,7 +121,7 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 
 
 def _copy_atomic(src: Path, dest: Path) -> None:
-    """Copy under a hidden temp name of this process (two runs publishing at once share none), then
+    """Copy under a hidden temp name of this process (two runs placing at once share none), then
     rename: no reader sees half a file, and an interrupted copy leaves nothing behind."""
     tmp = dest.parent / f".{dest.name}.{os.getpid()}.partial"
     try:
@@ -171,7 +171,7 @@ def _place(src: Path, dest: Path, *, replace: bool, refusal: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def publish_flat(out: Path, wheel: Path) -> Path:
+def place_flat(out: Path, wheel: Path) -> Path:
     """``--flat``: the wheel alone in ``out`` (no cell folders, no manifest), atomically."""
     out.mkdir(parents=True, exist_ok=True)
     dest = out / wheel.name
@@ -179,7 +179,7 @@ def publish_flat(out: Path, wheel: Path) -> Path:
     return dest
 
 
-def publish(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict, log: Path | None = None,
+def place(out: Path, cell: Cell, wheel: Path, *, inputs: str, record: dict, log: Path | None = None,
             force: bool = False) -> Path:
     """Copy ``wheel`` into its cell folder atomically and record it in the manifest, as one step under
     the folder's lock (``placing``), checked there first: a RefusedError, with nothing written, when

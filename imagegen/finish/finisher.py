@@ -24,7 +24,7 @@ def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path,
     once the wheel has passed (the native build's import test runs meanwhile). ``flat``: the wheel
     alone into ``out``, no log copy and no manifest (``--flat``). Refused (nothing placed, the log
     not kept) when, at placement, the wheel would replace one built for other archs that another build
-    placed meanwhile (collect.publish; ``force`` replaces it)."""
+    placed meanwhile (collect.place; ``force`` replaces it)."""
     if len(wheels) != 1:
         return CellResult(cell, "failed", log=log, seconds=seconds, audit=audit,
                           error=f"expected one wheel, got {[w.name for w in wheels]}")
@@ -34,11 +34,11 @@ def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path,
                           error="verification failed: " + "; ".join(report.problems))
     extra = record() if callable(record) else (record or {})
     if flat:
-        dest = collect.publish_flat(out, wheels[0])
+        dest = collect.place_flat(out, wheels[0])
         return CellResult(cell, "built", wheel=dest, log=log, seconds=seconds, verify=report.as_dict(),
                           smoke=extra.get("smoke", smoke), ccache=ccache, audit=audit)
     try:  # the log is kept in OUT with the wheel, and the manifest points at that copy
-        dest = collect.publish(out, cell, wheels[0], inputs=inputs, log=log, force=force, record={
+        dest = collect.place(out, cell, wheels[0], inputs=inputs, log=log, force=force, record={
             "duration_s": round(seconds, 1), "verify": report.as_dict(), **extra,
             **({"audit": audit} if audit is not None else {})})
     except RefusedError as exc:

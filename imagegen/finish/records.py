@@ -91,7 +91,7 @@ def read(path: Path) -> BuildRecord:
 
 
 def manifest_entry(record: BuildRecord, expected: ArchList, verify: dict) -> dict:
-    """The manifest entry of a collected wheel: the schema imagegen.finish.collect.publish writes, from the
+    """The manifest entry of a collected wheel: the schema imagegen.finish.collect.place writes, from the
     record, with the verification done here."""
     doc = record.doc
     source = doc.get("source") if isinstance(doc.get("source"), dict) else {}

@@ -44,10 +44,10 @@ def two_project_wheelhouse(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A wheelhouse as builds leave it: the fixture kernel's wheel and a pure wheel of another project,
     each in its cell folder with its manifest. (wheelhouse, the kernel's wheel, the other wheel)"""
     out = tmp_path / "house"
-    tiny = collect.publish(out, tiny_cell(), WHEEL, inputs="inputs", record={})
+    tiny = collect.place(out, tiny_cell(), WHEEL, inputs="inputs", record={})
     source = pure_wheel(tmp_path / "src" / "other_project-1.0-py3-none-any.whl", {"other_project/__init__.py": ""},
                         name="other_project")
-    other = collect.publish(out, dataclasses.replace(tiny_cell(), layout="others/a"), source, inputs="i", record={})
+    other = collect.place(out, dataclasses.replace(tiny_cell(), layout="others/a"), source, inputs="i", record={})
     return out, tiny, other
 
 
@@ -153,7 +153,7 @@ def test_pip_given_a_cuda_variants_index_installs_that_variants_wheel(tmp_path):
         source = pure_wheel(tmp_path / "src" / cuda / f"demo-1.0+{cuda}-py3-none-any.whl", {"demo/__init__.py": ""},
                             name="demo", version=f"1.0+{cuda}")
         cell = dataclasses.replace(tiny_cell(), cuda=compat.cuda_variant(dotted), layout=f"demo/{cuda}")
-        collect.publish(out, cell, source, inputs=cuda, record={})
+        collect.place(out, cell, source, inputs=cuda, record={})
     indexed = imagegen("index", out)
     assert indexed.returncode == 0, indexed.stderr
     assert "/cu128/simple/ PROJECT   (only the cu128 wheels)" in indexed.stdout

@@ -163,13 +163,13 @@ def test_a_native_build_checks_the_job_limits_like_a_container_build(tmp_path, f
 
 def _built_into(out: Path):
     """A stand-in for the bake executor that publishes the fixture wheel into ``out`` for each cell, as
-    a build does (collect.publish writes the wheel and its manifest entry)."""
+    a build does (collect.place writes the wheel and its manifest entry)."""
     from imagegen.finish import collect
     from imagegen.wheelhouse import CellResult
     from tests.unit.executor_fixtures import WHEEL
 
     def fake_build(plan, **kw):
-        return [CellResult(c, "built", wheel=collect.publish(kw["out"], c, WHEEL, inputs="h", record={}))
+        return [CellResult(c, "built", wheel=collect.place(kw["out"], c, WHEEL, inputs="h", record={}))
                 for c in plan.buildable]
     return fake_build
 

@@ -74,7 +74,7 @@ def test_built_cells_are_finished_with_their_log_companions_reports(tmp_path, ba
 
 def test_up_to_date_cells_need_no_engine_and_no_run_folder(tmp_path, bake):
     for cell, wheel in ((PY311, WHEEL), (PY312, bake.wheels[PY312.name])):
-        collect.publish(tmp_path / "out", cell, wheel, inputs=inputs_hash(cell, cell_document(cell)), record={})
+        collect.place(tmp_path / "out", cell, wheel, inputs=inputs_hash(cell, cell_document(cell)), record={})
     said: list[str] = []
     results = _build(tmp_path, [PY311, PY312], said)
     assert [r.status for r in results] == ["up-to-date", "up-to-date"]

@@ -41,7 +41,7 @@ def _partials(root: Path) -> list[Path]:
 def test_publish_is_atomic_and_up_to_date_checks_hash(tmp_path):
     cell = _cell()
     out = tmp_path / "out"
-    dest = collect.publish(out, cell, WHEEL, inputs="abc", record={"duration_s": 1.0})
+    dest = collect.place(out, cell, WHEEL, inputs="abc", record={"duration_s": 1.0})
     assert dest.parent == out / "sageattention-2.2.0" / "torch2.8" / "cu128"
     assert not list(out.rglob("*.partial"))
     manifest = json.loads((dest.parent / "manifest.json").read_text())
@@ -57,12 +57,12 @@ def test_a_wheel_asked_to_pass_the_gpu_check_in_the_build_is_up_to_date_only_onc
     plain, checked = _cell(), replace(_cell(), gpu_check_device="nvidia.com/gpu=all",
                                       dockerfile_frontend="docker/dockerfile:1.19-labs")
     out = tmp_path / "out"
-    dest = collect.publish(out, plain, WHEEL, inputs="abc", record={"duration_s": 1.0})
+    dest = collect.place(out, plain, WHEEL, inputs="abc", record={"duration_s": 1.0})
     assert wheelhouse.up_to_date(out, plain, "abc") == dest
     assert wheelhouse.up_to_date(out, checked, "abc") is None  # built without the check: build again, with it
-    collect.publish(out, checked, WHEEL, inputs="abc", record={"gpu_check": {"ok": False}})
+    collect.place(out, checked, WHEEL, inputs="abc", record={"gpu_check": {"ok": False}})
     assert wheelhouse.up_to_date(out, checked, "abc") is None
-    dest = collect.publish(out, checked, WHEEL, inputs="abc", record={"gpu_check": {"ok": True, "device": "H100 (9.0)"}})
+    dest = collect.place(out, checked, WHEEL, inputs="abc", record={"gpu_check": {"ok": True, "device": "H100 (9.0)"}})
     assert wheelhouse.up_to_date(out, checked, "abc") == dest
     assert wheelhouse.up_to_date(out, plain, "abc") == dest
 
@@ -70,7 +70,7 @@ def test_a_wheel_asked_to_pass_the_gpu_check_in_the_build_is_up_to_date_only_onc
 def test_the_manifest_says_what_was_asked_what_was_compiled_and_from_where(tmp_path):
     recipe = load_catalogue().get("flash-attn")
     cell = make_cell(recipe, recipe.version("2.8.3"), "2.8", "12.8", "3.12", parse_arch_list("8.6;9.0"), "cuda")
-    dest = collect.publish(tmp_path, cell, WHEEL, inputs="h1", record={"duration_s": 12.5, "verify": {"ok": True}})
+    dest = collect.place(tmp_path, cell, WHEEL, inputs="h1", record={"duration_s": 12.5, "verify": {"ok": True}})
     entry = json.loads((dest.parent / "manifest.json").read_text())["cells"][cell.name]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry.pop("built_at"))  # UTC
     assert entry == {
@@ -92,7 +92,7 @@ def test_an_sdist_build_records_the_pinned_hash(tmp_path):
     recipe = load_catalogue().get("causal-conv1d")
     r, v = fetched_from(recipe, recipe.version("1.6.1"), "sdist")
     cell = make_cell(r, v, "2.8", "12.8", "3.12", parse_arch_list("9.0"), "cuda")
-    dest = collect.publish(tmp_path, cell, WHEEL, inputs="h", record={})
+    dest = collect.place(tmp_path, cell, WHEEL, inputs="h", record={})
     entry = json.loads((dest.parent / "manifest.json").read_text())["cells"][cell.name]
     assert entry["source"] == {"kind": "sdist", "url": v.sdist.url, "ref": "causal_conv1d-1.6.1.tar.gz", "commit": None,
                                "path": None, "sha256": v.sdist.sha256}
@@ -116,13 +116,13 @@ def test_cells_that_differ_only_by_python_share_a_folder_and_its_manifest(tmp_pa
     wheels = [_file(tmp_path / "stage", f"sageattention-2.2.0+cu128torch2.8-cp{py}-cp{py}-linux_x86_64.whl",
                      py.encode()) for py in ("311", "312")]
     out = tmp_path / "out"
-    first = collect.publish(out, cells[0], wheels[0], inputs="a", record={})
-    second = collect.publish(out, cells[1], wheels[1], inputs="b", record={})
+    first = collect.place(out, cells[0], wheels[0], inputs="a", record={})
+    second = collect.place(out, cells[1], wheels[1], inputs="b", record={})
     assert first.parent == second.parent and first.read_bytes() == b"311" and second.read_bytes() == b"312"
     manifest = wheelhouse.read_manifest(first.parent)
     assert manifest["schema"] == 1 and set(manifest["cells"]) == {c.name for c in cells}
     # Building one again rewrites its own entry only.
-    collect.publish(out, cells[0], wheels[0], inputs="a2", record={})
+    collect.place(out, cells[0], wheels[0], inputs="a2", record={})
     again = wheelhouse.read_manifest(first.parent)["cells"]
     assert again[cells[0].name]["inputs"] == "a2" and again[cells[1].name]["inputs"] == "b"
     assert _partials(out) == []
@@ -133,14 +133,14 @@ def test_a_broken_manifest_is_started_afresh(tmp_path):
     folder = wheelhouse.cell_dir(tmp_path, cell)
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text("{ not json")
-    collect.publish(tmp_path, cell, WHEEL, inputs="x", record={})
+    collect.place(tmp_path, cell, WHEEL, inputs="x", record={})
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["schema"] == 1 and list(manifest["cells"]) == [cell.name]
 
 
 def test_published_files_get_the_umasks_mode_not_a_temp_files(tmp_path):
     # The wheelhouse is served (a web server, a team's share): not mkstemp's 0600.
-    dest = collect.publish(tmp_path, _cell(), WHEEL, inputs="x", record={})
+    dest = collect.place(tmp_path, _cell(), WHEEL, inputs="x", record={})
     for path in (dest, dest.parent / "manifest.json"):
         assert stat.S_IMODE(path.stat().st_mode) == new_file_mode()
 
@@ -156,12 +156,12 @@ def test_keep_log_copies_the_log_out_of_the_work_folder(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out" / "logs").iterdir()) == [f"{cell.name}.log"]
 
 
-def test_publish_flat_puts_the_wheel_alone_in_out(tmp_path):
+def test_place_flat_puts_the_wheel_alone_in_out(tmp_path):
     out = tmp_path / "a" / "b"
-    dest = collect.publish_flat(out, WHEEL)
+    dest = collect.place_flat(out, WHEEL)
     assert dest == out / WHEEL.name and dest.read_bytes() == WHEEL.read_bytes()
     assert [p.name for p in out.iterdir()] == [WHEEL.name]  # no cell folders, no manifest
-    assert collect.publish_flat(out, WHEEL) == dest  # again: replaced in place
+    assert collect.place_flat(out, WHEEL) == dest  # again: replaced in place
 
 
 def test_a_copy_that_cannot_land_leaves_nothing_behind(tmp_path):
@@ -169,10 +169,10 @@ def test_a_copy_that_cannot_land_leaves_nothing_behind(tmp_path):
     (out / WHEEL.name).mkdir(parents=True)
     (out / WHEEL.name / "keep").write_text("not ours")  # a folder where the wheel would go
     with pytest.raises(OSError):
-        collect.publish_flat(out, WHEEL)
+        collect.place_flat(out, WHEEL)
     assert (out / WHEEL.name / "keep").read_text() == "not ours" and _partials(out) == []
     with pytest.raises(FileNotFoundError):  # no wheel to copy: no half-written folder content
-        collect.publish(out, _cell(), tmp_path / "missing.whl", inputs="x", record={})
+        collect.place(out, _cell(), tmp_path / "missing.whl", inputs="x", record={})
     assert not (wheelhouse.cell_dir(out, _cell()) / "manifest.json").exists() and _partials(out) == []
 
 
@@ -186,7 +186,7 @@ def _shared_folder(tmp_path: Path) -> tuple[Path, list]:
     cells = [make_cell(recipe, recipe.version(None), "2.8", "12.8", py, parse_arch_list("9.0"), "cuda")
              for py in ("3.11", "3.12")]
     for cell in cells:
-        built = collect.publish(tmp_path / "out", cell, WHEEL, inputs=cell.python, record={"verify": {"ok": True}})
+        built = collect.place(tmp_path / "out", cell, WHEEL, inputs=cell.python, record={"verify": {"ok": True}})
     return built.parent, cells
 
 

@@ -78,7 +78,7 @@ PLACER = textwrap.dedent("""
     while not Path(go).exists():
         time.sleep(0.0005)
     try:
-        collect.publish(Path(out), cell, Path(wheel), inputs=archs + python, record={})
+        collect.place(Path(out), cell, Path(wheel), inputs=archs + python, record={})
     except ImagegenError as exc:
         print("imagegen: error: " + str(exc), file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -186,23 +186,23 @@ def test_force_replaces_at_placement_and_a_rebuild_of_the_same_archs_is_no_confl
     out = tmp_path / "out"
     first = _big_wheel(tmp_path / "a", NAME, b"a", mib=1)
     second = _big_wheel(tmp_path / "b", NAME, b"b", mib=1)
-    collect.publish(out, _sage("8.6"), first, inputs="a", record={})
+    collect.place(out, _sage("8.6"), first, inputs="a", record={})
     with pytest.raises(RefusedError, match="would be replaced by the wheel for archs 8.6;8.9"):
-        collect.publish(out, _sage("8.6;8.9"), second, inputs="b", record={})
+        collect.place(out, _sage("8.6;8.9"), second, inputs="b", record={})
     folder = wheelhouse.cell_dir(out, _sage("8.6"))
     assert _digest(folder / NAME) == _digest(first)  # nothing replaced
-    collect.publish(out, _sage("8.6"), second, inputs="b", record={})  # the same archs: a rebuild replaces
+    collect.place(out, _sage("8.6"), second, inputs="b", record={})  # the same archs: a rebuild replaces
     assert _digest(folder / NAME) == _digest(second)
-    collect.publish(out, _sage("8.9"), first, inputs="c", record={}, force=True)
+    collect.place(out, _sage("8.9"), first, inputs="c", record={}, force=True)
     assert wheelhouse.read_manifest(folder)["cells"][_sage("8.9").name]["archs"] == "8.9"
 
 
 def test_an_abi3_wheel_another_python_cell_lists_for_other_archs_is_not_replaced(tmp_path):
     out = tmp_path / "out"
     shared = NAME.replace("cp312-cp312", "cp39-abi3")
-    collect.publish(out, _sage("8.6", "3.11"), _big_wheel(tmp_path / "a", shared, b"a", mib=1), inputs="a", record={})
+    collect.place(out, _sage("8.6", "3.11"), _big_wheel(tmp_path / "a", shared, b"a", mib=1), inputs="a", record={})
     with pytest.raises(RefusedError, match=r"\(built for archs 8\.6\) would be replaced by the wheel for archs 9\.0"):
-        collect.publish(out, _sage("9.0", "3.12"), _big_wheel(tmp_path / "b", shared, b"b", mib=1), inputs="b",
+        collect.place(out, _sage("9.0", "3.12"), _big_wheel(tmp_path / "b", shared, b"b", mib=1), inputs="b",
                         record={})
 
 
@@ -214,7 +214,7 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_p
     target.write_text("keep")
     (folder / collect.LOCK).symlink_to(target)
     with pytest.raises(Exception) as info:
-        collect.publish(out, _sage("8.6"), _big_wheel(tmp_path / "a", NAME, b"a", mib=1), inputs="a", record={})
+        collect.place(out, _sage("8.6"), _big_wheel(tmp_path / "a", NAME, b"a", mib=1), inputs="a", record={})
     assert info.value.__class__.__name__ == "PublishError" and "lock" in str(info.value)
     assert target.read_text() == "keep" and not (folder / NAME).exists()
 
@@ -224,7 +224,7 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_p
 
 
 def _wheel_of_other_archs(out: Path) -> Path:
-    return collect.publish(out, _sage("8.0"), WHEEL, inputs="earlier", record={})
+    return collect.place(out, _sage("8.0"), WHEEL, inputs="earlier", record={})
 
 
 def test_a_build_refused_before_it_runs_exits_10_with_one_line(tmp_path, monkeypatch, capsys):

@@ -1,7 +1,7 @@
 """Tests for imagegen.publish.index: the static pip index of a wheelhouse (PEP 503 pages, PEP 691 JSON, PEP 658
 metadata files, the find-links page).
 
-Real wheels, placed the way a build places them (imagegen.finish.collect.publish), and pages read back with
+Real wheels, placed the way a build places them (imagegen.finish.collect.place), and pages read back with
 html.parser: what a page says (links, hashes, Requires-Python; hostile folder names, file names and metadata
 escaped or left out), an unchanged index left as it is, a page that appears only once what it links to is
 there and stale files that go only once nothing lists them, two writers at once that leave a consistent
@@ -42,10 +42,10 @@ def _cell():
 
 
 def place(out: Path, wheel: Path, folder: str | None = None) -> Path:
-    """Put ``wheel`` into the wheelhouse ``out`` as a build does (collect.publish: the file, then its manifest
+    """Put ``wheel`` into the wheelhouse ``out`` as a build does (collect.place: the file, then its manifest
     entry), in the fixture cell's folder or in ``folder``."""
     cell = _cell() if folder is None else dataclasses.replace(_cell(), layout=folder)
-    return collect.publish(out, cell, wheel, inputs="inputs", record={})
+    return collect.place(out, cell, wheel, inputs="inputs", record={})
 
 
 def a_wheel(tmp_path: Path, name: str = "other_project", version: str = "1.0") -> Path:

@@ -19,7 +19,7 @@ from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell
 def wheelhouse(tmp_path: Path) -> Path:
     """A wheelhouse as a build leaves it: the fixture's wheel in its cell folder, with its manifest."""
     out = tmp_path / "house"
-    collect.publish(out, tiny_cell(), WHEEL, inputs="inputs", record={})
+    collect.place(out, tiny_cell(), WHEEL, inputs="inputs", record={})
     return out
 
 
@@ -67,7 +67,7 @@ def test_json_says_it_all(tmp_path, capsys):
 def test_wheels_left_out_are_warnings_and_the_others_are_indexed(tmp_path, capsys):
     out = wheelhouse(tmp_path)
     other = pure_wheel(tmp_path / "src" / "other-1.0-py3-none-any.whl", {"other/__init__.py": ""}, name="other")
-    placed = collect.publish(out, dataclasses.replace(tiny_cell(), layout="others/a"), other, inputs="i", record={})
+    placed = collect.place(out, dataclasses.replace(tiny_cell(), layout="others/a"), other, inputs="i", record={})
     placed.write_bytes(b"changed")
     assert index(out, "--json") == 0
     captured = capsys.readouterr()

@@ -36,7 +36,7 @@ def _cell(archs: str):
 def test_a_wheel_of_other_archs_is_not_replaced_without_force(tmp_path):
     out = tmp_path / "out"
     first = _cell("8.0")
-    collect.publish(out, first, WHEEL, inputs="a", record={})
+    collect.place(out, first, WHEEL, inputs="a", record={})
     assert wheelhouse.replaced(out, first) is None  # same archs: a rebuild of the same thing
     second = _cell("9.0")
     other = wheelhouse.replaced(out, second)
@@ -59,7 +59,7 @@ def test_a_wheel_of_other_archs_is_not_replaced_without_force(tmp_path):
 def test_manifest_and_wheel_get_the_umask_mode_and_no_temp_file_is_left(tmp_path):
     old = os.umask(0o022)
     try:
-        dest = collect.publish(tmp_path / "out", _cell("9.0"), WHEEL, inputs="a", record={})
+        dest = collect.place(tmp_path / "out", _cell("9.0"), WHEEL, inputs="a", record={})
     finally:
         os.umask(old)
     assert stat.S_IMODE((dest.parent / "manifest.json").stat().st_mode) == 0o644

@@ -409,7 +409,7 @@ def test_plan_json_and_manifest_carry_the_mapping_note(tmp_path, capsys):
     c = cell("flash-attn", "80;86;89;90")
     wheel = tmp_path / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
     wheel.write_bytes(b"not really a wheel")
-    collect.publish(tmp_path / "out", c, wheel, inputs="x", record={})
+    collect.place(tmp_path / "out", c, wheel, inputs="x", record={})
     entry = wheelhouse.read_manifest(wheelhouse.cell_dir(tmp_path / "out", c))["cells"][c.name]
     assert entry["notes"] == list(c.notes) and entry["requested_archs"] == "8.0;8.6;8.9;9.0"
     assert entry["expected_archs"] == "8.0;9.0"

@@ -271,7 +271,7 @@ def test_gpus_all_reaches_the_compile_but_not_the_audit(tmp_path, docker):
 
 def test_up_to_date_and_refused_cells_touch_no_registry(tmp_path, docker):
     other = tiny_cell("9.0")
-    collect.publish(tmp_path / "out", CELL, WHEEL, inputs=inputs_hash(CELL, cell_document(CELL)), record={})
+    collect.place(tmp_path / "out", CELL, WHEEL, inputs=inputs_hash(CELL, cell_document(CELL)), record={})
     said: list[str] = []
     (same,) = _pull(tmp_path, say=said.append)
     assert same.status == "up-to-date" and same.wheel == wheelhouse.cell_dir(tmp_path / "out", CELL) / WHEEL.name

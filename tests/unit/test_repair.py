@@ -310,7 +310,7 @@ def test_a_tag_above_the_base_images_glibc_is_said_as_a_warning(tmp_path):
 
 def _published(tmp_path: Path) -> Path:
     cell = tiny_cell()
-    return collect.publish(tmp_path / "house", cell, WHEEL, inputs="in", record={"verify": {"ok": True}})
+    return collect.place(tmp_path / "house", cell, WHEEL, inputs="in", record={"verify": {"ok": True}})
 
 
 def test_in_a_wheelhouse_the_repaired_wheel_replaces_the_original_and_its_manifest_entry(tmp_path):

@@ -46,7 +46,7 @@ def _loose(tmp_path, folder: str = "loose"):
 
 
 def test_a_wheel_of_a_wheelhouse_is_repaired_in_place_and_its_manifest_updated(tmp_path, capsys):
-    wheel = collect.publish(tmp_path / "house", tiny_cell(), WHEEL, inputs="in", record={})
+    wheel = collect.place(tmp_path / "house", tiny_cell(), WHEEL, inputs="in", record={})
     assert repair(wheel) == 0
     folder = wheel.parent
     assert sorted(p.name for p in folder.iterdir()) == [MANIFEST, REPAIRED]
@@ -75,7 +75,7 @@ def test_a_loose_wheel_is_repaired_beside_it_and_kept(tmp_path, capsys):
 
 
 def test_out_takes_the_repaired_wheel_and_leaves_the_wheelhouse_alone(tmp_path, capsys):
-    wheel = collect.publish(tmp_path / "house", tiny_cell(), WHEEL, inputs="in", record={})
+    wheel = collect.place(tmp_path / "house", tiny_cell(), WHEEL, inputs="in", record={})
     manifest = (wheel.parent / MANIFEST).read_text()
     assert repair(wheel, "--out", tmp_path / "dist", "--json") == 0
     assert [p.name for p in (tmp_path / "dist").iterdir()] == [REPAIRED]

@@ -56,11 +56,11 @@ def _quiet(message: str) -> None:
 def house(tmp_path: Path, **record) -> tuple[Path, Path]:
     """A wheelhouse holding the fixture's wheel as a build leaves it (``record`` overrides manifest fields)."""
     out = tmp_path / "house"
-    return out, collect.publish(out, tiny_cell(), WHEEL, inputs="inputs", record=record)
+    return out, collect.place(out, tiny_cell(), WHEEL, inputs="inputs", record=record)
 
 
 def place(out: Path, wheel: Path, folder: str, **record) -> Path:
-    return collect.publish(out, dataclasses.replace(tiny_cell(), layout=folder), wheel, inputs="i", record=record)
+    return collect.place(out, dataclasses.replace(tiny_cell(), layout=folder), wheel, inputs="i", record=record)
 
 
 def pure_tiny(tmp_path: Path) -> Path:
@@ -438,7 +438,7 @@ def test_a_rebuilt_wheel_gets_a_new_variant_and_the_old_one_goes(tmp_path):
     first = index.write_index(out, variants=True, say=_quiet)
     (old,) = [n for n in first.variants[TINY] if n.endswith(".whl")]
     # the same cell built again for other archs (--force): a new manifest entry, so a new label
-    collect.publish(out, tiny_cell(), WHEEL, inputs="again", record={"expected_archs": "9.0a"})
+    collect.place(out, tiny_cell(), WHEEL, inputs="again", record={"expected_archs": "9.0a"})
     second = index.write_index(out, say=_quiet)
     hopper = variants.describe({"cuda": "cu130", "expected_archs": "9.0a"})
     new = variants.variant_wheel_name(tiny.name, hopper.label)
