@@ -97,6 +97,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "81aba8539b028471"
     "io.imagegen.cpu-hours" = "5.19"
+    "io.imagegen.wall-hours" = "0.14"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -119,6 +120,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "16772dd2fbc5cfc2"
     "io.imagegen.cpu-hours" = "5.19"
+    "io.imagegen.wall-hours" = "0.14"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -140,6 +142,8 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "bbf82453690e3eba"
+    "io.imagegen.cpu-hours" = "0.42"
+    "io.imagegen.wall-hours" = "0.12"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -161,6 +165,8 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "6c80b3da72d29169"
+    "io.imagegen.cpu-hours" = "0.42"
+    "io.imagegen.wall-hours" = "0.12"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -183,6 +189,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "fc4f1118437782c2"
     "io.imagegen.cpu-hours" = "13.89"
+    "io.imagegen.wall-hours" = "0.35"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -205,6 +212,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "bd268b61c1f3d7f4"
     "io.imagegen.cpu-hours" = "13.89"
+    "io.imagegen.wall-hours" = "0.35"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -227,6 +235,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "828b0baac1d8141d"
     "io.imagegen.cpu-hours" = "5.76"
+    "io.imagegen.wall-hours" = "0.15"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -249,6 +258,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "a6a16a184f51eacb"
     "io.imagegen.cpu-hours" = "5.76"
+    "io.imagegen.wall-hours" = "0.15"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -313,6 +323,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
     "io.imagegen.inputs" = "1d7a62eb486b1446"
     "io.imagegen.cpu-hours" = "1.23"
+    "io.imagegen.wall-hours" = "0.08"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -335,6 +346,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
     "io.imagegen.inputs" = "842c3962167f599e"
     "io.imagegen.cpu-hours" = "1.23"
+    "io.imagegen.wall-hours" = "0.08"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"

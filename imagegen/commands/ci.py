@@ -244,7 +244,8 @@ def run(args: argparse.Namespace, argv=None) -> int:
             jobs.append("a publish job")
         print(f"wrote {options.output}: {', '.join(jobs)}", file=sys.stderr)
         if targets:
-            for line in build_cost.sizing_lines([(t.name, t.cpu_hours) for t in targets], resume_budget(options.timeout)):
+            for line in build_cost.sizing_lines([(t.name, t.cpu_hours, t.wall_hours) for t in targets],
+                                                resume_budget(options.timeout)):
                 print(line, file=sys.stderr)
     return 0
 

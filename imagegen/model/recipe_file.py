@@ -221,11 +221,12 @@ def _cpu_hours(build: Reader) -> CpuHours | None:
     """build.cpu_hours: a measured whole build (hours of CPU, its -gencode outputs, what was measured)."""
     if build.data.get("cpu_hours") is None:
         return None
-    cost = build.sub("cpu_hours", keys=("hours", "gencode_targets", "measured"))
+    cost = build.sub("cpu_hours", keys=("hours", "wall_hours", "gencode_targets", "measured"))
     measured = cost.str("measured", required=True, max_len=300) or ""
+    wall = cost.number("wall_hours", 0.0, low=0.001, high=10000) if cost.data.get("wall_hours") is not None else None
     return CpuHours(hours=cost.number("hours", 0.0, low=0.001, high=10000),
                     gencode_targets=int(cost.number("gencode_targets", 1, low=1, high=64, integer=True)),
-                    measured=measured)
+                    measured=measured, wall_hours=wall)
 
 
 def _memory_when_env(build: Reader) -> tuple[MemoryWhenEnv, ...]:

@@ -227,6 +227,9 @@ class CpuHours:
     hours: float
     gencode_targets: int
     measured: str
+    # Its wall time on the measured host (all of its cores free): the least a runner can take, whatever its
+    # cores (a build whose one big file compiles alone is as slow on 4 cores as on 16). None: not recorded.
+    wall_hours: float | None = None
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ COMPILE_CACHE_SECRET = rules.COMPILE_CACHE_SECRET
 COMPILE_CACHE_VARIABLE = rules.COMPILE_CACHE_VARIABLE
 # The estimated CPU-hours of a target's compile (imagegen.model.build_cost), where its recipe has a measurement.
 CPU_HOURS_LABEL = "io.imagegen.cpu-hours"
+WALL_HOURS_LABEL = "io.imagegen.wall-hours"  # the least wall time of that compile (the measured build's own)
 
 
 def _target_dict(t: BakeTarget) -> dict:
@@ -154,6 +155,8 @@ def _target_dict(t: BakeTarget) -> dict:
     cost = None if t.fallback_of else cell_cost(t.cell.recipe, t.cell.archs.gencode_targets)
     if cost is not None:  # what `imagegen ci github` sizes the farm's runners by (its primary's job)
         d["labels"][CPU_HOURS_LABEL] = f"{cost.cpu_hours:.2f}"
+        if cost.wall_hours is not None:
+            d["labels"][WALL_HOURS_LABEL] = f"{cost.wall_hours:.2f}"
     if t.fallbacks or t.fallback_of:
         assert t.cell.base is not None
         d["labels"]["io.imagegen.base-image"] = t.cell.base.ref

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from imagegen import safety
 from imagegen.errors import NothingToDoError, UnsafeValueError, UsageError
-from imagegen.render.bake import CPU_HOURS_LABEL
+from imagegen.render.bake import CPU_HOURS_LABEL, WALL_HOURS_LABEL
 
 MAX_MATRIX_JOBS = 256  # GitHub's limit for one matrix: more targets are several build jobs
 # The most targets one workflow takes (four matrices: the largest prebuilt collections hold ~850 wheels);
@@ -55,6 +55,7 @@ class WorkflowTarget:
     # The estimated CPU-hours of its compile (the bake target's label io.imagegen.cpu-hours, from its
     # recipe's measured build: imagegen.model.build_cost); None where there is no measurement.
     cpu_hours: float | None = None
+    wall_hours: float | None = None  # the least wall time of its compile (label io.imagegen.wall-hours)
 
 
 def fallback_targets(printed: dict) -> list[str]:
@@ -110,8 +111,11 @@ def targets_from_print(printed: dict, fallbacks: dict | None = None) -> list[Wor
         check_text(inputs, INPUTS_HASH, f"inputs hash of bake target {name}", "hex digits (imagegen bake writes it)")
         hours = str((body.get("labels") or {}).get(CPU_HOURS_LABEL, ""))
         check_text(hours, CPU_HOURS, f"CPU-hours of bake target {name}", "a number of hours (imagegen bake writes it)")
+        wall = str((body.get("labels") or {}).get(WALL_HOURS_LABEL, ""))
+        check_text(wall, CPU_HOURS, f"wall hours of bake target {name}", "a number of hours (imagegen bake writes it)")
         targets.append(WorkflowTarget(name=name, wheels="\n".join(dests), arm64=platforms == ["linux/arm64"],
                                       bases=bases, inputs=inputs, cpu_hours=float(hours) if hours else None,
+                                      wall_hours=float(wall) if wall else None,
                                       folder="/".join(posixpath.normpath(dests[0]).split("/")[-LAYOUT_DEPTH:])))
     return targets
 

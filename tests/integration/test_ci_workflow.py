@@ -265,8 +265,9 @@ def test_the_runners_are_sized_from_each_targets_estimate_as_buildx_prints_it(tm
                             "--arch", "9.0", "-f", "other.hcl")
     assert code == 0, err
     printed = bake_print(cwd=tmp_path, file="farm.hcl")
-    hours = {body["labels"]["io.imagegen.cpu-hours"] for body in printed["target"].values()}
-    assert hours == {f"{4.63 * 3:.2f}"}  # flash-attn 2.8.3: 4.63 CPU-h for one output measured; three here
+    hours = {(body["labels"]["io.imagegen.cpu-hours"], body["labels"]["io.imagegen.wall-hours"])
+             for body in printed["target"].values()}
+    assert hours == {(f"{4.63 * 3:.2f}", "0.35")}  # flash-attn 2.8.3: 4.63 CPU-h for one output measured; three here
     code, _, err = imagegen("ci", "github", "--bake-file", "farm.hcl", "-o", "wf.yml")
     assert code == 0, err
     assert "   13.89 CPU-h (~3.5 h)  x   2 jobs  e.g. fa2-2_8_3-torch2_8-cu128-py311\n" in err
@@ -279,12 +280,14 @@ def test_the_runners_are_sized_from_each_targets_estimate_as_buildx_prints_it(tm
     assert code == 0 and "no CPU-hours estimate for these 1 jobs: their recipes have no measured build" in err, err
 
 
-def test_a_hostile_cpu_hours_label_is_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("label, words", [("io.imagegen.cpu-hours", "CPU-hours of bake target ok"),
+                                          ("io.imagegen.wall-hours", "wall hours of bake target ok")])
+def test_a_hostile_hours_label_is_refused(tmp_path, monkeypatch, label, words):
     _bake_json(tmp_path, {"target": {"ok": {"context": ".", "output": ["type=local,dest=out"],
-                                            "labels": {"io.imagegen.cpu-hours": "1$(id)"}}}})
+                                            "labels": {label: "1$(id)"}}}})
     monkeypatch.chdir(tmp_path)
     code, _, err = imagegen("ci", "github", "--bake-file", "docker-bake.json", "--targets", "ok", "-o", "wf.yml")
-    assert code == 2 and err.count("\n") == 1 and "CPU-hours of bake target ok" in err, err
+    assert code == 2 and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "wf.yml").exists()
 
 

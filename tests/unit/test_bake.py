@@ -146,7 +146,8 @@ def test_a_fallback_base_image_is_a_target_of_its_own_in_no_group(tmp_path):
                                                "io.imagegen.base-image": "pytorch/manylinux2_28-builder:cuda12.8",
                                                "io.imagegen.fallbacks": fallback.name,
                                                "io.imagegen.inputs": primary.inputs,
-                                               "io.imagegen.cpu-hours": "4.63"}  # fa2's 9.0 (runner sizing)
+                                               "io.imagegen.cpu-hours": "4.63",  # fa2's 9.0 (runner sizing)
+                                               "io.imagegen.wall-hours": "0.35"}
     # the primary's inputs hash, as its Dockerfile's label says it (ci github --skip-published reads it)
     assert f'io.imagegen.inputs="{primary.inputs}"' in d.dockerfiles[f"dockerfiles/{primary.name}.Dockerfile"]
     assert targets[fallback.name]["labels"] == {"io.imagegen.cell": primary.name,

@@ -214,6 +214,8 @@ def test_figures_for_a_build_environment_are_validated(tmp_path, entries, words)
 
 @pytest.mark.parametrize("cost, words", [
     ("{hours: 4.63, gencode_targets: 1, measured: '2.8.3 for 9.0 on the H100 host'}", None),
+    ("{hours: 4.63, wall_hours: 0, gencode_targets: 1, measured: x}", "build.cpu_hours.wall_hours"),
+    ("{hours: 4.63, wall_hours: .inf, gencode_targets: 1, measured: x}", "build.cpu_hours.wall_hours"),
     ("{hours: 4.63, gencode_targets: 1}", "build.cpu_hours.measured: missing"),
     ("{hours: .nan, gencode_targets: 1, measured: x}", "build.cpu_hours.hours"),
     ("{hours: 0, gencode_targets: 1, measured: x}", "build.cpu_hours.hours"),
