@@ -141,7 +141,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "bbf82453690e3eba"
+    "io.imagegen.inputs" = "7ec12727202ff77b"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -164,7 +164,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "6c80b3da72d29169"
+    "io.imagegen.inputs" = "961bdf38bb225d91"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }

@@ -28,7 +28,7 @@ COPY imagegen-scripts/ /
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cell":"causal-conv1d-1_6_1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"causal_conv1d","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{"CAUSAL_CONV1D_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu128torch2.9","local_version_env":"CAUSAL_CONV1D_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":0.2,"memory_per_thread_gb_max":2.0,"patches":[{"name":"causal-conv1d-arch-list.patch","reason":"setup.py ignores TORCH_CUDA_ARCH_LIST and compiles a fixed list of up to nine archs (6.2-8.7, 9.0, 10.0, 12.0, and 10.3/11.0/12.1 with nvcc 13), so `--arch 9.0` still built all of them (over 17 min on 2 cores; csrc/causal_conv1d_bwd.cu takes 3.1 GiB per arch) and +PTX was impossible. With the patch a TORCH_CUDA_ARCH_LIST that is set empties that list and torch's cpp_extension adds the -gencode flags for exactly the archs asked for (+PTX honoured); unset, the upstream list stays. The same hunk applies to v1.6.1, main 0d2252d and PyPI's 1.6.2.post1 and 1.7.0.","text":"diff --git a/setup.py b/setup.py\nindex 7f5faaa..1dfd253 100644\n--- a/setup.py\n+++ b/setup.py\n@@ -202,6 +202,12 @@ if not SKIP_CUDA_BUILD:\n             cc_flag.append(\"-gencode\")\n             cc_flag.append(\"arch=compute_121,code=sm_121\")\n \n+        # imagegen patch: a TORCH_CUDA_ARCH_LIST that is set replaces the hard-coded list above. With\n+        # no -gencode among the nvcc flags, torch's cpp_extension turns the list into -gencode flags\n+        # (+PTX included), so a build compiles the archs asked for instead of up to nine.\n+        if os.environ.get(\"TORCH_CUDA_ARCH_LIST\", \"\").strip():\n+            cc_flag = []\n+\n     # HACK: The compiler flag -D_GLIBCXX_USE_CXX11_ABI is set to be the same as\n     # torch._C._GLIBCXX_USE_CXX11_ABI\n     # https://github.com/pytorch/pytorch/blob/8472c24e3b5b60150096486616d98b7bea01500b/torch/utils/cpp_extension.py#L920\n"}],"python":"3.12","recipe":"causal-conv1d","schema":1,"smoke_driver_imports":[],"smoke_imports":["causal_conv1d","causal_conv1d_cuda"],"source":{"commit":"c51519fb10d92ffa257c1982e1831d3243454b2f","kind":"git","ref":"c51519fb10d92ffa257c1982e1831d3243454b2f","subdir":"","submodules":false,"url":"https://github.com/Dao-AILab/causal-conv1d.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"1.6.1","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","ninja","packaging"],"cell":"causal-conv1d-1_6_1-torch2_9-cu128-py312","cuda_home":null,"default_nvcc_threads":4,"distribution":"causal_conv1d","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{"CAUSAL_CONV1D_FORCE_BUILD":"TRUE"},"jobs_env":"MAX_JOBS","knob":{"env":"TORCH_CUDA_ARCH_LIST","keep_variant":false,"style":"torch"},"local_version":"cu128torch2.9","local_version_env":"CAUSAL_CONV1D_LOCAL_VERSION","log_dir":"/imagegen/logs","memory_per_thread_gb":0.1,"memory_per_thread_gb_max":2.1,"patches":[{"name":"causal-conv1d-arch-list.patch","reason":"setup.py ignores TORCH_CUDA_ARCH_LIST and compiles a fixed list of up to nine archs (6.2-8.7, 9.0, 10.0, 12.0, and 10.3/11.0/12.1 with nvcc 13), so `--arch 9.0` still built all of them (over 17 min on 2 cores; csrc/causal_conv1d_bwd.cu takes 3.1 GiB per arch) and +PTX was impossible. With the patch a TORCH_CUDA_ARCH_LIST that is set empties that list and torch's cpp_extension adds the -gencode flags for exactly the archs asked for (+PTX honoured); unset, the upstream list stays. The same hunk applies to v1.6.1, main 0d2252d and PyPI's 1.6.2.post1 and 1.7.0.","text":"diff --git a/setup.py b/setup.py\nindex 7f5faaa..1dfd253 100644\n--- a/setup.py\n+++ b/setup.py\n@@ -202,6 +202,12 @@ if not SKIP_CUDA_BUILD:\n             cc_flag.append(\"-gencode\")\n             cc_flag.append(\"arch=compute_121,code=sm_121\")\n \n+        # imagegen patch: a TORCH_CUDA_ARCH_LIST that is set replaces the hard-coded list above. With\n+        # no -gencode among the nvcc flags, torch's cpp_extension turns the list into -gencode flags\n+        # (+PTX included), so a build compiles the archs asked for instead of up to nine.\n+        if os.environ.get(\"TORCH_CUDA_ARCH_LIST\", \"\").strip():\n+            cc_flag = []\n+\n     # HACK: The compiler flag -D_GLIBCXX_USE_CXX11_ABI is set to be the same as\n     # torch._C._GLIBCXX_USE_CXX11_ABI\n     # https://github.com/pytorch/pytorch/blob/8472c24e3b5b60150096486616d98b7bea01500b/torch/utils/cpp_extension.py#L920\n"}],"python":"3.12","recipe":"causal-conv1d","schema":1,"smoke_driver_imports":[],"smoke_imports":["causal_conv1d","causal_conv1d_cuda"],"source":{"commit":"c51519fb10d92ffa257c1982e1831d3243454b2f","kind":"git","ref":"c51519fb10d92ffa257c1982e1831d3243454b2f","subdir":"","submodules":false,"url":"https://github.com/Dao-AILab/causal-conv1d.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.9.1"},"venv":"/opt/imagegen/venv","version":"1.6.1","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -149,7 +149,7 @@ COPY --from=audit /imagegen/audit/ /
 FROM builder AS compile
 ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 # Empty: sized at build time from this machine's cores and RAM by the rule imagegen plans with
-# (imagegen_rules.py: 2.0 GB per nvcc thread for causal-conv1d, 4 threads, fewer on a small machine).
+# (imagegen_rules.py: 2.1 GB per nvcc thread for causal-conv1d, 4 threads, fewer on a small machine).
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
 # Seconds: a build still compiling then stops and keeps its state for the next build of these inputs.
@@ -163,7 +163,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} \
     IMAGEGEN_RESUME_DIR=/imagegen/resume \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=6c80b3da72d29169
+    IMAGEGEN_INPUTS=961bdf38bb225d91
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json. With
 # `imagegen build --compile-cache URL` the imagegen_ccache_remote secret names a remote storage every
@@ -179,7 +179,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},shari
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="6c80b3da72d29169"
+      io.imagegen.inputs="961bdf38bb225d91"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
@@ -196,14 +196,14 @@ FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/6c80b3da72d29169.tar /imagegen/resume-in/6c80b3da72d29169.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/961bdf38bb225d91.tar /imagegen/resume-in/961bdf38bb225d91.tar.json /imagegen/resume/ \
     && echo "imagegen: the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/6c80b3da72d29169.tar /imagegen/resume/6c80b3da72d29169.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/961bdf38bb225d91.tar /imagegen/resume/961bdf38bb225d91.tar.json /imagegen/resume-out/ \
     && echo "imagegen: the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM scratch AS resume-state
