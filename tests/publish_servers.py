@@ -13,6 +13,7 @@ the destinations talk to, all on 127.0.0.1 with a free port, stopped afterwards.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import shutil
@@ -25,6 +26,7 @@ import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from imagegen.finish import collect
@@ -506,3 +508,19 @@ class FakeGitHub(RecordingServer):
                             return Reply(200, asset["data"])
                         return Reply(200, self._asset_json(repo, release, asset))
         return Reply(404, {"message": "Not Found"})
+
+
+@contextlib.contextmanager
+def moto_s3_server(log: Path) -> Iterator[str]:
+    """moto's real S3 server (`python -m moto.server`) on a free port of 127.0.0.1, its output in ``log``:
+    the endpoint URL, and the server stopped afterwards."""
+    port = free_port()
+    with log.open("wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=fh,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -36,7 +36,7 @@ import pytest
 from image_scan import find_in_layers_made_since, overlay2_layers
 from redis_server import redis_server
 
-from tests.publish_servers import free_port, wait_for_port
+from tests.publish_servers import moto_s3_server
 
 ROOT = Path(__file__).resolve().parents[2]
 RESEED = ROOT / "tests" / "fixtures" / "reseed_resumable_kernel.py"
@@ -230,23 +230,13 @@ def s3(tmp_path):
     """moto's S3 server on 127.0.0.1 with the farm's bucket."""
     import boto3
 
-    port = free_port()
-    log = tmp_path / "moto.log"
-    with log.open("wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=fh,
-                                stderr=subprocess.STDOUT)
-    try:
-        wait_for_port(port, proc)
-        url = f"http://127.0.0.1:{port}"
+    with moto_s3_server(tmp_path / "moto.log") as url:
         keys = {"AWS_ACCESS_KEY_ID": "AKIDFARM", "AWS_SECRET_ACCESS_KEY": "farm-SECRET-5d1c", "AWS_ENDPOINT_URL": url,
                 "AWS_REGION": "us-east-1"}
         client = boto3.client("s3", endpoint_url=url, aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
                               aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
         client.create_bucket(Bucket="farm")
         yield {"client": client, "env": keys}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_the_farm_end_to_end_stop_resume_publish_index_and_pip_by_cuda_variant(tmp_path, served, s3):

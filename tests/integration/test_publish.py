@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.publish_servers import FakeGitHub, FakeHub, PypiServer, free_port, rebuilt, sha256, wait_for_port, wheelhouse
+from tests.publish_servers import FakeGitHub, FakeHub, PypiServer, moto_s3_server, rebuilt, sha256, wheelhouse
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell
 
 pytestmark = pytest.mark.integration
@@ -151,17 +151,9 @@ def test_pypiserver_wrong_password_is_one_line(tmp_path, pypiserver, imagegen):
 
 @pytest.fixture
 def moto_server(tmp_path):
-    port = free_port()
     log = tmp_path / "moto.log"
-    with log.open("wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=fh,
-                                stderr=subprocess.STDOUT)
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with moto_s3_server(log) as url:
+        yield url
     assert_no_secret_in_files(log)
 
 
