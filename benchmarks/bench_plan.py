@@ -21,7 +21,8 @@ def in_process() -> tuple[float, float, int]:
     t0 = time.perf_counter()
     from imagegen.model.arch_parse import parse_arch_list
     from imagegen.model.catalogue import load_catalogue
-    from imagegen.plan import MatrixRequest, defaults, expand
+    from imagegen.model.cell import MatrixRequest
+    from imagegen.plan.matrix import defaults, expand
 
     d = defaults()
     cat = load_catalogue()

@@ -19,7 +19,7 @@ from imagegen.commands import building, checking, ci, images, planning, renderin
 from imagegen.errors import ImagegenError, UsageError
 from imagegen.model import compat
 from imagegen.model.recipes import FETCH_KINDS
-from imagegen.plan import default_policy, defaults
+from imagegen.plan.matrix import default_policy, defaults
 
 
 class _Once(argparse._StoreAction):

@@ -98,7 +98,7 @@ class VerifyError(ImagegenError, exit_code=6):
 
 class BuildRecordError(VerifyError, exit_code=6):
     """A builder's record beside a wheel that cannot be taken (unreadable, another wheel's, no smoke
-    test): that wheel stays out of the wheelhouse (imagegen.finish.records)."""
+    test): that wheel stays out of the wheelhouse (imagegen.wheelhouse.records)."""
 
 
 class GpuCheckError(VerifyError, exit_code=6):

@@ -12,10 +12,11 @@ import math
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from imagegen.errors import Unreadable, UnsafeValueError, printable
+from imagegen.errors import ConfigError, Unreadable, UnsafeValueError, printable
 from imagegen.resources.builder import imagegen_rules as rules
 
 # Names and identifiers
@@ -110,6 +111,31 @@ def heredoc_delimiter(body: str, stem: str = "IMAGEGEN_EOF") -> str:
         n += 1
         delimiter = f"{stem}_{n}"
     return delimiter
+
+
+MAX_TOML_BYTES = 1 << 20  # a config file or pyproject.toml is a few KB; a larger one is a mistake
+
+
+def read_toml(path: Path, *, inside: Path | None = None) -> dict[str, Any]:
+    """A TOML file (imagegen's config, a source tree's pyproject.toml): a regular file of at most
+    MAX_TOML_BYTES (a FIFO or device is refused without blocking), and with ``inside`` (a source tree
+    from someone else) one that lies in that tree."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    try:
+        data = read_regular_file(path, limit=MAX_TOML_BYTES, inside=inside)
+    except Unreadable as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (a binary file?): not a TOML config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML (nested too deeply)") from None
 
 
 def read_regular_file(path: Path, *, limit: int, inside: Path | None = None) -> bytes:

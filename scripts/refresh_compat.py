@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagegen import refresh  # noqa: E402
+from imagegen.plan import refresh  # noqa: E402
 from imagegen.errors import ImagegenError  # noqa: E402
 
 COMPAT = ROOT / "imagegen" / "resources" / "compat"

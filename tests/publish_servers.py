@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from imagegen.finish import collect
-from imagegen.plan import Cell
+from imagegen.wheelhouse import collect
+from imagegen.model.cell import Cell
 from tests.unit.executor_fixtures import WHEEL, tiny_cell
 
 # --------------------------------------------------------------------------------------------

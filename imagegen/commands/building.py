@@ -10,9 +10,9 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import options
+from imagegen.plan import options
 from imagegen.commands import common
-from imagegen.config import Config
+from imagegen.plan.config import Config
 from imagegen.errors import NothingToDoError, RefusedError, UsageError
 from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import output_folder
@@ -84,7 +84,7 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue, opts
         return 0
     out = opts.out
     if not args.flat:
-        from imagegen import wheelhouse
+        from imagegen.wheelhouse import manifest as wheelhouse
         refused = wheelhouse.replacement_refused(Path(out), cell, force=args.force,
                                               say=lambda m: print(m, file=sys.stderr))
         if refused:

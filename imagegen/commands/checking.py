@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen.commands import common
-from imagegen.config import load_config
+from imagegen.plan.config import load_config
 from imagegen.errors import EngineError, ImagegenError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
@@ -18,7 +18,7 @@ from imagegen.outputs import shown
 
 
 def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from imagegen import doctor
+    from imagegen.commands import doctor
     report = doctor.run(common.check_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
     print(report.as_json() if args.json else report.text())
     if report.failed:

@@ -7,7 +7,7 @@ matrix, the timeouts). The Linux matrix is read from the bake file with ``docker
 daemon needed; imagegen.render.bakefiles.print_bake), so the workflow builds exactly what bake would.
 
 The Windows cells (``--windows RECIPE`` x ``--windows-version`` x ``--windows-torch`` x ``--windows-cuda`` x
-``--windows-python`` x ``--windows-arch``) are planned by imagegen.plan.windows_plan, the planner of `imagegen
+``--windows-python`` x ``--windows-arch``) are planned by imagegen.plan.matrix.windows_plan, the planner of `imagegen
 plan` and `render --shell`, with the toolkit each job installs as its nvcc. The matrix is taken as given: a
 cell the plan rejects (a torch x CUDA pair torch never shipped, as seed 001's own table has; CUDA 12.6 with arch
 12.0) is left out, and the command says which and why (on stderr and in the workflow's header); only a matrix
@@ -26,7 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from imagegen import safety
-from imagegen.cell_rules import FixWords
+from imagegen.model.cell_rules import FixWords
 from imagegen.errors import CompatError, UsageError, bounded
 from imagegen.model import build_cost
 from imagegen.model.destinations import parse_destination
@@ -45,8 +45,8 @@ from imagegen.render.workflow import (
     DEFAULT_WINDOWS_RUNS_ON,
     DEFAULT_WINDOWS_TIMEOUT,
     MAX_TIMEOUT_MINUTES,
-    RUNNER_LIMIT_MINUTES,
     NAMESPACE_EXPRESSIONS,
+    RUNNER_LIMIT_MINUTES,
     Options,
     WindowsCell,
     WindowsRequest,
@@ -382,14 +382,15 @@ WINDOWS_FIXES = FixWords(torch="use --windows-torch {}", cuda="use --windows-cud
 
 
 def windows_cells(request: WindowsRequest, root: Path) -> tuple[list[WindowsCell], list[str]]:
-    """The Windows matrix as given, planned by imagegen.plan.windows_plan (the planner of `plan` and `render
+    """The Windows matrix as given, planned by imagegen.plan.matrix.windows_plan (the planner of `plan` and `render
     --shell`) with the toolkit each job installs as its nvcc: (one job per cell that can build, one line per
     cell left out saying why). CompatError when no cell can build."""
-    from imagegen.config import load_config
+    from imagegen.plan.config import load_config
     from imagegen.model import compat
     from imagegen.model.arch_parse import parse_arch_list
     from imagegen.model.catalogue import load_catalogue
-    from imagegen.plan import WindowsHost, defaults, windows_plan
+    from imagegen.model.cell import WindowsHost
+    from imagegen.plan.matrix import defaults, windows_plan
 
     config = load_config(search_from=root)  # the checkout's, as `imagegen render` on the runner reads it
     cat = load_catalogue(tuple(config.recipe_dirs))

@@ -1,5 +1,5 @@
 """`imagegen collect OUT`: take the wheels builder images exported (each with its build record) into the
-wheelhouse's manifests, once each is verified (imagegen.finish.records). A wheel that fails stays out and is
+wheelhouse's manifests, once each is verified (imagegen.wheelhouse.records). A wheel that fails stays out and is
 named; the others are recorded. Exit 6 when any failed, 2 when there is nothing to collect."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen import safety
-from imagegen.finish import collect
-from imagegen.finish import records
+from imagegen.wheelhouse import collect
+from imagegen.wheelhouse import records
 from imagegen.commands import common
 from imagegen.errors import BuildRecordError, ImagegenError, UsageError, VerifyError, printable
 from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import shown
-from imagegen.wheelhouse import read_manifest
+from imagegen.wheelhouse.manifest import read_manifest
 
 
 def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:

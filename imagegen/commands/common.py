@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from imagegen import options, refs, safety
-from imagegen.config import Config, load_config
+from imagegen import safety
+from imagegen.plan import options, refs
+from imagegen.plan.config import Config, load_config
 from imagegen.errors import ImagegenError, NothingToDoError, Unreadable, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
@@ -25,11 +26,8 @@ from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import JOB_FLAGS, Recipe, RecipeVersion, fetched_from, with_env, with_memory_for
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree, with_declared_version
 from imagegen.outputs import shown
-from imagegen.plan import (
-    BUILDABLE,
-    Cell,
-    MatrixRequest,
-    Plan,
+from imagegen.model.cell import BUILDABLE, Cell, MatrixRequest, Plan
+from imagegen.plan.matrix import (
     defaults,
     device_requests,
     expand,
@@ -38,7 +36,7 @@ from imagegen.plan import (
     with_layout,
     with_offline,
 )
-from imagegen.platforms import with_requested_platforms
+from imagegen.plan.platforms import with_requested_platforms
 
 
 def config(args: argparse.Namespace) -> Config:
@@ -124,7 +122,7 @@ def with_build_env(recipe: Recipe, version: RecipeVersion, env: dict[str, str],
 
 
 def lock(args: argparse.Namespace):
-    from imagegen.registry import LOCK_FILE, Lock
+    from imagegen.plan.registry import LOCK_FILE, Lock
 
     path = getattr(args, "lock", None)
     if path is not None and not str(path).strip():
@@ -208,7 +206,7 @@ def one_target_per_cell(plan: Plan) -> Plan:
 
 
 def registry(args: argparse.Namespace, config: Config) -> str:
-    from imagegen.registry import check_registry
+    from imagegen.plan.registry import check_registry
 
     value = options.resolve(args, config).registry
     if not value:
@@ -482,7 +480,7 @@ def expected_for_wheel(cat: Catalogue | None, wheel: Path, archs: ArchList) -> t
     from packaging.version import Version
 
     from imagegen.finish import check
-    from imagegen.cell_rules import compiled_archs, expected_archs
+    from imagegen.model.cell_rules import compiled_archs, expected_archs
 
     if cat is None:
         return archs, {}

@@ -7,7 +7,7 @@ import sys
 from functools import partial
 from typing import Sequence
 
-from imagegen import options
+from imagegen.plan import options
 from imagegen.commands import common
 from imagegen.errors import NothingToDoError
 
@@ -19,7 +19,7 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     registry = common.registry(args, config)
     plan = common.buildable(args, config, cat, arch_free=True)
     from imagegen.outputs import output_folder, resolve_target
-    from imagegen.registry import probe
+    from imagegen.plan.registry import probe
 
     # Everything the user gave is checked first; then the registry, before anything is built.
     lock = common.lock(args)
@@ -59,7 +59,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from imagegen.registry import lock_bases
+    from imagegen.plan.registry import lock_bases
 
     config = common.config(args)
     cat = common.catalogue(args, config)

@@ -8,16 +8,17 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import options
+from imagegen.plan import options
 from imagegen.commands import common
-from imagegen.config import Config
+from imagegen.plan.config import Config
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.outputs import output_folder
-from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, Plan, default_policy, device_rows
+from imagegen.model.cell import BUILDABLE, DEFAULT_PLATFORM, Plan
+from imagegen.plan.matrix import default_policy, device_rows
 
 
 def _cell_record(cell) -> dict:
@@ -80,7 +81,7 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
     opts = options.resolve(args, config)
     plan = common.planned(args, config, cat, opts=opts)
     if args.resolve:
-        from imagegen.resolve import with_resolution
+        from imagegen.plan.resolve import with_resolution
         plan = with_resolution(plan)
     if args.json:
         json.dump({"cells": [_cell_record(c) for c in plan.cells],
@@ -108,7 +109,7 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
     """plan --audit: what each cell's own build would compile, judged before anything compiles; on
     this host (--native) or in each cell's builder image (the engine), where `imagegen build` runs it."""
-    from imagegen.audit import refuse
+    from imagegen.plan.audit import refuse
     from imagegen.executors import native
 
     if args.native:
@@ -154,7 +155,7 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
 
 
 def cmd_refresh(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from imagegen import refresh
+    from imagegen.plan import refresh
 
     return refresh.run(args.index_url, args.dry_run)
 
@@ -222,7 +223,7 @@ def _numeric_knob_lines(archs: ArchList) -> list[str]:
     Those knobs take 80 but not 86/89 (silently ignored); the plan maps such a request to the arch
     whose cubin runs on it, so show that value (80;90 for 80;86;89;90) and say why.
     """
-    from imagegen.cell_rules import compiled_archs
+    from imagegen.model.cell_rules import compiled_archs
     from imagegen.model.arch_format import to_numeric_list
 
     knobs: dict[str, tuple[Recipe, RecipeVersion]] = {}

@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen import options
+from imagegen.plan import options
 from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown, write_output
-from imagegen.plan import Plan, choose_cell, defaults, offline
-from imagegen.platforms import with_requested_platforms
+from imagegen.model.cell import Plan
+from imagegen.plan.matrix import choose_cell, defaults, offline
+from imagegen.plan.platforms import with_requested_platforms
 from imagegen.render.dockerfile import render_dockerfile
 
 
@@ -86,7 +87,8 @@ def _render_flags(args: argparse.Namespace) -> None:
 
 
 def _render_windows(args, argv, recipe, version, archs, opts) -> int:
-    from imagegen.plan import WindowsHost, windows_plan
+    from imagegen.model.cell import WindowsHost
+    from imagegen.plan.matrix import windows_plan
     from imagegen.render import windows
     if recipe.source_kind == "sdist":
         raise UsageError("a Windows script clones the recipe's git source: leave out --fetch sdist")

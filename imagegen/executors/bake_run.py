@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Sequence
 
 from imagegen import engine
 from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, TARGET_FAILED, TargetLogs, cell_of
-from imagegen.plan import Cell, Plan
+from imagegen.model.cell import Cell, Plan
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE, BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.render.bakefiles import write_dockerfiles
 from imagegen.render.dockerfile import CellInputs

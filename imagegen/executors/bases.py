@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from imagegen import registry
+from imagegen.plan import registry
 from imagegen.errors import ImagegenError
-from imagegen.plan import Cell, on_fallback
+from imagegen.model.cell import Cell
+from imagegen.plan.matrix import on_fallback
 
 
 def unavailable(ref: str) -> str | None:

@@ -1,7 +1,7 @@
 """Execute: build the buildable cells of a plan with docker buildx bake, then collect and verify.
 
 Before anything compiles, every cell's ``audit-report`` stage runs the package's own build with
-stand-in compilers inside its builder image (imagegen.audit): a cell whose build would fail or miss
+stand-in compilers inside its builder image (imagegen.plan.audit): a cell whose build would fail or miss
 a requested arch is refused there, in seconds once the image's layers exist, with the audit's table
 in the log; the verdict of a cell that builds goes into its manifest.
 
@@ -22,16 +22,17 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from imagegen import engine, interrupt, wheelhouse
+from imagegen import engine, interrupt
+from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.errors import UsageError
 from imagegen.executors import bases
 from imagegen.executors.bake_log import LOG_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import Run, prepare_run, run_bake
 from imagegen.executors.buildx_audit import audit_gate
 from imagegen.model import jobs
-from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
+from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
 from imagegen.render.dockerfile import cell_inputs
-from imagegen.wheelhouse import CellResult, Finisher
+from imagegen.model.cell import CellResult, Finisher
 
 if TYPE_CHECKING:
     pass

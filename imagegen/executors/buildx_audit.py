@@ -14,11 +14,11 @@ from imagegen import interrupt
 from imagegen.errors import ImagegenError
 from imagegen.executors.bake_log import AUDIT_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import Run, prepare_run, run_bake
-from imagegen.plan import Cell, Plan
-from imagegen.wheelhouse import CellResult
+from imagegen.model.cell import Cell, Plan
+from imagegen.model.cell import CellResult
 
 if TYPE_CHECKING:
-    from imagegen.audit import Verdict
+    from imagegen.plan.audit import Verdict
 
 
 AUDIT_BATCH = 8  # audit targets baked at once (no compiling; the deps layers download in parallel)
@@ -55,7 +55,7 @@ def _audit_cells(cells: list[Cell], run: Run, logs: TargetLogs, builder: str | N
                  say: Callable[[str], None]) -> dict[str, AuditOutcome]:
     """Bake the cells' audit-report targets (AUDIT_BATCH at once, a cancelled one again alone) and
     judge each report."""
-    from imagegen.audit import AuditReport, judge_cell
+    from imagegen.plan.audit import AuditReport, judge_cell
 
     outcomes: dict[str, AuditOutcome] = {}
     queue = list(cells)
@@ -106,7 +106,7 @@ def audit_gate(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | None
                 verdicts: dict[str, dict], say: Callable[[str], None]) -> list[Cell]:
     """The cells whose audit passed; a refused cell (or one whose audit could not run) fails here,
     before anything compiles, with the audit's reasons."""
-    from imagegen.audit import refuse
+    from imagegen.plan.audit import refuse
 
     passed = []
     audited = _audit_cells(todo, run, logs, builder, say)

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from imagegen.cell_rules import HOST
+from imagegen.model.cell_rules import HOST
 from imagegen.errors import CompatError, EngineError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.compat import BaseImage
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.outputs import shown
-from imagegen.plan import Cell, native_cell
+from imagegen.model.cell import Cell
+from imagegen.plan.matrix import native_cell
 from imagegen.safety import os_reason
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from imagegen import untrusted
 from imagegen.errors import BuildError, Unreadable
 from imagegen.executors.host import HostToolchain
-from imagegen.plan import Cell
+from imagegen.model.cell import Cell
 
 if TYPE_CHECKING:
     pass

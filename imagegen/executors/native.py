@@ -25,13 +25,13 @@ from imagegen.errors import BuildError, RefusedError
 from imagegen.executors.host import HostToolchain
 from imagegen.executors.import_test import Importer, smoke_test
 from imagegen.model import jobs
-from imagegen.plan import Cell
+from imagegen.model.cell import Cell
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE
 from imagegen.render.dockerfile import builder_files, cell_document, inputs_hash
-from imagegen.wheelhouse import Finisher
+from imagegen.model.cell import Finisher
 
 if TYPE_CHECKING:
-    from imagegen.audit import Verdict
+    from imagegen.plan.audit import Verdict
 
 
 def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,
@@ -80,7 +80,7 @@ def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: i
             " from the arch list (what --no-audit builds with); a build sizes it again from its gencode audit (give"
             " --src-dir CHECKOUT to print that one)")
     elif audit:
-        from imagegen.audit import refuse
+        from imagegen.plan.audit import refuse
         if cell.recipe.source_kind != "local":  # a checkout there: checked against the pin, patched; no download
             _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
         verdict = _audit(cell, host, script, cell_file, env, work, say,
@@ -122,7 +122,7 @@ def _audit(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: 
            say: Callable[[str], None], skip: str = "skip it with --no-audit") -> "Verdict":
     """The audit step on a fetched source, judged, its table and warnings said; ``skip``: how the
     command at hand goes without it, for the error of an audit that cannot run."""
-    from imagegen import audit
+    from imagegen.plan import audit
     report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env, skip=skip)
     verdict = audit.judge_cell(report, cell)
     say(f"audit ({report.seconds:.1f} s): what the build would compile\n" + verdict.table())
@@ -162,7 +162,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
         steps["fetch"] = _run_step(cell, host, script, cell_file, env, work, "fetch")
     verdict = None
     if audit:  # before anything compiles: refuse what the package's own build would get wrong
-        from imagegen.audit import refuse
+        from imagegen.plan.audit import refuse
 
         t0 = time.time()
         verdict = _audit(cell, host, script, cell_file, env, work, say)

@@ -1,4 +1,4 @@
-"""Prebuilt builder images as an executor (see imagegen.registry for what they are).
+"""Prebuilt builder images as an executor (see imagegen.plan.registry for what they are).
 
 bake_builders: bake cells' `builder` stage, tagged with its deterministic reference, and push it
       (imagegen.publish.push) or load it into the local engine (pull's fallback).
@@ -22,20 +22,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagegen import __version__, engine, interrupt, wheelhouse
-from imagegen import registry as reg
+from imagegen import __version__, engine, interrupt
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.plan import registry as reg
 from imagegen.errors import BuildError, EngineError, RefusedError, UsageError
 from imagegen.executors import gpu_access
 from imagegen.executors.bake_run import bake_data, bake_variables, netrc_secret, new_run_dir
 from imagegen.model import jobs
-from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan
-from imagegen.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
+from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
+from imagegen.plan.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
 from imagegen.render.bake import absolute_contexts, build_definition, to_json
 from imagegen.render.dockerfile import cell_document, inputs_hash
-from imagegen.wheelhouse import CellResult, Finisher
+from imagegen.model.cell import CellResult, Finisher
 
 if TYPE_CHECKING:
-    from imagegen.audit import Verdict
+    from imagegen.plan.audit import Verdict
 
 Say = Callable[[str], None]
 CCACHE_VOLUME = "imagegen-ccache"
@@ -257,7 +258,7 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     """Run the image's audit step (the package's own build with stand-in compilers, seconds) for the
     cell's archs and judge it: (verdict, None) when the build may go on, (verdict or None, failed
     result) when it is refused or the audit could not run."""
-    from imagegen.audit import AuditReport, judge_cell, refuse
+    from imagegen.plan.audit import AuditReport, judge_cell, refuse
     from imagegen.executors.buildx_audit import say_verdict
 
     stage = work / "pull" / f"{cell.name}--audit"

@@ -7,7 +7,7 @@ import json
 from typing import Callable
 
 from imagegen.errors import BuildError, RefusedError
-from imagegen.wheelhouse import CellResult
+from imagegen.model.cell import CellResult
 
 
 def summary(results: list[CellResult]) -> str:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from imagegen.finish import collect
+from imagegen.wheelhouse import collect
 from imagegen.errors import RefusedError
-from imagegen.plan import Cell
+from imagegen.model.cell import Cell
 from imagegen.finish.verify import verify_wheel
-from imagegen.wheelhouse import CellResult
+from imagegen.model.cell import CellResult
 
 
 def finish(cell: Cell, wheels: list[Path], *, out: Path, inputs: str, log: Path, seconds: float,

@@ -11,7 +11,7 @@ from imagegen.errors import UsageError
 DEFAULT_LAYOUT = "{package}-{version}/torch{torch}/{cuda}"
 LAYOUT_FIELDS = ("package", "short", "version", "torch", "cuda", "python", "py")
 # How many folders deep a layout may go: as deep as every reader of a wheelhouse walks (`index`,
-# `publish`, `collect`, `build`'s up-to-date check: imagegen.wheelhouse.MAX_WALK_DEPTH is this one
+# `publish`, `collect`, `build`'s up-to-date check: imagegen.wheelhouse.manifest.MAX_WALK_DEPTH is this one
 # constant), so that a wheel a build places is one they find.
 MAX_LAYOUT_DEPTH = 8
 
@@ -20,7 +20,7 @@ def check_layout(template: str, what: str = "--layout") -> str:
     """A wheelhouse layout: a relative folder template of {package} {short} {version} {torch} {cuda}
     {python} {py} and [A-Za-z0-9._-/] (seed 001's fa{version}/torch{torch}/{cuda}), at most
     MAX_LAYOUT_DEPTH folders deep. Refused otherwise. The one check of a layout, whichever command
-    or config file gives it (imagegen.options, imagegen.config)."""
+    or config file gives it (imagegen.plan.options, imagegen.plan.config)."""
     hint = f"fields: {', '.join('{' + f + '}' for f in LAYOUT_FIELDS)}; e.g. fa{{version}}/torch{{torch}}/{{cuda}}"
     if not isinstance(template, str) or not 1 <= len(template) <= 200 \
             or not re.fullmatch(r"[A-Za-z0-9._/{}-]+", template):

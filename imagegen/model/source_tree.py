@@ -146,12 +146,10 @@ def read_tree(root: Path) -> TreeFacts:
     module-level names bound to one); setup.cfg's [metadata]; [tool.setuptools.dynamic] and
     [tool.hatch.version]; a package's ``__version__`` where setup.py reads one (Block-Sparse-Attention
     reads block_sparse_attn/__init__.py's). Unreadable or hostile files count as absent."""
-    from imagegen.config import read_toml  # local import keeps tomllib optional here
-
     pyproject: dict = {}
     if (root / "pyproject.toml").is_file():
         try:
-            pyproject = read_toml(root / "pyproject.toml", inside=root)
+            pyproject = safety.read_toml(root / "pyproject.toml", inside=root)
         except ImagegenError:
             pyproject = {}
     project = pyproject.get("project", {})

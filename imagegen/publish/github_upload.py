@@ -30,7 +30,7 @@ from typing import Mapping
 
 from imagegen.errors import PublishError
 from imagegen.publish.upload import Destination, Found, GithubDest, found_sha256, missing_library
-from imagegen.wheelhouse import VerifiedWheel
+from imagegen.wheelhouse.manifest import VerifiedWheel
 
 DEFAULT_API = "https://api.github.com"
 TIMEOUT_S = 60

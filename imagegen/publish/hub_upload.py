@@ -42,7 +42,7 @@ from imagegen import safety
 from imagegen.errors import PublishError
 from imagegen.outputs import shown
 from imagegen.publish.upload import Destination, Found, HubDest, found_sha256, missing_library
-from imagegen.wheelhouse import VerifiedWheel
+from imagegen.wheelhouse.manifest import VerifiedWheel
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 COMMIT_TRIES = 3  # the branch moved under us this many times in a row: give up on this wheel

@@ -84,7 +84,7 @@ from imagegen.publish import index_files as disk
 from imagegen.publish import index_pages as pages
 from imagegen.publish.index_pages import API_VERSION, METADATA_SUFFIX, IndexedFile, IndexedWheel
 from imagegen.safety import os_reason
-from imagegen.wheelhouse import MANIFEST, MAX_WALK_DEPTH, VerifiedWheel, verified_wheels
+from imagegen.wheelhouse.manifest import MANIFEST, MAX_WALK_DEPTH, VerifiedWheel, verified_wheels
 
 SIMPLE = "simple"
 INDEX_HTML = "index.html"

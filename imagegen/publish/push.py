@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagegen import registry as reg
+from imagegen.plan import registry as reg
 from imagegen.executors.prebuilt import Say, bake_builders, say_on_stderr
-from imagegen.plan import Cell, Plan
-from imagegen.registry import Lock, image_ref, pinned
+from imagegen.model.cell import Cell, Plan
+from imagegen.plan.registry import Lock, image_ref, pinned
 
 
 @dataclass

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from imagegen.errors import PublishError
 from imagegen.publish.upload import Destination, Found, PypiDest, missing_library
-from imagegen.wheelhouse import VerifiedWheel
+from imagegen.wheelhouse.manifest import VerifiedWheel
 
 TIMEOUT_S = 60
 MAX_INDEX_PAGE = 64 << 20  # a project page of more than this is not read

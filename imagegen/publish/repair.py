@@ -13,7 +13,7 @@ manylinux policy the wheel's symbols allow (``--plat auto``), or the one asked f
 wheel is checked again: the same SASS/PTX in every extension as before, and, with a Python that has
 torch, the import test. Nothing half-written is left in the destination: auditwheel writes into a
 hidden folder beside it and the finished wheel is renamed into place; a wheel of a wheelhouse
-replaces the original in its folder and manifest (imagegen.finish.collect.replace_wheel).
+replaces the original in its folder and manifest (imagegen.wheelhouse.collect.replace_wheel).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Callable
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from imagegen.finish import collect
+from imagegen.wheelhouse import collect
 from imagegen.errors import ArchError, ImagegenError, PublishError, UsageError
 from imagegen.executors.import_test import import_test, wheel_modules
 from imagegen.model.arch import ArchList
@@ -45,7 +45,7 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import new_file_mode, shown
 from imagegen.safety import describe, member_name_problem, os_reason
 from imagegen.finish.verify import verify_wheel
-from imagegen.wheelhouse import MANIFEST, read_manifest, sha256
+from imagegen.wheelhouse.manifest import MANIFEST, read_manifest, sha256
 
 Say = Callable[[str], None]
 
@@ -426,7 +426,7 @@ def repair_in_wheelhouse(wheel: Path, *, plat: str | None = None, python_exe: st
                          say: Say = say_on_stderr) -> RepairResult:
     """Repair a wheel of a wheelhouse in place: the repaired wheel replaces ``wheel`` in its folder and
     in every manifest entry that lists it (new name, sha256 and a ``repaired`` record), atomically
-    (imagegen.finish.collect.replace_wheel). The manifest's expected archs are checked again, and its base
+    (imagegen.wheelhouse.collect.replace_wheel). The manifest's expected archs are checked again, and its base
     image's glibc compared with the tag. Refused (PublishError) when the wheel is not listed in its
     folder's manifest or changed since it was built."""
     _check_input(wheel, plat)

@@ -31,7 +31,7 @@ from typing import Mapping
 
 from imagegen.errors import PublishError
 from imagegen.publish.upload import Destination, Found, S3Dest, found_sha256, missing_library
-from imagegen.wheelhouse import VerifiedWheel
+from imagegen.wheelhouse.manifest import VerifiedWheel
 
 CHUNK = 1 << 20
 # Error codes that say the keys, not the object, are the problem.

@@ -20,7 +20,7 @@ A wheel lands under its own file name (pip reads name, version and tags from it)
 
 The rules, the same for every destination (the destination modules only read what is there and upload):
 
-- only verified wheels are uploaded (imagegen.wheelhouse.verified_wheels: listed in a manifest.json
+- only verified wheels are uploaded (imagegen.wheelhouse.manifest.verified_wheels: listed in a manifest.json
   with the sha256 they still have); a listed wheel that is missing or changed, or two different
   wheels of one name, are refused;
 - a file already there under the wheel's name with the same sha256 is skipped;
@@ -54,7 +54,7 @@ from imagegen.errors import PublishError, UsageError, bounded, printable
 # the parsed forms from here.
 from imagegen.model.destinations import Dest, GithubDest, HubDest, PypiDest, S3Dest, parse_destination  # noqa: F401
 from imagegen.safety import redact
-from imagegen.wheelhouse import VerifiedWheel, verified_wheels
+from imagegen.wheelhouse.manifest import VerifiedWheel, verified_wheels
 
 # --------------------------------------------------------------------------------------------
 # What a destination module provides

@@ -33,7 +33,8 @@ from typing import Mapping
 
 from imagegen import safety
 from imagegen.model.build_cost import cell_cost
-from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, on_fallback
+from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
+from imagegen.plan.matrix import on_fallback
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, CellInputs, builder_files, render_dockerfile
 from imagegen.resources.builder import imagegen_rules as rules
 

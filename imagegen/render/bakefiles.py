@@ -13,7 +13,8 @@ from pathlib import Path
 from imagegen import __version__, outputs
 from imagegen.errors import EngineError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.plan import MatrixRequest, Plan, defaults, expand
+from imagegen.model.cell import MatrixRequest, Plan
+from imagegen.plan.matrix import defaults, expand
 from imagegen.render.bake import COMPILE_CACHE_SECRET, VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
 
 

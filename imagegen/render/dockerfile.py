@@ -24,7 +24,7 @@ import jinja2
 
 from imagegen import __version__, safety
 from imagegen.errors import UnsafeValueError, UsageError
-from imagegen.plan import Cell
+from imagegen.model.cell import Cell
 from imagegen.resources.builder import imagegen_rules as rules
 
 VENV = "/opt/imagegen/venv"

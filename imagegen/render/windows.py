@@ -1,6 +1,6 @@
 """Windows: the native build of one or many cells as a cmd or PowerShell script (seeds 001 and 002, generated).
 
-The cells come from the planner (imagegen.plan.windows_plan: expand on a WindowsHost, with the cell's CUDA
+The cells come from the planner (imagegen.plan.matrix.windows_plan: expand on a WindowsHost, with the cell's CUDA
 toolkit as nvcc), so a cell the plan rejects (nvcc 12.6 cannot build sm_120, a torch/CUDA pair torch never
 shipped) is refused with the plan's reason, and an arch the package runs from another cubin (flash-attn's
 8.6 on sm_80) is mapped as on Linux. One script builds every cell in turn and goes on past a failed one; it
@@ -31,14 +31,14 @@ from importlib import resources
 import jinja2
 
 from imagegen import __version__
-from imagegen.config import DEFAULT_OUT
+from imagegen.plan.config import DEFAULT_OUT
 from imagegen.errors import CompatError, UnsafeValueError, UsageError, printable
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_format import format_for
 from imagegen.model.jobs import split_extensions
 from imagegen.model.recipes import Recipe, RecipeVersion
-from imagegen.plan import Cell
+from imagegen.model.cell import Cell
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
@@ -157,7 +157,7 @@ def build_env(recipe: Recipe, version: RecipeVersion, archs: ArchList, max_jobs:
 
 
 # --------------------------------------------------------------------------------------------
-# The cells (planned by imagegen.plan.windows_plan, as every other cell)
+# The cells (planned by imagegen.plan.matrix.windows_plan, as every other cell)
 
 
 def torch_index(cell: Cell, override: str | None = None) -> str:

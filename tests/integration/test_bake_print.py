@@ -19,7 +19,8 @@ import pytest
 from imagegen.cli import main
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import MatrixRequest, expand
+from imagegen.model.cell import MatrixRequest
+from imagegen.plan.matrix import expand
 from imagegen.render import bake as B
 from imagegen.render.bake import build_definition
 from imagegen.render.bakefiles import check_round_trip, print_bake
@@ -43,7 +44,7 @@ def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
     meant = json.loads((ROOT / rel).read_text()) if rel.endswith(".json") else None
     if meant is None:
         # The HCL says the same as the JSON union: compare with a fresh definition.
-        from imagegen.plan import defaults
+        from imagegen.plan.matrix import defaults
         from imagegen.render.bakefiles import REPO_SCRIPTS, repo_plan
 
         meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT,

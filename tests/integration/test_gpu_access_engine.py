@@ -56,7 +56,7 @@ def test_devices_mode_flags_for_a_driver_among_system_libraries(tmp_path):
 def test_doctor_reads_the_real_engine_and_buildx_for_the_gpu_check_in_builds():
     """The engine scripts/install-engine.sh installs (Debian trixie: dockerd 26.1.5, buildx 0.13.1) is
     older than BuildKit's CDI devices need: doctor says so with the versions it read from them."""
-    from imagegen import doctor
+    from imagegen.commands import doctor
     server = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
     bx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True)
     assert server.returncode == 0 and bx.returncode == 0, "the Docker engine and buildx are required"

@@ -22,8 +22,8 @@ from typing import Iterator
 
 import pytest
 
-from imagegen import wheelhouse
-from imagegen.finish import collect
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from imagegen import resolve
+from imagegen.plan import resolve
 
 pytestmark = pytest.mark.integration
 

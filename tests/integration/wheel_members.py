@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagegen.refresh import project_files
+from imagegen.plan.refresh import project_files
 
 INDEX = os.environ.get("IMAGEGEN_TEST_INDEX_URL", "https://pypi.org/simple").rstrip("/")
 TAIL = 4 << 20  # the table of contents of torch's wheel is ~1.5 MB

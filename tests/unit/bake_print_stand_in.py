@@ -14,7 +14,7 @@ from pathlib import Path
 
 from imagegen.errors import EngineError
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import defaults
+from imagegen.plan.matrix import defaults
 from imagegen.render.bake import build_definition
 from imagegen.render.bakefiles import REPO_SCRIPTS, repo_plan
 

@@ -20,7 +20,8 @@ from imagegen import engine
 from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, cell_of
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.source_tree import recipe_from_source_tree
-from imagegen.plan import Cell, make_cell
+from imagegen.model.cell import Cell
+from imagegen.plan.matrix import make_cell
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # A real built wheel: tiny_kernel/_C...so carries sm_80, sm_90 and compute_90; tiny_kernel/__init__.py

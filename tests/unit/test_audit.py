@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.audit import AuditReport, Verdict, judge
+from imagegen.plan.audit import AuditReport, Verdict, judge
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 
@@ -443,9 +443,9 @@ def test_a_report_without_standards_is_not_judged_on_them():
 
 def test_judge_cell_judges_against_the_cells_own_torch():
     # What `imagegen plan --audit` and `imagegen build`'s pre-flight (engine, native, pulled image) call.
-    from imagegen.audit import judge_cell
+    from imagegen.plan.audit import judge_cell
     from imagegen.model.catalogue import load_catalogue
-    from imagegen.plan import make_cell
+    from imagegen.plan.matrix import make_cell
     fa = load_catalogue().get("flash-attn")
     report = std_report(*UPSTREAM_2_8_3)
     for torch, ok in (("2.11", True), ("2.14", False)):

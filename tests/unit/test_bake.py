@@ -15,7 +15,8 @@ from imagegen.errors import UnsafeValueError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.source_tree import recipe_from_source_tree
-from imagegen.plan import MatrixRequest, expand
+from imagegen.model.cell import MatrixRequest
+from imagegen.plan.matrix import expand
 from imagegen.render import bake as B
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, builder_files
 

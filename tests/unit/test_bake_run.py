@@ -18,7 +18,8 @@ from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import bake_data, bake_variables, default_ca_bundle, new_run_dir, prepare_run, run_bake
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import Plan, make_cell
+from imagegen.model.cell import Plan
+from imagegen.plan.matrix import make_cell
 from imagegen.render.bake import build_definition
 from tests.unit.executor_fixtures import FIXTURES, FakeBake, output_dest, tiny_cell
 
@@ -223,7 +224,7 @@ def _cell():
 def test_every_cell_gets_log_and_audit_companion_targets(tmp_path, monkeypatch):
     from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX, cell_of
     from imagegen.executors.bake_run import prepare_run
-    from imagegen.plan import Plan
+    from imagegen.model.cell import Plan
 
     monkeypatch.chdir(tmp_path)
     cell = _cell()

@@ -14,7 +14,8 @@ import pytest
 from imagegen.errors import EngineError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import MatrixRequest, expand
+from imagegen.model.cell import MatrixRequest
+from imagegen.plan.matrix import expand
 from imagegen.render import bakefiles
 from imagegen.render.bake import build_definition
 from imagegen.render.bakefiles import check_round_trip, repo_files

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from imagegen import registry
+from imagegen.plan import registry
 from imagegen.errors import ImageMissing, RegistryError
 from imagegen.executors import bases
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 
 CAT = load_catalogue()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.commands import building, common
-from imagegen.config import Config
+from imagegen.plan.config import Config
 from imagegen.errors import NothingToDoError, RecipeError, RefusedError, UsageError
 from imagegen.executors import buildx, native
 from imagegen.model.catalogue import load_catalogue
@@ -164,8 +164,8 @@ def test_a_native_build_checks_the_job_limits_like_a_container_build(tmp_path, f
 def _built_into(out: Path):
     """A stand-in for the bake executor that publishes the fixture wheel into ``out`` for each cell, as
     a build does (collect.place writes the wheel and its manifest entry)."""
-    from imagegen.finish import collect
-    from imagegen.wheelhouse import CellResult
+    from imagegen.wheelhouse import collect
+    from imagegen.model.cell import CellResult
     from tests.unit.executor_fixtures import WHEEL
 
     def fake_build(plan, **kw):
@@ -236,7 +236,7 @@ def test_a_native_build_hands_the_compile_cache_to_the_compile_and_needs_ccache(
 def test_the_options_are_resolved_once_per_build(monkeypatch, tmp_path):
     # Issue 33: flags > config > defaults is worked out once and handed down (the plan, the matrix and the
     # output folder), not again by each of them.
-    from imagegen import options
+    from imagegen.plan import options
 
     calls: list[int] = []
     real = options.resolve

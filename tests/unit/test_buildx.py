@@ -11,14 +11,15 @@ import json
 
 import pytest
 
-from imagegen import engine, wheelhouse
-from imagegen.finish import collect
+from imagegen import engine
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from imagegen.errors import UsageError
 from imagegen.executors import buildx
 from imagegen.executors.bake_log import AUDIT_SUFFIX, LOG_SUFFIX
 from imagegen.finish.finisher import finish
 from imagegen.model import jobs
-from imagegen.plan import Plan
+from imagegen.model.cell import Plan
 from imagegen.render.dockerfile import cell_document, inputs_hash
 from tests.unit.executor_fixtures import WHEEL, FakeBake, audit_report, temp_files_under, tiny_cell
 

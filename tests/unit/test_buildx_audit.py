@@ -9,12 +9,13 @@ from __future__ import annotations
 import pytest
 
 from imagegen import engine
-from imagegen.audit import AuditReport, judge_cell
+from imagegen.plan.audit import AuditReport, judge_cell
 from imagegen.executors import buildx_audit
 from imagegen.executors.bake_log import AUDIT_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import prepare_run
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.plan import Plan, make_cell
+from imagegen.model.cell import Plan
+from imagegen.plan.matrix import make_cell
 from tests.unit.executor_fixtures import FakeBake, audit_report, tiny_cell, tiny_recipe
 
 PY311, PY312 = tiny_cell(python="3.11"), tiny_cell(python="3.12")

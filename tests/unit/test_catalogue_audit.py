@@ -9,10 +9,11 @@ import re
 import pytest
 from packaging.version import Version
 
-from imagegen.audit import AuditReport, judge
+from imagegen.plan.audit import AuditReport, judge
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import builtin_recipe_dir, load_catalogue
-from imagegen.plan import BUILDABLE, REJECTED, make_cell
+from imagegen.model.cell import BUILDABLE, REJECTED
+from imagegen.plan.matrix import make_cell
 
 CAT = load_catalogue()
 RECIPES = [CAT.get(n) for n in CAT.names()]

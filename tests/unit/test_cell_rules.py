@@ -1,4 +1,4 @@
-"""Tests for imagegen.cell_rules: the reasons a cell is refused (Python, torch x CUDA, the recipe's ranges,
+"""Tests for imagegen.model.cell_rules: the reasons a cell is refused (Python, torch x CUDA, the recipe's ranges,
 nvcc x arch, package x arch, base image x CUDA), what a package compiles and carries for a request
 (compiled_archs, expected_archs, covers), and ``arch.runs_on`` applied the same way by the in-build
 script to an arch list that arrives at build time (a bake override of TORCH_CUDA_ARCH_LIST, or the GPUs
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from imagegen.cell_rules import (
+from imagegen.model.cell_rules import (
     base_problems,
     cc_key,
     compiled_archs,
@@ -35,7 +35,7 @@ from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipes import Rule
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 from imagegen.render.dockerfile import cell_document
 from tests.unit.builder_script import BUILDENV, SCRIPT, builder_module
 

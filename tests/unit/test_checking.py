@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import doctor
+from imagegen.commands import doctor
 from imagegen.commands import checking, common
 from imagegen.errors import ImagegenError, RecipeError, UsageError, VerifyError
 from imagegen.model.arch_parse import parse_arch_list

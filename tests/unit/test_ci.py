@@ -1,5 +1,5 @@
 """Tests for imagegen.commands.ci, `imagegen ci github` (issue 34 item 2): the Windows matrix planned by the one
-planner (imagegen.plan.windows_plan) and taken as given (a cell that cannot build is left out and named, on
+planner (imagegen.plan.matrix.windows_plan) and taken as given (a cell that cannot build is left out and named, on
 stderr and in the workflow's header; only a matrix with no buildable cell is refused), a timeout below the
 hosted runner's 6 h on every job, Linux ones too, and a base image's fallbacks (the bake file's
 <target>-fallback targets) picked in the job as `imagegen build` picks them.

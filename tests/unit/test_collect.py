@@ -1,4 +1,4 @@
-"""Tests for imagegen.finish.collect: built wheels copied into the output folder atomically (cell folders with a
+"""Tests for imagegen.wheelhouse.collect: built wheels copied into the output folder atomically (cell folders with a
 manifest.json, or --flat), build logs kept, and what the manifest records of each cell."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import wheelhouse
-from imagegen.finish import collect
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from imagegen.errors import PublishError, RecipeError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipes import fetched_from
 from imagegen.outputs import new_file_mode
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 
 WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 

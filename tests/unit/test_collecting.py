@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import wheelhouse
+from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.commands import collecting
 from imagegen.errors import UsageError, VerifyError
 from imagegen.publish.index import write_index

@@ -11,10 +11,11 @@ import os
 import pytest
 
 from imagegen.commands import common
-from imagegen.config import Config, Matrix
+from imagegen.plan.config import Config, Matrix
 from imagegen.errors import CompatError, LockFileError, NothingToDoError, RecipeError, RegistryError, UsageError
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import BUILDABLE, defaults
+from imagegen.model.cell import BUILDABLE
+from imagegen.plan.matrix import defaults
 from tests.unit.command_helpers import CELL, FIXTURES, TINY, fake_host, parse
 
 

@@ -1,4 +1,4 @@
-"""Tests for imagegen.config: finding imagegen.toml / [tool.imagegen], reading every key (paths relative to
+"""Tests for imagegen.plan.config: finding imagegen.toml / [tool.imagegen], reading every key (paths relative to
 the file), and the one-line ConfigError (exit 2) for each kind of broken config file."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.config import MAX_CONFIG_BYTES, Config, Matrix, find_config, load_config, read_toml
+from imagegen.plan.config import MAX_CONFIG_BYTES, Config, Matrix, find_config, load_config
+from imagegen.safety import read_toml
 from imagegen.errors import ConfigError
 from imagegen.model.compat import container_flavors
 

@@ -19,7 +19,7 @@ from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.source_tree import recipe_from_source_tree
-from imagegen.plan import choose_cell
+from imagegen.plan.matrix import choose_cell
 from imagegen.render.dockerfile import builder_files, builder_script, render_dockerfile
 
 HERE = Path(__file__).resolve().parent.parent  # tests/
@@ -247,7 +247,7 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
     """A recipe's system_requires must not sit above the torch layer (that would give every recipe
     its own copy of it): they get their own RUN after it, and the base's package list stays the same."""
     from imagegen.model.recipe_file import load_recipe_file
-    from imagegen.plan import make_cell
+    from imagegen.plan.matrix import make_cell
     from tests.unit.recipe_texts import GOOD, write
 
     text = GOOD.replace("build:\n", "build:\n  system_requires: [libaio-dev, make]\n")
@@ -278,7 +278,7 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
 ])
 def test_the_toolchain_document_says_whether_the_images_torch_is_reused(tmp_path, kw, reuse, says):
     """The toolchain layer's input carries the plan's decision, so the build does what `plan` said."""
-    from imagegen.plan import make_cell
+    from imagegen.plan.matrix import make_cell
 
     r = CATALOGUE.get("sage")
     cell = make_cell(r, r.version(None), kw.pop("torch"), kw.pop("cuda"), kw.pop("python"), parse_arch_list("9.0"),
@@ -294,7 +294,8 @@ def test_the_toolchain_document_says_whether_the_images_torch_is_reused(tmp_path
 
 def test_an_offline_render_keeps_every_step_off_the_network(tmp_path):
     # The device's case: a local tree on a base image whose Python has the torch asked for.
-    from imagegen.plan import Plan, with_offline
+    from imagegen.model.cell import Plan
+    from imagegen.plan.matrix import with_offline
 
     recipe = recipe_from_source_tree(FIXTURE)
     online = choose_cell(recipe, recipe.version(None), parse_arch_list("9.0"), torch="2.11", cuda="13.0",
@@ -317,7 +318,8 @@ def test_an_offline_render_keeps_every_step_off_the_network(tmp_path):
 
 
 def test_an_offline_cell_that_would_download_is_refused_naming_the_download():
-    from imagegen.plan import Plan, with_offline
+    from imagegen.model.cell import Plan
+    from imagegen.plan.matrix import with_offline
 
     sage = CATALOGUE.get("sage")
     cells = [choose_cell(sage, sage.version(None), parse_arch_list("9.0"), torch="2.9", cuda="13.0", python="3.12",

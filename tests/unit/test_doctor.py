@@ -1,4 +1,4 @@
-"""Tests for imagegen.doctor: the Report (text and JSON), the toolchain checks (torch, nvcc vs torch's CUDA,
+"""Tests for imagegen.commands.doctor: the Report (text and JSON), the toolchain checks (torch, nvcc vs torch's CUDA,
 GPUs) against stand-in python / nvcc / nvidia-smi executables, the engine checks against a stand-in docker
 (never a real engine), the machine checks, and run() without the engine."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import doctor
+from imagegen.commands import doctor
 from imagegen.engine import NO_DOCKER
 
 SYSTEM_PATH = "/usr/bin:/bin"  # sh, mkdir and grep; no docker, nvcc or nvidia-smi live there

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from imagegen import wheelhouse
+from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.errors import VerifyError
 from imagegen.finish.finisher import finish
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, temp_files_under, tiny_cell

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import doctor
+from imagegen.commands import doctor
 from imagegen.errors import EngineError
 from imagegen.executors import gpu_access, prebuilt
 

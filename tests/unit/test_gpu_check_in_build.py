@@ -19,7 +19,8 @@ from imagegen.errors import ImagegenError, UnsafeValueError
 from imagegen.executors import gpu_access
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.source_tree import recipe_from_source_tree
-from imagegen.plan import DEFAULT_DOCKERFILE_FRONTEND, Plan, choose_cell, with_gpu_check
+from imagegen.model.cell import Plan
+from imagegen.plan.matrix import DEFAULT_DOCKERFILE_FRONTEND, choose_cell, with_gpu_check
 from imagegen.render.dockerfile import render_dockerfile
 from tests.unit.test_dockerfile import FIXTURE, GOLDEN, check_structure, instructions, render, run_hadolint
 

@@ -31,7 +31,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagegen import cli, outputs, registry
+from imagegen import cli, outputs
+from imagegen.plan import registry
 from imagegen.finish import fatbin
 from imagegen.finish import verify
 from imagegen.errors import ImagegenError, UsageError
@@ -657,7 +658,8 @@ def _cwd(path: Path):
 
 @contextlib.contextmanager
 def _stubs():
-    from imagegen import doctor, refresh, refs
+    from imagegen.commands import doctor
+    from imagegen.plan import refresh, refs
     from imagegen.finish import check
     from imagegen.commands import repairing
     from imagegen.executors import buildx as execute

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import outputs, wheelhouse
+from imagegen import outputs
+from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.cli import main
 from imagegen.executors import gpu_access
 from imagegen.model.layout import check_layout

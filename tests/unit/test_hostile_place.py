@@ -3,7 +3,7 @@ is not a failed build.
 
 - 15: two builds of one cell for different archs, started together, both passed the "would be
   replaced" check made before building, and the second to place its wheel silently replaced the
-  first's (both exited 0). Placement now re-checks under the cell folder's lock (imagegen.finish.collect.
+  first's (both exited 0). Placement now re-checks under the cell folder's lock (imagegen.wheelhouse.collect.
   placing): one wins, the other is refused and says so. The manifest's read-modify-write is under the
   same lock, so two cells placed into one folder at once both keep their entries. Tested with real
   processes (and threads) calling the real placement, started together.
@@ -26,15 +26,16 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import cli, engine, wheelhouse
-from imagegen.finish import collect
+from imagegen import cli, engine
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from imagegen.errors import BuildError, RefusedError
 from imagegen.executors import results as report
 from imagegen.finish.finisher import finish
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import make_cell
-from imagegen.wheelhouse import CellResult
+from imagegen.plan.matrix import make_cell
+from imagegen.model.cell import CellResult
 from tests.unit.executor_fixtures import WHEEL, temp_files_under, tiny_cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,11 +66,11 @@ def _digest(path: Path) -> str:
 PLACER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from imagegen.finish import collect
+    from imagegen.wheelhouse import collect
     from imagegen.errors import ImagegenError
     from imagegen.model.arch_parse import parse_arch_list
     from imagegen.model.catalogue import load_catalogue
-    from imagegen.plan import make_cell
+    from imagegen.plan.matrix import make_cell
 
     out, archs, python, wheel, ready, go = sys.argv[1:]
     r = load_catalogue().get("sage")

@@ -381,7 +381,7 @@ def test_collect_and_the_up_to_date_check_read_a_hostile_manifest_bounded(tmp_pa
 
 
 def test_read_manifest_is_bounded_and_says_why(tmp_path):
-    from imagegen import wheelhouse
+    from imagegen.wheelhouse import manifest as wheelhouse
     from tests.unit.executor_fixtures import tiny_cell
     cell = tiny_cell()  # build's up-to-date check reads the same way: a FIFO is no earlier build, at once
     wheelhouse.cell_dir(tmp_path / "out", cell).mkdir(parents=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import refs, safety
+from imagegen import safety
+from imagegen.plan import refs
 from imagegen.cli import main
 from imagegen.errors import UnsafeValueError, UsageError
 from imagegen.resources.builder import imagegen_wheeltools as wheeltools

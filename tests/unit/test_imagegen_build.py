@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from imagegen.model.arch_format import to_cmake, to_dotted_list, to_gencode, to_numeric_list, to_torch_arch_list
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 from imagegen.render.dockerfile import builder_script
 from tests.unit.builder_script import BUILDENV, RECORDS, builder_module
 

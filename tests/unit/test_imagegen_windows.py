@@ -4,7 +4,7 @@ line, fitting neither), the pinned source fetched from a real repository, retag 
 then installs, the arch check on real cuobjdump output (captured from cuobjdump 13.5 of PyPI's
 nvidia-cuda-cuobjdump on the fixture wheel's extension; the real tool is run too where one is found),
 the torch/nvcc check with stand-ins, the import test in a fresh venv, and the move into the wheelhouse
-with a build record that imagegen.finish.records accepts."""
+with a build record that imagegen.wheelhouse.records accepts."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.finish import records
+from imagegen.wheelhouse import records
 from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from imagegen import engine, registry
+from imagegen import engine
+from imagegen.plan import registry
 from imagegen.commands import images
 from imagegen.errors import LockFileError, NothingToDoError, RegistryError, UsageError
 from imagegen.executors import prebuilt

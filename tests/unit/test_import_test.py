@@ -17,7 +17,7 @@ from imagegen.executors.host import HostToolchain
 from imagegen.executors.import_test import Importer, import_test, smoke_test, wheel_modules
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, temp_files_under, tiny_cell
 
 

@@ -1,7 +1,7 @@
 """Tests for imagegen.publish.index: the static pip index of a wheelhouse (PEP 503 pages, PEP 691 JSON, PEP 658
 metadata files, the find-links page).
 
-Real wheels, placed the way a build places them (imagegen.finish.collect.place), and pages read back with
+Real wheels, placed the way a build places them (imagegen.wheelhouse.collect.place), and pages read back with
 html.parser: what a page says (links, hashes, Requires-Python; hostile folder names, file names and metadata
 escaped or left out), an unchanged index left as it is, a page that appears only once what it links to is
 there and stale files that go only once nothing lists them, two writers at once that leave a consistent
@@ -27,8 +27,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from imagegen import wheelhouse
-from imagegen.finish import collect
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from imagegen.errors import PublishError, Unreadable, UnsafeValueError
 from imagegen.publish import index
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell

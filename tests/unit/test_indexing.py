@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from imagegen import cli
-from imagegen.finish import collect
+from imagegen.wheelhouse import collect
 from imagegen.commands import indexing
 from tests.unit.command_helpers import call
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell

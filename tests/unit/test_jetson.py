@@ -14,8 +14,9 @@ from imagegen.cli import main
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import BUILDABLE, REJECTED, Plan, choose_cell, make_cell
-from imagegen.platforms import default_platforms, with_platforms
+from imagegen.model.cell import BUILDABLE, REJECTED, Plan
+from imagegen.plan.matrix import choose_cell, make_cell
+from imagegen.plan.platforms import default_platforms, with_platforms
 from imagegen.render.bake import build_definition
 from imagegen.render.dockerfile import render_dockerfile
 from tests.unit.test_dockerfile import check_structure, run_hadolint
@@ -158,7 +159,8 @@ def test_given_axes_stay_as_given(capsys):
 
 
 def test_other_flavors_plan_the_generic_matrix_as_before():
-    from imagegen.plan import MatrixRequest, device_requests
+    from imagegen.model.cell import MatrixRequest
+    from imagegen.plan.matrix import device_requests
 
     r = CAT.get("causal-conv1d")
     req = MatrixRequest(recipes=[(r, r.version(None))], torch=["2.9"], cuda=["12.8"], python=["3.12"],

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from imagegen.model import jobs
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 from imagegen.render.dockerfile import cell_document
 from tests.unit.builder_script import BUILDENV, builder_module
 

@@ -16,25 +16,21 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "imagegen"
 
 FOLDER_STEP = {
-    "model": 1,       # inputs as data and the rules over them (arch, compat, recipes, jobs)
-    "render": 3,      # one generator per output
-    "executors": 4,   # buildx bake, native, prebuilt images
-    "finish": 5,      # verify a built wheel, collect it into the wheelhouse, the GPU check
-    "publish": 6,     # registry images
-    "commands": 7,    # the shell's commands
+    "model": 1,       # inputs as data and the rules over them (arch, compat, recipes, cells, jobs)
+    "plan": 2,        # from a request to validated cells: options, config, refs, matrix, lock, resolution, audit
+    "wheelhouse": 3,  # where wheels go and what the manifests say (read before building); collect, its one writer
+    "render": 4,      # one generator per output
+    "executors": 5,   # buildx bake, native, prebuilt images
+    "finish": 6,      # verify a built wheel and check it on the GPU, then hand it to collect
+    "publish": 7,     # uploads, the index, repair, registry images
+    "commands": 8,    # the shell's commands
     "resources": 0,   # data, and the stdlib-only scripts the builder images run
 }
 MODULE_STEP = {
     # foundations every step may use: errors, validation, safe writes, bounded reads, signals, YAML, the engine seam
     "errors": 0, "safety": 0, "untrusted": 0, "yamlio": 0, "outputs": 0, "interrupt": 0, "engine": 0, "__init__": 0,
-    # the options of a request: the config file, then flags > config > defaults
-    "config": 1, "refs": 1, "refresh": 1, "options": 2,
-    # plan: validated cells, and the gencode audit that proves them
-    "plan": 2, "platforms": 2, "cell_rules": 2, "audit": 2, "registry": 2, "resolve": 2,
-    # what the wheelhouse holds, read by the executors before building (its one writer: finish.collect)
-    "wheelhouse": 2,
     # the shell
-    "doctor": 7, "cli": 7, "__main__": 8,
+    "cli": 8, "__main__": 9,
 }
 KNOWN: set[tuple[str, str]] = set()  # exceptions still to remove; none left
 
@@ -96,8 +92,8 @@ def test_no_module_imports_a_later_step():
 def test_the_import_reader_sees_imports_across_folders():
     # The test above can only fail if imports() finds what a module really imports.
     deps = imports("executors.buildx", PACKAGE / "executors" / "buildx.py")
-    assert {"wheelhouse", "engine", "executors.bake_run"} <= deps, deps
-    assert "model.arch" in imports("plan", PACKAGE / "plan.py")
+    assert {"wheelhouse.manifest", "engine", "executors.bake_run"} <= deps, deps
+    assert "model.arch" in imports("plan.matrix", PACKAGE / "plan" / "matrix.py")
 
 
 def test_the_known_exceptions_are_still_real():

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from imagegen.cli import main
-from imagegen.config import load_config
+from imagegen.plan.config import load_config
 from imagegen.errors import ConfigError, UsageError
 from imagegen.model.layout import DEFAULT_LAYOUT, LAYOUT_FIELDS, check_layout
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen import wheelhouse
+from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.errors import BuildError, CompatError
 from imagegen.executors import native
 from imagegen.executors.host import HostToolchain, preflight

@@ -15,15 +15,16 @@ import time
 import uuid
 from pathlib import Path
 
-from imagegen import wheelhouse
-from imagegen.finish import collect
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from imagegen.executors import bake_run, results
 from imagegen.executors import buildx as execute
 from imagegen.finish.finisher import finish
 from imagegen.interrupt import SIGNALS, descendants
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import Plan, make_cell
+from imagegen.model.cell import Plan
+from imagegen.plan.matrix import make_cell
 
 WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
 

@@ -1,4 +1,4 @@
-"""imagegen.options: flags first, then the project config, then imagegen's defaults, for every value
+"""imagegen.plan.options: flags first, then the project config, then imagegen's defaults, for every value
 a command runs with (resolved in one place)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import options
-from imagegen.config import Config, Matrix, load_config
-from imagegen.plan import defaults
+from imagegen.plan import options
+from imagegen.plan.config import Config, Matrix, load_config
+from imagegen.plan.matrix import defaults
 
 
 def ns(**kw) -> argparse.Namespace:
@@ -116,7 +116,7 @@ def test_base_image_per_cuda_version(tmp_path, capsys):
     import json
 
     from imagegen.cli import main
-    from imagegen.config import load_config
+    from imagegen.plan.config import load_config
     from imagegen.errors import ConfigError, UsageError
 
     assert options.base_images(None) is None and options.base_images(["img:1"]) == "img:1"

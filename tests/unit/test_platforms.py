@@ -12,8 +12,9 @@ from imagegen.cli import main
 from imagegen.errors import UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import BUILDABLE, REJECTED, Plan, make_cell
-from imagegen.platforms import parse_platforms, with_platforms
+from imagegen.model.cell import BUILDABLE, REJECTED, Plan
+from imagegen.plan.matrix import make_cell
+from imagegen.plan.platforms import parse_platforms, with_platforms
 from imagegen.render.bake import build_definition
 from imagegen.render.dockerfile import render_dockerfile
 

@@ -14,16 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import __version__, engine, registry, wheelhouse
-from imagegen.finish import collect
+from imagegen import __version__, engine
+from imagegen.plan import registry
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from imagegen.errors import BuildError, EngineError, ImageMissing, RegistryError, UsageError
 from imagegen.executors import prebuilt
 from imagegen.executors.bake_run import bake_variables
 from imagegen.finish.finisher import finish
 from imagegen.model import jobs
 from imagegen.model.recipes import with_env
-from imagegen.plan import Plan
-from imagegen.registry import Lock, image_ref
+from imagegen.model.cell import Plan
+from imagegen.plan.registry import Lock, image_ref
 from imagegen.render.dockerfile import cell_document, inputs_hash
 from tests.unit.executor_fixtures import WHEEL, audit_report, temp_files_under, tiny_cell
 

@@ -17,9 +17,10 @@ from imagegen import engine
 from imagegen.errors import BuildError, RegistryError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import Plan, choose_cell, make_cell
+from imagegen.model.cell import Plan
+from imagegen.plan.matrix import choose_cell, make_cell
 from imagegen.publish import push
-from imagegen.registry import LOCK_SCHEMA, Lock, image_ref
+from imagegen.plan.registry import LOCK_SCHEMA, Lock, image_ref
 
 REGISTRY = "127.0.0.1:5000/ml"
 CATALOGUE = load_catalogue()

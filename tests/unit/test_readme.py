@@ -50,7 +50,7 @@ import pytest
 from imagegen import cli
 from imagegen.errors import ImagegenError
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import defaults
+from imagegen.plan.matrix import defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

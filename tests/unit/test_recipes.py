@@ -21,7 +21,7 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipe_file import load_recipe_file
 from imagegen.model.recipes import ArchKnob, Recipe, Rule, Sdist, fetched_from, with_env
 from imagegen.model.source_tree import recipe_from_source_tree
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 from imagegen.render.dockerfile import render_dockerfile
 from tests.unit.recipe_texts import GOOD, write
 

@@ -1,4 +1,4 @@
-"""imagegen.finish.records on its own: which files a walk takes for build records and bare wheels (symlinks
+"""imagegen.wheelhouse.records on its own: which files a walk takes for build records and bare wheels (symlinks
 and folders named like wheels are not), and the record read back within bounds. The command around it
 (verification, the manifest, the exit codes) is tested in test_collecting.py."""
 
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from imagegen.finish import records
+from imagegen.wheelhouse import records
 from imagegen.errors import BuildRecordError
 from tests.unit.executor_fixtures import WHEEL
 

@@ -1,4 +1,4 @@
-"""Tests for imagegen.refresh: `imagegen refresh` against a PyPI-compatible index served on 127.0.0.1 (PEP 691
+"""Tests for imagegen.plan.refresh: `imagegen refresh` against a PyPI-compatible index served on 127.0.0.1 (PEP 691
 JSON pages, PEP 658 metadata beside some wheels, HTTP range requests into the others, real zip wheels):
 new torch series and CUDA toolkits land in the user-level overlay that imagegen.model.compat reads over
 its own tables, and answers that look broken are refused with one line."""
@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from imagegen import refresh
+from imagegen.plan import refresh
 from imagegen.cli import main
 from imagegen.errors import CompatError
 from imagegen.model import compat

@@ -1,4 +1,4 @@
-"""Tests for imagegen.refs: --ref and --git URL@REF, resolved against a real git server (git's own
+"""Tests for imagegen.plan.refs: --ref and --git URL@REF, resolved against a real git server (git's own
 http-backend on 127.0.0.1, tests/git_server.py) before anything is planned, and the recipe facts each
 ref gets: the catalogue's pin, the by_version range of the version it names or declares, or a refusal."""
 
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from imagegen import refs
+from imagegen.plan import refs
 from imagegen.cli import main
 from imagegen.errors import RecipeError, UnsafeValueError, UsageError
 from imagegen.model.catalogue import load_catalogue

@@ -13,9 +13,10 @@ import pytest
 from imagegen import cli
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import Plan, make_cell
+from imagegen.model.cell import Plan
+from imagegen.plan.matrix import make_cell
 from imagegen.errors import NoPlatformImage
-from imagegen.registry import (
+from imagegen.plan.registry import (
     ImageMissing,
     Lock,
     RegistryError,
@@ -151,7 +152,7 @@ def test_gpu_flags_follow_the_driver_and_the_container_toolkit(tmp_path, monkeyp
 
 
 def test_an_arm64_builder_image_has_a_tag_of_its_own():
-    from imagegen.platforms import with_platforms
+    from imagegen.plan.platforms import with_platforms
 
     amd, arm = with_platforms(Plan(cells=[cell(flavor="pypi", torch="2.11", cuda="13.0")]),
                               ("linux/amd64", "linux/arm64")).cells

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.finish import collect
+from imagegen.wheelhouse import collect
 from imagegen.errors import PublishError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import new_file_mode
 from imagegen.publish import repair
 from imagegen.finish.verify import verify_wheel
-from imagegen.wheelhouse import MANIFEST, read_manifest, sha256, verified_wheels
+from imagegen.wheelhouse.manifest import MANIFEST, read_manifest, sha256, verified_wheels
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, python_stand_in, temp_files_under, tiny_cell
 
 SO = "tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so"

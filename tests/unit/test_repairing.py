@@ -12,10 +12,10 @@ import shutil
 
 import pytest
 
-from imagegen.finish import collect
+from imagegen.wheelhouse import collect
 from imagegen.commands import repairing
 from imagegen.errors import PublishError, UsageError
-from imagegen.wheelhouse import MANIFEST, read_manifest, sha256
+from imagegen.wheelhouse.manifest import MANIFEST, read_manifest, sha256
 from tests.unit.command_helpers import WHEEL, call
 from tests.unit.executor_fixtures import pure_wheel, python_stand_in, temp_files_under, tiny_cell
 

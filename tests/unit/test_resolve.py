@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import resolve
+from imagegen.plan import resolve
 from imagegen.errors import UsageError
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import MatrixRequest, Plan, expand
-from imagegen.platforms import with_platforms
+from imagegen.model.cell import MatrixRequest, Plan
+from imagegen.plan.matrix import expand
+from imagegen.plan.platforms import with_platforms
 from imagegen.model.arch_parse import parse_arch_list
 
 # `uv pip compile --annotation-style split` output for torch 2.11.0 on aarch64 (cut): torch's CUDA

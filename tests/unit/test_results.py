@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from imagegen.executors.results import results_json, summary
-from imagegen.wheelhouse import CellResult
+from imagegen.model.cell import CellResult
 from tests.unit.executor_fixtures import tiny_cell
 
 

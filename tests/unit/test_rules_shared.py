@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.cell_rules import compiled_archs
+from imagegen.model.cell_rules import compiled_archs
 from imagegen.errors import CompatError
 from imagegen.model import jobs
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_format import as_tuples, format_for
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import choose_cell
+from imagegen.plan.matrix import choose_cell
 from imagegen.render.dockerfile import builder_script, cell_document
 from tests.unit.builder_script import BUILDENV, builder_module
 

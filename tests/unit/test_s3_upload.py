@@ -14,7 +14,7 @@ import pytest
 from imagegen.errors import PublishError
 from imagegen.publish import s3_upload
 from imagegen.publish.upload import parse_destination, publish
-from imagegen.wheelhouse import verified_wheels
+from imagegen.wheelhouse.manifest import verified_wheels
 from tests.publish_servers import MotoS3, RecordingServer, Reply, sha256, wheelhouse
 
 BUCKET = "wheels"

@@ -12,7 +12,7 @@ import pytest
 from imagegen.executors.prebuilt import env_args
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 from tests.unit.test_cli import run
 from tests.unit.test_recipes import _cell_doc
 

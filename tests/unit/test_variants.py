@@ -35,8 +35,9 @@ from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
 import imagegen.publish
-from imagegen import cli, wheelhouse
-from imagegen.finish import collect
+from imagegen import cli
+from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.wheelhouse import collect
 from imagegen.commands import indexing
 from imagegen.errors import PublishError
 from imagegen.outputs import shown

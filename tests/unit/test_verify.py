@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.cell_rules import expected_archs
+from imagegen.model.cell_rules import expected_archs
 from imagegen.finish.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, FatbinEntry, elf_sections, read_so
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue

@@ -20,7 +20,8 @@ from imagegen.errors import CompatError, UnsafeValueError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
-from imagegen.plan import WindowsHost, choose_cell, windows_plan
+from imagegen.model.cell import WindowsHost
+from imagegen.plan.matrix import choose_cell, windows_plan
 from imagegen.render.windows import build_env, render_script
 from tests.unit.test_cli import run
 

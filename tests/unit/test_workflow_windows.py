@@ -22,7 +22,7 @@ import pytest
 from imagegen import cli
 from imagegen.errors import CompatError, ImagegenError
 from imagegen.model import compat
-from imagegen.plan import defaults
+from imagegen.plan.matrix import defaults
 from imagegen.commands import ci as command
 from imagegen.render import workflow as ci
 from tests.unit import bake_print_stand_in as stand_in
@@ -263,7 +263,7 @@ def test_the_windows_wheel_folder_is_the_plans(tmp_path):
     cell, which the Linux target of the same cell exports to (so the merged download has one layout)."""
     from imagegen.model.arch_parse import parse_arch_list
     from imagegen.model.catalogue import load_catalogue
-    from imagegen.plan import make_cell
+    from imagegen.plan.matrix import make_cell
 
     recipe = load_catalogue(()).get("sage")
     cell = make_cell(recipe, recipe.version(None), "2.8", "12.8", "3.12", parse_arch_list("8.0;9.0;12.0"), "runpod")

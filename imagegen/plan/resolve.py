@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field, replace
 
 from imagegen.errors import UsageError, bounded
-from imagegen.plan import BUILDABLE, REJECTED, Cell, Plan
+from imagegen.model.cell import BUILDABLE, REJECTED, Cell, Plan
 
 # The platform uv resolves for, per cell platform, at the glibc of the cell's base image (a wheel
 # tagged for a newer glibc does not install there); base_images.yaml's `glibc` per flavor.

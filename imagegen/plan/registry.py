@@ -29,7 +29,8 @@ from pathlib import Path
 
 from imagegen import safety
 from imagegen.errors import ImageMissing, LockFileError, NoPlatformImage, RegistryError
-from imagegen.plan import DEFAULT_PLATFORM, Cell, Plan, defaults
+from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
+from imagegen.plan.matrix import defaults
 
 LOCK_FILE = "imagegen.lock"
 LOCK_SCHEMA = 1

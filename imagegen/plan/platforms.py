@@ -12,7 +12,7 @@ from packaging.version import Version
 from imagegen import safety
 from imagegen.errors import UsageError
 from imagegen.model import compat
-from imagegen.plan import BUILDABLE, DEFAULT_PLATFORM, PLATFORMS, REJECTED, Cell, Plan
+from imagegen.model.cell import BUILDABLE, DEFAULT_PLATFORM, PLATFORMS, REJECTED, Cell, Plan
 
 
 def parse_platforms(values: Sequence[str]) -> tuple[str, ...]:

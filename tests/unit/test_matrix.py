@@ -12,15 +12,10 @@ from imagegen.errors import CompatError
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import (
-    BUILDABLE,
-    REJECTED,
-    SKIPPED,
-    MatrixRequest,
-    WindowsHost,
+from imagegen.model.cell import BUILDABLE, REJECTED, SKIPPED, MatrixRequest, Plan, WindowsHost
+from imagegen.plan.matrix import (
     choose_cell,
     defaults,
-    Plan,
     expand,
     gpu_checked,
     make_cell,
@@ -182,18 +177,6 @@ def test_a_request_naming_no_axis_is_one_cell_per_recipe_the_one_render_makes():
                                 archs=[archs], flavor="runpod", flavor_given=False))
     assert [(c.torch_version, c.cuda.name, c.python, c.flavor) for c in plan.cells] == [
         ("2.10.0", "cu128", "3.12", "runpod"), ("2.15.0", "cu132", "3.12", "pypi")]
-
-
-def test_torch_from_of_each_kind_of_base():
-    assert cell("sage", "9.0", torch="2.9", cuda="12.9").torch_from == "image"
-    assert cell("sage", "9.0", torch="2.9", cuda="13.0").torch_from == "image"  # the cu1300 image's 2.9.1 is cu130
-    assert cell("sage", "9.0", torch="2.8", cuda="13.0").status == REJECTED  # its 2.8.0 is a cu129 build
-    assert cell("sage", "9.0", torch="2.9.0", cuda="12.8").torch_from == "venv"  # the image has 2.9.1, not 2.9.0
-    assert cell("sage", "9.0", torch="2.10", cuda="12.8").torch_from == "venv"
-    custom = cell("sage", "9.0", torch="2.11", cuda="13.0", flavor="pypi", base_image="my/image:1")
-    assert custom.torch_from == "image-or-venv"
-    assert "the image's own if it has exactly that" in custom.torch_from_text()
-    assert cell("sage", "9.0", torch="2.11", cuda="12.8", flavor="cuda").torch_from == "venv"
 
 
 def test_choose_cell_error_names_the_fix():
@@ -395,8 +378,8 @@ def test_seed_001_matrix_gives_its_cells_for_every_version_including_its_default
 
 
 def test_plan_json_and_manifest_carry_the_mapping_note(tmp_path, capsys):
-    from imagegen import wheelhouse
-    from imagegen.finish import collect
+    from imagegen.wheelhouse import manifest as wheelhouse
+    from imagegen.wheelhouse import collect
     from imagegen.cli import main
 
     code = main(["plan", "flash-attn", "--arch", "80;86;89;90", "--torch", "2.8", "--cuda", "12.8",
@@ -543,17 +526,6 @@ def test_windows_cells_come_from_the_same_planner_and_rules():
     cell = plan.buildable[0]
     assert cell.flavor == "native" and cell.base.ref == "windows" and str(cell.archs) == "8.0;9.0"
     assert cell.requested_archs == archs and "8.6, 8.9 run the sm_80 cubin" in " ".join(cell.notes)
-
-
-def test_a_windows_hosts_toolkit_is_its_nvcc_and_its_fix_words_its_flags():
-    from imagegen.cell_rules import FixWords
-    sage = load_catalogue().get("sage")
-    host = WindowsHost(toolkits=(("cu128", "12.8.1"),), fixes=FixWords(cuda="use --windows-cuda {}"))
-    plan = windows_plan([(sage, sage.version("2.2.0"))], [parse_arch_list("12.0")], host, torch=["2.8"],
-                        cuda=["12.8", "12.6"])
-    assert plan.buildable[0].base.nvcc == Version("12.8.1")
-    assert plan.rejected[0].problems == ("sm_120 needs CUDA >= 12.8; CUDA 12.6 (cu126) selected: use --windows-cuda"
-                                         " 12.8 or newer",)
 
 
 def test_on_fallback_is_the_cell_on_its_fallback_base_image():

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagegen import safety
-from imagegen.config import DEFAULT_OUT, Config
+from imagegen.plan.config import DEFAULT_OUT, Config
 from imagegen.errors import UsageError
 from imagegen.model import compat
 from imagegen.model.layout import DEFAULT_LAYOUT, check_layout
-from imagegen.plan import defaults
+from imagegen.plan.matrix import defaults
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _many(value, flag: str) -> tuple[str, ...]:
 
 def platform_flag(value) -> tuple[str, ...]:
     """--platform's values (repeated, or a list in one value), parsed; empty when not given."""
-    from imagegen.platforms import parse_platforms
+    from imagegen.plan.platforms import parse_platforms
     return parse_platforms(_many(value, "--platform")) if value is not None else ()
 
 

@@ -27,7 +27,7 @@ from typing import Iterator
 
 from imagegen.errors import PublishError, RefusedError
 from imagegen.outputs import new_file_mode, shown
-from imagegen.plan import Cell
+from imagegen.model.cell import Cell
 from imagegen.safety import os_reason
 
 try:
@@ -36,8 +36,8 @@ except ImportError:  # not POSIX: the threads of this process still place one at
     fcntl = None  # type: ignore[assignment]
 
 # The wheelhouse's read side (what is there, what a build would replace) and CellResult live in
-# imagegen.wheelhouse, which the executors use before building; this module is the only writer.
-from imagegen.wheelhouse import MANIFEST, cell_dir, in_the_way, read_manifest, sha256
+# imagegen.wheelhouse.manifest, which the executors use before building; this module is the only writer.
+from imagegen.wheelhouse.manifest import MANIFEST, cell_dir, in_the_way, read_manifest, sha256
 
 # The lock file of a cell folder, there only while a writer holds it.
 LOCK = f".{MANIFEST}.lock"

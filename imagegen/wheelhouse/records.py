@@ -8,7 +8,7 @@ sha256 and the smoke test's result). Such a wheel is not in the wheelhouse's man
 ``imagegen index`` and ``imagegen publish`` leave it out. ``imagegen collect`` reads each record
 (bounded: the folder may come from anywhere), checks that the wheel is the one recorded and passed
 its smoke test, verifies its SASS/PTX against the requested archs as the recipe compiles them, and
-only then records it in the folder's manifest (imagegen.finish.collect.record_entry).
+only then records it in the folder's manifest (imagegen.wheelhouse.collect.record_entry).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from imagegen import untrusted
 from imagegen.errors import BuildRecordError, ImagegenError, Unreadable
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.wheelhouse import RECORD_SUFFIX, folders, sha256
+from imagegen.wheelhouse.manifest import RECORD_SUFFIX, folders, sha256
 
 MAX_RECORD_BYTES = 1 << 20
-# A bake target / cell name (imagegen.plan.Cell.name): the manifest's key.
+# A bake target / cell name (imagegen.model.cell.Cell.name): the manifest's key.
 CELL_NAME = re.compile(r"[A-Za-z0-9_-]{1,200}")
 _TEXT_FIELDS = ("recipe", "version", "torch", "cuda", "python", "requested_archs")
 
@@ -91,7 +91,7 @@ def read(path: Path) -> BuildRecord:
 
 
 def manifest_entry(record: BuildRecord, expected: ArchList, verify: dict) -> dict:
-    """The manifest entry of a collected wheel: the schema imagegen.finish.collect.place writes, from the
+    """The manifest entry of a collected wheel: the schema imagegen.wheelhouse.collect.place writes, from the
     record, with the verification done here."""
     doc = record.doc
     source = doc.get("source") if isinstance(doc.get("source"), dict) else {}

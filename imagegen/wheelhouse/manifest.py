@@ -1,6 +1,6 @@
 """The wheelhouse as it is, read-only: where a cell's wheel goes, its manifest, whether an earlier
 build of the same inputs is still there intact, and what a build would replace. The executors ask
-these before building; imagegen.finish.collect is the only module that writes the wheelhouse.
+these before building; imagegen.wheelhouse.collect is the only module that writes the wheelhouse.
 
 Layout: ``<out>/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/<wheel>`` plus ``manifest.json`` in that folder."""
 
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from imagegen import untrusted
 from imagegen.errors import Unreadable
 from imagegen.model.layout import MAX_LAYOUT_DEPTH
-from imagegen.plan import Cell
+from imagegen.model.cell import Cell
 
 MANIFEST = "manifest.json"
 # Beside a wheel a builder image made (bake's export, `docker run -v OUT:/out`): its build record,
@@ -23,31 +23,6 @@ MANIFEST = "manifest.json"
 RECORD_SUFFIX = ".imagegen.json"
 
 
-@dataclass
-class CellResult:
-    """What became of one cell, whichever way it was built (bake, a prebuilt image, native)."""
-
-    cell: Cell
-    status: str  # built | up-to-date | failed | refused (nothing built or placed, nothing replaced: RefusedError)
-    wheel: Path | None = None
-    log: Path | None = None
-    seconds: float = 0.0
-    error: str = ""
-    log_tail: list[str] = field(default_factory=list)
-    verify: dict | None = None
-    smoke: dict | None = None
-    ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
-    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.audit.Verdict.as_dict)
-
-    def as_dict(self) -> dict:
-        return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,
-                "log": str(self.log) if self.log else None, "seconds": round(self.seconds, 1), "error": self.error,
-                "verify": self.verify, "smoke": self.smoke, "ccache": self.ccache, "audit": self.audit}
-
-
-# A built cell's next step (imagegen.finish.finisher.finish's signature): staged wheels in, a CellResult out.
-# The command hands it to whichever executor builds (they never import the finish step).
-Finisher = Callable[..., CellResult]
 
 
 def sha256(path: Path) -> str:
@@ -109,7 +84,7 @@ def replacement_refused(out: Path, cell: Cell, *, force: bool, say: Callable[[st
 
 
 def in_the_way(out: Path, cell: Cell, name: str) -> str | None:
-    """At placement, with the cell folder's lock held (imagegen.finish.collect): what placing ``cell``'s
+    """At placement, with the cell folder's lock held (imagegen.wheelhouse.collect): what placing ``cell``'s
     wheel ``name`` into ``out`` would silently replace, or None. That is the wheel the cell's own
     entry lists when it was built for other archs (``replaced``; a build of other archs started
     meanwhile may have placed it after this build's check), or the file ``name`` itself when an entry

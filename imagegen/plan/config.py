@@ -20,15 +20,9 @@ Command-line flags win over the file; the file wins over built-in defaults.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 from imagegen import safety
 from imagegen.errors import ConfigError, ImagegenError, UsageError
@@ -36,25 +30,7 @@ from imagegen.model import compat
 from imagegen.model.compat import container_flavors
 from imagegen.model.layout import check_layout
 
-MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; a larger one is a mistake
-
-
-def read_toml(path: Path, *, inside: Path | None = None) -> dict[str, Any]:
-    """A TOML file: a regular file of at most MAX_CONFIG_BYTES (a FIFO or device is refused without
-    blocking), and with ``inside`` (a source tree from someone else) one that lies in that tree."""
-    from imagegen import safety
-    try:
-        data = safety.read_regular_file(path, limit=MAX_CONFIG_BYTES, inside=inside)
-    except safety.Unreadable as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text (a binary file?): not a TOML config file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid TOML (nested too deeply)") from None
+MAX_CONFIG_BYTES = safety.MAX_TOML_BYTES
 
 
 @dataclass(frozen=True)
@@ -80,7 +56,7 @@ class Config:
     torch_index_url: str | None = None
     matrix: Matrix = field(default_factory=Matrix)
     layout: str | None = None  # the wheelhouse layout (imagegen.model.layout)
-    offline: bool = False  # build steps without a network (imagegen.plan.with_offline)
+    offline: bool = False  # build steps without a network (imagegen.plan.matrix.with_offline)
 
 
 def _list(where: str, value: Any) -> tuple[str, ...]:
@@ -94,7 +70,7 @@ def _list(where: str, value: Any) -> tuple[str, ...]:
 
 
 def _section(path: Path) -> dict[str, Any] | None:
-    data = read_toml(path)
+    data = safety.read_toml(path)
     if path.name == "pyproject.toml":
         return data.get("tool", {}).get("imagegen")
     return data.get("tool", {}).get("imagegen", data)

@@ -1,28 +1,23 @@
-"""Plan: expand a request into matrix cells and decide, before anything compiles, which can build.
-
-A cell is one (recipe version, torch, CUDA variant, Python, arch list, flavor). Each cell is
-``buildable``, ``rejected`` (with every reason, each naming its fix) or ``skipped`` (buildable but
-redundant, e.g. a Python-independent abi3 wheel already built for another Python).
-"""
+"""The matrix: expand a request into cells (imagegen.model.cell) and decide, before anything compiles,
+which can build; an axis nobody gave is filled by the default policy."""
 
 from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from importlib import resources
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from packaging.version import Version
 
 from imagegen import safety, yamlio
-from imagegen.cell_rules import (
+from imagegen.model.cell_rules import (
     FLAGS,
     FixWords,
     base_problems,
     compiled_archs,
     cxx_std_problems,
-    expected_archs,
     fmt_version,
     nvcc_problems_for,
     python_problems,
@@ -31,120 +26,20 @@ from imagegen.cell_rules import (
     runs_on_device,
     torch_cuda_problems,
 )
-from imagegen.errors import ArchError, CompatError, NothingToDoError
+from imagegen.errors import CompatError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.arch_rules import nvcc_problems
-from imagegen.model.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
 from imagegen.model.layout import DEFAULT_LAYOUT
+from imagegen.model.cell import BUILDABLE, REJECTED, SKIPPED, WINDOWS_BASE_REF, Cell, MatrixRequest, Plan, WindowsHost
+from imagegen.model.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
 from imagegen.model.recipes import Recipe, RecipeVersion
-
-BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"
 
 
 @functools.cache
 def defaults() -> dict:
     return yamlio.load((resources.files("imagegen") / "resources" / "defaults.yaml").read_text())
-
-
-DEFAULT_PLATFORM = "linux/amd64"
-PLATFORMS = ("linux/amd64", "linux/arm64")
-
-
-@dataclass(frozen=True)
-class Cell:
-    recipe: Recipe
-    version: RecipeVersion
-    torch: TorchSeries
-    torch_version: str
-    cuda: CudaVariant
-    python: str
-    archs: ArchList
-    flavor: str
-    base: BaseImage | None
-    torch_index_url: str | None
-    problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    status: str = BUILDABLE
-    # What the user asked for when the package compiles something else for it (8.0;8.6;8.9;9.0 ->
-    # 8.0;9.0 for flash-attn: see compiled_archs); None when ``archs`` is the request itself.
-    requested_archs: ArchList | None = None
-    # The wheelhouse layout (check_layout): seed 001 keeps its team's fa<v>/torch<s>/cu<x>/.
-    layout: str = DEFAULT_LAYOUT
-    # --offline: no build step reaches a network (RUN --network=none, pip without an index); the
-    # source, torch, nvcc and the build requirements all come from the machine and the base image.
-    offline: bool = False
-    # --gpu-check-device: the recipe's smoke.gpu_check runs inside the build, on this CDI device
-    # (`RUN --device=...`), and only wheels that pass it are exported; the Dockerfile then names a
-    # Dockerfile frontend with `RUN --device` (labs channel, 1.14+).
-    gpu_check_device: str | None = None
-    dockerfile_frontend: str | None = None
-    # The host platform the wheel is for (--platform): linux/amd64, or linux/arm64 (GH200, GB200,
-    # DGX Spark, Jetson), built in an arm64 image (natively on an arm64 host, under QEMU elsewhere).
-    platform: str = DEFAULT_PLATFORM
-
-    @property
-    def buildable(self) -> bool:
-        return self.status == BUILDABLE
-
-    @property
-    def name(self) -> str:
-        """Bake target name: only [a-zA-Z0-9_-] (bake rejects dots)."""
-        ver = "".join(c if c.isalnum() else "_" for c in self.version.version)
-        short = min((self.recipe.name, *self.recipe.aliases), key=len)  # sage, fa2, bsa, natten
-        suffix = "" if self.platform == DEFAULT_PLATFORM else "-" + self.platform.split("/")[-1]
-        return (f"{short}-{ver}-torch{self.torch.series.replace('.', '_')}-{self.cuda.name}"
-                f"-py{self.python.replace('.', '')}{suffix}")
-
-    @property
-    def local_version(self) -> str:
-        """PEP 440 local version label added to the wheel: ``cu128torch2.8``."""
-        return f"{self.cuda.name}torch{self.torch.series}"
-
-    @property
-    def wheel_dir(self) -> str:
-        """Where the wheel lands under the output folder: the layout (default <pkg>-<ver>/torch<X.Y>/cu<XYZ>/)."""
-        return self.layout.format(package=self.recipe.name, short=min((self.recipe.name, *self.recipe.aliases), key=len),
-                                  version=self.version.version, torch=self.torch.series, cuda=self.cuda.name,
-                                  python=self.python, py=self.python.replace(".", ""))
-
-    @property
-    def expected_archs(self) -> ArchList:
-        """What the built .so must carry: the request mapped through the recipe's ``emits``."""
-        return expected_archs(self.version, self.archs, self.cuda.version if self.base is None or self.base.nvcc is None else self.base.nvcc)
-
-    @property
-    def torch_from(self) -> str | None:
-        """Where the builder's torch comes from: ``image`` (the base image's own, reused: no download),
-        ``venv`` (installed into a venv), ``image-or-venv`` (a custom image whose contents imagegen does
-        not know: the build reuses its torch when it is exactly the one asked for), ``host`` (native)."""
-        base = self.base
-        if base is None:
-            return None
-        if base.flavor.name == "native":
-            return "host"
-        if base.image_torch == self.torch_version and base.image_torch_cuda == self.cuda.name:
-            return "image"
-        if base.custom and base.image_torch is None:
-            return "image-or-venv"
-        return "venv"
-
-    def torch_from_text(self) -> str:
-        """``torch_from`` in words, for the plan and the Dockerfile's header."""
-        what = f"torch {self.torch_version} ({self.cuda.name})"
-        return {
-            "image": f"{what} of the base image, reused",
-            "venv": f"{what} into a venv",
-            "image-or-venv": f"{what}: the image's own if it has exactly that, else into a venv",
-            "host": f"{what} of this host",
-        }.get(self.torch_from or "", what)
-
-    def describe(self) -> str:
-        asked = self.requested_archs
-        archs = f"{asked} (compiled as {self.archs})" if asked is not None and asked != self.archs else str(self.archs)
-        return (f"{self.recipe.name} {self.version.version} torch {self.torch_version} {self.cuda.name}"
-                f" py{self.python} arch {archs} [{self.flavor}]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,28 +118,6 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         notes=tuple(notes), status=REJECTED if problems else BUILDABLE,
         requested_archs=requested if requested != archs else None,
     )
-
-
-# The base of a Windows cell (WindowsHost.base): a native build whose compiler is MSVC.
-WINDOWS_BASE_REF = "windows"
-
-
-@dataclass(frozen=True)
-class WindowsHost:
-    """Where the cells of a Windows script compile (render --shell, and each job of ci github --windows):
-    no image, MSVC as the host compiler, and per CUDA variant a toolkit whose nvcc is ``toolkits[cu128]``
-    (a CI job's installer has its own patch releases), else the variant's own toolkit (the script selects
-    it through CUDA_PATH_V<major>_<minor>). ``fixes``: how a reason names the flag that changes it. The
-    cells are planned by expand and choose_cell as every other cell is: the same policy for an open axis,
-    the same rules, the same arch mapping (flash-attn's 8.6 runs the sm_80 cubin)."""
-
-    toolkits: tuple[tuple[str, str], ...] = ()  # (cu128, "12.8.1"), ...
-    fixes: FixWords = FLAGS
-
-    def base(self, cuda: CudaVariant, python: str) -> BaseImage:
-        nvcc = dict(self.toolkits).get(cuda.name) or str(cuda.version)
-        return BaseImage(ref=WINDOWS_BASE_REF, flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
-                         nvcc=Version(nvcc), image_torch_cuda=None)
 
 
 def _msvc(base: BaseImage | None) -> bool:
@@ -338,44 +211,6 @@ def with_gpu_check(plan: "Plan", device: str, frontend: str | None = None) -> "P
 def with_layout(plan: "Plan", layout: str) -> "Plan":
     """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
     return plan.each(lambda c: replace(c, layout=layout))
-
-
-@dataclass(frozen=True)
-class MatrixRequest:
-    recipes: Sequence[tuple[Recipe, RecipeVersion]]
-    # The values given per axis (flags, else the config's matrix); empty: filled by the default policy.
-    torch: Sequence[str]
-    cuda: Sequence[str]
-    python: Sequence[str]
-    archs: Sequence[ArchList]
-    flavor: str
-    base_image: str | dict[str, str] | None = None  # per CUDA variant: {"cu128": IMAGE, "*": IMAGE}
-    torch_index_override: str | None = None
-    # False: nobody named the flavor, so a cell the default flavor cannot build may use a fallback one.
-    flavor_given: bool = True
-    # A Windows script's cells (render --shell, ci github --windows): compiled on that host, no image.
-    windows: WindowsHost | None = None
-
-
-@dataclass
-class Plan:
-    cells: list[Cell] = field(default_factory=list)
-
-    def each(self, change: Callable[[Cell], Cell]) -> "Plan":
-        """The plan with ``change`` (a per-cell transform, Cell -> Cell) applied to every cell."""
-        return replace(self, cells=[change(c) for c in self.cells])
-
-    @property
-    def buildable(self) -> list[Cell]:
-        return [c for c in self.cells if c.status == BUILDABLE]
-
-    @property
-    def rejected(self) -> list[Cell]:
-        return [c for c in self.cells if c.status == REJECTED]
-
-    @property
-    def skipped(self) -> list[Cell]:
-        return [c for c in self.cells if c.status == SKIPPED]
 
 
 def device_rows(flavor: str) -> list:
@@ -574,8 +409,7 @@ def parse_archs(values: Sequence[str] | None, fallback: str) -> list[ArchList]:
 
 
 __all__ = [
-    "BUILDABLE", "REJECTED", "SKIPPED", "Cell", "MatrixRequest", "Plan", "WindowsHost", "WINDOWS_BASE_REF", "candidates", "choose_cell", "compiled_archs", "default_policy", "policy_clauses", "POLICY_AXES", "defaults",
-    "offline_problems", "with_offline", "with_gpu_check", "DEFAULT_DOCKERFILE_FRONTEND",
-    "DEFAULT_PLATFORM", "PLATFORMS",
-    "device_requests", "device_rows", "expand", "windows_plan", "on_fallback", "expected_archs", "make_cell", "parse_archs", "ArchError", "NothingToDoError",
+    "DEFAULT_DOCKERFILE_FRONTEND", "POLICY_AXES", "candidates", "choose_cell", "default_policy", "defaults", "device_requests",
+    "device_rows", "expand", "fallback_flavors", "gpu_checked", "image_for", "make_cell", "native_cell", "offline", "offline_problems", "on_fallback", "parse_archs",
+    "policy_clauses", "windows_plan", "with_gpu_check", "with_layout", "with_offline",
 ]

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 from packaging.version import Version
 
-from imagegen.cell_rules import cc_key, covers
+from imagegen.model.cell_rules import cc_key, covers
 from imagegen.errors import BuildError, CompatError
 from imagegen.model.arch import ArchList, CudaArch
 from imagegen.model.arch_rules import nvcc_problems

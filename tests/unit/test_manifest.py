@@ -1,4 +1,4 @@
-"""Tests for imagegen.wheelhouse: the output folder read-only: where a cell's wheel goes, its manifest read
+"""Tests for imagegen.wheelhouse.manifest: the output folder read-only: where a cell's wheel goes, its manifest read
 defensively, whether an earlier build of the same inputs is still there intact, what a build would silently
 replace (and --force), the wheel's hash and a cell's result record."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from imagegen import wheelhouse
+from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan import make_cell
+from imagegen.plan.matrix import make_cell
 
 EMPTY = {"schema": 1, "cells": {}}
 
@@ -112,26 +112,6 @@ def test_replacement_is_refused_unless_forced_and_forcing_says_so(tmp_path):
     assert len(said) == 1
 
 
-def test_a_cell_result_is_plain_json(tmp_path):
-    cell = _cell()
-    result = wheelhouse.CellResult(cell, "built", wheel=tmp_path / "w.whl", log=tmp_path / "b.log", seconds=61.26,
-                                   verify={"ok": True}, ccache={"hits": 3, "misses": 1, "hit_rate": 0.75})
-    as_dict = result.as_dict()
-    assert as_dict == {"cell": cell.name, "status": "built", "wheel": str(tmp_path / "w.whl"),
-                       "log": str(tmp_path / "b.log"), "seconds": 61.3, "error": "", "verify": {"ok": True},
-                       "smoke": None, "ccache": {"hits": 3, "misses": 1, "hit_rate": 0.75}, "audit": None}
-    assert json.loads(json.dumps(as_dict)) == as_dict
-    failed = wheelhouse.CellResult(cell, "failed", error="the build failed", log_tail=["x"]).as_dict()
-    assert (failed["wheel"], failed["log"], failed["error"]) == (None, None, "the build failed")
-    assert "log_tail" not in failed
-
-
-def _manifest(folder, cells):
-    import json as _json
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / wheelhouse.MANIFEST).write_text(_json.dumps({"schema": 1, "cells": cells}))
-
-
 def test_verified_wheels_are_the_manifests_intact_wheels(tmp_path):
     good = tmp_path / "a-1.0" / "torch2.8" / "cu128"
     good.mkdir(parents=True)
@@ -171,3 +151,9 @@ def test_verified_wheels_follow_no_symlink_and_read_no_huge_manifest(tmp_path):
     big.mkdir()
     (big / wheelhouse.MANIFEST).write_bytes(b" " * (wheelhouse.MAX_MANIFEST_BYTES + 1))
     assert wheelhouse.verified_wheels(out) == []
+
+
+def _manifest(folder, cells):
+    import json as _json
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / wheelhouse.MANIFEST).write_text(_json.dumps({"schema": 1, "cells": cells}))
