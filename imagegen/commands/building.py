@@ -10,10 +10,10 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from imagegen.plan import options
+from imagegen.plan import options, refs, request
 from imagegen.commands import common
 from imagegen.plan.config import Config
-from imagegen.errors import NothingToDoError, RefusedError, UsageError
+from imagegen.errors import RefusedError, UsageError
 from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import output_folder
 
@@ -26,7 +26,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = common.catalogue(args, config)
     common.check_job_flags(args)  # container and native builds alike
     output_folder(args.work, "--work")
-    opts = options.resolve(args, config)  # once: the plan, the matrix and the output folder read it
+    opts = common.resolved(args, config)  # once: the plan, the matrix and the output folder read it
     if args.native:
         return _build_native(args, config, cat, opts)
     if args.print_env:
@@ -37,13 +37,9 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if value:
             raise UsageError(f"{flag} goes with --native (a container build has its own source and Python)")
     common.check_builders(args.builder)
-    plan = common.one_target_per_cell(common.planned(args, config, cat, opts=opts))
-    for c in plan.rejected:
-        print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
-    if not plan.buildable:
-        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    plan = request.buildable(request.planned(opts, cat, common.lock(args)))
     common.ca_bundle(args.ca_bundle)
-    netrc = common.netrc_file(args.netrc)
+    netrc = refs.netrc_file(args.netrc)
     out = opts.out
     from imagegen.finish.finisher import finish
 

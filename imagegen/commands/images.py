@@ -7,7 +7,7 @@ import sys
 from functools import partial
 from typing import Sequence
 
-from imagegen.plan import options
+from imagegen.plan import refs, request
 from imagegen.commands import common
 from imagegen.errors import NothingToDoError
 
@@ -17,7 +17,7 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
-    plan = common.buildable(args, config, cat, arch_free=True)
+    plan = request.buildable(request.planned(common.resolved(args, config), cat, common.lock(args)), arch_free=True)
     from imagegen.outputs import output_folder, resolve_target
     from imagegen.plan.registry import probe
 
@@ -28,7 +28,7 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     common.check_builders(args.builder)
     cache_from, cache_to = common.check_cache_specs(args.cache_from), common.check_cache_specs(args.cache_to)
     ca = common.ca_bundle(args.ca_bundle)
-    netrc = common.netrc_file(args.netrc)
+    netrc = refs.netrc_file(args.netrc)
     probe(registry)  # unreachable, not a registry, wrong password: said now
     results = push.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca, netrc=netrc,
                         builder=args.builder, cache_from=cache_from, cache_to=cache_to)
@@ -44,15 +44,16 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
-    plan = common.buildable(args, config, cat)
+    opts = common.resolved(args, config)
+    plan = request.buildable(request.planned(opts, cat, common.lock(args)))
     common.check_job_flags(args)
     from imagegen.outputs import output_folder
     output_folder(args.work, "--work")
-    results = prebuilt.pull(plan, registry, out=options.resolve(args, config).out, work=args.work, lock=common.lock(args),
+    results = prebuilt.pull(plan, registry, out=opts.out, work=args.work, lock=common.lock(args),
                             finish=partial(finish, force=args.force), gpus=args.gpus, fallback=not args.no_fallback,
                             max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle),
-                            netrc=common.netrc_file(args.netrc), force=args.force,
+                            netrc=refs.netrc_file(args.netrc), force=args.force,
                             audit=not args.no_audit)
     report.report(results, as_json=args.json)
     return 0
@@ -63,7 +64,7 @@ def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     config = common.config(args)
     cat = common.catalogue(args, config)
-    plan = common.planned(args, config, cat, pin=False)  # one cell per platform: each pulls its own variant
+    plan = request.planned(common.resolved(args, config), cat)  # the tags, unpinned; one cell per platform: each pulls its own variant
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     from imagegen.outputs import resolve_target

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen.plan import options
+from imagegen.plan import request
 from imagegen.commands import common
 from imagegen.plan.config import Config
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UsageError
@@ -78,8 +78,8 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
                         ("--work", args.work)):
         if value:
             raise UsageError(f"{flag} goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
-    opts = options.resolve(args, config)
-    plan = common.planned(args, config, cat, opts=opts)
+    opts = common.resolved(args, config)
+    plan = request.planned(opts, cat, common.lock(args))
     if args.resolve:
         from imagegen.plan.resolve import with_resolution
         plan = with_resolution(plan)
@@ -121,7 +121,7 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
             if value:
                 raise UsageError(f"{flag} goes with --native (the builder image has its own Python and source)")
         from imagegen.executors import buildx_audit
-        plan = common.planned(args, config, cat)
+        plan = request.planned(common.resolved(args, config), cat, common.lock(args))
         for c in plan.rejected:
             print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
         if not plan.buildable:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from imagegen.plan import options
+from imagegen.plan import options, request
 from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
@@ -25,10 +25,10 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     _render_flags(args)
-    wanted = (options.recipe_versions(args) or (None,))[0]  # one: render makes one cell
-    recipe, version = common.resolve(cat, args.recipe, args.source, wanted, args.fetch,
-                                     common.user_env(args), ref=args.ref, git=args.git, jobs=common.job_fix(args))
-    opts = options.resolve(args, config)
+    opts = common.resolved(args, config)
+    wanted = (opts.versions or (None,))[0]  # one: render makes one cell
+    recipe, version = request.recipe_at(cat, args.recipe, args.source, wanted, opts.fetch, opts.env, ref=opts.ref,
+                                        git=opts.git, jobs=opts.jobs_fix)
     archs = parse_arch_list(opts.arch_configured or defaults()["arch"])
     if args.shell:
         return _render_windows(args, argv, recipe, version, archs, opts)
@@ -45,7 +45,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cell = offline(cell)
         if not cell.buildable:
             raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
-    cell = common.gpu_check_step(opts)(cell)
+    cell = request.gpu_check_step(opts)(cell)
     cell = common.lock(args).pin_base(cell)
     rendered = render_dockerfile(cell, command=common.command_line(argv), stdout=args.output in (None, "-"))
     write_output(rendered.dockerfile, args.output)
@@ -96,9 +96,10 @@ def _render_windows(args, argv, recipe, version, archs, opts) -> int:
     if args.install_torch and args.python_exe is None:
         raise UsageError("--install-torch goes with --python-exe (without it, each cell's own venv gets its torch)")
     # --src-dir on a checkout that is here: a fork or a changed tree builds as a local tree, as on Linux.
-    wanted = (options.recipe_versions(args) or (None,))[0]
+    wanted = (opts.versions or (None,))[0]
     recipe, version = common.local_checkout(recipe, version, args.src_dir, wanted)
-    torch, cuda, python = _from_python_exe(args, *(options.flag_values(args, k) for k in ("torch", "cuda", "python")))
+    given = common.flags(args)
+    torch, cuda, python = _from_python_exe(args, *(options.flag_values(given, k) for k in ("torch", "cuda", "python")))
     m = opts.config.matrix  # a config matrix stands in for the flags it names
     plan = windows_plan([(recipe, version)], [archs], WindowsHost(), torch=torch or tuple(m.torch),
                         cuda=cuda or tuple(m.cuda), python=python or tuple(m.python),
@@ -189,8 +190,8 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"wrote {path}", file=sys.stderr)
         return 0
     output_folder(args.dockerfiles, "--dockerfiles")
-    opts = options.resolve(args, config)  # once: the plan and the bake file's outputs read it
-    plan = common.one_target_per_cell(common.planned(args, config, cat, opts=opts))
+    opts = common.resolved(args, config)  # once: the plan and the bake file's outputs read it
+    plan = request.one_target_per_cell(request.planned(opts, cat, common.lock(args)))
     for c in plan.rejected:
         print(f"skipping {c.name}: {'; '.join(c.problems)}", file=sys.stderr)
     if not plan.buildable:

@@ -1,22 +1,22 @@
-"""Tests for imagegen.commands.common: config, catalogue, matrix, plan and the checks of handed-on values.
+"""Tests for imagegen.commands.common: config, catalogue, the flags as Options, and the checks of handed-on
+values.
 
-Recipe resolution, the lock file, the matrix and plan (de-duplication, one target per cell), the native
-cell, and the checks of --env, registry, builders, cache specs, CA bundle, executables, the command line."""
+The lock file, the native cell, the flags a command's parser gives, and the checks of registry, builders,
+cache specs, CA bundle, executables, the command line. (The matrix and plan: test_request.py.)"""
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import pytest
 
 from imagegen.commands import common
-from imagegen.plan.config import Config, Matrix
-from imagegen.errors import CompatError, LockFileError, NothingToDoError, RecipeError, RegistryError, UsageError
+from imagegen.plan.config import Config
+from imagegen.errors import CompatError, LockFileError, RecipeError, RegistryError, UsageError
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.cell import BUILDABLE
 from imagegen.plan.matrix import defaults
-from tests.unit.command_helpers import CELL, FIXTURES, TINY, fake_host, parse
+from tests.unit.command_helpers import FIXTURES, TINY, fake_host, parse
 
 
 @pytest.fixture(autouse=True)
@@ -54,47 +54,6 @@ def test_catalogue_adds_the_config_and_flag_recipe_dirs(tmp_path):
         common.catalogue(parse("plan", "--recipe-dir", tmp_path / "missing"), Config())
 
 
-# ---------------------------------------------------------------------------------------- --env
-
-
-def test_user_env_keeps_the_value_after_the_first_equals_sign_and_allows_empty_values():
-    assert common.user_env(argparse.Namespace()) == {}  # a command without --env
-    assert common.user_env(parse("plan", "--env", "A=b=c", "--env", "B=", "--env", "A=b=c")) == {"A": "b=c", "B": ""}
-
-
-@pytest.mark.parametrize("item, says", [
-    ("lower-case-dash=1", "expected NAME=VALUE"),
-    ("A" * 129 + "=1", "expected NAME=VALUE"),
-    ("A='x'", "bad value"),
-    ('A="x"', "bad value"),
-])
-def test_user_env_refuses_names_and_values_it_cannot_pass_on(item, says):
-    with pytest.raises(UsageError, match=says) as info:
-        common.user_env(parse("plan", "--env", item))
-    assert "\n" not in str(info.value) and len(str(info.value)) < 250
-
-
-# ---------------------------------------------------------------------------------------- resolve
-
-
-def test_resolve_needs_a_recipe_or_a_source(cat):
-    with pytest.raises(UsageError, match="name a recipe .* or give --source PATH"):
-        common.resolve(cat, None, None, None)
-    with pytest.raises(RecipeError, match="unknown recipe 'nosuch'"):
-        common.resolve(cat, "nosuch", None, None)
-
-
-def test_resolve_takes_aliases_versions_paths_and_the_users_env(cat):
-    recipe, version = common.resolve(cat, "fa2", None, "main", env={"FLASH_ATTENTION_DISABLE_BACKWARD": "TRUE"})
-    assert (recipe.name, version.version) == ("flash-attn", "main")
-    assert version.env["FLASH_ATTENTION_DISABLE_BACKWARD"] == "TRUE"
-    assert common.resolve(cat, "fa2", None, None)[1].version == recipe.default_version
-    # A name that looks like a path is a local project, like --source.
-    by_name = common.resolve(cat, str(TINY), None, None)
-    by_source = common.resolve(cat, None, TINY, None)
-    assert by_name[0].name == by_source[0].name == "tiny-kernel" and by_name[0].source_kind == "local"
-
-
 # ------------------------------------------------------------------------------------------ lock
 
 
@@ -125,61 +84,6 @@ def test_is_file_is_false_for_names_the_os_refuses(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- matrix, plan
-
-
-def test_matrix_builds_a_recipe_named_several_ways_once_and_each_arch_list_once(cat):
-    m = common.matrix(parse("plan", "sage", "SAGE", "sageattention", "--arch", "9.0", "--arch", "sm_90",
-                            "--arch", "8.0;9.0", "--torch", "2.8"), Config(), cat)
-    assert [r.name for r, _ in m.recipes] == ["sageattention"]
-    assert [str(a) for a in m.archs] == ["9.0", "8.0;9.0"] and m.torch == ["2.8"]
-
-
-def test_matrix_recipes_come_from_the_flags_then_source_then_config_then_the_catalogue(cat):
-    assert [r.name for r, _ in common.matrix(parse("plan", "--source", TINY), Config(), cat).recipes] == ["tiny-kernel"]
-    config = Config(matrix=Matrix(recipes=("fa2",)))
-    assert [r.name for r, _ in common.matrix(parse("plan"), config, cat).recipes] == ["flash-attn"]
-    assert [r.name for r, _ in common.matrix(parse("plan", "natten"), config, cat).recipes] == ["natten"]
-    everything = common.matrix(parse("plan"), Config(), cat)
-    assert sorted(r.name for r, _ in everything.recipes) == sorted(cat.names())
-    both = common.matrix(parse("plan", "sage", "--source", TINY), Config(), cat)
-    assert [r.name for r, _ in both.recipes] == ["sageattention", "tiny-kernel"]
-
-
-def test_planned_has_each_cell_once_and_pins_locked_bases(tmp_path, cat):
-    args = parse("plan", "sage", "SAGE", "--torch", "2.8", "--torch", "2.8.0", "--cuda", "12.8", "--cuda", "cu128",
-                 "--python", "3.12", "--arch", "9.0")
-    plan = common.planned(args, Config(), cat)
-    assert [c.name for c in plan.cells] == ["sage-2_2_0-torch2_8-cu128-py312"]
-    base = plan.cells[0].base.ref
-    pinned = base.split("@")[0] + "@sha256:" + "ab" * 32
-    (tmp_path / "imagegen.lock").write_text('{"schema": 1, "base_images": {"%s": "%s"}}' % (base, pinned))
-    assert common.planned(args, Config(), cat).cells[0].base.ref == pinned
-
-
-def test_one_target_per_cell_refuses_two_arch_lists_of_one_cell_and_says_how_to_merge(cat):
-    args = parse("bake", "sage", *CELL[:6], "--arch", "8.0", "--arch", "9.0")
-    plan = common.planned(args, Config(), cat)
-    assert len(plan.buildable) == 2
-    with pytest.raises(UsageError, match="two arch lists \\(8.0 and 9.0\\).*--arch '8.0;9.0'"):
-        common.one_target_per_cell(plan)
-    one = common.planned(parse("bake", "sage", *CELL), Config(), cat)
-    assert common.one_target_per_cell(one) is one
-
-
-def test_buildable_keeps_one_cell_per_image_when_arch_free_and_reports_rejected_cells(cat, capsys):
-    args = parse("push", "sage", *CELL[:6], "--arch", "8.0", "--arch", "9.0")
-    plan = common.buildable(args, Config(), cat, arch_free=True)  # a builder image has no arch
-    assert [(c.name, str(c.archs)) for c in plan.buildable] == [("sage-2_2_0-torch2_8-cu128-py312", "8.0")]
-    with pytest.raises(UsageError, match="two arch lists"):
-        common.buildable(args, Config(), cat)
-    plan = common.buildable(parse("pull", "sage", "--torch", "2.8", "--cuda", "12.6", "--cuda", "12.8", "--python",
-                                  "3.12", "--arch", "12.0"), Config(), cat)
-    assert [c.status for c in plan.buildable] == [BUILDABLE] and len(plan.rejected) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("[sage-2_2_0-torch2_8-cu126-py312] rejected: sm_120 needs CUDA >= 12.8")
-    assert err.count("\n") == 1
-    with pytest.raises(NothingToDoError, match="no cell of this matrix can build"):
-        common.buildable(parse("pull", "sage", *CELL[:6], "--arch", "7.0"), Config(), cat)
 
 
 # ---------------------------------------------------------------------------------------- registry

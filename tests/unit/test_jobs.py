@@ -302,7 +302,7 @@ def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
     # from the user's --env as `imagegen build` does it: proof1, proof2 and proof4 (a later run: bf16
     # hdim 64 and 256, fwd+bwd, 15.65 GiB; 3.8 fitted to the first two printed 1.34x for it) in the
     # band, proof3 (VARLEN/LOCAL/APPENDKV/CLUSTER/SOFTCAP kept) on the full-class figure.
-    from imagegen.commands.common import resolve
+    from imagegen.plan.request import recipe_at
     lite = ("VARLEN", "LOCAL", "APPENDKV", "CLUSTER", "SOFTCAP")
     knobs = {"proof1": lite + ("BACKWARD", "SPLIT", "PAGEDKV", "PACKGQA", "FP16", "FP8", "HDIM64", "HDIM96",
                                 "HDIM192", "HDIM256", "SM80", "HDIMDIFF64", "HDIMDIFF192"),
@@ -313,7 +313,7 @@ def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
              "proof3": ("FP16", "FP8", "HDIM64", "HDIM96", "HDIM192", "HDIM256", "HDIMDIFF64", "HDIMDIFF192",
                         "SM80", "SPLIT", "PAGEDKV", "PACKGQA")}
     for case, names in knobs.items():
-        resolved, _ = resolve(load_catalogue(), "flash-attn-3", None, None,
+        resolved, _ = recipe_at(load_catalogue(), "flash-attn-3", None, None,
                               env={f"FLASH_ATTENTION_DISABLE_{k}": "TRUE" for k in names})
         profile, measured = runs.get(case) or recorded(case, results, recipe.source_memory_gb)
         predicted = jobs.peak_estimate(profile, 16, 2, resolved.memory_per_thread_gb).gb
@@ -324,7 +324,7 @@ def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
                 results / case / "build.err").read_text()
         assert 0.9 * measured <= predicted <= 1.25 * measured, (case, predicted, measured)
     # One lite knob short (SOFTCAP kept): the full-class figure, never the lighter one.
-    partial, _ = resolve(load_catalogue(), "flash-attn-3", None, None,
+    partial, _ = recipe_at(load_catalogue(), "flash-attn-3", None, None,
                          env={f"FLASH_ATTENTION_DISABLE_{k}": "TRUE" for k in lite[:-1]})
     assert partial.memory_per_thread_gb == 6.0
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import os
 
-import argparse
 from pathlib import Path
 
 import pytest
 
+from imagegen.errors import UsageError
 from imagegen.plan import options
 from imagegen.plan.config import Config, Matrix, load_config
 from imagegen.plan.matrix import defaults
 
 
-def ns(**kw) -> argparse.Namespace:
-    return argparse.Namespace(**kw)
+def ns(**kw) -> options.Flags:
+    return options.Flags(**kw)
 
 
 def test_defaults_when_neither_flags_nor_config_say():
@@ -67,7 +67,6 @@ def test_lists_inside_one_flag_and_the_python_notations_users_type():
     # A one-cell flag (render's, a plain value) refuses a list in one line instead of taking part of it.
     import pytest
 
-    from imagegen.errors import UsageError
 
     with pytest.raises(UsageError, match="--torch takes one value here"):
         options.resolve(ns(torch="2.8,2.9"), Config())
@@ -147,3 +146,26 @@ def test_base_image_per_cuda_version(tmp_path, capsys):
     with pytest.raises(ConfigError, match="base-image"):
         load_config(cfg)
     assert options.base_images(["13.0=127.0.0.1:9/x/y:1,a/b:2"]) == {"cu130": "127.0.0.1:9/x/y:1,a/b:2"}
+
+
+# ---------------------------------------------------------------------------------------- --env
+
+
+def test_user_env_keeps_the_value_after_the_first_equals_sign_and_allows_empty_values():
+    assert options.user_env(None) == {}  # a command without --env
+    assert options.user_env(["A=b=c", "B=", "A=b=c"]) == {"A": "b=c", "B": ""}
+
+
+@pytest.mark.parametrize("item, says", [
+    ("lower-case-dash=1", "expected NAME=VALUE"),
+    ("A" * 129 + "=1", "expected NAME=VALUE"),
+    ("A='x'", "bad value"),
+    ('A="x"', "bad value"),
+])
+def test_user_env_refuses_names_and_values_it_cannot_pass_on(item, says):
+    with pytest.raises(UsageError, match=says) as info:
+        options.user_env([item])
+    assert "\n" not in str(info.value) and len(str(info.value)) < 250
+
+
+# ---------------------------------------------------------------------------------------- resolve

@@ -217,7 +217,7 @@ setup(name="causal_conv1d", version=get_package_version(), ext_modules=ext_modul
 
 
 def test_an_sdist_of_a_catalogue_package_gets_its_name_version_and_knobs_from_pkg_info(tmp_path):
-    from imagegen.commands.common import resolve
+    from imagegen.plan.request import recipe_at
 
     tree = tmp_path / "causal_conv1d-1.6.1"
     tree.mkdir()
@@ -225,7 +225,7 @@ def test_an_sdist_of_a_catalogue_package_gets_its_name_version_and_knobs_from_pk
     (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: causal_conv1d\nVersion: 1.6.1\nSummary: x\n\n"
                                    "Name: not-this\nVersion: 9.9\n")
     cat = load_catalogue()
-    recipe, v = resolve(cat, None, tree, None)
+    recipe, v = recipe_at(cat, None, tree, None)
     pinned = cat.get("causal-conv1d")
     assert recipe.name == "causal-conv1d" and recipe.source_kind == "local" and recipe.source_path == tree
     assert recipe.force_env == pinned.force_env and recipe.force_env  # no download of a prebuilt wheel
@@ -233,7 +233,7 @@ def test_an_sdist_of_a_catalogue_package_gets_its_name_version_and_knobs_from_pk
     assert "is built as a local tree with the rules of causal-conv1d 1.6.1" in v.resolved
     # The same tree as a path argument, and without PKG-INFO: setup()'s name, not the extension's
     (tree / "PKG-INFO").unlink()
-    recipe, v = resolve(cat, str(tree), None, "1.6.1")
+    recipe, v = recipe_at(cat, str(tree), None, "1.6.1")
     assert recipe.name == "causal-conv1d" and v.version == "1.6.1-local"
 
 

@@ -1,0 +1,187 @@
+"""The request a command plans: the recipes it names (catalogue names, project trees, --ref/--git sources)
+at the versions it asks, made into a MatrixRequest from the resolved Options, and the plan of that
+matrix with every per-cell change the options ask for (layout, platforms, offline, the GPU check) and the
+locked base images pinned. Every command that plans a matrix (plan, bake, build, push, pull, lock) goes
+through ``planned``."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Callable, Mapping
+
+from imagegen.errors import NothingToDoError, UsageError
+from imagegen.model.arch_parse import parse_arch_list
+from imagegen.model.catalogue import Catalogue
+from imagegen.model.cell import BUILDABLE, Cell, MatrixRequest, Plan
+from imagegen.model.recipes import JOB_FLAGS, Recipe, RecipeVersion, fetched_from, with_env, with_memory_for
+from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree, with_declared_version
+from imagegen.outputs import shown
+from imagegen.plan import refs
+from imagegen.plan.matrix import device_requests, expand, gpu_checked, with_gpu_check, with_layout, with_offline
+from imagegen.plan.options import Options
+from imagegen.plan.platforms import with_requested_platforms
+from imagegen.plan.registry import Lock
+
+
+def recipe_at(cat: Catalogue, name: str | None, source: Path | None, wanted_version: str | None,
+              fetch: str | None = None, env: Mapping[str, str] | None = None, *, ref: str | None = None,
+              git: str | None = None, jobs: tuple[str, str] = JOB_FLAGS,
+              build: refs.BuildCredentials | None = None) -> tuple[Recipe, RecipeVersion]:
+    """The recipe ``name`` (or the project tree ``source``, or a path given as the name) at the version
+    asked: a pinned version, --ref/--git resolved to a commit, or a tree's own; with the user's --env on
+    top of the version's."""
+    if source is not None and name is not None:
+        raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
+    if source is None and name is not None and looks_like_path(name):
+        source = Path(name)
+    if source is not None:
+        recipe = recipe_from_source_tree(source)
+        known = cat.by_distribution(recipe.distribution)
+        if known is not None:  # a tree of a package the catalogue knows: built with that recipe's knowledge
+            recipe, version = refs.at_tree(known, known.version(None), source, wanted_version, tree=recipe)
+            return with_build_env(recipe, version, env or {}, jobs)
+        # your own project: named by the version it states, else the one --version declares
+        recipe = with_declared_version(recipe, wanted_version)
+        wanted_version = None
+        if recipe.version(None).source_version is None:
+            print(f"imagegen: warning: {recipe.version(None).resolved}", file=sys.stderr)
+    elif name is None:
+        raise UsageError("name a recipe (imagegen recipes lists them) or give --source PATH")
+    else:
+        recipe = cat.get(name)
+    if ref or git:
+        if fetch == "sdist":
+            raise UsageError("--fetch sdist builds a pinned version's source distribution; --ref/--git fetch from git")
+        recipe, version = refs.at_ref(recipe, ref, git, wanted_version, build)
+    else:
+        recipe, version = fetched_from(recipe, recipe.version(wanted_version), fetch)
+    return with_build_env(recipe, version, env or {}, jobs)
+
+
+def with_build_env(recipe: Recipe, version: RecipeVersion, env: Mapping[str, str],
+                   jobs: tuple[str, str]) -> tuple[Recipe, RecipeVersion]:
+    """The user's --env on top of the version's, and the recipe's memory figure for that environment."""
+    version = with_env(recipe, version, dict(env), jobs)
+    return with_memory_for(recipe, version.env), version
+
+
+def matrix(opts: Options, cat: Catalogue) -> MatrixRequest:
+    """The matrix the options ask for: each recipe (named, the config's, or every one; or the --source
+    trees) at each version, on the axes given (empty ones are filled per cell by the default policy)."""
+    sources = list(opts.sources)
+    names = list(opts.recipes) or ([] if sources else cat.names())
+    pairs, seen = [], set()
+    # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
+    ref, git = opts.ref, opts.git
+    if (ref or git) and (sources or len({cat.get(n).name if not looks_like_path(n) else n for n in names}) != 1):
+        raise UsageError("--ref/--git name one recipe's source: give exactly one recipe with them")
+    # Several versions (seed 001's FA_VERSIONS="2.8.2 2.8.3"): each recipe's cells at each of them.
+    versions = one_version_per_source(opts)
+    for recipe, version in [recipe_at(cat, n, None, v, opts.fetch, opts.env, ref=ref, git=git, jobs=opts.jobs_fix,
+                                      build=opts.build_credentials)
+                            for n in names for v in versions] \
+            + [recipe_at(cat, None, source, versions[0], opts.fetch, opts.env, jobs=opts.jobs_fix) for source in sources]:
+        key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
+        if key not in seen:
+            seen.add(key)
+            pairs.append((recipe, version))
+    archs = []
+    for a in opts.archs:
+        parsed = parse_arch_list(a)
+        if str(parsed) not in {str(x) for x in archs}:
+            archs.append(parsed)
+    return MatrixRequest(
+        recipes=pairs,
+        torch=list(opts.torch),
+        cuda=list(opts.cuda),
+        python=list(opts.python),
+        archs=archs,
+        flavor=opts.flavor,
+        base_image=opts.base_image,
+        torch_index_override=opts.torch_index_url,
+        flavor_given=opts.flavor_given,
+    )
+
+
+def one_version_per_source(opts: Options) -> tuple[str | None, ...]:
+    """The --version values a matrix is planned at ((None,): each recipe's default). Several versions are
+    several pins of a catalogue recipe; a source given as it is (--ref, --git, --source, a path) is one
+    version, so it takes one --version."""
+    versions = opts.versions
+    if len(versions) > 1:
+        given = [flag for flag, value in (("--ref", opts.ref), ("--git", opts.git), ("--source", opts.sources))
+                 if value] + (["a project path"] if any(looks_like_path(n) for n in opts.recipes) else [])
+        if given:
+            raise UsageError(f"--version {' '.join(versions)}: {given[0]} is one source, of one version: give one"
+                             " --version with it (several versions are several pins of a catalogue recipe)")
+    return versions or (None,)
+
+
+def planned(opts: Options, cat: Catalogue, lock: Lock | None = None) -> Plan:
+    """The matrix expanded, with the base images ``lock`` holds pinned to their digests (None: the tags, as
+    `imagegen lock` wants them); a cell asked twice (``sage SAGE``, ``--torch 2.8 --torch 2.8.0``, ``--cuda
+    12.8 --cuda cu128``) is there once."""
+    request = matrix(opts, cat)
+    # a flavor whose images each serve one device (jetson) plans its devices' own cells on open axes
+    requests = device_requests(request, torch=opts.torch_one is not None, cuda=opts.cuda_one is not None,
+                               python=opts.python_one is not None, arch=opts.arch_configured is not None)
+    expanded = Plan(cells=[c for r in requests for c in expand(r).cells])
+    plan = with_requested_platforms(with_layout(unique_cells(expanded), opts.layout), opts.platforms, request.flavor)
+    if opts.offline:
+        plan = with_offline(plan)
+    plan = plan.each(gpu_check_step(opts))
+    return lock.pin_bases(plan) if lock is not None else plan
+
+
+def gpu_check_step(opts: Options) -> Callable[[Cell], Cell]:
+    """The per-cell change --gpu-check-device asks for (the GPU check inside the build; none without it),
+    its values checked now."""
+    if opts.dockerfile_frontend is not None and opts.gpu_check_device is None:
+        raise UsageError("--dockerfile-frontend goes with --gpu-check-device (only `RUN --device` needs a labs frontend)")
+    # `is not None`: an empty value (an unset shell variable) is refused by with_gpu_check, not taken as no flag.
+    if opts.gpu_check_device is None:
+        return lambda cell: cell
+    device, frontend = opts.gpu_check_device, opts.dockerfile_frontend
+    with_gpu_check(Plan(), device, frontend)  # refuses a bad device or frontend even where no cell is built
+    return lambda cell: gpu_checked(cell, device, frontend)
+
+
+def unique_cells(plan: Plan) -> Plan:
+    seen: set = set()
+    cells = []
+    for c in plan.cells:
+        key = (c.name, str(c.archs), c.status)
+        if key not in seen:
+            seen.add(key)
+            cells.append(c)
+    return dataclasses.replace(plan, cells=cells)
+
+
+def one_target_per_cell(plan: Plan) -> Plan:
+    """bake/build/pull make one bake target per cell, named by the cell: two arch lists of one cell
+    would be two targets of one name (bake keeps one of them, or refuses the file)."""
+    archs: dict[str, str] = {}
+    for c in plan.buildable:
+        other = archs.setdefault(c.name, str(c.archs))
+        if other != str(c.archs):
+            raise UsageError(f"{c.name} is asked for two arch lists ({other} and {c.archs}): a build makes one target"
+                             f" per cell; give one --arch list (e.g. --arch '{other};{c.archs}'), or run once per list")
+    return plan
+
+
+def buildable(plan: Plan, *, arch_free: bool = False, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Plan:
+    """The plan to build: one cell per target name (a builder image, ``arch_free``, is one per cell whatever
+    the arch lists), each rejected cell said; NothingToDoError when none can build."""
+    if arch_free:
+        names: set[str] = set()
+        plan = dataclasses.replace(plan, cells=[c for c in plan.cells if not (c.status == BUILDABLE and (
+            c.name in names or names.add(c.name)))])
+    else:
+        plan = one_target_per_cell(plan)
+    for c in plan.rejected:
+        say(f"[{c.name}] rejected: {'; '.join(c.problems)}")
+    if not plan.buildable:
+        raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
+    return plan
