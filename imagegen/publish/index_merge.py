@@ -97,8 +97,10 @@ class Served:
 
 def merge_url(url: str) -> str:
     """``url`` (``--merge``) checked, ending in one '/': an http(s) folder, no credential, query or fragment."""
-    return safety.served_folder_url(url, "--merge", "give the server's credentials to nothing: --merge reads a"
-                                    " public index") + "/"
+    # In a workflow the URL is committed, and it is said in the index's output: the index must be readable as
+    # its users' pip reads it, without a credential in the URL.
+    return safety.served_folder_url(url, "--merge", "serve the index where it can be read without one (--merge reads"
+                                    " it as pip's users do)") + "/"
 
 
 class _Reader:
