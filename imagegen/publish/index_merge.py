@@ -245,8 +245,11 @@ def _served_path(link: object, name: str, base: str, page_url: str) -> str:
     leads anywhere else (another host, above the folder), or to a file of another name."""
     if not isinstance(link, str) or len(link) > 2000:
         raise Unreadable("no URL")
-    target = urljoin(page_url, link)
-    parts = urlsplit(target)
+    try:
+        target = urljoin(page_url, link)
+        parts = urlsplit(target)
+    except ValueError:  # a malformed host ("http://[::1")
+        raise Unreadable(f"its URL {safety.describe(link, 120)} is not a URL") from None
     if parts.query or parts.fragment or not target.startswith(base):
         raise Unreadable(f"its URL {safety.describe(link, 120)} is not below {base}")
     path = target[len(base):]

@@ -201,6 +201,8 @@ GOOD = {"filename": WHEEL.name, "url": f"../../{FOLDER}/{WHEEL.name}", "hashes":
     ({**GOOD, "url": f"//evil.example/{FOLDER}/{WHEEL.name}"}, "is not below"),
     ({**GOOD, "url": f"../../{FOLDER}/other.whl"}, "names another file"),
     ({**GOOD, "url": f"../../{FOLDER}/{WHEEL.name}?x=1"}, "is not below"),
+    ({**GOOD, "url": "http://[::1/x.whl"}, "is not a URL"),
+    ("not an entry", "not a file entry"),
 ])
 def test_a_file_entry_that_is_no_wheel_imagegen_published_is_left_out_and_said(tmp_path, entry, why):
     out, _ = second_run(tmp_path)
