@@ -1,6 +1,11 @@
 """The wheel variants of the static index (``imagegen index --variants``; the files are made by
 imagegen.publish.variants): each verified wheel's variant wheel and metadata file beside its project page,
-each version's variants.json, what of them is stale, and how a file of theirs is told from the others."""
+each version's variants.json, what of them is stale, and how a file of theirs is told from the others.
+
+They cost a copy of every wheel, so they are written only when asked (``variants=True``), and kept up to date
+by every later run until ``variants=False`` removes them (``variants=None``, the default: as the index has
+them now, which ``has_variants`` tells). A variant-aware installer reads them from the project page; plain
+pip skips both kinds of link."""
 
 from __future__ import annotations
 
