@@ -426,6 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
         " properties, and each version's variants.json) for a variant-aware installer; plain pip ignores them. Costs a"
         " copy of every wheel; later runs (build --index too) keep them until --no-variants removes them"
         " (default: as the index has them)"))
+    p.add_argument("--merge", metavar="URL", help=(
+        "the URL this wheelhouse's index is published at (an earlier run's): list the wheels served there beside"
+        " these, flat and per CUDA, and write each cell folder's manifest.served.json (its published cells and this"
+        " run's), for imagegen publish --to s3://BUCKET/PREFIX,layout=wheelhouse to upload; nothing published yet"
+        " (404) merges nothing; a wheel name served with another sha256 is refused"))
     _add_json(p)
 
     p = sub.add_parser("repair", help="give wheels a manylinux tag with auditwheel (torch's libraries excluded)",

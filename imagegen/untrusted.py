@@ -210,24 +210,33 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 class _Redirects(urllib.request.HTTPRedirectHandler):
     max_redirections = MAX_REDIRECTS
 
+    def __init__(self, within: str | None = None) -> None:
+        super().__init__()
+        self.within = within
+
     def http_error_302(self, req, fp, code, msg, headers):
         location = headers.get("location") or headers.get("uri")
         if location:
-            scheme = urlsplit(urljoin(req.full_url, location)).scheme.lower()
+            target = urljoin(req.full_url, location)
+            scheme = urlsplit(target).scheme.lower()
             if scheme not in HTTP_SCHEMES:
                 fp.close()
                 raise Unreadable(f"redirected to a {scheme} URL: only http(s) URLs are followed")
+            if self.within is not None and not target.startswith(self.within):
+                fp.close()  # before it is followed: nothing is asked of the other server
+                raise Unreadable(f"redirected outside {self.within[:200]} (to {target[:200]}): not followed")
         return super().http_error_302(req, fp, code, msg, headers)
 
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
-def http_get(url: str, *, deadline: Deadline, limit: int,
-             headers: dict[str, str] | None = None) -> tuple[bytes, str, int]:
+def http_get(url: str, *, deadline: Deadline, limit: int, headers: dict[str, str] | None = None,
+             within: str | None = None) -> tuple[bytes, str, int]:
     """GET ``url`` (http or https only): (body, the URL it came from after redirects, status). At most
     ``limit`` bytes, within what is left of ``deadline``; HTTPStatusError for an error status,
     Unreadable for anything else that goes wrong (unreachable, a redirect loop or to another scheme,
-    too large, too slow)."""
+    too large, too slow). With ``within`` (a URL prefix), a redirect to a URL that does not start with it
+    is an Unreadable and is not followed."""
     if urlsplit(url).scheme.lower() not in HTTP_SCHEMES:
         raise Unreadable("not an http(s) URL: only those are read from an index")
     left = deadline.left()
@@ -236,7 +245,7 @@ def http_get(url: str, *, deadline: Deadline, limit: int,
     watch = _Watch(left)
     opener = urllib.request.OpenerDirector()
     for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), _HTTPHandler(watch),
-                    _HTTPSHandler(watch), urllib.request.HTTPDefaultErrorHandler(), _Redirects(),
+                    _HTTPSHandler(watch), urllib.request.HTTPDefaultErrorHandler(), _Redirects(within),
                     urllib.request.HTTPErrorProcessor()):
         opener.add_handler(handler)
     req = urllib.request.Request(url, headers=headers or {})

@@ -524,3 +524,47 @@ def moto_s3_server(log: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+class BucketSite:
+    """A bucket's objects below ``prefix`` served over plain HTTP on 127.0.0.1, as S3's website endpoint
+    serves a bucket: GET /<path> is the object <prefix><path>, a folder's (a path ending in '/') its
+    index.html (the index document), a key not there a 404. What pip and `imagegen index --merge` read
+    when a wheelhouse is published to ``s3://BUCKET/PREFIX,layout=wheelhouse``."""
+
+    def __init__(self, client, bucket: str, prefix: str) -> None:
+        owner = self
+        self.asked: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = unquote(urlsplit(self.path).path).lstrip("/")
+                owner.asked.append(path)
+                key = prefix + (path + "index.html" if path.endswith("/") or not path else path)
+                try:
+                    obj = client.get_object(Bucket=bucket, Key=key)
+                except client.exceptions.NoSuchKey:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = obj["Body"].read()
+                self.send_response(200)
+                self.send_header("Content-Type", obj.get("ContentType") or "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/"
+
+    def __enter__(self) -> "BucketSite":
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

@@ -290,12 +290,17 @@ def options_from_args(args: argparse.Namespace) -> Options:
         resolve_target(output, "workflow file")  # a device, folder or odd name: refused before buildx runs
     publish = tuple(check_text(d, PUBLISH_DEST, "--publish", "a destination as imagegen publish --to takes it:"
                            " pypi:URL, hf:OWNER/REPO[@REVISION][:PATH], github:OWNER/REPO@TAG,"
-                           " s3://BUCKET[/PREFIX]")
+                           " s3://BUCKET[/PREFIX][,layout=wheelhouse]")
                     for d in dict.fromkeys(getattr(args, "publish", None) or []))
     for dest in publish:  # the workflow is committed: a credential there is public
         safety.no_credentials(dest.removeprefix("pypi:"), "--publish", safety.CI_SECRET_INSTEAD
                               + " (TWINE_USERNAME/TWINE_PASSWORD, HF_TOKEN, IMAGEGEN_GITHUB_TOKEN, AWS_*)")
         parse_destination(dest, "--publish")
+    wheelhouse_dests = [d for d in publish if d.startswith("s3://") and parse_destination(d, "--publish").wheelhouse]
+    if wheelhouse_dests and skip_published is None:
+        raise UsageError(f"--publish {wheelhouse_dests[0]} holds the wheelhouse as served: give --skip-published URL"
+                         " too, the URL that prefix is served at, whose index the publish job merges with this run's"
+                         " (imagegen index --merge) and whose published cells the build jobs skip")
     imagegen_from = getattr(args, "imagegen_from", None)
     if publish and imagegen_from is None:
         raise UsageError("--publish needs --imagegen-from REQUIREMENT: how the publish job installs imagegen (e.g."

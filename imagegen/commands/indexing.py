@@ -1,4 +1,4 @@
-"""`imagegen index OUT [--variants|--no-variants]`: write the static pip index of a wheelhouse's verified wheels
+"""`imagegen index OUT [--variants|--no-variants] [--merge URL]`: write the static pip index of a wheelhouse's verified wheels
 (imagegen.publish.index), with wheel variants when asked (imagegen.publish.variants), and say how pip reads it.
 Wheels left out (missing, changed since their build, unreadable) and wheels without a variant are warnings on
 stderr; the index of the others is still written."""
@@ -17,7 +17,8 @@ from imagegen.outputs import shown
 def cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.publish.index import write_index
 
-    result = write_index(args.out, base_url=args.base_url, variants=args.variants, say=_say)
+    result = write_index(args.out, base_url=args.base_url, variants=args.variants, say=_say,
+                         merge_from=getattr(args, "merge", None))
     if args.json:
         json.dump(result.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -26,6 +27,13 @@ def cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"indexed {result.wheels} wheel{'s' if result.wheels != 1 else ''} of {len(result.projects)}"
           f" project{'s' if len(result.projects) != 1 else ''} ({names}) in {shown(result.out)}"
           f" ({len(result.written)} files written, {len(result.removed)} removed)")
+    if result.merged is not None:
+        merged = result.merged
+        what = (f"{len(merged['wheels'])} served wheel{'s' if len(merged['wheels']) != 1 else ''}"
+                if merged["published"] else "nothing published yet")
+        manifests = len(merged["manifests"])
+        print(f"  merged with {shown(merged['url'], 200)}: {what}; {manifests} manifest.served.json"
+              f" file{'s' if manifests != 1 else ''} (published cells and this run's)")
     if result.variants:
         files = [name for names in result.variants.values() for name in names]
         variant_wheels = sum(name.endswith(".whl") for name in files)

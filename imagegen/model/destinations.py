@@ -5,7 +5,11 @@ with (so a workflow never carries one the publish job would refuse), before anyt
 - ``pypi:UPLOAD_URL[,simple=INDEX_URL]``: a PyPI-compatible legacy upload endpoint;
 - ``hf:OWNER/REPO[@REVISION][:PATH]``: a Hugging Face Hub model repository;
 - ``github:OWNER/REPO@TAG``: the assets of a GitHub release;
-- ``s3://BUCKET[/PREFIX]``: objects under PREFIX.
+- ``s3://BUCKET[/PREFIX][,layout=wheelhouse]``: objects under PREFIX; flat (``PREFIX/<wheel>``, the default,
+  ``layout=flat``), or ``layout=wheelhouse``: the wheelhouse as it is served, each wheel at its path in the
+  wheelhouse (``PREFIX/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/<wheel>``) and, once they all are, the index `imagegen
+  index` wrote (pages, metadata files) and each cell folder's manifest, so that the bucket served over HTTP
+  is a pip index (and ``ci github --skip-published`` reads its manifests).
 
 Every part reaches a URL, so each is matched against a strict pattern; a malformed one is a UsageError
 (exit 2). imagegen.publish.upload says what each destination does with a wheel.
@@ -32,10 +36,11 @@ HUB = re.compile(rf"hf:(?!.*(?:--|\.\.))(?P<repo>{_HUB_NAME}/{_HUB_NAME})"
 GITHUB = re.compile(r"github:(?!.*\.\.)(?P<repo>[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100})"
                     r"@(?P<tag>[A-Za-z0-9][A-Za-z0-9._+-]{0,127})")
 S3 = re.compile(r"s3://(?!.*\.\.)(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[A-Za-z0-9._+=-]+"
-                r"(?:/[A-Za-z0-9._+=-]+)*)?/?)?")
+                r"(?:/[A-Za-z0-9._+=-]+)*)?/?)?(?:,layout=(?P<layout>flat|wheelhouse))?")
+FLAT, WHEELHOUSE = "flat", "wheelhouse"
 
 FORMS = {"pypi:": ("pypi:UPLOAD_URL[,simple=INDEX_URL]", PYPI), "hf:": ("hf:OWNER/REPO[@REVISION][:PATH]", HUB),
-         "github:": ("github:OWNER/REPO@TAG", GITHUB), "s3://": ("s3://BUCKET[/PREFIX]", S3)}
+         "github:": ("github:OWNER/REPO@TAG", GITHUB), "s3://": ("s3://BUCKET[/PREFIX][,layout=wheelhouse]", S3)}
 
 PYPI_SIMPLE = {"https://upload.pypi.org/legacy/": "https://pypi.org/simple/",
                "https://test.pypi.org/legacy/": "https://test.pypi.org/simple/"}
@@ -71,9 +76,15 @@ class S3Dest:
     text: str
     bucket: str
     prefix: str  # "" or ending with '/'
+    layout: str = FLAT  # FLAT: PREFIX/<wheel>; WHEELHOUSE: PREFIX/<path in the wheelhouse>, with its index
 
     def key(self, name: str) -> str:
+        """The object key of ``name``: a wheel's file name (flat), or a path below the wheelhouse."""
         return self.prefix + name
+
+    @property
+    def wheelhouse(self) -> bool:
+        return self.layout == WHEELHOUSE
 
 
 Dest = PypiDest | HubDest | GithubDest | S3Dest
@@ -97,7 +108,7 @@ def parse_destination(text: str, flag: str = "--to") -> Dest:
         return HubDest(text, match["repo"], match["revision"] or "main", match["path"] or "")
     if form[1] is GITHUB:
         return GithubDest(text, match["repo"], match["tag"])
-    return S3Dest(text, match["bucket"], _slash(match["prefix"]) if match["prefix"] else "")
+    return S3Dest(text, match["bucket"], _slash(match["prefix"]) if match["prefix"] else "", match["layout"] or FLAT)
 
 
 def default_simple(upload_url: str) -> str:

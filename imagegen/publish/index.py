@@ -44,77 +44,61 @@ central directory's size, the member's size, the bytes decompressed), by name, n
 file opened without following symlinks; every value that reaches a page is percent-encoded (URLs) and
 HTML-escaped; nothing is written outside OUT.
 
-Wheel variants (``variants``, imagegen.publish.variants): beside each project page, a copy of each wheel
-with its variant label in the file name and ``*.dist-info/variant.json`` in it, its metadata file, and the
-``{name}-{version}-variants.json`` of each version; the project page and the find-links page link them too,
-for a variant-aware installer (plain pip skips both kinds of link). They cost a copy of every wheel, so they
-are written only when asked (``variants=True``), and kept up to date by every later run until
-``variants=False`` removes them (``variants=None``, the default: as the index has them now). They are
-written after the metadata files and before the pages, under the same rules as the rest.
+Wheel variants (``variants``): imagegen.publish.index_variants, written only when asked, after the metadata
+files and before the pages. What a wheel is to the index (its METADATA, read bounded): index_wheels.
+
+``--merge URL`` (``merge_from``): the wheels the index published at URL lists (an earlier run's, read as
+imagegen.publish.index_merge reads an untrusted server) are listed beside this wheelhouse's, flat and per
+CUDA, linked at their paths below URL, so the folder is right once served at URL; each cell folder gets the
+manifest it is to be served with (SERVED_MANIFEST: its published cells and this run's). A wheel name served
+with another sha256 is refused, nothing written.
 """
 
 from __future__ import annotations
 
-import email.parser
-import fcntl
-import hashlib
 import os
 import re
 import stat
-import struct
 import sys
-import zipfile
-import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from dataclasses import replace as dataclasses_replace
 from pathlib import Path
-from types import ModuleType
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence, TypeVar
-from urllib.parse import quote
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from typing import Callable, Iterable, Sequence
+from urllib.parse import unquote
 
 from imagegen import safety
-from imagegen.errors import PublishError, Unreadable, printable
-from imagegen.outputs import new_file_mode, shown
+from imagegen.errors import PublishError, printable
+from imagegen.outputs import shown
 from imagegen.publish import index_files as disk
+from imagegen.publish import index_merge as merge
 from imagegen.publish import index_pages as pages
-from imagegen.publish.index_pages import API_VERSION, METADATA_SUFFIX, IndexedFile, IndexedWheel
+from imagegen.publish.index_pages import API_VERSION, IndexedFile, IndexedWheel
+from imagegen.publish.index_pages import METADATA_SUFFIX
+from imagegen.publish.index_variants import (has_variants, is_variant_file, is_variant_partial, remove_stale_variants,
+                                             variant_support, write_variants)
+from imagegen.publish.index_wheels import indexable
 from imagegen.safety import os_reason
-from imagegen.wheelhouse.manifest import MANIFEST, MAX_WALK_DEPTH, VerifiedWheel, verified_wheels
+from imagegen.wheelhouse.manifest import MANIFEST, MAX_WALK_DEPTH, read_manifest, verified_wheels
 
 SIMPLE = "simple"
 INDEX_HTML = "index.html"
 INDEX_JSON = "index.json"
 PAGES = (INDEX_HTML, INDEX_JSON)
-VARIANTS_JSON_SUFFIX = "-variants.json"  # PEP 817/825: {name}-{version}-variants.json
 LOCK = ".imagegen-index.lock"
+# Beside a cell folder's manifest.json, with --merge: the manifest that folder is to be served with (its
+# published cells and this run's), which `imagegen publish` to a wheelhouse destination uploads as its
+# manifest.json. The folder's own manifest.json stays what the folder holds.
+SERVED_MANIFEST = "manifest.served.json"
 
-# Bounds on what is read from a wheel.
-MAX_METADATA_BYTES = 4 << 20
-MAX_CENTRAL_DIRECTORY_BYTES = 8 << 20  # torch's own wheel needs about 2 MiB
-MAX_REQUIRES_PYTHON_CHARS = 200
-
-# A wheel file name as a page may show it: PEP 427's characters, no quote, space, '<', '%' or '/'.
-WHEEL_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
 # A normalized project name (PEP 503): the name of its folder under simple/.
 PROJECT_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-# A variant label (PEP 825): the last dash-separated part of a variant wheel's file name.
-VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")
 # A CUDA variant as the manifest names it (cu130): the folder of its own index, <OUT>/cu130/simple/.
 CUDA_VARIANT = re.compile(r"cu[0-9]{2,4}")
 
 Say = Callable[[str], None]
-T = TypeVar("T")
 
 
 def say_on_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
 
 
 @dataclass
@@ -127,6 +111,7 @@ class IndexResult:
     problems: list[str]  # wheels left out of the index, and why
     variants: dict[str, list[str]] = field(default_factory=dict)  # project -> its variant wheels and variants.json
     cuda: dict[str, list[str]] = field(default_factory=dict)  # CUDA variant (cu130) -> the projects its index lists
+    merged: dict | None = None  # --merge: what the served index gave (index_merge.Served.as_dict) and the manifests
 
     @property
     def wheels(self) -> int:
@@ -139,21 +124,26 @@ class IndexResult:
                 "written": [str(p) for p in self.written], "removed": [str(p) for p in self.removed],
                 "problems": self.problems, "variants": self.variants,
                 "cuda": {cuda: {"simple": str(self.out / cuda / SIMPLE) + "/", "projects": projects}
-                         for cuda, projects in self.cuda.items()}}
+                         for cuda, projects in self.cuda.items()}, "merged": self.merged}
 
 
 def write_index(out: Path, *, base_url: str | None = None, variants: bool | None = None,
-                say: Say = say_on_stderr) -> IndexResult:
+                say: Say = say_on_stderr, merge_from: str | None = None,
+                deadline: float = merge.DEADLINE) -> IndexResult:
     """Write (or bring up to date) the static index of the verified wheels under ``out``; see the module's
     docstring. Each wheel left out is a warning said through ``say`` and listed in the result's problems.
     ``variants``: write wheel variants (True), remove them (False), or do as the index does now (None).
     A refused ``base_url`` is an UnsafeValueError (exit 2, nothing written); an ``out`` that is not a
     directory, one that cannot be written, or one with neither a verified wheel nor an index yet (not a
-    wheelhouse: nothing is written there), or variants without variantlib, a PublishError (exit 9)."""
+    wheelhouse: nothing is written there), or variants without variantlib, a PublishError (exit 9).
+    ``merge_from``: the URL this wheelhouse's index is published at (--merge, imagegen.publish.index_merge):
+    its wheels are listed beside these, and each cell folder gets its SERVED_MANIFEST; what cannot be read
+    there within ``deadline`` seconds, or a conflict, is a PublishError with nothing written."""
     out = Path(out)
     prefix = _wheel_url_prefix(base_url)
+    merge_from = None if merge_from is None else merge.merge_url(merge_from)
     if variants:
-        _variant_support()  # before anything is written
+        variant_support()  # before anything is written
     try:
         if not stat.S_ISDIR(os.stat(out).st_mode):
             raise PublishError(f"{shown(out)} is not a directory: give the wheelhouse (imagegen build's --out)")
@@ -175,8 +165,8 @@ def write_index(out: Path, *, base_url: str | None = None, variants: bool | None
             raise PublishError(f"{shown(out)}: no verified wheel to index (no manifest.json under it lists a wheel"
                                " that is there intact): give the wheelhouse imagegen build --out wrote")
     try:
-        with _locked(out, say):
-            return _write_locked(out, prefix, say, variants)
+        with disk.locked(out / LOCK, say):
+            return _write_locked(out, prefix, say, variants, merge_from, deadline)
     except OSError as exc:
         failed_on = exc.filename2 or exc.filename  # a rename's destination, else the file
         where = f" ({shown(failed_on)})" if failed_on else ""
@@ -211,52 +201,56 @@ def _wheel_url_prefix(base_url: str | None) -> str | None:
                                     " keyring), never to the pages") + "/"
 
 
-@contextmanager
-def _locked(out: Path, say: Say) -> Iterator[None]:
-    """Hold the wheelhouse's index lock (released when the file is closed, by this process or its death)."""
-    lock = out / LOCK
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
-    fd = os.open(lock, flags, new_file_mode())
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PublishError(f"{shown(lock)} is not a regular file: remove it (imagegen index keeps its lock there)")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another imagegen index of {shown(out)} to finish")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None) -> IndexResult:
+def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None, merge_from: str | None,
+                  deadline: float) -> IndexResult:
     problems: list[str] = []
     verified = verified_wheels(out, problems=problems)
-    wheels = _indexable(out, verified, problems)
+    local = indexable(out, verified, problems)
+    entries = {v.path: v.entry for v in verified}
     simple = out / SIMPLE
+    if variants is None:
+        variants = has_variants(simple)
+    if variants and merge_from is not None:
+        raise PublishError(f"{shown(out)}: --merge lists the served wheels, not their wheel variants: index with"
+                           " --no-variants to merge")
+    cudas: dict[Path, set[str]] = {}
+    for wheel in local:
+        cuda = (entries.get(wheel.path) or {}).get("cuda")
+        cudas[wheel.path] = {cuda} if isinstance(cuda, str) and CUDA_VARIANT.fullmatch(cuda) else set()
+    served_wheels: list[IndexedWheel] = []
+    manifests: dict[Path, bytes] = {}  # each cell folder's SERVED_MANIFEST -> what it is to hold
+    served = None
+    if merge_from is not None:
+        folders = sorted({v.path.parent.relative_to(out).as_posix() for v in verified})
+        served = merge.read_served(merge_from, cuda_variants={c for cs in cudas.values() for c in cs},
+                                   folders=folders, deadline=deadline)
+        problems += served.problems
+        served_wheels = _served_wheels(out, local, served, cudas)
+        for folder in folders:
+            document = merge.merged_manifest(read_manifest(out / folder), served.manifests.get(folder, {}), folder)
+            manifests[out / folder / SERVED_MANIFEST] = pages.json_bytes(document)
+    wheels = local + served_wheels
     by_project: dict[str, list[IndexedWheel]] = {}
     for wheel in wheels:
         by_project.setdefault(wheel.project, []).append(wheel)
     for files in by_project.values():
         files.sort(key=lambda w: (w.version, w.path.name))
     projects = dict(sorted(by_project.items()))
-    if variants is None:
-        variants = _has_variants(simple)
 
     written: list[Path] = []
     disk.real_folder(simple, refuse=True)
     _project_folders(simple, projects)
     # What a page links to first, then the pages, the lists of pages last.
-    for wheel in wheels:
+    for wheel in local:
         disk.write(wheel.metadata_path, wheel.metadata, written)
+    for path, data in manifests.items():
+        disk.write(path, data, written)
     variant_wheels: list[IndexedWheel] = []
     variant_files: list[IndexedFile] = []
     if variants:
-        entries = {v.path: v.entry for v in verified}
-        variant_wheels, variant_files = _write_variants(out, wheels, entries, written, problems)
+        variant_wheels, variant_files = write_variants(out, local, entries, written, problems)
     _write_pages(simple, projects, prefix, written, variant_wheels=variant_wheels, variant_files=variant_files)
-    by_cuda = _by_cuda(wheels, {v.path: v.entry for v in verified})
+    by_cuda = _by_cuda(wheels, cudas)
     for cuda, cuda_projects in by_cuda.items():
         _write_cuda_index(out / cuda, cuda_projects, prefix, written)
     _sweep_partials(out)
@@ -266,29 +260,51 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
     removed += _remove_stale_cuda_indexes(out, set(by_cuda), problems)
     current_variants = {f.path for f in variant_files}
     current_variants |= {p for w in variant_wheels for p in (w.path, w.metadata_path)}
-    removed += _remove_stale_variants(simple, set(projects), current_variants)
-    removed += _remove_stale_metadata(out, {w.metadata_path for w in wheels})
+    removed += remove_stale_variants(simple, set(projects), current_variants)
+    removed += _remove_stale_metadata(out, {w.metadata_path for w in local} | set(manifests))
     for problem in problems:
         say(f"warning: {printable(problem)}")
     names = {project: [w.path.name for w in files] for project, files in projects.items()}
     variant_names: dict[str, list[str]] = {}
     for item in sorted([*variant_wheels, *variant_files], key=lambda f: (f.project, f.path.name)):
         variant_names.setdefault(item.project, []).append(item.path.name)
+    merged = None if served is None else {**served.as_dict(), "manifests": [str(p) for p in manifests]}
     return IndexResult(out=out, base_url=prefix, projects=names, written=written, removed=removed, problems=problems,
-                       variants=variant_names, cuda={cuda: list(p) for cuda, p in by_cuda.items()})
+                       variants=variant_names, cuda={cuda: list(p) for cuda, p in by_cuda.items()}, merged=merged)
+
+
+def _served_wheels(out: Path, local: list[IndexedWheel], served: merge.Served,
+                   cudas: dict[Path, set[str]]) -> list[IndexedWheel]:
+    """The served wheels the merged index lists beside this run's (``cudas`` gets theirs): those of a name
+    this run does not have. A name this run has with another sha256 is a PublishError (one line)."""
+    ours = {w.path.name: w for w in local}
+    listed = []
+    for name, wheel in sorted(served.wheels.items()):
+        mine = ours.get(name)
+        if mine is not None:
+            if mine.sha256 != wheel.sha256:
+                raise PublishError(f"{shown(mine.path)}: {served.url} serves another wheel of this name"
+                                   f" (sha256:{wheel.sha256}; this one is sha256:{mine.sha256}): not merged; publish a"
+                                   " new version, or remove the published one first")
+            continue
+        path = out / unquote(wheel.url_path)
+        listed.append(IndexedWheel(path=path, url_path=wheel.url_path, project=wheel.project, version=wheel.version,
+                                   sha256=wheel.sha256, size=wheel.size, requires_python=wheel.requires_python,
+                                   metadata=b"", served=True, served_metadata_sha256=wheel.metadata_sha256))
+        cudas[path] = set(wheel.cuda)
+    return listed
 
 
 # -------------------------------------------------------------------------------------------- per CUDA
 
 
-def _by_cuda(wheels: list[IndexedWheel], entries: dict[Path, dict]) -> dict[str, dict[str, list[IndexedWheel]]]:
-    """CUDA variant -> project -> its wheels of that variant (the manifest entry's "cuda"), sorted like the
-    flat index. A wheel whose entry names no CUDA variant (a CPU build, a hand-edited manifest) is in the
-    flat index only."""
+def _by_cuda(wheels: list[IndexedWheel], cudas: dict[Path, set[str]]) -> dict[str, dict[str, list[IndexedWheel]]]:
+    """CUDA variant -> project -> its wheels of that variant (``cudas``: a wheel's manifest entry's "cuda", a
+    served wheel's as its index said), sorted like the flat index. A wheel of no CUDA variant (a CPU build, a
+    hand-edited manifest) is in the flat index only."""
     by_cuda: dict[str, dict[str, list[IndexedWheel]]] = {}
     for wheel in wheels:
-        cuda = (entries.get(wheel.path) or {}).get("cuda")
-        if isinstance(cuda, str) and CUDA_VARIANT.fullmatch(cuda):
+        for cuda in sorted(cudas.get(wheel.path, ())):
             by_cuda.setdefault(cuda, {}).setdefault(wheel.project, []).append(wheel)
     return {cuda: dict(sorted(projects.items())) for cuda, projects in sorted(by_cuda.items())}
 
@@ -358,260 +374,13 @@ def _remove_stale_cuda_indexes(out: Path, current: set[str], problems: list[str]
     return removed
 
 
-# -------------------------------------------------------------------------------------------- variants
-
-
-def _variant_support() -> ModuleType:
-    """imagegen.publish.variants, which needs variantlib (imported only when variants are written)."""
-    try:
-        from imagegen.publish import variants
-    except ModuleNotFoundError as exc:
-        if exc.name != "variantlib" and not (exc.name or "").startswith("variantlib."):
-            raise
-        raise PublishError("wheel variants need variantlib, which is not installed: pip install 'imagegen[publish]'"
-                           " (or imagegen index --no-variants)") from None
-    return variants
-
-
-def _has_variants(simple: Path) -> bool:
-    """Whether the index has wheel variants now (a variants.json in a project folder): kept until asked off."""
-    try:
-        folders = [e for e in os.scandir(simple) if e.is_dir(follow_symlinks=False)]
-        return any(e.name.endswith(VARIANTS_JSON_SUFFIX) and e.is_file(follow_symlinks=False)
-                   for folder in folders for e in os.scandir(folder.path))
-    except OSError:  # no index yet
-        return False
-
-
-def _write_variants(out: Path, wheels: list[IndexedWheel], entries: dict[Path, dict], written: list[Path],
-                    problems: list[str]) -> tuple[list[IndexedWheel], list[IndexedFile]]:
-    """Write each wheel's variant (a copy with its label and variant.json) and its metadata file into its
-    project's folder, then each version's variants.json; what the pages are to list. A wheel that gets
-    no variant is said in ``problems`` and stays listed as it is."""
-    support = _variant_support()
-    simple = out / SIMPLE
-    variant_wheels: list[IndexedWheel] = []
-    by_version: dict[tuple[str, Version], dict[str, object]] = {}  # label -> its variant, per version
-    for wheel in sorted(wheels, key=lambda w: (w.project, w.version, w.path.name)):
-        labels = by_version.setdefault((wheel.project, wheel.version), {})
-        try:
-            variant = support.describe(entries[wheel.path])
-            if labels.get(variant.label, variant).description != variant.description:
-                raise support.NoVariant(f"its label {variant.label} names other properties in this version")
-            name = support.variant_wheel_name(wheel.path.name, variant.label)
-            if not WHEEL_FILE_NAME.fullmatch(name):
-                raise support.NoVariant(f"its variant's file name would be too long ({len(name)} characters)")
-            spliced = support.splice(wheel.path, wheel.sha256, wheel.project, support.dist_info_json(variant))
-            path = simple / wheel.project / name
-            sha256, size = _write_variant_wheel(path, spliced, written)
-        except support.NoVariant as exc:
-            problems.append(f"{shown(wheel.path)}: no wheel variant ({exc}); listed without one")
-            continue
-        labels[variant.label] = variant
-        variant_wheel = dataclasses_replace(wheel, path=path, url_path=_url_path(out, path), sha256=sha256, size=size)
-        disk.write(variant_wheel.metadata_path, variant_wheel.metadata, written)
-        variant_wheels.append(variant_wheel)
-    variant_files: list[IndexedFile] = []
-    for (project, version), labels in sorted(by_version.items()):
-        if not labels:
-            continue
-        data = support.variants_json(labels.values())
-        path = simple / project / support.variants_json_name(project, version)
-        disk.write(path, data, written)
-        variant_files.append(IndexedFile(path=path, url_path=_url_path(out, path), project=project, version=version,
-                                         sha256=hashlib.sha256(data).hexdigest(), size=len(data)))
-    return variant_wheels, variant_files
-
-
-def _write_variant_wheel(path: Path, spliced, written: list[Path]) -> tuple[str, int]:
-    """``path`` holds the variant wheel ``spliced`` plans afterwards (written as _replace writes, unless it
-    is there already); its sha256 and size."""
-    if spliced.is_written_at(path):
-        return spliced.sha256(), spliced.size  # what it should be: a copy damaged since fails pip's hash check
-    return disk.replace_file(path, spliced.write_to, written), spliced.size
-
-
-def _url_path(out: Path, path: Path) -> str:
-    return quote(os.fsencode(path.relative_to(out).as_posix()), safe="/")
-
-
-def _is_variant_file(name: str) -> bool:
-    """Whether ``name`` is a file of the index's wheel variants: a variants.json, a wheel whose name has a
-    variant label (with it, not a valid wheel name; without it, one), or such a wheel's metadata file."""
-    if name.endswith(VARIANTS_JSON_SUFFIX):
-        return True
-    if name.endswith(".whl" + METADATA_SUFFIX):
-        name = name[:-len(METADATA_SUFFIX)]
-    if not name.endswith(".whl"):
-        return False
-    plain, _, label = name[:-len(".whl")].rpartition("-")
-    return bool(VARIANT_LABEL.fullmatch(label)) and not _is_wheel_name(name) and _is_wheel_name(plain + ".whl")
-
-
-def _is_wheel_name(name: str) -> bool:
-    try:
-        parse_wheel_filename(name)
-    except InvalidWheelFilename:
-        return False
-    return True
-
-
-def _is_variant_partial(name: str) -> bool:
-    """Whether ``name`` is a temporary file _replace made for a variant file."""
-    if not (name.startswith(".") and name.endswith(".partial")):
-        return False
-    target = name[1:-len(".partial")].rpartition(".")[0]  # mkstemp's random part has no dot
-    return _is_variant_file(target)
-
-
-def _remove_stale_variants(simple: Path, projects: set[str], current: set[Path]) -> list[Path]:
-    """Remove the variant files of listed projects that no page lists any more (variants asked off, a
-    wheel gone or changed); temporary ones a killed run left are gone already (_sweep_partials)."""
-    removed = []
-    for project in sorted(projects):
-        for entry in sorted(os.scandir(simple / project), key=lambda e: e.name):
-            path = Path(entry.path)
-            if _is_variant_file(entry.name) and path not in current and not entry.is_dir(follow_symlinks=False):
-                os.unlink(path)
-                removed.append(path)
-    return removed
-
-
-# -------------------------------------------------------------------------------------------- wheels
-
-
-def _indexable(out: Path, verified: list[VerifiedWheel], problems: list[str]) -> list[IndexedWheel]:
-    """The verified wheels the index can list: a file name pip can parse, a METADATA that can be read,
-    one file per name (two different wheels under one name would be one link with two meanings)."""
-    by_name: dict[str, IndexedWheel] = {}
-    for verified_wheel in verified:
-        path = verified_wheel.path
-        name = path.name
-        if name in by_name:
-            if by_name[name].sha256 != verified_wheel.sha256:
-                problems.append(f"{shown(path)}: another wheel of the same name is indexed"
-                                f" ({shown(by_name[name].path)}); left out")
-            continue
-        if not WHEEL_FILE_NAME.fullmatch(name):
-            problems.append(f"{shown(path)}: not a wheel file name an index can list; left out")
-            continue
-        try:
-            dist, version, _, _ = parse_wheel_filename(name)
-        except InvalidWheelFilename as exc:
-            problems.append(f"{shown(path)}: {printable(str(exc))[:200]}; left out")
-            continue
-        project = canonicalize_name(dist)
-        try:
-            metadata, size = core_metadata(path, project)
-        except Unreadable as exc:
-            problems.append(f"{shown(path)}: its METADATA cannot be read ({exc}); left out")
-            continue
-        requires_python = _requires_python(metadata, path, problems)
-        by_name[name] = IndexedWheel(path=path, url_path=quote(os.fsencode(path.relative_to(out).as_posix()), safe="/"),
-                                     project=project, version=version, sha256=verified_wheel.sha256, size=size,
-                                     requires_python=requires_python, metadata=metadata)
-    return list(by_name.values())
-
-
-def core_metadata(wheel: Path, project: str) -> tuple[bytes, int]:
-    """The METADATA of ``wheel`` (a wheel of ``project``, normalized) and the wheel's size in bytes.
-
-    Read the way pip finds it (the one top-level ``*.dist-info`` folder, named after the project), by
-    name, never extracted; the file is opened without following a symlink, and the central directory,
-    the member and the bytes decompressed are bounded. Unreadable says why not."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
-    try:
-        fd = os.open(wheel, flags)
-    except OSError as exc:
-        raise Unreadable(os_reason(exc)) from None
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise Unreadable("not a regular file")
-            directory = _central_directory_bytes(fh, st.st_size)
-            if directory > MAX_CENTRAL_DIRECTORY_BYTES:
-                raise Unreadable(f"a zip directory of {directory} bytes; at most {MAX_CENTRAL_DIRECTORY_BYTES}"
-                                 " are read")
-            with zipfile.ZipFile(fh) as zf:
-                folders = {n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".dist-info")}
-                if len(folders) != 1:
-                    raise Unreadable(f"{len(folders)} top-level .dist-info folders, where a wheel has one")
-                (folder,) = folders
-                if not canonicalize_name(folder).startswith(project):
-                    raise Unreadable(f"its .dist-info folder {printable(folder[:80])!r} is not named after {project}")
-                try:
-                    member = zf.getinfo(f"{folder}/METADATA")
-                except KeyError:
-                    raise Unreadable("no METADATA in its .dist-info folder") from None
-                if member.file_size > MAX_METADATA_BYTES:
-                    raise Unreadable(f"METADATA of {member.file_size} bytes; at most {MAX_METADATA_BYTES} are read")
-                with zf.open(member) as body:
-                    data = body.read(MAX_METADATA_BYTES + 1)  # whatever its header says it decompresses to
-                if len(data) > MAX_METADATA_BYTES:
-                    raise Unreadable(f"METADATA of more than {MAX_METADATA_BYTES} bytes")
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, struct.error, EOFError, NotImplementedError,
-                RuntimeError, ValueError, OSError) as exc:  # a broken, encrypted or oddly compressed zip
-            raise Unreadable(printable(str(exc))[:200] or exc.__class__.__name__) from None
-    return data, st.st_size
-
-
-# The zip records that say how large the central directory is (APPNOTE 4.3.16, 4.3.15, 4.3.14).
-_END = struct.Struct("<4s4H2LH")
-_ZIP64_LOCATOR = struct.Struct("<4sLQL")
-_ZIP64_END = struct.Struct("<4sQ2H2L4Q")
-
-
-def _central_directory_bytes(fh: BinaryIO, size: int) -> int:
-    """The size of the zip's central directory, found the way zipfile finds it (the end record without a
-    comment, else the last one in the final 64 KiB): what zipfile would read into memory, asked first."""
-    tail_size = min(size, _END.size + 0xFFFF)
-    fh.seek(size - tail_size)
-    tail = fh.read(tail_size)
-    at = len(tail) - _END.size
-    if at < 0 or tail[at:at + 4] != b"PK\x05\x06" or tail[-2:] != b"\0\0":
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or at + _END.size > len(tail):
-            raise Unreadable("not a zip file")
-    _, _, _, _, entries, directory, _, _ = _END.unpack_from(tail, at)
-    if entries != 0xFFFF and directory != 0xFFFFFFFF:
-        return directory
-    if at < _ZIP64_LOCATOR.size:  # ZIP64: the real sizes are in the ZIP64 end record the locator points to
-        raise Unreadable("a ZIP64 zip without its locator")
-    signature, _, offset, _ = _ZIP64_LOCATOR.unpack_from(tail, at - _ZIP64_LOCATOR.size)
-    fh.seek(offset)
-    record = fh.read(_ZIP64_END.size)
-    if signature != b"PK\x06\x07" or len(record) < _ZIP64_END.size or record[:4] != b"PK\x06\x06":
-        raise Unreadable("a ZIP64 zip without its end record")
-    return _ZIP64_END.unpack(record)[8]
-
-
-def _requires_python(metadata: bytes, wheel: Path, problems: list[str]) -> str | None:
-    """The METADATA's Requires-Python, when it is a valid specifier (an invalid one is left off the page,
-    as pip would ignore it, and said)."""
-    headers = email.parser.HeaderParser().parsestr(metadata.decode("utf-8", "replace"), headersonly=True)
-    value = headers.get("Requires-Python")
-    if value is None:
-        return None
-    value = " ".join(str(value).split())
-    try:
-        if len(value) > MAX_REQUIRES_PYTHON_CHARS:
-            raise InvalidSpecifier(f"{len(value)} characters")
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        problems.append(f"{shown(wheel)}: its Requires-Python {safety.describe(value)} is not a version specifier;"
-                        " indexed without it")
-        return None
-    return value
-
-
 
 
 def _sweep_partials(folder: Path) -> None:
     """Remove the temporary page and variant files a killed run left in ``folder`` (the lock is held: no run
     is writing)."""
     for entry in os.scandir(folder):
-        ours = any(disk.is_partial(entry.name, page) for page in PAGES) or _is_variant_partial(entry.name)
+        ours = any(disk.is_partial(entry.name, page) for page in PAGES) or is_variant_partial(entry.name)
         if ours and not entry.is_dir(follow_symlinks=False):
             os.unlink(entry.path)
 
@@ -626,7 +395,7 @@ def _remove_stale_projects(simple: Path, current: set[str], problems: list[str])
         folder = Path(entry.path)
         for child in os.scandir(folder):
             ours = child.name in PAGES or any(disk.is_partial(child.name, page) for page in PAGES) \
-                or _is_variant_file(child.name) or _is_variant_partial(child.name)
+                or is_variant_file(child.name) or is_variant_partial(child.name)
             if ours and not child.is_dir(follow_symlinks=False):
                 os.unlink(child.path)
         try:
@@ -641,7 +410,9 @@ def _remove_stale_projects(simple: Path, current: set[str], problems: list[str])
 
 def _remove_stale_metadata(out: Path, current: set[Path]) -> list[Path]:
     """Remove the metadata files beside wheels the index no longer lists (gone, or changed since their
-    build), and temporary ones a killed run left; only in wheelhouse folders (those with a manifest)."""
+    build), the served manifests of an earlier --merge that this run did not write (``current`` holds
+    both kinds it keeps), and temporary ones a killed run left; only in wheelhouse folders (those with a
+    manifest)."""
     removed = []
     stack = [(out, 0)]
     while stack:
@@ -659,10 +430,11 @@ def _remove_stale_metadata(out: Path, current: set[Path]) -> list[Path]:
             if not in_wheelhouse:
                 continue
             path = Path(entry.path)
-            if entry.name.endswith(".whl" + METADATA_SUFFIX) and path not in current:
+            if (entry.name.endswith(".whl" + METADATA_SUFFIX) or entry.name == SERVED_MANIFEST) \
+                    and path not in current:
                 os.unlink(path)
                 removed.append(path)
-            elif entry.name.startswith(".") and ".whl" + METADATA_SUFFIX + "." in entry.name \
-                    and entry.name.endswith(".partial"):
+            elif entry.name.startswith(".") and entry.name.endswith(".partial") and (
+                    ".whl" + METADATA_SUFFIX + "." in entry.name or entry.name.startswith(f".{SERVED_MANIFEST}.")):
                 os.unlink(path)
     return removed

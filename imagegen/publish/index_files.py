@@ -1,15 +1,17 @@
 """How imagegen.publish.index writes its files: each under a temporary name in its own folder, fsynced
 and renamed over the old one (a reader sees the old file or the new one, never half of one), not rewritten
 when its content would not change; folders made real (never a symlink out of the wheelhouse); the
-temporary files of a killed run swept."""
+temporary files of a killed run swept; the index's lock, which two runs on one wheelhouse take turns on."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable, TypeVar
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 from imagegen.errors import PublishError
 from imagegen.outputs import new_file_mode, shown
@@ -76,3 +78,22 @@ def real_folder(folder: Path, *, refuse: bool) -> None:
 def is_partial(name: str, of: str) -> bool:
     """Whether ``name`` is a temporary file _write made for ``of`` (left by a run that was killed)."""
     return name.startswith(f".{of}.") and name.endswith(".partial")
+
+
+@contextmanager
+def locked(lock: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold the wheelhouse's index lock ``lock`` (released when the file is closed, by this process or its
+    death)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
+    fd = os.open(lock, flags, new_file_mode())
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PublishError(f"{shown(lock)} is not a regular file: remove it (imagegen index keeps its lock there)")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another imagegen index of {shown(lock.parent)} to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -28,13 +28,19 @@ class IndexedWheel:
     size: int
     requires_python: str | None
     metadata: bytes  # its METADATA, served as <wheel>.metadata
+    # Listed from the index it was published to (imagegen index --merge): neither it nor its metadata file
+    # is here; the page gives the metadata file's sha256, when the served page did.
+    served: bool = False
+    served_metadata_sha256: str | None = None
 
     @property
     def metadata_path(self) -> Path:
         return self.path.with_name(self.path.name + METADATA_SUFFIX)
 
     @property
-    def metadata_sha256(self) -> str:
+    def metadata_sha256(self) -> str | None:
+        if self.served:
+            return self.served_metadata_sha256
         return hashlib.sha256(self.metadata).hexdigest()
 
 
@@ -65,7 +71,8 @@ def wheel_anchor(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
     if wheel.requires_python is not None:
         attributes["data-requires-python"] = wheel.requires_python
     # PEP 714's name, and PEP 658's for the pip releases before it.
-    attributes["data-core-metadata"] = attributes["data-dist-info-metadata"] = f"sha256={wheel.metadata_sha256}"
+    if wheel.metadata_sha256 is not None:
+        attributes["data-core-metadata"] = attributes["data-dist-info-metadata"] = f"sha256={wheel.metadata_sha256}"
     return anchor(href(wheel, prefix, up), wheel.path.name, attributes)
 
 
@@ -117,8 +124,8 @@ def project_json(project: str, files: list[IndexedWheel], prefix: str | None,
         entry = {"filename": file.path.name, "url": url(file, prefix, up), "hashes": {"sha256": file.sha256},
                  "size": file.size}
         if isinstance(file, IndexedWheel):
-            metadata = {"sha256": file.metadata_sha256}
-            entry["core-metadata"] = entry["dist-info-metadata"] = metadata
+            if file.metadata_sha256 is not None:
+                entry["core-metadata"] = entry["dist-info-metadata"] = {"sha256": file.metadata_sha256}
             if file.requires_python is not None:
                 entry["requires-python"] = file.requires_python
         entries.append(entry)

@@ -1,7 +1,10 @@
 """An S3 bucket (or any S3-compatible store: AWS_ENDPOINT_URL) as a publish destination
 (``s3://BUCKET[/PREFIX]``), through boto3: each wheel becomes the object PREFIX/<wheel>, which pip
 reads through the bucket's web endpoint (``--find-links`` on an index page such as `imagegen index`
-writes, or a direct URL).
+writes, or a direct URL). With ``,layout=wheelhouse`` each wheel is PREFIX/<its path in the wheelhouse>
+instead, and once every wheel is there the pages, metadata files and manifests (imagegen.publish.
+served_files) follow, overwritten (``put_served``; skipped when the object records the same sha256): the
+bucket served over HTTP is then the wheelhouse's pip index.
 
 - What is there: ``head_object``. An object this module wrote carries its sha256 twice: as user
   metadata (``x-amz-meta-sha256``, hex) and as S3's own full-object checksum (``ChecksumSHA256``, which
@@ -27,9 +30,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 from typing import Mapping
 
 from imagegen.errors import PublishError
+from imagegen.publish.served_files import ServedFile
 from imagegen.publish.upload import Destination, Found, S3Dest, found_sha256, missing_library
 from imagegen.wheelhouse.manifest import VerifiedWheel
 
@@ -39,7 +44,8 @@ CREDENTIAL_ERRORS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenie
                      "InvalidToken", "403", "401"}
 
 
-def connect(dest: S3Dest, env: Mapping[str, str], *, write: bool) -> S3Prefix:
+def connect(dest: S3Dest, env: Mapping[str, str], *, write: bool, out: Path | None = None) -> S3Prefix:
+    """The bucket, with the wheelhouse ``out`` the wheels' keys are taken below (``layout=wheelhouse``)."""
     try:
         import boto3
         from botocore import UNSIGNED
@@ -57,17 +63,26 @@ def connect(dest: S3Dest, env: Mapping[str, str], *, write: bool) -> S3Prefix:
     # Without keys: anonymous requests, so that no other credential source (files, instance role) is read.
     config = Config(signature_version=UNSIGNED) if not (key_id and secret) else None
     client = session.client("s3", endpoint_url=env.get("AWS_ENDPOINT_URL") or None, config=config)
-    return S3Prefix(dest, client, (ClientError, BotoCoreError))
+    return S3Prefix(dest, client, (ClientError, BotoCoreError), out)
 
 
 class S3Prefix(Destination):
-    def __init__(self, dest: S3Dest, client, errors: tuple[type, ...]) -> None:
+    def __init__(self, dest: S3Dest, client, errors: tuple[type, ...], out: Path | None = None) -> None:
         self.dest = dest
         self.client = client
         self.errors = errors  # botocore's ClientError and BotoCoreError
+        self.out = out
+
+    def wheel_key(self, wheel: VerifiedWheel) -> str:
+        """PREFIX/<wheel>, or with layout=wheelhouse PREFIX/<its path in the wheelhouse>."""
+        if self.dest.wheelhouse:
+            if self.out is None:
+                raise PublishError(f"{self.dest.text}: the wheelhouse layout needs the wheelhouse's folder")
+            return self.dest.key(wheel.path.relative_to(self.out).as_posix())
+        return self.dest.key(wheel.path.name)
 
     def check(self, wheel: VerifiedWheel) -> Found | None:
-        key = self.dest.key(wheel.path.name)
+        key = self.wheel_key(wheel)
         try:
             head = self.client.head_object(Bucket=self.dest.bucket, Key=key, ChecksumMode="ENABLED")
         except self.errors as exc:
@@ -85,7 +100,7 @@ class S3Prefix(Destination):
         return found_sha256(self._download_sha256(key), wheel)
 
     def upload(self, wheel: VerifiedWheel) -> str | None:
-        key = self.dest.key(wheel.path.name)
+        key = self.wheel_key(wheel)
         try:
             with wheel.path.open("rb") as fh:
                 self.client.put_object(Bucket=self.dest.bucket, Key=key, Body=fh, IfNoneMatch="*",
@@ -97,6 +112,29 @@ class S3Prefix(Destination):
                 return None  # an object of that key is there now
             raise self._error(exc, key) from None
         return f"s3://{self.dest.bucket}/{key}"
+
+    def put_served(self, file: ServedFile, *, dry_run: bool) -> bool:
+        """``file`` (a page, manifest or metadata file: layout=wheelhouse) at its key, overwritten: it changes
+        from run to run. False when the object there records the same sha256 already (nothing is written)."""
+        key = self.dest.key(file.key)
+        data = file.path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            try:
+                head = self.client.head_object(Bucket=self.dest.bucket, Key=key)
+                if head.get("Metadata", {}).get("sha256") == digest:
+                    return False
+            except self.errors as exc:
+                if _code(exc) not in ("404", "NoSuchKey", "NotFound"):
+                    raise
+            if not dry_run:
+                self.client.put_object(Bucket=self.dest.bucket, Key=key, Body=data, ContentType=file.content_type,
+                                       ChecksumAlgorithm="SHA256",
+                                       ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode(),
+                                       Metadata={"sha256": digest})
+        except self.errors as exc:
+            raise self._error(exc, key) from None
+        return True
 
     def _download_sha256(self, key: str) -> str:
         h = hashlib.sha256()

@@ -14,9 +14,13 @@ exit 2):
 - ``hf:OWNER/REPO[@REVISION][:PATH]``: a Hugging Face Hub model repository (that exists), on branch
   REVISION (default main), in folder PATH (default the top).
 - ``github:OWNER/REPO@TAG``: the assets of the release of TAG (created when there is none).
-- ``s3://BUCKET[/PREFIX]``: objects under PREFIX.
+- ``s3://BUCKET[/PREFIX][,layout=wheelhouse]``: objects under PREFIX.
 
-A wheel lands under its own file name (pip reads name, version and tags from it), flat: DEST/<wheel>.
+A wheel lands under its own file name (pip reads name, version and tags from it), flat: DEST/<wheel>; with
+``layout=wheelhouse`` at its path in the wheelhouse, and after the wheels the files the wheelhouse is served
+with (imagegen.publish.served_files: metadata files, manifests, index pages), which unlike wheels are
+overwritten (they change every run), and only once every wheel is there (a page must not link a wheel that
+is not). A wheelhouse without an index is refused there before any wheel is uploaded.
 
 The rules, the same for every destination (the destination modules only read what is there and upload):
 
@@ -103,9 +107,12 @@ class Destination:
 MODULES = {PypiDest: "pypi_upload", HubDest: "hub_upload", GithubDest: "github_upload", S3Dest: "s3_upload"}
 
 
-def connect(dest: Dest, env: Mapping[str, str], *, write: bool) -> Target:
-    """The destination's module (imported only now: each brings a client library) connected to it."""
+def connect(dest: Dest, env: Mapping[str, str], *, write: bool, out: Path | None = None) -> Target:
+    """The destination's module (imported only now: each brings a client library) connected to it; an S3
+    bucket is told the wheelhouse ``out`` (with layout=wheelhouse, a wheel's key is its path below it)."""
     module = importlib.import_module(f"imagegen.publish.{MODULES[type(dest)]}")
+    if isinstance(dest, S3Dest):
+        return module.connect(dest, env, write=write, out=out)
     return module.connect(dest, env, write=write)
 
 
@@ -204,7 +211,7 @@ def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping
                            " folder's manifest.json; publish uploads only those)")
     secrets = [v for name in SECRET_VARIABLES if (v := env.get(name))]
     for dest in dests:
-        report.outcomes += _publish_to(dest, wheels, env=env, dry_run=dry_run, secrets=secrets)
+        report.outcomes += _publish_to(dest, wheels, env=env, dry_run=dry_run, secrets=secrets, out=Path(out))
     return report
 
 
@@ -226,15 +233,23 @@ def _unique_names(wheels: list[VerifiedWheel], problems: list[str]) -> list[Veri
 
 
 def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, str], dry_run: bool,
-                secrets: list[str]) -> list[Outcome]:
+                secrets: list[str], out: Path) -> list[Outcome]:
     outcomes: list[Outcome] = []
     if not wheels:
         return outcomes
     broken = ""  # why the destination cannot be used: the remaining wheels fail with it
+    if isinstance(dest, S3Dest) and dest.wheelhouse:
+        from imagegen.publish.served_files import served_files
+        try:
+            served_files(out, wheels)  # no index to serve them with: not one wheel is uploaded
+        except PublishError as exc:
+            broken = str(exc)
     limit = deadline_seconds(env)
     with untrusted.connections_within(limit) as watch:
         try:
-            target = connect(dest, env, write=not dry_run)
+            if broken:
+                raise PublishError(broken)
+            target = connect(dest, env, write=not dry_run, out=out)
             secrets = secrets + list(target.secrets)
         except Exception as exc:  # PublishError, or a client library's own error that its module did not foresee
             broken = _redact(_reason(exc), secrets)
@@ -255,7 +270,44 @@ def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, st
             target.unusable = target.unusable or detail
         broken = _redact(target.unusable, secrets)
         outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, status, _redact(detail, secrets)))
+    if isinstance(dest, S3Dest) and dest.wheelhouse:
+        outcomes.append(_publish_served(dest, None if broken else target, out, wheels, outcomes, env=env,
+                                        dry_run=dry_run, secrets=secrets))
     return outcomes
+
+
+SERVED = "index, manifests and metadata"  # the outcome line of a wheelhouse destination's served files
+
+
+def _publish_served(dest: S3Dest, target, out: Path, wheels: list[VerifiedWheel], outcomes: list[Outcome], *,
+                    env: Mapping[str, str], dry_run: bool, secrets: list[str]) -> Outcome:
+    """After the wheels (layout=wheelhouse): the files the wheelhouse is served with (served_files), each
+    overwritten, in their order; only when every wheel is there, as a page must not link a wheel that is
+    not. One outcome for all of them."""
+    from imagegen.publish.served_files import served_files
+
+    failed = [o for o in outcomes if o.status in (REFUSED, FAILED)]
+    if target is None or failed:
+        why = f"{len(failed)} wheel{'s' if len(failed) != 1 else ''} not there" if failed else "the destination failed"
+        return Outcome(dest.text, SERVED, "", FAILED, f"not uploaded: {why}, which the pages would link")
+    written = same = 0
+    limit = deadline_seconds(env)
+    with untrusted.connections_within(limit) as watch:
+        try:
+            files = served_files(out, wheels)
+            for file in files:
+                if target.put_served(file, dry_run=dry_run):
+                    written += 1
+                else:
+                    same += 1
+            status, detail = (WOULD_UPLOAD if dry_run else UPLOADED), (
+                f"{written} file{'s' if written != 1 else ''} {'to write' if dry_run else 'written'}, {same} unchanged,"
+                f" at s3://{dest.bucket}/{dest.prefix}")
+        except Exception as exc:  # PublishError, or a client library's own
+            status, detail = FAILED, f"after {written} of them: {_reason(exc)}"
+    if watch.expired:
+        status, detail = FAILED, _expired(limit)
+    return Outcome(dest.text, SERVED, "", status, _redact(detail, secrets))
 
 
 def _reason(exc: Exception) -> str:

@@ -219,6 +219,14 @@ class Options:
             parts += ["--output", self.output]
         return " ".join(shlex.quote(p) for p in parts)
 
+    @property
+    def merge_index(self) -> str | None:
+        """Where the publish job merges the index it publishes with (``imagegen index --merge``): the
+        --skip-published URL, when a destination holds the wheelhouse as served (s3://...,layout=wheelhouse)."""
+        if any(dest.startswith("s3://") and dest.endswith(",layout=wheelhouse") for dest in self.publish):
+            return self.skip_published
+        return None
+
     def publish_env(self) -> dict[str, str]:
         """The environment of the publish step: each destination kind's credentials, as GitHub expressions."""
         env: dict[str, str] = {}
@@ -386,6 +394,7 @@ def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
         "publish": "\n".join(options.publish),
         "publish_env": options.publish_env(),
         "publish_github": any(dest.startswith("github:") for dest in options.publish),
+        "merge_index": options.merge_index or "",
         "timeout_minutes": PUBLISH_TIMEOUT_MINUTES,
         "wheelhouse_top": top,
         "folders": {name: "\n".join(rels) for name, rels in folders.items()},

@@ -30,9 +30,17 @@ from imagegen.model.destinations import GithubDest, HubDest, PypiDest, S3Dest, p
                                                      "v1.0+cu128")),
     ("s3://wheels.example", S3Dest("s3://wheels.example", "wheels.example", "")),
     ("s3://wheels/cu128/torch2.8/", S3Dest("s3://wheels/cu128/torch2.8/", "wheels", "cu128/torch2.8/")),
+    ("s3://wheels/whl,layout=wheelhouse", S3Dest("s3://wheels/whl,layout=wheelhouse", "wheels", "whl/", "wheelhouse")),
+    ("s3://wheels,layout=wheelhouse", S3Dest("s3://wheels,layout=wheelhouse", "wheels", "", "wheelhouse")),
+    ("s3://wheels/whl/,layout=flat", S3Dest("s3://wheels/whl/,layout=flat", "wheels", "whl/", "flat")),
 ])
 def test_destinations_parse(text, want):
     assert parse_destination(text) == want
+
+
+def test_only_the_wheelhouse_layout_is_a_wheelhouse():
+    assert parse_destination("s3://bkt/p,layout=wheelhouse").wheelhouse
+    assert not parse_destination("s3://bkt/p").wheelhouse and not parse_destination("s3://bkt/p,layout=flat").wheelhouse
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -53,6 +61,10 @@ def test_destinations_parse(text, want):
     ("s3://UPPER/x", "expected s3://BUCKET"),
     ("s3://b/../x", "expected s3://"),
     ("s3://bucket/a//b", "expected s3://"),
+    ("s3://bucket/a,layout=tree", "expected s3://BUCKET[/PREFIX][,layout=wheelhouse]"),
+    ("s3://bucket/a,layout=wheelhouse,layout=flat", "expected s3://"),
+    ("s3://bucket/a,layout=Wheelhouse", "expected s3://"),
+    ("s3://bucket/a layout=wheelhouse", "expected s3://"),
 ])
 def test_malformed_destinations_are_one_line_usage_errors(text, needle):
     with pytest.raises(UsageError) as info:

@@ -17,7 +17,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import struct
 import threading
 import time
 import zipfile
@@ -27,10 +26,10 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from imagegen.wheelhouse import manifest as wheelhouse
+from imagegen.errors import PublishError, UnsafeValueError
+from imagegen.publish import index, index_wheels
 from imagegen.wheelhouse import collect
-from imagegen.errors import PublishError, Unreadable, UnsafeValueError
-from imagegen.publish import index
+from imagegen.wheelhouse import manifest as wheelhouse
 from tests.unit.executor_fixtures import WHEEL, pure_wheel, tiny_cell
 
 TINY = "tiny-kernel"
@@ -542,20 +541,14 @@ def test_a_second_writer_waits_for_the_first(tmp_path):
 # ------------------------------------------------------------------------------------ bounded reads
 
 
-def test_core_metadata_is_the_wheels_own_and_the_wheels_size(tmp_path):
-    with zipfile.ZipFile(WHEEL) as zf:
-        expected = zf.read("tiny_kernel-0.1.0+cu130torch2.11.dist-info/METADATA")
-    assert index.core_metadata(WHEEL, TINY) == (expected, WHEEL.stat().st_size)
-
-
 @pytest.mark.parametrize("make, why", [
     (lambda p: p.write_bytes(b"not a zip at all"), "not a zip file"),
     (lambda p: metadata_wheel(p, "Name: demo\n", members={"other-1.0.dist-info/METADATA": "Name: other\n"}),
      "2 top-level .dist-info folders"),
     (lambda p: metadata_wheel(p, "Name: demo\n", dist_info="impostor-1.0.dist-info"), "is not named after demo"),
     (lambda p: metadata_wheel(p, "Name: demo\n", dist_info="demo-1.0.dist-info/sub"), "no METADATA"),
-    (lambda p: metadata_wheel(p, "Name: demo\n" + "x" * (index.MAX_METADATA_BYTES + 1)),
-     f"METADATA of {index.MAX_METADATA_BYTES + 12} bytes; at most {index.MAX_METADATA_BYTES} are read"),
+    (lambda p: metadata_wheel(p, "Name: demo\n" + "x" * (index_wheels.MAX_METADATA_BYTES + 1)),
+     f"METADATA of {index_wheels.MAX_METADATA_BYTES + 12} bytes; at most {index_wheels.MAX_METADATA_BYTES} are read"),
 ])
 def test_a_wheel_whose_metadata_cannot_be_read_is_left_out_and_said(tmp_path, make, why):
     out = tmp_path / "house"
@@ -572,48 +565,6 @@ def test_a_wheel_whose_metadata_cannot_be_read_is_left_out_and_said(tmp_path, ma
     assert not demo.with_name(demo.name + ".metadata").exists()
 
 
-def test_a_zip_directory_over_the_bound_is_not_read(tmp_path, monkeypatch):
-    members = {f"demo/{n}.py": "" for n in range(100)}
-    wheel = metadata_wheel(tmp_path / "demo-1.0-py3-none-any.whl", "Name: demo\n", members=members)
-    with zipfile.ZipFile(wheel) as zf:
-        directory = sum(46 + len(info.filename) + len(info.extra) + len(info.comment) for info in zf.infolist())
-    monkeypatch.setattr(index, "MAX_CENTRAL_DIRECTORY_BYTES", directory - 1)
-    with pytest.raises(Unreadable, match=f"a zip directory of {directory} bytes"):
-        index.core_metadata(wheel, "demo")
-    monkeypatch.setattr(index, "MAX_CENTRAL_DIRECTORY_BYTES", directory)
-    assert index.core_metadata(wheel, "demo")[0] == b"Name: demo\n"
-
-
-def as_zip64(wheel: Path) -> tuple[Path, int]:
-    """``wheel`` rewritten with ZIP64 end records (what a zip of 65535 members or 4 GiB has): the end record's
-    fields say 'see ZIP64', the ZIP64 record holds the sizes. Returns it and its central directory's size."""
-    data = wheel.read_bytes()
-    _, _, _, _, count, size, offset, _ = struct.unpack("<4s4H2LH", data[-22:])
-    body = data[:-22]
-    zip64_end = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, offset)
-    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, len(body), 1)
-    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
-    wheel.write_bytes(body + zip64_end + locator + end)
-    return wheel, size
-
-
-def test_a_zip64_directory_is_measured_from_its_zip64_record(tmp_path, monkeypatch):
-    wheel, size = as_zip64(metadata_wheel(tmp_path / "demo-1.0-py3-none-any.whl", "Name: demo\n",
-                                          members={f"demo/{n}.py": "" for n in range(50)}))
-    assert len(zipfile.ZipFile(wheel).infolist()) == 51  # zipfile reads it through the ZIP64 record too
-    assert index.core_metadata(wheel, "demo")[0] == b"Name: demo\n"
-    monkeypatch.setattr(index, "MAX_CENTRAL_DIRECTORY_BYTES", size - 1)
-    with pytest.raises(Unreadable, match=f"a zip directory of {size} bytes"):
-        index.core_metadata(wheel, "demo")
-
-
-def test_metadata_that_decompresses_past_the_bound_is_not_read(tmp_path, monkeypatch):
-    wheel = metadata_wheel(tmp_path / "demo-1.0-py3-none-any.whl", "Name: demo\n" + "x" * 5000)
-    monkeypatch.setattr(index, "MAX_METADATA_BYTES", 100)
-    with pytest.raises(Unreadable, match="METADATA of 5011 bytes; at most 100 are read"):
-        index.core_metadata(wheel, "demo")
-
-
 def test_members_are_read_by_name_and_never_extracted(tmp_path):
     out = tmp_path / "house"
     escape = "../../../escaped.txt"
@@ -622,17 +573,6 @@ def test_members_are_read_by_name_and_never_extracted(tmp_path):
     result = index.write_index(out, say=_quiet)
     assert result.projects == {"demo": [demo.name]} and result.problems == []
     assert list(tmp_path.rglob("escaped.txt")) == []
-
-
-def test_a_wheel_is_read_without_following_a_symlink_or_blocking_on_a_fifo(tmp_path):
-    link = tmp_path / "demo-1.0-py3-none-any.whl"
-    link.symlink_to(metadata_wheel(tmp_path / "real" / "demo-1.0-py3-none-any.whl", "Name: demo\n"))
-    with pytest.raises(Unreadable, match="symbolic links"):
-        index.core_metadata(link, "demo")
-    fifo = tmp_path / "fifo-1.0-py3-none-any.whl"
-    os.mkfifo(fifo)
-    with pytest.raises(Unreadable, match="not a regular file"):
-        index.core_metadata(fifo, "fifo")
 
 
 def test_a_folder_above_another_wheelhouses_index_or_the_home_folder_is_refused(tmp_path, monkeypatch):

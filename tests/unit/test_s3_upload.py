@@ -126,3 +126,84 @@ def test_a_missing_boto3_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)
     with pytest.raises(PublishError, match=r"^boto3 is not installed: pip install 'imagegen\[publish\]'$"):
         s3_upload.connect(parse_destination(f"s3://{BUCKET}"), {}, write=False)
+
+
+# ------------------------------------------------------------------------------------ layout=wheelhouse
+
+
+def indexed_wheelhouse(out):
+    from imagegen.publish.index import write_index
+
+    wheel = wheelhouse(out)
+    write_index(out, say=lambda message: None)
+    return wheel
+
+
+def test_the_wheelhouse_layout_puts_each_wheel_at_its_path_then_the_index_overwritable(tmp_path, s3, prefix):
+    out = tmp_path / "out"
+    wheel = indexed_wheelhouse(out)
+    dest = f"s3://{BUCKET}/{prefix},layout=wheelhouse"
+    wheel_outcome, served = publish(out, [dest], env=env(s3)).outcomes
+    rel = wheel.relative_to(out).as_posix()
+    assert (wheel_outcome.status, wheel_outcome.detail) == ("uploaded", f"s3://{BUCKET}/{prefix}{rel}")
+    assert served.wheel == "index, manifests and metadata" and served.status == "uploaded"
+    client = s3.client()
+    keys = [o["Key"][len(prefix):] for o in client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]]
+    folder = wheel.parent.relative_to(out).as_posix()
+    assert set(keys) == {rel, f"{rel}.metadata", f"{folder}/manifest.json", "index.html",
+                         "simple/index.html", "simple/index.json", "simple/tiny-kernel/index.html",
+                         "simple/tiny-kernel/index.json", "cu130/simple/index.html", "cu130/simple/index.json",
+                         "cu130/simple/tiny-kernel/index.html", "cu130/simple/tiny-kernel/index.json"}
+    page = client.get_object(Bucket=BUCKET, Key=f"{prefix}simple/tiny-kernel/index.html")
+    assert page["ContentType"] == "text/html; charset=utf-8"
+    assert page["Body"].read() == (out / "simple" / "tiny-kernel" / "index.html").read_bytes()
+    assert served.detail == f"11 files written, 0 unchanged, at s3://{BUCKET}/{prefix}"
+    # A second run: the wheel skipped, the files that did not change not written again; a page that
+    # changed is overwritten (a wheel never is).
+    (out / "simple" / "index.html").write_bytes(b"<html>changed</html>")
+    wheel_again, served_again = publish(out, [dest], env=env(s3)).outcomes
+    assert wheel_again.status == "skipped"
+    assert served_again.detail == f"1 file written, 10 unchanged, at s3://{BUCKET}/{prefix}"
+    assert client.get_object(Bucket=BUCKET, Key=f"{prefix}simple/index.html")["Body"].read() == b"<html>changed</html>"
+
+
+def test_the_served_manifest_is_uploaded_as_the_folders_manifest(tmp_path, s3, prefix):
+    from imagegen.publish.index import SERVED_MANIFEST
+
+    out = tmp_path / "out"
+    wheel = indexed_wheelhouse(out)
+    (wheel.parent / SERVED_MANIFEST).write_text('{"schema": 1, "cells": {"merged": true}}')
+    publish(out, [f"s3://{BUCKET}/{prefix},layout=wheelhouse"], env=env(s3))
+    key = f"{prefix}{wheel.parent.relative_to(out).as_posix()}/manifest.json"
+    assert s3.client().get_object(Bucket=BUCKET, Key=key)["Body"].read() == (wheel.parent / SERVED_MANIFEST).read_bytes()
+
+
+def test_without_an_index_no_wheel_is_uploaded(tmp_path, s3, prefix):
+    out = tmp_path / "out"
+    wheelhouse(out)
+    wheel_outcome, served = publish(out, [f"s3://{BUCKET}/{prefix},layout=wheelhouse"], env=env(s3)).outcomes
+    assert wheel_outcome.status == "failed" and wheel_outcome.detail.startswith(f"{out} has no index: run imagegen index")
+    assert served.status == "failed" and "not uploaded" in served.detail
+    assert s3.client().list_objects_v2(Bucket=BUCKET, Prefix=prefix)["KeyCount"] == 0
+
+
+def test_a_refused_wheel_keeps_the_index_off_the_bucket(tmp_path, s3, prefix):
+    out = tmp_path / "out"
+    wheel = indexed_wheelhouse(out)
+    key = f"{prefix}{wheel.relative_to(out).as_posix()}"
+    s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"another wheel", Metadata={"sha256": "0" * 64})
+    wheel_outcome, served = publish(out, [f"s3://{BUCKET}/{prefix},layout=wheelhouse"], env=env(s3)).outcomes
+    assert wheel_outcome.status == "refused"
+    assert (served.status, served.detail) == ("failed", "not uploaded: 1 wheel not there, which the pages would link")
+    keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]]
+    assert keys == [key]
+
+
+def test_a_dry_run_of_the_layout_writes_nothing(tmp_path, s3, prefix):
+    out = tmp_path / "out"
+    indexed_wheelhouse(out)
+    wheel_outcome, served = publish(out, [f"s3://{BUCKET}/{prefix},layout=wheelhouse"], env=env(s3),
+                                    dry_run=True).outcomes
+    assert (wheel_outcome.status, served.status) == ("would-upload", "would-upload")
+    assert served.detail.startswith("11 files to write")
+    assert s3.client().list_objects_v2(Bucket=BUCKET, Prefix=prefix)["KeyCount"] == 0

@@ -78,7 +78,7 @@ class MemoryTarget(Destination):
 def targets(monkeypatch) -> dict[str, MemoryTarget]:
     """One MemoryTarget per destination text, handed out by upload.connect."""
     made: dict[str, MemoryTarget] = {}
-    monkeypatch.setattr(upload, "connect", lambda dest, env, write: made.setdefault(dest.text, MemoryTarget()))
+    monkeypatch.setattr(upload, "connect", lambda dest, env, write, out=None: made.setdefault(dest.text, MemoryTarget()))
     return made
 
 
@@ -151,7 +151,7 @@ def test_a_wheel_error_or_an_unforeseen_one_fails_that_wheel_only(tmp_path, targ
 def test_a_destination_that_cannot_connect_fails_its_wheels(tmp_path, monkeypatch):
     wheelhouse(tmp_path / "out")
 
-    def refuse(dest, env, write):
+    def refuse(dest, env, write, out=None):
         raise PublishError("HF_TOKEN is not set")
 
     monkeypatch.setattr(upload, "connect", refuse)

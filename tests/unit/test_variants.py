@@ -503,17 +503,6 @@ def test_what_a_killed_run_left_and_a_stale_projects_variants_are_removed(tmp_pa
     assert not (out / "simple" / "other").exists() and out / "simple" / "other" in result.removed
 
 
-def test_only_the_index_own_variant_files_count_as_its(tmp_path):
-    assert index._is_variant_file(f"tiny_kernel-{VERSION}-cp311-cp311-linux_x86_64-cu130_1a2b3c4d.whl")
-    assert index._is_variant_file(f"tiny_kernel-{VERSION}-cp311-cp311-linux_x86_64-cu130_1a2b3c4d.whl.metadata")
-    assert index._is_variant_file("demo-1.0-1-py3-none-any-null.whl")  # with a build tag
-    assert index._is_variant_file(VARIANTS_JSON)
-    assert not index._is_variant_file(WHEEL.name)  # a plain wheel, build tag or not
-    assert not index._is_variant_file("demo-1.0-1-py3-none-any.whl")
-    assert not index._is_variant_file("demo-1.0-py3-none-any-NotALabel.whl")
-    assert not index._is_variant_file("index.html")
-
-
 # -------------------------------------------------------------------------------------------- the command
 
 

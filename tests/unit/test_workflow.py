@@ -701,6 +701,42 @@ def test_skip_published_checks_first_and_every_later_step_waits_for_it(tmp_path,
         "Pick the base image", *RESUME_STEPS))
 
 
+def test_a_wheelhouse_destination_merges_the_served_index_between_collect_and_publish(tmp_path, actionlint):
+    dest = "s3://wheels-bucket/whl,layout=wheelhouse"
+    text, doc = generate(tmp_path, "--skip-published", "https://wheels.example.org/whl/", "--publish", dest,
+                         "--imagegen-from", REQUIREMENT)
+    job = doc["jobs"]["publish"]
+    assert [s["name"] for s in job["steps"]] == ["Check out", "Download wheels", "Install imagegen", "Collect", "Index",
+                                                 "Publish"]
+    steps = _job_steps(doc, "publish")
+    index = steps["Index"]
+    assert index["if"] == steps["Publish"]["if"] == "steps.collect.outputs.none != 'true'"
+    assert index["env"] == {"PUBLISHED": "https://wheels.example.org/whl"}  # the URL reaches bash through env only
+    assert index["run"].strip() == ('"$RUNNER_TEMP/imagegen/bin/imagegen" index "$RUNNER_TEMP/wheelhouse" --no-variants'
+                                    ' --merge "$PUBLISHED"')
+    assert steps["Publish"]["env"]["PUBLISH_TO"] == dest
+    # Two runs never merge and rewrite the served index at once.
+    assert job["concurrency"] == {"group": "imagegen-publish-index", "cancel-in-progress": False}
+    assert f"--publish {shlex.quote(dest)}" in text or f"--publish {dest}" in text  # the regenerate line
+    _lint(actionlint, tmp_path / "imagegen.yml")
+    # A flat destination: no index step, no concurrency group (the workflow as it was).
+    _, flat = generate(tmp_path, "--skip-published", "https://wheels.example.org/whl/", "--publish",
+                       "s3://wheels-bucket/whl", "--imagegen-from", REQUIREMENT, name="flat.yml")
+    assert "Index" not in _job_steps(flat, "publish") and "concurrency" not in flat["jobs"]["publish"]
+
+
+def test_a_wheelhouse_destination_needs_the_url_it_is_served_at(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "wf.yml"
+    code, _, stderr = imagegen("ci", "github", "--output", str(out), "--publish", "s3://wheels-bucket/whl,layout=wheelhouse",
+                               "--imagegen-from", REQUIREMENT)
+    assert code == 2 and stderr.count("\n") == 1 and not out.exists(), stderr
+    assert "holds the wheelhouse as served: give --skip-published URL too" in stderr
+    code, _, stderr = imagegen("ci", "github", "--output", str(out), "--publish", "s3://wheels-bucket/whl,layout=tree",
+                               "--imagegen-from", REQUIREMENT, "--skip-published", "https://w.example.org")
+    assert code == 2 and "expected s3://BUCKET[/PREFIX][,layout=wheelhouse]" in stderr, stderr
+
+
 @pytest.mark.parametrize("url, needle", [
     ("https://user:ghp_abcdefghijklmnopqrstuvwxyz0123456789@wheels.example.org/", "carries a credential"),
     ("https://wheels.example.org/whl?token=abc", "--skip-published"),
