@@ -18,7 +18,7 @@ from imagegen.model.cell import Cell, Plan
 from imagegen.model.cell import CellResult
 
 if TYPE_CHECKING:
-    from imagegen.plan.audit import Verdict
+    from imagegen.plan.audit_report import Verdict
 
 
 AUDIT_BATCH = 8  # audit targets baked at once (no compiling; the deps layers download in parallel)
@@ -55,7 +55,8 @@ def _audit_cells(cells: list[Cell], run: Run, logs: TargetLogs, builder: str | N
                  say: Callable[[str], None]) -> dict[str, AuditOutcome]:
     """Bake the cells' audit-report targets (AUDIT_BATCH at once, a cancelled one again alone) and
     judge each report."""
-    from imagegen.plan.audit import AuditReport, judge_cell
+    from imagegen.plan.audit import judge_cell
+    from imagegen.plan.audit_report import AuditReport
 
     outcomes: dict[str, AuditOutcome] = {}
     queue = list(cells)

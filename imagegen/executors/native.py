@@ -31,7 +31,7 @@ from imagegen.render.dockerfile import builder_files, cell_document, inputs_hash
 from imagegen.model.cell import Finisher
 
 if TYPE_CHECKING:
-    from imagegen.plan.audit import Verdict
+    from imagegen.plan.audit_report import Verdict
 
 
 def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,

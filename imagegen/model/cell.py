@@ -199,7 +199,7 @@ class CellResult:
     verify: dict | None = None
     smoke: dict | None = None
     ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
-    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.plan.audit.Verdict.as_dict)
+    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.plan.audit_report.Verdict.as_dict)
 
     def as_dict(self) -> dict:
         return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,

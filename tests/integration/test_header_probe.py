@@ -31,7 +31,9 @@ import pytest
 from packaging.version import Version
 from wheel_members import extract, wheel_url
 
-from imagegen.plan.audit import AuditReport, judge
+from imagegen.plan.audit import judge
+
+from imagegen.plan.audit_report import AuditReport
 from imagegen.model.arch_parse import parse_arch_list
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.plan.audit import AuditReport, Verdict, judge
+from imagegen.plan.audit import judge
+
+from imagegen.plan.audit_report import AuditReport
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 
@@ -147,23 +149,6 @@ def test_judge_refuses_a_cpu_only_build_and_a_build_that_stops():
     v = judge(report(ok=False, error_lines=lines), recipe_name="sageattention", version_label="2.2.0",
               requested=parse_arch_list("12.0"), nvcc=Version("12.6"))
     assert not v.ok and "RuntimeError: CUDA 12.8 or higher is required for compute capability 12.0." in v.refusals[0]
-
-
-def test_a_hostile_report_is_bounded():
-    data = {"ok": True, "exit": 0, "extensions": [{"module": "x" * 10_000, "sass": ["sm_80"] * 100_000, "ptx": "nope"}] * 1000}
-    r = AuditReport.from_json(data)
-    assert len(r.extensions) <= 500 and len(r.extensions[0].module) <= 300 and len(r.extensions[0].sass) <= 200
-    assert r.extensions[0].ptx == ()
-
-
-def test_the_build_phases_travel_from_the_report_to_the_plans_record_and_are_bounded():
-    data = {"ok": True, "exit": 0, "build": {"before": 3.5, "compiles": 9.25, "after": 1.0, "records": 160,
-                                            "hostile": "x" * 100, "extra": True}}
-    r = AuditReport.from_json(data)
-    assert r.build_phases == {"before": 3.5, "compiles": 9.25, "after": 1.0, "records": 160.0}
-    assert AuditReport.from_json({"ok": True, "exit": 0, "build": "nope"}).build_phases == {}
-    assert Verdict(report=r).as_dict()["build"] == {"before": 3.5, "compiles": 9.25, "after": 1.0, "records": 160.0}
-    assert "build" not in Verdict(report=AuditReport.from_json({"ok": True, "exit": 0})).as_dict()
 
 
 # ------------------------------------------------------------------ the audit's own speed (issue 15)
