@@ -144,39 +144,48 @@ def _why(exc: OSError) -> str:
     return exc.strerror or exc.__class__.__name__
 
 
-def write_text_atomic(path: str | os.PathLike, text: str, *, what: str = "output file",
-                      system_ok: tuple[str, ...] = ()) -> Path:
-    """Write ``text`` to ``path`` (see the module docstring); return the file really written."""
-    target = resolve_target(path, what, system_ok)
-    data = text.encode("utf-8")
+def replace_file(target: Path, data: bytes, *, mode: int, owner: tuple[int, int] | None = None,
+                 suffix: str = ".tmp") -> None:
+    """``data`` as the file ``target``: written to a hidden temporary file beside it (``suffix``), given
+    ``mode`` (and ``owner``, where we may), then renamed over the name itself (a symlink there is replaced,
+    not followed), so a reader sees the old file or the new one, never a part. OSError when it cannot be
+    written, the temporary file removed; the caller says it in its own words."""
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            old = os.stat(target)
-        except FileNotFoundError:
-            old = None
-        mode = stat.S_IMODE(old.st_mode) if old is not None else new_file_mode()
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:200]}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:200]}.", suffix=suffix)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fchmod(fh.fileno(), mode)
-            if old is not None and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+            if owner is not None and owner != (os.getuid(), os.getgid()):
                 try:
-                    os.fchown(fh.fileno(), old.st_uid, old.st_gid)
+                    os.fchown(fh.fileno(), *owner)
                 except OSError:
                     pass  # not ours to give away: the file becomes ours, as any editor's save would
         os.replace(tmp, target)
         tmp = None
-    except OSError as exc:
-        raise UsageError(f"{what} {shown(os.fspath(path))}: cannot write: {_why(exc)}") from None
     finally:
         if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, what: str = "output file",
+                      system_ok: tuple[str, ...] = ()) -> Path:
+    """Write ``text`` to ``path`` (see the module docstring); return the file really written."""
+    target = resolve_target(path, what, system_ok)
+    try:
+        try:
+            old = os.stat(target)
+        except FileNotFoundError:
+            old = None
+        replace_file(target, text.encode("utf-8"), mode=stat.S_IMODE(old.st_mode) if old is not None else new_file_mode(),
+                     owner=(old.st_uid, old.st_gid) if old is not None else None)
+    except OSError as exc:
+        raise UsageError(f"{what} {shown(os.fspath(path))}: cannot write: {_why(exc)}") from None
     return target
 
 

@@ -19,14 +19,13 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 from imagegen.errors import PublishError, RefusedError
-from imagegen.outputs import new_file_mode, shown
+from imagegen.outputs import new_file_mode, replace_file, shown
 from imagegen.model.cell import Cell
 from imagegen.safety import os_reason
 
@@ -103,21 +102,12 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     name, a read-only or full file system) is one line, exit 9."""
     if path.is_dir() and not path.is_symlink():
         raise PublishError(f"{shown(path)} is a folder: remove it (imagegen keeps the wheelhouse's manifest there)")
-    tmp = None
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.chmod(tmp, new_file_mode())  # not mkstemp's 0600: the wheelhouse is served
-        os.replace(tmp, path)
-        tmp = None
+        # new_file_mode, not mkstemp's 0600: the wheelhouse is served; ``.partial``: what index sweeps
+        replace_file(path, text.encode("utf-8"), mode=new_file_mode(), suffix=".partial")
     except OSError as exc:
         raise PublishError(f"{shown(path)}: cannot write: {exc.strerror or exc.__class__.__name__}") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def _copy_atomic(src: Path, dest: Path) -> None:

@@ -132,3 +132,20 @@ def test_write_output_goes_to_stdout_for_none_or_dash(tmp_path, capsys, monkeypa
     assert (tmp_path / "out.hcl").read_text() == "to a file\n" and capsys.readouterr().out == ""
     with pytest.raises(UsageError, match="^Dockerfile .* is a directory"):
         outputs.write_output("x", str(tmp_path), what="Dockerfile")
+
+
+def test_replace_file_renames_over_the_name_itself_with_the_mode_given(tmp_path):
+    # The manifest writer (wheelhouse.collect) and write_text_atomic share it: a symlink at the name is
+    # replaced, not followed, and nothing half-written or temporary is left when the write fails.
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("theirs")
+    link = tmp_path / "wh" / "manifest.json"
+    link.parent.mkdir()
+    link.symlink_to(elsewhere)
+    outputs.replace_file(link, b'{"cells": {}}\n', mode=0o640, suffix=".partial")
+    assert not link.is_symlink() and link.read_text() == '{"cells": {}}\n' and elsewhere.read_text() == "theirs"
+    assert stat.S_IMODE(link.stat().st_mode) == 0o640
+    (tmp_path / "wh" / "folder").mkdir()
+    with pytest.raises(OSError):
+        outputs.replace_file(tmp_path / "wh" / "folder", b"x", mode=0o644, suffix=".partial")
+    assert sorted(p.name for p in (tmp_path / "wh").iterdir()) == ["folder", "manifest.json"]
