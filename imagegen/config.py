@@ -33,7 +33,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 from imagegen import safety
 from imagegen.errors import ConfigError, ImagegenError, UsageError
 from imagegen.model import compat
-from imagegen.model.compat import container_flavors
+from imagegen.model.base_images import container_flavors
 from imagegen.model.layout import check_layout
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; a larger one is a mistake

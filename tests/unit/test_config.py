@@ -11,7 +11,7 @@ import pytest
 
 from imagegen.config import MAX_CONFIG_BYTES, Config, Matrix, find_config, load_config, read_toml
 from imagegen.errors import ConfigError
-from imagegen.model.compat import container_flavors
+from imagegen.model.base_images import container_flavors
 
 FULL = """\
 [tool.imagegen]
