@@ -305,17 +305,6 @@ def cmd_smoke(doc, args):
 # place
 
 
-def copy_atomic(src, dest):
-    """Copy under a hidden name beside ``dest``, then rename: no reader sees half a file."""
-    tmp = os.path.join(os.path.dirname(dest), ".%s.%d.partial" % (os.path.basename(dest), os.getpid()))
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def build_record(doc, cell, wheel, smoke, verify, started):
     """The build record beside the wheel (imagegen_records.build_record, the Linux build's), so that
     `imagegen collect` can check the wheel against what was asked."""
@@ -343,7 +332,7 @@ def cmd_place(doc, args):
     folder = os.path.join(args.wheelhouse, *cell["wheel_dir"].split("/"))
     os.makedirs(folder, exist_ok=True)
     dest = os.path.join(folder, os.path.basename(path))
-    copy_atomic(path, dest)
+    records.copy_into_place(path, dest, folder)
     record = build_record(doc, cell, dest, results["smoke"], results["verify"], args.started)
     records.write_json_beside(dest + records.RECORD_SUFFIX, record, folder)
     log("wheel: %s" % dest)

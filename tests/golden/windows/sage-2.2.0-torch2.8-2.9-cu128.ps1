@@ -446,17 +446,6 @@ def cmd_smoke(doc, args):
 # place
 
 
-def copy_atomic(src, dest):
-    """Copy under a hidden name beside ``dest``, then rename: no reader sees half a file."""
-    tmp = os.path.join(os.path.dirname(dest), ".%s.%d.partial" % (os.path.basename(dest), os.getpid()))
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def build_record(doc, cell, wheel, smoke, verify, started):
     """The build record beside the wheel (imagegen_records.build_record, the Linux build's), so that
     `imagegen collect` can check the wheel against what was asked."""
@@ -484,7 +473,7 @@ def cmd_place(doc, args):
     folder = os.path.join(args.wheelhouse, *cell["wheel_dir"].split("/"))
     os.makedirs(folder, exist_ok=True)
     dest = os.path.join(folder, os.path.basename(path))
-    copy_atomic(path, dest)
+    records.copy_into_place(path, dest, folder)
     record = build_record(doc, cell, dest, results["smoke"], results["verify"], args.started)
     records.write_json_beside(dest + records.RECORD_SUFFIX, record, folder)
     log("wheel: %s" % dest)
@@ -1103,9 +1092,9 @@ def gpu_probe_answer(stdout):
 
 '@)
 [IO.File]::WriteAllText((Join-Path $Work 'imagegen_records.py'), @'
-"""The build record beside each wheel a build makes (<wheel>.imagegen.json: what built it, its sha256, the
-smoke and GPU checks' results), written so that no reader sees half of one, and owned by whoever owns the
-output folder (`docker run -v "$PWD/out:/out"` runs as root).
+"""The wheel a build makes and the build record beside it (<wheel>.imagegen.json: what built it, its
+sha256, the smoke and GPU checks' results), both put in place so that no reader sees half of one, and
+owned by whoever owns the output folder (`docker run -v "$PWD/out:/out"` runs as root).
 
 Shipped beside imagegen_build.py, and written beside the Windows helper (imagegen_windows.py) by a rendered
 build.ps1/build.cmd: both builds write the same record the same way (standard library only, Python 3.8+)."""
@@ -1113,6 +1102,7 @@ build.ps1/build.cmd: both builds write the same record the same way (standard li
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -1135,6 +1125,19 @@ def write_json_beside(path, doc, owner_folder):
         fh.write("\n")
     give_to_folder_owner(tmp, owner_folder)
     os.replace(tmp, path)
+
+
+def copy_into_place(src, dest, owner_folder):
+    """``src`` copied to ``dest`` under a hidden name beside it first, then renamed: no reader (collect,
+    an index, the user) sees half a wheel, and none is left behind by a failed copy."""
+    tmp = os.path.join(os.path.dirname(dest), ".%s.%d.partial" % (os.path.basename(dest), os.getpid()))
+    try:
+        shutil.copyfile(src, tmp)
+        give_to_folder_owner(tmp, owner_folder)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def build_record(*, cell, recipe, distribution, version, source, patches, torch, cuda, python, flavor, base_image,
