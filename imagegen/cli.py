@@ -17,7 +17,7 @@ from typing import Sequence
 from imagegen import __version__
 from imagegen.commands import building, checking, ci, images, planning, rendering
 from imagegen.errors import ImagegenError, UsageError
-from imagegen.model import compat
+from imagegen.model import base_images
 from imagegen.model.recipes import FETCH_KINDS
 from imagegen.plan.matrix import default_policy, defaults
 
@@ -79,7 +79,7 @@ def _add_cell_args(p: argparse.ArgumentParser, *, many: bool) -> None:
                    + f"; default: {defaults()['python']} where the torch has it")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a package's own build"
                    " variable, e.g. FLASH_ATTENTION_DISABLE_BACKWARD=TRUE (repeatable; the ones imagegen sets are refused)")
-    p.add_argument("--flavor", choices=compat.container_flavors(), help="builder base-image family (default:"
+    p.add_argument("--flavor", choices=base_images.container_flavors(), help="builder base-image family (default:"
                    f" {defaults()['flavor']}, else {' or '.join(defaults().get('flavor_fallbacks') or ['none'])} where"
                    f" {defaults()['flavor']} has no image for the cell's CUDA;"
                    " imagegen/resources/compat/base_images.yaml lists them)")
