@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "81aba8539b028471"
+    "io.imagegen.inputs" = "8c95590d91b9eb28"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -118,7 +118,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "16772dd2fbc5cfc2"
+    "io.imagegen.inputs" = "98dee472dcba83dc"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -141,7 +141,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "7ec12727202ff77b"
+    "io.imagegen.inputs" = "3c83644af5fa8e06"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -164,7 +164,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "961bdf38bb225d91"
+    "io.imagegen.inputs" = "37f3728fd91ee484"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -187,7 +187,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "fc4f1118437782c2"
+    "io.imagegen.inputs" = "f496372b50b473c9"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -210,7 +210,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "bd268b61c1f3d7f4"
+    "io.imagegen.inputs" = "98362f6ffcafdebc"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -233,7 +233,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "828b0baac1d8141d"
+    "io.imagegen.inputs" = "a041d8aff726cd40"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -256,7 +256,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "a6a16a184f51eacb"
+    "io.imagegen.inputs" = "9e2a0d3a20aa839c"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -279,7 +279,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "39884f9f90833cff"
+    "io.imagegen.inputs" = "2e3590b6b4829820"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -300,7 +300,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "559a328ff14f3fbf"
+    "io.imagegen.inputs" = "7f613d150a9190c1"
   }
   contexts = {
     imagegen-scripts = "./imagegen/resources/builder"
@@ -321,7 +321,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "1d7a62eb486b1446"
+    "io.imagegen.inputs" = "2e49a09a93d45bbc"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }
@@ -344,7 +344,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "842c3962167f599e"
+    "io.imagegen.inputs" = "20e3253881c19625"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }

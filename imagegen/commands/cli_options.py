@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from imagegen.commands.cli_spec import Group, Later, Opt
-from imagegen.model import compat
+from imagegen.model import base_images
 from imagegen.model.recipes import FETCH_KINDS
 from imagegen.plan.matrix import default_policy, defaults
 
@@ -57,7 +57,7 @@ CELL_OPTIONS = (
         help=Later(lambda: "CPython version: 3.12{many}" + f"; default: {defaults()['python']} where the torch has it")),
     Opt(("--env",), action="append", default=[], metavar="NAME=VALUE", help="a package's own build variable, e.g."
         " FLASH_ATTENTION_DISABLE_BACKWARD=TRUE (repeatable; the ones imagegen sets are refused)"),
-    Opt(("--flavor",), choices=Later(compat.container_flavors), help=Later(_flavor_help)),
+    Opt(("--flavor",), choices=Later(base_images.container_flavors), help=Later(_flavor_help)),
     Opt(("--base-image",), metavar="[CUDA=]IMAGE[,FALLBACK]", many=" (repeatable)", help="use this base image"
         " instead of the flavor's catalogue image; CUDA=IMAGE for the cells of one CUDA version (12.8=IMAGE);"
         " IMAGE,FALLBACK tries FALLBACK (same CUDA) when IMAGE cannot be pulled{many}"),

@@ -20,7 +20,8 @@ from imagegen.commands import common
 from imagegen.errors import ArchError, ImagegenError, PublishError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown
-from imagegen.publish.repair import RepairResult, check_plat, repair_in_wheelhouse, repair_wheel, wheelhouse_entries
+from imagegen.publish.manylinux import check_plat
+from imagegen.publish.repair import RepairResult, repair_in_wheelhouse, repair_wheel, wheelhouse_entries
 
 
 def _importer(args: argparse.Namespace) -> str | None:

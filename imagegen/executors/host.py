@@ -16,9 +16,9 @@ from packaging.version import Version
 
 from imagegen.model.cell_rules import HOST
 from imagegen.errors import CompatError, EngineError
-from imagegen.model import compat
+from imagegen.model import base_images
 from imagegen.model.arch import ArchList
-from imagegen.model.compat import BaseImage
+from imagegen.model.base_images import BaseImage
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.outputs import shown
 from imagegen.model.cell import Cell
@@ -152,7 +152,7 @@ def preflight(recipe: Recipe, version: RecipeVersion, archs: ArchList, host: Hos
     if host.nvcc is None:
         raise CompatError("nvcc not found (looked in CUDA_HOME/bin and PATH): install the CUDA toolkit"
                           " (or `pip install cuda-toolkit[nvcc,cudart,cccl]` matching torch's CUDA) and set CUDA_HOME")
-    base = BaseImage(ref="native", flavor=compat.flavor("native"), python=host.python_exe, toolkit="host",
+    base = BaseImage(ref="native", flavor=base_images.flavor("native"), python=host.python_exe, toolkit="host",
                      nvcc=host.nvcc, image_torch_cuda=None)
     cell = native_cell(recipe, version, archs, base, host.torch, host.torch_cuda, host.python, HOST)
     if cell.problems:

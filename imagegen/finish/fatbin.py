@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from imagegen.errors import VerifyError
+from imagegen.resources.builder.imagegen_wheeltools import cuobjdump_listing
 from imagegen.untrusted import MAX_MEMBER_BYTES
 
 KIND_PTX, KIND_ELF = 1, 2  # a fatbin entry's kind
@@ -268,10 +269,7 @@ def _variant(kind: int, payload: bytes) -> str | None:
 
 def cuobjdump_entries(so_path: Path, exe: str) -> list[FatbinEntry]:
     proc = subprocess.run([exe, "--list-elf", "--list-ptx", str(so_path)], capture_output=True, text=True)
-    out = []
-    for m in re.finditer(r"(ELF|PTX) file\s+\d+:\s+\S+?\.sm_(\d+)([af]?)\.(?:cubin|ptx)", proc.stdout):
-        out.append(FatbinEntry("sass" if m.group(1) == "ELF" else "ptx", int(m.group(2)), m.group(3), False))
-    return out
+    return [FatbinEntry(kind, cc, variant, False) for kind, cc, variant in cuobjdump_listing(proc.stdout)]
 
 
 def read_so(data: bytes) -> list[FatbinEntry]:

@@ -14,10 +14,11 @@ from typing import Callable, Sequence
 
 from packaging.version import Version
 
-from imagegen.model import compat
+from imagegen.model import base_images
 from imagegen.model.arch import ArchList
 from imagegen.model.cell_rules import FLAGS, FixWords, expected_archs
-from imagegen.model.compat import BaseImage, CudaVariant, TorchSeries
+from imagegen.model.base_images import BaseImage
+from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.recipes import Recipe, RecipeVersion
 
@@ -141,7 +142,7 @@ class WindowsHost:
 
     def base(self, cuda: CudaVariant, python: str) -> BaseImage:
         nvcc = dict(self.toolkits).get(cuda.name) or str(cuda.version)
-        return BaseImage(ref=WINDOWS_BASE_REF, flavor=compat.flavor("native"), python=f"py -{python}", toolkit="host",
+        return BaseImage(ref=WINDOWS_BASE_REF, flavor=base_images.flavor("native"), python=f"py -{python}", toolkit="host",
                          nvcc=Version(nvcc), image_torch_cuda=None)
 
 

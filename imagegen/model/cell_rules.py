@@ -14,7 +14,8 @@ from imagegen.model.arch import ArchList, CudaArch
 from imagegen.model.arch_format import as_tuples
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.arch_rules import nvcc_problems, torch_problems
-from imagegen.model.compat import BaseImage, CudaVariant, TorchSeries
+from imagegen.model.base_images import BaseImage
+from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.cxx_std import CxxStd, judge, standard_year
 from imagegen.model.recipes import Recipe, RecipeVersion, Rule
 from imagegen.resources.builder import imagegen_rules as rules

@@ -27,7 +27,7 @@ from typing import Any
 from imagegen import safety
 from imagegen.errors import ConfigError, ImagegenError, UsageError
 from imagegen.model import compat
-from imagegen.model.compat import container_flavors
+from imagegen.model.base_images import container_flavors
 from imagegen.model.layout import check_layout
 
 MAX_CONFIG_BYTES = safety.MAX_TOML_BYTES

@@ -26,14 +26,15 @@ from imagegen.model.cell_rules import (
     runs_on_device,
     torch_cuda_problems,
 )
-from imagegen.errors import CompatError
-from imagegen.model import compat
+from imagegen.errors import CompatError, NoBaseImage
+from imagegen.model import base_images, compat
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.arch_rules import nvcc_problems
+from imagegen.model.base_images import BaseImage
+from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.layout import DEFAULT_LAYOUT
 from imagegen.model.cell import BUILDABLE, REJECTED, SKIPPED, WINDOWS_BASE_REF, Cell, MatrixRequest, Plan, WindowsHost
-from imagegen.model.compat import BaseImage, CudaVariant, NoBaseImage, TorchSeries
 from imagegen.model.recipes import Recipe, RecipeVersion
 
 
@@ -63,7 +64,7 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
           host_base: BaseImage | None = None, fixes: FixWords = FLAGS) -> Cell:
     problems: list[str] = []
     notes: list[str] = []
-    fl = compat.flavor(flavor)
+    fl = base_images.flavor(flavor)
     base: BaseImage | None = host_base
     base_problem: list[str] = []
     if host_base is None:
@@ -131,7 +132,7 @@ def on_fallback(cell: Cell, ref: str, why: str) -> Cell:
     ``<target>-fallback`` targets and the CI jobs that pick them build (render/bake.py)."""
     assert cell.base is not None and ref in cell.base.fallbacks
     notes = tuple(n for n in cell.notes if not n.startswith("fallback base image:"))
-    return replace(cell, base=compat.on_fallback(cell.base, ref, cell.python),
+    return replace(cell, base=base_images.on_fallback(cell.base, ref, cell.python),
                    notes=notes + (f"built on the fallback base image {ref}: {why}",))
 
 
@@ -144,7 +145,7 @@ def image_for(base_image: str | dict[str, str] | None, cuda: CudaVariant) -> str
 
 @functools.lru_cache(maxsize=4096)
 def _resolve_base(fl, series, torch_version, cuda, python, base_image):
-    return compat.resolve_base_image(fl, series, torch_version, cuda, python, base_image)
+    return base_images.resolve_base_image(fl, series, torch_version, cuda, python, base_image)
 
 
 def _dedupe(items: Iterable[str]) -> list[str]:
@@ -215,7 +216,7 @@ def with_layout(plan: "Plan", layout: str) -> "Plan":
 
 def device_rows(flavor: str) -> list:
     """The device rows of a flavor whose images each serve one device (jetson: its JetPacks); []."""
-    return list(compat.flavor(flavor).raw.get("jetpacks") or ())
+    return list(base_images.flavor(flavor).raw.get("jetpacks") or ())
 
 
 def device_requests(req: MatrixRequest, *, torch: bool, cuda: bool, python: bool, arch: bool) -> list[MatrixRequest]:

@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from imagegen import safety
 from imagegen.errors import UsageError
-from imagegen.model import compat
+from imagegen.model import base_images
 from imagegen.model.cell import BUILDABLE, DEFAULT_PLATFORM, PLATFORMS, REJECTED, Cell, Plan
 
 
@@ -33,7 +33,7 @@ def parse_platforms(values: Sequence[str]) -> tuple[str, ...]:
 def default_platforms(flavor: str) -> tuple[str, ...]:
     """The platforms a plan without --platform builds for: linux/amd64, or the flavor's own where it
     has no amd64 images (jetson: linux/arm64)."""
-    platforms = tuple(compat.flavor(flavor).raw.get("platforms", (DEFAULT_PLATFORM,)))
+    platforms = tuple(base_images.flavor(flavor).raw.get("platforms", (DEFAULT_PLATFORM,)))
     return (DEFAULT_PLATFORM,) if DEFAULT_PLATFORM in platforms else platforms[:1]
 
 
@@ -53,17 +53,17 @@ def platform_problems(cell: Cell) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     notes: list[str] = []
     arm = cell.platform == "linux/arm64"
-    flavor = cell.base.flavor if cell.base is not None else compat.flavor(cell.flavor)
+    flavor = cell.base.flavor if cell.base is not None else base_images.flavor(cell.flavor)
     platforms = tuple(flavor.raw.get("platforms", (DEFAULT_PLATFORM,)))
     if cell.platform not in platforms:
         problems.append(f"the {flavor.name} flavor has no {cell.platform} images ({', '.join(platforms)} only): use"
                         " --flavor cuda, manylinux or pypi, or your own --base-image for that platform")
-    if arm and cell.base is not None and cell.base.ref in compat.amd64_catalogue_refs(flavor, cell.cuda):
+    if arm and cell.base is not None and cell.base.ref in base_images.amd64_catalogue_refs(flavor, cell.cuda):
         # arm64_base found no arm64 image for this CUDA version: the amd64 one is still there
         problems.append(f"{flavor.raw['arm64_template'].split(':')[0]} has no CUDA {cell.cuda.dotted} image (it has"
                         f" {', '.join(flavor.raw.get('arm64_cuda', ()))}): use one of those, or --flavor cuda")
     min_torch = flavor.raw.get("arm64_min_torch")
-    index_min = compat.base_images_data().get("arm64_index_min_torch")
+    index_min = base_images.settings().get("arm64_index_min_torch")
     if arm and not min_torch and index_min and cell.torch_from == "venv" \
             and Version(cell.torch_version) < Version(f"{index_min}.0"):
         problems.append(f"torch {cell.torch_version} has no CUDA aarch64 wheel on the PyTorch index (they start at"
@@ -95,7 +95,7 @@ def with_platforms(plan: "Plan", platforms: Sequence[str]) -> "Plan":
             cell = replace(c, platform=platform)
             kept = c.notes
             if platform == "linux/arm64" and cell.base is not None:
-                base = compat.arm64_base(cell.base, cell.cuda)
+                base = base_images.arm64_base(cell.base, cell.cuda)
                 if base.ref != cell.base.ref:  # the amd64 image's fallbacks are not this one's
                     kept = tuple(n for n in kept if not n.startswith("fallback base image:"))
                 cell = replace(cell, base=base)

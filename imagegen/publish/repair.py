@@ -13,7 +13,9 @@ manylinux policy the wheel's symbols allow (``--plat auto``), or the one asked f
 wheel is checked again: the same SASS/PTX in every extension as before, and, with a Python that has
 torch, the import test. Nothing half-written is left in the destination: auditwheel writes into a
 hidden folder beside it and the finished wheel is renamed into place; a wheel of a wheelhouse
-replaces the original in its folder and manifest (imagegen.wheelhouse.collect.replace_wheel).
+replaces the original in its folder and manifest (imagegen.wheelhouse.collect.replace_wheel). What a
+manylinux tag promises, and the glibc of the base image it is compared with, is
+imagegen.publish.manylinux.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ from typing import Callable
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from imagegen.errors import ArchError, ImagegenError, PublishError
 from imagegen.wheelhouse import collect
-from imagegen.errors import ArchError, ImagegenError, PublishError, UsageError
 from imagegen.executors.import_test import import_test, wheel_modules
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import new_file_mode, shown
+from imagegen.publish.manylinux import base_image_glibc, check_plat, glibc_key, machine, tag_glibc
 from imagegen.safety import describe, member_name_problem, os_reason
 from imagegen.finish.verify import verify_wheel
 from imagegen.wheelhouse.manifest import MANIFEST, read_manifest, sha256
@@ -68,23 +71,7 @@ TORCH_PROVIDED = (
     "libcuda.so*", "libnvidia-ml.so*",
 )
 
-# glibc of the builder base images, read from the image's name (a pinned ref keeps its name before @sha256).
-# The manylinux images say it in the name (pytorch/manylinux2_28-builder, sameli/manylinux_2_34_...).
-_MANYLINUX_IMAGE = re.compile(r"manylinux_?2_(\d+)")
-BASE_IMAGE_GLIBC = (
-    (re.compile(r"manylinux2014"), "2.17"),       # CentOS 7
-    (re.compile(r"ubuntu-?20\.?04"), "2.31"),
-    (re.compile(r"ubuntu-?22\.?04"), "2.35"),     # runpod/pytorch ...-ubuntu2204, nvidia/cuda ...-ubuntu22.04
-    (re.compile(r"ubuntu-?24\.?04"), "2.39"),
-    (re.compile(r"bullseye"), "2.31"),            # python:*-bullseye (Debian 11)
-    (re.compile(r"bookworm"), "2.36"),            # python:*-bookworm (Debian 12), the pypi flavor's default
-    (re.compile(r"trixie"), "2.41"),              # Debian 13
-)
-
-# What --plat accepts: a glibc policy (PEP 600, or its legacy alias) for the wheel's architecture.
-_MACHINES = ("x86_64", "aarch64", "ppc64le", "s390x", "i686", "armv7l", "riscv64")
-_PLAT = re.compile(rf"(manylinux_\d+_\d+|manylinux1|manylinux2010|manylinux2014)_({'|'.join(_MACHINES)})")
-_LEGACY_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+# A symbol version an ELF file needs from glibc (its .gnu.version_r): GLIBC_2.32.
 _GLIBC_VERSION = re.compile(r"GLIBC_(\d+(?:\.\d+)+)")
 AUDITWHEEL_TIMEOUT_S = 3600  # a 1 GB wheel is unpacked, analysed and zipped again in minutes; never hang a build
 
@@ -111,7 +98,7 @@ class RepairResult:
     @property
     def tag_glibc(self) -> str:
         """The glibc the tag promises: ``manylinux_2_34_x86_64`` -> ``2.34``."""
-        return ".".join(map(str, _tag_glibc(self.tag.split(".")[0])))
+        return tag_glibc(self.tag.split(".")[0])
 
     @property
     def fits_base(self) -> bool | None:
@@ -119,7 +106,7 @@ class RepairResult:
         A tag above it means a library bundled from this host needs a newer glibc than the build had."""
         if self.base_glibc is None:
             return None
-        return _version(self.tag_glibc) <= _version(self.base_glibc)
+        return glibc_key(self.tag_glibc) <= glibc_key(self.base_glibc)
 
     def base_line(self) -> str | None:
         """Whether the tag matches the base image's glibc, in one line (None: that glibc is unknown)."""
@@ -162,28 +149,6 @@ class RepairResult:
                 "bundled": self.bundled, "auditwheel": self.auditwheel, "extensions": self.extensions,
                 "imports": self.imports, "base_image": self.base_image, "base_glibc": self.base_glibc,
                 "base_fit": self.base_line(), "manifest": str(self.manifest) if self.manifest else None}
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
-
-
-def _tag_glibc(platform: str) -> tuple[int, int]:
-    """The glibc a manylinux platform tag promises: PEP 600 says it in the tag, the legacy names by table."""
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_.+", platform)
-    return (int(m.group(1)), int(m.group(2))) if m else _LEGACY_GLIBC[platform.split("_", 1)[0]]
-
-
-def base_image_glibc(base_image: str | None) -> str | None:
-    """The glibc of a builder base image, read from its name (BASE_IMAGE_GLIBC); None when imagegen
-    cannot tell (a native build, an image of another family)."""
-    if not base_image:
-        return None
-    name = base_image.split("@", 1)[0]
-    m = _MANYLINUX_IMAGE.search(name)
-    if m:
-        return f"2.{m.group(1)}"
-    return next((glibc for pattern, glibc in BASE_IMAGE_GLIBC if pattern.search(name)), None)
 
 
 def wheelhouse_entries(wheel: Path) -> dict[str, dict]:
@@ -300,7 +265,7 @@ def _elf_facts(wheel: Path) -> tuple[str | None, list[str], list[str]]:
                                 glibc += [m.group(1) for v in versions if (m := _GLIBC_VERSION.fullmatch(v.name))]
                 except ELFError:
                     continue  # an ELF header on something else: nothing it links
-    ceiling = max(glibc, key=_version, default=None)
+    ceiling = max(glibc, key=glibc_key, default=None)
     excluded = sorted(n for n in needed if any(fnmatch(n, pattern) for pattern in TORCH_PROVIDED))
     return ceiling, excluded, sorted(bundled)
 
@@ -320,17 +285,6 @@ def _same_archs(source: Path, repaired: Path, expected: ArchList | None) -> dict
     return {so.name: so.archs for so in report.extensions if so.name in before}
 
 
-def _machine(platform: str) -> str:
-    """The CPU a platform tag names: ``linux_x86_64`` -> ``x86_64`` (an unknown one: the whole tag)."""
-    return next((m for m in _MACHINES if platform.endswith(f"_{m}")), platform)
-
-
-def check_plat(plat: str | None) -> None:
-    """Refuse (UsageError) a --plat that is no manylinux tag, before anything runs."""
-    if plat is not None and not _PLAT.fullmatch(plat):
-        raise UsageError(f"--plat {shown(plat, 80)}: expected a manylinux tag such as manylinux_2_28_x86_64")
-
-
 def _check_input(wheel: Path, plat: str | None) -> None:
     check_plat(plat)
     try:
@@ -346,8 +300,8 @@ def _check_input(wheel: Path, plat: str | None) -> None:
     if not all(p.startswith(("linux_", "manylinux")) for p in platforms):
         raise PublishError(f"{wheel.name}: only Linux (glibc) wheels can be repaired, not"
                            f" {', '.join(sorted(platforms))}")
-    machines = {_machine(p) for p in platforms}
-    if plat is not None and {_machine(plat)} != machines:
+    machines = {machine(p) for p in platforms}
+    if plat is not None and {machine(plat)} != machines:
         raise PublishError(f"{wheel.name}: a {', '.join(sorted(machines))} wheel cannot get the tag {plat}")
     if not zipfile.is_zipfile(wheel):
         raise PublishError(f"{wheel.name}: not a readable wheel (not a zip archive)")

@@ -16,9 +16,11 @@ refs.at_tree) is never written to: the script builds a copy, patched as the Linu
 What needs real work (the torch/nvcc check, the pinned source and the recipe's
 patches, the local version, the cuobjdump arch check, the import test in a fresh venv, the atomic move
 into the wheelhouse) is resources/windows/imagegen_windows.py, a stdlib-only helper embedded in the
-script and run with the cell's Python, so that it is tested on any OS. Every native command's exit
-code is checked, in both shells. Windows machines are often short of RAM for nvcc, so MAX_JOBS and
-NVCC_THREADS default to 1 (seed 002's OOM workaround) unless given.
+script with the modules it imports (HELPER_MODULES: its own, and the Linux build's imagegen_wheeltools.py
+and imagegen_records.py, so that both builds patch, retag and record a wheel one way) and run with the
+cell's Python, so that it is tested on any OS. Every native command's exit code is checked, in both
+shells. Windows machines are often short of RAM for nvcc, so MAX_JOBS and NVCC_THREADS default to 1
+(seed 002's OOM workaround) unless given.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
 DEFAULT_WORK = "imagegen-windows"  # venvs, the build folders, the helper: beside where the script runs
 HELPER = "imagegen_windows.py"
-# The module the helper shares with the Linux build and imagegen verify, written beside it.
-SHARED = "imagegen_wheeltools.py"
+# The modules the helper imports, written beside it: its own (resources/windows) and those it shares with the
+# Linux build and imagegen verify (resources/builder, which the Dockerfile carries too: dockerfile.BUILDER_FILES).
+HELPER_MODULES = (("windows", "imagegen_windows_host.py"), ("windows", "imagegen_windows_archs.py"),
+                  ("builder", "imagegen_wheeltools.py"), ("builder", "imagegen_records.py"))
 # Characters cmd or PowerShell would interpret inside our quoting. PowerShell takes the typographic
 # quotes for quotes too: U+2018-U+201B close a single-quoted string like ', U+201C-U+201E a
 # double-quoted one like ".
@@ -176,12 +180,17 @@ def cuda_path_var(cell: Cell) -> str:
 # The build document the helper reads
 
 
+def _resource(folder: str, name: str) -> str:
+    return (resources.files("imagegen") / "resources" / folder / name).read_text(encoding="utf-8")
+
+
 def helper_script() -> str:
-    return (resources.files("imagegen") / "resources" / "windows" / HELPER).read_text(encoding="utf-8")
+    return _resource("windows", HELPER)
 
 
-def shared_script() -> str:
-    return (resources.files("imagegen") / "resources" / "builder" / SHARED).read_text(encoding="utf-8")
+def helper_modules() -> dict[str, str]:
+    """The text of each module the helper imports, by file name, in the order the scripts write them."""
+    return {name: _resource(folder, name) for folder, name in HELPER_MODULES}
 
 
 def _expected(archs: ArchList) -> list[dict]:
@@ -265,12 +274,12 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
     doc = build_document(recipe, version, cells, index_override)
     doc_text = json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
     helper = helper_script()
-    shared = shared_script()
+    modules = helper_modules()
     template = "build.cmd.j2" if shell == "cmd" else "build.ps1.j2"
     if shell == "powershell":
         _env_value(vcvars)  # interpolated inside a cmd /c "..." string
-        _here_string(helper, HELPER)
-        _here_string(shared, SHARED)
+        for name, module in {HELPER: helper, **modules}.items():
+            _here_string(module, name)
         _here_string(doc_text, "the build document")
     subdir = recipe.subdir.replace("/", "\\") if recipe.subdir else ""
     text = env.get_template(template).render(
@@ -279,7 +288,7 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         python_exe_is_path=bool(python_exe and re.search(r"[\\/]", python_exe)),
         # never a torch into the user's interpreter unless asked (--install-torch): it is checked instead
         install_torch=bool(python_exe is None or install_torch), local=recipe.source_kind == "local",
-        work=DEFAULT_WORK, helper_name=HELPER, shared_name=SHARED,
+        work=DEFAULT_WORK, helper_name=HELPER,
         requires=list(recipe.build_requires),
         cells=[{"cell": c, "name": c.name, "torch": c.torch_version, "cuda": c.cuda.name, "toolkit": str(c.cuda.version),
                 "cuda_path_var": cuda_path_var(c), "python": c.python, "index_url": torch_index(c, index_override),
@@ -287,7 +296,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
                 "env": build_env(recipe, c.version, c.archs, max_jobs, nvcc_threads, c.local_version)} for c in cells],
         toolkits=sorted({str(c.cuda.version) for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
         pythons=sorted({c.python for c in cells}, key=lambda v: tuple(map(int, v.split(".")))),
-        helper=helper, helper_b64=_base64_lines(helper), shared=shared, shared_b64=_base64_lines(shared),
+        helper=helper, helper_b64=_base64_lines(helper),
+        modules=[{"name": name, "text": text, "b64": _base64_lines(text)} for name, text in modules.items()],
         doc=doc_text, doc_b64=_base64_lines(doc_text),
     )
     return text.replace("\n", "\r\n") if shell == "cmd" else text

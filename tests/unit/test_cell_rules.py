@@ -31,7 +31,7 @@ from imagegen.model.cell_rules import (
     rule_problems,
     torch_cuda_problems,
 )
-from imagegen.model import compat
+from imagegen.model import base_images, compat
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.recipes import Rule
@@ -324,13 +324,13 @@ def test_nvcc_problems_name_the_variant_and_the_cuda_to_use():
 
 
 def test_base_problems_need_nvccs_major_to_be_torchs():
-    fl = compat.flavors()
-    image = compat.resolve_base_image(fl["cuda"], _series("2.8"), "2.8.0", _cuda("cu128"), "3.12")
+    fl = base_images.flavors()
+    image = base_images.resolve_base_image(fl["cuda"], _series("2.8"), "2.8.0", _cuda("cu128"), "3.12")
     assert base_problems(image, _cuda("cu128")) == [] and base_problems(image, _cuda("cu129")) == []
     assert base_problems(image, _cuda("cu130")) == [
         f"{image.ref} has nvcc 12.8, but torch cu130 needs nvcc 13.x (nvcc's major must equal torch's CUDA major);"
         " use a CUDA 13.x image or --cuda 12.x"]
-    runpod = compat.resolve_base_image(fl["runpod"], _series("2.8"), "2.8.0", _cuda("cu128"), "3.12")
+    runpod = base_images.resolve_base_image(fl["runpod"], _series("2.8"), "2.8.0", _cuda("cu128"), "3.12")
     assert "has nvcc 12.8 (its preinstalled torch is a cu128 build), but" in base_problems(runpod, _cuda("cu130"))[0]
     host = replace(image, flavor=fl["native"], nvcc=Version("12.4"))
     assert base_problems(host, _cuda("cu130"))[0].startswith("this host has nvcc 12.4, but torch cu130 needs nvcc 13.x")

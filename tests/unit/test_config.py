@@ -12,7 +12,7 @@ import pytest
 from imagegen.plan.config import MAX_CONFIG_BYTES, Config, Matrix, find_config, load_config
 from imagegen.safety import read_toml
 from imagegen.errors import ConfigError
-from imagegen.model.compat import container_flavors
+from imagegen.model.base_images import container_flavors
 
 FULL = """\
 [tool.imagegen]

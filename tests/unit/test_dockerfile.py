@@ -15,7 +15,7 @@ import dockerfile
 import pytest
 from packaging.version import Version
 
-from imagegen.model import compat
+from imagegen.model import base_images
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.source_tree import recipe_from_source_tree
@@ -25,9 +25,9 @@ from imagegen.render.dockerfile import builder_files, builder_script, render_doc
 HERE = Path(__file__).resolve().parent.parent  # tests/
 GOLDEN = HERE / "golden"
 FIXTURE = HERE / "fixtures" / "tiny_kernel"
-FLAVORS = compat.container_flavors()  # from base_images.yaml
+FLAVORS = base_images.container_flavors()  # from base_images.yaml
 # The flavors whose images run on any GPU (jetson's run on a Jetson's alone: tested on its own archs).
-ANY_GPU_FLAVORS = [f for f in FLAVORS if not compat.flavor(f).raw.get("jetpacks")]
+ANY_GPU_FLAVORS = [f for f in FLAVORS if not base_images.flavor(f).raw.get("jetpacks")]
 CATALOGUE = load_catalogue()
 
 

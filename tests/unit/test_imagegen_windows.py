@@ -26,7 +26,7 @@ from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
-from imagegen.render.windows import build_document
+from imagegen.render.windows import HELPER_MODULES, build_document
 from tests.unit.builder_script import builder_module
 from tests.unit.test_windows import windows_cell
 
@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "windows"))
 sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "builder"))  # imagegen_wheeltools, written beside it
 import imagegen_windows as W  # noqa: E402  (stdlib-only helper embedded in the Windows scripts)
+import imagegen_windows_archs as A  # noqa: E402  (its arch check, written beside it)
+import imagegen_windows_host as H  # noqa: E402  (its checks of the machine, written beside it)
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TINY_KERNEL = next((FIXTURES / "wheels").glob("tiny_kernel-*.whl"))
@@ -227,9 +229,9 @@ def expected(archs: str) -> list[dict]:
 
 
 def test_cuobjdumps_real_listing_is_read():
-    assert W.listed_targets(LISTING) == {"sm_80", "sm_90", "compute_90"}
-    assert W.listed_targets(NO_DEVICE_CODE) == set()
-    assert W.listed_targets("PTX file    1: x.1.sm_90a.ptx\nELF file    2: y.2.sm_100f.cubin\n") == {"compute_90a", "sm_100f"}
+    assert A.listed_targets(LISTING) == {"sm_80", "sm_90", "compute_90"}
+    assert A.listed_targets(NO_DEVICE_CODE) == set()
+    assert A.listed_targets("PTX file    1: x.1.sm_90a.ptx\nELF file    2: y.2.sm_100f.cubin\n") == {"compute_90a", "sm_100f"}
 
 
 @pytest.mark.parametrize("archs, problem", [
@@ -240,7 +242,7 @@ def test_cuobjdumps_real_listing_is_read():
     ("9.0a", "lacks sm_90a"),  # the variant counts: plain sm_90 is not sm_90a
 ])
 def test_the_decision_on_missing_sass_and_ptx(archs, problem):
-    problems, lines = W.judge(expected(archs), {"pkg/_C.cp312-win_amd64.pyd": W.listed_targets(LISTING)}, {})
+    problems, lines = A.judge(expected(archs), {"pkg/_C.cp312-win_amd64.pyd": A.listed_targets(LISTING)}, {})
     assert (problems == []) if problem is None else (problem in problems[0])
     assert lines[0].startswith("pkg/_C.cp312-win_amd64.pyd: compute_90, sm_80, sm_90")
 
@@ -248,14 +250,14 @@ def test_the_decision_on_missing_sass_and_ptx(archs, problem):
 def test_an_extension_held_to_the_archs_its_kernels_can_target():
     listings = {"sageattention/_qattn_sm90.cp312-win_amd64.pyd": {"sm_90a"},
                 "sageattention/_qattn_sm80.cp312-win_amd64.pyd": {"sm_80", "sm_90a"}}
-    problems, _ = W.judge(expected("8.0;9.0a"), listings, {"sageattention._qattn_sm90": ["9.0"]})
+    problems, _ = A.judge(expected("8.0;9.0a"), listings, {"sageattention._qattn_sm90": ["9.0"]})
     assert problems == []
-    problems, _ = W.judge(expected("8.0;9.0a"), listings, {})
+    problems, _ = A.judge(expected("8.0;9.0a"), listings, {})
     assert problems == ["sageattention/_qattn_sm90.cp312-win_amd64.pyd lacks sm_80 (has sm_90a)"]
 
 
 def test_a_wheel_without_device_code_fails():
-    problems, _ = W.judge(expected("8.0"), {"pkg/_helper.pyd": set()}, {})
+    problems, _ = A.judge(expected("8.0"), {"pkg/_helper.pyd": set()}, {})
     assert problems and "no CUDA extension" in problems[0]
 
 
@@ -294,10 +296,10 @@ def test_verify_with_the_real_cuobjdump(tmp_path):
 
 def test_a_cuobjdump_that_fails_is_a_failure(tmp_path):
     exe = stand_in(tmp_path / "bin", "cuobjdump", "cuobjdump fatal   : Could not open input file\n", code=1)
-    with pytest.raises(W.Failed, match="cuobjdump failed"):
-        W.list_extension(str(exe), str(tmp_path / "x.pyd"))
+    with pytest.raises(A.CuobjdumpFailed, match="cuobjdump failed"):
+        A.list_extension(str(exe), str(tmp_path / "x.pyd"))
     quiet = stand_in(tmp_path / "bin2", "cuobjdump", NO_DEVICE_CODE, code=255)
-    assert W.list_extension(str(quiet), str(tmp_path / "x.pyd")) == set()
+    assert A.list_extension(str(quiet), str(tmp_path / "x.pyd")) == set()
 
 
 # ----------------------------------------------------------------------------------------- check
@@ -338,8 +340,8 @@ def test_check_refuses_another_python(tmp_path, monkeypatch, capsys):
 
 
 def test_nvcc_release_is_read_from_its_version_output():
-    assert W.nvcc_release("Cuda compilation tools, release 12.8, V12.8.93\nBuild cuda_12.8.r12.8") == (12, 8)
-    assert W.nvcc_release("") is None
+    assert H.nvcc_release("Cuda compilation tools, release 12.8, V12.8.93\nBuild cuda_12.8.r12.8") == (12, 8)
+    assert H.nvcc_release("") is None
 
 
 # ----------------------------------------------------------------------------------------- smoke
@@ -405,6 +407,23 @@ def test_place_moves_a_tested_wheel_into_the_layout_with_a_record_collect_accept
     assert record.doc["flavor"] == "windows" and record.doc["torch"] == "2.8.0" and record.doc["cuda"] == "cu128"
 
 
+def test_the_windows_record_is_the_linux_builds_record_with_its_test_results(tmp_path):
+    # one schema for both builds (imagegen_records.build_record, the module the script writes beside the
+    # helper): the Linux build's keys, the smoke and verify results added at once
+    from tests.unit.executor_fixtures import tiny_cell
+    from imagegen.render.dockerfile import cell_document
+
+    wheel = make_wheel(tmp_path / "dist")
+    doc = doc_for()
+    windows = W.build_record(doc, doc["cells"][0], str(wheel), {"ok": True}, {"ok": True}, None)
+    W.records.write_build_record(cell_document(tiny_cell()), {"TORCH_CUDA_ARCH_LIST": "8.0"}, str(wheel), 0.0)
+    linux = json.loads((tmp_path / "dist" / (wheel.name + W.records.RECORD_SUFFIX)).read_text())
+    assert set(windows) == set(linux) | {"smoke", "verify"}
+    assert windows["sha256"] == linux["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert windows["duration_s"] is None and windows["source"] == {k: doc["source"][k] for k in ("kind", "url", "ref",
+                                                                                                   "commit")}
+
+
 def test_place_refuses_a_wheel_that_was_not_tested(tmp_path, capsys):
     dist = tmp_path / "dist"
     make_wheel(dist)
@@ -423,10 +442,24 @@ def test_an_unknown_cell_or_document_is_one_line(tmp_path, capsys):
     assert "not an imagegen Windows build document" in capsys.readouterr().err
 
 
-def test_the_helper_is_ascii_and_ends_no_powershell_here_string():
-    text = (ROOT / "imagegen" / "resources" / "windows" / "imagegen_windows.py").read_text()
+@pytest.mark.parametrize("folder, name", [("windows", "imagegen_windows.py"), *HELPER_MODULES])
+def test_the_helper_and_its_modules_are_ascii_and_end_no_powershell_here_string(folder, name):
+    text = (ROOT / "imagegen" / "resources" / folder / name).read_text()
     assert text.isascii()
     assert not any(line.lstrip().startswith("'@") for line in text.splitlines())
+
+
+def test_the_helper_imports_only_the_standard_library_and_the_modules_written_beside_it():
+    import ast
+
+    # nvidia: find_cuobjdump looks in PyPI's NVIDIA wheels when they are there (an ImportError is no cuobjdump)
+    beside = {name[:-3] for _, name in HELPER_MODULES} | {"nvidia"}
+    for folder, name in [("windows", "imagegen_windows.py"), *HELPER_MODULES]:
+        tree = ast.parse((ROOT / "imagegen" / "resources" / folder / name).read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert imported - beside <= set(sys.stdlib_module_names), name
 
 
 def test_the_helper_finds_cuobjdump_as_imagegen_verify_does(monkeypatch, tmp_path):

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from imagegen.cli import main
-from imagegen.model import compat
+from imagegen.model import base_images
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.cell import BUILDABLE, REJECTED, Plan
@@ -122,7 +122,7 @@ def test_plan_and_bake_of_a_jetson_matrix(capsys, tmp_path):
 
 
 def test_the_jetpack_rows_name_a_torch_index_and_archs_each():
-    for row in compat.flavor("jetson").raw["jetpacks"]:
+    for row in base_images.flavor("jetson").raw["jetpacks"]:
         assert row["torch_index"].startswith("https://pypi.jetson-ai-lab.io/")
         assert row["archs"] and row["torch"] and row["image"]
 

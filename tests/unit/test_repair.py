@@ -2,8 +2,9 @@
 repairing the real fixture wheel (torch 2.11 / CUDA 13.0; sm_80, sm_90, compute_90) with torch's
 libraries excluded: the manylinux tag its glibc allows, nothing of torch or CUDA bundled even where
 this host could find it, a library torch does not provide bundled under <dist>.libs/, the same
-SASS/PTX after the repair, the import test, the wheelhouse swap and its manifest record, the glibc
-of the base images, and every refusal as one line (exit 9) that leaves nothing behind."""
+SASS/PTX after the repair, the import test, the wheelhouse swap and its manifest record, the tag compared
+with the base image's glibc, and every refusal as one line (exit 9) that leaves nothing behind. The glibc
+of the base images and the tags themselves are tested in test_manylinux.py."""
 
 from __future__ import annotations
 
@@ -258,29 +259,6 @@ def test_without_auditwheel_or_patchelf_the_error_says_what_to_install(tmp_path,
 
 
 # ---------------------------------------------------------------------------------- the base image
-
-
-@pytest.mark.parametrize("image, glibc", [
-    ("pytorch/manylinux2_28-builder:cuda12.8", "2.28"),
-    ("sameli/manylinux_2_34_x86_64_cuda_12.8", "2.34"),
-    ("quay.io/pypa/manylinux2014_x86_64", "2.17"),
-    ("runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2204", "2.35"),
-    ("runpod/pytorch:1.0.2-cu1300-torch291-ubuntu2404", "2.39"),
-    ("runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04", "2.35"),
-    ("nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04", "2.39"),
-    ("python:3.12-slim-bookworm", "2.36"),
-    ("python:3.12-slim-bookworm@sha256:" + "a" * 64, "2.36"),
-    ("registry.example/team/custom:7", None),
-    (None, None),
-])
-def test_the_base_images_glibc_is_read_from_its_name(image, glibc):
-    assert repair.base_image_glibc(image) == glibc
-
-
-def test_every_catalogue_base_image_of_a_container_flavor_has_a_known_glibc():
-    for flavor in ("runpod", "manylinux", "cuda", "pypi"):
-        cell = tiny_cell(flavor=flavor)
-        assert repair.base_image_glibc(cell.base.ref) is not None, (flavor, cell.base.ref)
 
 
 def test_the_tag_is_compared_with_the_base_images_glibc(tmp_path):

@@ -22,6 +22,7 @@ import yaml
 from imagegen.commands import ci
 from imagegen.render import bakefiles
 from imagegen.render import workflow as render
+from imagegen.render.windows import HELPER_MODULES
 from tests.unit import bake_print_stand_in as stand_in
 from tests.unit.command_helpers import fake_host
 from tests.unit.test_ci import lint
@@ -115,12 +116,13 @@ def test_seed_001_one_plan_one_bake_one_workflow_linux_and_windows_both_versions
     assert parse_errors(script, "powershell") == []
     assert "'FLASH_ATTN_CUDA_ARCHS' = '80;90'" in script and f"Name = '{row['cell']}'" in script
     # ...and the helper the script writes, run with the cell's torch and nvcc standing in.
-    helper, shared, build_doc = re.findall(r"@'\n(.*?)\n?'@\)", script, re.S)
+    files = ps_blocks(script)
+    assert set(files) == {"imagegen_windows.py", "build.json", *(name for _, name in HELPER_MODULES)}
     work = tmp_path / "imagegen-windows"
     work.mkdir()
-    (work / "imagegen_windows.py").write_text(helper)
-    (work / "imagegen_wheeltools.py").write_text(shared)
-    (work / "build.json").write_text(build_doc)
+    for name, text in files.items():
+        (work / name).write_text(text)
+    build_doc = files["build.json"]
     cell = json.loads(build_doc)["cells"][0]
     assert [e["sass"] for e in cell["expected"]] == ["sm_80", "sm_90"] and cell["toolkit"] == "12.8"
     check = run_helper(tmp_path, work, "check", "--cell", row["cell"], torch="2.8.0+cu128", cuda="12.8", nvcc="12.8")
@@ -160,11 +162,21 @@ def seed_002_checkout(root: Path) -> Path:
     return tree
 
 
+def ps_blocks(script: str) -> dict[str, str]:
+    """The files a PowerShell script writes from here-strings, by name: the helper, its modules, build.json."""
+    found = re.findall(r"WriteAllText\((\$Helper|\$Doc|\(Join-Path \$Work '([\w.]+)'\)), @'\n(.*?)\n?'@\)", script, re.S)
+    names = {"$Helper": "imagegen_windows.py", "$Doc": "build.json"}
+    return {names.get(target) or name: text for target, name, text in found}
+
+
 def cmd_blocks(script: str) -> dict[str, str]:
-    """The files a cmd script writes with echoed base64 lines: {"IG_HELPER": text, "IG_SHARED": ..., "IG_DOC": ...}."""
-    found = re.findall(r"\(\r\n((?:echo [A-Za-z0-9+/=]+\r\n)+)\) > \"%(IG_[A-Z]+)%\.b64\"", script)
-    return {name: base64.b64decode("".join(line[5:] for line in lines.split("\r\n") if line)).decode()
-            for lines, name in found}
+    """The files a cmd script writes with echoed base64 lines, by name: the helper, its modules, build.json."""
+    found = re.findall(r"\(\r\n((?:echo [A-Za-z0-9+/=]+\r\n)+)\) > \"(%IG_HELPER%|%IG_DOC%|%IG_WORK%\\[\w.]+)\.b64\"",
+                       script)
+    names = {"%IG_HELPER%": "imagegen_windows.py", "%IG_DOC%": "build.json"}
+    return {names.get(target) or target.split("\\")[-1]:
+            base64.b64decode("".join(line[5:] for line in lines.split("\r\n") if line)).decode()
+            for lines, target in found}
 
 
 def test_seed_002_the_script_comes_from_their_venv_and_their_checkout(tmp_path):
@@ -190,10 +202,10 @@ def test_seed_002_the_script_comes_from_their_venv_and_their_checkout(tmp_path):
     work = tmp_path / "imagegen-windows"
     work.mkdir()
     blocks = cmd_blocks(script)
-    (work / "imagegen_windows.py").write_text(blocks["IG_HELPER"])
-    (work / "imagegen_wheeltools.py").write_text(blocks["IG_SHARED"])
-    (work / "build.json").write_text(blocks["IG_DOC"])
-    doc = json.loads(blocks["IG_DOC"])
+    assert set(blocks) == {"imagegen_windows.py", "build.json", *(name for _, name in HELPER_MODULES)}
+    for name, text in blocks.items():
+        (work / name).write_text(text)
+    doc = json.loads(blocks["build.json"])
     assert doc["source"]["kind"] == "local" and doc["version"] == "2.8.3-local"
     assert doc["cells"][0]["torch"] == "2.8.0" and doc["cells"][0]["cuda"] == "cu129"
     check = run_helper(tmp_path, work, "check", "--cell", cell, torch="2.8.0+cu129", cuda="12.9", nvcc="12.9")

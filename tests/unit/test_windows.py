@@ -22,7 +22,7 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
 from imagegen.model.cell import WindowsHost
 from imagegen.plan.matrix import choose_cell, windows_plan
-from imagegen.render.windows import build_env, render_script
+from imagegen.render.windows import HELPER_MODULES, build_env, render_script
 from tests.unit.test_cli import run
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "windows"
@@ -211,18 +211,21 @@ def test_the_embedded_build_document_carries_patches_local_versions_and_archs():
     assert doc["extension_archs"]["sageattention._qattn_sm90"] == ["9.0"]
 
 
-def test_the_cmd_script_carries_the_same_helper_and_document():
+def test_the_cmd_script_carries_the_same_helper_its_modules_and_document():
     import base64
     cmd = rendered(SAGE_TWO_TORCHES, "cmd").split("\r\n")
-    start = cmd.index("(", cmd.index("rem base64; each cell's Python decodes them."))
+    resources_dir = Path(__file__).resolve().parents[2] / "imagegen" / "resources"
+    start = cmd.index("(", cmd.index("rem imagegen_records.py) and the build document it reads, in base64; each cell's Python decodes them."))
     end = cmd.index(') > "%IG_HELPER%.b64"')
     helper = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
-    assert helper == (Path(__file__).resolve().parents[2] / "imagegen/resources/windows/imagegen_windows.py").read_text()
-    # the module it shares with the Linux build, written beside it
-    start, end = end + 1, cmd.index(') > "%IG_SHARED%.b64"')
-    shared = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
-    assert shared == (Path(__file__).resolve().parents[2] / "imagegen/resources/builder/imagegen_wheeltools.py").read_text()
-    assert 'set "IG_SHARED=%IG_WORK%\\imagegen_wheeltools.py"' in cmd
+    assert helper == (resources_dir / "windows" / "imagegen_windows.py").read_text()
+    # the modules it imports (its own, and those it shares with the Linux build), written beside it
+    for folder, name in HELPER_MODULES:
+        start, end = end + 1, cmd.index(f') > "%IG_WORK%\\{name}.b64"')
+        module = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
+        assert module == (resources_dir / folder / name).read_text()
+        assert f'"%IG_WORK%\\{name}.b64" "%IG_WORK%\\{name}"' in next(line for line in cmd if "b64decode" in line)
+    assert {("builder", "imagegen_wheeltools.py"), ("builder", "imagegen_records.py")} <= set(HELPER_MODULES)
 
 
 def test_the_wheelhouse_is_the_out_flag_or_the_scripts_argument():

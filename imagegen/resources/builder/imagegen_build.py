@@ -50,7 +50,7 @@ from imagegen_toolchain import check_torch, cmd_toolchain, fail, load_cell, log,
 from imagegen_buildenv import build_env, ninja_on_path  # noqa: E402
 # ccache and the shared compile cache; the build record beside each wheel; the smoke and GPU checks.
 from imagegen_ccache import report_ccache, use_ccache  # noqa: E402
-from imagegen_records import give_to_folder_owner, write_build_record, write_json_beside  # noqa: E402
+from imagegen_records import copy_into_place, write_build_record, write_json_beside  # noqa: E402
 from imagegen_check import cmd_gpu_check, cmd_gpu_check_deps, cmd_smoke, smoke_test  # noqa: E402
 # The nvcc guard and the build's supervisor (imagegen_supervise.py, beside this script).
 from imagegen_supervise import guard_nvcc, supervise, torch_cuda_home  # noqa: E402
@@ -158,11 +158,7 @@ def cmd_build(cell, args):
     check_torch(cell, py)  # the build must not have swapped torch
     final = retag(os.path.join(dist, wheels[0]), cell["local_version"], work)
     dest = os.path.join(out, os.path.basename(final))
-    # Copy beside the destination under a hidden name, then rename: readers never see half a wheel.
-    tmp = os.path.join(out, ".%s.partial" % os.path.basename(final))
-    shutil.copyfile(final, tmp)
-    give_to_folder_owner(tmp, out)
-    os.replace(tmp, dest)
+    copy_into_place(final, dest, out)
     write_build_record(cell, plain, dest, started)
     if restored:
         now, again = resume.steps_since(tree, restored["steps"])

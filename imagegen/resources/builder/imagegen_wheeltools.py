@@ -297,6 +297,16 @@ def find_cuobjdump():
     return None
 
 
+# One entry of `cuobjdump --list-elf --list-ptx`: "ELF file    1: x.sm_90a.cubin", "PTX file    2: x.sm_120.ptx".
+_LISTED = re.compile(r"(ELF|PTX) file\s+\d+:\s+\S+?\.sm_(\d+)([af]?)\.(?:cubin|ptx)")
+
+
+def cuobjdump_listing(text):
+    """The device code `cuobjdump --list-elf --list-ptx` lists, in its order, read one way for `imagegen verify`
+    (fatbin.cuobjdump_entries) and the Windows helper: ("sass" or "ptx", cc as a number (90), variant ("", "a", "f"))."""
+    return [("sass" if m.group(1) == "ELF" else "ptx", int(m.group(2)), m.group(3)) for m in _LISTED.finditer(text)]
+
+
 # ------------------------------------------------------------------------------------------------
 # the import test every build path runs on a wheel it made (the Linux build's smoke step, the Windows
 # helper's): one program, one judgement

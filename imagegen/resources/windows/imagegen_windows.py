@@ -6,8 +6,10 @@ real work; the script itself only selects the CUDA toolkit, makes the venv, inst
 build requirements, loads MSVC, sets the recipe's variables and runs `pip wheel`, checking every
 exit code. Standard library only, Python 3.8+, ASCII only (it is written out by cmd and PowerShell).
 Every value comes from the JSON build document the script writes beside it (--doc); none passes
-through a shell. How a source is patched, a wheel retagged and cuobjdump found is shared with the
-Linux build and with `imagegen verify`: imagegen_wheeltools.py, which the script writes beside this file.
+through a shell. How a source is patched, a wheel retagged, cuobjdump found and read, and the build
+record written is shared with the Linux build and with `imagegen verify`: imagegen_wheeltools.py and
+imagegen_records.py, which the script writes beside this file with this helper's own modules:
+imagegen_windows_host.py (check, and smoke's venv) and imagegen_windows_archs.py (verify).
 
   check   the interpreter is the cell's Python, its torch is the cell's torch (release and CUDA
           variant), and the nvcc on PATH agrees with it (its major equals torch's CUDA major, the
@@ -23,25 +25,27 @@ Linux build and with `imagegen verify`: imagegen_wheeltools.py, which the script
           --no-deps, the recipe's modules imported from a folder outside the source tree
   place   the wheel into WHEELHOUSE/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/ under a hidden name, then
           renamed (never half a wheel there), with its build record <wheel>.imagegen.json
+          (imagegen_records.build_record, the Linux build's)
 """
 
 import argparse
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import zipfile
 
+# The modules the script writes beside this file: shared with the Linux build (imagegen_wheeltools,
+# imagegen_records), and this helper's machine checks (imagegen_windows_host) and arch check
+# (imagegen_windows_archs).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import imagegen_wheeltools as wheeltools  # noqa: E402  (written beside this file by the script)
-from imagegen_wheeltools import find_cuobjdump, git_env, so_module  # noqa: E402
+import imagegen_records as records  # noqa: E402
+import imagegen_wheeltools as wheeltools  # noqa: E402
+import imagegen_windows_archs as archs  # noqa: E402
+import imagegen_windows_host as host  # noqa: E402
+from imagegen_wheeltools import find_cuobjdump, git_env  # noqa: E402
 
-RECORD_SUFFIX = ".imagegen.json"  # imagegen.wheelhouse.RECORD_SUFFIX
 SMOKE_FILE = "smoke.json"  # in --dist: the smoke step's result, read by place into the build record
 VERIFY_FILE = "verify.json"  # in --dist: the verify step's result
 
@@ -91,64 +95,24 @@ def run(cmd, env=None, cwd=None):
 # ------------------------------------------------------------------------------------------------
 # check
 
-TORCH_PROBE = "import json, sys, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"
-_NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
-
-
-def nvcc_release(text):
-    """(major, minor) from `nvcc --version`'s output, or None."""
-    m = _NVCC_RELEASE.search(text or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def torch_problems(cell, got_version, got_cuda):
-    """Why the torch found is not the cell's (empty: it is). A local label (+cu128) is allowed."""
-    if got_version is None:
-        return ["torch is not installed in %s" % sys.executable]
-    if got_version.split("+")[0] != cell["torch"]:
-        return ["torch %s is installed, the cell asks for torch %s" % (got_version, cell["torch"])]
-    if (got_cuda or "") != cell["cuda_dotted"]:
-        return ["torch %s is built for CUDA %s, the cell asks for CUDA %s (%s): install it from %s"
-                % (got_version, got_cuda or "none (a CPU-only build)", cell["cuda_dotted"], cell["cuda"],
-                   cell["torch_index_url"])]
-    return []
-
-
-def nvcc_problems(cell, release, torch_cuda):
-    """The Linux pre-flight's rule (imagegen.cell_rules.base_problems: nvcc's major must equal torch's
-    CUDA major), and the toolkit the plan chose for the cell (its arch checks assumed that nvcc)."""
-    if release is None:
-        return ["nvcc not found on PATH (CUDA_PATH\\bin): install CUDA Toolkit %s" % cell["toolkit"]]
-    found = "%d.%d" % release
-    out = []
-    major = int(str(torch_cuda or cell["cuda_dotted"]).split(".")[0])
-    if release[0] != major:
-        out.append("nvcc %s cannot build for torch's CUDA %s (nvcc's major must equal torch's CUDA major)"
-                   % (found, torch_cuda or cell["cuda_dotted"]))
-    elif found != cell["toolkit"]:
-        out.append("nvcc on PATH is %s, the cell was planned with CUDA %s: point %s at the %s toolkit"
-                   % (found, cell["toolkit"], cell["cuda_path_var"], cell["toolkit"]))
-    return out
-
-
 def cmd_check(doc, args):
     cell = cell_of(doc, args.cell)
     problems = []
     have = "%d.%d" % sys.version_info[:2]
     if have != cell["python"]:
         problems.append("this is Python %s (%s), the cell is for Python %s" % (have, sys.executable, cell["python"]))
-    rc, out = output_of([sys.executable, "-c", TORCH_PROBE])
+    rc, out = output_of([sys.executable, "-c", host.TORCH_PROBE])
     got = (None, None)
     if rc == 0:
         try:
             got = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             pass
-    problems += torch_problems(cell, got[0], got[1])
+    problems += host.torch_problems(cell, got[0], got[1])
     nvcc = shutil.which("nvcc")
     rc, out = output_of([nvcc, "--version"]) if nvcc else (None, "")
-    release = nvcc_release(out) if rc == 0 else None
-    problems += nvcc_problems(cell, release, got[1])
+    release = host.nvcc_release(out) if rc == 0 else None
+    problems += host.nvcc_problems(cell, release, got[1])
     if problems:
         raise Failed("; ".join(problems))
     log("Python %s, torch %s (CUDA %s), nvcc %d.%d at %s: as the cell asks"
@@ -274,75 +238,17 @@ def cmd_retag(doc, args):
 # ------------------------------------------------------------------------------------------------
 # verify
 
-_LISTED = re.compile(r"(ELF|PTX) file\s+\d+:\s+\S+?\.sm_(\d+)([af]?)\.(?:cubin|ptx)")
-_EXTENSION = re.compile(r"\.(pyd|so(\.\d+)*)$")
-
-
-def listed_targets(text):
-    """The targets cuobjdump --list-elf / --list-ptx lists, each once: {'sm_80', 'sm_90a', 'compute_120'}."""
-    return {("sm_" if m.group(1) == "ELF" else "compute_") + m.group(2) + m.group(3) for m in _LISTED.finditer(text)}
-
-
-def missing_targets(expected, found, allowed=None):
-    """The requested targets (``expected``: {cc, sass, ptx}) an extension with ``found`` lacks; an
-    extension whose kernels can target only some ccs (``allowed``, the recipe's knowledge) is held
-    to those."""
-    out = []
-    for want in expected:
-        if allowed is not None and want["cc"] not in allowed:
-            continue
-        for kind in ("sass", "ptx"):
-            if want.get(kind) and want[kind] not in found:
-                out.append(want[kind])
-    return out
-
-
-def judge(expected, listings, extension_archs):
-    """(problems, lines) for the extensions' listings ({name in the wheel: set of targets}): each
-    CUDA extension must carry every requested target it can, and the wheel must have one."""
-    problems, lines = [], []
-    cuda = {name: found for name, found in sorted(listings.items()) if found}
-    if not cuda:
-        return ["the wheel contains no CUDA extension (no .pyd with device code)"], lines
-    wanted = {t for w in expected for t in (w.get("sass"), w.get("ptx")) if t}
-    for name, found in cuda.items():
-        allowed = extension_archs.get(so_module(name))
-        missing = missing_targets(expected, found, allowed)
-        extra = sorted(found - wanted - {"compute_" + t[3:] for t in wanted if t.startswith("sm_")})
-        lines.append("%s: %s%s" % (name, ", ".join(sorted(found)), " (also %s, not requested)" % ", ".join(extra)
-                                   if extra else ""))
-        if missing:
-            problems.append("%s lacks %s (has %s)" % (name, ", ".join(missing), ", ".join(sorted(found))))
-    return problems, lines
-
-
-def list_extension(exe, path):
-    """The targets cuobjdump lists for one extension (empty: no device code)."""
-    rc, out = output_of([exe, "--list-elf", "--list-ptx", path])
-    if rc is None:
-        raise Failed("cannot run cuobjdump: %s" % out)
-    found = listed_targets(out)
-    if rc != 0 and not found and "does not contain device code" not in out:
-        raise Failed("cuobjdump failed on %s (exit %d): %s" % (os.path.basename(path), rc, out.strip()[-300:]))
-    return found
-
-
 def cmd_verify(doc, args):
     cell = cell_of(doc, args.cell)
     path = the_wheel(args.dist)
     exe = args.cuobjdump or find_cuobjdump()
     if not exe:
         raise Failed("cuobjdump not found (on PATH or in CUDA_PATH\\bin): the CUDA toolkit's cuobjdump checks the archs")
-    listings = {}
-    with zipfile.ZipFile(path) as zf, tempfile.TemporaryDirectory(prefix="imagegen-verify-") as tmp:
-        for i, info in enumerate(zf.infolist()):
-            if not _EXTENSION.search(info.filename):
-                continue
-            copy = os.path.join(tmp, "%d-%s" % (i, os.path.basename(info.filename)))
-            with zf.open(info) as src, open(copy, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            listings[info.filename] = list_extension(exe, copy)
-    problems, lines = judge(cell["expected"], listings, doc.get("extension_archs") or {})
+    try:
+        listings = archs.wheel_listings(path, exe)
+    except archs.CuobjdumpFailed as exc:
+        raise Failed(str(exc))
+    problems, lines = archs.judge(cell["expected"], listings, doc.get("extension_archs") or {})
     for line in lines:
         log("verify: " + line)
     with open(os.path.join(args.dist, VERIFY_FILE), "w", encoding="utf-8") as fh:
@@ -356,33 +262,6 @@ def cmd_verify(doc, args):
 # ------------------------------------------------------------------------------------------------
 # smoke
 
-def venv_python(venv):
-    if os.name == "nt":
-        return os.path.join(venv, "Scripts", "python.exe")
-    return os.path.join(venv, "bin", "python")
-
-
-def site_dirs():
-    """The running interpreter's site-packages folders (the cell's environment, where torch is)."""
-    import site
-    import sysconfig
-    out = []
-    for path in [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]] + list(site.getsitepackages()):
-        # site.getsitepackages() also names a venv's own folder on Windows: only the package folders
-        if os.path.basename(path.rstrip("\\/")).lower() in ("site-packages", "dist-packages") \
-                and os.path.isdir(path) and path not in out:
-            out.append(path)
-    return out
-
-
-def driver_present():
-    """Whether this machine has a GPU driver (nvcuda.dll on Windows, libcuda elsewhere)."""
-    if os.name == "nt":
-        return os.path.isfile(os.path.join(os.environ.get("SystemRoot", r"C:\Windows"), "System32", "nvcuda.dll"))
-    import ctypes.util
-    return ctypes.util.find_library("cuda") is not None
-
-
 def cmd_smoke(doc, args):
     path = os.path.abspath(the_wheel(args.dist))
     venv = os.path.abspath(args.venv)
@@ -392,12 +271,12 @@ def cmd_smoke(doc, args):
     # (a venv made from a venv sees the base's site-packages only). The wheel installed into this venv
     # comes first on sys.path, before any copy in the cell's environment.
     run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", venv])
-    py = venv_python(venv)
+    py = host.venv_python(venv)
     rc, out = output_of([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     if rc != 0:
         raise Failed("the smoke venv's Python does not run: %s" % out.strip()[-300:])
     with open(os.path.join(out.strip().splitlines()[-1], "imagegen-cell-env.pth"), "w", encoding="utf-8") as fh:
-        fh.write("".join(d + "\n" for d in site_dirs()))
+        fh.write("".join(d + "\n" for d in host.site_dirs()))
     run([py, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "--force-reinstall",
          path])
     modules = list(doc.get("smoke_imports") or [])
@@ -413,7 +292,7 @@ def cmd_smoke(doc, args):
             raise Failed("the import test did not run (exit %s): %s" % (rc, text.strip()[-300:]))
     # the Linux build's judgement (imagegen_wheeltools.judge_imports): a missing driver, or a runtime
     # requirement the wheel declares, is skipped
-    report, failed = wheeltools.judge_imports(found, modules + driver_modules, driver_present())
+    report, failed = wheeltools.judge_imports(found, modules + driver_modules, host.driver_present())
     for name, got in report.items():
         log("smoke: import %s: %s" % (name, got))
     with open(os.path.join(args.dist, SMOKE_FILE), "w", encoding="utf-8") as fh:
@@ -426,53 +305,16 @@ def cmd_smoke(doc, args):
 # place
 
 
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def copy_atomic(src, dest):
-    """Copy under a hidden name beside ``dest``, then rename: no reader sees half a file."""
-    tmp = os.path.join(os.path.dirname(dest), ".%s.%d.partial" % (os.path.basename(dest), os.getpid()))
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def build_record(doc, cell, wheel, smoke, verify, started):
-    """The build record beside the wheel (the schema of imagegen_build.write_build_record), so that
+    """The build record beside the wheel (imagegen_records.build_record, the Linux build's), so that
     `imagegen collect` can check the wheel against what was asked."""
-    src = doc["source"]
-    return {
-        "schema": 1,
-        "kind": "imagegen-build-record",
-        "cell": cell["name"],
-        "recipe": doc["recipe"],
-        "distribution": doc.get("distribution"),
-        "version": doc["version"],
-        "source": {k: src.get(k) for k in ("kind", "url", "ref", "commit")},
-        "patches": [p["name"] for p in doc.get("patches", [])],
-        "torch": cell["torch"],
-        "cuda": cell["cuda"],
-        "python": cell["python"],
-        "flavor": "windows",
-        "base_image": None,
-        "requested_archs": cell["archs"],
-        "planned_archs": cell["archs"],
-        "inputs": None,
-        "wheel": os.path.basename(wheel),
-        "sha256": file_sha256(wheel),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "duration_s": round(time.time() - started, 1) if started else None,
-        "smoke": smoke,
-        "verify": verify,
-    }
+    record = records.build_record(
+        cell=cell["name"], recipe=doc["recipe"], distribution=doc.get("distribution"), version=doc["version"],
+        source=doc["source"], patches=doc.get("patches", []), torch=cell["torch"], cuda=cell["cuda"],
+        python=cell["python"], flavor="windows", base_image=None, requested_archs=cell["archs"],
+        planned_archs=cell["archs"], inputs=None, wheel=wheel, started=started)
+    record.update(smoke=smoke, verify=verify)
+    return record
 
 
 def cmd_place(doc, args):
@@ -490,13 +332,9 @@ def cmd_place(doc, args):
     folder = os.path.join(args.wheelhouse, *cell["wheel_dir"].split("/"))
     os.makedirs(folder, exist_ok=True)
     dest = os.path.join(folder, os.path.basename(path))
-    copy_atomic(path, dest)
+    records.copy_into_place(path, dest, folder)
     record = build_record(doc, cell, dest, results["smoke"], results["verify"], args.started)
-    tmp = os.path.join(folder, ".%s%s.partial" % (os.path.basename(dest), RECORD_SUFFIX))
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, dest + RECORD_SUFFIX)
+    records.write_json_beside(dest + records.RECORD_SUFFIX, record, folder)
     log("wheel: %s" % dest)
 
 
