@@ -19,7 +19,8 @@ from imagegen.errors import ImagegenError, UsageError
 
 
 # The parser is built from the tables in imagegen.commands.cli_commands (every command and its options
-# as data); _Parser is its argparse class (one-line usage errors, single-valued options given once).
+# as data); _Parser is its argparse class (one-line usage errors, single-valued options given once), by
+# the name tests/workflow_cli.py builds a parser of `ci` alone with.
 _Parser = cli_spec.Parser
 
 

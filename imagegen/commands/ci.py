@@ -37,9 +37,6 @@ from imagegen.render.workflow import (
     DEFAULT_ARM64_RUNS_ON,
     DEFAULT_BAKE_FILE,
     DEFAULT_GROUP,
-    DEFAULT_NAMESPACE,
-    DEFAULT_OUTPUT,
-    DEFAULT_REGISTRY,
     DEFAULT_RUNS_ON,
     DEFAULT_TIMEOUT,
     DEFAULT_WINDOWS_RUNS_ON,
@@ -124,83 +121,12 @@ def _names(values: list[str] | None) -> list[str]:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``ci`` (with its ``github`` subcommand) to the top-level subparsers of imagegen."""
-    p = subparsers.add_parser("ci", help="write a CI workflow that builds the bake matrix on CI runners", description=(
-        "Write a CI workflow that builds every target of a bake file, one runner per target."))
-    sub = p.add_subparsers(dest="ci_command", metavar="PROVIDER", parser_class=type(p))
-    sub.required = True
-    g = sub.add_parser("github", help="GitHub Actions workflow with a registry cache per target", description=(
-        "Write a GitHub Actions workflow whose matrix is the bake file's targets (read with `docker buildx"
-        " bake --print`, so they always match): each job bakes one target on its own runner with a"
-        " docker-container builder and a registry cache (<registry>/<namespace>/imagegen-cache:<target>,"
-        " cache-to mode=max), then uploads the target's local output folder as an artifact. With --windows, it"
-        " also builds on Windows runners, one job per cell of the --windows-* matrix (planned as `imagegen plan`"
-        " plans it; a cell that cannot build, such as a torch x CUDA pair torch never shipped, is left out and"
-        " named); its Linux jobs are then written only when --bake-file, --targets or --group is given. A target"
-        " whose base image has a fallback (<target>-fallback in the bake file) builds on the first that can be"
-        " pulled. Every job has a timeout below a hosted runner's 6 hours. Run it in the repository's top"
-        " folder, where the workflow runs bake."),
-        epilog=("example: imagegen ci github --windows sage --windows-torch 2.8 --windows-cuda 12.8 --windows-python"
-                " 3.12 --windows-arch '8.0;9.0;12.0' --imagegen-from 'imagegen @ git+https://github.com/ORG/imagegen@TAG'"
-                " (Windows jobs only; add --group default for the bake file's Linux jobs too)"))
-    g.add_argument("--bake-file", help="bake file, relative to the repository's top folder"
-                   f" (default: {DEFAULT_BAKE_FILE}, written by `imagegen bake --repo`)")
-    which = g.add_mutually_exclusive_group()
-    which.add_argument("--targets", action="append", metavar="NAMES",
-                       help="bake targets or groups to build (comma-separated or repeated)")
-    which.add_argument("--group", help=f"bake group to build (default: {DEFAULT_GROUP})")
-    g.add_argument("--registry", default=DEFAULT_REGISTRY, help=f"registry for the build cache (default: {DEFAULT_REGISTRY},"
-                   " logged in with GITHUB_TOKEN; any other uses the secrets IMAGEGEN_REGISTRY_USERNAME and"
-                   " IMAGEGEN_REGISTRY_PASSWORD)")
-    g.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="repository path under the registry"
-                   " (default: the repository owner, lower-cased at run time)")
-    g.add_argument("--runs-on", action="append", metavar="LABELS", help=f"runner labels (comma-separated or repeated;"
-                   f" default: {DEFAULT_RUNS_ON})")
-    g.add_argument("--arm64-runs-on", action="append", metavar="LABELS", help="runner labels of the jobs of linux/arm64"
-                   f" targets (imagegen bake --platform arm64), which build natively there (default: {DEFAULT_ARM64_RUNS_ON},"
-                   " GitHub's arm64 runner)")
-    g.add_argument("--timeout", type=int, metavar="MINUTES", help="timeout-minutes of each Linux build job"
-                   f" (default: {DEFAULT_TIMEOUT}; at most {MAX_TIMEOUT_MINUTES}, below GitHub's {RUNNER_LIMIT_MINUTES}"
-                   " for a hosted job)")
-    g.add_argument("--skip-published", metavar="URL", help="the URL the published wheelhouse is served at (the"
-                   " folder imagegen index makes servable, with each <pkg>-<ver>/torch<X.Y>/cu<XYZ>/manifest.json): each"
-                   " Linux job first reads its cell's entry there and builds nothing when the same inputs hash is"
-                   " published with its wheel (a run with nothing changed builds nothing and says so)")
-    g.add_argument("--max-parallel", type=int, help="most jobs at once, in each of the Linux and the Windows matrix"
-                   " (default: as many as GitHub allows)")
-    w = g.add_argument_group("Windows jobs", "native Windows builds, one job per cell of recipes x torch x CUDA x Python"
-                             " x arch list, planned as `imagegen plan` plans them; the cells it rejects are left out"
-                             " and named")
-    w.add_argument("--windows", action="append", metavar="RECIPES", help="add Windows jobs building these recipes"
-                   " (catalogue names or aliases, at their default version unless --windows-version; comma-separated or"
-                   " repeated); needs --windows-torch, --windows-cuda and --imagegen-from")
-    w.add_argument("--windows-version", action="append", metavar="VERSIONS", help="recipe versions of the Windows"
-                   " cells, each recipe's cells at each (comma-separated or repeated, e.g. 2.8.2,2.8.3; default: the"
-                   " recipe's default version)")
-    w.add_argument("--windows-torch", action="append", metavar="VERSIONS", help="torch series or releases of the"
-                   " Windows cells: 2.8 or 2.8.0 (comma-separated or repeated)")
-    w.add_argument("--windows-cuda", action="append", metavar="VERSIONS", help="CUDA variants of the Windows cells:"
-                   " 12.8 or cu128 (comma-separated or repeated)")
-    w.add_argument("--windows-python", action="append", metavar="VERSIONS", help="CPython versions of the Windows"
-                   " cells (comma-separated or repeated; default: imagegen's default Python)")
-    w.add_argument("--windows-arch", action="append", metavar="ARCHS", help="one GPU arch list of the Windows cells,"
-                   " e.g. '8.0;9.0;12.0' (repeat for several lists; default: imagegen's default list)")
-    w.add_argument("--windows-runs-on", action="append", metavar="LABELS", help="runner labels of the Windows jobs"
-                   f" (comma-separated or repeated; default: {DEFAULT_WINDOWS_RUNS_ON})")
-    w.add_argument("--windows-timeout", type=int, metavar="MINUTES", help="timeout-minutes of each Windows job"
-                   f" (default: {DEFAULT_WINDOWS_TIMEOUT}; at most {MAX_TIMEOUT_MINUTES}, below GitHub's"
-                   f" {RUNNER_LIMIT_MINUTES} for a hosted job)")
-    g.add_argument("--publish", action="append", metavar="DEST", help="add a publish job: once every target built,"
-                   " on a tag push or a manual run, `imagegen collect` verifies the wheels against their build"
-                   " records and `imagegen publish` uploads those to DEST (as imagegen publish --to takes it;"
-                   " repeatable), with the credentials from the repository's secrets")
-    g.add_argument("--imagegen-from", metavar="REQUIREMENT", help="with --publish or --windows: how the publish job"
-                   " and the Windows jobs install imagegen, a pip requirement such as"
-                   " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0' or a path in the repository"
-                   " (required: PyPI's 'imagegen' is another project)")
-    g.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help=f"workflow file to write, - for stdout"
-                   f" (default: {DEFAULT_OUTPUT})")
-    return p
+    """Add ``ci`` (with its ``github`` subcommand) to ``subparsers``: ``ci`` alone, as
+    tests/workflow_cli.py parses it (imagegen's parser adds it from its table, as every command). Its
+    options are data, in imagegen.commands.cli_ci."""
+    from imagegen.commands import cli_ci, cli_spec
+
+    return cli_spec.add_command(subparsers, cli_ci.CI)
 
 
 def run(args: argparse.Namespace, argv=None) -> int:

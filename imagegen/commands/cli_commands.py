@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from imagegen import __version__
+from imagegen.commands.cli_ci import CI
 from imagegen.commands.cli_options import (CACHE, COMMON, COMPILE, CONFIG, GPU_CHECK, JSON, JSON_RESULTS, MATRIX,
                                            NETRC, ONE_CELL, OUT_FOLDER, RECIPE_DIR, REGISTRY, WHEELHOUSE, WHEELS,
                                            budget_seconds)
@@ -321,8 +322,6 @@ PUBLISH = Command("publish", "publishing.cmd_publish", "upload a wheelhouse's ve
     JSON,
 ))
 
-# `ci` has subcommands (one per CI provider) and builds its own parser, beside the code that reads it.
-CI = Command("ci", "ci.run", add_parser="ci.add_parser")
 
 COMMANDS = (RENDER, PLAN, BAKE, BUILD, VERIFY, CHECK, DOCTOR, CDI_SPEC, REFRESH, RECIPES, ARCHS, PUSH, PULL, LOCK,
             COLLECT, INDEX, REPAIR, PUBLISH, CI)

@@ -1,6 +1,7 @@
 """The command line as data: what an option, a group of options and a command are, and the one builder
 that turns them into imagegen's argparse parser. The options themselves are in cli_options (those
-several commands share) and cli_commands (every command, in the order ``imagegen --help`` lists them).
+several commands share), cli_commands (every command, in the order ``imagegen --help`` lists them)
+and cli_ci (`imagegen ci` and its providers).
 
 Two things argparse does not do are done here, once for every command: a usage error is one line
 (exit 2) like every other error, and an option that takes one value refuses a second, different one
@@ -58,27 +59,34 @@ class Opt:
 @dataclass(frozen=True)
 class Group:
     """Options several commands take together, added in this order. ``many`` says which form its cell
-    options take (see Opt.many); ``epilog`` becomes the command's epilog."""
+    options take (see Opt.many); ``epilog`` becomes the command's epilog. With a ``title`` the options
+    are a titled section of --help; ``exclusive``: at most one of them may be given."""
 
     options: tuple["Opt | Group", ...]
     many: bool | None = None
     once_hint: str = ""
     epilog: str | Later | None = None
+    title: str | None = None
+    description: str | None = None
+    exclusive: bool = False
 
 
 @dataclass(frozen=True)
 class Command:
     """A subcommand: its help line, its --help description, its arguments in --help order, and its
     handler, "module.function" in imagegen.commands (imported when the command runs: some modules load
-    heavy client libraries). ``add_parser``, also "module.function", adds a command that builds its own
-    parser (ci, with subcommands of its own) instead of ``args``."""
+    heavy client libraries). A command with ``subcommands`` (ci: one per CI provider) needs one of them,
+    named in ``subcommand_dest``; its handler runs them all (theirs is None)."""
 
     name: str
-    handler: str
+    handler: str | None
     help: str = ""
     description: str = ""
     args: tuple[Opt | Group, ...] = ()
-    add_parser: str | None = None
+    epilog: str | None = None
+    subcommands: tuple["Command", ...] = ()
+    subcommand_dest: str | None = None
+    subcommand_metavar: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,9 @@ class Parser(argparse.ArgumentParser):
 _FIELDS = ("dest", "action", "type", "default", "choices", "metavar", "nargs", "required")
 
 
-def add_option(parser: Parser, opt: Opt, group: Group | None = None) -> argparse.Action:
+def add_option(parser: Parser, opt: Opt, group: Group | None = None, container: Any = None) -> argparse.Action:
+    """Add ``opt`` to ``container`` (the parser, or a section or exclusive group of it); ``group`` is
+    the cell group it came through, if any."""
     kwargs = {name: value(getattr(opt, name)) for name in _FIELDS if getattr(opt, name) is not UNSET}
     help = value(opt.help)
     if opt.many is not None:
@@ -157,32 +167,47 @@ def add_option(parser: Parser, opt: Opt, group: Group | None = None) -> argparse
         if form:
             kwargs.setdefault("action", "append")
         help = help.replace("{many}", opt.many if form else "")
-    action = parser.add_argument(*opt.flags, help=help, **kwargs)
+    action = (container or parser).add_argument(*opt.flags, help=help, **kwargs)
     if opt.many is not None and group is not None and not group.many:
         parser.once_hints[action.dest] = group.once_hint
     return action
 
 
-def add_arguments(parser: Parser, items: Sequence[Opt | Group], group: Group | None = None) -> None:
+def add_arguments(parser: Parser, items: Sequence[Opt | Group], group: Group | None = None,
+                  container: Any = None) -> None:
+    container = container or parser
     for item in items:
         if isinstance(item, Group):
             if item.epilog is not None:
                 parser.epilog = value(item.epilog)
-            add_arguments(parser, item.options, item if item.many is not None else group)
+            inner = container if item.title is None else container.add_argument_group(item.title, item.description)
+            inner = inner.add_mutually_exclusive_group() if item.exclusive else inner
+            add_arguments(parser, item.options, item if item.many is not None else group, inner)
         else:
-            add_option(parser, item, group)
+            add_option(parser, item, group, container)
+
+
+def add_subcommands(parser: Parser, commands: Sequence[Command], dest: str, metavar: str) -> None:
+    """``commands`` as the subcommands of ``parser``, one of which must be given."""
+    sub = parser.add_subparsers(dest=dest, metavar=metavar, parser_class=Parser)
+    sub.required = True
+    for command in commands:
+        add_command(sub, command)
+
+
+def add_command(subparsers: Any, command: Command) -> Parser:
+    """The parser of ``command`` (and of its subcommands), added to ``subparsers``."""
+    parser = subparsers.add_parser(command.name, help=command.help, description=command.description,
+                                   epilog=command.epilog)
+    add_arguments(parser, command.args)
+    if command.subcommands:
+        add_subcommands(parser, command.subcommands, command.subcommand_dest, command.subcommand_metavar)
+    return parser
 
 
 def build(program: Program, commands: Sequence[Command]) -> Parser:
     """The parser of ``program`` with one subcommand per entry of ``commands``, in their order."""
     parser = Parser(prog=program.prog, description=program.description)
     parser.add_argument("--version", action="version", version=program.version)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    sub.required = True
-    for command in commands:
-        if command.add_parser is not None:
-            resolve(command.add_parser)(sub)
-            continue
-        p = sub.add_parser(command.name, help=command.help, description=command.description)
-        add_arguments(p, command.args)
+    add_subcommands(parser, commands, "command", "COMMAND")
     return parser

@@ -18,10 +18,9 @@ from imagegen.commands.cli_spec import UNSET, Later, options
 from imagegen.plan.options import Flags
 
 COMMANDS = cli_commands.COMMANDS
-OWN_PARSER = [c for c in COMMANDS if c.add_parser is not None]
-TABLED = [c for c in COMMANDS if c.add_parser is None]
+SUBCOMMANDS = tuple(s for c in COMMANDS for s in c.subcommands)
 COMMANDS_DIR = Path(cli_spec.__file__).parent
-TABLES = {"cli_spec.py", "cli_options.py", "cli_commands.py"}
+TABLES = {"cli_spec.py", "cli_options.py", "cli_commands.py", "cli_ci.py"}
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -52,11 +51,10 @@ def test_every_handler_exists_and_takes_args_and_argv(command):
     handler = cli_spec.resolve(command.handler)
     params = list(inspect.signature(handler).parameters)
     assert callable(handler) and len(params) >= 2, (command.handler, params)
-    if command.add_parser is not None:  # it adds the parser of its own name
-        sub = argparse.ArgumentParser().add_subparsers()
-        assert cli_spec.resolve(command.add_parser)(sub).prog.endswith(f" {command.name}")
-    else:
-        assert command.help and command.description and command.args, command.name
+    assert command.help and command.description and (command.args or command.subcommands), command.name
+    # a command with subcommands runs them all: they have no handler of their own, and one must be named
+    assert all(s.handler is None and s.help and s.description for s in command.subcommands)
+    assert bool(command.subcommands) == bool(command.subcommand_dest) == bool(command.subcommand_metavar)
 
 
 def test_dispatch_runs_the_handler_the_table_names(monkeypatch):
@@ -75,7 +73,7 @@ def test_no_command_has_a_flag_or_a_destination_twice(path, parser):
     assert len(dests) == len(set(dests)), (path, sorted(d for d in dests if dests.count(d) > 1))
 
 
-@pytest.mark.parametrize("command", TABLED, ids=lambda c: c.name)
+@pytest.mark.parametrize("command", COMMANDS + SUBCOMMANDS, ids=lambda c: c.name)
 def test_no_command_lists_an_option_twice(command):
     flags = [f for o in options(command.args) for f in o.flags]
     assert len(flags) == len(set(flags)), sorted(f for f in flags if flags.count(f) > 1)
@@ -97,7 +95,7 @@ def test_every_option_is_read_by_a_command():
     source = read_dests()
     dests = {a.dest: path for path, parser in every_parser() for a in parser._actions
              if a.dest not in (argparse.SUPPRESS, "help", "version")}
-    assert len(dests) > 80
+    assert len(dests) > 80 and "ci_command" in dests and "windows_arch" in dests
     unread = sorted(f"{path}: {dest}" for dest, path in dests.items() if not is_read(dest, source))
     assert not unread, f"options nothing reads: {unread}"
     # the check itself can fail: an option no command reads is found
@@ -105,7 +103,7 @@ def test_every_option_is_read_by_a_command():
 
 
 def every_opt():
-    return [o for c in TABLED for o in options(c.args)]
+    return [o for c in COMMANDS + SUBCOMMANDS for o in options(c.args)]
 
 
 def test_every_option_is_well_formed():

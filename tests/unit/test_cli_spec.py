@@ -89,15 +89,25 @@ def test_usage_errors_are_one_line_and_name_the_command():
         parser.parse_args([])
 
 
-def test_version_and_a_command_that_adds_its_own_parser(capsys, monkeypatch):
-    def add(sub):
-        p = sub.add_parser("own", help="adds itself")
-        p.add_argument("--deep")
-        return p
-    # resolve() reads a module's attribute: this one stands in for ci.add_parser
-    monkeypatch.setattr(planning, "add_test_parser", add, raising=False)
-    parser = cli_spec.build(PROGRAM, [Command("own", "planning.cmd_plan", add_parser="planning.add_test_parser")])
-    assert parser.parse_args(["own", "--deep", "x"]).deep == "x"
+def test_version_subcommands_sections_and_exclusive_options(capsys):
+    deep = Command("deep", None, "one level down", "Deeper.", (
+        Group((Opt(("--left",), help="left"), Opt(("--right",), help="right")), exclusive=True),
+        Group((Opt(("--win",), action="append", help="a Windows thing"),), title="Windows", description="its part"),
+    ), epilog="example: tool own deep --left x")
+    parser = cli_spec.build(PROGRAM, [Command("own", "planning.cmd_plan", "has its own", "Own.", subcommands=(deep,),
+                                              subcommand_dest="own_command", subcommand_metavar="WHICH")])
+    args = parser.parse_args(["own", "deep", "--left", "x", "--win", "a", "--win", "b"])
+    assert (args.command, args.own_command, args.left, args.right, args.win) == ("own", "deep", "x", None, ["a", "b"])
+    with pytest.raises(UsageError, match="argument --right: not allowed with argument --left"):
+        parser.parse_args(["own", "deep", "--left", "x", "--right", "y"])
+    with pytest.raises(UsageError, match="tool own: the following arguments are required: WHICH"):
+        parser.parse_args(["own"])
+    with pytest.raises(UsageError, match=r"--left given twice"):  # a section's and a group's options are _Once too
+        parser.parse_args(["own", "deep", "--left", "x", "--left", "y"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["own", "deep", "--help"])
+    shown = capsys.readouterr().out
+    assert "Windows:\n  its part\n" in shown and shown.rstrip().endswith("example: tool own deep --left x")
     with pytest.raises(SystemExit):
         parser.parse_args(["--version"])
     assert capsys.readouterr().out == "tool 1.0\n"
