@@ -15,7 +15,7 @@ from imagegen.model.cell import Cell, Plan
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE, BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.render.bakefiles import write_dockerfiles
 from imagegen.render.dockerfile import CellInputs
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 
 def bake_variables(ca: str, compile_cache: str | None = None) -> dict[str, str]:

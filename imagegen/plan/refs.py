@@ -29,7 +29,7 @@ from imagegen.errors import RecipeError, Unreadable, UsageError, bounded, printa
 from imagegen.model.recipe_reader import quoted
 from imagegen.model.recipes import Patch, Recipe, RecipeVersion, ranges_text
 from imagegen.outputs import shown
-from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+from imagegen.shipped.builder import imagegen_wheeltools as wheeltools
 
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 # A tag that names a version: v2.8.2, 2.8.3.post1, V1.0 (what remains is read as PEP 440).
