@@ -115,7 +115,7 @@ def new_run_dir(work: Path, tag: str = "") -> Path:
 
 
 def netrc_secret(netrc: str | None) -> list[str]:
-    """The bake secret entry that hands the netrc file ``netrc`` (imagegen.commands.common.netrc_file:
+    """The bake secret entry that hands the netrc file ``netrc`` (imagegen.plan.options.netrc_file:
     checked, absolute) to the steps that mount the ``netrc`` secret: its path, never its content."""
     return [f"id=netrc,src={netrc}"] if netrc else []
 
