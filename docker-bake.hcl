@@ -100,7 +100,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
     "io.imagegen.wall-hours" = "0.14"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -123,7 +123,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
     "io.imagegen.wall-hours" = "0.14"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -146,7 +146,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
     "io.imagegen.wall-hours" = "0.12"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -169,7 +169,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
     "io.imagegen.wall-hours" = "0.12"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -192,7 +192,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
     "io.imagegen.wall-hours" = "0.35"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -215,7 +215,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
     "io.imagegen.wall-hours" = "0.35"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -238,7 +238,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
     "io.imagegen.wall-hours" = "0.15"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -261,7 +261,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
     "io.imagegen.wall-hours" = "0.15"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -282,7 +282,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
     "io.imagegen.inputs" = "2e3590b6b4829820"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -303,7 +303,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
     "io.imagegen.inputs" = "7f613d150a9190c1"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -326,7 +326,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
     "io.imagegen.wall-hours" = "0.08"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }
 
@@ -349,6 +349,6 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
     "io.imagegen.wall-hours" = "0.08"
   }
   contexts = {
-    imagegen-scripts = "./imagegen/resources/builder"
+    imagegen-scripts = "./imagegen/shipped/builder"
   }
 }

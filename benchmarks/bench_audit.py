@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILDER = ROOT / "imagegen" / "resources" / "builder"
+BUILDER = ROOT / "imagegen" / "shipped" / "builder"
 SCRIPTS = ("imagegen_build.py", "imagegen_rules.py", "imagegen_audit.py")
 CASES = {
     "SageAttention 2.2.0 `8.0 8.6 9.0 12.0+PTX`": ["sage", "--src-dir", str(ROOT / ".src" / "dev" / "SageAttention"),
@@ -95,7 +95,7 @@ def main() -> None:
             sides[a.baseline] = tmp / "base"
             sides[a.baseline].mkdir()
             for name in SCRIPTS:
-                text = subprocess.run(["git", "show", f"{a.baseline}:imagegen/resources/builder/{name}"], cwd=ROOT,
+                text = subprocess.run(["git", "show", f"{a.baseline}:imagegen/shipped/builder/{name}"], cwd=ROOT,
                                       capture_output=True, text=True, check=True).stdout
                 (sides[a.baseline] / name).write_text(text)
         rows = []

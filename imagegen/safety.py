@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from imagegen.errors import ConfigError, Unreadable, UnsafeValueError, printable
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 # Names and identifiers
 RECIPE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")

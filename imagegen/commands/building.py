@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from imagegen.plan import options, refs, request
+from imagegen.plan import options, request
 from imagegen.commands import common
 from imagegen.plan.config import Config
 from imagegen.errors import RefusedError, UsageError
@@ -39,7 +39,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     common.check_builders(args.builder)
     plan = request.buildable(request.planned(opts, cat, common.lock(args)))
     common.ca_bundle(args.ca_bundle)
-    netrc = refs.netrc_file(args.netrc)
+    netrc = options.netrc_file(args.netrc)
     out = opts.out
     from imagegen.finish.finisher import finish
 

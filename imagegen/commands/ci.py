@@ -60,7 +60,7 @@ from imagegen.render.workflow_targets import (
     fallback_targets,
     targets_from_print,
 )
-from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+from imagegen.shipped.builder import imagegen_wheeltools as wheeltools
 
 # A registry host as docker reads it: a dotted name or localhost, with an optional port. A first path
 # component without a dot or port would be taken for a Docker Hub namespace instead.

@@ -7,7 +7,7 @@ import sys
 from functools import partial
 from typing import Sequence
 
-from imagegen.plan import refs, request
+from imagegen.plan import options, request
 from imagegen.commands import common
 from imagegen.errors import NothingToDoError
 
@@ -28,7 +28,7 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     common.check_builders(args.builder)
     cache_from, cache_to = common.check_cache_specs(args.cache_from), common.check_cache_specs(args.cache_to)
     ca = common.ca_bundle(args.ca_bundle)
-    netrc = refs.netrc_file(args.netrc)
+    netrc = options.netrc_file(args.netrc)
     probe(registry)  # unreachable, not a registry, wrong password: said now
     results = push.push(plan, registry, work=args.work, lock=lock, ca_bundle=ca, netrc=netrc,
                         builder=args.builder, cache_from=cache_from, cache_to=cache_to)
@@ -53,7 +53,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             finish=partial(finish, force=args.force), gpus=args.gpus, fallback=not args.no_fallback,
                             max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle),
-                            netrc=refs.netrc_file(args.netrc), force=args.force,
+                            netrc=options.netrc_file(args.netrc), force=args.force,
                             audit=not args.no_audit)
     report.report(results, as_json=args.json)
     return 0

@@ -15,7 +15,7 @@ from imagegen.model.cell import Cell, Plan
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE, BakeDefinition, absolute_contexts, build_definition, to_json
 from imagegen.render.bakefiles import write_dockerfiles
 from imagegen.render.dockerfile import CellInputs
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 
 def bake_variables(ca: str, compile_cache: str | None = None) -> dict[str, str]:
@@ -115,7 +115,7 @@ def new_run_dir(work: Path, tag: str = "") -> Path:
 
 
 def netrc_secret(netrc: str | None) -> list[str]:
-    """The bake secret entry that hands the netrc file ``netrc`` (imagegen.commands.common.netrc_file:
+    """The bake secret entry that hands the netrc file ``netrc`` (imagegen.plan.options.netrc_file:
     checked, absolute) to the steps that mount the ``netrc`` secret: its path, never its content."""
     return [f"id=netrc,src={netrc}"] if netrc else []
 

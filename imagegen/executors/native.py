@@ -1,6 +1,6 @@
 """Native builds: the same recipe logic as the Dockerfile, run on this host (Colab, bare metal).
 
-The in-build script that every Dockerfile embeds (resources/builder/imagegen_build.py) runs here
+The in-build script that every Dockerfile embeds (shipped/builder/imagegen_build.py) runs here
 directly with the host's Python: fetch (git clone with submodules, or a local tree), patches, the
 recipe's environment (arch knob, force-build, local version, MAX_JOBS/NVCC_THREADS),
 `pip wheel --no-build-isolation`, retag. Before anything compiles, the host's torch, its CUDA and

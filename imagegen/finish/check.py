@@ -36,7 +36,7 @@ from imagegen import untrusted
 from imagegen.errors import BuildError, GpuCheckError, ImagegenError, NoGpuError, RecipeError, Unreadable, UsageError
 from imagegen.model.catalogue import Catalogue
 from imagegen.model.recipes import Recipe
-from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+from imagegen.shipped.builder import imagegen_wheeltools as wheeltools
 
 DEFAULT_TIMEOUT = 600.0
 

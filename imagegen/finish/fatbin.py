@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from imagegen.errors import VerifyError
-from imagegen.resources.builder.imagegen_wheeltools import cuobjdump_listing
+from imagegen.shipped.builder.imagegen_wheeltools import cuobjdump_listing
 from imagegen.untrusted import MAX_MEMBER_BYTES
 
 KIND_PTX, KIND_ELF = 1, 2  # a fatbin entry's kind

@@ -54,7 +54,7 @@ from imagegen.finish.fatbin import (
     wheel_machines,
 )
 from imagegen.model.arch import ArchList, CudaArch
-from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump, so_module
+from imagegen.shipped.builder.imagegen_wheeltools import find_cuobjdump, so_module
 
 # --------------------------------------------------------------------------------------------
 # Wheel verification

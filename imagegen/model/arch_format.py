@@ -11,7 +11,7 @@ from imagegen.errors import ArchError
 from imagegen.model.arch import ArchList, quote
 from imagegen.model.arch_parse import as_arch_list
 from imagegen.model.arch_rules import torch_problems, torch_syntax_problem
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 
 def to_torch_arch_list(archs: ArchList, torch_version: str | Version | None = None) -> str:

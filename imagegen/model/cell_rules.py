@@ -18,7 +18,7 @@ from imagegen.model.base_images import BaseImage
 from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.cxx_std import CxxStd, judge, standard_year
 from imagegen.model.recipes import Recipe, RecipeVersion, Rule
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 
 def compiled_archs(version: RecipeVersion, archs: ArchList) -> tuple[ArchList, str]:

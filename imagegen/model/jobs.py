@@ -39,7 +39,7 @@ from typing import Mapping, Sequence
 
 # The rules themselves live in the stdlib module every builder image carries, so that a build in
 # Docker and a native build size their jobs by the same code.
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 
 @dataclass(frozen=True)

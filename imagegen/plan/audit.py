@@ -1,6 +1,6 @@
 """The gencode audit: what a cell's build would really compile, read before anything compiles.
 
-The in-build script's ``audit`` step (resources/builder/imagegen_audit.py) runs the package's own
+The in-build script's ``audit`` step (shipped/builder/imagegen_audit.py) runs the package's own
 build with stand-in compilers that record instead of compile, and reports per extension the SASS and
 PTX targets and the nvcc flags. This module reads that report and judges it against the request,
 the recipe and nvcc:

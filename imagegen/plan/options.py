@@ -14,13 +14,13 @@ from typing import Mapping, Sequence
 
 from imagegen import safety
 from imagegen.plan.config import DEFAULT_OUT, Config
-from imagegen.errors import UsageError
+from imagegen.errors import Unreadable, UsageError
 from imagegen.outputs import shown
 from imagegen.model import compat
 from imagegen.model.layout import DEFAULT_LAYOUT, check_layout
 from imagegen.model.recipes import JOB_FLAGS
 from imagegen.plan.matrix import defaults
-from imagegen.plan.refs import BuildCredentials, netrc_file
+from imagegen.plan.refs import BuildCredentials
 
 
 @dataclass(frozen=True)
@@ -256,6 +256,33 @@ def job_fix(flags: Flags) -> tuple[str, str]:
     return tuple(f"imagegen build sets it ({flag})" for flag in ("--max-jobs", "--nvcc-threads"))  # type: ignore[return-value]
 
 
+# A netrc holds a few machine entries: anything bigger is not one.
+MAX_NETRC_BYTES = 1 << 20
+
+
+def netrc_file(value: str | None) -> str | None:
+    """``--netrc FILE``: the absolute path of a readable regular file of at most MAX_NETRC_BYTES, handed
+    to the builds as the ``netrc`` BuildKit secret (its path goes into the bake file's secret entry;
+    its content is read here only to check that it can be). None when not given: no default, since
+    every host the file names (and a ``default`` entry: any host) would get its credential from every
+    build's fetch, toolchain and deps steps."""
+    if value is None:
+        return None
+    if not value.strip() or any(c in value for c in ',"\'') or not value.isprintable():
+        raise UsageError(f"--netrc {shown(value)}: give a file path without ',', quotes or control characters"
+                         " (it goes into a BuildKit secret spec)")
+    path = Path(value).expanduser()
+    try:
+        safety.read_regular_file(path, limit=MAX_NETRC_BYTES)
+    except Unreadable as exc:
+        raise UsageError(f"--netrc {shown(value)}: {exc} (a netrc file: machine HOST login USER password TOKEN)") from None
+    resolved = os.path.realpath(path)
+    if any(c in resolved for c in ',"\'') or not resolved.isprintable():
+        raise UsageError(f"--netrc {shown(value)} leads to {shown(resolved)}: give a path without ',', quotes or"
+                         " control characters (it goes into a BuildKit secret spec)")
+    return resolved
+
+
 def build_credentials(flags: Flags) -> BuildCredentials | None:
     """What the container builds of this command will have to fetch a private git source (``--netrc``),
     for resolving its ref with exactly that; None for a command that builds nothing or natively (git on
@@ -265,5 +292,5 @@ def build_credentials(flags: Flags) -> BuildCredentials | None:
     return BuildCredentials(netrc_file(flags.netrc))
 
 
-__all__ = ["Flags", "Options", "build_credentials", "flag_values", "job_fix", "listed", "platform_flag",
+__all__ = ["Flags", "Options", "build_credentials", "flag_values", "job_fix", "listed", "netrc_file", "platform_flag",
            "recipe_versions", "resolve", "user_env"]

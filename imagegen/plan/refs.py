@@ -25,11 +25,10 @@ from typing import Iterator, Sequence
 from urllib.parse import urlsplit
 
 from imagegen import safety
-from imagegen.errors import RecipeError, Unreadable, UsageError, bounded, printable
+from imagegen.errors import RecipeError, UsageError, bounded, printable
 from imagegen.model.recipe_reader import quoted
 from imagegen.model.recipes import Patch, Recipe, RecipeVersion, ranges_text
-from imagegen.outputs import shown
-from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+from imagegen.shipped.builder import imagegen_wheeltools as wheeltools
 
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
 # A tag that names a version: v2.8.2, 2.8.3.post1, V1.0 (what remains is read as PEP 440).
@@ -132,33 +131,6 @@ class BuildCredentials:
     `build`, `push` and `pull` resolve a ref with exactly these, so that a repository the build could not
     fetch is said before anything is built, in one line."""
     netrc: str | None = None
-
-
-# A netrc holds a few machine entries: anything bigger is not one.
-MAX_NETRC_BYTES = 1 << 20
-
-
-def netrc_file(value: str | None) -> str | None:
-    """``--netrc FILE``: the absolute path of a readable regular file of at most MAX_NETRC_BYTES, handed
-    to the builds as the ``netrc`` BuildKit secret (its path goes into the bake file's secret entry;
-    its content is read here only to check that it can be). None when not given: no default, since
-    every host the file names (and a ``default`` entry: any host) would get its credential from every
-    build's fetch, toolchain and deps steps."""
-    if value is None:
-        return None
-    if not value.strip() or any(c in value for c in ',"\'') or not value.isprintable():
-        raise UsageError(f"--netrc {shown(value)}: give a file path without ',', quotes or control characters"
-                         " (it goes into a BuildKit secret spec)")
-    path = Path(value).expanduser()
-    try:
-        safety.read_regular_file(path, limit=MAX_NETRC_BYTES)
-    except Unreadable as exc:
-        raise UsageError(f"--netrc {shown(value)}: {exc} (a netrc file: machine HOST login USER password TOKEN)") from None
-    resolved = os.path.realpath(path)
-    if any(c in resolved for c in ',"\'') or not resolved.isprintable():
-        raise UsageError(f"--netrc {shown(value)} leads to {shown(resolved)}: give a path without ',', quotes or"
-                         " control characters (it goes into a BuildKit secret spec)")
-    return resolved
 
 
 @contextlib.contextmanager

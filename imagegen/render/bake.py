@@ -36,7 +36,7 @@ from imagegen.model.build_cost import cell_cost
 from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
 from imagegen.plan.matrix import on_fallback
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, CellInputs, builder_files, render_dockerfile
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 # Variables users may set in the environment to override every target's build args.
 VARIABLES = {
@@ -178,7 +178,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
     bake runs from: bake resolves context, dockerfile and output against its working directory).
 
     Every target gets imagegen's in-build scripts as the named context SCRIPTS_CONTEXT: ``scripts``
-    (a folder as bake should read it: the clone's own imagegen/resources/builder for --repo), else a
+    (a folder as bake should read it: the clone's own imagegen/shipped/builder for --repo), else a
     copy written beside the Dockerfiles (``<dockerfiles_dir>/imagegen-scripts/``), so that a bake
     file and its Dockerfiles build on a machine without imagegen (a CI runner). ``fallback_targets``: a
     ``<target>-fallback`` target per fallback base image (a bake file for people and CI; `imagegen build`

@@ -105,7 +105,7 @@ def repo_plan(cat) -> Plan:
 
 # In a clone of the repository the in-build scripts are its own (no copy in dockerfiles/):
 # `docker buildx bake` there needs nothing installed.
-REPO_SCRIPTS = "./imagegen/resources/builder"
+REPO_SCRIPTS = "./imagegen/shipped/builder"
 
 
 def repo_files(cat) -> dict[str, str]:

@@ -25,7 +25,7 @@ import jinja2
 from imagegen import __version__, safety
 from imagegen.errors import UnsafeValueError, UsageError
 from imagegen.model.cell import Cell
-from imagegen.resources.builder import imagegen_rules as rules
+from imagegen.shipped.builder import imagegen_rules as rules
 
 VENV = "/opt/imagegen/venv"
 SRC_DIR = "/imagegen/src"
@@ -81,7 +81,7 @@ def _environment() -> jinja2.Environment:
 
 
 def _builder_resource(name: str) -> str:
-    return (resources.files("imagegen") / "resources" / "builder" / name).read_text(encoding="utf-8")
+    return (resources.files("imagegen") / "shipped" / "builder" / name).read_text(encoding="utf-8")
 
 
 def builder_script() -> str:

@@ -15,7 +15,7 @@ variables with ``set "NAME=value"`` (no trailing space can slip into a value) an
 refs.at_tree) is never written to: the script builds a copy, patched as the Linux build patches its copy.
 What needs real work (the torch/nvcc check, the pinned source and the recipe's
 patches, the local version, the cuobjdump arch check, the import test in a fresh venv, the atomic move
-into the wheelhouse) is resources/windows/imagegen_windows.py, a stdlib-only helper embedded in the
+into the wheelhouse) is shipped/windows/imagegen_windows.py, a stdlib-only helper embedded in the
 script with the modules it imports (HELPER_MODULES: its own, and the Linux build's imagegen_wheeltools.py
 and imagegen_records.py, so that both builds patch, retag and record a wheel one way) and run with the
 cell's Python, so that it is tested on any OS. Every native command's exit code is checked, in both
@@ -46,8 +46,8 @@ SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
 DEFAULT_WORK = "imagegen-windows"  # venvs, the build folders, the helper: beside where the script runs
 HELPER = "imagegen_windows.py"
-# The modules the helper imports, written beside it: its own (resources/windows) and those it shares with the
-# Linux build and imagegen verify (resources/builder, which the Dockerfile carries too: dockerfile.BUILDER_FILES).
+# The modules the helper imports, written beside it: its own (shipped/windows) and those it shares with the
+# Linux build and imagegen verify (shipped/builder, which the Dockerfile carries too: dockerfile.BUILDER_FILES).
 HELPER_MODULES = (("windows", "imagegen_windows_host.py"), ("windows", "imagegen_windows_archs.py"),
                   ("builder", "imagegen_wheeltools.py"), ("builder", "imagegen_records.py"))
 # Characters cmd or PowerShell would interpret inside our quoting. PowerShell takes the typographic
@@ -180,17 +180,17 @@ def cuda_path_var(cell: Cell) -> str:
 # The build document the helper reads
 
 
-def _resource(folder: str, name: str) -> str:
-    return (resources.files("imagegen") / "resources" / folder / name).read_text(encoding="utf-8")
+def _shipped(folder: str, name: str) -> str:
+    return (resources.files("imagegen") / "shipped" / folder / name).read_text(encoding="utf-8")
 
 
 def helper_script() -> str:
-    return _resource("windows", HELPER)
+    return _shipped("windows", HELPER)
 
 
 def helper_modules() -> dict[str, str]:
     """The text of each module the helper imports, by file name, in the order the scripts write them."""
-    return {name: _resource(folder, name) for folder, name in HELPER_MODULES}
+    return {name: _shipped(folder, name) for folder, name in HELPER_MODULES}
 
 
 def _expected(archs: ArchList) -> list[dict]:

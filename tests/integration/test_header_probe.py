@@ -39,7 +39,7 @@ from imagegen.model.arch_parse import parse_arch_list
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "builder"))
+sys.path.insert(0, str(ROOT / "imagegen" / "shipped" / "builder"))
 import imagegen_audit  # noqa: E402  (the script shipped into builder images)
 import imagegen_audit_probe  # noqa: E402
 import imagegen_audit_records  # noqa: E402

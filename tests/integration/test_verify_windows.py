@@ -15,7 +15,7 @@ import pytest
 
 from imagegen.finish import fatbin
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
+from imagegen.shipped.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.finish.verify import verify_wheel
 
 pytestmark = pytest.mark.integration

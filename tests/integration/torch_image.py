@@ -86,7 +86,7 @@ def built_image(tag: str, context: Path, text: str) -> Iterator[str]:
 
 def kept_image(context: Path) -> str:
     """The kept torch image (built in ``context`` when this machine lacks it); stale ones removed."""
-    toolchain = ROOT / "imagegen" / "resources" / "builder" / "imagegen_toolchain.py"
+    toolchain = ROOT / "imagegen" / "shipped" / "builder" / "imagegen_toolchain.py"
     context.mkdir(parents=True, exist_ok=True)
     shutil.copy(toolchain, context)
     text = dockerfile()

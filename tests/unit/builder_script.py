@@ -1,4 +1,4 @@
-"""The in-build script (imagegen/resources/builder/imagegen_build.py) as a module, for the unit tests
+"""The in-build script (imagegen/shipped/builder/imagegen_build.py) as a module, for the unit tests
 that call its steps and rules directly."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-BUILDER = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder"
+BUILDER = Path(__file__).resolve().parents[2] / "imagegen" / "shipped" / "builder"
 SCRIPT = BUILDER / "imagegen_build.py"
 SUPERVISE = BUILDER / "imagegen_supervise.py"  # the nvcc guard and the build's supervisor, beside SCRIPT
 # The modules beside SCRIPT, one per concern (imagegen_build.py's docstring)

@@ -21,7 +21,7 @@ from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILDER = ROOT / "imagegen" / "resources" / "builder"
+BUILDER = ROOT / "imagegen" / "shipped" / "builder"
 sys.path.insert(0, str(BUILDER))
 import imagegen_audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
 import imagegen_audit_records  # noqa: E402  (what reads the stand-ins' records)

@@ -49,9 +49,9 @@ def test_scripts_are_written_beside_the_dockerfiles_unless_a_folder_is_given(tmp
     scripts = {k.rsplit("/", 1)[1]: v for k, v in d.dockerfiles.items() if f"/{SCRIPTS_CONTEXT}/" in k}
     assert scripts == builder_files()
     assert d.targets[0].contexts == {SCRIPTS_CONTEXT: f"./df/{SCRIPTS_CONTEXT}"}
-    d2 = B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path, scripts="./imagegen/resources/builder")
+    d2 = B.build_definition(_plan("sage"), out_dir="wh", root=tmp_path, scripts="./imagegen/shipped/builder")
     assert not any(SCRIPTS_CONTEXT in k for k in d2.dockerfiles)
-    assert d2.targets[0].contexts == {SCRIPTS_CONTEXT: "./imagegen/resources/builder"}
+    assert d2.targets[0].contexts == {SCRIPTS_CONTEXT: "./imagegen/shipped/builder"}
 
 
 def test_a_local_source_is_a_named_context_relative_to_the_bake_folder(tmp_path):

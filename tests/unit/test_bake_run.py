@@ -198,7 +198,7 @@ def test_a_bake_that_fails_before_any_target_keeps_bakes_error(tmp_path, monkeyp
 
 def test_a_bake_run_hands_every_target_its_job_secret(tmp_path):
     from imagegen.executors.bake_run import prepare_run
-    from imagegen.resources.builder.imagegen_rules import JOBS_SECRET
+    from imagegen.shipped.builder.imagegen_rules import JOBS_SECRET
 
     recipe = load_catalogue().get("sageattention")
     cell = make_cell(recipe, recipe.version(None), "2.11", "13.0", "3.11", parse_arch_list("9.0"), "pypi")

@@ -303,7 +303,7 @@ def test_one_gpu_probe_for_imagegen_check_and_the_builds_gpu_check_step():
     # Issue 33: the probe lived twice (check.py and the build script); both now run imagegen_wheeltools'
     # and read its answer the same way: the marked line, whatever else the interpreter printed.
     from imagegen.render.dockerfile import builder_files
-    from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+    from imagegen.shipped.builder import imagegen_wheeltools as wheeltools
     script = builder_files()["imagegen_check.py"]  # the build's gpu-check step
     assert "wheeltools.GPU_PROBE" in script and "torch.cuda.get_device_capability(0)" not in script
     out = "a warning from torch\n" + wheeltools.GPU_PROBE_MARK + '{"torch": "2.11.0", "device": "H100 (9.0)"}\n'

@@ -28,7 +28,7 @@ from imagegen.finish.fatbin import (
     reproducible_digest,
 )
 from imagegen.model.arch_parse import parse_arch_list
-from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
+from imagegen.shipped.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.finish.verify import verify_wheel
 
 WHEEL = next((Path(__file__).parent.parent / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))

@@ -19,7 +19,7 @@ from imagegen.plan.audit_report import AuditReport
 from imagegen.model.arch_parse import parse_arch_list
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILDER = ROOT / "imagegen" / "resources" / "builder"
+BUILDER = ROOT / "imagegen" / "shipped" / "builder"
 sys.path.insert(0, str(BUILDER))
 import imagegen_audit as audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
 import imagegen_audit_probe as probe  # noqa: E402  (the header probe, beside it)

@@ -27,7 +27,7 @@ from tests.git_server import GitServer, git, tiny_kernel_repo
 LOGIN = "x-access-token"
 TOKEN = "ghp_PrivateHostTokenNeverShown0123456789"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-BUILDER = Path(refs.__file__).parents[1] / "resources" / "builder"
+BUILDER = Path(refs.__file__).parents[1] / "shipped" / "builder"
 CELL = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.11", "--arch", "8.0", "--flavor", "pypi"]
 
 

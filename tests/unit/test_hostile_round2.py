@@ -15,7 +15,7 @@ from imagegen import safety
 from imagegen.plan import refs
 from imagegen.cli import main
 from imagegen.errors import UnsafeValueError, UsageError
-from imagegen.resources.builder import imagegen_wheeltools as wheeltools
+from imagegen.shipped.builder import imagegen_wheeltools as wheeltools
 
 TOKEN = "ghp_S3cr3tT0kenDoNotLeak1234"
 PASSWORD = "hunter2Pa55w0rdNeverShown"

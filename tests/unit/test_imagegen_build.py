@@ -1,4 +1,4 @@
-"""Tests for imagegen.resources.builder.imagegen_build (the in-build script, loaded by path as a module): its
+"""Tests for imagegen.shipped.builder.imagegen_build (the in-build script, loaded by path as a module): its
 job budget (the EXT_PARALLEL split, the imagegen_jobs secret), the PATH it gives the build, ninja on PATH,
 its arch formats against imagegen's own, and retagging a wheel with the local version. Its fetch step
 (imagegen_fetch.py) has tests/unit/test_imagegen_fetch.py."""

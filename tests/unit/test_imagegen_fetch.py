@@ -1,4 +1,4 @@
-"""Tests for imagegen.resources.builder.imagegen_fetch (the fetch step shipped beside the in-build script,
+"""Tests for imagegen.shipped.builder.imagegen_fetch (the fetch step shipped beside the in-build script,
 loaded by path as a module): a recipe's patches applied once, in a tree inside another git work tree too,
 a foreign tree refused, and a local tree's copy patched while the tree itself is left alone. Its refusals
 of hostile trees and servers: tests/unit/test_hostile_round2.py, test_hostile_netrc.py."""
@@ -14,7 +14,7 @@ import pytest
 from imagegen.model.catalogue import load_catalogue
 from imagegen.render.dockerfile import builder_files
 
-SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder" / "imagegen_fetch.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "shipped" / "builder" / "imagegen_fetch.py"
 _spec = importlib.util.spec_from_file_location("imagegen_fetch_under_test", SCRIPT)
 F = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(F)

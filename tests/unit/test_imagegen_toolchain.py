@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "builder" / "imagegen_toolchain.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "imagegen" / "shipped" / "builder" / "imagegen_toolchain.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The Windows build scripts' helper (imagegen/resources/windows/imagegen_windows.py), run for real on
+"""The Windows build scripts' helper (imagegen/shipped/windows/imagegen_windows.py), run for real on
 this OS: the recipe's patches against a real git tree (applied, already applied and skipped with a log
 line, fitting neither), the pinned source fetched from a real repository, retag of a real wheel that pip
 then installs, the arch check on real cuobjdump output (captured from cuobjdump 13.5 of PyPI's
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from imagegen.wheelhouse import records
-from imagegen.resources.builder.imagegen_wheeltools import find_cuobjdump
+from imagegen.shipped.builder.imagegen_wheeltools import find_cuobjdump
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.compat import cuda_variant
@@ -31,8 +31,8 @@ from tests.unit.builder_script import builder_module
 from tests.unit.test_windows import windows_cell
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "windows"))
-sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "builder"))  # imagegen_wheeltools, written beside it
+sys.path.insert(0, str(ROOT / "imagegen" / "shipped" / "windows"))
+sys.path.insert(0, str(ROOT / "imagegen" / "shipped" / "builder"))  # imagegen_wheeltools, written beside it
 import imagegen_windows as W  # noqa: E402  (stdlib-only helper embedded in the Windows scripts)
 import imagegen_windows_archs as A  # noqa: E402  (its arch check, written beside it)
 import imagegen_windows_host as H  # noqa: E402  (its checks of the machine, written beside it)
@@ -444,7 +444,7 @@ def test_an_unknown_cell_or_document_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("folder, name", [("windows", "imagegen_windows.py"), *HELPER_MODULES])
 def test_the_helper_and_its_modules_are_ascii_and_end_no_powershell_here_string(folder, name):
-    text = (ROOT / "imagegen" / "resources" / folder / name).read_text()
+    text = (ROOT / "imagegen" / "shipped" / folder / name).read_text()
     assert text.isascii()
     assert not any(line.lstrip().startswith("'@") for line in text.splitlines())
 
@@ -455,7 +455,7 @@ def test_the_helper_imports_only_the_standard_library_and_the_modules_written_be
     # nvidia: find_cuobjdump looks in PyPI's NVIDIA wheels when they are there (an ImportError is no cuobjdump)
     beside = {name[:-3] for _, name in HELPER_MODULES} | {"nvidia"}
     for folder, name in [("windows", "imagegen_windows.py"), *HELPER_MODULES]:
-        tree = ast.parse((ROOT / "imagegen" / "resources" / folder / name).read_text())
+        tree = ast.parse((ROOT / "imagegen" / "shipped" / folder / name).read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                     for alias in node.names}
         imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

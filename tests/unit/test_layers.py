@@ -24,7 +24,7 @@ FOLDER_STEP = {
     "finish": 6,      # verify a built wheel and check it on the GPU, then hand it to collect
     "publish": 7,     # uploads, the index, repair, registry images
     "commands": 8,    # the shell's commands
-    "resources": 0,   # data, and the stdlib-only scripts the builder images run
+    "shipped": 0,     # the stdlib-only code builder images and Windows scripts run (the library shares a few parts)
 }
 MODULE_STEP = {
     # foundations every step may use: errors, validation, safe writes, bounded reads, signals, YAML, the engine seam
@@ -76,10 +76,14 @@ def test_every_module_has_a_step():
 
 def test_the_folders_are_packages_that_say_what_they_hold():
     for folder in FOLDER_STEP:
-        if folder == "resources":
-            continue
         init = PACKAGE / folder / "__init__.py"
         assert init.is_file() and ast.get_docstring(ast.parse(init.read_text())), folder
+
+
+def test_resources_hold_data_only():
+    # Code lives in packages (shipped/ for what leaves imagegen); resources/ is what the code reads.
+    code = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "resources").rglob("*.py"))
+    assert not code, code
 
 
 def test_no_module_imports_a_later_step():
@@ -126,7 +130,7 @@ def imported_by_test(path: Path) -> set[str]:
 
 def test_every_module_has_its_own_unit_test_file_that_imports_it():
     package_modules = {name: path for name, path in modules().items()
-                       if not name.startswith("resources.") and name.split(".")[-1] not in NOT_MODULES}
+                       if not name.startswith("shipped.") and name.split(".")[-1] not in NOT_MODULES}
     basenames = [name.split(".")[-1] for name in package_modules]
     assert len(basenames) == len(set(basenames)), "module names must stay unique: tests/unit is one folder"
     missing = sorted(f"tests/unit/test_{name.split('.')[-1]}.py for imagegen.{name}" for name in package_modules

@@ -19,7 +19,7 @@ from imagegen.plan.audit_report import AuditReport
 from imagegen.model.arch_parse import parse_arch_list
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "imagegen" / "resources" / "builder"))
+sys.path.insert(0, str(ROOT / "imagegen" / "shipped" / "builder"))
 import imagegen_audit as audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
 import imagegen_audit_links as links  # noqa: E402  (the link check, beside it)
 

@@ -26,7 +26,7 @@ from imagegen.render.dockerfile import builder_script, cell_document
 from tests.unit.builder_script import BUILDENV, builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILDER = ROOT / "imagegen" / "resources" / "builder"
+BUILDER = ROOT / "imagegen" / "shipped" / "builder"
 
 
 

@@ -36,7 +36,7 @@ def _package_modules():
 
     import imagegen
     for info in pkgutil.walk_packages(imagegen.__path__, "imagegen."):
-        if ".resources." not in info.name and not info.name.endswith("__main__"):  # scripts, not modules
+        if ".shipped." not in info.name and not info.name.endswith("__main__"):  # scripts, not modules
             yield importlib.import_module(info.name)
 
 

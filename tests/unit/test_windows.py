@@ -214,16 +214,16 @@ def test_the_embedded_build_document_carries_patches_local_versions_and_archs():
 def test_the_cmd_script_carries_the_same_helper_its_modules_and_document():
     import base64
     cmd = rendered(SAGE_TWO_TORCHES, "cmd").split("\r\n")
-    resources_dir = Path(__file__).resolve().parents[2] / "imagegen" / "resources"
+    shipped_dir = Path(__file__).resolve().parents[2] / "imagegen" / "shipped"
     start = cmd.index("(", cmd.index("rem imagegen_records.py) and the build document it reads, in base64; each cell's Python decodes them."))
     end = cmd.index(') > "%IG_HELPER%.b64"')
     helper = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
-    assert helper == (resources_dir / "windows" / "imagegen_windows.py").read_text()
+    assert helper == (shipped_dir / "windows" / "imagegen_windows.py").read_text()
     # the modules it imports (its own, and those it shares with the Linux build), written beside it
     for folder, name in HELPER_MODULES:
         start, end = end + 1, cmd.index(f') > "%IG_WORK%\\{name}.b64"')
         module = base64.b64decode("".join(line[5:] for line in cmd[start + 1:end])).decode()
-        assert module == (resources_dir / folder / name).read_text()
+        assert module == (shipped_dir / folder / name).read_text()
         assert f'"%IG_WORK%\\{name}.b64" "%IG_WORK%\\{name}"' in next(line for line in cmd if "b64decode" in line)
     assert {("builder", "imagegen_wheeltools.py"), ("builder", "imagegen_records.py")} <= set(HELPER_MODULES)
 

@@ -128,8 +128,8 @@ $script:CellLog = $null
 New-Item -ItemType Directory -Force -Path $Work, $LogDir | Out-Null
 $Helper = Join-Path $Work 'imagegen_windows.py'
 $Doc = Join-Path $Work 'build.json'
-# The helper (imagegen/resources/windows/imagegen_windows.py), the modules it imports (its own, and
-# those it shares with the Linux build: imagegen/resources/builder/imagegen_wheeltools.py and
+# The helper (imagegen/shipped/windows/imagegen_windows.py), the modules it imports (its own, and
+# those it shares with the Linux build: imagegen/shipped/builder/imagegen_wheeltools.py and
 # imagegen_records.py) and the build document it reads.
 [IO.File]::WriteAllText($Helper, @'
 #!/usr/bin/env python3

@@ -24,8 +24,8 @@ set "IG_HELPER=%IG_WORK%\imagegen_windows.py"
 set "IG_DOC=%IG_WORK%\build.json"
 if not exist "%IG_LOGS%" mkdir "%IG_LOGS%" || exit /b 1
 if not exist "%IG_WORK%" mkdir "%IG_WORK%" || exit /b 1
-rem The helper (imagegen/resources/windows/imagegen_windows.py), the modules it imports (its own, and
-rem those it shares with the Linux build: imagegen/resources/builder/imagegen_wheeltools.py and
+rem The helper (imagegen/shipped/windows/imagegen_windows.py), the modules it imports (its own, and
+rem those it shares with the Linux build: imagegen/shipped/builder/imagegen_wheeltools.py and
 rem imagegen_records.py) and the build document it reads, in base64; each cell's Python decodes them.
 (
 echo IyEvdXNyL2Jpbi9lbnYgcHl0aG9uMwoiIiJpbWFnZWdlbidzIGhlbHBlciBmb3IgdGhlIG5hdGl2

@@ -1,0 +1,1 @@
+"""The scripts a builder image runs, copied into it as they are (render.dockerfile.BUILDER_FILES)."""
