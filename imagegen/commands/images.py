@@ -17,12 +17,13 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
-    plan = request.buildable(request.planned(common.resolved(args, config), cat, common.lock(args)), arch_free=True)
+    opts = common.resolved(args, config)
+    lock = common.lock(args)  # loaded once: it pins the plan, and push writes the pushed digests there
+    plan = request.buildable(request.planned(opts, cat, lock), arch_free=True)
     from imagegen.outputs import output_folder, resolve_target
     from imagegen.plan.registry import probe
 
     # Everything the user gave is checked first; then the registry, before anything is built.
-    lock = common.lock(args)
     resolve_target(lock.path, "lock file")  # push writes the pushed digests there
     output_folder(args.work, "--work")
     common.check_builders(args.builder)
@@ -45,11 +46,12 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cat = common.catalogue(args, config)
     registry = common.registry(args, config)
     opts = common.resolved(args, config)
-    plan = request.buildable(request.planned(opts, cat, common.lock(args)))
+    lock = common.lock(args)  # loaded once: it pins the plan and the pulled builder images
+    plan = request.buildable(request.planned(opts, cat, lock))
     common.check_job_flags(args)
     from imagegen.outputs import output_folder
     output_folder(args.work, "--work")
-    results = prebuilt.pull(plan, registry, out=opts.out, work=args.work, lock=common.lock(args),
+    results = prebuilt.pull(plan, registry, out=opts.out, work=args.work, lock=lock,
                             finish=partial(finish, force=args.force), gpus=args.gpus, fallback=not args.no_fallback,
                             max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, ca_bundle=common.ca_bundle(args.ca_bundle),

@@ -126,3 +126,30 @@ def test_lock_writes_nothing_for_a_matrix_that_cannot_build_or_an_unwritable_tar
         call(images.cmd_lock, "lock", "sage", *CELL, *PINNED_BASE, "--lock", "bad\x07.lock")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.lock"]
     assert capsys.readouterr().out == ""
+
+
+# ------------------------------------------------------------------------------------------- both
+
+
+@pytest.mark.parametrize("command", ["push", "pull"])
+def test_push_and_pull_read_the_lock_file_once_and_name_a_bad_one_before_a_bad_arch(command, tmp_path, monkeypatch):
+    cmd = {"push": images.cmd_push, "pull": images.cmd_pull}[command]
+    loads = []
+    real_load = registry.Lock.load.__func__
+    monkeypatch.setattr(registry.Lock, "load", classmethod(lambda cls, path: loads.append(path) or real_load(cls, path)))
+    given = []
+
+    def reached(plan, registry, *, lock, **kwargs):
+        given.append(lock)
+        raise UsageError("reached the run")
+    monkeypatch.setattr(push if command == "push" else prebuilt, command, reached)
+    monkeypatch.setattr(registry, "probe", lambda registry: None)
+    (tmp_path / "pins.lock").write_text(json.dumps({"schema": 1, "builder_images": {}, "base_images": {}}))
+    with pytest.raises(UsageError, match="^reached the run$"):
+        call(cmd, command, "sage", *CELL, *REG, "--lock", "pins.lock")
+    assert [str(p) for p in loads] == ["pins.lock"]  # one read pins the plan and serves the command
+    assert [str(lock.path) for lock in given] == ["pins.lock"]
+    # the lock file is named before the matrix is planned, as it was when it was read twice
+    (tmp_path / "broken.lock").write_text("{not json")
+    with pytest.raises(LockFileError):
+        call(cmd, command, "sage", *CELL[:6], "--arch", "bogus-arch", *REG, "--lock", "broken.lock")
