@@ -17,15 +17,12 @@ from typing import Sequence
 
 from imagegen import safety
 from imagegen.errors import ImagegenError, UsageError
-from imagegen.model import compat
 from imagegen.model.arch import ArchList
-from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.outputs import shown
 from imagegen.plan import options, refs, request
 from imagegen.plan.config import Config, load_config
-from imagegen.plan.matrix import defaults
 
 
 def flags(args: argparse.Namespace) -> options.Flags:
@@ -183,8 +180,6 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue, opts: 
                          " this host's platform)")
     if len(args.recipes) + len(sources) != 1:
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
-    if len(args.arch or []) > 1:
-        raise UsageError("--native takes one --arch list")
     opts = opts or resolved(args, config)
     versions = opts.versions
     if len(versions) > 1:
@@ -195,29 +190,7 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue, opts: 
                                         wanted, opts.fetch, opts.env, ref=opts.ref, git=opts.git, jobs=opts.jobs_fix)
     recipe, version = local_checkout(recipe, version, getattr(args, "src_dir", None), wanted)
     host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
-    # --torch/--cuda/--python describe the host here: refuse a mismatch instead of building the wrong thing.
-    given = flags(args)
-    for flag, asked, have in (("--torch", options.flag_values(given, "torch"), host.torch),
-                              ("--cuda", options.flag_values(given, "cuda"), host.torch_cuda),
-                              ("--python", options.flag_values(given, "python"), host.python)):
-        for w in asked:
-            if not same_value(flag, w, have):
-                raise UsageError(f"{flag} {w} asked, but this host has {have}: a native build uses the host's;"
-                                 " install the one you want, or build in a container")
-    # With no --arch: the GPUs this host has (seed 000 builds for the Colab GPU it runs on).
-    archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["arch"])
-    cell = host_toolchain.preflight(recipe, version, archs, host)
-    return dataclasses.replace(cell, layout=opts.layout), host
-
-
-def same_value(flag: str, asked: str, have: str | None) -> bool:
-    """Whether ``have`` (an interpreter's torch, torch's CUDA or Python: 2.8.0, 12.9, 3.12) is what --torch,
-    --cuda or --python ``asked`` (2.8, 2.8.0; 12.9, cu129; 3.12)."""
-    if have is None:
-        return False
-    if flag == "--cuda" and compat.cuda_variant(asked).dotted == have:
-        return True
-    return have == asked or have.startswith(asked + ".")
+    return request.native_cell(opts, recipe, version, host), host
 
 
 def local_checkout(recipe: Recipe, version: RecipeVersion, src_dir, wanted: str | None) -> tuple[Recipe, RecipeVersion]:

@@ -109,7 +109,7 @@ def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
     """plan --audit: what each cell's own build would compile, judged before anything compiles; on
     this host (--native) or in each cell's builder image (the engine), where `imagegen build` runs it."""
-    from imagegen.plan.audit import refuse
+    from imagegen.model.audit import refuse
     from imagegen.executors import native
 
     if args.native:

@@ -173,7 +173,7 @@ def _from_python_exe(args, torch: tuple, cuda: tuple, python: tuple) -> tuple[tu
         if args.install_torch and flag != "--python":
             continue  # the script installs the torch asked for
         for value in asked:
-            if have[flag] is not None and not common.same_value(flag, value, have[flag]):
+            if have[flag] is not None and not request.same_value(flag, value, have[flag]):
                 raise UsageError(f"{flag} {value} asked, but --python-exe {shown(exe, 80)} has {have[flag]}: the"
                                  " script builds with that interpreter's; leave the flag out to take its own")
     fill = {flag: given[flag] or ((have[flag],) if have[flag] is not None else ()) for flag in given}

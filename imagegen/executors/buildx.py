@@ -1,7 +1,7 @@
 """Execute: build the buildable cells of a plan with docker buildx bake, then collect and verify.
 
 Before anything compiles, every cell's ``audit-report`` stage runs the package's own build with
-stand-in compilers inside its builder image (imagegen.plan.audit): a cell whose build would fail or miss
+stand-in compilers inside its builder image (imagegen.model.audit): a cell whose build would fail or miss
 a requested arch is refused there, in seconds once the image's layers exist, with the audit's table
 in the log; the verdict of a cell that builds goes into its manifest.
 

@@ -18,7 +18,7 @@ from imagegen.model.cell import Cell, Plan
 from imagegen.model.cell import CellResult
 
 if TYPE_CHECKING:
-    from imagegen.plan.audit_report import Verdict
+    from imagegen.model.audit_report import Verdict
 
 
 AUDIT_BATCH = 8  # audit targets baked at once (no compiling; the deps layers download in parallel)
@@ -55,8 +55,8 @@ def _audit_cells(cells: list[Cell], run: Run, logs: TargetLogs, builder: str | N
                  say: Callable[[str], None]) -> dict[str, AuditOutcome]:
     """Bake the cells' audit-report targets (AUDIT_BATCH at once, a cancelled one again alone) and
     judge each report."""
-    from imagegen.plan.audit import judge_cell
-    from imagegen.plan.audit_report import AuditReport
+    from imagegen.model.audit import judge_cell
+    from imagegen.model.audit_report import AuditReport
 
     outcomes: dict[str, AuditOutcome] = {}
     queue = list(cells)
@@ -107,7 +107,7 @@ def audit_gate(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | None
                 verdicts: dict[str, dict], say: Callable[[str], None]) -> list[Cell]:
     """The cells whose audit passed; a refused cell (or one whose audit could not run) fails here,
     before anything compiles, with the audit's reasons."""
-    from imagegen.plan.audit import refuse
+    from imagegen.model.audit import refuse
 
     passed = []
     audited = _audit_cells(todo, run, logs, builder, say)

@@ -1,5 +1,5 @@
 """This host's toolchain for a native build: the Python (and its torch), nvcc and the GPUs, probed
-once; and the pre-flight that turns a recipe and archs into a cell this host can build."""
+once (the plan step's preflight, imagegen.plan.matrix.preflight, turns it and a recipe into a cell)."""
 
 from __future__ import annotations
 
@@ -8,45 +8,14 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from imagegen.model.cell_rules import HOST
-from imagegen.errors import CompatError, EngineError
-from imagegen.model import base_images
-from imagegen.model.arch import ArchList
-from imagegen.model.base_images import BaseImage
-from imagegen.model.recipes import Recipe, RecipeVersion
+from imagegen.errors import EngineError
+from imagegen.model.cell import HostToolchain
 from imagegen.outputs import shown
-from imagegen.model.cell import Cell
-from imagegen.plan.matrix import native_cell
 from imagegen.safety import os_reason
-
-if TYPE_CHECKING:
-    pass
-
-
-@dataclass(frozen=True)
-class HostToolchain:
-    python_exe: str
-    python: str  # "3.12"
-    torch: str | None  # "2.11.0"
-    torch_cuda: str | None  # "13.0"
-    cuda_home: str | None
-    nvcc: Version | None
-    gpus: tuple[str, ...]  # "NVIDIA H100 80GB HBM3 (9.0)"
-
-    @property
-    def ccs(self) -> list[str]:
-        """Compute capabilities of the visible GPUs ("9.0"), from their 'NAME (X.Y)' entries."""
-        return sorted({m.group(1) for g in self.gpus for m in [re.search(r"\((\d+\.\d+)\)$", g)] if m})
-
-    def describe(self) -> str:
-        return (f"Python {self.python}, torch {self.torch or 'missing'} (CUDA {self.torch_cuda or '-'}),"
-                f" nvcc {self.nvcc or 'missing'}" + (f", GPUs: {', '.join(self.gpus)}" if self.gpus else ", no GPU"))
 
 
 # Reads torch's version and CUDA from its metadata and torch/version.py without importing torch
@@ -143,18 +112,3 @@ def nvcc_version(cuda_home: str | None) -> Version | None:
         if m:
             return Version(m.group(1))
     return None
-
-
-def preflight(recipe: Recipe, version: RecipeVersion, archs: ArchList, host: HostToolchain) -> Cell:
-    """The cell this host would build, or a one-line CompatError saying what to fix."""
-    if host.torch is None:
-        raise CompatError(f"torch is not importable by {host.python_exe}: install the torch you build for first")
-    if host.nvcc is None:
-        raise CompatError("nvcc not found (looked in CUDA_HOME/bin and PATH): install the CUDA toolkit"
-                          " (or `pip install cuda-toolkit[nvcc,cudart,cccl]` matching torch's CUDA) and set CUDA_HOME")
-    base = BaseImage(ref="native", flavor=base_images.flavor("native"), python=host.python_exe, toolkit="host",
-                     nvcc=host.nvcc, image_torch_cuda=None)
-    cell = native_cell(recipe, version, archs, base, host.torch, host.torch_cuda, host.python, HOST)
-    if cell.problems:
-        raise CompatError(f"cannot build {cell.describe()} here: " + "; ".join(cell.problems))
-    return cell

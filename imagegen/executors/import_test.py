@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from imagegen import untrusted
 from imagegen.errors import BuildError, Unreadable
-from imagegen.executors.host import HostToolchain
+from imagegen.model.cell import HostToolchain
 from imagegen.model.cell import Cell
 
 if TYPE_CHECKING:

@@ -19,19 +19,19 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
+
 
 from imagegen.errors import BuildError, RefusedError
-from imagegen.executors.host import HostToolchain
 from imagegen.executors.import_test import Importer, smoke_test
 from imagegen.model import jobs
-from imagegen.model.cell import Cell
+from imagegen.model.audit_report import AuditReport
+from imagegen.model.cell import Cell, Finisher, HostToolchain
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE
 from imagegen.render.dockerfile import builder_files, cell_document, inputs_hash
-from imagegen.model.cell import Finisher
 
 if TYPE_CHECKING:
-    from imagegen.plan.audit_report import Verdict
+    from imagegen.model.audit_report import Verdict
 
 
 def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,
@@ -80,7 +80,7 @@ def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: i
             " from the arch list (what --no-audit builds with); a build sizes it again from its gencode audit (give"
             " --src-dir CHECKOUT to print that one)")
     elif audit:
-        from imagegen.plan.audit import refuse
+        from imagegen.model.audit import refuse
         if cell.recipe.source_kind != "local":  # a checkout there: checked against the pin, patched; no download
             _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
         verdict = _audit(cell, host, script, cell_file, env, work, say,
@@ -122,8 +122,8 @@ def _audit(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: 
            say: Callable[[str], None], skip: str = "skip it with --no-audit") -> "Verdict":
     """The audit step on a fetched source, judged, its table and warnings said; ``skip``: how the
     command at hand goes without it, for the error of an audit that cannot run."""
-    from imagegen.plan import audit
-    report = audit.run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env, skip=skip)
+    from imagegen.model import audit
+    report = run_script_audit(host.python_exe, script, cell_file, work / "logs" / "audit.json", env, skip=skip)
     verdict = audit.judge_cell(report, cell)
     say(f"audit ({report.seconds:.1f} s): what the build would compile\n" + verdict.table())
     for line in verdict.findings(refusals=False):  # a refusal is raised by the caller, with its cell
@@ -162,7 +162,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
         steps["fetch"] = _run_step(cell, host, script, cell_file, env, work, "fetch")
     verdict = None
     if audit:  # before anything compiles: refuse what the package's own build would get wrong
-        from imagegen.plan.audit import refuse
+        from imagegen.model.audit import refuse
 
         t0 = time.time()
         verdict = _audit(cell, host, script, cell_file, env, work, say)
@@ -266,3 +266,17 @@ def _step_failure(cell: Cell, step: str, rc: int, logs: Path) -> str:
     return f"{error} ({what}{stopped})"
 
 
+def run_script_audit(python_exe: str, script: Path, cell_file: Path, out: Path, env: Mapping[str, str],
+                     timeout: float = 900, skip: str = "skip it with --no-audit") -> AuditReport:
+    """Run the in-build script's audit step (native builds: this host's Python and toolkit); ``skip``: how
+    the command at hand goes without it (build's --no-audit; plan: without --audit)."""
+    try:
+        proc = subprocess.run([python_exe, str(script), "--cell", str(cell_file), "audit", "--out", str(out),
+                               "--timeout", str(timeout)],
+                              env=dict(env), capture_output=True, text=True, timeout=timeout + 60)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"the gencode audit did not finish in {timeout:.0f} s ({skip})") from None
+    if proc.returncode != 0 or not out.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BuildError(f"the gencode audit could not run: {tail[-1][:300] if tail else 'no output'} ({skip})")
+    return AuditReport.load(out)

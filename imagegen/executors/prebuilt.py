@@ -36,7 +36,7 @@ from imagegen.render.dockerfile import cell_document, inputs_hash
 from imagegen.model.cell import CellResult, Finisher
 
 if TYPE_CHECKING:
-    from imagegen.plan.audit_report import Verdict
+    from imagegen.model.audit_report import Verdict
 
 Say = Callable[[str], None]
 CCACHE_VOLUME = "imagegen-ccache"
@@ -258,8 +258,8 @@ def _audit_in_image(cell: Cell, image: str, *, work: Path,
     """Run the image's audit step (the package's own build with stand-in compilers, seconds) for the
     cell's archs and judge it: (verdict, None) when the build may go on, (verdict or None, failed
     result) when it is refused or the audit could not run."""
-    from imagegen.plan.audit import judge_cell, refuse
-    from imagegen.plan.audit_report import AuditReport
+    from imagegen.model.audit import judge_cell, refuse
+    from imagegen.model.audit_report import AuditReport
     from imagegen.executors.buildx_audit import say_verdict
 
     stage = work / "pull" / f"{cell.name}--audit"

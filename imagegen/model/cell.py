@@ -8,7 +8,9 @@ redundant, e.g. a Python-independent abi3 wheel already built for another Python
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -86,7 +88,7 @@ class Cell:
                                   version=self.version.version, torch=self.torch.series, cuda=self.cuda.name,
                                   python=self.python, py=self.python.replace(".", ""))
 
-    @property
+    @cached_property  # mapped once per cell: the audit, verify and the manifest read it
     def expected_archs(self) -> ArchList:
         """What the built .so must carry: the request mapped through the recipe's ``emits``."""
         return expected_archs(self.version, self.archs, self.cuda.version if self.base is None or self.base.nvcc is None else self.base.nvcc)
@@ -126,6 +128,29 @@ class Cell:
 
 # The base of a Windows cell (WindowsHost.base): a native build whose compiler is MSVC.
 WINDOWS_BASE_REF = "windows"
+
+
+@dataclass(frozen=True)
+class HostToolchain:
+    """This host's toolchain, as imagegen.executors.host.probe found it: what a native build's cell is
+    planned for (imagegen.plan.matrix.preflight)."""
+
+    python_exe: str
+    python: str  # "3.12"
+    torch: str | None  # "2.11.0"
+    torch_cuda: str | None  # "13.0"
+    cuda_home: str | None
+    nvcc: Version | None
+    gpus: tuple[str, ...]  # "NVIDIA H100 80GB HBM3 (9.0)"
+
+    @property
+    def ccs(self) -> list[str]:
+        """Compute capabilities of the visible GPUs ("9.0"), from their 'NAME (X.Y)' entries."""
+        return sorted({m.group(1) for g in self.gpus for m in [re.search(r"\((\d+\.\d+)\)$", g)] if m})
+
+    def describe(self) -> str:
+        return (f"Python {self.python}, torch {self.torch or 'missing'} (CUDA {self.torch_cuda or '-'}),"
+                f" nvcc {self.nvcc or 'missing'}" + (f", GPUs: {', '.join(self.gpus)}" if self.gpus else ", no GPU"))
 
 
 @dataclass(frozen=True)
@@ -200,7 +225,7 @@ class CellResult:
     verify: dict | None = None
     smoke: dict | None = None
     ccache: dict | None = None  # {"hits", "misses", "hit_rate"} of the compile step
-    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.plan.audit_report.Verdict.as_dict)
+    audit: dict | None = None  # the gencode audit's verdict and table (imagegen.model.audit_report.Verdict.as_dict)
 
     def as_dict(self) -> dict:
         return {"cell": self.cell.name, "status": self.status, "wheel": str(self.wheel) if self.wheel else None,

@@ -14,6 +14,7 @@ from packaging.version import Version
 from imagegen import safety, yamlio
 from imagegen.model.cell_rules import (
     FLAGS,
+    HOST,
     FixWords,
     base_problems,
     compiled_archs,
@@ -34,7 +35,7 @@ from imagegen.model.arch_rules import nvcc_problems
 from imagegen.model.base_images import BaseImage
 from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.layout import DEFAULT_LAYOUT
-from imagegen.model.cell import BUILDABLE, REJECTED, SKIPPED, WINDOWS_BASE_REF, Cell, MatrixRequest, Plan, WindowsHost
+from imagegen.model.cell import BUILDABLE, REJECTED, SKIPPED, WINDOWS_BASE_REF, Cell, HostToolchain, MatrixRequest, Plan, WindowsHost
 from imagegen.model.recipes import Recipe, RecipeVersion
 
 
@@ -298,6 +299,21 @@ def native_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, host_ba
 
 
 POLICY_AXES = ("torch", "CUDA", "Python", "flavor", "archs")
+
+
+def preflight(recipe: Recipe, version: RecipeVersion, archs: ArchList, host: HostToolchain) -> Cell:
+    """The cell this host would build, or a one-line CompatError saying what to fix."""
+    if host.torch is None:
+        raise CompatError(f"torch is not importable by {host.python_exe}: install the torch you build for first")
+    if host.nvcc is None:
+        raise CompatError("nvcc not found (looked in CUDA_HOME/bin and PATH): install the CUDA toolkit"
+                          " (or `pip install cuda-toolkit[nvcc,cudart,cccl]` matching torch's CUDA) and set CUDA_HOME")
+    base = BaseImage(ref="native", flavor=base_images.flavor("native"), python=host.python_exe, toolkit="host",
+                     nvcc=host.nvcc, image_torch_cuda=None)
+    cell = native_cell(recipe, version, archs, base, host.torch, host.torch_cuda, host.python, HOST)
+    if cell.problems:
+        raise CompatError(f"cannot build {cell.describe()} here: " + "; ".join(cell.problems))
+    return cell
 
 
 def policy_clauses() -> dict[str, str]:

@@ -101,6 +101,9 @@ class Options:
     git: str | None = None
     jobs_fix: tuple[str, str] = JOB_FLAGS
     build_credentials: BuildCredentials | None = None
+    # --torch, --cuda and --python as given on the command line, not the config's: a native build holds
+    # them to the host's (imagegen.plan.request.native_cell)
+    axes_given: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # Inside one --torch/--cuda/--python value, as users type lists: "2.8 2.9", "2.8,2.9", "3.11, 3.12".
@@ -219,6 +222,7 @@ def resolve(flags: Flags, config: Config) -> Options:
         git=git,
         jobs_fix=job_fix(flags),
         build_credentials=build_credentials(flags) if ref or git else None,
+        axes_given={"torch": torch, "cuda": cuda, "python": python},
     )
 
 

@@ -2,7 +2,7 @@
 at the versions it asks, made into a MatrixRequest from the resolved Options, and the plan of that
 matrix with every per-cell change the options ask for (layout, platforms, offline, the GPU check) and the
 locked base images pinned. Every command that plans a matrix (plan, bake, build, push, pull, lock) goes
-through ``planned``."""
+through ``planned``; a native build's one cell, planned for this host's toolchain, through ``native_cell``."""
 
 from __future__ import annotations
 
@@ -14,12 +14,22 @@ from typing import Callable, Mapping
 from imagegen.errors import NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue
-from imagegen.model.cell import BUILDABLE, Cell, MatrixRequest, Plan
+from imagegen.model import compat
+from imagegen.model.cell import BUILDABLE, Cell, HostToolchain, MatrixRequest, Plan
 from imagegen.model.recipes import JOB_FLAGS, Recipe, RecipeVersion, fetched_from, with_env, with_memory_for
 from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree, with_declared_version
 from imagegen.outputs import shown
 from imagegen.plan import refs
-from imagegen.plan.matrix import device_requests, expand, gpu_checked, with_gpu_check, with_layout, with_offline
+from imagegen.plan.matrix import (
+    defaults,
+    device_requests,
+    expand,
+    gpu_checked,
+    preflight,
+    with_gpu_check,
+    with_layout,
+    with_offline,
+)
 from imagegen.plan.options import Options
 from imagegen.plan.platforms import with_requested_platforms
 from imagegen.plan.registry import Lock
@@ -185,3 +195,29 @@ def buildable(plan: Plan, *, arch_free: bool = False, say: Callable[[str], None]
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     return plan
+
+
+def native_cell(opts: Options, recipe: Recipe, version: RecipeVersion, host: HostToolchain) -> Cell:
+    """The one cell a native build makes: this host's torch, CUDA and Python, for the --arch list (else
+    the config's, else this host's GPUs: seed 000 builds for the Colab GPU it runs on), or a one-line
+    error. --torch/--cuda/--python describe the host here: a mismatch is refused instead of building the
+    wrong thing."""
+    if len(opts.archs) > 1:
+        raise UsageError("--native takes one --arch list")
+    for axis, have in (("torch", host.torch), ("cuda", host.torch_cuda), ("python", host.python)):
+        for asked in opts.axes_given.get(axis, ()):
+            if not same_value(f"--{axis}", asked, have):
+                raise UsageError(f"--{axis} {asked} asked, but this host has {have}: a native build uses the host's;"
+                                 " install the one you want, or build in a container")
+    archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["arch"])
+    return dataclasses.replace(preflight(recipe, version, archs, host), layout=opts.layout)
+
+
+def same_value(flag: str, asked: str, have: str | None) -> bool:
+    """Whether ``have`` (an interpreter's torch, torch's CUDA or Python: 2.8.0, 12.9, 3.12) is what --torch,
+    --cuda or --python ``asked`` (2.8, 2.8.0; 12.9, cu129; 3.12)."""
+    if have is None:
+        return False
+    if flag == "--cuda" and compat.cuda_variant(asked).dotted == have:
+        return True
+    return have == asked or have.startswith(asked + ".")

@@ -7,7 +7,7 @@ compile records torch 2.14's BuildExtension writes (its ninja rules: `$cxx -MMD 
 $in -o $out $post_cflags`, `$nvcc -MD -MF $out.d $cuda_cflags -c $in -o $out $cuda_post_cflags`) for a
 package whose setup.py passes ``extra_compile_args={"cxx": [..., STD], "nvcc": [..., STD]}``, with the
 include paths and nvcc flags read from the wheel's own torch/utils/cpp_extension.py, and runs the
-probe (imagegen_audit_probe.add_probe) and the judgement (imagegen.plan.audit.judge) on them.
+probe (imagegen_audit_probe.add_probe) and the judgement (imagegen.model.audit.judge) on them.
 
 Fetched once per session, by HTTP range requests (tests/integration/wheel_members.py): torch 2.14.1's
 ``torch/include/`` (~14 MB of the 555 MB wheel) and the cuBLAS/cuSPARSE/cuSOLVER headers its
@@ -31,9 +31,9 @@ import pytest
 from packaging.version import Version
 from wheel_members import extract, wheel_url
 
-from imagegen.plan.audit import judge
+from imagegen.model.audit import judge
 
-from imagegen.plan.audit_report import AuditReport
+from imagegen.model.audit_report import AuditReport
 from imagegen.model.arch_parse import parse_arch_list
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.plan.audit import judge
+from imagegen.model.audit import judge
 
-from imagegen.plan.audit_report import AuditReport
+from imagegen.model.audit_report import AuditReport
 from imagegen.model import compat
 from imagegen.model.arch_parse import parse_arch_list
 
@@ -428,7 +428,7 @@ def test_a_report_without_standards_is_not_judged_on_them():
 
 def test_judge_cell_judges_against_the_cells_own_torch():
     # What `imagegen plan --audit` and `imagegen build`'s pre-flight (engine, native, pulled image) call.
-    from imagegen.plan.audit import judge_cell
+    from imagegen.model.audit import judge_cell
     from imagegen.model.catalogue import load_catalogue
     from imagegen.plan.matrix import make_cell
     fa = load_catalogue().get("flash-attn")

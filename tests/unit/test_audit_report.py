@@ -1,4 +1,4 @@
-"""Tests for imagegen.plan.audit_report: the audit report a stranger's build wrote, read bounded, and the
+"""Tests for imagegen.model.audit_report: the audit report a stranger's build wrote, read bounded, and the
 verdict as the plan, the manifest and `plan --audit --json` show it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from imagegen.errors import BuildError
 from imagegen.model.arch import CudaArch
-from imagegen.plan.audit_report import AuditReport, ExtensionAudit, Verdict, parse_target
+from imagegen.model.audit_report import AuditReport, ExtensionAudit, Verdict, parse_target
 
 
 @pytest.mark.parametrize("text, want", [

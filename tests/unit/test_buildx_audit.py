@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from imagegen import engine
-from imagegen.plan.audit import judge_cell
-from imagegen.plan.audit_report import AuditReport
+from imagegen.model.audit import judge_cell
+from imagegen.model.audit_report import AuditReport
 from imagegen.executors import buildx_audit
 from imagegen.executors.bake_log import AUDIT_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import prepare_run

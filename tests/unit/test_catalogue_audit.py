@@ -9,9 +9,9 @@ import re
 import pytest
 from packaging.version import Version
 
-from imagegen.plan.audit import judge
+from imagegen.model.audit import judge
 
-from imagegen.plan.audit_report import AuditReport
+from imagegen.model.audit_report import AuditReport
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import builtin_recipe_dir, load_catalogue
 from imagegen.model.cell import BUILDABLE, REJECTED

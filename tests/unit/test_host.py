@@ -13,7 +13,9 @@ import pytest
 from packaging.version import Version
 
 from imagegen.errors import CompatError, EngineError
-from imagegen.executors.host import HostToolchain, gpus, nvcc_version, preflight, probe, probe_python
+from imagegen.executors.host import gpus, nvcc_version, probe, probe_python
+from imagegen.model.cell import HostToolchain
+from imagegen.plan.matrix import preflight
 from imagegen.model.arch_parse import parse_arch_list
 from tests.unit.executor_fixtures import executable, python_stand_in, tiny_recipe
 

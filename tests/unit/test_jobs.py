@@ -550,12 +550,13 @@ def test_print_env_can_show_the_jobs_the_audit_gives(tmp_path, monkeypatch):
 
     from packaging.version import Version
 
-    from imagegen.executors import host as host_toolchain
     from imagegen.executors import native
-    host = host_toolchain.HostToolchain(python_exe=sys.executable, python="3.12", torch="2.11.0", torch_cuda="13.0",
-                                cuda_home=None, nvcc=Version("13.0"), gpus=())
+    from imagegen.model.cell import HostToolchain
+    from imagegen.plan.matrix import preflight
+    host = HostToolchain(python_exe=sys.executable, python="3.12", torch="2.11.0", torch_cuda="13.0",
+                         cuda_home=None, nvcc=Version("13.0"), gpus=())
     recipe = load_catalogue().get("sageattention")
-    cell = host_toolchain.preflight(recipe, recipe.version(None), parse_arch_list("8.0 8.6 9.0 12.0+PTX"), host)
+    cell = preflight(recipe, recipe.version(None), parse_arch_list("8.0 8.6 9.0 12.0+PTX"), host)
     monkeypatch.setattr(jobs, "host", lambda: jobs.Host(cpus=16, mem_gb=100.6))
     monkeypatch.setattr(native, "_run_step", lambda *a, **k: 0.0)  # no fetch
 

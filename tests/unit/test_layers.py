@@ -16,8 +16,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "imagegen"
 
 FOLDER_STEP = {
-    "model": 1,       # inputs as data and the rules over them (arch, compat, recipes, cells, jobs)
-    "plan": 2,        # from a request to validated cells: options, config, refs, matrix, lock, resolution, audit
+    "model": 1,       # inputs as data and the rules over them (arch, compat, recipes, cells, jobs, the audit verdict)
+    "plan": 2,        # from a request to validated cells: options, config, refs, matrix, lock, resolution
     "wheelhouse": 3,  # where wheels go and what the manifests say (read before building); collect, its one writer
     "render": 4,      # one generator per output
     "executors": 5,   # buildx bake, native, prebuilt images

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.plan.audit import judge, link_fix
+from imagegen.model.audit import judge, link_fix
 
-from imagegen.plan.audit_report import AuditReport
+from imagegen.model.audit_report import AuditReport
 from imagegen.model.arch_parse import parse_arch_list
 
 ROOT = Path(__file__).resolve().parents[2]

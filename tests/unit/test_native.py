@@ -18,7 +18,8 @@ from packaging.version import Version
 from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.errors import BuildError, CompatError
 from imagegen.executors import native
-from imagegen.executors.host import HostToolchain, preflight
+from imagegen.model.cell import HostToolchain
+from imagegen.plan.matrix import preflight
 from imagegen.finish.finisher import finish
 from imagegen.model import jobs
 from imagegen.model.arch_parse import parse_arch_list

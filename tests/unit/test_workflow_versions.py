@@ -213,7 +213,7 @@ def test_print_env_downloads_nothing_when_the_source_is_not_here(tmp_path, monke
 def test_print_env_with_a_failed_audit_is_an_error_not_exit_0(tmp_path, monkeypatch, capsys):
     from types import SimpleNamespace
 
-    from imagegen.plan import audit
+    from imagegen.model import audit
     py = fake_host(tmp_path)  # a local project: its source is here, so --print-env audits it first
     monkeypatch.setattr(native, "_run_step", lambda *a, **k: 0.0)
     monkeypatch.setattr(native, "_audit", lambda *a, **k: SimpleNamespace(ok=False))

@@ -1,7 +1,7 @@
 """The gencode audit's report and verdict as data: what the in-build script's ``audit`` step
 (shipped/builder/imagegen_audit.py) reports per extension (SASS and PTX targets, nvcc flags, the C++
 standards its compiles pass, the header probe, the link check), read bounded since a stranger's build
-wrote it, and the verdict imagegen.plan.audit judges from it (refusals, warnings, notes, the table and the
+wrote it, and the verdict imagegen.model.audit judges from it (refusals, warnings, notes, the table and the
 record the manifest and `plan --audit --json` keep)."""
 
 from __future__ import annotations

@@ -18,27 +18,26 @@ the recipe and nvcc:
   headers with that extension's recorded flags, and the compiler's first error line says why
   (torch 2.14's ``#error`` below C++20, a CUDA toolkit without ``cusparse.h``).
 
-The report and the verdict as data: imagegen.plan.audit_report. The verdict and the table go into
-``imagegen plan --audit`` and the cell's manifest.
+The report and the verdict as data: imagegen.model.audit_report. The verdict and the table go into
+``imagegen plan --audit`` and the cell's manifest. Rules over data, as the rest of model/: the executors
+run the audit (in the builder image, or this host's Python for a native build) and judge it here.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
 
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.version import Version
 
 from imagegen.model.cell_rules import cc_key, covers
-from imagegen.errors import BuildError, CompatError
+from imagegen.errors import CompatError
 from imagegen.model.arch import ArchList, CudaArch
 from imagegen.model.arch_rules import nvcc_problems
 from imagegen.model.compat import TorchSeries
 from imagegen.model.cxx_std import judge as judge_std
-from imagegen.plan.audit_report import MAX_TEXT, AuditReport, ExtensionAudit, Verdict
+from imagegen.model.audit_report import MAX_TEXT, AuditReport, ExtensionAudit, Verdict
 
 # --------------------------------------------------------------------------------------------
 # Judging
@@ -315,26 +314,6 @@ def _best_error(lines: Sequence[str]) -> str:
     return (useful[-1] if useful else (lines[-1] if lines else "no output"))[:MAX_TEXT]
 
 
-# --------------------------------------------------------------------------------------------
-# Running it
-
-
-def run_script_audit(python_exe: str, script: Path, cell_file: Path, out: Path, env: Mapping[str, str],
-                     timeout: float = 900, skip: str = "skip it with --no-audit") -> AuditReport:
-    """Run the in-build script's audit step (native builds: this host's Python and toolkit); ``skip``: how
-    the command at hand goes without it (build's --no-audit; plan: without --audit)."""
-    try:
-        proc = subprocess.run([python_exe, str(script), "--cell", str(cell_file), "audit", "--out", str(out),
-                               "--timeout", str(timeout)],
-                              env=dict(env), capture_output=True, text=True, timeout=timeout + 60)
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"the gencode audit did not finish in {timeout:.0f} s ({skip})") from None
-    if proc.returncode != 0 or not out.is_file():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BuildError(f"the gencode audit could not run: {tail[-1][:300] if tail else 'no output'} ({skip})")
-    return AuditReport.load(out)
-
-
 def judge_cell(report: AuditReport, cell: Any) -> Verdict:
     """judge() with everything taken from a plan cell."""
     base = cell.base
@@ -350,4 +329,4 @@ def refuse(cell: Any, verdict: Verdict) -> CompatError:
     return CompatError(f"cannot build {cell.describe()}: the gencode audit refuses it: " + "; ".join(verdict.refusals))
 
 
-__all__ = ["judge", "judge_cell", "link_fix", "probe_fix", "refuse", "run_script_audit"]
+__all__ = ["judge", "judge_cell", "link_fix", "probe_fix", "refuse"]
