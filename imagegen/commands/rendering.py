@@ -15,9 +15,7 @@ from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown, write_output
-from imagegen.model.cell import Plan
-from imagegen.plan.matrix import choose_cell, defaults, offline
-from imagegen.plan.platforms import with_requested_platforms
+from imagegen.plan.matrix import defaults
 from imagegen.render.dockerfile import render_dockerfile
 
 
@@ -29,25 +27,13 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     wanted = (opts.versions or (None,))[0]  # one: render makes one cell
     recipe, version = request.recipe_at(cat, args.recipe, args.source, wanted, opts.fetch, opts.env, ref=opts.ref,
                                         git=opts.git, jobs=opts.jobs_fix)
-    archs = parse_arch_list(opts.arch_configured or defaults()["arch"])
+    command = common.command_line(argv)  # the Dockerfile's and the script's header say how they were made
     if args.shell:
-        return _render_windows(args, argv, recipe, version, archs, opts)
-    # A config matrix narrows render's choice; its last entry (the newest listed) wins.
-    cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
-                       flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url,
-                       flavor_given=opts.flavor_given)
-    if len(opts.platforms) > 1:
-        raise UsageError("render makes one cell's Dockerfile: give one --platform (bake and build take several)")
-    cell = with_requested_platforms(Plan(cells=[cell]), opts.platforms, cell.flavor).cells[0]
-    if not cell.buildable:
-        raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
-    if opts.offline:
-        cell = offline(cell)
-        if not cell.buildable:
-            raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
-    cell = request.gpu_check_step(opts)(cell)
-    cell = common.lock(args).pin_base(cell)
-    rendered = render_dockerfile(cell, command=common.command_line(argv), stdout=args.output in (None, "-"))
+        return _render_windows(args, command, recipe, version, parse_arch_list(opts.arch_configured or defaults()["arch"]),
+                               opts)
+    cell = request.one_cell(opts, recipe, version)
+    cell = common.lock(args).pin_base(cell)  # read after the cell is planned: its errors come second
+    rendered = render_dockerfile(cell, command=command, stdout=args.output in (None, "-"))
     write_output(rendered.dockerfile, args.output)
     if args.output not in (None, "-"):
         # The build steps beside it, where the Dockerfile's imagegen-scripts stage copies them from (a plain
@@ -86,7 +72,7 @@ def _render_flags(args: argparse.Namespace) -> None:
                              " `imagegen plan --audit` (and before every `imagegen build`)")
 
 
-def _render_windows(args, argv, recipe, version, archs, opts) -> int:
+def _render_windows(args, command, recipe, version, archs, opts) -> int:
     from imagegen.model.cell import WindowsHost
     from imagegen.plan.matrix import windows_plan
     from imagegen.render import windows
@@ -131,7 +117,7 @@ def _render_windows(args, argv, recipe, version, archs, opts) -> int:
     text = windows.render_script(
         args.shell, recipe, version, cells, src=src, python_exe=args.python_exe, install_torch=args.install_torch,
         vcvars=args.vcvars or windows.DEFAULT_VCVARS, max_jobs=args.max_jobs or 1, nvcc_threads=args.nvcc_threads or 1,
-        out=str(out), command=common.command_line(argv), index_override=opts.torch_index_url)
+        out=str(out), command=command, index_override=opts.torch_index_url)
     write_output(text, args.output)
     if args.output not in (None, "-"):
         print(f"wrote {args.output}: {len(cells)} cell(s) of {recipe.name} {version.version}: "

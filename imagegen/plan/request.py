@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagegen.errors import NothingToDoError, UsageError
+from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue
 from imagegen.model import compat
@@ -21,10 +21,12 @@ from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree,
 from imagegen.outputs import shown
 from imagegen.plan import refs
 from imagegen.plan.matrix import (
+    choose_cell,
     defaults,
     device_requests,
     expand,
     gpu_checked,
+    offline,
     preflight,
     with_gpu_check,
     with_layout,
@@ -221,3 +223,24 @@ def same_value(flag: str, asked: str, have: str | None) -> bool:
     if flag == "--cuda" and compat.cuda_variant(asked).dotted == have:
         return True
     return have == asked or have.startswith(asked + ".")
+
+
+def one_cell(opts: Options, recipe: Recipe, version: RecipeVersion) -> Cell:
+    """render's one cell: the --arch list (else the config's, else the default) with the one cell the
+    default policy chooses where an axis is open (a config matrix narrows the choice; its last entry, the
+    newest listed, wins), on one platform, offline and GPU-checked as asked; or a one-line CompatError
+    naming why it cannot build."""
+    archs = parse_arch_list(opts.arch_configured or defaults()["arch"])
+    cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
+                       flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url,
+                       flavor_given=opts.flavor_given)
+    if len(opts.platforms) > 1:
+        raise UsageError("render makes one cell's Dockerfile: give one --platform (bake and build take several)")
+    cell = with_requested_platforms(Plan(cells=[cell]), opts.platforms, cell.flavor).cells[0]
+    if not cell.buildable:
+        raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
+    if opts.offline:
+        cell = offline(cell)
+        if not cell.buildable:
+            raise CompatError(f"{cell.name}: " + "; ".join(cell.problems))
+    return gpu_check_step(opts)(cell)

@@ -4,6 +4,8 @@ once, locked bases pinned), one target per cell, and the cells to build."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from imagegen.commands import common
@@ -100,3 +102,26 @@ def test_buildable_keeps_one_cell_per_image_when_arch_free_and_reports_rejected_
     assert err.count("\n") == 1
     with pytest.raises(NothingToDoError, match="no cell of this matrix can build"):
         request.buildable(planned(parse("pull", "sage", *CELL[:6], "--arch", "7.0")))
+
+
+def one_cell(cat, *argv, **changes):
+    opts = dataclasses.replace(common.resolved(parse("render", "sage", *argv), Config()), **changes)
+    recipe, version = request.recipe_at(cat, "sage", None, None)
+    return request.one_cell(opts, recipe, version)
+
+
+def test_one_cell_is_renders_cell_for_the_arch_list_and_the_default_policy(cat):
+    cell = one_cell(cat, "--arch", "12.0+PTX")
+    assert cell.buildable and str(cell.archs) == "12.0+PTX" and cell.recipe.name == "sageattention"
+    assert one_cell(cat, "--arch", "9.0", "--torch", "2.8", "--cuda", "12.8").name == "sage-2_2_0-torch2_8-cu128-py312"
+    assert one_cell(cat, "--arch", "9.0", "--platform", "linux/arm64").platform == "linux/arm64"
+
+
+@pytest.mark.parametrize("argv, changes, error, says", [
+    (["--arch", "7.0"], {}, "CompatError", "sm_70 was dropped in CUDA 13.0"),
+    (["--arch", "9.0"], {"platforms": ("linux/amd64", "linux/arm64")}, "UsageError", "give one --platform"),
+])
+def test_one_cell_says_in_one_line_why_there_is_none(cat, argv, changes, error, says):
+    with pytest.raises(Exception) as info:
+        one_cell(cat, *argv, **changes)
+    assert type(info.value).__name__ == error and says in str(info.value) and "\n" not in str(info.value)
