@@ -20,6 +20,7 @@ from imagegen.render.dockerfile import render_dockerfile
 
 
 def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    command = common.command_line(argv)  # the Dockerfile's and the script's header say how they were made
     config = common.config(args)
     cat = common.catalogue(args, config)
     _render_flags(args)
@@ -27,7 +28,6 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     wanted = (opts.versions or (None,))[0]  # one: render makes one cell
     recipe, version = request.recipe_at(cat, args.recipe, args.source, wanted, opts.fetch, opts.env, ref=opts.ref,
                                         git=opts.git, jobs=opts.jobs_fix)
-    command = common.command_line(argv)  # the Dockerfile's and the script's header say how they were made
     if args.shell:
         return _render_windows(args, command, recipe, version, parse_arch_list(opts.arch_configured or defaults()["arch"]),
                                opts)
