@@ -26,6 +26,7 @@ Results are written down in benchmarks/RESULTS.md; nothing here is a test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import threading
@@ -141,15 +142,24 @@ def stays(events):
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--flag", default="--arch", help="the option whose value to follow (default --arch)")
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then an imagegen command line")
-    ns = ap.parse_args(argv)
-    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
-    if ns.flag not in command[:-1]:
-        ap.error(f"the command line has no {ns.flag} VALUE to follow")
-    walk = Walk(command[command.index(ns.flag) + 1])
+@dataclasses.dataclass
+class Trip:
+    exit: object  # the command's exit code
+    stays: list[tuple[str, list[str]]]  # (file below imagegen/, what its functions did with the value)
+
+    @property
+    def files(self) -> list[str]:
+        return sorted({f for f, _ in self.stays})
+
+    @property
+    def climbs(self) -> list[tuple[str, str]]:
+        in_flow = [file for file, _ in self.stays if flow_step(file) is not None]
+        return [(a, b) for a, b in zip(in_flow, in_flow[1:]) if flow_step(b) < flow_step(a)]
+
+
+def follow(command: list[str], flag: str = "--arch") -> Trip:
+    """Run ``imagegen COMMAND`` here and follow the value of ``flag`` in it."""
+    walk = Walk(command[command.index(flag) + 1])
 
     from imagegen import cli
 
@@ -165,21 +175,28 @@ def main(argv: list[str] | None = None) -> int:
         threading.setprofile(None)
         for cls, original in undo:
             cls.__getattribute__ = original
+    return Trip(rc, stays(walk.events))
 
-    trip = stays(walk.events)
-    files = sorted({f for f, _ in trip})
-    in_flow = [file for file, _ in trip if flow_step(file) is not None]
-    climbs = [(a, b) for a, b in zip(in_flow, in_flow[1:]) if flow_step(b) < flow_step(a)]
-    print(f"\n# {ns.flag} of `imagegen {' '.join(command[:1])}` (exit {rc})", file=sys.stderr)
-    for i, (file, what) in enumerate(trip, 1):
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flag", default="--arch", help="the option whose value to follow (default --arch)")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then an imagegen command line")
+    ns = ap.parse_args(argv)
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    if ns.flag not in command[:-1]:
+        ap.error(f"the command line has no {ns.flag} VALUE to follow")
+    trip = follow(command, ns.flag)
+    print(f"\n# {ns.flag} of `imagegen {' '.join(command[:1])}` (exit {trip.exit})", file=sys.stderr)
+    for i, (file, what) in enumerate(trip.stays, 1):
         shown = ", ".join(dict.fromkeys(what))
         where = "" if flow_step(file) is None else FLOW[flow_step(file)]
         print(f"{i:3}. {where:10} {file:34} {shown[:150]}", file=sys.stderr)
-    print(f"files: {len(files)}; stays: {len(trip)}; moves: {max(len(trip) - 1, 0)}; climbs: {len(climbs)}",
-          file=sys.stderr)
-    for a, b in climbs:
+    print(f"files: {len(trip.files)}; stays: {len(trip.stays)}; moves: {max(len(trip.stays) - 1, 0)};"
+          f" climbs: {len(trip.climbs)}", file=sys.stderr)
+    for a, b in trip.climbs:
         print(f"  climb: {a} -> {b} (back from {FLOW[flow_step(a)]} to {FLOW[flow_step(b)]})", file=sys.stderr)
-    return 0 if rc in (0, None) else 1
+    return 0 if trip.exit in (0, None) else 1
 
 
 if __name__ == "__main__":
