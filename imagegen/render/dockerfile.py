@@ -25,6 +25,7 @@ import jinja2
 from imagegen import __version__, safety
 from imagegen.errors import UnsafeValueError, UsageError
 from imagegen.model.cell import Cell
+from imagegen.render import templating
 from imagegen.shipped.builder import imagegen_rules as rules
 
 VENV = "/opt/imagegen/venv"
@@ -65,19 +66,8 @@ def _finalize(value: object) -> str:
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("imagegen", "templates"),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-        finalize=_finalize,  # any {{ }} without an explicit filter is flattened to one line
-    )
-    env.filters["dq"] = _dq
-    env.filters["token"] = _token
-    env.filters["comment"] = _comment
-    return env
+    # finalize: any {{ }} without an explicit filter is flattened to one line
+    return templating.environment(filters={"dq": _dq, "token": _token, "comment": _comment}, finalize=_finalize)
 
 
 def _builder_resource(name: str) -> str:

@@ -30,8 +30,6 @@ import json
 import re
 from importlib import resources
 
-import jinja2
-
 from imagegen import __version__
 from imagegen.plan.config import DEFAULT_OUT
 from imagegen.errors import CompatError, UnsafeValueError, UsageError, printable
@@ -41,6 +39,7 @@ from imagegen.model.arch_format import format_for
 from imagegen.model.jobs import split_extensions
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.model.cell import Cell
+from imagegen.render import templating
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
@@ -262,12 +261,10 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
     if python_exe is not None and len(cells) > 1:
         raise UnsafeValueError("--python-exe builds with that interpreter's torch as it is: one cell only (leave it"
                                " out to get a venv per cell)")
-    env = jinja2.Environment(loader=jinja2.PackageLoader("imagegen", "templates"), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters["cmdq"] = _cmdq
-    env.filters["psq"] = _psq
-    env.filters["cmdreq"] = _cmd_requirement
-    env.filters["cmdv"] = lambda value: _cmdq(value)[1:-1]  # a value inside set "NAME=...": checked, unquoted
+    env = templating.environment(filters={
+        "cmdq": _cmdq, "psq": _psq, "cmdreq": _cmd_requirement,
+        "cmdv": lambda value: _cmdq(value)[1:-1],  # a value inside set "NAME=...": checked, unquoted
+    })
     for what, value in (("--src-dir", src), ("--python-exe", python_exe or ""), ("--vcvars", vcvars), ("--out", out)):
         _printable(value, f"Windows script ({what})")  # each also lands in a comment line
     version = _patched_alike(recipe, version, cells)

@@ -49,6 +49,7 @@ import jinja2
 
 from imagegen import __version__, safety
 from imagegen.errors import CompatError, ImagegenError, UsageError, bounded, printable
+from imagegen.render import templating
 from imagegen.render.workflow_targets import MAX_MATRIX_JOBS, WorkflowTarget, wheelhouse_of
 
 DEFAULT_BAKE_FILE = "docker-bake.hcl"
@@ -309,11 +310,10 @@ def windows_packages(toolkit: str) -> str:
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("imagegen", "templates"), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters["q"] = lambda value: json.dumps(str(value))  # a JSON string is a YAML double-quoted scalar
-    env.filters["expr"] = lambda name: "${{ " + name + " }}"
-    return env
+    return templating.environment(filters={
+        "q": lambda value: json.dumps(str(value)),  # a JSON string is a YAML double-quoted scalar
+        "expr": lambda name: "${{ " + name + " }}",
+    })
 
 
 def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list[WindowsCell] | None = None, *,

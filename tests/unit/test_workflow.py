@@ -221,7 +221,7 @@ def test_must_run_in_the_top_folder(monkeypatch, tmp_path):
     if subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
     monkeypatch.chdir(ROOT / "imagegen")
-    code, _, err = imagegen("ci", "github", "--bake-file", "templates/github-workflow.yml.j2", "-o", str(tmp_path / "wf.yml"))
+    code, _, err = imagegen("ci", "github", "--bake-file", "render/templates/github-workflow.yml.j2", "-o", str(tmp_path / "wf.yml"))
     assert code == 2 and "top folder" in err and err.count("\n") == 1
 
 
