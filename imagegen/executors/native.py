@@ -34,12 +34,8 @@ if TYPE_CHECKING:
     from imagegen.model.audit_report import Verdict
 
 
-def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,
-             nvcc_threads: int | None) -> tuple[dict, Path, Path, jobs.JobSettings, dict]:
-    """The cell file, the in-build script and the environment of a native build (one place, so that
-    --print-env shows exactly what a build would get)."""
-    work = work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
+def _document(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None) -> dict:
+    """The cell document of a native build: the Dockerfile's, on this host's Python, toolkit and folders."""
     doc = cell_document(cell)
     doc["venv"] = None  # build with the host's Python and its torch
     doc["base_python"] = host.python_exe
@@ -51,6 +47,16 @@ def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, 
         doc["src_dir"] = str(cell.recipe.source_path)
     else:
         doc["src_dir"] = str((src_dir or work / "src").resolve())
+    return doc
+
+
+def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,
+             nvcc_threads: int | None, doc: dict | None = None) -> tuple[dict, Path, Path, jobs.JobSettings, dict]:
+    """The cell file, the in-build script and the environment of a native build (one place, so that
+    --print-env shows exactly what a build would get); ``doc``: the cell document, if made already."""
+    work = work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    doc = doc if doc is not None else _document(cell, host, work, src_dir)
     cell_file = work / "cell.json"
     cell_file.write_text(json.dumps(doc, indent=2))
     for name, text in builder_files().items():  # the script, the rules it imports, the audit's compilers
@@ -153,7 +159,12 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
     for every compile (`build --compile-cache`), handed to the in-build script in the variable a bake
     build's secret is read from; never on a command line."""
     work = work.resolve()
-    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    work.mkdir(parents=True, exist_ok=True)
+    doc = _document(cell, host, work, src_dir)
+    # What decides the wheel, taken before anything runs: a build that writes into a local tree (build/,
+    # *.egg-info) does not change the inputs it is recorded with.
+    inputs = inputs_hash(cell, doc)
+    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads, doc)
     env.pop(COMPILE_CACHE_VARIABLE, None)  # only the one given here
     if compile_cache:
         env[COMPILE_CACHE_VARIABLE] = compile_cache
@@ -196,7 +207,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
                 return {"smoke": smoke, "native": True, "nvcc": str(host.nvcc), "jobs": _jobs_record(settings),
                         "steps_s": {k: round(v, 2) for k, v in steps.items()}}
 
-            result = finish(cell, wheels, out=out, inputs=inputs_hash(cell, doc), log=work / "logs" / "build.log",
+            result = finish(cell, wheels, out=out, inputs=inputs, log=work / "logs" / "build.log",
                             seconds=seconds, audit=verdict.as_dict() if verdict is not None else None, record=record,
                             flat=flat)
             if result.status == "refused":  # another build placed a wheel for other archs meanwhile
