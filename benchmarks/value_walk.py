@@ -43,17 +43,25 @@ CARRIERS = {  # class path -> the attributes that hold the value
     ("imagegen.plan.options", "Options"): {"archs", "arch_configured"},
     ("imagegen.model.cell", "MatrixRequest"): {"archs"},
     ("imagegen.model.cell", "Cell"): {"archs", "requested_archs", "expected_archs"},
+    # the tree as it was when issue 33 was filed (2398cc2), for the figures it is compared with
+    ("imagegen.options", "Options"): {"archs", "arch_configured"},
+    ("imagegen.plan", "MatrixRequest"): {"archs"},
+    ("imagegen.plan", "Cell"): {"archs", "requested_archs", "expected_archs"},
 }
 
 
 FLOW = ("commands", "plan", "render", "executors", "finish", "wheelhouse", "publish")
+# The top-level modules of 2398cc2 (issue 33 filed), by the step they belonged to
+_FLOW_BEFORE = {"cli": "commands", "doctor": "commands", "plan": "plan", "options": "plan", "config": "plan",
+                "refs": "plan", "registry": "plan", "resolve": "plan", "audit": "plan", "refresh": "plan",
+                "finish": "finish", "verify": "finish", "fatbin": "finish", "check": "finish",
+                "collect": "wheelhouse", "records": "wheelhouse", "wheelhouse": "wheelhouse"}
 
 
 def flow_step(path: str) -> int | None:
     """The file's place in the flow (0 for the request), None for the rules every step uses."""
-    head = Path(path).with_suffix("").parts[0]
-    if head == "cli":
-        return 0
+    parts = Path(path).with_suffix("").parts
+    head = parts[0] if len(parts) > 1 else _FLOW_BEFORE.get(parts[0], parts[0])
     return FLOW.index(head) if head in FLOW else None
 
 
@@ -118,7 +126,10 @@ class Walk:
 
         undo = []
         for (module, name), attrs in CARRIERS.items():
-            cls = getattr(importlib.import_module(module), name)
+            try:
+                cls = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError):
+                continue  # the other tree's
             original = cls.__getattribute__
 
             def read(obj, attr, _original=original, _attrs=attrs):
