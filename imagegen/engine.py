@@ -38,8 +38,8 @@ def unreachable(text: str) -> bool:
 
 
 def docker(*args: str, timeout: float | None = 3600, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-           stdout=subprocess.PIPE, check_engine: bool = False) -> subprocess.CompletedProcess:
-    """``docker ARGS`` (output captured as text unless ``stdout`` is a file). With ``check_engine``, a
+           stdout=subprocess.PIPE, require_engine: bool = False) -> subprocess.CompletedProcess:
+    """``docker ARGS`` (output captured as text unless ``stdout`` is a file). With ``require_engine``, a
     daemon that cannot be reached raises EngineError instead of returning the failure."""
     try:
         proc = subprocess.run(["docker", *args], stdout=stdout,
@@ -47,7 +47,7 @@ def docker(*args: str, timeout: float | None = 3600, cwd: Path | None = None, en
                               text=True, timeout=timeout, cwd=cwd, env=dict(env) if env is not None else None)
     except FileNotFoundError:
         raise EngineError(NO_DOCKER) from None
-    if check_engine and proc.returncode != 0 and unreachable((proc.stderr or "") + (proc.stdout or "")):
+    if require_engine and proc.returncode != 0 and unreachable((proc.stderr or "") + (proc.stdout or "")):
         raise EngineError(no_engine((proc.stderr or proc.stdout or "").strip().splitlines()[-1]))
     return proc
 

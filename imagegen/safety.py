@@ -95,7 +95,7 @@ def describe(value: Any, limit: int = 60) -> str:
     return f"a {type(value).__name__}"
 
 
-def check(value: str, pattern: re.Pattern[str], what: str) -> str:
+def validate(value: str, pattern: re.Pattern[str], what: str) -> str:
     """Return ``value`` if it fully matches ``pattern``; otherwise raise a one-line error."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
         hint = HINTS.get(pattern.pattern, f"a value matching {pattern.pattern}")
@@ -264,7 +264,7 @@ def no_credentials(url: str, what: str, instead: str) -> str:
 def served_folder_url(url: str, what: str, instead: str) -> str:
     """``url``, the http(s) address a folder is served at (a wheelhouse, an index), checked: URL characters
     only, no credential (``instead``: where it belongs), no query or fragment; without a trailing '/'."""
-    check(url, URL, what)
+    validate(url, URL, what)
     no_credentials(url, what, instead)
     if "?" in url or "#" in url:
         raise UnsafeValueError(f"{what} {describe(url, 77)} carries a query or fragment: give the URL of the folder"

@@ -299,7 +299,7 @@ def _size(n: int) -> str:
     return f"{n / (1 << 30):.3g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.3g} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
-def check_member(info: zipfile.ZipInfo, *, limit: int = MAX_MEMBER_BYTES) -> None:
+def validate_member(info: zipfile.ZipInfo, *, limit: int = MAX_MEMBER_BYTES) -> None:
     """Unreadable when ``info`` declares more than ``limit`` bytes, or is a large member compressed
     beyond ``MAX_RATIO`` (what is read is counted as well: see read_member)."""
     if info.file_size > limit:
@@ -309,14 +309,14 @@ def check_member(info: zipfile.ZipInfo, *, limit: int = MAX_MEMBER_BYTES) -> Non
                          " a zip bomb")
 
 
-def check_zip(zf: zipfile.ZipFile, *, member_limit: int = MAX_MEMBER_BYTES,
-              total_limit: int = MAX_UNPACKED_BYTES) -> int:
-    """Every member's declared size within bounds (check_member) and all of them within
+def validate_zip(zf: zipfile.ZipFile, *, member_limit: int = MAX_MEMBER_BYTES,
+                 total_limit: int = MAX_UNPACKED_BYTES) -> int:
+    """Every member's declared size within bounds (validate_member) and all of them within
     ``total_limit``; returns the total. Unreadable names the first member refused."""
     total = 0
     for info in zf.infolist():
         try:
-            check_member(info, limit=member_limit)
+            validate_member(info, limit=member_limit)
         except Unreadable as exc:
             raise Unreadable(f"member {info.filename[:120]!r}: {exc}") from None
         total += info.file_size
@@ -328,7 +328,7 @@ def check_zip(zf: zipfile.ZipFile, *, member_limit: int = MAX_MEMBER_BYTES,
 def copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, out, *, limit: int = MAX_MEMBER_BYTES) -> int:
     """Inflate one member into the binary file ``out``, counting: never more than it declares nor
     ``limit`` (a lying header is refused when the bytes pass it, not after). Returns the size."""
-    check_member(info, limit=limit)
+    validate_member(info, limit=limit)
     total = 0
     try:
         with zf.open(info) as src:
@@ -368,12 +368,12 @@ def _member_path(dest: Path, name: str) -> Path | None:
 
 def extract_zip(wheel: Path, dest: Path, *, member_limit: int = MAX_MEMBER_BYTES,
                 total_limit: int = MAX_UNPACKED_BYTES) -> None:
-    """Unpack ``wheel`` into ``dest`` within the bounds (check_zip, copy_member) and the free space
+    """Unpack ``wheel`` into ``dest`` within the bounds (validate_zip, copy_member) and the free space
     of ``dest``'s file system (what it declares, plus a margin, must fit); Unreadable says why not.
     Nothing outside ``dest`` is written, no link is made."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            total = check_zip(zf, member_limit=member_limit, total_limit=total_limit)
+            total = validate_zip(zf, member_limit=member_limit, total_limit=total_limit)
             dest.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(dest).free
             if total + (64 << 20) > free:
@@ -392,5 +392,5 @@ def extract_zip(wheel: Path, dest: Path, *, member_limit: int = MAX_MEMBER_BYTES
         raise Unreadable(f"not a readable wheel ({exc.__class__.__name__}: {str(exc)[:120]})") from None
 
 
-__all__ = ["Deadline", "HTTPStatusError", "Unreachable", "check_member", "check_zip", "copy_member", "extract_zip",
-           "http_get", "json_depth", "loads_json", "read_json_file", "read_member"]
+__all__ = ["Deadline", "HTTPStatusError", "Unreachable", "copy_member", "extract_zip", "http_get", "json_depth",
+           "loads_json", "read_json_file", "read_member", "validate_member", "validate_zip"]

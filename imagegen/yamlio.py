@@ -48,7 +48,7 @@ def load(text: str) -> Any:
 def load_untrusted(text: str, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> Any:
     """Load one YAML document written by someone else; every refusal is a YAMLError with a problem
     (and, where known, a problem_mark naming the line)."""
-    _check_events(text, max_depth, max_nodes)
+    _validate_events(text, max_depth, max_nodes)
     loader = _UntrustedLoader(text)
     try:
         return loader.get_single_data()
@@ -60,7 +60,7 @@ def load_untrusted(text: str, *, max_depth: int = MAX_DEPTH, max_nodes: int = MA
         loader.dispose()
 
 
-def _check_events(text: str, max_depth: int, max_nodes: int) -> None:
+def _validate_events(text: str, max_depth: int, max_nodes: int) -> None:
     """Walk the event stream (libyaml's parser is iterative, so this never recurses) before
     anything is composed or constructed."""
     depth = nodes = 0

@@ -24,7 +24,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     config = common.config(args)
     cat = common.catalogue(args, config)
-    common.check_job_flags(args)  # container and native builds alike
+    common.validate_job_flags(args)  # container and native builds alike
     output_folder(args.work, "--work")
     opts = common.resolved(args, config)  # once: the plan, the matrix and the output folder read it
     if args.native:
@@ -36,7 +36,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for flag, value in (("--flat", args.flat), ("--src-dir", args.src_dir), ("--python-exe", args.python_exe)):
         if value:
             raise UsageError(f"{flag} goes with --native (a container build has its own source and Python)")
-    common.check_builders(args.builder)
+    common.validate_builders(args.builder)
     plan = request.buildable(request.planned(opts, cat, common.lock(args)))
     common.ca_bundle(args.ca_bundle)
     netrc = options.netrc_file(args.netrc)
@@ -46,7 +46,7 @@ def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
     results = execute.build(plan, out=out, work=args.work, finish=partial(finish, force=args.force), force=args.force,
                             max_jobs=args.max_jobs,
                             nvcc_threads=args.nvcc_threads, builders=args.builder, ca_bundle=args.ca_bundle, netrc=netrc,
-                            cache_from=common.check_cache_specs(args.cache_from), cache_to=common.check_cache_specs(args.cache_to),
+                            cache_from=common.validate_cache_specs(args.cache_from), cache_to=common.validate_cache_specs(args.cache_to),
                             audit=not args.no_audit, budget=args.budget,
                             compile_cache=common.compile_cache(args.compile_cache))
     repaired = _last_mile(args, out, [r.wheel for r in results if r.wheel is not None and r.status == "built"],

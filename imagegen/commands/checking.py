@@ -19,7 +19,7 @@ from imagegen.outputs import shown
 
 def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.commands import doctor
-    report = doctor.run(common.check_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
+    report = doctor.run(common.validate_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
     print(report.as_json() if args.json else report.text())
     if report.failed:
         # Exit 4 (README's table: Docker, buildx or the host toolchain missing or refused), what every
@@ -49,7 +49,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from imagegen.finish.verify import VerifyError, verify_wheel
 
     archs = parse_arch_list(args.arch)
-    common.check_exe(args.python_exe, "--python-exe")
+    common.validate_exe(args.python_exe, "--python-exe")
     reports = []
     try:  # the recipes tell how a package compiles a request; --gpu needs them, plain verify does without
         cat: Catalogue | None = load_catalogue(tuple(load_config(search_from=Path.cwd()).recipe_dirs) + tuple(args.recipe_dir))
@@ -58,7 +58,7 @@ def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         cat = None
     for wheel in args.wheels:
-        common.check_wheel_file(wheel)
+        common.validate_wheel_file(wheel)
         expected, knowledge = common.expected_for_wheel(cat, wheel, archs)
         report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:

@@ -56,9 +56,9 @@ from imagegen.render.workflow_targets import (
     BAKE_NAME,
     MAX_MATRIX_JOBS,
     WorkflowTarget,
-    check_text,
     fallback_targets,
     targets_from_print,
+    validate_text,
 )
 from imagegen.shipped.builder import imagegen_wheeltools as wheeltools
 
@@ -98,7 +98,7 @@ def pypi_imagegen(requirement: str) -> bool:
     return parsed.url is None and canonicalize_name(parsed.name) == "imagegen"
 
 
-def check_timeout(minutes: int, flag: str) -> int:
+def validate_timeout(minutes: int, flag: str) -> int:
     """A job's timeout-minutes: below the hosted runner's own limit, so the job's stops it first."""
     if not 1 <= minutes <= MAX_TIMEOUT_MINUTES:
         raise UsageError(f"{flag} must be between 1 and {MAX_TIMEOUT_MINUTES} minutes (GitHub stops a hosted job"
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace, argv=None) -> int:
         raise UsageError("imagegen ci: name a CI provider: github")
     options = options_from_args(args)
     root = Path.cwd()
-    _check_top_folder(root)
+    _validate_top_folder(root)
     # The Windows cells first: a matrix none of whose cells can build stops here, before buildx runs.
     cells, left_out = windows_cells(options.windows, root) if options.windows else ([], [])
     for line in left_out:
@@ -181,29 +181,29 @@ def options_from_args(args: argparse.Namespace) -> Options:
     windows = windows_request(args)
     bake_file_given = getattr(args, "bake_file", None) is not None
     linux = windows is None or bake_file_given or args.targets is not None or args.group is not None
-    bake_file = safety.check(args.bake_file if bake_file_given else DEFAULT_BAKE_FILE, safety.RELATIVE_PATH,
-                             "--bake-file")
-    targets = tuple(check_text(n, BAKE_NAME, "--targets name", "bake target names of letters, digits, '_' and '-'")
+    bake_file = safety.validate(args.bake_file if bake_file_given else DEFAULT_BAKE_FILE, safety.RELATIVE_PATH,
+                                "--bake-file")
+    targets = tuple(validate_text(n, BAKE_NAME, "--targets name", "bake target names of letters, digits, '_' and '-'")
                     for n in _names(args.targets))
     if args.targets is not None and not targets:
         raise UsageError("--targets: name at least one bake target")
-    group = check_text(args.group or DEFAULT_GROUP, BAKE_NAME, "--group", "a bake group name of letters, digits, '_' and '-'")
-    registry = check_text(args.registry, REGISTRY, "--registry",
+    group = validate_text(args.group or DEFAULT_GROUP, BAKE_NAME, "--group", "a bake group name of letters, digits, '_' and '-'")
+    registry = validate_text(args.registry, REGISTRY, "--registry",
                       "a registry host such as ghcr.io or registry.example.com:5000 (lower case, no scheme or path)")
     namespace = args.namespace
     if namespace not in NAMESPACE_EXPRESSIONS:
-        check_text(namespace, NAMESPACE, "--namespace", "a lower-case image path such as my-org or my-org/wheels,"
+        validate_text(namespace, NAMESPACE, "--namespace", "a lower-case image path such as my-org or my-org/wheels,"
                f" or one of {', '.join(NAMESPACE_EXPRESSIONS)}")
-    runs_on = tuple(check_text(label, RUNNER_LABEL, "--runs-on label", "runner labels of letters, digits, '.', '_' and '-'")
+    runs_on = tuple(validate_text(label, RUNNER_LABEL, "--runs-on label", "runner labels of letters, digits, '.', '_' and '-'")
                     for label in _names(args.runs_on or [DEFAULT_RUNS_ON]))
     if not runs_on:
         raise UsageError("--runs-on: name at least one runner label")
-    arm64_runs_on = tuple(check_text(label, RUNNER_LABEL, "--arm64-runs-on label", "runner labels of letters, digits,"
-                                 " '.', '_' and '-'")
+    arm64_runs_on = tuple(validate_text(label, RUNNER_LABEL, "--arm64-runs-on label",
+                                        "runner labels of letters, digits, '.', '_' and '-'")
                           for label in _names(getattr(args, "arm64_runs_on", None) or [DEFAULT_ARM64_RUNS_ON]))
     if not arm64_runs_on:
         raise UsageError("--arm64-runs-on: name at least one runner label")
-    timeout = DEFAULT_TIMEOUT if args.timeout is None else check_timeout(args.timeout, "--timeout")
+    timeout = DEFAULT_TIMEOUT if args.timeout is None else validate_timeout(args.timeout, "--timeout")
     # The workflow is committed and its logs are public: a private wheelhouse's access belongs in the runner.
     skip_published = None if args.skip_published is None else safety.served_folder_url(
         args.skip_published, "--skip-published", "serve the published wheelhouse where the build jobs can read it")
@@ -214,7 +214,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         raise UsageError("--output: give a file, or - for stdout")
     if output != "-":
         resolve_target(output, "workflow file")  # a device, folder or odd name: refused before buildx runs
-    publish = tuple(check_text(d, PUBLISH_DEST, "--publish", "a destination as imagegen publish --to takes it:"
+    publish = tuple(validate_text(d, PUBLISH_DEST, "--publish", "a destination as imagegen publish --to takes it:"
                            " pypi:URL, hf:OWNER/REPO[@REVISION][:PATH], github:OWNER/REPO@TAG,"
                            " s3://BUCKET[/PREFIX][,layout=wheelhouse]")
                     for d in dict.fromkeys(getattr(args, "publish", None) or []))
@@ -240,7 +240,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         if not publish and windows is None:
             raise UsageError("--imagegen-from is for the publish job and the Windows jobs: give --publish DEST or"
                              " --windows RECIPE too")
-        check_text(imagegen_from, REQUIREMENT, "--imagegen-from", "a pip requirement such as"
+        validate_text(imagegen_from, REQUIREMENT, "--imagegen-from", "a pip requirement such as"
                " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
         safety.no_credentials(imagegen_from, "--imagegen-from", "keep imagegen's source public, in the repository"
                               " itself (a path such as ./tools/imagegen), or reachable with the job's own token")
@@ -256,7 +256,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
                arm64_runs_on=arm64_runs_on,
                imagegen_from=imagegen_from, linux=linux, windows=windows)
     # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?
-    safety.check(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF, "cache reference")
+    safety.validate(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF,
+                    "cache reference")
     return opts
 
 
@@ -271,7 +272,7 @@ def windows_request(args: argparse.Namespace) -> WindowsRequest | None:
         if given:
             raise UsageError(f"{given[0]} goes with --windows RECIPE (the recipes the Windows jobs build)")
         return None
-    recipes = tuple(check_text(n, WINDOWS_RECIPE, "--windows recipe", "a recipe name or alias such as sage or"
+    recipes = tuple(validate_text(n, WINDOWS_RECIPE, "--windows recipe", "a recipe name or alias such as sage or"
                            " flash-attn (imagegen recipes lists them)") for n in _names(args.windows))
     if not recipes:
         raise UsageError("--windows: name at least one recipe (imagegen recipes lists them)")
@@ -281,24 +282,24 @@ def windows_request(args: argparse.Namespace) -> WindowsRequest | None:
                        ("--windows-python", "a CPython version such as 3.12"),
                        ("--windows-version", "a recipe version such as 2.8.3")):
         raw = values[flag]
-        axes[flag] = tuple(check_text(v, _VERSION_ARG, flag, what) for v in _names(raw))
+        axes[flag] = tuple(validate_text(v, _VERSION_ARG, flag, what) for v in _names(raw))
         if raw is not None and not axes[flag]:
             raise UsageError(f"{flag}: give at least one version")
     for flag in ("--windows-torch", "--windows-cuda"):
         if not axes[flag]:
             raise UsageError(f"--windows needs {flag} (comma-separated versions): the Windows matrix is asked for,"
                              " never guessed")
-    archs = tuple(dict.fromkeys(check_text(a.strip(), _ARCH_ARG, "--windows-arch", "one GPU arch list such as"
+    archs = tuple(dict.fromkeys(validate_text(a.strip(), _ARCH_ARG, "--windows-arch", "one GPU arch list such as"
                                        " '8.0;9.0;12.0' or 9.0+PTX per flag") for a in values["--windows-arch"] or []))
-    runs_on = tuple(check_text(label, RUNNER_LABEL, "--windows-runs-on label", "runner labels of letters, digits, '.',"
-                           " '_' and '-'") for label in _names(values["--windows-runs-on"] or [DEFAULT_WINDOWS_RUNS_ON]))
+    runs_on = tuple(validate_text(label, RUNNER_LABEL, "--windows-runs-on label", "runner labels of letters, digits,"
+                           " '.', '_' and '-'") for label in _names(values["--windows-runs-on"] or [DEFAULT_WINDOWS_RUNS_ON]))
     if not runs_on:
         raise UsageError("--windows-runs-on: name at least one runner label")
     timeout = values["--windows-timeout"]
     if timeout is None:
         timeout = DEFAULT_WINDOWS_TIMEOUT
     else:
-        check_timeout(timeout, "--windows-timeout")
+        validate_timeout(timeout, "--windows-timeout")
     return WindowsRequest(recipes=recipes, torch=axes["--windows-torch"], cuda=axes["--windows-cuda"],
                           python=axes["--windows-python"], archs=archs, runs_on=runs_on, timeout=timeout,
                           versions=axes["--windows-version"])
@@ -357,12 +358,12 @@ def windows_cells(request: WindowsRequest, root: Path) -> tuple[list[WindowsCell
             raise UsageError(f"Windows cell {cell.name} is asked for two arch lists ({other} and {requested}): a"
                              " workflow has one job per cell; give one --windows-arch list")
         toolkit = toolkits[cell.cuda.name]
-        row = WindowsCell(name=check_text(cell.name, BAKE_NAME, "Windows cell name", "a recipe with a plain name"),
+        row = WindowsCell(name=validate_text(cell.name, BAKE_NAME, "Windows cell name", "a recipe with a plain name"),
                           recipe=cell.recipe.name, version=cell.version.version, torch=cell.torch_version,
                           cuda=cell.cuda.dotted, toolkit=toolkit, python=cell.python, arch=str(requested),
                           packages=windows_packages(toolkit))
         for value in (row.recipe, row.version, row.torch, row.cuda, row.toolkit, row.python, row.arch):
-            check_text(value, CELL_VALUE, f"Windows cell {row.name}", "a recipe and versions of plain characters")
+            validate_text(value, CELL_VALUE, f"Windows cell {row.name}", "a recipe and versions of plain characters")
         cells.append(row)
     if not cells:
         raise CompatError(f"no Windows cell of this matrix can build: {bounded(left_out[0], 400)}"
@@ -372,7 +373,7 @@ def windows_cells(request: WindowsRequest, root: Path) -> tuple[list[WindowsCell
     return cells, left_out
 
 
-def _check_top_folder(cwd: Path) -> None:
+def _validate_top_folder(cwd: Path) -> None:
     """The workflow runs bake in the checkout's top folder, and bake resolves paths against its cwd."""
     try:
         # As on any tree imagegen reads: none of the checkout's own commands run (imagegen_wheeltools.git_cmd).

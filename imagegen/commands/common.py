@@ -62,7 +62,7 @@ def is_file(path: Path) -> bool:
         return False
 
 
-def check_wheel_file(wheel: Path) -> None:
+def validate_wheel_file(wheel: Path) -> None:
     """A wheel argument (verify, repair) is an existing file, or a one-line UsageError."""
     try:
         found = wheel.is_file()
@@ -73,24 +73,24 @@ def check_wheel_file(wheel: Path) -> None:
 
 
 def registry(args: argparse.Namespace, config: Config) -> str:
-    from imagegen.plan.registry import check_registry
+    from imagegen.plan.registry import validate_registry
 
     value = resolved(args, config).registry
     if not value:
         raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE or set registry in imagegen.toml")
-    return check_registry(value)
+    return validate_registry(value)
 
 
 BUILDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
 
 
-def check_builders(values: Sequence[str] | str | None) -> None:
+def validate_builders(values: Sequence[str] | str | None) -> None:
     for v in [values] if isinstance(values, str) else values or []:
         if not BUILDER.fullmatch(v):
             raise UsageError(f"--builder {v!r}: not a buildx builder name (letters, digits, '.', '_', '+', '-')")
 
 
-def check_job_flags(args: argparse.Namespace) -> None:
+def validate_job_flags(args: argparse.Namespace) -> None:
     """--max-jobs and --nvcc-threads, for every command that compiles (container, native, pulled, Windows)."""
     for flag in ("max_jobs", "nvcc_threads"):
         value = getattr(args, flag, None)
@@ -118,7 +118,7 @@ def compile_cache(value: str | None) -> str | None:
     return value
 
 
-def check_cache_specs(values: Sequence[str]) -> list[str]:
+def validate_cache_specs(values: Sequence[str]) -> list[str]:
     for v in values:
         if safety.has_credentials(v):
             # the spec goes into the bake file imagegen writes: a registry's credential belongs to docker login
@@ -145,7 +145,7 @@ def quote_arg(arg: str) -> str:
                           ("\\" + c if c in "\\'" else c.encode("unicode_escape").decode("ascii")) for c in arg) + "'"
 
 
-def check_exe(value: str | None, flag: str) -> str | None:
+def validate_exe(value: str | None, flag: str) -> str | None:
     """A --python-exe here: an existing, executable regular file (or a name on PATH), else one line (exit 2)."""
     if value is None:
         return None
@@ -189,7 +189,7 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue, opts: 
     recipe, version = request.recipe_at(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
                                         wanted, opts.fetch, opts.env, ref=opts.ref, git=opts.git, jobs=opts.jobs_fix)
     recipe, version = local_checkout(recipe, version, getattr(args, "src_dir", None), wanted)
-    host = host_toolchain.probe(check_exe(args.python_exe, "--python-exe"))
+    host = host_toolchain.probe(validate_exe(args.python_exe, "--python-exe"))
     return request.native_cell(opts, recipe, version, host), host
 
 

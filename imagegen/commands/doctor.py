@@ -1,6 +1,6 @@
 """`imagegen doctor`: what this machine can build, and what to fix first.
 
-Checks, each with its fix: Python; torch and its CUDA; nvcc and CUDA_HOME, and that nvcc's major
+Diagnoses, each with its fix: Python; torch and its CUDA; nvcc and CUDA_HOME, and that nvcc's major
 equals torch's CUDA major; the GPUs and their compute capability (what --arch to ask for); the
 Docker engine and buildx, and whether a bake matrix and a local export really work here (a tiny
 bake run, no registry needed); how containers can be given the GPUs (toolkit, CDI, or the device
@@ -27,7 +27,7 @@ OK, WARN, FAIL = "ok", "warn", "FAIL"
 
 
 @dataclass
-class Check:
+class Diagnosis:
     name: str
     status: str
     detail: str
@@ -36,26 +36,26 @@ class Check:
 
 @dataclass
 class Report:
-    checks: list[Check] = field(default_factory=list)
+    diagnoses: list[Diagnosis] = field(default_factory=list)
 
     def add(self, name: str, status: str, detail: str, fix: str = "") -> None:
-        self.checks.append(Check(name, status, detail, fix))
+        self.diagnoses.append(Diagnosis(name, status, detail, fix))
 
     @property
-    def failed(self) -> list[Check]:
-        return [c for c in self.checks if c.status == FAIL]
+    def failed(self) -> list[Diagnosis]:
+        return [c for c in self.diagnoses if c.status == FAIL]
 
     def text(self) -> str:
-        width = max(len(c.name) for c in self.checks)
+        width = max(len(c.name) for c in self.diagnoses)
         lines = []
-        for c in self.checks:
+        for c in self.diagnoses:
             lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
             if c.fix:
                 lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
         return "\n".join(lines)
 
     def as_json(self) -> str:
-        return json.dumps([c.__dict__ for c in self.checks], indent=2)
+        return json.dumps([c.__dict__ for c in self.diagnoses], indent=2)
 
 
 def _docker(*args: str, timeout: int = 60, cwd: Path | None = None) -> subprocess.CompletedProcess | None:
@@ -67,7 +67,7 @@ def _docker(*args: str, timeout: int = 60, cwd: Path | None = None) -> subproces
         return None
 
 
-def check_toolchain(report: Report, python_exe: str | None) -> None:
+def diagnose_toolchain(report: Report, python_exe: str | None) -> None:
     report.add("python", OK if sys.version_info >= (3, 10) else FAIL, f"imagegen runs on {sys.version.split()[0]}",
                "" if sys.version_info >= (3, 10) else "use Python >= 3.10")
     host = host_toolchain.probe(python_exe)
@@ -101,7 +101,7 @@ def check_toolchain(report: Report, python_exe: str | None) -> None:
         report.add("gpus", OK, "none visible (fine: wheels build without a GPU; give --arch)")
 
 
-def check_engine(report: Report) -> None:
+def diagnose_engine(report: Report) -> None:
     if not shutil.which("docker"):
         from imagegen.engine import NO_DOCKER
         what, _, fix = NO_DOCKER.partition(": ")
@@ -138,7 +138,7 @@ def check_engine(report: Report) -> None:
                    "use buildx >= 0.11 (matrix); on older buildx imagegen's generated files still work (no matrix)")
 
 
-def check_container_gpus(report: Report, *, driver_works: bool | None = None, **probe) -> None:
+def diagnose_container_gpus(report: Report, *, driver_works: bool | None = None, **probe) -> None:
     """Which of the three ways to give containers the GPUs this host has (imagegen.executors.gpu_access):
     each found is a line with its docker run flags, or with what to fix."""
     from imagegen import engine
@@ -166,7 +166,7 @@ def check_container_gpus(report: Report, *, driver_works: bool | None = None, **
         report.add("gpus in containers", OK, f"imagegen pull --gpus auto uses {best.mode}")
 
 
-def check_build_gpus(report: Report, *, driver_works: bool | None = None, docker=None) -> None:
+def diagnose_build_gpus(report: Report, *, driver_works: bool | None = None, docker=None) -> None:
     """Can a build step be given the GPU here (`--gpu-check-device`, BuildKit CDI)? The engine and
     buildx versions, and the CDI devices the builder lists for build steps."""
     from imagegen import engine
@@ -177,7 +177,7 @@ def check_build_gpus(report: Report, *, driver_works: bool | None = None, docker
     server = docker("version", "--format", "{{.Server.Version}}")
     bx = docker("buildx", "version")
     if server is None or server.returncode != 0 or bx is None or bx.returncode != 0:
-        return  # check_engine said why
+        return  # diagnose_engine said why
     server_v = gpu_access.version_tuple(server.stdout)
     words = bx.stdout.split()
     bx_v = gpu_access.version_tuple(words[1] if len(words) > 1 else "")
@@ -207,7 +207,7 @@ def check_build_gpus(report: Report, *, driver_works: bool | None = None, docker
     report.add(name, OK, f"build steps can be given {', '.join(allowed)}: --gpu-check-device {allowed[0]}")
 
 
-def check_machine(report: Report, root: Path) -> None:
+def diagnose_machine(report: Report, root: Path) -> None:
     h = jobs.host()
     free = shutil.disk_usage(root).free / 1e9
     report.add("disk", OK if free > 30 else WARN, f"{free:.0f} GB free in {root}",
@@ -226,10 +226,10 @@ def check_machine(report: Report, root: Path) -> None:
 
 def run(python_exe: str | None = None, root: Path | None = None, engine: bool = True) -> Report:
     report = Report()
-    check_toolchain(report, python_exe)
+    diagnose_toolchain(report, python_exe)
     if engine:
-        check_engine(report)
-        check_container_gpus(report)
-        check_build_gpus(report)
-    check_machine(report, root or Path.cwd())
+        diagnose_engine(report)
+        diagnose_container_gpus(report)
+        diagnose_build_gpus(report)
+    diagnose_machine(report, root or Path.cwd())
     return report

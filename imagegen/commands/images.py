@@ -26,8 +26,8 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # Everything the user gave is checked first; then the registry, before anything is built.
     resolve_target(lock.path, "lock file")  # push writes the pushed digests there
     output_folder(args.work, "--work")
-    common.check_builders(args.builder)
-    cache_from, cache_to = common.check_cache_specs(args.cache_from), common.check_cache_specs(args.cache_to)
+    common.validate_builders(args.builder)
+    cache_from, cache_to = common.validate_cache_specs(args.cache_from), common.validate_cache_specs(args.cache_to)
     ca = common.ca_bundle(args.ca_bundle)
     netrc = options.netrc_file(args.netrc)
     probe(registry)  # unreachable, not a registry, wrong password: said now
@@ -48,7 +48,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     opts = common.resolved(args, config)
     lock = common.lock(args)  # loaded once: it pins the plan and the pulled builder images
     plan = request.buildable(request.planned(opts, cat, lock))
-    common.check_job_flags(args)
+    common.validate_job_flags(args)
     from imagegen.outputs import output_folder
     output_folder(args.work, "--work")
     results = prebuilt.pull(plan, registry, out=opts.out, work=args.work, lock=lock,

@@ -78,7 +78,7 @@ def _render_windows(args, command, recipe, version, archs, opts) -> int:
     from imagegen.render import windows
     if recipe.source_kind == "sdist":
         raise UsageError("a Windows script clones the recipe's git source: leave out --fetch sdist")
-    common.check_job_flags(args)
+    common.validate_job_flags(args)
     if args.install_torch and args.python_exe is None:
         raise UsageError("--install-torch goes with --python-exe (without it, each cell's own venv gets its torch)")
     # --src-dir on a checkout that is here: a fork or a changed tree builds as a local tree, as on Linux.
@@ -139,8 +139,8 @@ def _from_python_exe(args, torch: tuple, cuda: tuple, python: tuple) -> tuple[tu
         return torch, cuda, python
     from imagegen.errors import EngineError
     from imagegen.executors.host import probe_python
-    from imagegen.render.windows import check_value
-    check_value(args.shell, exe)  # a path the script could not hold is never run here either
+    from imagegen.render.windows import validate_value
+    validate_value(args.shell, exe)  # a path the script could not hold is never run here either
     try:
         info = probe_python(exe)
     except EngineError as exc:
@@ -187,7 +187,7 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise UsageError(f"--out {shown(out)}: exists and is not a folder (the wheels go into folders under it)")
     written, printed = bakefiles.write_bake(plan, Path.cwd(), Path(args.file), out_dir=str(out),
                                             dockerfiles_dir=args.dockerfiles, command=common.command_line(argv),
-                                            check=args.show)
+                                            validate=args.show)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     if args.show and printed is not None:

@@ -20,13 +20,13 @@ from imagegen.commands import common
 from imagegen.errors import ArchError, ImagegenError, PublishError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown
-from imagegen.publish.manylinux import check_plat
+from imagegen.publish.manylinux import validate_plat
 from imagegen.publish.repair import RepairResult, repair_in_wheelhouse, repair_wheel, wheelhouse_entries
 
 
 def _importer(args: argparse.Namespace) -> str | None:
     """The Python for the import test: --python-exe, else this one when it has torch, else none."""
-    given = common.check_exe(args.python_exe, "--python-exe")
+    given = common.validate_exe(args.python_exe, "--python-exe")
     if given:
         return given
     return sys.executable if importlib.util.find_spec("torch") is not None else None
@@ -49,7 +49,7 @@ def _repair_one(wheel: Path, args: argparse.Namespace, python_exe: str | None) -
 
 def cmd_repair(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for wheel in args.wheels:
-        common.check_wheel_file(wheel)
+        common.validate_wheel_file(wheel)
     if args.out is not None:
         output_folder(args.out, "--out")
         try:
@@ -58,7 +58,7 @@ def cmd_repair(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise UsageError(f"--out {shown(args.out)}: {exc.strerror or 'not a usable path'}") from None
         if not_a_folder:
             raise UsageError(f"--out {shown(args.out)}: not a folder")
-    check_plat(args.plat)
+    validate_plat(args.plat)
     python_exe = _importer(args)
     if python_exe is None:
         print("imagegen: the import test is skipped: this Python has no torch (give --python-exe)", file=sys.stderr)

@@ -100,7 +100,7 @@ def build(plan: Plan, *, out: Path, work: Path, finish: "Finisher", force: bool 
                       inputs=computed)
     given = Compile(out=out, finish=finish, hashes=hashes, max_jobs=max_jobs, nvcc_threads=nvcc_threads, audit=audit,
                     budget=budget, compile_cache=compile_cache)
-    check_cache_support(list(builders) or [None], cache_to)
+    validate_cache_support(list(builders) or [None], cache_to)
 
     if len(builders) > 1:
         # Dealt by the cell's place in the whole plan, not in what is left to do: the same matrix on the same
@@ -157,7 +157,7 @@ def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict
     return keep
 
 
-def check_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> None:
+def validate_cache_support(builders: list[str | None], cache_to: Sequence[str]) -> None:
     """The docker driver exports inline cache only (anything else fails, or is dropped for gha/s3):
     say so before a long build rather than after it."""
     exported = [c for c in cache_to if "type=inline" not in c]

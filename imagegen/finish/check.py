@@ -86,7 +86,7 @@ def wheel_distribution(wheel: Path) -> str:
         raise UsageError(f"{wheel.name}: not a valid wheel file name ({exc})") from None
     try:
         with zipfile.ZipFile(wheel) as zf:
-            untrusted.check_zip(zf)  # it is unpacked later: refused now if that would not be bounded
+            untrusted.validate_zip(zf)  # it is unpacked later: refused now if that would not be bounded
     except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
         raise UsageError(f"{wheel}: not a readable wheel ({exc.__class__.__name__}: {exc})") from None
     except Unreadable as exc:

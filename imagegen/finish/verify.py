@@ -244,7 +244,7 @@ def _read_extension(zf: zipfile.ZipFile, info: zipfile.ZipInfo,
     zip (memory up to SPOOL_BYTES, then a temporary file) and read with bounded reads; with ``keep``,
     a copy there for cuobjdump. Anything unreadable is a VerifyError (a problem of this wheel)."""
     try:  # its declared size and compression (a zip bomb); the bytes are counted below as well
-        untrusted.check_member(info, limit=MAX_SO_BYTES)
+        untrusted.validate_member(info, limit=MAX_SO_BYTES)
     except Unreadable as exc:
         raise VerifyError(f"{exc}: not read") from None
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, dir=keep.parent if keep else None) as buf:

@@ -1,6 +1,6 @@
 """The gencode audit's report and verdict as data: what the in-build script's ``audit`` step
 (shipped/builder/imagegen_audit.py) reports per extension (SASS and PTX targets, nvcc flags, the C++
-standards its compiles pass, the header probe, the link check), read bounded since a stranger's build
+standards its compiles pass, the header probe, the link lookup), read bounded since a stranger's build
 wrote it, and the verdict imagegen.model.audit judges from it (refusals, warnings, notes, the table and the
 record the manifest and `plan --audit --json` keep)."""
 

@@ -258,7 +258,7 @@ _SAMELI = re.compile(r"(?:docker\.io/)?sameli/manylinux[\w.]*_cuda_(\d+\.\d+).*"
 
 
 def _custom_base(fl: Flavor, ref: str, python: str) -> BaseImage:
-    safety.check(ref, safety.IMAGE_REF, "--base-image")
+    safety.validate(ref, safety.IMAGE_REF, "--base-image")
     nvcc: Version | None = None
     torch_cuda: str | None = None
     image_torch: str | None = None

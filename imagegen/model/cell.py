@@ -49,7 +49,7 @@ class Cell:
     # What the user asked for when the package compiles something else for it (8.0;8.6;8.9;9.0 ->
     # 8.0;9.0 for flash-attn: see compiled_archs); None when ``archs`` is the request itself.
     requested_archs: ArchList | None = None
-    # The wheelhouse layout (check_layout): seed 001 keeps its team's fa<v>/torch<s>/cu<x>/.
+    # The wheelhouse layout (validate_layout): seed 001 keeps its team's fa<v>/torch<s>/cu<x>/.
     layout: str = DEFAULT_LAYOUT
     # --offline: no build step reaches a network (RUN --network=none, pip without an index); the
     # source, torch, nvcc and the build requirements all come from the machine and the base image.

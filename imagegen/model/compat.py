@@ -219,7 +219,7 @@ def cuda_variant(text: str) -> CudaVariant:
     return table[name]
 
 
-def check_python(text: str) -> str:
+def validate_python(text: str) -> str:
     """``--python`` as users write it (3.12, 312, py312, cp312, 3.12.4) as ``3.12``."""
     t = str(text).strip().lower()
     if t.startswith(("py", "cp")):
@@ -237,7 +237,7 @@ def torch_index_url(series: TorchSeries, cuda: CudaVariant, override: str | None
     PyTorch index for that variant. ``override`` may contain ``{cuda}``."""
     if override:
         url = override.replace("{cuda}", cuda.name)
-        safety.check(url, safety.URL, "torch index URL")
+        safety.validate(url, safety.URL, "torch index URL")
         return safety.no_credentials(url, "torch index URL", safety.NETRC_INSTEAD)
     if cuda.name == series.pypi_default:
         return None

@@ -16,7 +16,7 @@ LAYOUT_FIELDS = ("package", "short", "version", "torch", "cuda", "python", "py")
 MAX_LAYOUT_DEPTH = 8
 
 
-def check_layout(template: str, what: str = "--layout") -> str:
+def validate_layout(template: str, what: str = "--layout") -> str:
     """A wheelhouse layout: a relative folder template of {package} {short} {version} {torch} {cuda}
     {python} {py} and [A-Za-z0-9._-/] (seed 001's fa{version}/torch{torch}/{cuda}), at most
     MAX_LAYOUT_DEPTH folders deep. Refused otherwise. The one check of a layout, whichever command

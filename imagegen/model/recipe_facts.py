@@ -51,7 +51,7 @@ def version_facts(v: Reader, shown: str, recipe_dir: Path, knob: ArchKnob, label
     if not archs:
         raise v.error("list the archs this version supports", "archs")
     version_knob = load_knob(v.sub("arch", keys=ARCH_KEYS), knob)
-    _check_runs_on(v, version_knob, archs)
+    _validate_runs_on(v, version_knob, archs)
     return RecipeVersion(
         version=label,
         ref="",
@@ -246,7 +246,7 @@ def _parser(r: Reader, base: ArchKnob | None) -> str:
     return value
 
 
-def _check_runs_on(v: Reader, knob: ArchKnob, archs: ArchList) -> None:
+def _validate_runs_on(v: Reader, knob: ArchKnob, archs: ArchList) -> None:
     if knob.style == "fixed":
         return  # a fixed list serves higher minors by itself (cell_rules.covers)
     supported = {a.cc for a in archs}

@@ -127,7 +127,7 @@ def with_declared_version(recipe: Recipe, declared: str | None) -> Recipe:
     except InvalidVersion:
         raise UsageError(f"--version {quoted(declared)}: not a PEP 440 version (what {recipe.name}'s wheel will"
                          " say, like 0.3.0)") from None
-    safety.check(label, safety.VERSION_LABEL, "version")
+    safety.validate(label, safety.VERSION_LABEL, "version")
     rv = recipe.version(None)
     said = rv.source_version
     if said not in (None, label):

@@ -28,7 +28,7 @@ from imagegen import safety
 from imagegen.errors import ConfigError, ImagegenError, UsageError
 from imagegen.model import compat
 from imagegen.model.base_images import container_flavors
-from imagegen.model.layout import check_layout
+from imagegen.model.layout import validate_layout
 
 MAX_CONFIG_BYTES = safety.MAX_TOML_BYTES
 
@@ -143,7 +143,7 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     layout = section.get("layout")
     if layout is not None:
         try:
-            check_layout(layout, f"{where}.layout")
+            validate_layout(layout, f"{where}.layout")
         except UsageError as exc:
             raise ConfigError(str(exc)) from None
     offline = section.get("offline", False)

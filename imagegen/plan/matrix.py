@@ -56,7 +56,7 @@ def make_cell(recipe: Recipe, version: RecipeVersion, torch: str, cuda: str, pyt
               flavor: str, base_image: str | None = None, torch_index_override: str | None = None) -> Cell:
     series, torch_version = compat.torch_series(torch)
     variant = compat.cuda_variant(cuda)
-    py = compat.check_python(python)
+    py = compat.validate_python(python)
     return _cell(recipe, version, series, torch_version, variant, py, archs, flavor, base_image, torch_index_override)
 
 
@@ -193,9 +193,9 @@ def gpu_checked(cell: Cell, device: str, frontend: str | None = None) -> Cell:
     """``cell`` with its wheel checked on the GPU inside the build: the recipe's smoke.gpu_check runs in a
     build step given the CDI ``device``. A recipe without a gpu_check builds as before, with a note saying
     so."""
-    safety.check(device, safety.CDI_DEVICE, "--gpu-check-device")
-    frontend = safety.check(DEFAULT_DOCKERFILE_FRONTEND if frontend is None else frontend, safety.IMAGE_REF,
-                            "--dockerfile-frontend")
+    safety.validate(device, safety.CDI_DEVICE, "--gpu-check-device")
+    frontend = safety.validate(DEFAULT_DOCKERFILE_FRONTEND if frontend is None else frontend, safety.IMAGE_REF,
+                               "--dockerfile-frontend")
     if not cell.recipe.smoke.gpu_check.strip():
         return replace(cell, notes=cell.notes + (f"--gpu-check-device: recipe {cell.recipe.name} has no"
                                                  " smoke.gpu_check, so nothing runs on the GPU in this cell's build",))
@@ -205,13 +205,13 @@ def gpu_checked(cell: Cell, device: str, frontend: str | None = None) -> Cell:
 def with_gpu_check(plan: "Plan", device: str, frontend: str | None = None) -> "Plan":
     """``plan`` with each cell's wheel checked on the GPU inside the build (gpu_checked, per cell)."""
     # refused even for a plan without cells
-    safety.check(device, safety.CDI_DEVICE, "--gpu-check-device")
-    safety.check(DEFAULT_DOCKERFILE_FRONTEND if frontend is None else frontend, safety.IMAGE_REF, "--dockerfile-frontend")
+    safety.validate(device, safety.CDI_DEVICE, "--gpu-check-device")
+    safety.validate(DEFAULT_DOCKERFILE_FRONTEND if frontend is None else frontend, safety.IMAGE_REF, "--dockerfile-frontend")
     return plan.each(lambda c: gpu_checked(c, device, frontend))
 
 
 def with_layout(plan: "Plan", layout: str) -> "Plan":
-    """``plan`` with every cell's wheels in ``layout`` (checked by check_layout)."""
+    """``plan`` with every cell's wheels in ``layout`` (checked by validate_layout)."""
     return plan.each(lambda c: replace(c, layout=layout))
 
 
@@ -234,7 +234,7 @@ def device_requests(req: MatrixRequest, *, torch: bool, cuda: bool, python: bool
         wanted = {compat.cuda_variant(c).dotted for c in req.cuda}
         rows = [r for r in rows if str(r["cuda"]) in wanted]
     if python:
-        rows = [r for r in rows if str(r["python"]) in {compat.check_python(p) for p in req.python}]
+        rows = [r for r in rows if str(r["python"]) in {compat.validate_python(p) for p in req.python}]
     if not rows:
         return [req]
     if arch:
@@ -361,7 +361,7 @@ def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torc
     no image), by the same policy and rules."""
     given_series = compat.torch_series(torch) if torch else None
     given_cuda = compat.cuda_variant(cuda) if cuda else None
-    given_py = compat.check_python(python) if python else None
+    given_py = compat.validate_python(python) if python else None
     flavors = ["native"] if windows else fallback_flavors(flavor, flavor_given, base_image)
     first: Cell | None = None
     first_on_default: Cell | None = None  # this combination on the default flavor: why a fallback was used

@@ -17,7 +17,7 @@ from imagegen.plan.config import DEFAULT_OUT, Config
 from imagegen.errors import Unreadable, UsageError
 from imagegen.outputs import shown
 from imagegen.model import compat
-from imagegen.model.layout import DEFAULT_LAYOUT, check_layout
+from imagegen.model.layout import DEFAULT_LAYOUT, validate_layout
 from imagegen.model.recipes import JOB_FLAGS
 from imagegen.plan.matrix import defaults
 from imagegen.plan.refs import BuildCredentials
@@ -148,7 +148,7 @@ def flag_values(flags: Flags, name: str) -> tuple[str, ...]:
     """What --torch, --cuda or --python were given as, one value each (lists split; Pythons in one
     notation: 3.12, 312, py312 and cp312 are 3.12); empty when the flag was not given."""
     values = listed(getattr(flags, name), f"--{name}")
-    return tuple(compat.check_python(v) for v in values) if name == "python" else values
+    return tuple(compat.validate_python(v) for v in values) if name == "python" else values
 
 
 def base_images(values) -> str | dict[str, str] | None:
@@ -209,7 +209,7 @@ def resolve(flags: Flags, config: Config) -> Options:
         cuda_one=(cuda[0] if cuda else None) or (m.cuda[-1] if m.cuda else None),
         python_one=(python[0] if python else None) or (m.python[-1] if m.python else None),
         arch_configured=(arch[0] if arch else None) or m.arch,
-        layout=check_layout(flags.layout) if flags.layout is not None else config.layout or DEFAULT_LAYOUT,
+        layout=validate_layout(flags.layout) if flags.layout is not None else config.layout or DEFAULT_LAYOUT,
         offline=bool(flags.offline or config.offline),
         gpu_check_device=flags.gpu_check_device,
         platforms=platform_flag(flags.platform),

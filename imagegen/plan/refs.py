@@ -264,7 +264,7 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
     if ref and ref_in_url:
         raise UsageError(f"--ref {ref} and --git ...@{ref_in_url}: give the ref once")
     ref = ref or ref_in_url or "HEAD"
-    safety.check(ref, safety.GIT_REF, "--ref")
+    safety.validate(ref, safety.GIT_REF, "--ref")
     commit = resolve_commit(url, ref, build)
     forked = url != recipe.source_url
     if forked:
@@ -291,7 +291,7 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
         said = facts.source_version or facts.version
     # "+" would not do: the label names wheelhouse folders and bake outputs (safety.LOCAL_PATH)
     label = f"{said}-g{commit[:8]}"
-    safety.check(label, safety.VERSION_LABEL, "version label")
+    safety.validate(label, safety.VERSION_LABEL, "version label")
     version = replace(facts, version=label, ref=ref, commit=commit, sdist=None, source_version=said,
                       resolved=_note(ref, commit, how, facts))
     if url.startswith("file://"):
@@ -426,5 +426,5 @@ def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | 
                 " its content is unchanged")
     local = replace(recipe, source_kind="local", source_path=root, source_url=None, submodules=False)
     label = f"{said}-local"
-    safety.check(label, safety.VERSION_LABEL, "version label")
+    safety.validate(label, safety.VERSION_LABEL, "version label")
     return local, replace(facts, version=label, ref="", commit=None, sdist=None, source_version=said, resolved=resolved)

@@ -40,7 +40,7 @@ REGISTRY = re.compile(r"[a-z0-9.-]+(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-def check_registry(value: str) -> str:
+def validate_registry(value: str) -> str:
     if not REGISTRY.fullmatch(value or ""):
         raise RegistryError(f"registry {value!r} is not HOST[:PORT]/NAMESPACE (e.g. 127.0.0.1:5000/ml or ghcr.io/me)")
     return value
@@ -48,13 +48,13 @@ def check_registry(value: str) -> str:
 
 def image_ref(cell: Cell, registry: str) -> str:
     """The builder image of ``cell`` in ``registry`` (``host[:port]/namespace``)."""
-    check_registry(registry)
+    validate_registry(registry)
     flavor = "" if cell.flavor == defaults()["flavor"] else f"-{cell.flavor}"
     version = re.sub(r"[^A-Za-z0-9_.-]", "_", cell.version.version)
     platform = "" if cell.platform == DEFAULT_PLATFORM else "-" + cell.platform.split("/")[-1]
     tag = f"{version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}{flavor}{platform}"
     ref = f"{registry}/imagegen-{cell.recipe.name}:{tag}"
-    return safety.check(ref, safety.IMAGE_REF, "builder image reference")
+    return safety.validate(ref, safety.IMAGE_REF, "builder image reference")
 
 
 def image_labels(cell: Cell, inputs: str, created: str, version: str) -> dict[str, str]:
@@ -178,7 +178,7 @@ def probe(registry: str, *, timeout: float = 5.0) -> str:
     import urllib.error
     import urllib.request
 
-    host = check_registry(registry).split("/", 1)[0]
+    host = validate_registry(registry).split("/", 1)[0]
     if os.environ.get("IMAGEGEN_NO_REGISTRY_PROBE") == "1" \
             or os.environ.get("DOCKER_HOST", "").startswith(("tcp://", "ssh://")):
         return ""
@@ -191,7 +191,7 @@ def probe(registry: str, *, timeout: float = 5.0) -> str:
                 return url
         except urllib.error.HTTPError as exc:
             if exc.code == 401:
-                _check_credentials(host, ref, url, exc.headers.get("WWW-Authenticate", ""), timeout)
+                _validate_credentials(host, ref, url, exc.headers.get("WWW-Authenticate", ""), timeout)
                 return url
             raise RegistryError(f"{host} does not serve the registry API (GET {url} answered {exc.code}): check"
                                 " the address (HOST[:PORT]/NAMESPACE of a Docker registry)") from None
@@ -229,7 +229,7 @@ def _docker_auth(host: str) -> tuple[str | None, bool]:
     return None, helper
 
 
-def _check_credentials(host: str, ref: str, url: str, challenge: str, timeout: float) -> None:
+def _validate_credentials(host: str, ref: str, url: str, challenge: str, timeout: float) -> None:
     import urllib.error
     import urllib.parse
     import urllib.request

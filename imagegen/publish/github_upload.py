@@ -58,7 +58,7 @@ class GithubRelease(Destination):
         self._release = None
         self._assets: dict | None = None  # name -> asset, read once, then kept up to date
 
-    def check(self, wheel: VerifiedWheel) -> Found | None:
+    def find(self, wheel: VerifiedWheel) -> Found | None:
         asset = self._assets_by_name().get(wheel.path.name)
         if asset is None:
             return None

@@ -114,7 +114,7 @@ class HubRepo(Destination):
         self.token_name = token_name  # HF_TOKEN, or "the token in ~/.cache/huggingface/token"
         self.secrets = secrets  # a token read from the login's file: redacted like HF_TOKEN's value
 
-    def check(self, wheel: VerifiedWheel, revision: str | None = None) -> Found | None:
+    def find(self, wheel: VerifiedWheel, revision: str | None = None) -> Found | None:
         from huggingface_hub.hf_api import RepoFile
         from huggingface_hub.utils.sha import git_hash
 
@@ -142,7 +142,7 @@ class HubRepo(Destination):
                        f" archs {entry.get('archs')}")
         for _ in range(COMMIT_TRIES):
             head = self._call(self.api.repo_info, self.dest.repo_id, revision=self.dest.revision).sha
-            if self.check(wheel, revision=head) is not None:
+            if self.find(wheel, revision=head) is not None:
                 return None  # a file of that name is there now
             try:
                 with wheel.path.open("rb") as fh:

@@ -59,7 +59,7 @@ def machine(platform: str) -> str:
     return next((m for m in MACHINES if platform.endswith(f"_{m}")), platform)
 
 
-def check_plat(plat: str | None) -> None:
+def validate_plat(plat: str | None) -> None:
     """Refuse (UsageError) a --plat that is no manylinux tag, before anything runs."""
     if plat is not None and not _PLAT.fullmatch(plat):
         raise UsageError(f"--plat {shown(plat, 80)}: expected a manylinux tag such as manylinux_2_28_x86_64")

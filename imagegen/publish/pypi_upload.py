@@ -89,7 +89,7 @@ class PypiIndex(Destination):
         self.request_error = request_error
         self.secrets = secrets
 
-    def check(self, wheel: VerifiedWheel) -> Found | None:
+    def find(self, wheel: VerifiedWheel) -> Found | None:
         url = f"{self.dest.simple_url}{_project(wheel)}/"
         page = self._page(url, _project(wheel))
         if page is None:

@@ -45,7 +45,7 @@ from imagegen.executors.import_test import import_test, wheel_modules
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import new_file_mode, shown
-from imagegen.publish.manylinux import base_image_glibc, check_plat, glibc_key, machine, tag_glibc
+from imagegen.publish.manylinux import base_image_glibc, glibc_key, machine, tag_glibc, validate_plat
 from imagegen.safety import describe, member_name_problem, os_reason
 from imagegen.finish.verify import verify_wheel
 from imagegen.wheelhouse.manifest import MANIFEST, read_manifest, sha256
@@ -285,8 +285,8 @@ def _same_archs(source: Path, repaired: Path, expected: ArchList | None) -> dict
     return {so.name: so.archs for so in report.extensions if so.name in before}
 
 
-def _check_input(wheel: Path, plat: str | None) -> None:
-    check_plat(plat)
+def _validate_input(wheel: Path, plat: str | None) -> None:
+    validate_plat(plat)
     try:
         _, _, _, tags = parse_wheel_filename(wheel.name)
     except InvalidWheelFilename:
@@ -321,7 +321,7 @@ def _check_input(wheel: Path, plat: str | None) -> None:
 
 def _repair_into(wheel: Path, source_sha256: str, staging: Path, *, plat: str | None, python_exe: str | None,
                  expected: ArchList | None, base_image: str | None, say: Say) -> RepairResult:
-    """Repair ``wheel`` (checked by _check_input) into the folder ``staging`` and check the result (see
+    """Repair ``wheel`` (checked by _validate_input) into the folder ``staging`` and check the result (see
     the module docstring)."""
     version = _auditwheel_version()
     say(f"repairing {wheel.name} with auditwheel {version} (torch's and the CUDA libraries excluded)")
@@ -356,7 +356,7 @@ def repair_wheel(wheel: Path, dest_dir: Path, *, plat: str | None = None, python
     the archs the wheel must carry (beyond carrying the same as before). ``base_image``: the image it
     was built on, to compare glibcs. A wheel that cannot be repaired is a PublishError (exit 9), with
     auditwheel's reason; dest_dir is then left as it was."""
-    _check_input(wheel, plat)
+    _validate_input(wheel, plat)
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".imagegen-repair-", dir=dest_dir))
@@ -383,7 +383,7 @@ def repair_in_wheelhouse(wheel: Path, *, plat: str | None = None, python_exe: st
     (imagegen.wheelhouse.collect.replace_wheel). The manifest's expected archs are checked again, and its base
     image's glibc compared with the tag. Refused (PublishError) when the wheel is not listed in its
     folder's manifest or changed since it was built."""
-    _check_input(wheel, plat)
+    _validate_input(wheel, plat)
     folder = wheel.parent
     entries = wheelhouse_entries(wheel)
     if not entries:

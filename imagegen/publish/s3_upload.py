@@ -81,7 +81,7 @@ class S3Prefix(Destination):
             return self.dest.key(wheel.path.relative_to(self.out).as_posix())
         return self.dest.key(wheel.path.name)
 
-    def check(self, wheel: VerifiedWheel) -> Found | None:
+    def find(self, wheel: VerifiedWheel) -> Found | None:
         key = self.wheel_key(wheel)
         try:
             head = self.client.head_object(Bucket=self.dest.bucket, Key=key, ChecksumMode="ENABLED")

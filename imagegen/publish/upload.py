@@ -83,12 +83,12 @@ class Target(Protocol):
     secrets: tuple[str, ...]  # credentials it found beyond the environment's (a netrc password): never shown
     unusable: str  # why it cannot be used any more, once it cannot (credentials refused, no such repository)
 
-    def check(self, wheel: VerifiedWheel) -> Found | None:
+    def find(self, wheel: VerifiedWheel) -> Found | None:
         """What is there under the wheel's name; None if nothing. Raises PublishError."""
 
     def upload(self, wheel: VerifiedWheel) -> str | None:
         """Upload the wheel; returns where it is now, or None when the service refused it because a file
-        of that name is there now (one that appeared after the check). Raises PublishError."""
+        of that name is there now (one that appeared after ``find``). Raises PublishError."""
 
 
 class Destination:
@@ -315,14 +315,14 @@ def _reason(exc: Exception) -> str:
 
 
 def _one(target: Target, wheel: VerifiedWheel, dry_run: bool) -> tuple[str, str]:
-    found = target.check(wheel)
+    found = target.find(wheel)
     if found is None:
         if dry_run:
             return WOULD_UPLOAD, ""
         where = target.upload(wheel)
         if where is not None:
             return UPLOADED, where
-        found = target.check(wheel)  # refused as there now: what is it?
+        found = target.find(wheel)  # refused as there now: what is it?
         if found is None:
             raise PublishError("the destination refused it as already there, but shows no file of that name")
     if found.same:

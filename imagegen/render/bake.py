@@ -185,19 +185,19 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
     picks the base itself). ``inputs``: each cell's (by name), where the caller worked them out already."""
     root = (root or Path.cwd()).resolve()
     targets, dockerfiles = [], {}
-    safety.check(dockerfiles_dir, safety.LOCAL_PATH, "Dockerfiles folder")
+    safety.validate(dockerfiles_dir, safety.LOCAL_PATH, "Dockerfiles folder")
     if scripts is None:
         for name, text in builder_files().items():
             dockerfiles[f"{dockerfiles_dir}/{SCRIPTS_CONTEXT}/{name}"] = text
         scripts = _relative(Path(root, dockerfiles_dir, SCRIPTS_CONTEXT), root, "Dockerfiles folder")
     for cell in plan.buildable:
         name = cell.name
-        safety.check(name, _TARGET_NAME, "bake target name")
+        safety.validate(name, _TARGET_NAME, "bake target name")
         path = f"{dockerfiles_dir}/{name}.Dockerfile"
         rendered = render_dockerfile(cell, command=command, inputs=(inputs or {}).get(name))
         dockerfiles[path] = rendered.dockerfile
         out = f"{out_dir}/{cell.wheel_dir}"
-        safety.check(out, safety.LOCAL_PATH, "output folder")
+        safety.validate(out, safety.LOCAL_PATH, "output folder")
         contexts = {SCRIPTS_CONTEXT: scripts}
         if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
             contexts["source"] = _relative(cell.recipe.source_path, root)
@@ -207,7 +207,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
                                   dockerfile=f"{name}.Dockerfile", output=out, cell=cell, contexts=contexts,
                                   fallbacks=tuple(names), inputs=rendered.inputs_hash))
         for ref, fallback in zip(fallbacks, names):
-            safety.check(fallback, _TARGET_NAME, "bake target name")
+            safety.validate(fallback, _TARGET_NAME, "bake target name")
             other = on_fallback(cell, ref, f"when {cell.base.ref} cannot be pulled ({fallback})")
             dockerfiles[f"{dockerfiles_dir}/{fallback}.Dockerfile"] = render_dockerfile(other, command=command).dockerfile
             targets.append(BakeTarget(name=fallback, recipe=cell.recipe.name, context=dockerfiles_dir,
@@ -240,7 +240,7 @@ def _relative(path: Path, root: Path, what: str = "local source path") -> str:
     except ValueError:
         rel = str(path)
     rel = rel if rel.startswith(("/", ".")) else "./" + rel
-    return safety.check(rel, safety.LOCAL_PATH, what)
+    return safety.validate(rel, safety.LOCAL_PATH, what)
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def serialise(definition: BakeDefinition, file: Path, command: str | None, *, on
 
 
 def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_dir: str,
-               command: str | None, check: bool) -> tuple[list[Path], dict | None]:
+               command: str | None, validate: bool) -> tuple[list[Path], dict | None]:
     if not str(file) or str(file) == ".":
         raise UsageError("-f/--file: give the bake file's name (.hcl or .json)")
     path = file if file.is_absolute() else root / file
@@ -58,11 +58,11 @@ def write_bake(plan: Plan, root: Path, file: Path, *, out_dir: str, dockerfiles_
         fallbacks = [t.name for t in definition.targets if t.fallback_of]  # in no group: printed by name
         if fallbacks:
             printed["target"] = {**printed.get("target", {}), **print_bake(path, root, fallbacks).get("target", {})}
-        check_round_trip(definition.as_dict(), printed)
+        validate_round_trip(definition.as_dict(), printed)
     except EngineError as exc:
-        # Checking needs only the buildx plugin; without it the file is still written, and
-        # --print (check=True) insists.
-        if check or "not installed" not in str(exc):
+        # Validating needs only the buildx plugin; without it the file is still written, and
+        # --print (validate=True) insists.
+        if validate or "not installed" not in str(exc):
             raise
         import sys
 
@@ -161,7 +161,7 @@ def print_bake(file: Path, cwd: Path, targets: list[str] | None = None, env: dic
     return json.loads(proc.stdout)
 
 
-def check_round_trip(meant: dict, printed: dict) -> None:
+def validate_round_trip(meant: dict, printed: dict) -> None:
     """Fail if buildx dropped or changed anything imagegen wrote (it drops unknown keys silently)."""
     got_targets = printed.get("target", {})
     for name, want in meant["target"].items():

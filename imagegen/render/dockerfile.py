@@ -302,7 +302,7 @@ def _packages(cell: Cell) -> tuple[list[str], list[str], list[str], list[str]]:
             apt += [f"python{py}"]
     dnf = ["git"]
     for pkg in extra:
-        safety.check(pkg, safety.SYSTEM_PACKAGE, "system package")
+        safety.validate(pkg, safety.SYSTEM_PACKAGE, "system package")
     return (sorted(set(apt)), sorted(set(dnf)),
             sorted(set(extra) - set(apt)), sorted(set(extra) - set(dnf)))
 
@@ -323,8 +323,8 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
     if not cell.buildable or cell.base is None:
         raise UnsafeValueError("internal: render_dockerfile needs a buildable cell")
     base = cell.base
-    safety.check(base.ref, safety.IMAGE_REF, "base image")
-    safety.check(base.python, safety.IMAGE_PATH, "Python path")
+    safety.validate(base.ref, safety.IMAGE_REF, "base image")
+    safety.validate(base.python, safety.IMAGE_PATH, "Python path")
     inputs = inputs or cell_inputs(cell)
     doc, digest = inputs.document, inputs.inputs_hash
     cell_json = _json_line(doc)
@@ -341,8 +341,8 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
     image_name = image_name.replace("+", "_")
     gpu_check_json = ""
     if cell.gpu_check_device:
-        safety.check(cell.gpu_check_device, safety.CDI_DEVICE, "--gpu-check-device")
-        safety.check(cell.dockerfile_frontend or "", safety.IMAGE_REF, "--dockerfile-frontend")
+        safety.validate(cell.gpu_check_device, safety.CDI_DEVICE, "--gpu-check-device")
+        safety.validate(cell.dockerfile_frontend or "", safety.IMAGE_REF, "--dockerfile-frontend")
         gpu_check_json = _json_line({"recipe": recipe.name, "device": cell.gpu_check_device,
                                      "code": recipe.smoke.gpu_check, "requires": list(recipe.smoke.check_requires)})
     text = _environment().get_template("Dockerfile.j2").render(

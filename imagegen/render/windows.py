@@ -111,7 +111,7 @@ def _psq(value: object) -> str:
     return "'" + _PS_SINGLE.sub(r"\1\1", text) + "'"
 
 
-def check_value(shell: str, value: str) -> str:
+def validate_value(shell: str, value: str) -> str:
     """``value`` as the ``shell`` script would quote it (UnsafeValueError, one line, where it cannot be): checked
     before anything uses it (render --shell runs --python-exe's interpreter to read its torch)."""
     return _psq(value) if shell == "powershell" else _cmdq(value)

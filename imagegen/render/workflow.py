@@ -34,7 +34,7 @@ the logs as ``logs-windows-<cell>``, also when the build failed.
 Every job has a ``timeout-minutes`` below a hosted runner's 6 h (MAX_TIMEOUT_MINUTES), so that a build that
 runs long stops on its own terms and the ``if: always()`` steps still run. The matrix values, the
 destinations and the requirement reach the ``run:`` scripts only through ``env:``. Third-party actions are
-pinned to full commit SHAs. _self_check reads the rendered workflow back and refuses it (an internal error)
+pinned to full commit SHAs. _self_validate reads the rendered workflow back and refuses it (an internal error)
 when its jobs, matrices or pins are not what was asked, or when a ``run:`` script holds a GitHub expression.
 """
 
@@ -363,7 +363,7 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         actions={**ACTIONS, **PUBLISH_ACTIONS, **WINDOWS_ACTIONS},
         **_publish_context(options, targets),
     )
-    _self_check(text, targets, publish=bool(options.publish), cells=cells)
+    _self_validate(text, targets, publish=bool(options.publish), cells=cells)
     return text
 
 
@@ -387,9 +387,9 @@ def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
     top, folders = wheelhouse_of(targets)
     for name, rels in folders.items():
         for rel in rels:
-            safety.check(rel, safety.RELATIVE_PATH, f"output folder of bake target {name}")
+            safety.validate(rel, safety.RELATIVE_PATH, f"output folder of bake target {name}")
     if top != ".":
-        safety.check(top, safety.RELATIVE_PATH, "wheelhouse folder")
+        safety.validate(top, safety.RELATIVE_PATH, "wheelhouse folder")
     return {
         "publish": "\n".join(options.publish),
         "publish_env": options.publish_env(),
@@ -401,8 +401,8 @@ def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
     }
 
 
-def _self_check(text: str, targets: list[WorkflowTarget], *, publish: bool = False,
-                cells: list[WindowsCell] | None = None) -> None:
+def _self_validate(text: str, targets: list[WorkflowTarget], *, publish: bool = False,
+                   cells: list[WindowsCell] | None = None) -> None:
     """The rendered workflow read back: its jobs, matrices and pins are what was asked, and no ``run:``
     script holds a GitHub expression (values reach the scripts through ``env:`` only)."""
     import yaml

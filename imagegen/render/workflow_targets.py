@@ -30,7 +30,7 @@ INPUTS_HASH = re.compile(r"|[0-9a-f]{16,64}")
 CPU_HOURS = re.compile(r"|[0-9]{1,5}(\.[0-9]{1,2})?")  # empty: no estimate for the target's recipe
 
 
-def check_text(value: object, pattern: re.Pattern[str], what: str, hint: str) -> str:
+def validate_text(value: object, pattern: re.Pattern[str], what: str, hint: str) -> str:
     if isinstance(value, str) and pattern.fullmatch(value):
         return value
     shown = repr(safety.redact(value) if isinstance(value, str) else value)
@@ -77,8 +77,8 @@ def _bases(name: str, body: dict, dests: list[str], fallbacks: dict) -> str:
             raise UsageError(f"bake target {other} (the fallback of {name}) writes to another folder than {name}")
         rows.append(((got.get("labels") or {}).get("io.imagegen.base-image"), other))
     for ref, target in rows:
-        safety.check(ref, safety.IMAGE_REF, f"base image of bake target {target}")
-        check_text(target, BAKE_NAME, "bake target name", "bake target names of letters, digits, '_' and '-'")
+        safety.validate(ref, safety.IMAGE_REF, f"base image of bake target {target}")
+        validate_text(target, BAKE_NAME, "bake target name", "bake target names of letters, digits, '_' and '-'")
     return "\n".join(f"{ref} {target}" for ref, target in rows)
 
 
@@ -95,8 +95,8 @@ def targets_from_print(printed: dict, fallbacks: dict | None = None) -> list[Wor
                          " workflow per --group or --targets selection (each with its own --output)")
     targets = []
     for name, body in bodies.items():
-        check_text(name, BAKE_NAME, "bake target name", "bake target names of letters, digits, '_' and '-'")
-        dests = [safety.check(d, safety.LOCAL_PATH, f"output folder of bake target {name}")
+        validate_text(name, BAKE_NAME, "bake target name", "bake target names of letters, digits, '_' and '-'")
+        dests = [safety.validate(d, safety.LOCAL_PATH, f"output folder of bake target {name}")
                  for d in local_output_dests(body.get("output") or [])]
         if not dests:
             raise UsageError(f"bake target {name} has no type=local output: the workflow uploads each target's local"
@@ -108,11 +108,13 @@ def targets_from_print(printed: dict, fallbacks: dict | None = None) -> list[Wor
         bases = _bases(name, body, dests, (fallbacks or {}).get("target") or {}) if fallback_targets(
             {"target": {name: body}}) else ""
         inputs = str((body.get("labels") or {}).get("io.imagegen.inputs", ""))
-        check_text(inputs, INPUTS_HASH, f"inputs hash of bake target {name}", "hex digits (imagegen bake writes it)")
+        validate_text(inputs, INPUTS_HASH, f"inputs hash of bake target {name}", "hex digits (imagegen bake writes it)")
         hours = str((body.get("labels") or {}).get(CPU_HOURS_LABEL, ""))
-        check_text(hours, CPU_HOURS, f"CPU-hours of bake target {name}", "a number of hours (imagegen bake writes it)")
+        validate_text(hours, CPU_HOURS, f"CPU-hours of bake target {name}",
+                      "a number of hours (imagegen bake writes it)")
         wall = str((body.get("labels") or {}).get(WALL_HOURS_LABEL, ""))
-        check_text(wall, CPU_HOURS, f"wall hours of bake target {name}", "a number of hours (imagegen bake writes it)")
+        validate_text(wall, CPU_HOURS, f"wall hours of bake target {name}",
+                      "a number of hours (imagegen bake writes it)")
         targets.append(WorkflowTarget(name=name, wheels="\n".join(dests), arm64=platforms == ["linux/arm64"],
                                       bases=bases, inputs=inputs, cpu_hours=float(hours) if hours else None,
                                       wall_hours=float(wall) if wall else None,

@@ -23,7 +23,7 @@ from imagegen.model.cell import MatrixRequest
 from imagegen.plan.matrix import expand
 from imagegen.render import bake as B
 from imagegen.render.bake import build_definition
-from imagegen.render.bakefiles import check_round_trip, print_bake
+from imagegen.render.bakefiles import print_bake, validate_round_trip
 from imagegen.render.dockerfile import builder_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_every_generated_bake_file_passes_buildx_print_and_reads_back(rel):
 
         meant = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT,
                                  scripts=REPO_SCRIPTS).as_dict()
-    check_round_trip(meant, printed)
+    validate_round_trip(meant, printed)
     for name, target in printed["target"].items():
         assert target["target"] == "wheels" and target["output"][0].startswith("type=local,dest=wheelhouse/")
         assert "args" not in target or not target["args"], "no override set: the Dockerfile defaults apply"
@@ -117,7 +117,7 @@ def test_bake_strings_reach_buildx_literally(tmp_path, suffix):
     f.write_text(text)
     (tmp_path / "ca.pem").write_text("")
     printed = print_bake(f, tmp_path, env={"IMAGEGEN_PIP_CERT": str(tmp_path / "ca.pem"), "IMAGEGEN_MAX_JOBS": "3"})
-    check_round_trip(d, printed)  # context and labels exactly as meant
+    validate_round_trip(d, printed)  # context and labels exactly as meant
     got = next(iter(printed["target"].values()))
     assert got["context"] == "${IMAGEGEN_PIP_CERT}"
     assert got["labels"]["hostile"].endswith(" %{ if true }x%{ endif } $${x} $$${y} a$ %%{z")

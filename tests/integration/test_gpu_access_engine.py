@@ -61,8 +61,8 @@ def test_doctor_reads_the_real_engine_and_buildx_for_the_gpu_check_in_builds():
     bx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True)
     assert server.returncode == 0 and bx.returncode == 0, "the Docker engine and buildx are required"
     report = doctor.Report()
-    doctor.check_build_gpus(report, driver_works=False)
-    [check] = [c for c in report.checks if c.name == "gpu check in builds"]
+    doctor.diagnose_build_gpus(report, driver_works=False)
+    [check] = [c for c in report.diagnoses if c.name == "gpu check in builds"]
     new_enough = (gpu_access.version_tuple(server.stdout) >= gpu_access.BUILD_DEVICE_ENGINE
                   and gpu_access.version_tuple(bx.stdout.split()[1]) >= gpu_access.BUILD_DEVICE_BUILDX)
     if new_enough:

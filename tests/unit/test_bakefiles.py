@@ -18,7 +18,7 @@ from imagegen.model.cell import MatrixRequest
 from imagegen.plan.matrix import expand
 from imagegen.render import bakefiles
 from imagegen.render.bake import build_definition
-from imagegen.render.bakefiles import check_round_trip, repo_files
+from imagegen.render.bakefiles import repo_files, validate_round_trip
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,28 +73,29 @@ def _no_buildx(tmp_path: Path, monkeypatch) -> None:
 def test_without_buildx_the_file_is_written_with_a_warning_unless_checking_is_asked(tmp_path, monkeypatch, capsys):
     _no_buildx(tmp_path, monkeypatch)
     written, printed = bakefiles.write_bake(_plan(), tmp_path, Path("b.hcl"), out_dir="wh",
-                                            dockerfiles_dir="dockerfiles", command=None, check=False)
+                                            dockerfiles_dir="dockerfiles", command=None, validate=False)
     assert printed is None and (tmp_path / "b.hcl") in written
     assert "not checked with buildx" in capsys.readouterr().err
     with pytest.raises(EngineError, match="buildx is not installed"):
         bakefiles.write_bake(_plan(), tmp_path, Path("c.hcl"), out_dir="wh", dockerfiles_dir="dockerfiles",
-                             command=None, check=True)
+                             command=None, validate=True)
 
 
 def test_a_bake_file_name_is_required_and_must_be_a_file(tmp_path):
     with pytest.raises(UsageError, match="-f/--file"):
-        bakefiles.write_bake(_plan(), tmp_path, Path("."), out_dir="wh", dockerfiles_dir="d", command=None, check=False)
+        bakefiles.write_bake(_plan(), tmp_path, Path("."), out_dir="wh", dockerfiles_dir="d", command=None,
+                             validate=False)
     (tmp_path / "adir").mkdir()
     with pytest.raises(Exception) as info:
         bakefiles.write_bake(_plan(), tmp_path, Path("adir"), out_dir="wh", dockerfiles_dir="d", command=None,
-                             check=False)
+                             validate=False)
     assert getattr(info.value, "exit_code", 0) != 0 and not (tmp_path / "d").exists()
 
 
 def test_round_trip_check_catches_what_buildx_would_drop_or_change():
     meant = build_definition(_plan(), out_dir="wh", root=ROOT).as_dict()
     printed = json.loads(json.dumps(meant))
-    check_round_trip(meant, printed)  # identical: fine
+    validate_round_trip(meant, printed)  # identical: fine
     (name,) = printed["target"]
     for mutate, needle in (
         (lambda t: t.pop("contexts"), "contexts"),
@@ -104,8 +105,8 @@ def test_round_trip_check_catches_what_buildx_would_drop_or_change():
         bad = json.loads(json.dumps(meant))
         mutate(bad["target"][name])
         with pytest.raises(EngineError, match=needle):
-            check_round_trip(meant, bad)
+            validate_round_trip(meant, bad)
     with pytest.raises(EngineError, match="lost target"):
-        check_round_trip(meant, {"target": {}})
+        validate_round_trip(meant, {"target": {}})
     with pytest.raises(EngineError, match="changed group"):
-        check_round_trip(meant, {**printed, "group": {"default": {"targets": []}}})
+        validate_round_trip(meant, {**printed, "group": {"default": {"targets": []}}})

@@ -15,7 +15,7 @@ def base(flavor: str, torch: str, cuda: str, python: str, override: str | None =
     """The base image for one cell, resolved from flag text as the plan resolves it."""
     series, torch_version = compat.torch_series(torch)
     return base_images.resolve_base_image(base_images.flavor(flavor), series, torch_version,
-                                          compat.cuda_variant(cuda), compat.check_python(python), override)
+                                          compat.cuda_variant(cuda), compat.validate_python(python), override)
 
 
 # --------------------------------------------------------------------------------------------

@@ -181,20 +181,20 @@ def test_inline_cache_needs_no_question_to_the_engine(monkeypatch):
         raise AssertionError("the engine was asked")
 
     monkeypatch.setattr(engine, "builder_driver", no_engine)
-    buildx.check_cache_support([None, "farm"], [])
-    buildx.check_cache_support([None, "farm"], ["type=inline"])
+    buildx.validate_cache_support([None, "farm"], [])
+    buildx.validate_cache_support([None, "farm"], ["type=inline"])
 
 
 def test_a_cache_export_on_the_docker_driver_is_refused_up_front(monkeypatch):
     drivers = {None: "docker", "farm": "docker-container", "old": "docker"}
     monkeypatch.setattr(engine, "builder_driver", lambda builder: drivers[builder])
-    buildx.check_cache_support(["farm"], ["type=registry,ref=r/cache"])
+    buildx.validate_cache_support(["farm"], ["type=registry,ref=r/cache"])
     with pytest.raises(UsageError) as info:
-        buildx.check_cache_support(["farm", None], ["type=gha"])
+        buildx.validate_cache_support(["farm", None], ["type=gha"])
     assert str(info.value).startswith("builder (current) uses the docker driver, which exports only inline cache:")
     assert "--cache-to type=inline" in str(info.value) and info.value.exit_code == 2
     with pytest.raises(UsageError, match="^builder old uses the docker driver"):
-        buildx.check_cache_support(["old"], ["type=local,dest=/c"])
+        buildx.validate_cache_support(["old"], ["type=local,dest=/c"])
 
 
 def test_a_refused_cache_export_stops_the_build_before_baking(tmp_path, bake, monkeypatch):

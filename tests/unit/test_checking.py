@@ -26,7 +26,7 @@ SO = "tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so"
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(doctor, "check_engine", never("doctor's Docker checks"))
+    monkeypatch.setattr(doctor, "diagnose_engine", never("doctor's Docker checks"))
 
 
 def verify(*argv) -> int:

@@ -103,22 +103,22 @@ def test_registry_comes_from_the_flag_or_the_config_and_is_checked():
 # ---------------------------------------------------------------------- builders, caches, CA bundle
 
 
-def test_check_builders_takes_one_name_or_several():
-    assert common.check_builders(None) is None and common.check_builders([]) is None
-    common.check_builders("node-1.lab+gpu_2")
-    common.check_builders(["a", "b"])
+def test_validate_builders_takes_one_name_or_several():
+    assert common.validate_builders(None) is None and common.validate_builders([]) is None
+    common.validate_builders("node-1.lab+gpu_2")
+    common.validate_builders(["a", "b"])
     for bad in ("-flag", "two words", "x" * 101, "semi;colon", ""):
         with pytest.raises(UsageError, match="not a buildx builder name"):
-            common.check_builders(["ok", bad])
+            common.validate_builders(["ok", bad])
 
 
-def test_check_cache_specs_takes_buildx_forms_and_refuses_others():
+def test_validate_cache_specs_takes_buildx_forms_and_refuses_others():
     good = ["type=registry,ref=ghcr.io/me/cache:tag,mode=max", "type=inline", "type=gha", "ghcr.io/me/cache:1",
             "127.0.0.1:5000/ml/cache@sha256:abc"]
-    assert common.check_cache_specs(good) == good and common.check_cache_specs(()) == []
+    assert common.validate_cache_specs(good) == good and common.validate_cache_specs(()) == []
     for bad in ("type=local,src=/a b", "type=registry,ref=x\ny", "TYPE=inline", "just-a-word", "type=x,ref=$(id)"):
         with pytest.raises(UsageError, match="expected buildx's key=value"):
-            common.check_cache_specs(["type=inline", bad])
+            common.validate_cache_specs(["type=inline", bad])
 
 
 def test_ca_bundle_must_be_a_file(tmp_path):
@@ -142,21 +142,21 @@ def test_command_line_is_one_line_that_a_shell_reads_back_as_the_argv():
     assert common.command_line([]) == "imagegen "
 
 
-# ------------------------------------------------------------------------------------- check_exe
+# ------------------------------------------------------------------------------------- validate_exe
 
 
-def test_check_exe_accepts_an_executable_file_or_a_name_on_path(tmp_path, monkeypatch):
-    assert common.check_exe(None, "--python-exe") is None
+def test_validate_exe_accepts_an_executable_file_or_a_name_on_path(tmp_path, monkeypatch):
+    assert common.validate_exe(None, "--python-exe") is None
     exe = tmp_path / "bin" / "mypython"
     exe.parent.mkdir()
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
-    assert common.check_exe(str(exe), "--python-exe") == str(exe)
+    assert common.validate_exe(str(exe), "--python-exe") == str(exe)
     monkeypatch.setenv("PATH", str(exe.parent))
-    assert common.check_exe("mypython", "--python-exe") == "mypython"
+    assert common.validate_exe("mypython", "--python-exe") == "mypython"
 
 
-def test_check_exe_says_why_an_interpreter_is_unusable(tmp_path, monkeypatch):
+def test_validate_exe_says_why_an_interpreter_is_unusable(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     plain = tmp_path / "plain"
     plain.write_text("#!/bin/sh\n")
@@ -169,7 +169,7 @@ def test_check_exe_says_why_an_interpreter_is_unusable(tmp_path, monkeypatch):
              (str(plain), "not executable"), (str(loop), "a symlink loop")]
     for value, why in cases:
         with pytest.raises(UsageError, match="^--exe-flag .*: " + why) as info:
-            common.check_exe(value, "--exe-flag")
+            common.validate_exe(value, "--exe-flag")
         assert "\n" not in str(info.value) and len(str(info.value)) < 200
 
 

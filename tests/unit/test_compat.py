@@ -108,14 +108,14 @@ def test_cuda_variant_errors() -> None:
     [("3.12", "3.12"), ("312", "3.12"), ("py312", "3.12"), ("cp312", "3.12"), ("3.12.4", "3.12"), ("CP39", "3.9"),
      ("310", "3.10"), (" 3.14 ", "3.14")],
 )
-def test_check_python_forms(text: str, expected: str) -> None:
-    assert compat.check_python(text) == expected
+def test_validate_python_forms(text: str, expected: str) -> None:
+    assert compat.validate_python(text) == expected
 
 
 @pytest.mark.parametrize("bad", ["2.7", "3", "python3.12", "3.1234", "cp2", "", "3.12-dev"])
-def test_check_python_errors(bad: str) -> None:
+def test_validate_python_errors(bad: str) -> None:
     with pytest.raises(UsageError) as info:
-        compat.check_python(bad)
+        compat.validate_python(bad)
     assert str(info.value) == f"--python {bad!r} is not a CPython version like 3.12 (or 312, cp312)"
 
 

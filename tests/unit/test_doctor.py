@@ -48,8 +48,8 @@ def bare_path(tmp_path, monkeypatch) -> Path:
     return bin_dir
 
 
-def _checks(report: doctor.Report) -> dict[str, doctor.Check]:
-    return {c.name: c for c in report.checks}
+def _diagnoses(report: doctor.Report) -> dict[str, doctor.Diagnosis]:
+    return {c.name: c for c in report.diagnoses}
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -81,10 +81,10 @@ def test_report_text_aligns_the_names_and_puts_each_fix_below_its_check():
 def test_a_cuda_torch_with_a_matching_nvcc_is_all_ok(tmp_path, bare_path):
     python = _python(tmp_path, torch="2.8.0", torch_cuda="12.8", cuda_home=_cuda(tmp_path, "12.9"))
     report = doctor.Report()
-    doctor.check_toolchain(report, python)
-    checks = _checks(report)
+    doctor.diagnose_toolchain(report, python)
+    checks = _diagnoses(report)
     assert list(checks) == ["python", "torch", "nvcc", "nvcc vs torch", "gpus"]
-    assert all(c.status == doctor.OK for c in report.checks), report.text()
+    assert all(c.status == doctor.OK for c in report.diagnoses), report.text()
     assert checks["torch"].detail == f"2.8.0 (CUDA 12.8) in {python}"
     assert checks["nvcc"].detail == f"12.9 (CUDA_HOME {tmp_path / 'cuda'})"
     assert checks["nvcc vs torch"].detail == "nvcc 12.x matches torch's CUDA 12.8"
@@ -94,7 +94,7 @@ def test_a_cuda_torch_with_a_matching_nvcc_is_all_ok(tmp_path, bare_path):
 def test_nvcc_and_torch_of_different_cuda_majors_is_the_failure_to_fix_first(tmp_path, bare_path):
     python = _python(tmp_path, torch="2.9.0", torch_cuda="13.0", cuda_home=_cuda(tmp_path, "12.8"))
     report = doctor.Report()
-    doctor.check_toolchain(report, python)
+    doctor.diagnose_toolchain(report, python)
     [failed] = report.failed
     assert failed.name == "nvcc vs torch" and failed.detail == "nvcc 12.8 but torch is a CUDA 13.0 build"
     assert "install CUDA 13.x (or a torch built for CUDA 12.x)" in failed.fix
@@ -103,8 +103,8 @@ def test_nvcc_and_torch_of_different_cuda_majors_is_the_failure_to_fix_first(tmp
 def test_a_cpu_torch_is_a_warning_and_nvcc_is_not_compared(tmp_path, bare_path):
     python = _python(tmp_path, torch="2.8.0", torch_cuda=None, cuda_home=_cuda(tmp_path, "12.8"))
     report = doctor.Report()
-    doctor.check_toolchain(report, python)
-    checks = _checks(report)
+    doctor.diagnose_toolchain(report, python)
+    checks = _diagnoses(report)
     assert checks["torch"].status == doctor.WARN and "none: a CPU build" in checks["torch"].detail
     assert "cuXXX index" in checks["torch"].fix
     assert "nvcc vs torch" not in checks and report.failed == []
@@ -113,8 +113,8 @@ def test_a_cpu_torch_is_a_warning_and_nvcc_is_not_compared(tmp_path, bare_path):
 def test_no_torch_and_no_nvcc_are_warnings_that_only_native_builds_care_about(tmp_path, bare_path):
     python = _python(tmp_path, torch_error="ModuleNotFoundError: No module named 'torch'")
     report = doctor.Report()
-    doctor.check_toolchain(report, python)
-    checks = _checks(report)
+    doctor.diagnose_toolchain(report, python)
+    checks = _diagnoses(report)
     assert checks["torch"].status == doctor.WARN and checks["torch"].detail == f"not importable by {python}"
     assert checks["nvcc"].status == doctor.WARN and checks["nvcc"].fix.startswith("only native builds need it")
     assert report.failed == []
@@ -125,8 +125,8 @@ def test_nvcc_is_found_on_path_when_cuda_home_is_unknown(tmp_path, bare_path):
     (bare_path / "nvcc").symlink_to(tmp_path / "cuda" / "bin" / "nvcc")
     python = _python(tmp_path, torch="2.9.0", torch_cuda="13.0")
     report = doctor.Report()
-    doctor.check_toolchain(report, python)
-    checks = _checks(report)
+    doctor.diagnose_toolchain(report, python)
+    checks = _diagnoses(report)
     assert checks["nvcc"].detail == "13.0 (CUDA_HOME None)" and checks["nvcc vs torch"].status == doctor.OK
 
 
@@ -134,8 +134,8 @@ def test_visible_gpus_give_the_arch_to_build_for(tmp_path, bare_path):
     _exe(bare_path / "nvidia-smi", 'echo "NVIDIA H100 80GB HBM3, 9.0"\necho "NVIDIA A100-SXM4-40GB, 8.0"\n'
                                    'echo "NVIDIA H100 80GB HBM3, 9.0"\n')
     report = doctor.Report()
-    doctor.check_toolchain(report, _python(tmp_path))
-    gpus = _checks(report)["gpus"]
+    doctor.diagnose_toolchain(report, _python(tmp_path))
+    gpus = _diagnoses(report)["gpus"]
     assert gpus.status == doctor.OK
     assert gpus.detail == "NVIDIA H100 80GB HBM3 (9.0); NVIDIA A100-SXM4-40GB (8.0); NVIDIA H100 80GB HBM3 (9.0)"
     assert gpus.fix == "build for them with --arch '8.0;9.0'"
@@ -143,8 +143,8 @@ def test_visible_gpus_give_the_arch_to_build_for(tmp_path, bare_path):
 
 def test_this_interpreter_is_the_default(bare_path):
     report = doctor.Report()
-    doctor.check_toolchain(report, None)
-    checks = _checks(report)
+    doctor.diagnose_toolchain(report, None)
+    checks = _diagnoses(report)
     assert checks["python"].status == doctor.OK
     assert checks["python"].detail == f"imagegen runs on {sys.version.split()[0]}"
     assert checks["torch"].detail.endswith(sys.executable)  # "... in EXE" or "not importable by EXE"
@@ -180,8 +180,8 @@ def _docker(bare_path: Path, tmp_path: Path, monkeypatch, body: str) -> Path:
 def test_a_working_engine_with_a_bake_matrix_and_local_export(tmp_path, bare_path, monkeypatch):
     calls = _docker(bare_path, tmp_path, monkeypatch, HEALTHY_DOCKER.replace("{export}", BOTH))
     report = doctor.Report()
-    doctor.check_engine(report)
-    checks = _checks(report)
+    doctor.diagnose_engine(report)
+    checks = _diagnoses(report)
     assert list(checks) == ["docker engine", "buildx", "bake matrix + local export"]
     assert report.failed == [] and checks["docker engine"].detail == "server 27.3.1"
     assert checks["buildx"].detail == "v0.17.1"
@@ -195,7 +195,7 @@ def test_a_bake_that_does_not_export_both_targets_fails_with_what_to_do(tmp_path
     one = "mkdir -p out/a && echo ok > out/a/ok\n    echo 'matrix: unknown field' >&2"
     _docker(bare_path, tmp_path, monkeypatch, HEALTHY_DOCKER.replace("{export}", one))
     report = doctor.Report()
-    doctor.check_engine(report)
+    doctor.diagnose_engine(report)
     [failed] = report.failed
     assert failed.name == "bake matrix + local export"
     assert failed.detail == "did not work here: matrix: unknown field" and "buildx >= 0.11" in failed.fix
@@ -207,8 +207,8 @@ def test_a_stopped_daemon_fails_without_trying_a_bake(tmp_path, bare_path, monke
                                   ' unix:///var/run/docker.sock" >&2; exit 1 ;;')
     calls = _docker(bare_path, tmp_path, monkeypatch, body.replace("{export}", BOTH))
     report = doctor.Report()
-    doctor.check_engine(report)
-    checks = _checks(report)
+    doctor.diagnose_engine(report)
+    checks = _diagnoses(report)
     assert checks["docker engine"].status == doctor.FAIL
     assert checks["docker engine"].detail.startswith("not reachable: Cannot connect to the Docker daemon")
     assert checks["buildx"].status == doctor.OK and "bake matrix + local export" not in checks
@@ -220,15 +220,15 @@ def test_a_missing_buildx_plugin_is_its_own_failure(tmp_path, bare_path, monkeyp
                                   '"buildx version") echo "docker: \'buildx\' is not a docker command." >&2; exit 1 ;;')
     _docker(bare_path, tmp_path, monkeypatch, body.replace("{export}", BOTH))
     report = doctor.Report()
-    doctor.check_engine(report)
-    assert [(c.name, c.status) for c in report.checks] == [("docker engine", doctor.OK), ("buildx", doctor.FAIL)]
+    doctor.diagnose_engine(report)
+    assert [(c.name, c.status) for c in report.diagnoses] == [("docker engine", doctor.OK), ("buildx", doctor.FAIL)]
     assert "install docker-buildx" in report.failed[0].fix
 
 
 def test_no_docker_cli_is_a_warning_with_the_engine_modules_words(bare_path):
     report = doctor.Report()
-    doctor.check_engine(report)
-    [check] = report.checks
+    doctor.diagnose_engine(report)
+    [check] = report.diagnoses
     assert (check.name, check.status) == ("docker", doctor.WARN)
     assert f"{check.detail}: {check.fix}" == NO_DOCKER
 
@@ -238,14 +238,14 @@ def test_no_docker_cli_is_a_warning_with_the_engine_modules_words(bare_path):
 
 def test_machine_checks_name_the_disk_the_cores_and_the_job_settings(tmp_path):
     report = doctor.Report()
-    doctor.check_machine(report, tmp_path)
-    names = [c.name for c in report.checks]
+    doctor.diagnose_machine(report, tmp_path)
+    names = [c.name for c in report.diagnoses]
     assert names[:2] == ["disk", "cpu / ram"] and len(names) == 4
     assert names[2].startswith("jobs (sageattention, ") and names[3].startswith("jobs (flash-attn, ")
     assert all("GB per nvcc thread, one arch)" in n for n in names[2:])
-    assert report.checks[0].detail.endswith(f" GB free in {tmp_path}")
-    assert " cores, " in report.checks[1].detail and "GB RAM for builds" in report.checks[1].detail
-    assert all(c.detail.startswith("MAX_JOBS=") for c in report.checks[2:])
+    assert report.diagnoses[0].detail.endswith(f" GB free in {tmp_path}")
+    assert " cores, " in report.diagnoses[1].detail and "GB RAM for builds" in report.diagnoses[1].detail
+    assert all(c.detail.startswith("MAX_JOBS=") for c in report.diagnoses[2:])
     assert report.failed == []  # the machine itself is never a FAIL, at most a warning
 
 
@@ -253,8 +253,8 @@ def test_run_without_the_engine_never_calls_docker(tmp_path, bare_path, monkeypa
     calls = _docker(bare_path, tmp_path, monkeypatch, HEALTHY_DOCKER.replace("{export}", BOTH))
     report = doctor.run(_python(tmp_path, torch="2.8.0", torch_cuda="12.8", cuda_home=_cuda(tmp_path, "12.8")),
                         root=tmp_path, engine=False)
-    names = [c.name for c in report.checks]
+    names = [c.name for c in report.diagnoses]
     assert names[:5] == ["python", "torch", "nvcc", "nvcc vs torch", "gpus"] and names[5] == "disk"
     assert not {"docker", "docker engine", "buildx"} & set(names) and calls.read_text() == ""
     with_engine = doctor.run(_python(tmp_path), root=tmp_path)
-    assert "bake matrix + local export" in [c.name for c in with_engine.checks] and calls.read_text()
+    assert "bake matrix + local export" in [c.name for c in with_engine.diagnoses] and calls.read_text()

@@ -78,9 +78,9 @@ def test_a_stopped_daemon_is_said_as_such(tmp_path, monkeypatch):
     assert str(info.value).startswith("no usable Docker engine with buildx (Cannot connect to the Docker daemon")
     assert "start the daemon" in str(info.value)
     with pytest.raises(EngineError) as info:
-        engine.docker("info", check_engine=True)
+        engine.docker("info", require_engine=True)
     assert str(info.value).startswith("no usable Docker engine with buildx")
-    assert engine.docker("info").returncode == 1  # without check_engine the caller judges
+    assert engine.docker("info").returncode == 1  # without require_engine the caller judges
     engine.contexts.cache_clear()
 
 

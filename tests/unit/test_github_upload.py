@@ -87,14 +87,14 @@ def test_a_name_github_refuses_as_taken_is_checked_again(tmp_path, github, monke
     wheel = wheelhouse(tmp_path / "out")
     github.add_release(REPO, TAG)
     theirs = wheel.read_bytes() if same else rebuilt(WHEEL, tmp_path / "theirs").read_bytes()
-    real_check = github_upload.GithubRelease.check
+    real_find = github_upload.GithubRelease.find
 
-    def check_then_race(self, w):  # the asset appears right after our check, before our upload
-        found = real_check(self, w)
+    def find_then_race(self, w):  # the asset appears right after our find, before our upload
+        found = real_find(self, w)
         github.releases[(REPO, TAG)]["assets"].setdefault(w.path.name, {"id": 99, "name": w.path.name, "data": theirs})
         return found
 
-    monkeypatch.setattr(github_upload.GithubRelease, "check", check_then_race)
+    monkeypatch.setattr(github_upload.GithubRelease, "find", find_then_race)
     (outcome,) = publish(tmp_path / "out", [DEST], env=env(github)).outcomes
     assert outcome.status == ("skipped" if same else "refused")
     assert github.asset_bytes(REPO, TAG, wheel.name) == theirs

@@ -237,26 +237,26 @@ def test_doctor_reports_each_way_this_host_has(tmp_path, monkeypatch):
     cdi_spec(root, "nvidia.yaml", "kind: nvidia.com/gpu\ndevices: [{name: all}]\n")
     toolkit_on_path(tmp_path, monkeypatch)
     report = doctor.Report()
-    doctor.check_container_gpus(report, driver_works=True, root=root, ldconfig=ldconfig_for(libcuda, root),
-                                library_path="", docker=lambda *a: subprocess.CompletedProcess(a, 0, "[]\n", ""))
+    doctor.diagnose_container_gpus(report, driver_works=True, root=root, ldconfig=ldconfig_for(libcuda, root),
+                                   library_path="", docker=lambda *a: subprocess.CompletedProcess(a, 0, "[]\n", ""))
     lines = report.text().splitlines()
-    assert [c.name for c in report.checks] == ["gpus in containers: cdi", "gpus in containers: devices", "gpus in containers"]
-    assert [c.status for c in report.checks] == [doctor.WARN, doctor.OK, doctor.OK]
+    assert [c.name for c in report.diagnoses] == ["gpus in containers: cdi", "gpus in containers: devices", "gpus in containers"]
+    assert [c.status for c in report.diagnoses] == [doctor.WARN, doctor.OK, doctor.OK]
     assert any("but the engine has CDI off" in line for line in lines)
     assert any("--device" in line and "/usr/local/nvidia/lib64/libcuda.so.1:ro" in line for line in lines)
-    assert report.checks[-1].detail == "imagegen pull --gpus auto uses devices"
+    assert report.diagnoses[-1].detail == "imagegen pull --gpus auto uses devices"
 
 
 def test_doctor_on_a_host_with_no_way_says_so_with_the_fix(tmp_path, monkeypatch):
     toolkit_on_path(tmp_path, monkeypatch)
     report = doctor.Report()
-    doctor.check_container_gpus(report, driver_works=True, root=tmp_path, ldconfig=lambda: "", library_path="",
-                                docker=lambda *a: None)
-    assert [c.status for c in report.checks] == [doctor.WARN]
-    assert "cannot see the GPUs" in report.checks[0].detail and "NVIDIA Container Toolkit" in report.checks[0].fix
+    doctor.diagnose_container_gpus(report, driver_works=True, root=tmp_path, ldconfig=lambda: "", library_path="",
+                                   docker=lambda *a: None)
+    assert [c.status for c in report.diagnoses] == [doctor.WARN]
+    assert "cannot see the GPUs" in report.diagnoses[0].detail and "NVIDIA Container Toolkit" in report.diagnoses[0].fix
     report = doctor.Report()
-    doctor.check_container_gpus(report, driver_works=False)
-    assert report.checks[0].status == doctor.OK and "no working NVIDIA driver" in report.checks[0].detail
+    doctor.diagnose_container_gpus(report, driver_works=False)
+    assert report.diagnoses[0].status == doctor.OK and "no working NVIDIA driver" in report.diagnoses[0].detail
 
 
 # `docker buildx inspect` as buildx 0.29.1 (Debian sid) printed it: on the H100 device with the spec
@@ -317,6 +317,6 @@ def docker_answering(server: str, buildx: str, inspect: str):
 ])
 def test_doctor_says_whether_a_build_step_can_be_given_the_gpu(server, buildx, inspect, driver, level, words):
     report = doctor.Report()
-    doctor.check_build_gpus(report, driver_works=driver, docker=docker_answering(server, buildx, inspect))
-    [check] = [c for c in report.checks if c.name == "gpu check in builds"]
+    doctor.diagnose_build_gpus(report, driver_works=driver, docker=docker_answering(server, buildx, inspect))
+    [check] = [c for c in report.diagnoses if c.name == "gpu check in builds"]
     assert check.status == level and words in check.detail + " " + check.fix

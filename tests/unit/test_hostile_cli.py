@@ -675,7 +675,7 @@ def _stubs():
     saved = []
     for owner, name in ((execute, "build"), (buildx_audit, "audit"), (push, "push"), (prebuilt, "pull"),
                         (registry, "lock_bases"), (registry, "probe"), (native, "build_native"),
-                        (native, "audit_native"), (doctor, "check_engine"), (check, "probe_gpu"),
+                        (native, "audit_native"), (doctor, "diagnose_engine"), (check, "probe_gpu"),
                         (refs, "resolve_commit"), (refresh, "refresh"), (repairing, "repair_wheel"),
                         (repairing, "repair_in_wheelhouse"), (upload, "connect")):
         saved.append((owner, name, getattr(owner, name)))

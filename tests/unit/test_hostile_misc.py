@@ -20,7 +20,7 @@ from imagegen import outputs
 from imagegen.wheelhouse import manifest as wheelhouse
 from imagegen.cli import main
 from imagegen.executors import gpu_access
-from imagegen.model.layout import check_layout
+from imagegen.model.layout import validate_layout
 from imagegen.errors import UsageError
 from imagegen.publish import index
 from imagegen.commands import ci
@@ -127,12 +127,12 @@ def test_a_library_name_linking_to_another_file_is_not_mounted(tmp_path):
 
 
 def test_the_layout_limit_is_what_the_readers_walk(tmp_path):
-    """A wheel at the deepest layout check_layout allows is found by the wheelhouse readers; the
+    """A wheel at the deepest layout validate_layout allows is found by the wheelhouse readers; the
     layout one deeper is refused."""
     depth = wheelhouse.MAX_WALK_DEPTH
-    check_layout("/".join(["d"] * depth))
+    validate_layout("/".join(["d"] * depth))
     with pytest.raises(UsageError, match="deeper than"):
-        check_layout("/".join(["d"] * (depth + 1)))
+        validate_layout("/".join(["d"] * (depth + 1)))
     for parts, found in ((depth, True), (depth + 1, False)):
         out = tmp_path / f"house{parts}"
         folder = out.joinpath(*["d"] * parts)

@@ -450,7 +450,7 @@ def test_every_typed_error_is_escaped():
 
 def test_the_unsafe_value_message_reads_as_a_sentence():
     with pytest.raises(UnsafeValueError) as err:
-        safety.check("a b", safety.ENV_NAME, "--env")
+        safety.validate("a b", safety.ENV_NAME, "--env")
     assert "is not allowed: use a value matching" in str(err.value)
     assert "use it must match" not in str(err.value)
 

@@ -202,7 +202,7 @@ def test_reading_a_planted_tree_runs_none_of_its_commands(tmp_path):
     refs.only_patched(tree, (patch,))
     refs.export_commit(tree, head, "demo")
     from imagegen.commands import ci as workflow
-    workflow._check_top_folder(tree)
+    workflow._validate_top_folder(tree)
     wheeltools.apply_patch({"name": "p.patch", "text": patch.text}, str(tree), lambda m: None,
                            lambda m: pytest.fail(m), "broken")
     assert sorted(p.name for p in marks.iterdir()) == []

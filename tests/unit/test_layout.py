@@ -11,7 +11,7 @@ import pytest
 from imagegen.cli import main
 from imagegen.plan.config import load_config
 from imagegen.errors import ConfigError, UsageError
-from imagegen.model.layout import DEFAULT_LAYOUT, LAYOUT_FIELDS, check_layout
+from imagegen.model.layout import DEFAULT_LAYOUT, LAYOUT_FIELDS, validate_layout
 
 CELL = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
 
@@ -19,7 +19,7 @@ CELL = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
 @pytest.mark.parametrize("good", [DEFAULT_LAYOUT, "fa{version}/torch{torch}/{cuda}", "{short}/{py}/{cuda}",
                                   "wheels/{package}_{python}"])
 def test_good_layouts_are_kept(good):
-    assert check_layout(good) == good
+    assert validate_layout(good) == good
 
 
 @pytest.mark.parametrize("bad, words", [
@@ -30,7 +30,7 @@ def test_good_layouts_are_kept(good):
 ])
 def test_bad_layouts_are_one_line(bad, words):
     with pytest.raises(UsageError, match=words.replace("{", r"\{").replace("(", r"\(")):
-        check_layout(bad)
+        validate_layout(bad)
 
 
 def test_every_field_is_filled(capsys):

@@ -1,4 +1,4 @@
-"""The audit's link check: each -l library an extension's recorded link asks for, looked up where the
+"""The audit's link lookup: each -l library an extension's recorded link asks for, looked up where the
 linker will look (the link's -L folders, LIBRARY_PATH, the real compiler driver's own search through
 its -print-file-name, here the host's real g++), and the judgement of a library it would not find
 (the -lcuda class: a CPU builder without the driver compiles everything, then stops at the link)."""
@@ -21,7 +21,7 @@ from imagegen.model.arch_parse import parse_arch_list
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "imagegen" / "shipped" / "builder"))
 import imagegen_audit as audit  # noqa: E402  (stdlib-only script shipped beside imagegen_build.py)
-import imagegen_audit_links as links  # noqa: E402  (the link check, beside it)
+import imagegen_audit_links as links  # noqa: E402  (the link lookup, beside it)
 
 GXX = shutil.which("g++")
 MISSING = "imagegen_no_such_library_4f2a"
@@ -71,9 +71,9 @@ def test_compiles_are_not_links(tmp_path):
     assert links.missing_libraries([compile_record], env_with({"cxx": [GXX or "g++"]})) == {}
 
 
-def test_add_link_check_fills_each_extension(tmp_path):
+def test_add_link_missing_fills_each_extension(tmp_path):
     report = {"extensions": [{"module": "pkg._C"}, {"module": "pkg._other"}]}
-    links.add_link_check(report, [link(tmp_path, f"-l{MISSING}")], env_with({"cxx": [GXX]}))
+    links.add_link_missing(report, [link(tmp_path, f"-l{MISSING}")], env_with({"cxx": [GXX]}))
     assert report["extensions"] == [{"module": "pkg._C", "link_missing": [MISSING]},
                                     {"module": "pkg._other", "link_missing": []}]
 

@@ -28,14 +28,14 @@ def test_glibc_versions_compare_as_numbers():
 
 @pytest.mark.parametrize("plat", ["manylinux_2_28_x86_64", "manylinux2014_aarch64", "manylinux_2_39_riscv64"])
 def test_plat_takes_a_manylinux_tag_of_a_known_machine(plat):
-    manylinux.check_plat(plat)
-    manylinux.check_plat(None)  # left out: the lowest tag the symbols allow
+    manylinux.validate_plat(plat)
+    manylinux.validate_plat(None)  # left out: the lowest tag the symbols allow
 
 
 @pytest.mark.parametrize("plat", ["linux_x86_64", "manylinux_2_28_sparc", "musllinux_1_2_x86_64", "manylinux_2_28"])
 def test_plat_refuses_what_is_no_manylinux_tag(plat):
     with pytest.raises(UsageError, match=r"expected a manylinux tag such as manylinux_2_28_x86_64$") as info:
-        manylinux.check_plat(plat)
+        manylinux.validate_plat(plat)
     assert info.value.exit_code == 2
 
 

@@ -165,7 +165,7 @@ def test_hostile_base_image_is_refused():
 def test_unsafe_value_error_is_typed():
     from imagegen import safety
     with pytest.raises(UnsafeValueError):
-        safety.check("a\nb", safety.IMAGE_REF, "image")
+        safety.validate("a\nb", safety.IMAGE_REF, "image")
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,11 +20,11 @@ from imagegen.plan.registry import (
     ImageMissing,
     Lock,
     RegistryError,
-    check_registry,
     explain,
     image_labels,
     image_ref,
     pinned,
+    validate_registry,
 )
 from imagegen.render.dockerfile import render_dockerfile
 
@@ -50,7 +50,7 @@ def test_reference_is_deterministic_and_follows_the_scheme():
 @pytest.mark.parametrize("bad", ["", "ghcr.io", "Ghcr.io/Me", "x; rm -rf /", "host/ns:tag", "host//ns", "$(id)/x"])
 def test_bad_registry_values_are_refused(bad):
     with pytest.raises(RegistryError):
-        check_registry(bad)
+        validate_registry(bad)
 
 
 def test_labels_carry_source_revision_created_version_and_inputs():

@@ -80,7 +80,7 @@ def test_the_write_is_conditional_so_an_object_that_appeared_is_not_overwritten(
     wheel = wheelhouse(tmp_path / "out")
     (verified,) = verified_wheels(tmp_path / "out")
     target = s3_upload.connect(parse_destination(f"s3://{BUCKET}/{prefix}"), env(s3), write=True)
-    assert target.check(verified) is None
+    assert target.find(verified) is None
     s3.client().put_object(Bucket=BUCKET, Key=f"{prefix}{wheel.name}", Body=b"theirs")  # after our check
     assert target.upload(verified) is None  # refused by the store: an object of that key is there now
     assert s3.client().get_object(Bucket=BUCKET, Key=f"{prefix}{wheel.name}")["Body"].read() == b"theirs"

@@ -29,7 +29,7 @@ def test_no_pattern_matches_a_value_with_a_newline_quote_dollar_or_backtick(name
     value = head + bad + tail
     assert PATTERNS[name].fullmatch(value) is None, (name, value)
     with pytest.raises(UnsafeValueError):
-        safety.check(value, PATTERNS[name], "value")
+        safety.validate(value, PATTERNS[name], "value")
 
 
 _PART = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
@@ -39,10 +39,10 @@ _PART = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
 @given(st.lists(_PART, min_size=1, max_size=3), st.one_of(st.none(), st.integers(1, 65535)),
        st.one_of(st.none(), st.text("abcXYZ019_.-", min_size=1, max_size=20).filter(lambda t: t[0] not in ".-")),
        st.one_of(st.none(), st.text("0123456789abcdef", min_size=64, max_size=64)))
-def test_check_returns_a_matching_image_reference_unchanged(path, port, tag, digest):
+def test_validate_returns_a_matching_image_reference_unchanged(path, port, tag, digest):
     value = (f"registry.example:{port}/" if port else "") + "/".join(path) + (f":{tag}" if tag else "") \
         + (f"@sha256:{digest}" if digest else "")
-    assert safety.check(value, safety.IMAGE_REF, "image") is value
+    assert safety.validate(value, safety.IMAGE_REF, "image") is value
 
 
 @pytest.mark.parametrize("value, ok", [
@@ -95,24 +95,24 @@ def test_pattern_examples(pattern, value, ok):
     assert bool(pattern.fullmatch(value)) is ok
 
 
-def test_check_refuses_non_strings_and_names_the_value_briefly():
+def test_validate_refuses_non_strings_and_names_the_value_briefly():
     for value, shown in ((5, "5"), (None, "None"), (["a", "b"], "a list of 2 items"), ({"k": 1}, "a mapping of 1 key"),
                          (b"img", "3 bytes of binary data")):
         with pytest.raises(UnsafeValueError) as info:
-            safety.check(value, safety.ENV_NAME, "--env")  # type: ignore[arg-type]
+            safety.validate(value, safety.ENV_NAME, "--env")  # type: ignore[arg-type]
         assert str(info.value).startswith(f"--env {shown} is not allowed: use a value matching"), str(info.value)
         assert info.value.exit_code == 2
 
 
-def test_check_messages_are_one_bounded_line_with_a_hint_where_there_is_one():
+def test_validate_messages_are_one_bounded_line_with_a_hint_where_there_is_one():
     with pytest.raises(UnsafeValueError) as info:
-        safety.check("img\nRUN touch pwned" + "x" * 100_000, safety.IMAGE_REF, "--base-image")
+        safety.validate("img\nRUN touch pwned" + "x" * 100_000, safety.IMAGE_REF, "--base-image")
     message = str(info.value)
     assert "\n" not in message and len(message) < 250
     assert message.endswith("use an image reference like registry:5000/name:tag or name@sha256:<digest>")
     assert "\\n" in message  # the newline is shown escaped, not dropped
     with pytest.raises(UnsafeValueError, match=r"use an http\(s\) URL without quotes"):
-        safety.check("https://x/$(id)", safety.URL, "--torch-index-url")
+        safety.validate("https://x/$(id)", safety.URL, "--torch-index-url")
 
 
 def test_describe_names_every_kind_of_value_without_walking_it():

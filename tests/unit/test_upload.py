@@ -56,7 +56,7 @@ class MemoryTarget(Destination):
         self.fail: dict[str, Exception] = {}
         self.gives_up_at: dict[str, str] = {}
 
-    def check(self, wheel):
+    def find(self, wheel):
         data = self.files.get(wheel.path.name)
         return None if data is None else found_sha256(sha256(data), wheel)
 

@@ -348,13 +348,13 @@ def test_the_leak_check_can_fail(tmp_path):
 def test_the_render_refuses_its_own_expression_in_a_script(tmp_path):
     text, _ = generate(tmp_path, "--publish", DESTS["hf:"], "--imagegen-from", REQUIREMENT)
     targets = [wt.WorkflowTarget(name=t, wheels="") for t in yaml.safe_load(text)["jobs"]["build"]["strategy"]["matrix"]["target"]]
-    ci._self_check(text, targets, publish=True)
+    ci._self_validate(text, targets, publish=True)
     bad = text.replace('collect "$RUNNER_TEMP/wheelhouse"', 'collect "${{ runner.temp }}/wheelhouse"')
     assert bad != text
     with pytest.raises(ImagegenError, match="internal error"):
-        ci._self_check(bad, targets, publish=True)
+        ci._self_validate(bad, targets, publish=True)
     with pytest.raises(ImagegenError, match="internal error"):
-        ci._self_check(text, targets, publish=False)  # a publish job nobody asked for
+        ci._self_validate(text, targets, publish=False)  # a publish job nobody asked for
 
 
 @pytest.mark.parametrize("kind", list(DESTS))

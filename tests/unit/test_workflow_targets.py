@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from imagegen.errors import UnsafeValueError, UsageError
-from imagegen.render.workflow_targets import check_text, fallback_targets, targets_from_print, BAKE_NAME
+from imagegen.render.workflow_targets import fallback_targets, targets_from_print, validate_text, BAKE_NAME
 
 PRIMARY = {"output": ["type=local,dest=wh/fa/torch2.8/cu128"],
            "labels": {"io.imagegen.cell": "t", "io.imagegen.base-image": "pytorch/b:cuda12.8",
@@ -37,4 +37,4 @@ def test_a_base_image_that_is_no_image_reference_is_refused():
     with pytest.raises(Exception, match="base image of bake target t-fallback"):
         targets_from_print({"target": {"t": PRIMARY}}, {"target": {"t-fallback": bad}})
     with pytest.raises(UnsafeValueError):
-        check_text("t$(id)", BAKE_NAME, "bake target name", "letters")
+        validate_text("t$(id)", BAKE_NAME, "bake target name", "letters")

@@ -375,11 +375,11 @@ def test_the_toolkit_a_windows_job_installs():
                                   key=lambda v: tuple(map(int, v.split("."))))
 
 
-def test_the_self_check_reads_the_windows_job_back(tmp_path):
+def test_the_self_validation_reads_the_windows_job_back(tmp_path):
     text, _ = generate(tmp_path, *SAGE, "--publish", "hf:octo/w")
     options = command.options_from_args(parser().parse_args(["ci", "github", *SAGE, "--publish", "hf:octo/w"]))
     cells, _ = command.windows_cells(options.windows, ROOT)
-    ci._self_check(text, [], publish=True, cells=cells)
+    ci._self_validate(text, [], publish=True, cells=cells)
     bad = [
         text.replace("powershell -NoProfile", "echo ${{ matrix.recipe }}\n          powershell -NoProfile"),
         text.replace('toolkit: "12.8.1"', 'toolkit: "12.8.0"', 1),
@@ -390,11 +390,11 @@ def test_the_self_check_reads_the_windows_job_back(tmp_path):
     for variant in bad:
         assert variant != text
         with pytest.raises(ImagegenError, match="internal error"):
-            ci._self_check(variant, [], publish=True, cells=cells)
+            ci._self_validate(variant, [], publish=True, cells=cells)
     with pytest.raises(ImagegenError, match="internal error"):
-        ci._self_check(text, [], publish=True, cells=cells[:1])  # a cell nobody asked for
+        ci._self_validate(text, [], publish=True, cells=cells[:1])  # a cell nobody asked for
     with pytest.raises(ImagegenError, match="internal error"):
-        ci._self_check(text, [], publish=False, cells=cells)  # a publish job nobody asked for
+        ci._self_validate(text, [], publish=False, cells=cells)  # a publish job nobody asked for
 
 
 def test_the_pins_are_full_shas_with_their_release():

@@ -1,4 +1,4 @@
-"""The gencode audit's link check: per extension module, the libraries its link asks for (-lNAME) that the
+"""The gencode audit's link lookup: per extension module, the libraries its link asks for (-lNAME) that the
 linker would not find (the classic case: -lcuda where no driver is installed; the compile passes and the
 link stops at `cannot find -lcuda`).
 
@@ -88,7 +88,7 @@ def missing_libraries(records, env):
     return dict((m, names) for m, names in missing.items() if names)
 
 
-def add_link_check(report, records, env):
+def add_link_missing(report, records, env):
     """Each extension's ``link_missing``: the -l libraries its link would not find (missing_libraries)."""
     missing = missing_libraries(records, env)
     for ext in report.get("extensions", []):

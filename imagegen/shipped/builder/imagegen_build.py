@@ -23,7 +23,7 @@ Beside this file, one module per concern: imagegen_toolchain.py (the venv with t
 imagegen_buildenv.py (the build's variables), imagegen_supervise.py (the nvcc guard, the supervisor),
 imagegen_ccache.py, imagegen_resume.py (a build stopped at its budget), imagegen_records.py (the build
 record), imagegen_check.py (smoke and GPU checks), imagegen_audit*.py (the gencode audit's stand-ins, its
-records, header probe and link check), and what imagegen shares with them:
+records, header probe and link lookup), and what imagegen shares with them:
 imagegen_rules.py (archs, job sizing) and imagegen_wheeltools.py.
 """
 
@@ -45,7 +45,8 @@ import imagegen_wheeltools as wheeltools  # noqa: E402
 
 # The toolchain step and what every step shares (log, fail, run, the secrets, the venv's torch)
 # live in imagegen_toolchain.py: the layer that installs torch depends on that small file alone.
-from imagegen_toolchain import check_torch, cmd_toolchain, fail, load_cell, log, run, secret_env, venv_python  # noqa: E402
+from imagegen_toolchain import (cmd_toolchain, fail, load_cell, log, run, secret_env, validate_torch,  # noqa: E402
+                                venv_python)
 # The build's environment: the arch knob, MAX_JOBS / NVCC_THREADS, nvcc and ninja on PATH.
 from imagegen_buildenv import build_env, ninja_on_path  # noqa: E402
 # ccache and the shared compile cache; the build record beside each wheel; the smoke and GPU checks.
@@ -72,7 +73,7 @@ def cmd_deps(cell, args):
         pin = "torch==" + cell["torch"]["version"]
         run([py, "-m", "pip", "install", "--disable-pip-version-check"] + list(cell["build_requires"]) + [pin],
             env=env)
-    check_torch(cell, py)
+    validate_torch(cell, py)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -95,7 +96,7 @@ def cmd_build(cell, args):
     plain = build_env(cell)
     env = secret_env(plain)
     chosen = chosen_env(plain)
-    check_torch(cell, py)
+    validate_torch(cell, py)
     ninja_on_path(env, py)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -155,7 +156,7 @@ def cmd_build(cell, args):
     wheels = [f for f in os.listdir(dist) if f.endswith(".whl")]
     if len(wheels) != 1:
         fail("expected one wheel, the build produced %r" % wheels)
-    check_torch(cell, py)  # the build must not have swapped torch
+    validate_torch(cell, py)  # the build must not have swapped torch
     final = retag(os.path.join(dist, wheels[0]), cell["local_version"], work)
     dest = os.path.join(out, os.path.basename(final))
     copy_into_place(final, dest, out)
@@ -259,7 +260,7 @@ def cmd_audit(cell, args):
             imagegen_audit_probe.add_probe(report, recorded, env, work, "off" if args.no_probe else None, tree)
             _log_probe(report["probe"])
             # the link: each -l library the extension asks for, found where the linker will look
-            imagegen_audit_links.add_link_check(report, recorded, env)
+            imagegen_audit_links.add_link_missing(report, recorded, env)
             for ext in report["extensions"]:
                 if ext["link_missing"]:
                     log("audit: %s links %s, which the linker will not find" % (

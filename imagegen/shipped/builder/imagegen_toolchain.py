@@ -120,7 +120,7 @@ def cmd_toolchain(cell, args):
         extras = ",".join(tk["extras"])
         run(pip + ["cuda-toolkit[%s]==%s" % (extras, tk["version"])], env=env)
         assemble_cuda_home(py, tk["home"])
-    check_torch(cell, py)
+    validate_torch(cell, py)
 
 
 # Printed by an interpreter asked which torch it has: [version, CUDA version or null].
@@ -219,7 +219,7 @@ def make_libcuda_stub(folder, include):
     log("libcuda.so stub for the link: %d driver functions of cuda.h, in %s" % (len(names), folder))
 
 
-def check_torch(cell, py):
+def validate_torch(cell, py):
     """Fail unless the venv's torch is exactly the release and CUDA variant the cell asked for."""
     if cell.get("torch_checked"):
         return  # a native build: imagegen checked the host's torch before it started
