@@ -142,6 +142,11 @@ def pinned(ref: str, digest: str) -> str:
 # ------------------------------------------------------------------------------ engine calls
 
 
+# An HTTP 401 in docker's words ("401 Unauthorized", "status 401"), not the digits of a port or an address
+# (127.0.0.1:60401 is a registry that is not there)
+_HTTP_401 = re.compile(r"(?<![\w.:])401(?!\w)")
+
+
 def explain(stderr: str, ref: str, registry_host: str, platform: str | None = None) -> RegistryError:
     """One actionable line for what docker said about ``ref`` (pulled for ``platform``)."""
     text = stderr.strip()
@@ -153,7 +158,7 @@ def explain(stderr: str, ref: str, registry_host: str, platform: str | None = No
     if "manifest unknown" in low or ("not found" in low and "manifest" in low) or "repository does not exist" in low:
         return ImageMissing(f"{ref} is not in the registry (push it with imagegen push)")
     if "no basic auth credentials" in low or "unauthorized" in low or "authentication required" in low \
-            or "denied" in low or "401" in low:
+            or "denied" in low or _HTTP_401.search(low):
         return RegistryError(f"{registry_host} refused the credentials for {ref}: run `docker login {registry_host}`"
                              f" with a valid user and password ({last[-160:]})")
     if "connection refused" in low or "no such host" in low or "i/o timeout" in low or "dial tcp" in low \

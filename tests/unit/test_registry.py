@@ -93,6 +93,11 @@ def test_broken_lock_files_are_one_line_errors(tmp_path, content):
      RegistryError, "docker login"),
     ('Error response from daemon: Get "http://127.0.0.1:5/v2/": dial tcp 127.0.0.1:5: connect: connection refused',
      RegistryError, "not reachable"),
+    # a port or an address with 401 in it is not an HTTP 401
+    ('Error response from daemon: Get "http://127.0.0.1:60401/v2/": dial tcp 127.0.0.1:60401: connect: connection'
+     ' refused', RegistryError, "not reachable"),
+    ('Get "http://10.0.401.7:5/v2/": dial tcp: lookup 10.0.401.7: no such host', RegistryError, "not reachable"),
+    ("unexpected status from HEAD request: 401", RegistryError, "docker login"),
 ])
 def test_docker_errors_become_one_actionable_line(stderr, kind, words):
     err = explain(stderr, "127.0.0.1:5/x:y", "127.0.0.1:5")
