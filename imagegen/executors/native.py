@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
-
 from imagegen.errors import BuildError, RefusedError
 from imagegen.executors.import_test import Importer, smoke_test
 from imagegen.model import jobs
@@ -35,7 +34,8 @@ if TYPE_CHECKING:
 
 
 def _document(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None) -> dict:
-    """The cell document of a native build: the Dockerfile's, on this host's Python, toolkit and folders."""
+    """The cell document of a native build: the Dockerfile's, on this host's Python, toolkit and folders
+    (``work`` resolved: the logs are found there)."""
     doc = cell_document(cell)
     doc["venv"] = None  # build with the host's Python and its torch
     doc["base_python"] = host.python_exe
@@ -50,13 +50,11 @@ def _document(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None)
     return doc
 
 
-def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, max_jobs: int | None,
-             nvcc_threads: int | None, doc: dict | None = None) -> tuple[dict, Path, Path, jobs.JobSettings, dict]:
-    """The cell file, the in-build script and the environment of a native build (one place, so that
-    --print-env shows exactly what a build would get); ``doc``: the cell document, if made already."""
-    work = work.resolve()
+def _prepare(cell: Cell, host: HostToolchain, work: Path, doc: dict, max_jobs: int | None,
+             nvcc_threads: int | None) -> tuple[Path, Path, jobs.JobSettings, dict]:
+    """The cell file (``doc``, from _document), the in-build script and the environment of a native build
+    (one place, so that --print-env shows exactly what a build would get)."""
     work.mkdir(parents=True, exist_ok=True)
-    doc = doc if doc is not None else _document(cell, host, work, src_dir)
     cell_file = work / "cell.json"
     cell_file.write_text(json.dumps(doc, indent=2))
     for name, text in builder_files().items():  # the script, the rules it imports, the audit's compilers
@@ -66,7 +64,7 @@ def _prepare(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None, 
                                  max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=str(cell.archs), MAX_JOBS=str(settings.max_jobs),
                NVCC_THREADS=str(settings.nvcc_threads), PYTHONUNBUFFERED="1")
-    return doc, cell_file, script, settings, env
+    return cell_file, script, settings, env
 
 
 def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int | None = None,
@@ -80,7 +78,8 @@ def build_env_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: i
     printed over; elsewhere (and without ``audit``), the estimate from the whole arch list, what
     `--no-audit` builds with, said on stderr."""
     work = work.resolve()
-    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    doc = _document(cell, host, work, src_dir)
+    cell_file, script, settings, env = _prepare(cell, host, work, doc, max_jobs, nvcc_threads)
     if audit and not source_here(cell, doc):
         say("imagegen: --print-env fetches nothing: the source is not on this machine, so MAX_JOBS is the estimate"
             " from the arch list (what --no-audit builds with); a build sizes it again from its gencode audit (give"
@@ -143,7 +142,8 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
     """The gencode audit of ``cell`` on this host: fetch the source, run the package's own build with
     stand-in compilers and the exact environment a build would get, and judge what it would compile."""
     work = work.resolve()
-    _, cell_file, script, _, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads)
+    cell_file, script, _, env = _prepare(cell, host, work, _document(cell, host, work, src_dir), max_jobs,
+                                         nvcc_threads)
     if cell.recipe.source_kind != "local":  # stdout to stderr: `plan --audit --json` prints only JSON
         _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
     return _audit(cell, host, script, cell_file, env, work, say, skip="plan it without --audit")
@@ -159,12 +159,11 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
     for every compile (`build --compile-cache`), handed to the in-build script in the variable a bake
     build's secret is read from; never on a command line."""
     work = work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
     doc = _document(cell, host, work, src_dir)
     # What decides the wheel, taken before anything runs: a build that writes into a local tree (build/,
     # *.egg-info) does not change the inputs it is recorded with.
     inputs = inputs_hash(cell, doc)
-    doc, cell_file, script, settings, env = _prepare(cell, host, work, src_dir, max_jobs, nvcc_threads, doc)
+    cell_file, script, settings, env = _prepare(cell, host, work, doc, max_jobs, nvcc_threads)
     env.pop(COMPILE_CACHE_VARIABLE, None)  # only the one given here
     if compile_cache:
         env[COMPILE_CACHE_VARIABLE] = compile_cache
