@@ -13,9 +13,7 @@ from typing import Sequence
 from imagegen.plan import options, request
 from imagegen.commands import common
 from imagegen.errors import CompatError, NothingToDoError, UsageError
-from imagegen.model.arch_parse import parse_arch_list
 from imagegen.outputs import output_folder, shown, write_output
-from imagegen.plan.matrix import defaults
 from imagegen.render.dockerfile import render_dockerfile
 
 
@@ -29,8 +27,7 @@ def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
     recipe, version = request.recipe_at(cat, args.recipe, args.source, wanted, opts.fetch, opts.env, ref=opts.ref,
                                         git=opts.git, jobs=opts.jobs_fix)
     if args.shell:
-        return _render_windows(args, command, recipe, version, parse_arch_list(opts.arch_configured or defaults()["arch"]),
-                               opts)
+        return _render_windows(args, command, recipe, version, request.one_arch_list(opts), opts)
     cell = request.one_cell(opts, recipe, version)
     cell = common.lock(args).pin_base(cell)  # read after the cell is planned: its errors come second
     rendered = render_dockerfile(cell, command=command, stdout=args.output in (None, "-"))

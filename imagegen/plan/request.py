@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from imagegen.errors import CompatError, NothingToDoError, UsageError
+from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import Catalogue
 from imagegen.model import compat
@@ -225,14 +226,19 @@ def same_value(flag: str, asked: str, have: str | None) -> bool:
     return have == asked or have.startswith(asked + ".")
 
 
+def one_arch_list(opts: Options) -> ArchList:
+    """The arch list of a command that makes one cell or one script (render, render --shell): --arch, else
+    the config's, else the default."""
+    return parse_arch_list(opts.arch_configured or defaults()["arch"])
+
+
 def one_cell(opts: Options, recipe: Recipe, version: RecipeVersion) -> Cell:
     """render's one cell: the --arch list (else the config's, else the default) with the one cell the
     default policy chooses where an axis is open (a config matrix narrows the choice; its last entry, the
     newest listed, wins), on one platform, offline and GPU-checked as asked; or a one-line CompatError
     naming why it cannot build."""
-    archs = parse_arch_list(opts.arch_configured or defaults()["arch"])
-    cell = choose_cell(recipe, version, archs, torch=opts.torch_one, cuda=opts.cuda_one, python=opts.python_one,
-                       flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url,
+    cell = choose_cell(recipe, version, one_arch_list(opts), torch=opts.torch_one, cuda=opts.cuda_one,
+                       python=opts.python_one, flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url,
                        flavor_given=opts.flavor_given)
     if len(opts.platforms) > 1:
         raise UsageError("render makes one cell's Dockerfile: give one --platform (bake and build take several)")

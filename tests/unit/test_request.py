@@ -14,6 +14,7 @@ from imagegen.model.catalogue import load_catalogue
 from imagegen.model.cell import BUILDABLE
 from imagegen.plan import request
 from imagegen.plan.config import Config, Matrix
+from imagegen.plan.matrix import defaults
 from tests.unit.command_helpers import CELL, TINY, parse
 
 
@@ -125,3 +126,10 @@ def test_one_cell_says_in_one_line_why_there_is_none(cat, argv, changes, error, 
     with pytest.raises(Exception) as info:
         one_cell(cat, *argv, **changes)
     assert type(info.value).__name__ == error and says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_one_arch_list_is_the_flag_else_the_configs_else_the_default():
+    assert str(request.one_arch_list(common.resolved(parse("render", "sage", "--arch", "9.0"), Config()))) == "9.0"
+    configured = Config(matrix=Matrix(arch="8.0;12.0"))
+    assert str(request.one_arch_list(common.resolved(parse("render", "sage"), configured))) == "8.0;12.0"
+    assert str(request.one_arch_list(common.resolved(parse("render", "sage"), Config()))) == defaults()["arch"]
