@@ -21,14 +21,10 @@ from imagegen.model.cell import (
     WindowsHost,
 )
 from imagegen.model.cell_rules import FixWords
-from imagegen.plan.matrix import make_cell, windows_plan
+from imagegen.plan.matrix import windows_plan
+from tests.unit.catalogue_cells import catalogue_cell as cell_of
 
 CAT = load_catalogue()
-
-
-def cell_of(name, arch, torch="2.8", cuda="12.8", python="3.12", flavor="runpod", version=None, **kw):
-    r = CAT.get(name)
-    return make_cell(r, r.version(version), torch, cuda, python, parse_arch_list(arch), flavor, **kw)
 
 
 def test_a_cells_names_are_safe_for_bake_and_say_what_it_is():

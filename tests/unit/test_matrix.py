@@ -25,13 +25,9 @@ from imagegen.plan.matrix import (
     with_gpu_check,
     with_offline,
 )
+from tests.unit.catalogue_cells import catalogue_cell as cell
 
 CAT = load_catalogue()
-
-
-def cell(name, arch, torch="2.8", cuda="12.8", python="3.12", flavor="runpod", version=None, **kw):
-    r = CAT.get(name)
-    return make_cell(r, r.version(version), torch, cuda, python, parse_arch_list(arch), flavor, **kw)
 
 
 def test_buildable_cell_has_image_index_and_names():
