@@ -188,6 +188,15 @@ def test_seed_004_docker_run_of_the_pulled_image_then_collect(project, pushed, r
     root = project["root"]
     digest_ref = pushed["lock"]["builder_images"][pushed["ref"]]
     assert registry.docker("pull", digest_ref, timeout=900).returncode == 0
+    # The pypi flavor's CUDA_HOME is hard links into the wheels (each library stored once: ~3 GB less to
+    # push and pull), and the registry's round trip kept them: no lone file but the libcuda stub.
+    lone = registry.docker("run", "--rm", "--entrypoint", "find", digest_ref, "/opt/imagegen/cuda", "-type", "f",
+                           "-links", "1", "-not", "-path", "*/stubs/*")
+    assert lone.returncode == 0 and lone.stdout == "", lone.stdout[-2000:] + lone.stderr
+    linked = registry.docker("run", "--rm", "--entrypoint", "stat", digest_ref, "-c", "%i",
+                             "/opt/imagegen/cuda/lib/libcublas.so.13",
+                             "/opt/imagegen/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcublas.so.13")
+    assert linked.returncode == 0 and len(set(linked.stdout.split())) == 1, linked.stdout + linked.stderr
     out = root / "seed004-out"
     out.mkdir()
     ran = registry.docker("run", "--rm", "-e", "TORCH_CUDA_ARCH_LIST=8.0", "-v", f"{out}:/out", digest_ref, timeout=1800)

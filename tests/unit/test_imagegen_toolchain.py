@@ -85,6 +85,29 @@ def test_the_pypi_toolkit_is_assembled_from_every_nvidia_folder_the_venv_sees(to
     assert (home / "include" / "both.h").read_text() == "venv\n"  # the venv's copy wins
     assert (home / "bin" / "nvcc").is_file()
     assert (home / "lib" / "libcudart.so").is_symlink() and (home / "lib64").is_symlink()
+    # Hard links, not copies: the layer stores each library once (CUDA 13's CUDA_HOME is ~3 GB of them).
+    assert (home / "lib" / "libcudart.so.13").samefile(image_site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    assert (home / "include" / "both.h").samefile(venv_site / "nvidia" / "cu13" / "include" / "both.h")
+    assert (image_site / "nvidia" / "cu13" / "include" / "both.h").read_text() == "image\n"  # replaced, not written through
+    assert (home / "bin" / "nvcc").stat().st_nlink == 2
+
+
+def test_where_no_hard_link_can_be_made_the_file_is_copied(toolchain, tmp_path, monkeypatch):
+    src, dst = tmp_path / "libcublas.so.13", tmp_path / "home" / "libcublas.so.13"
+    src.write_bytes(b"\x7fELF cublas")
+    dst.parent.mkdir()
+    dst.write_bytes(b"older")
+    toolchain.link_or_copy(str(src), str(dst))
+    assert dst.samefile(src)
+
+    def cross_device(a, b):
+        raise OSError(18, "Invalid cross-device link")
+
+    other = tmp_path / "home" / "other.so"
+    other.write_bytes(b"older")
+    monkeypatch.setattr(toolchain.os, "link", cross_device)
+    toolchain.link_or_copy(str(src), str(other))
+    assert other.read_bytes() == b"\x7fELF cublas" and not other.samefile(src)
 
 
 def test_the_pypi_toolkit_gets_a_libcuda_stub_that_a_link_keeps(toolchain, tmp_path):
