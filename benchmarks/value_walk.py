@@ -163,6 +163,12 @@ class Trip:
         return sorted({f for f, _ in self.stays})
 
     @property
+    def flow_files(self) -> list[str]:
+        """The files of the flow's steps; the others are the rules (model/, the foundations, shipped
+        code) that the value's own type and checks live in, which every step may call."""
+        return [f for f in self.files if flow_step(f) is not None]
+
+    @property
     def climbs(self) -> list[tuple[str, str]]:
         in_flow = [file for file, _ in self.stays if flow_step(file) is not None]
         return [(a, b) for a, b in zip(in_flow, in_flow[1:]) if flow_step(b) < flow_step(a)]
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         shown = ", ".join(dict.fromkeys(what))
         where = "" if flow_step(file) is None else FLOW[flow_step(file)]
         print(f"{i:3}. {where:10} {file:34} {shown[:150]}", file=sys.stderr)
-    print(f"files: {len(trip.files)}; stays: {len(trip.stays)}; moves: {max(len(trip.stays) - 1, 0)};"
+    print(f"files: {len(trip.files)} ({len(trip.flow_files)} of the flow, {len(trip.files) - len(trip.flow_files)} of"
+          f" rules); stays: {len(trip.stays)}; moves: {max(len(trip.stays) - 1, 0)};"
           f" climbs: {len(trip.climbs)}", file=sys.stderr)
     for a, b in trip.climbs:
         print(f"  climb: {a} -> {b} (back from {FLOW[flow_step(a)]} to {FLOW[flow_step(b)]})", file=sys.stderr)

@@ -17,7 +17,7 @@ In pytest: the `registry` fixture of tests/integration/conftest.py (module scope
 `name = LocalRegistry.fixture(scope="function")` for another one.
 
 `LocalRegistry(workdir, storage=kept_storage("name"))` keeps its blobs across test runs (the prebuilt
-builder image is ~9 GB: dockerd gzips it on one core, minutes each run); the test deletes every manifest
+builder image is ~6 GB: dockerd gzips it on one core, minutes each run); the test deletes every manifest
 first, so everything it reads is what it pushed, and garbage-collects at the end, so the folder holds
 the last run's images only. A push then finds its unchanged layers there ("Layer already exists"),
 as a user's second push to their registry does.
