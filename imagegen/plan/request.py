@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch import ArchList
@@ -212,7 +212,7 @@ def native_cell(opts: Options, recipe: Recipe, version: RecipeVersion, host: Hos
             if not same_value(f"--{axis}", asked, have):
                 raise UsageError(f"--{axis} {asked} asked, but this host has {have}: a native build uses the host's;"
                                  " install the one you want, or build in a container")
-    archs = parse_arch_list(opts.arch_configured or ";".join(host.ccs) or defaults()["arch"])
+    archs = one_arch_list(opts, gpus=host.ccs)
     return dataclasses.replace(preflight(recipe, version, archs, host), layout=opts.layout)
 
 
@@ -226,10 +226,10 @@ def same_value(flag: str, asked: str, have: str | None) -> bool:
     return have == asked or have.startswith(asked + ".")
 
 
-def one_arch_list(opts: Options) -> ArchList:
-    """The arch list of a command that makes one cell or one script (render, render --shell): --arch, else
-    the config's, else the default."""
-    return parse_arch_list(opts.arch_configured or defaults()["arch"])
+def one_arch_list(opts: Options, gpus: Sequence[str] = ()) -> ArchList:
+    """The arch list of a command that makes one cell or one script (render, render --shell, a native
+    build): --arch, else the config's, else ``gpus`` (a native build's: this host's), else the default."""
+    return parse_arch_list(opts.arch_configured or ";".join(gpus) or defaults()["arch"])
 
 
 def one_cell(opts: Options, recipe: Recipe, version: RecipeVersion) -> Cell:

@@ -133,3 +133,11 @@ def test_one_arch_list_is_the_flag_else_the_configs_else_the_default():
     configured = Config(matrix=Matrix(arch="8.0;12.0"))
     assert str(request.one_arch_list(common.resolved(parse("render", "sage"), configured))) == "8.0;12.0"
     assert str(request.one_arch_list(common.resolved(parse("render", "sage"), Config()))) == defaults()["arch"]
+
+
+def test_a_native_builds_arch_list_falls_back_to_the_hosts_gpus_before_the_default():
+    opts = common.resolved(parse("render", "sage"), Config())
+    assert str(request.one_arch_list(opts, gpus=["9.0", "12.0"])) == "9.0;12.0"
+    assert str(request.one_arch_list(opts, gpus=[])) == defaults()["arch"]
+    given = common.resolved(parse("render", "sage", "--arch", "8.0"), Config())
+    assert str(request.one_arch_list(given, gpus=["9.0"])) == "8.0"  # --arch wins over the GPUs
