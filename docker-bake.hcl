@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "99760eb2630ef650"
+    "io.imagegen.inputs" = "50f06d14c57c15d6"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -118,7 +118,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "bc214669c819ab1a"
+    "io.imagegen.inputs" = "29e6e75c315b2aad"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -141,7 +141,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "cbe7ac6b9e0ce656"
+    "io.imagegen.inputs" = "286790f3eb2f9ef2"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -164,7 +164,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "7efaa4e8868735d3"
+    "io.imagegen.inputs" = "f07c5625ac7462c4"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -187,7 +187,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "566658d3d21e6b03"
+    "io.imagegen.inputs" = "5c6be5790a8937bb"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -210,7 +210,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "69326b1047a37b67"
+    "io.imagegen.inputs" = "51802b4f9e33788c"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -233,7 +233,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "794dd6ced4d816f1"
+    "io.imagegen.inputs" = "0dbe75ad1595683e"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -256,7 +256,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "b8020115000f2e70"
+    "io.imagegen.inputs" = "c0e81e036d3ee27b"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -279,7 +279,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "0be9352985f0ed5c"
+    "io.imagegen.inputs" = "b462e7476903c127"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -300,7 +300,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "297b8d6c6bb09dc7"
+    "io.imagegen.inputs" = "25e37a44a2952389"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -321,7 +321,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "180d120593969c9d"
+    "io.imagegen.inputs" = "ed1e63971677cc43"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }
@@ -344,7 +344,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "5e0c9bd9d1bed88e"
+    "io.imagegen.inputs" = "b90e0e4d83e92853"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }

@@ -205,7 +205,7 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
         for c in batch:
             s = jobs.settings_for(c.recipe.heaviest_gb_per_thread, c.recipe.default_nvcc_threads, h,
                                   share=len(batch), max_jobs=given.max_jobs, nvcc_threads=given.nvcc_threads,
-                                  targets=c.archs.gencode_targets)
+                                  targets=c.gencode_targets)
             # A secret, not build args: the batch's size is no cache key (the log target reuses the build).
             run.jobs_file(c.name).write_text(f"MAX_JOBS={s.max_jobs}\nNVCC_THREADS={s.nvcc_threads}\n"
                                              + (f"IMAGEGEN_BUILD_BUDGET={given.budget}\n" if given.budget else ""))

@@ -61,7 +61,7 @@ def _prepare(cell: Cell, host: HostToolchain, work: Path, doc: dict, max_jobs: i
         (work / name).write_text(text)
     script = work / "imagegen_build.py"
     settings = jobs.settings_for(cell.recipe.heaviest_gb_per_thread, cell.recipe.default_nvcc_threads, jobs.host(),
-                                 max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
+                                 max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.gencode_targets)
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=str(cell.archs), MAX_JOBS=str(settings.max_jobs),
                NVCC_THREADS=str(settings.nvcc_threads), PYTHONUNBUFFERED="1")
     return cell_file, script, settings, env

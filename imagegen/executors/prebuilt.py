@@ -302,7 +302,7 @@ def _run_builder(cell: Cell, image: str, *, out: Path, work: Path, inputs: str, 
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{cell.name}.log"
     settings = jobs.settings_for(cell.recipe.heaviest_gb_per_thread, cell.recipe.default_nvcc_threads, jobs.host(),
-                                 max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.archs.gencode_targets)
+                                 max_jobs=max_jobs, nvcc_threads=nvcc_threads, targets=cell.gencode_targets)
     # A named volume as the compile's ccache, like the bake build's cache mount: a second pull (other
     # archs, a newer image) recompiles only what changed.
     cmd = ["--rm", *container_args(cell), *platform_args(cell), *gpu_args, "-v", f"{stage}:/out",

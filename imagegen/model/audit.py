@@ -316,12 +316,10 @@ def _best_error(lines: Sequence[str]) -> str:
 
 def judge_cell(report: AuditReport, cell: Any) -> Verdict:
     """judge() with everything taken from a plan cell."""
-    base = cell.base
-    nvcc = base.nvcc if base is not None and base.nvcc is not None else cell.cuda.version
     force = ", ".join(f"{k}={v}" for k, v in cell.recipe.force_env.items())
     hint = f"the recipe sets {force}" if force else "a CUDA build usually needs FORCE_CUDA=1 or the package's force-build variable"
     return judge(report, recipe_name=cell.recipe.name, version_label=cell.version.version, requested=cell.expected_archs,
-                 nvcc=Version(_fmt(Version(str(nvcc)))), extension_archs=cell.version.extensions, force_hint=hint,
+                 nvcc=Version(_fmt(Version(str(cell.nvcc)))), extension_archs=cell.version.extensions, force_hint=hint,
                  torch=cell.torch)
 
 

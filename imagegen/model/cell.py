@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from imagegen.model import base_images
 from imagegen.model.arch import ArchList
-from imagegen.model.cell_rules import FLAGS, FixWords, expected_archs
+from imagegen.model.cell_rules import FLAGS, FixWords, compiled_targets, expected_archs
 from imagegen.model.base_images import BaseImage
 from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.layout import DEFAULT_LAYOUT
@@ -88,10 +88,21 @@ class Cell:
                                   version=self.version.version, torch=self.torch.series, cuda=self.cuda.name,
                                   python=self.python, py=self.python.replace(".", ""))
 
+    @property
+    def nvcc(self) -> Version:
+        """The nvcc the build compiles with: the base image's own where it is known, else the CUDA asked for."""
+        base = self.base
+        return base.nvcc if base is not None and base.nvcc is not None else self.cuda.version
+
     @cached_property  # mapped once per cell: the audit, verify and the manifest read it
     def expected_archs(self) -> ArchList:
         """What the built .so must carry: the request mapped through the recipe's ``emits``."""
-        return expected_archs(self.version, self.archs, self.cuda.version if self.base is None or self.base.nvcc is None else self.base.nvcc)
+        return expected_archs(self.version, self.archs, self.nvcc)
+
+    @property
+    def gencode_targets(self) -> int:
+        """How many -gencode outputs the build compiles: what sizes nvcc's threads and prices the build."""
+        return compiled_targets(self.version, self.archs, self.nvcc)
 
     @property
     def torch_from(self) -> str | None:

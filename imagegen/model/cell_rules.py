@@ -56,6 +56,16 @@ def expected_archs(version: RecipeVersion, archs: ArchList, nvcc: Version) -> Ar
     return ArchList(out)
 
 
+def compiled_targets(version: RecipeVersion, archs: ArchList, nvcc: Version) -> int:
+    """How many -gencode outputs (SASS + PTX) a build of ``version`` for ``archs`` compiles with ``nvcc``.
+
+    A fixed-arch package compiles its whole list whatever was asked (flash-attn 3: sm_80 and sm_90a for
+    ``--arch 9.0``), where ``expected_archs`` keeps only what covers the request; every other package
+    compiles ``archs`` as compiled_archs left it (``emits`` renames a target, it adds none)."""
+    knob = version.arch
+    return knob.fixed_for(nvcc).gencode_targets if knob.style == "fixed" else archs.gencode_targets
+
+
 def covers(have: CudaArch, want: CudaArch) -> bool:
     """Does compiled target ``have`` run on a GPU of ``want``'s compute capability?
 

@@ -153,7 +153,7 @@ def _target_dict(t: BakeTarget) -> dict:
     }
     if t.inputs:
         d["labels"]["io.imagegen.inputs"] = t.inputs
-    cost = None if t.fallback_of else cell_cost(t.cell.recipe, t.cell.archs.gencode_targets)
+    cost = None if t.fallback_of else cell_cost(t.cell.recipe, t.cell.gencode_targets)
     if cost is not None:  # what `imagegen ci github` sizes the farm's runners by (its primary's job)
         d["labels"][CPU_HOURS_LABEL] = f"{cost.cpu_hours:.2f}"
         if cost.wall_hours is not None:

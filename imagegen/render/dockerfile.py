@@ -197,6 +197,10 @@ def cell_document(cell: Cell) -> dict:
             # `docker run --gpus all`), as cell_rules.compiled_archs does to the planned one. Only where a
             # recipe has it, so that no other cell's document (and inputs hash) changes.
             **({"runs_on": dict(version.arch.runs_on)} if version.arch.runs_on else {}),
+            # A fixed-arch package compiles its own list whatever TORCH_CUDA_ARCH_LIST says: the script sizes
+            # nvcc's threads and MAX_JOBS by that list's -gencode targets (cell_rules.compiled_targets). Only
+            # in a fixed knob's document, so that no other cell's document (and inputs hash) changes.
+            **({"targets": cell.gencode_targets} if version.arch.style == "fixed" else {}),
         },
         "jobs_env": recipe.jobs_env,
         "threads_env": recipe.threads_env,

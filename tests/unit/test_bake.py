@@ -154,3 +154,15 @@ def test_a_fallback_base_image_is_a_target_of_its_own_in_no_group(tmp_path):
     assert targets[fallback.name]["labels"] == {"io.imagegen.cell": primary.name,
                                                 "io.imagegen.base-image": "sameli/manylinux_2_34_x86_64_cuda_12.8"}
     assert B.fallback_target("t", 1) == "t-fallback" and B.fallback_target("t", 2) == "t-fallback2"
+
+
+def test_a_fixed_arch_package_is_priced_by_the_list_it_compiles(tmp_path):
+    # Block-Sparse-Attention 0.0.1 compiles sm_80 and sm_90 (nvcc >= 11.8) whatever is asked: `--arch 8.0`
+    # is two -gencode targets' work, twice the measured one-target build (1.73 CPU hours).
+    cat = load_catalogue()
+    plan = expand(MatrixRequest(recipes=[(r := cat.get("bsa"), r.version("0.0.1"))], torch=["2.8"], cuda=["12.8"],
+                                python=["3.12"], archs=[parse_arch_list("8.0")], flavor="runpod"))
+    cell, = plan.cells
+    assert cell.recipe.cpu_hours is not None and cell.recipe.cpu_hours.gencode_targets == 1
+    labels = B.build_definition(plan, out_dir="wh", root=tmp_path).as_dict()["target"][cell.name]["labels"]
+    assert labels["io.imagegen.cpu-hours"] == f"{round(cell.recipe.cpu_hours.hours * 2, 2)}"

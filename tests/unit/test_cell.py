@@ -50,6 +50,20 @@ def test_a_mapped_arch_request_is_described_as_asked_and_as_compiled():
     assert "arch 8.0;8.6;8.9;9.0 (compiled as 8.0;9.0)" in c.describe()
 
 
+def test_a_cells_nvcc_is_its_base_images_else_the_cuda_asked_for():
+    runpod = cell_of("sage", "9.0", torch="2.9", cuda="12.8")
+    assert runpod.base.nvcc == Version("12.8.1") and runpod.nvcc == Version("12.8.1")
+    custom = cell_of("sage", "9.0", torch="2.11", cuda="13.0", flavor="pypi", base_image="my/image:1")
+    assert custom.base.nvcc is None and custom.nvcc == Version("13.0")
+
+
+def test_a_cells_gencode_targets_are_what_it_compiles_not_what_was_asked():
+    # flash-attn 3 compiles sm_80 and sm_90a for `--arch 9.0`; the wheel must carry only sm_90a.
+    fa3 = cell_of("fa3", "9.0", torch="2.9", cuda="12.8")
+    assert (fa3.archs.gencode_targets, fa3.gencode_targets, str(fa3.expected_archs)) == (1, 2, "9.0a")
+    assert cell_of("sage", "8.0;9.0+PTX", torch="2.9", cuda="12.8").gencode_targets == 3
+
+
 def test_torch_from_of_each_kind_of_base():
     assert cell_of("sage", "9.0", torch="2.9", cuda="12.9").torch_from == "image"
     assert cell_of("sage", "9.0", torch="2.9", cuda="13.0").torch_from == "image"  # the cu1300 image's 2.9.1 is cu130

@@ -22,6 +22,7 @@ from imagegen.model.cell_rules import (
     base_problems,
     cc_key,
     compiled_archs,
+    compiled_targets,
     covers,
     expected_archs,
     fmt_version,
@@ -209,6 +210,19 @@ def test_expected_archs_follow_emits_and_fixed_lists():
     asked = parse_arch_list("7.0;8.0;12.0")
     assert str(expected_archs(conv, asked, Version("12.8"))) == "7.0;8.0;12.0"
     assert str(expected_archs(conv, asked, Version("13.0"))) == "8.0;12.0"
+
+
+def test_compiled_targets_count_a_fixed_packages_own_list_whatever_was_asked():
+    catalogue = load_catalogue()
+    fa3 = catalogue.get("flash-attn-3").version("3.0.0")
+    # FA3 compiles 8.0 and 9.0a for `--arch 9.0` (one asked, two compiled) and for 8.0;8.6;8.9;9.0 alike.
+    assert compiled_targets(fa3, parse_arch_list("9.0"), Version("12.8")) == 2
+    assert compiled_targets(fa3, parse_arch_list("8.0;8.6;8.9;9.0"), Version("12.8")) == 2
+    # ... and nothing with an nvcc older than its list (the plan refuses that cell: see recipe_problems).
+    assert compiled_targets(fa3, parse_arch_list("9.0"), Version("12.2")) == 0
+    # Every other package compiles the list (SASS + PTX); emits renames a target (9.0 -> 9.0a), adds none.
+    sage = catalogue.get("sageattention").version("2.2.0")
+    assert compiled_targets(sage, parse_arch_list("8.0;9.0+PTX"), Version("12.8")) == 3
 
 
 def test_python_and_torch_cuda_problems_name_what_the_series_has():

@@ -53,6 +53,8 @@ CELLS = catalogue_cells()
 
 def test_the_grid_covers_the_catalogue():
     assert {c.recipe.name for c in CELLS} >= {"sageattention", "flash-attn", "causal-conv1d", "block-sparse-attn"}
+    # A fixed-arch package (flash-attn 3) whose own list is not the one asked for: both sides must size by its own.
+    assert any(c.version.arch.style == "fixed" and c.gencode_targets != c.archs.gencode_targets for c in CELLS)
 
 
 def test_both_sides_load_the_same_rules_file():
@@ -70,7 +72,7 @@ def test_script_and_library_size_every_recipe_the_same(monkeypatch, cpus, ram):
     for cell in CELLS:
         recipe = cell.recipe
         planned = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads,
-                                    jobs.Host(cpus=cpus, mem_gb=mem_for_builds), targets=cell.archs.gencode_targets)
+                                    jobs.Host(cpus=cpus, mem_gb=mem_for_builds), targets=cell.gencode_targets)
         doc = cell_document(cell)
         for var in ("MAX_JOBS", "NVCC_THREADS"):
             monkeypatch.delenv(var, raising=False)
@@ -113,3 +115,28 @@ def test_family_mapping_and_formats_agree(text):
     assert line.split(" (")[0] == note.split(" (")[0] if note else line == ""
     for style in ("numeric", "dotted", "cmake", "gencode"):
         assert B.format_archs(got, style) == format_for(mapped, style)
+
+
+def test_a_fixed_arch_package_is_sized_by_its_own_list_on_both_sides(monkeypatch):
+    # flash-attn 3 compiles sm_80 and sm_90a whatever is asked: `--arch 9.0` is one target asked, two
+    # compiled. Sized by the one, a machine got more jobs than its RAM holds (and a cheaper cost label).
+    recipe = load_catalogue().get("flash-attn-3")
+    cell = choose_cell(recipe, recipe.version(None), parse_arch_list("9.0"), torch=None, cuda=None, python=None,
+                       flavor="pypi")
+    assert (cell.archs.gencode_targets, cell.gencode_targets) == (1, 2)
+    doc = cell_document(cell)
+    moved = 0
+    for cpus, ram in GRID:
+        mem_for_builds = ram * jobs.RAM_SHARE
+        monkeypatch.setattr(B.rules, "host_facts", lambda: (cpus, mem_for_builds))
+        for var in ("MAX_JOBS", "NVCC_THREADS"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+        host = jobs.Host(cpus=cpus, mem_gb=mem_for_builds)
+        planned = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads, host,
+                                    targets=cell.gencode_targets)
+        env = B.build_env(doc)
+        assert (env["MAX_JOBS"], env[recipe.threads_env]) == (str(planned.max_jobs), str(planned.nvcc_threads))
+        asked = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads, host, targets=1)
+        moved += asked.max_jobs != planned.max_jobs
+    assert moved, "no machine of the grid is sized differently by the list asked for: the test proves nothing"

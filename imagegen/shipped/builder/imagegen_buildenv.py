@@ -141,7 +141,8 @@ def build_env(cell):
     if cell.get("threads_env"):
         env[cell["threads_env"]] = str(threads)
     jobs = env.get("MAX_JOBS") or ""
-    targets = sum(int(a[3]) + int(a[4]) for a in archs)
+    # -gencode targets per nvcc call: a fixed-arch package's own list (the plan counted it), else the list
+    targets = knob.get("targets") or sum(int(a[3]) + int(a[4]) for a in archs)
     jobs = int(jobs) if jobs.strip().isdigit() and int(jobs) > 0 else auto_jobs(cell, threads, targets)
     total = jobs
     ext = cell.get("ext_parallel") or {}
