@@ -165,4 +165,4 @@ def test_a_fixed_arch_package_is_priced_by_the_list_it_compiles(tmp_path):
     cell, = plan.cells
     assert cell.recipe.cpu_hours is not None and cell.recipe.cpu_hours.gencode_targets == 1
     labels = B.build_definition(plan, out_dir="wh", root=tmp_path).as_dict()["target"][cell.name]["labels"]
-    assert labels["io.imagegen.cpu-hours"] == f"{round(cell.recipe.cpu_hours.hours * 2, 2)}"
+    assert labels["io.imagegen.cpu-hours"] == f"{cell.recipe.cpu_hours.hours * 2:.2f}" == "3.46"
