@@ -65,19 +65,28 @@ def test_both_sides_load_the_same_rules_file():
     assert "MemAvailable" not in script and "_ENTRY = re.compile" not in script and "def _cc_key" not in script
 
 
-@pytest.mark.parametrize("cpus, ram", GRID)
-def test_script_and_library_size_every_recipe_the_same(monkeypatch, cpus, ram):
+def sized_both_ways(monkeypatch, cell, cpus: int, ram: int):
+    """On a machine of ``cpus`` cores and ``ram`` GB: the host imagegen plans for, its plan for ``cell``,
+    the cell's document, and the environment the in-build script makes from it (MAX_JOBS and
+    NVCC_THREADS left to the build, TORCH_CUDA_ARCH_LIST the cell's)."""
     mem_for_builds = ram * jobs.RAM_SHARE
     monkeypatch.setattr(B.rules, "host_facts", lambda: (cpus, mem_for_builds))
+    host = jobs.Host(cpus=cpus, mem_gb=mem_for_builds)
+    recipe = cell.recipe
+    planned = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads, host,
+                                targets=cell.gencode_targets)
+    doc = cell_document(cell)
+    for var in ("MAX_JOBS", "NVCC_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", str(cell.archs))
+    return host, planned, doc, B.build_env(doc)
+
+
+@pytest.mark.parametrize("cpus, ram", GRID)
+def test_script_and_library_size_every_recipe_the_same(monkeypatch, cpus, ram):
     for cell in CELLS:
         recipe = cell.recipe
-        planned = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads,
-                                    jobs.Host(cpus=cpus, mem_gb=mem_for_builds), targets=cell.gencode_targets)
-        doc = cell_document(cell)
-        for var in ("MAX_JOBS", "NVCC_THREADS"):
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", str(cell.archs))
-        env = B.build_env(doc)
+        _, planned, doc, env = sized_both_ways(monkeypatch, cell, cpus, ram)
         what = f"{recipe.name} on {cpus} cores, {ram} GB"
         if recipe.threads_env:
             assert env[recipe.threads_env] == str(planned.nvcc_threads), what
@@ -124,18 +133,9 @@ def test_a_fixed_arch_package_is_sized_by_its_own_list_on_both_sides(monkeypatch
     cell = choose_cell(recipe, recipe.version(None), parse_arch_list("9.0"), torch=None, cuda=None, python=None,
                        flavor="pypi")
     assert (cell.archs.gencode_targets, cell.gencode_targets) == (1, 2)
-    doc = cell_document(cell)
     moved = 0
     for cpus, ram in GRID:
-        mem_for_builds = ram * jobs.RAM_SHARE
-        monkeypatch.setattr(B.rules, "host_facts", lambda: (cpus, mem_for_builds))
-        for var in ("MAX_JOBS", "NVCC_THREADS"):
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-        host = jobs.Host(cpus=cpus, mem_gb=mem_for_builds)
-        planned = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads, host,
-                                    targets=cell.gencode_targets)
-        env = B.build_env(doc)
+        host, planned, _, env = sized_both_ways(monkeypatch, cell, cpus, ram)  # TORCH_CUDA_ARCH_LIST=9.0
         assert (env["MAX_JOBS"], env[recipe.threads_env]) == (str(planned.max_jobs), str(planned.nvcc_threads))
         asked = jobs.settings_for(recipe.heaviest_gb_per_thread, recipe.default_nvcc_threads, host, targets=1)
         moved += asked.max_jobs != planned.max_jobs
