@@ -9,7 +9,7 @@ when one of its functions
   - is called with it in any form it takes on the way: the text from the command line, a value a
     handler returned from it (the parsed arch list, the mapped list, TORCH_CUDA_ARCH_LIST's text, a
     tuple or dict holding one), or
-  - reads it from the object that carries it (``args.arch``, ``Flags.arch``, ``Options.archs``,
+  - reads it from the object that carries it (``args.arch``, ``args.argv``, ``Flags.arch``, ``Options.archs``,
     ``MatrixRequest.archs``, ``Cell.archs`` / ``requested_archs`` / ``expected_archs``).
 The trip is those handlings in time order, a stay for each run of one file. A *climb* is the value
 going back to an earlier step of the flow: a stay in a step before the step of the stay that came
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 PACKAGE = ROOT / "imagegen"
 ARCHY = re.compile(r"\d+\.\d|sm_\d|compute_\d")  # a returned text that can be an arch list
 CARRIERS = {  # class path -> the attributes that hold the value
-    ("argparse", "Namespace"): {"arch"},
+    ("argparse", "Namespace"): {"arch", "argv"},
     ("imagegen.plan.options", "Flags"): {"arch"},
     ("imagegen.plan.options", "Options"): {"archs", "arch_configured"},
     ("imagegen.model.cell", "MatrixRequest"): {"archs"},

@@ -28,15 +28,23 @@ def build_parser() -> argparse.ArgumentParser:
     return cli_spec.build(cli_commands.PROGRAM, cli_commands.COMMANDS)
 
 
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """What a command gets: its options, and the command line as given (``argv``, which render and bake
+    write into their files' headers)."""
+    args = build_parser().parse_args(argv)
+    args.argv = tuple(argv)
+    return args
+
+
 def _handler(target: str):
     """The command ``target`` ("module.function" in imagegen.commands) names, its module imported only
     when it runs (some load heavy client libraries)."""
-    def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-        return cli_spec.resolve(target)(args, argv)
+    def run(args: argparse.Namespace) -> int:
+        return cli_spec.resolve(target)(args)
     return run
 
 
-# Each command is a function (args, argv) -> exit code, in imagegen.commands by group.
+# Each command is a function (args) -> exit code, in imagegen.commands by group.
 COMMANDS = {command.name: _handler(command.handler) for command in cli_commands.COMMANDS}
 
 
@@ -46,8 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for a in argv:  # argparse drops a value of '--' (`--torch=--` becomes an empty list): refuse it
             if a.startswith("-") and a.endswith("=--"):
                 raise UsageError(f"{a.split('=', 1)[0]}: '--' is not a value")
-        args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args, argv)
+        args = parse(argv)
+        return COMMANDS[args.command](args)
     except ImagegenError as exc:
         print(f"imagegen: error: {error_line(str(exc))}", file=sys.stderr)
         return exc.exit_code

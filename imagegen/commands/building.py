@@ -8,7 +8,6 @@ import shutil
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Sequence
 
 from imagegen.plan import options, request
 from imagegen.commands import common
@@ -18,7 +17,7 @@ from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import output_folder
 
 
-def cmd_build(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_build(args: argparse.Namespace) -> int:
     from imagegen.executors import buildx as execute
     from imagegen.executors import results as report
 

@@ -7,7 +7,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
 
 from imagegen.commands import common
 from imagegen.plan.config import load_config
@@ -17,7 +16,7 @@ from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.outputs import shown
 
 
-def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_doctor(args: argparse.Namespace) -> int:
     from imagegen.commands import doctor
     report = doctor.run(common.validate_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
     print(report.as_json() if args.json else report.text())
@@ -28,7 +27,7 @@ def cmd_doctor(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def cmd_cdi_spec(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_cdi_spec(args: argparse.Namespace) -> int:
     from imagegen.errors import NoGpuError
     from imagegen.executors import gpu_access
     from imagegen.outputs import write_output
@@ -45,7 +44,7 @@ def cmd_cdi_spec(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_verify(args: argparse.Namespace) -> int:
     from imagegen.finish.verify import VerifyError, verify_wheel
 
     archs = parse_arch_list(args.arch)
@@ -118,7 +117,7 @@ def _verify_gpu(args: argparse.Namespace, cat: Catalogue, reports: list) -> Imag
     return None
 
 
-def cmd_check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_check(args: argparse.Namespace) -> int:
     from imagegen.finish import check
     try:
         args.wheel.stat()

@@ -129,8 +129,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return cli_spec.add_command(subparsers, cli_ci.CI)
 
 
-def run(args: argparse.Namespace, argv=None) -> int:
-    """``imagegen ci github``; ``argv`` is accepted (and unused) so that cli.COMMANDS can call it."""
+def run(args: argparse.Namespace) -> int:
+    """``imagegen ci github``."""
     if getattr(args, "ci_command", None) != "github":
         raise UsageError("imagegen ci: name a CI provider: github")
     options = options_from_args(args)
@@ -348,7 +348,7 @@ def windows_cells(request: WindowsRequest, root: Path) -> tuple[list[WindowsCell
     cells: list[WindowsCell] = []
     seen: dict[str, str] = {}
     for cell in plan.cells if plan else []:
-        requested = cell.requested_archs or cell.archs
+        requested = cell.requested_archs
         if not cell.buildable:
             if cell.problems:  # a skipped cell (a Python-independent wheel built once) is not left out
                 left_out.append(f"{cell.name} (arch {requested}): {'; '.join(cell.problems)}")

@@ -8,7 +8,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
 
 from imagegen import safety
 from imagegen.wheelhouse import collect
@@ -20,7 +19,7 @@ from imagegen.outputs import shown
 from imagegen.wheelhouse.manifest import read_manifest
 
 
-def cmd_collect(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_collect(args: argparse.Namespace) -> int:
     from imagegen.finish.verify import verify_wheel
 
     out: Path = args.out

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from functools import partial
-from typing import Sequence
 
 from imagegen.plan import options, request
 from imagegen.commands import common
 from imagegen.errors import NothingToDoError
 
 
-def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_push(args: argparse.Namespace) -> int:
     from imagegen.publish import push
     config = common.config(args)
     cat = common.catalogue(args, config)
@@ -38,7 +37,7 @@ def cmd_push(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_pull(args: argparse.Namespace) -> int:
     from imagegen.executors import prebuilt
     from imagegen.executors import results as report
     from imagegen.finish.finisher import finish
@@ -61,7 +60,7 @@ def cmd_pull(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def cmd_lock(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_lock(args: argparse.Namespace) -> int:
     from imagegen.plan.registry import lock_bases
 
     config = common.config(args)

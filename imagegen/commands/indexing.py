@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
 
 from imagegen.errors import printable
 from imagegen.outputs import shown
 
 
-def cmd_index(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_index(args: argparse.Namespace) -> int:
     from imagegen.publish.index import write_index
 
     result = write_index(args.out, base_url=args.base_url, variants=args.variants, say=_say,

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
 
 from imagegen.plan import request
 from imagegen.commands import common
@@ -33,7 +32,7 @@ def _cell_record(cell) -> dict:
         "platform": cell.platform,
         "archs": str(cell.archs),
         # What was asked, where the package compiles something else for it (flash-attn: 8.6 -> 8.0).
-        "requested_archs": str(cell.requested_archs or cell.archs),
+        "requested_archs": str(cell.requested_archs),
         "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
         "flavor": cell.flavor,
         "base_image": cell.base.ref if cell.base else None,
@@ -66,7 +65,7 @@ def _print_plan(plan: Plan, only: str | None) -> None:
               f" of {len(plan.cells)} cells\n")
 
 
-def cmd_plan(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     config = common.config(args)
     cat = common.catalogue(args, config)
     if args.audit:
@@ -154,13 +153,13 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
     return 0
 
 
-def cmd_refresh(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_refresh(args: argparse.Namespace) -> int:
     from imagegen.plan import refresh
 
     return refresh.run(args.index_url, args.dry_run)
 
 
-def cmd_recipes(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_recipes(args: argparse.Namespace) -> int:
     if args.lock is not None:
         common.lock(args)  # recipes uses no image, but a --lock that is not a lock file is a mistake worth saying
     config = common.config(args)
@@ -189,7 +188,7 @@ def cmd_recipes(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def cmd_archs(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_archs(args: argparse.Namespace) -> int:
     from imagegen.model.arch_format import to_cmake, to_dotted_list, to_gencode, to_torch_arch_list
     from imagegen.model.arch_parse import parse_arch_list
     from imagegen.model.arch_rules import min_cuda_for, nvcc_problems, parse_cuda_version, torch_problems

@@ -7,13 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
 
 from imagegen.errors import PublishError, UsageError
 from imagegen.outputs import shown
 
 
-def cmd_publish(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_publish(args: argparse.Namespace) -> int:
     from imagegen.publish.upload import publish
 
     try:

@@ -8,7 +8,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
 
 from imagegen.plan import options, request
 from imagegen.commands import common
@@ -17,8 +16,8 @@ from imagegen.outputs import output_folder, shown, write_output
 from imagegen.render.dockerfile import render_dockerfile
 
 
-def cmd_render(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    command = common.command_line(argv)  # the Dockerfile's and the script's header say how they were made
+def cmd_render(args: argparse.Namespace) -> int:
+    command = common.command_line(args.argv)  # the Dockerfile's and the script's header say how they were made
     config = common.config(args)
     cat = common.catalogue(args, config)
     _render_flags(args)
@@ -163,7 +162,7 @@ def _from_python_exe(args, torch: tuple, cuda: tuple, python: tuple) -> tuple[tu
     return fill["--torch"], fill["--cuda"], fill["--python"]
 
 
-def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_bake(args: argparse.Namespace) -> int:
     from imagegen.render import bakefiles
     config = common.config(args)
     cat = common.catalogue(args, config)
@@ -183,7 +182,7 @@ def cmd_bake(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if os.path.lexists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {shown(out)}: exists and is not a folder (the wheels go into folders under it)")
     written, printed = bakefiles.write_bake(plan, Path.cwd(), Path(args.file), out_dir=str(out),
-                                            dockerfiles_dir=args.dockerfiles, command=common.command_line(argv),
+                                            dockerfiles_dir=args.dockerfiles, command=common.command_line(args.argv),
                                             validate=args.show)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
 
 from imagegen.commands import common
 from imagegen.errors import ArchError, ImagegenError, PublishError, UsageError
@@ -47,7 +46,7 @@ def _repair_one(wheel: Path, args: argparse.Namespace, python_exe: str | None) -
                         python_exe=python_exe, expected=expected, base_image=base_image)
 
 
-def cmd_repair(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def cmd_repair(args: argparse.Namespace) -> int:
     for wheel in args.wheels:
         common.validate_wheel_file(wheel)
     if args.out is not None:

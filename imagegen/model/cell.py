@@ -39,16 +39,16 @@ class Cell:
     torch_version: str
     cuda: CudaVariant
     python: str
-    archs: ArchList
+    archs: ArchList  # what the package compiles for the request (compiled_archs)
+    # What the user asked for: ``archs`` itself, or the list it became (8.0;8.6;8.9;9.0 -> 8.0;9.0 for
+    # flash-attn, whose 8.x GPUs run the sm_80 cubin).
+    requested_archs: ArchList
     flavor: str
     base: BaseImage | None
     torch_index_url: str | None
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     status: str = BUILDABLE
-    # What the user asked for when the package compiles something else for it (8.0;8.6;8.9;9.0 ->
-    # 8.0;9.0 for flash-attn: see compiled_archs); None when ``archs`` is the request itself.
-    requested_archs: ArchList | None = None
     # The wheelhouse layout (validate_layout): seed 001 keeps its team's fa<v>/torch<s>/cu<x>/.
     layout: str = DEFAULT_LAYOUT
     # --offline: no build step reaches a network (RUN --network=none, pip without an index); the
@@ -132,7 +132,7 @@ class Cell:
 
     def describe(self) -> str:
         asked = self.requested_archs
-        archs = f"{asked} (compiled as {self.archs})" if asked is not None and asked != self.archs else str(self.archs)
+        archs = f"{asked} (compiled as {self.archs})" if asked != self.archs else str(self.archs)
         return (f"{self.recipe.name} {self.version.version} torch {self.torch_version} {self.cuda.name}"
                 f" py{self.python} arch {archs} [{self.flavor}]")
 

@@ -116,9 +116,8 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         problems.append(str(exc))
     return Cell(
         recipe=recipe, version=version, torch=series, torch_version=torch_version, cuda=cuda, python=python,
-        archs=archs, flavor=flavor, base=base, torch_index_url=index, problems=tuple(_dedupe(problems)),
-        notes=tuple(notes), status=REJECTED if problems else BUILDABLE,
-        requested_archs=requested if requested != archs else None,
+        archs=archs, requested_archs=requested, flavor=flavor, base=base, torch_index_url=index,
+        problems=tuple(_dedupe(problems)), notes=tuple(notes), status=REJECTED if problems else BUILDABLE,
     )
 
 

@@ -214,7 +214,7 @@ def _record(folder: Path, cell: Cell, dest: Path, inputs: str, record: dict) -> 
         "cuda": cell.cuda.name,
         "python": cell.python,
         "archs": str(cell.archs),
-        "requested_archs": str(cell.requested_archs or cell.archs),
+        "requested_archs": str(cell.requested_archs),
         "expected_archs": str(cell.expected_archs),
         # The plan's notes ("8.6, 8.9 run the sm_80 cubin", fallback base image, ...) travel with the wheel.
         "notes": list(cell.notes),

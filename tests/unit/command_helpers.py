@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.cli import build_parser
+from imagegen import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -23,13 +23,12 @@ CELL = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
 
 def parse(*argv: str) -> argparse.Namespace:
     """The Namespace imagegen's parser makes of ``argv`` (what imagegen.cli hands to a command)."""
-    return build_parser().parse_args([str(a) for a in argv])
+    return cli.parse([str(a) for a in argv])
 
 
 def call(command, *argv: str) -> int:
     """Run ``command`` (a cmd_* function) the way imagegen.cli.main does, without its error handling."""
-    argv = [str(a) for a in argv]
-    return command(parse(*argv), argv)
+    return command(parse(*argv))
 
 
 def fake_host(tmp_path: Path, *, python: str = "3.12", torch: str | None = "2.8.0", torch_cuda: str | None = "12.8",

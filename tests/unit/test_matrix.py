@@ -322,7 +322,7 @@ def test_flash_attn_maps_86_89_to_the_sm80_cubin():
     assert "8.6, 8.9 run the sm_80 cubin" in c.notes
     assert "compiled as 8.0;9.0" in c.describe()
     plain = cell("flash-attn", "8.0;9.0")
-    assert plain.requested_archs is None and not any("cubin" in n for n in plain.notes)
+    assert plain.requested_archs == plain.archs and not any("cubin" in n for n in plain.notes)
 
 
 def test_runs_on_for_every_numeric_flash_attn_and_bsa_version():

@@ -25,8 +25,8 @@ def test_render_takes_the_arch_list_down_the_flow_without_a_climb(capsys):
     assert trip.climbs == [] and len(files) <= 13
     # cli, cli_spec, the command, its flags, options, request, matrix, the Dockerfile: one file a step's part
     assert len(trip.flow_files) <= 8 and set(trip.flow_files) <= set(files)
-    assert set(files) - set(trip.flow_files) == {"model/arch.py", "model/arch_data.py", "model/arch_parse.py",
-                                                  "model/arch_rules.py", "model/cell_rules.py"}
+    assert set(files) - set(trip.flow_files) == {"model/arch_data.py", "model/arch_parse.py", "model/arch_rules.py",
+                                                  "model/cell_rules.py"}
 
 
 def test_plan_goes_back_to_the_command_only_to_print_the_plan(capsys):
