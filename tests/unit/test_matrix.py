@@ -352,7 +352,8 @@ def test_the_rendered_arch_arg_is_the_compiled_list():
 def _seed_001_request(versions_of):
     # Seed 001 builds FA 2.8.x for its compatibility table (torch 2.6: cu126; 2.7: cu126, cu128;
     # 2.8: cu126, cu128, cu129), PY_LINUX cp312, TORCH_CUDA_ARCH_LIST="80;86;89;90", on
-    # pytorch/manylinux2_28-builder images. The catalogue's 2.8.x are 2.8.3, 2.8.3.post1 and main (2.8.4).
+    # pytorch/manylinux2_28-builder images. The catalogue's 2.8.x are 2.8.3, 2.8.3.post1, 2.8.3.post2 and main
+    # (2.8.4).
     return MatrixRequest(recipes=versions_of, torch=["2.6", "2.7", "2.8"], cuda=["12.6", "12.8", "12.9"],
                          python=["3.12"], archs=[parse_arch_list("80;86;89;90")], flavor="manylinux")
 
@@ -361,9 +362,9 @@ def test_seed_001_matrix_gives_its_cells_for_every_version_including_its_default
     from dataclasses import replace
 
     fa = CAT.get("flash-attn")
-    assert [v for v in fa.versions] == ["2.8.3", "2.8.3.post1", "2.8.2", "main"]
+    assert [v for v in fa.versions] == ["2.8.3", "2.8.3.post1", "2.8.3.post2", "2.8.2", "main"]
     plan = expand(_seed_001_request([(fa, v) for v in fa.versions.values()]))
-    assert len(plan.buildable) == 24, [c.problems for c in plan.rejected]  # 6 per version
+    assert len(plan.buildable) == 30, [c.problems for c in plan.rejected]  # 6 per version
     assert len([c for c in plan.buildable if c.version.version == "2.8.2"]) == 6
     # The other 9 combinations are pairs the seed's own table does not have either.
     assert all(len(c.problems) == 1 and "has no cu12" in c.problems[0] for c in plan.rejected)
