@@ -248,6 +248,33 @@ def test_flash_attn_2_8_2_a_second_run_the_figures_were_not_fitted_to():
             in (results / "build.err").read_text()
 
 
+def test_flash_attn_2_8_3_post2_built_and_checked_on_the_gpu_within_the_band():
+    # The newest release, 2.8.3.post2 from its pinned sdist, for 9.0 on the lent GPU machine (an H200, 9.0:
+    # docs/gpu-results/2026-11-28-flash-attn-2.8.3.post2). Only the plan's audit came back, not the build's
+    # per-source record: its one extension is the 2.8.3 run's (72 .cu files, sm_90 SASS only, --threads 4;
+    # setup.py is the same), so that run's per-source profile stands for it.
+    results = ROOT / "docs" / "gpu-results" / "2026-11-28-flash-attn-2.8.3.post2"
+    recipe = load_catalogue().get("flash-attn")
+    assert "2.8.3.post2" in recipe.versions
+    (ext,) = json.loads((results / "p1-plan-audit.json").read_text())["audit"]["extensions"]
+    assert (ext["module"], ext["cuda_sources"], ext["sass"], ext["ptx"]) == ("flash_attn_2_cuda", 72, ["sm_90"], [])
+    assert ext["nvcc_flags"][-2:] == ["--threads", "4"]
+    profile = jobs.load_profile(json.loads((ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn" / "proof1"
+                                            / "audit.json").read_text()), recipe.source_memory_gb)
+    assert [(e.chains, e.threads) for e in profile] == [((1,) * ext["cuda_sources"], 4)]
+    now = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb, host_gb=recipe.nvcc_host_gb)
+    measured = json.loads((results / "p1-mem.json").read_text())["peak_over_baseline_gib"]
+    assert now.gb == pytest.approx(80.0) and 0.9 * measured <= now.gb <= 1.25 * measured, measured
+    err = (results / "p1-build.err").read_text()
+    assert "jobs: MAX_JOBS=16 NVCC_THREADS=4 (~80 GB peak) from the audit: 16 nvcc at once" in err
+    assert "flash_attn-2.8.3.post2+cu130torch2.11-cp312-cp312-linux_x86_64.whl in 1265 s; archs: sm_90" in err
+    (verify,) = json.loads((results / "p1-verify.json").read_text())
+    assert verify["ok"] and verify["extensions"][0]["entries"] == {"sm_90": 72}
+    check = json.loads((results / "p1-check.json").read_text())
+    assert check["status"] == "passed" and check["device"] == "NVIDIA H200 (9.0)"
+    assert check["output"][0].startswith("flash_attn_func fwd+bwd (hdim 64/128/256, causal and not)")
+
+
 def test_block_sparse_attn_builds_on_the_h100_and_the_recipes_figures():
     # Block-Sparse-Attention's two H100 builds, 16 nvcc at once with one compile chain each (MAX_JOBS 16):
     # 0.0.2.post1 `9.0` (24 kernel files, --threads 4; docs/gpu-results/2026-11-23, session 7: 51.2 GiB
