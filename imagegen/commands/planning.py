@@ -31,7 +31,7 @@ def _cell_record(cell) -> dict:
         "python": cell.python,
         "platform": cell.platform,
         "archs": str(cell.archs),
-        # What was asked, where the package compiles something else for it (flash-attn: 8.6 -> 8.0).
+        # What was asked; "archs" is what the package compiles for it (flash-attn: 8.6 -> 8.0).
         "requested_archs": str(cell.requested_archs),
         "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
         "flavor": cell.flavor,
