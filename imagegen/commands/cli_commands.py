@@ -195,7 +195,9 @@ REFRESH = Command("refresh", "planning.cmd_refresh", "add new torch series and C
     " PyPI-derived facts of known series. Written to a user-level overlay ($IMAGEGEN_COMPAT_DIR, else"
     " ~/.config/imagegen/compat), never into the installed package. Refuses an answer that looks broken (a release"
     " going backwards, lost series or Pythons, an unknown CUDA). The cuXYZ builds of download.pytorch.org cannot be"
-    " read from PyPI: a new series lists only its PyPI variant."), (
+    " read from PyPI: a new series lists only its PyPI variant. Then say each catalogue package whose newest"
+    " release on the index is newer than the newest release its recipe pins, with its sdist's name and sha256 (a"
+    " pin to add; the catalogue is not written)."), (
     Opt(("--index-url",), help="a PyPI-compatible simple index with the JSON API (default:"
         " https://pypi.org/simple/)"),
     Opt(("--dry-run",), action="store_true", help="show what would change; write nothing"),

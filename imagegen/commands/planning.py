@@ -154,9 +154,11 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
 
 
 def cmd_refresh(args: argparse.Namespace) -> int:
-    from imagegen.plan import refresh
+    from imagegen.plan import refresh, releases
 
-    return refresh.run(args.index_url, args.dry_run)
+    refresh.run(args.index_url, args.dry_run)
+    # Then the catalogue's packages: a newer release is a pin to add (said, never written).
+    return releases.run(args.index_url, load_catalogue())
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:

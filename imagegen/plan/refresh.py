@@ -142,14 +142,18 @@ def _file_url(page: str, entry: dict, project: str) -> str:
     return resolved
 
 
-def project_files(index: str, project: str, deadline: untrusted.Deadline | None = None) -> list[dict]:
+def project_files(index: str, project: str, deadline: untrusted.Deadline | None = None, *,
+                  absent_ok: bool = False) -> list[dict]:
     """The files of ``project``'s PEP 691 page, each with its ``url`` resolved (an absolute http(s) URL)
-    and its ``size`` checked; CompatError (one line) for a page that is not PEP 691 JSON."""
+    and its ``size`` checked; CompatError (one line) for a page that is not PEP 691 JSON. ``absent_ok``:
+    no files (not an error) where the index has no such project (HTTP 404)."""
     deadline = deadline or untrusted.Deadline(deadline_seconds())
     url = index.rstrip("/") + f"/{project}/"
     try:
         page, final, _ = _fetch(url, deadline, headers={"Accept": JSON_API})
     except untrusted.HTTPStatusError as exc:
+        if absent_ok and exc.code == 404:
+            return []
         raise CompatError(f"{url}: HTTP {exc.code}: the index has no {project} project page (a PyPI-compatible"
                           " simple index with the JSON API is needed)") from None
     not_pep691 = f"{index}: the {project} page is not PEP 691 JSON"

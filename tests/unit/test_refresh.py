@@ -5,6 +5,7 @@ its own tables, and answers that look broken are refused with one line."""
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import io
 import json
@@ -17,6 +18,7 @@ from imagegen.plan import refresh
 from imagegen.cli import main
 from imagegen.errors import CompatError
 from imagegen.model import compat
+from imagegen.model.catalogue import load_catalogue
 
 TORCH_META = "Metadata-Version: 2.1\nName: torch\nVersion: {v}\nRequires-Dist: filelock\n{pin}\n"
 
@@ -63,7 +65,8 @@ class FakeIndex:
                         self.send_error(404)
                         return
                     files = [{"filename": fn, "url": f"http://127.0.0.1:{index.port}/files/{fn}", "size": len(data),
-                              "hashes": {}, **({"core-metadata": True} if fn in index.pep658 else {})}
+                              "hashes": {"sha256": hashlib.sha256(data).hexdigest()},
+                              **({"core-metadata": True} if fn in index.pep658 else {})}
                              for fn, data in index.files.get(project, {}).items()]
                     return self._send(json.dumps({"meta": {"api-version": "1.1"}, "name": project,
                                                   "files": files}).encode(), refresh.JSON_API)
@@ -139,9 +142,13 @@ def overlay(tmp_path, monkeypatch):
     compat.reload()
 
 
+CURRENT = ("the compatibility tables are current\n"
+           "the catalogue pins the newest release the index has of each of its packages\n")
+
+
 def test_nothing_new_is_nothing_written(index, overlay, capsys):
     assert main(["refresh", "--index-url", index.url]) == 0
-    assert capsys.readouterr().out == "the compatibility tables are current\n" and not overlay.exists()
+    assert capsys.readouterr().out == CURRENT and not overlay.exists()
 
 
 def test_a_new_series_and_toolkit_land_in_the_overlay_and_are_used(index, overlay, capsys):
@@ -169,8 +176,21 @@ def test_a_new_series_and_toolkit_land_in_the_overlay_and_are_used(index, overla
     assert cell["torch"] == "2.99.1" and cell["cuda"] == "cu139"
     # a second refresh finds nothing new and keeps the overlay
     assert main(["refresh", "--index-url", index.url]) == 0
-    assert capsys.readouterr().out == "the compatibility tables are current\n"
+    assert capsys.readouterr().out == CURRENT
     assert "2.99" in compat.read_overlay(overlay / "torch.yaml", "series")
+
+
+def test_a_catalogue_package_with_a_newer_release_is_said_after_the_tables(index, overlay, capsys):
+    # imagegen.plan.releases' own tests cover what is a release; here, the command as a user runs it.
+    assert "1.7.0" in load_catalogue().get("causal-conv1d").versions  # its newest pinned release
+    index.files["causal-conv1d"] = {"causal_conv1d-99.0.0.tar.gz": b"an sdist", "causal_conv1d-1.7.0.tar.gz": b"x"}
+    assert main(["refresh", "--index-url", index.url, "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "the compatibility tables are current"
+    assert out[1:] == [f"causal-conv1d: 99.0.0 is on the index, newer than the newest release the catalogue pins (1.7.0):"
+                       f" pin its sdist causal_conv1d-99.0.0.tar.gz (sha256 {hashlib.sha256(b'an sdist').hexdigest()})"
+                       " in a recipe of your own (--recipe-dir), or update imagegen"]
+    assert index.full_downloads == []  # the sdist itself is never fetched
 
 
 def test_a_newer_patch_release_and_toolkit_update_a_known_series(index, overlay):
