@@ -154,11 +154,13 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
 
 
 def cmd_refresh(args: argparse.Namespace) -> int:
+    from imagegen import untrusted
     from imagegen.plan import refresh, releases
 
-    refresh.run(args.index_url, args.dry_run)
+    deadline = untrusted.Deadline(refresh.deadline_seconds())  # every request of the command together
+    refresh.run(args.index_url, args.dry_run, deadline)
     # Then the catalogue's packages: a newer release is a pin to add (said, never written).
-    return releases.run(args.index_url, load_catalogue())
+    return releases.run(args.index_url, load_catalogue(), deadline)
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:

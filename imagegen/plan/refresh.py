@@ -247,12 +247,13 @@ def toolkits(files: list[dict]) -> dict[str, str]:
 # The overlay
 
 
-def refresh(index: str = PYPI, *, today: str | None = None,
-            deadline_s: float | None = None) -> tuple[dict, dict, list[str]]:
-    """(torch overlay, cuda overlay, what changed) against the tables imagegen reads now."""
+def refresh(index: str = PYPI, *, today: str | None = None, deadline_s: float | None = None,
+            deadline: untrusted.Deadline | None = None) -> tuple[dict, dict, list[str]]:
+    """(torch overlay, cuda overlay, what changed) against the tables imagegen reads now. ``deadline``: the
+    one that every request of this refresh shares (else one of ``deadline_s`` or deadline_seconds())."""
     known_torch, known_cuda = compat.torch_table(), compat.cuda_table()
     stamp = today or date.today().isoformat()
-    deadline = untrusted.Deadline(deadline_s or deadline_seconds())  # every request of this refresh together
+    deadline = deadline or untrusted.Deadline(deadline_s or deadline_seconds())
     releases = torch_releases(project_files(index, "torch", deadline))
     kits = toolkits(project_files(index, "cuda-toolkit", deadline))
     torch_rows: dict[str, Any] = {}
@@ -352,10 +353,10 @@ def write_overlay(folder: Path, torch_rows: dict, cuda_rows: dict) -> list[Path]
     return written
 
 
-def run(index: str | None, dry_run: bool) -> int:
+def run(index: str | None, dry_run: bool, deadline: untrusted.Deadline | None = None) -> int:
     if index is not None and not re.fullmatch(r"https?://[A-Za-z0-9._~:/@%+-]+", index):
         raise UsageError(f"--index-url {index!r}: give the http(s) URL of a PyPI-compatible simple index")
-    torch_rows, cuda_rows, changes = refresh(index or PYPI)
+    torch_rows, cuda_rows, changes = refresh(index or PYPI, deadline=deadline)
     for line in changes:
         print(line)
     if not changes:

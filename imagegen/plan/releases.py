@@ -85,9 +85,10 @@ def newer_releases(index: str, catalogue: Catalogue, deadline: untrusted.Deadlin
     return out
 
 
-def run(index: str | None, catalogue: Catalogue) -> int:
-    """Say each newer release, or that the pins are current. The index was validated by refresh.run."""
-    news = newer_releases(index or refresh.PYPI, catalogue)
+def run(index: str | None, catalogue: Catalogue, deadline: untrusted.Deadline | None = None) -> int:
+    """Say each newer release, or that the pins are current. The index was validated by refresh.run;
+    ``deadline``: the one the tables' half of the refresh used, so that both share it."""
+    news = newer_releases(index or refresh.PYPI, catalogue, deadline)
     for release in news:
         print(release.line())
     if not news:

@@ -127,3 +127,17 @@ def test_hostile_names_and_values_are_passed_over(serve):
     ]})
     assert releases.newer_releases(index.url, without("2.8.3.post2")) == []
 
+
+
+def test_the_check_ends_at_the_deadline_it_is_given(serve):
+    # imagegen refresh hands both halves one deadline: what the tables' half used is gone for this one.
+    import time
+
+    from imagegen import untrusted
+
+    index = serve({"flash-attn": FLASH_ATTN_PAGE})
+    spent = untrusted.Deadline(0.05)
+    time.sleep(0.1)
+    with pytest.raises(CompatError, match="no complete answer within the 0.05 s all requests may take"):
+        releases.newer_releases(index.url, without("2.8.3.post2"), spent)
+    assert index.asked == []
