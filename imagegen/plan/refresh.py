@@ -247,13 +247,13 @@ def toolkits(files: list[dict]) -> dict[str, str]:
 # The overlay
 
 
-def refresh(index: str = PYPI, *, today: str | None = None, deadline_s: float | None = None,
+def refresh(index: str = PYPI, *, today: str | None = None,
             deadline: untrusted.Deadline | None = None) -> tuple[dict, dict, list[str]]:
     """(torch overlay, cuda overlay, what changed) against the tables imagegen reads now. ``deadline``: the
-    one that every request of this refresh shares (else one of ``deadline_s`` or deadline_seconds())."""
+    one that every request of this refresh shares (else a new one of deadline_seconds())."""
     known_torch, known_cuda = compat.torch_table(), compat.cuda_table()
     stamp = today or date.today().isoformat()
-    deadline = deadline or untrusted.Deadline(deadline_s or deadline_seconds())
+    deadline = deadline or untrusted.Deadline(deadline_seconds())
     releases = torch_releases(project_files(index, "torch", deadline))
     kits = toolkits(project_files(index, "cuda-toolkit", deadline))
     torch_rows: dict[str, Any] = {}

@@ -44,9 +44,9 @@ class NewRelease:
 
 def newest_pin(recipe: Recipe) -> Version | None:
     """The newest release among the recipe's pins: a development or pre-release pin (main, 2.8.4.dev0) is
-    not a release, so it hides no newer one."""
+    not a release, so it hides no newer one (packaging counts a dev release as a pre-release)."""
     said = (pep440(v.source_version or label) for label, v in recipe.versions.items())
-    return max((v for v in said if v is not None and not v.is_prerelease and not v.is_devrelease), default=None)
+    return max((v for v in said if v is not None and not v.is_prerelease), default=None)
 
 
 def newest_sdist(files: list[dict], project: str) -> tuple[Version, str, str] | None:
@@ -61,7 +61,7 @@ def newest_sdist(files: list[dict], project: str) -> tuple[Version, str, str] | 
                 or not SHA256.fullmatch(sha):
             continue
         version = pep440(m["version"])
-        if version is None or version.is_prerelease or version.is_devrelease:
+        if version is None or version.is_prerelease:  # a dev release too
             continue
         if best is None or version > best[0]:
             best = (version, m.group(0), sha)
