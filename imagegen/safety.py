@@ -203,8 +203,9 @@ def os_reason(exc: BaseException) -> str:
 # when it carries one. docs/security.md says what is promised and how it is tested.
 
 # scheme://USERINFO@ (userinfo holds no '/', '?', '#' or '@'; git@host:path has no scheme and
-# names a user, not a secret, so it is not matched).
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)([^/?#@\s'\"<>]+)@")
+# names a user, not a secret, so it is not matched); also scheme:/USERINFO@, what a URL becomes as a
+# path (str(Path("https://u:TOKEN@h/x")) is "https:/u:TOKEN@h/x").
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}:/{1,3})([^/?#@\s'\"<>]+)@")
 # Query parameters that carry a secret (?access_token=..., &X-Amz-Signature=..., ?sig=...).
 _SECRET_PARAM = re.compile(
     r"(?i)([?&;](?:access_token|private_token|token|auth|password|passwd|pwd|secret|client_secret|api_key|apikey"

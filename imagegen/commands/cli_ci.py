@@ -3,6 +3,7 @@ Windows jobs' options as a section of their own. commands.ci reads them (ci.run)
 
 from __future__ import annotations
 
+from imagegen.commands.cli_options import path_text
 from imagegen.commands.cli_spec import Command, Group, Opt
 from imagegen.render.workflow import (DEFAULT_ARM64_RUNS_ON, DEFAULT_BAKE_FILE, DEFAULT_GROUP, DEFAULT_NAMESPACE,
                                       DEFAULT_OUTPUT, DEFAULT_REGISTRY, DEFAULT_RUNS_ON, DEFAULT_TIMEOUT,
@@ -49,7 +50,7 @@ GITHUB = Command("github", None, "GitHub Actions workflow with a registry cache 
     " --bake-file, --targets or --group is given. A target whose base image has a fallback (<target>-fallback in"
     " the bake file) builds on the first that can be pulled. Every job has a timeout below a hosted runner's 6"
     " hours. Run it in the repository's top folder, where the workflow runs bake."), (
-    Opt(("--bake-file",), help="bake file, relative to the repository's top folder (default:"
+    Opt(("--bake-file",), type=path_text, help="bake file, relative to the repository's top folder (default:"
         f" {DEFAULT_BAKE_FILE}, written by `imagegen bake --repo`)"),
     _WHICH_TARGETS,
     Opt(("--registry",), default=DEFAULT_REGISTRY, help=f"registry for the build cache (default: {DEFAULT_REGISTRY},"
@@ -80,7 +81,8 @@ GITHUB = Command("github", None, "GitHub Actions workflow with a registry cache 
         " Windows jobs install imagegen, a pip requirement such as 'imagegen[publish] @"
         " git+https://github.com/ORG/imagegen@v0.1.0' or a path in the repository (required: PyPI's 'imagegen' is"
         " another project)"),
-    Opt(("-o", "--output"), default=DEFAULT_OUTPUT, help=f"workflow file to write, - for stdout (default:"
+    Opt(("-o", "--output"), type=path_text, default=DEFAULT_OUTPUT,
+        help=f"workflow file to write, - for stdout (default:"
         f" {DEFAULT_OUTPUT})"),
 ), epilog=("example: imagegen ci github --windows sage --windows-torch 2.8 --windows-cuda 12.8 --windows-python 3.12"
            " --windows-arch '8.0;9.0;12.0' --imagegen-from 'imagegen @ git+https://github.com/ORG/imagegen@TAG'"

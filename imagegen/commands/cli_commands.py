@@ -12,40 +12,41 @@ from imagegen import __version__
 from imagegen.commands.cli_ci import CI
 from imagegen.commands.cli_options import (CACHE, COMMON, COMPILE, CONFIG, GPU_CHECK, JSON, JSON_RESULTS, MATRIX,
                                            NETRC, ONE_CELL, OUT_FOLDER, RECIPE_DIR, REGISTRY, WHEELHOUSE, WHEELS,
-                                           budget_seconds)
+                                           budget_seconds, local_path, path_text)
 from imagegen.commands.cli_spec import Command, Later, Opt, Program
 
 PROGRAM = Program("imagegen", "Build CUDA-extension wheels for exact torch x CUDA x Python x GPU-arch cells.",
                   f"imagegen {__version__}")
 
 # Plan's and build's --native (build on this host) reads these the same way.
-NATIVE_PYTHON_EXE = Opt(("--python-exe",), help="with --native: the interpreter whose torch to build against"
-                        " (default: this one)")
+NATIVE_PYTHON_EXE = Opt(("--python-exe",), type=path_text, help="with --native: the interpreter whose torch to"
+                        " build against (default: this one)")
 
 RENDER = Command("render", "rendering.cmd_render", "print a builder Dockerfile for one cell", (
     "Render the builder Dockerfile for one recipe and cell: the one cell plan, bake and build make of the same"
     " flags."), (
     Opt(("recipe",), nargs="?", help="recipe name or alias (sage, flash-attn, ...) or a path to a local project"),
     ONE_CELL,
-    Opt(("-o", "--output"), help="write to this file instead of stdout"),
+    Opt(("-o", "--output"), type=path_text, help="write to this file instead of stdout"),
     Opt(("--shell",), choices=("cmd", "powershell"), help="print a native Windows build script instead of a"
         " Dockerfile: one or many cells (--torch 2.8,2.9 --cuda 12.8 --python 3.12: lists), each with its CUDA"
         " toolkit (CUDA_PATH_V12_8), a venv (py -3.12) with its torch, the recipe's patches, vcvarsall, pip wheel,"
         " the local version, a cuobjdump arch check and an import test; wheels into the wheelhouse layout"),
-    Opt(("--src-dir",), help="with --shell: where the source is (cloned there if missing); a checkout of your own"
-        " (a fork, local fixes) that is here already builds as it is, as a local tree with the recipe's rules for"
-        " its version, as --native --src-dir does on Linux"),
-    Opt(("--python-exe",), help="with --shell: build one cell with this Python and the torch it has, e.g."
+    Opt(("--src-dir",), type=path_text, help="with --shell: where the source is (cloned there if missing); a checkout"
+        " of your own (a fork, local fixes) that is here already builds as it is, as a local tree with the recipe's"
+        " rules for its version, as --native --src-dir does on Linux"),
+    Opt(("--python-exe",), type=path_text,
+        help="with --shell: build one cell with this Python and the torch it has, e.g."
         " ..\\.venv\\Scripts\\python.exe (default: a venv per cell made with the py launcher); its torch, CUDA and"
         " Python are the cell's where --torch, --cuda, --python are not given (read by running it here, from where"
         " the script will run); the script never installs a torch into it unless --install-torch"),
     Opt(("--install-torch",), action="store_true", help="with --shell --python-exe: the script installs the cell's"
         " torch into that interpreter (default: it uses and checks the torch already there)"),
-    Opt(("--out",), help="with --shell: the wheelhouse the script writes to (default: config out, else wheelhouse;"
-        " the script's -Wheelhouse / first argument overrides it)"),
+    Opt(("--out",), type=path_text, help="with --shell: the wheelhouse the script writes to (default: config out,"
+        " else wheelhouse; the script's -Wheelhouse / first argument overrides it)"),
     Opt(("--audit",), action="store_true", help="with --shell: says why the gencode audit cannot run for a Windows"
         " cell (the script checks the built archs with cuobjdump)"),
-    Opt(("--vcvars",), help="with --shell: path of vcvarsall.bat (default: VS 2022 Community)"),
+    Opt(("--vcvars",), type=path_text, help="with --shell: path of vcvarsall.bat (default: VS 2022 Community)"),
     Opt(("--max-jobs",), type=int, default=None, help="with --shell: MAX_JOBS (default 1: no OOM)"),
     Opt(("--nvcc-threads",), type=int, default=None, help="with --shell: NVCC_THREADS (default 1)"),
     GPU_CHECK,
@@ -70,8 +71,8 @@ PLAN = Command("plan", "planning.cmd_plan", "expand the matrix and explain every
     Opt(("--native",), action="store_true", help="with --audit: audit the build on this host (its Python, torch and"
         " nvcc), as `imagegen build --native` would run it"),
     NATIVE_PYTHON_EXE,
-    Opt(("--src-dir",), type=Path, help="with --native: an existing checkout (default: clone into --work)"),
-    Opt(("--work",), type=Path, help="with --audit: where sources and logs go (default: .imagegen)"),
+    Opt(("--src-dir",), type=local_path, help="with --native: an existing checkout (default: clone into --work)"),
+    Opt(("--work",), type=local_path, help="with --audit: where sources and logs go (default: .imagegen)"),
     COMMON,
 ))
 
@@ -80,10 +81,11 @@ BAKE = Command("bake", "rendering.cmd_bake", "write docker buildx bake definitio
     " (local output per cell, CA secret, IMAGEGEN_-prefixed overrides). Paths are relative to the current"
     " directory, where `docker buildx bake` must run."), (
     MATRIX,
-    Opt(("-f", "--file"), default="docker-bake.hcl", help="bake file to write: .hcl or .json (default:"
-        " docker-bake.hcl)"),
-    Opt(("--out",), help="wheel output folder (default: config out, else wheelhouse)"),
-    Opt(("--dockerfiles",), default="dockerfiles", help="folder for the rendered Dockerfiles (default: dockerfiles)"),
+    Opt(("-f", "--file"), type=path_text, default="docker-bake.hcl", help="bake file to write: .hcl or .json"
+        " (default: docker-bake.hcl)"),
+    Opt(("--out",), type=path_text, help="wheel output folder (default: config out, else wheelhouse)"),
+    Opt(("--dockerfiles",), type=path_text, default="dockerfiles",
+        help="folder for the rendered Dockerfiles (default: dockerfiles)"),
     Opt(("--print",), dest="show", action="store_true", help="check the file with `docker buildx bake --print` and"
         " show what buildx will run"),
     Opt(("--repo",), action="store_true", help="regenerate this repository's committed dockerfiles/, bake/ and"
@@ -98,7 +100,8 @@ BUILD = Command("build", "building.cmd_build", "build wheels for a matrix (bake)
     " OUT/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/ with manifest.json. Unchanged cells are skipped."), (
     MATRIX,
     OUT_FOLDER,
-    Opt(("--work",), type=Path, default=Path(".imagegen"), help="staging, logs and bake files (default: .imagegen)"),
+    Opt(("--work",), type=local_path, default=Path(".imagegen"),
+        help="staging, logs and bake files (default: .imagegen)"),
     COMPILE,
     Opt(("--budget",), type=budget_seconds, metavar="DURATION", help="stop a cell's compile after this long (e.g."
         " 330m, under a CI runner's 6 hours) and keep its build tree in the builder's cache (keyed by the cell's"
@@ -114,14 +117,16 @@ BUILD = Command("build", "building.cmd_build", "build wheels for a matrix (bake)
         " repeat to split the matrix across several builders (bake sends all of one run to one node)"),
     CACHE,
     NETRC,
-    Opt(("--ca-bundle",), help="CA bundle for PyPI/git inside builds, passed as a BuildKit secret (default: PIP_CERT"
+    Opt(("--ca-bundle",), type=path_text,
+        help="CA bundle for PyPI/git inside builds, passed as a BuildKit secret (default: PIP_CERT"
         " / REQUESTS_CA_BUNDLE / SSL_CERT_FILE, else the system bundle)"),
     JSON_RESULTS,
     Opt(("--native",), action="store_true", help="build on this host, without Docker (Colab, bare metal): the"
         " host's Python, torch and nvcc, checked against each other first"),
     Opt(("--flat",), action="store_true", help="with --native: put the wheel directly in --out (e.g. a mounted"
         " Google Drive folder) instead of OUT/<pkg>-<ver>/torch<X.Y>/cu<XYZ>/"),
-    Opt(("--src-dir",), type=Path, help="with --native: an existing checkout to build (default: clone into --work)"),
+    Opt(("--src-dir",), type=local_path,
+        help="with --native: an existing checkout to build (default: clone into --work)"),
     Opt(("--print-env",), action="store_true", help="with --native: print the variables the build would set (arch"
         " knob, MAX_JOBS, ...) as JSON; build nothing"),
     NATIVE_PYTHON_EXE,
@@ -144,7 +149,8 @@ VERIFY = Command("verify", "checking.cmd_verify", "check that a wheel carries th
     " compiles a hard-coded list) are a warning, exit 0; with --strict a failure. A missing arch fails (exit 6)."), (
     WHEELS,
     Opt(("--arch",), required=True, help="the archs the wheel must carry, e.g. '8.0;9.0a+PTX'"),
-    Opt(("--python-exe",), help="also import the wheel's modules with this interpreter (it must have the torch the"
+    Opt(("--python-exe",), type=path_text,
+        help="also import the wheel's modules with this interpreter (it must have the torch the"
         " wheel was built for); imports that need a GPU driver are reported as skipped"),
     Opt(("--strict",), action="store_true", help="fail (exit 6) when an extension carries archs not requested"),
     Opt(("--gpu",), action="store_true", help="then run the recipe's numerical GPU check (imagegen check) on each"
@@ -159,9 +165,10 @@ CHECK = Command("check", "checking.cmd_check", "run the recipe's numerical GPU c
     " and the check runs in a fresh interpreter from an empty folder. Exit 0: it passed; 6: it failed; 8: no torch"
     " or no CUDA GPU visible to that interpreter (nothing checked); 2: bad input (no such wheel, unknown"
     " distribution, a recipe without a gpu_check)."), (
-    Opt(("wheel",), type=Path, help="wheel file"),
+    Opt(("wheel",), type=local_path, help="wheel file"),
     Opt(("--recipe",), help="recipe whose gpu_check to run (default: the one for the wheel's distribution)"),
-    Opt(("--python", "--python-exe"), dest="python_exe", metavar="EXE", help="interpreter to run the check with (it"
+    Opt(("--python", "--python-exe"), type=path_text, dest="python_exe", metavar="EXE",
+        help="interpreter to run the check with (it"
         " must have the torch the wheel was built for; default: this one)"),
     Opt(("--timeout",), type=float, default=600.0, help="seconds the check may take (default: 600)"),
     JSON.but(help="print the result as JSON"),
@@ -172,7 +179,7 @@ DOCTOR = Command("doctor", "checking.cmd_doctor", "check this machine: torch, nv
     "Check what this machine can build and say how to fix each problem: Python, torch and its CUDA, nvcc and"
     " CUDA_HOME (nvcc's major must equal torch's CUDA major), GPUs and their archs, the Docker engine and buildx"
     " (a real bake matrix with local export is tried), disk, RAM/cores and the job settings builds would use."), (
-    Opt(("--python-exe",), help="the interpreter whose torch to check (default: this one)"),
+    Opt(("--python-exe",), type=path_text, help="the interpreter whose torch to check (default: this one)"),
     Opt(("--no-engine",), action="store_true", help="skip the Docker checks"),
     JSON,
 ))
@@ -185,7 +192,8 @@ CDI_SPEC = Command("cdi-spec", "checking.cmd_cdi_spec", "write a CDI spec for th
     " run --device nvidia.com/gpu=all`, and BuildKit for `RUN --device` (imagegen build --gpu-check-device"
     " nvidia.com/gpu=all); it carries the annotation that lets builds use it without the `device` entitlement."
     " Exit 8 when this host has no NVIDIA devices and driver."), (
-    Opt(("-o", "--output"), help="write to this file (e.g. /etc/cdi/imagegen-nvidia.json) instead of stdout"),
+    Opt(("-o", "--output"), type=path_text,
+        help="write to this file (e.g. /etc/cdi/imagegen-nvidia.json) instead of stdout"),
 ))
 
 REFRESH = Command("refresh", "planning.cmd_refresh", "add new torch series and CUDA toolkits from PyPI to your"
@@ -220,10 +228,11 @@ PUSH = Command("push", "images.cmd_push", "build and push prebuilt builder image
     " The pushed digests are written to the lock file, which pull then uses."), (
     MATRIX,
     REGISTRY,
-    Opt(("--work",), type=Path, default=Path(".imagegen"), help="bake files and logs (default: .imagegen)"),
+    Opt(("--work",), type=local_path, default=Path(".imagegen"), help="bake files and logs (default: .imagegen)"),
     Opt(("--builder",), help="buildx builder to run on (default: the current one)"),
     CACHE,
-    Opt(("--ca-bundle",), help="CA bundle for PyPI/git inside builds (a BuildKit secret, never in a layer)"),
+    Opt(("--ca-bundle",), type=path_text,
+        help="CA bundle for PyPI/git inside builds (a BuildKit secret, never in a layer)"),
     NETRC,
     COMMON,
 ))
@@ -235,7 +244,7 @@ PULL = Command("pull", "images.cmd_pull", "pull prebuilt builder images and run 
     MATRIX,
     REGISTRY,
     OUT_FOLDER,
-    Opt(("--work",), type=Path, default=Path(".imagegen"), help="staging and logs (default: .imagegen)"),
+    Opt(("--work",), type=local_path, default=Path(".imagegen"), help="staging and logs (default: .imagegen)"),
     Opt(("--gpus",), choices=("auto", "all", "toolkit", "cdi", "devices", "none"), default="auto", help="give the"
         " container the GPUs: toolkit (--gpus all, the NVIDIA Container Toolkit), cdi (--device nvidia.com/gpu=all,"
         " a CDI spec), devices (the /dev/nvidia* nodes and the driver's libraries, passed by hand: no toolkit"
@@ -247,7 +256,7 @@ PULL = Command("pull", "images.cmd_pull", "pull prebuilt builder images and run 
         " package's own build with stand-in compilers, which refuses a cell whose build would fail or miss an"
         " arch)"),
     COMPILE,
-    Opt(("--ca-bundle",), help="CA bundle for a local fallback build"),
+    Opt(("--ca-bundle",), type=path_text, help="CA bundle for a local fallback build"),
     NETRC,
     JSON_RESULTS,
     COMMON,
@@ -266,7 +275,7 @@ COLLECT = Command("collect", "collecting.cmd_collect", "verify and record the wh
     " sha256 and passed smoke test match its record and whose .so files carry the SASS/PTX its requested archs"
     " need (as its recipe compiles them) is recorded in its folder's manifest.json, which `imagegen index` and"
     " `imagegen publish` read. Exit 6 when a wheel fails; it is left out, the others are recorded."), (
-    Opt(("out",), type=Path, help="the folder the builds exported to (searched for build records)"),
+    Opt(("out",), type=local_path, help="the folder the builds exported to (searched for build records)"),
     Opt(("--strict",), action="store_true", help="fail a wheel whose extensions carry archs not requested"),
     RECIPE_DIR.but(help="extra directory of recipe YAML files (repeatable), for wheels of your own recipes"),
     CONFIG,
@@ -301,10 +310,12 @@ REPAIR = Command("repair", "repairing.cmd_repair", "give wheels a manylinux tag 
     " libcuda, ...), so the wheel gets the manylinux tag its glibc needs and no copy of torch; print the glibc"
     " ceiling; verify and import the repaired wheel again."), (
     WHEELS,
-    Opt(("--out",), type=Path, help="where the repaired wheels go (default: beside each wheel, which replaces it in"
+    Opt(("--out",), type=local_path,
+        help="where the repaired wheels go (default: beside each wheel, which replaces it in"
         " its wheelhouse folder and manifest)"),
     Opt(("--plat",), help="manylinux tag to ask for (default: the lowest the wheel's symbols allow)"),
-    Opt(("--python-exe",), help="import the repaired wheel with this interpreter (it must have the torch the wheel"
+    Opt(("--python-exe",), type=path_text,
+        help="import the repaired wheel with this interpreter (it must have the torch the wheel"
         " was built for; default: skip the import test when this one has no torch)"),
     JSON,
 ))

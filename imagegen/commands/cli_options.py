@@ -13,13 +13,32 @@ from imagegen.commands.cli_spec import Group, Later, Opt
 from imagegen.model import base_images
 from imagegen.model.recipes import FETCH_KINDS
 from imagegen.plan.matrix import default_policy, defaults
+from imagegen.safety import describe, redact
 
-CONFIG = Opt(("--config",), type=Path, help="imagegen.toml or pyproject.toml to read (default: searched from the"
+# A URL (scheme://...) where a local path is asked for: refused, not taken as the folders "https:/host/..."
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,30}://")
+
+
+def path_text(text: str) -> str:
+    """A local path (or a program name, or '-' for stdout), as given; a URL is refused: no option reads
+    or writes one, and taken as a path it would make the folders ``https:/host/...`` here."""
+    if _URL.match(text):
+        raise argparse.ArgumentTypeError(f"takes a local path, not a URL ({describe(redact(text), 60)})")
+    return text
+
+
+def local_path(text: str) -> Path:
+    """path_text as a Path."""
+    return Path(path_text(text))
+
+
+CONFIG = Opt(("--config",), type=local_path, help="imagegen.toml or pyproject.toml to read (default: searched from the"
              " current directory)")
-RECIPE_DIR = Opt(("--recipe-dir",), type=Path, action="append", default=[], help="extra directory of recipe YAML"
+RECIPE_DIR = Opt(("--recipe-dir",), type=local_path, action="append", default=[], help="extra directory of recipe YAML"
                  " files (repeatable)")
 COMMON = Group((
-    Opt(("--lock",), type=Path, help="lock file pinning images to digests (default: imagegen.lock here, if present)"),
+    Opt(("--lock",), type=local_path,
+        help="lock file pinning images to digests (default: imagegen.lock here, if present)"),
     CONFIG,
     RECIPE_DIR,
 ))
@@ -28,8 +47,8 @@ JSON = Opt(("--json",), action="store_true", help="machine-readable output")
 JSON_RESULTS = JSON.but(help="print the results as JSON")
 
 # The positionals of the commands that take wheels, or a wheelhouse, after a build.
-WHEELS = Opt(("wheels",), nargs="+", type=Path, help="wheel files")
-WHEELHOUSE = Opt(("out",), type=Path, help="the wheelhouse (imagegen build's --out)")
+WHEELS = Opt(("wheels",), nargs="+", type=local_path, help="wheel files")
+WHEELHOUSE = Opt(("out",), type=local_path, help="the wheelhouse (imagegen build's --out)")
 
 # --------------------------------------------------------------------------------------------
 # A cell's axes
@@ -73,7 +92,7 @@ CELL_OPTIONS = (
         " recipe's rules for its version"),
     Opt(("--fetch",), choices=FETCH_KINDS, help="where the source comes from: git (default) or the version's sdist"
         " pinned by sha256 (PyPI, where the git host cannot be reached)"),
-    Opt(("--source",), type=Path, many=" (repeatable)", help="build a local project tree (setup.py /"
+    Opt(("--source",), type=local_path, many=" (repeatable)", help="build a local project tree (setup.py /"
         " pyproject.toml) as a recipe{many}"),
     Opt(("--platform",), metavar="PLATFORM", many="; a list builds one cell per platform", help="the host platform"
         " the wheel is for: linux/amd64 (default) or linux/arm64 (GH200, GB200, DGX Spark, Jetson; built in the"
@@ -94,11 +113,12 @@ MATRIX = Group((
 # --------------------------------------------------------------------------------------------
 # Builds
 
-NETRC = Opt(("--netrc",), metavar="FILE", help="a netrc file (e.g. ~/.netrc) for private git hosts and package"
+NETRC = Opt(("--netrc",), type=path_text, metavar="FILE",
+    help="a netrc file (e.g. ~/.netrc) for private git hosts and package"
             " indexes, handed to the builds' fetch, toolchain and deps steps as the BuildKit secret netrc (mounted"
             " for one step, never in a layer; the bake file holds its path only). No default: only given")
 REGISTRY = Opt(("--registry",), help="HOST[:PORT]/NAMESPACE of the builder images (default: config registry)")
-OUT_FOLDER = Opt(("--out",), type=Path, help="output folder (default: config out, else wheelhouse)")
+OUT_FOLDER = Opt(("--out",), type=local_path, help="output folder (default: config out, else wheelhouse)")
 
 # What a command that compiles (build, pull) takes about the wheelhouse and the jobs.
 COMPILE = Group((

@@ -31,6 +31,8 @@ PASSWORD = "hunter2Pa55w0rdNeverShown"
     (f"pip install 'x @ git+https://u:{TOKEN}@h/x@v' now", "pip install 'x @ git+https://***@h/x@v' now"),
     (f"https://h/simple/?a=1&token={TOKEN}&b=2", "https://h/simple/?a=1&token=***&b=2"),
     (f"ssh://git:{PASSWORD}@h/x", "ssh://***@h/x"),
+    # a URL that went through Path: str(Path("https://u:T@h/x")) keeps one '/'
+    (f"https:/user:{TOKEN}@host/x: no such config file", "https:/***@host/x: no such config file"),
 ])
 def test_redact_hides_userinfo_and_tokens(text, shown):
     assert safety.redact(text) == shown and safety.has_credentials(text)
