@@ -318,6 +318,8 @@ SYSTEM_TREES = ("/boot", "/dev", "/etc", "/proc", "/sys", "/usr/bin", "/usr/lib"
 
 def wheelhouse_folder(out: Path, flag: str, error: type[Exception] = UnsafeValueError) -> Path:
     """``out`` resolved, when it may be written as a wheelhouse; else ``error`` saying which folder to give."""
+    if "\x00" in str(out):  # no path holds one (the OS refuses it); a config file's string can
+        raise error(f"{flag} {printable(str(out))[:200]} holds a NUL character: give a folder's path")
     resolved = Path(os.path.realpath(out))
     text = resolved.as_posix()
     try:

@@ -138,8 +138,8 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
         raise ConfigError(f"{where}.torch-index-url: {safety.describe(index)} carries a credential, which every"
                           f" Dockerfile and builder image would carry: {safety.NETRC_INSTEAD}")
     out = section.get("out", DEFAULT_OUT)
-    if not isinstance(out, str):
-        raise ConfigError(f"{where}.out: expected a path string")
+    if not isinstance(out, str) or not out or not out.isprintable():
+        raise ConfigError(f"{where}.out: expected a folder's path (a string, not empty, without control characters)")
     layout = section.get("layout")
     if layout is not None:
         try:

@@ -110,7 +110,7 @@ def test_lists_accept_a_single_value_and_numbers(tmp_path):
     ("base-image = 5\n", "tool.imagegen.base-image: 5 is not an image reference"),
     ('registry = "my registry"\n', "tool.imagegen.registry: 'my registry' is not a registry/namespace"),
     ('torch-index-url = "ftp://x/y"\n', "tool.imagegen.torch-index-url: 'ftp://x/y' is not an http(s) URL"),
-    ("out = 5\n", "tool.imagegen.out: expected a path string"),
+    ("out = 5\n", "tool.imagegen.out: expected a folder's path"),
     ("matrix = 5\n", "tool.imagegen.matrix: must be a table"),
     ("[matrix]\nflavor = \"cuda\"\n", "tool.imagegen.matrix.flavor: unknown key (known: arch, cuda, python, recipes,"),
     ("[matrix]\narch = 9.0\n", "tool.imagegen.matrix.arch: expected a string like"),
@@ -178,3 +178,20 @@ def test_read_toml_inside_a_tree_does_not_follow_links_out_of_it(tmp_path):
     write(tree / "own.toml", "[tool.imagegen]\nout = 'w'\n")
     assert read_toml(tree / "own.toml", inside=tree) == {"tool": {"imagegen": {"out": "w"}}}
     assert read_toml(tree / "pyproject.toml") == {"token": "s3cret"}  # without inside: the user's own choice
+
+
+@pytest.mark.parametrize("value", ['"\\u0000"', '"out\\u0000x"', '""', '"a\\nb"', '"x\\u202ey"', "7"])
+def test_an_out_that_is_no_folders_path_is_one_config_error(tmp_path, value):
+    # out = "\u0000" reached os.path.realpath and ended as an internal error (exit 70), 2026-11-28
+    path = write(tmp_path / "imagegen.toml", f"out = {value}\n")
+    with pytest.raises(ConfigError, match=r"tool\.imagegen\.out: expected a folder's path"):
+        load_config(path)
+
+
+def test_a_nul_in_a_config_out_is_exit_2_from_the_cli(tmp_path, monkeypatch, capsys):
+    from imagegen import cli
+    write(tmp_path / "imagegen.toml", 'out = "w\\u0000h"\n')
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["render", "sage"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err and "out: expected a folder's path" in err

@@ -6,13 +6,14 @@ from __future__ import annotations
 import errno
 import os
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagegen import safety
-from imagegen.errors import Unreadable, UnsafeValueError
+from imagegen.errors import Unreadable, UnsafeValueError, UsageError
 
 PATTERNS = {name: value for name, value in vars(safety).items() if isinstance(value, re.Pattern)}
 # What turns a value into an extra Dockerfile instruction or a shell command.
@@ -213,3 +214,8 @@ def test_a_served_folder_url_is_one_check_for_index_and_ci():
                       ("ftp://w.example.org/", "--x"), ("https://w.example.org/$(id)", "--x")):
         with pytest.raises(UnsafeValueError, match=re.escape(says)):
             safety.served_folder_url(bad, "--x", "elsewhere")
+
+
+def test_a_wheelhouse_path_with_a_nul_is_the_callers_error_not_a_value_error():
+    with pytest.raises(UsageError, match="holds a NUL character"):
+        safety.wheelhouse_folder(Path("wh\x00x"), "--out", UsageError)
