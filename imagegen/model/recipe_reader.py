@@ -144,6 +144,7 @@ class Reader:
         if len(value) > max_len:
             raise self.error(f"{quoted(value)} is {len(value)} characters long; at most {max_len}", key)
         self.no_hidden(value, key)
+        self.no_credential(value, key)
         if pattern is not None and not pattern.fullmatch(value):
             raise self.error(f"{quoted(value)} is not allowed here (must match {pattern.pattern})", key)
         return value
@@ -152,6 +153,14 @@ class Reader:
         c = _hidden_character(value)
         if c is not None:
             raise self.error(f"{quoted(value)} contains the control character {printable(c)}; write plain text", key)
+
+    def no_credential(self, value: str, key: Any) -> None:
+        # A recipe's text reaches the Dockerfile (the homepage as the image's source label), the cell
+        # document in the builder image (a patch's reason) and the manifest: no place for a credential.
+        if safety.has_credentials(value):
+            raise self.error(f"{quoted(value)} carries a credential (user:password@ or a token), which every builder"
+                             " image would carry: write it without, and put the credential in ~/.netrc (the netrc"
+                             " BuildKit secret)", key)
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -183,6 +192,7 @@ class Reader:
                 raise self.error(f"expected strings, got {quoted(item)}", key)
             if len(item) > max_len:
                 raise self.error(f"{quoted(item)} is {len(item)} characters long; at most {max_len}", key)
+            self.no_credential(item, key)
             if pattern is not None and not pattern.fullmatch(item):
                 raise self.error(f"{quoted(item)} is not allowed here (must match {pattern.pattern})", key)
             out.append(item)

@@ -450,3 +450,20 @@ def test_numbers_written_for_text_become_that_text():
     assert r.version("1.0").ref == "10" and dict(r.env) == {"DEMO_FLAG": "1", "DEMO_ON": "1"}
     with pytest.raises(RecipeError, match=r"versions\.1\.0\.ref: expected text, got \.inf$"):
         load_recipe_file(Path("x.yaml"), text=GOOD.replace("    ref: v1.0\n", "    ref: .inf\n"))
+
+
+def test_a_homepage_with_a_credential_never_reaches_the_dockerfile(tmp_path, capsys):
+    # Found by a fuzz of every recipe field (2026-11-28): the homepage became org.opencontainers.image.source.
+    import yaml
+    from imagegen import cli
+    token = "ghp_S3cr3tT0kenDoNotLeak1234"
+    src = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "recipes"
+    doc = yaml.safe_load((src / "causal-conv1d.yaml").read_text())
+    doc["homepage"] = f"https://u:{token}@github.com/Dao-AILab/causal-conv1d"
+    (tmp_path / "patches").mkdir()
+    for patch in (src / "patches").glob("causal-conv1d*"):
+        (tmp_path / "patches" / patch.name).write_bytes(patch.read_bytes())
+    (tmp_path / "causal-conv1d.yaml").write_text(yaml.safe_dump(doc))
+    assert cli.main(["render", "causal-conv1d", "--recipe-dir", str(tmp_path)]) == 2
+    out = capsys.readouterr()
+    assert "homepage" in out.err and "carries a credential" in out.err and token not in out.err + out.out

@@ -282,3 +282,25 @@ def test_version_and_archs_parse_or_name_the_key():
     assert len(r.archs("missing")) == 0
     msg = _err(lambda: r.archs("wrong"))
     assert msg.startswith("r.yaml: build.wrong: ") and "4.2" in msg
+
+
+TOKEN = "ghp_S3cr3tT0kenDoNotLeak1234"
+
+
+@pytest.mark.parametrize("value", [f"https://u:{TOKEN}@h/x", f"https://{TOKEN}@github.com/o/r",
+                                   f"see https://h/x?token={TOKEN}", f"user:{TOKEN}@registry.example/ns/img"])
+def test_no_text_of_a_recipe_carries_a_credential(value):
+    # A recipe's homepage became the image's source label and a patch's reason went into the cell document
+    # in the image, credential and all (a fuzz of every recipe field, 2026-11-28); source.git alone was checked.
+    r = Reader("r.yaml", {"homepage": value, "reason": value, "imports": ["ok", value]})
+    for read in (lambda: r.str("homepage"), lambda: r.str("reason"), lambda: r.str_list("imports")):
+        with pytest.raises(RecipeError, match="carries a credential") as info:
+            read()
+        assert TOKEN not in str(info.value)
+
+
+def test_text_without_a_credential_is_taken():
+    r = Reader("r.yaml", {"homepage": "https://github.com/thu-ml/SageAttention", "base": "img:tag@sha256:" + "a" * 64,
+                          "git": "git@github.com:o/r.git"})
+    assert r.str("homepage") == "https://github.com/thu-ml/SageAttention"
+    assert r.str("base").startswith("img:tag@sha256:") and r.str("git") == "git@github.com:o/r.git"
