@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import copy
 import itertools
 import json
 import os
@@ -63,7 +64,7 @@ RECIPE_VALUES = ["", "$(id)\n RUN curl x|sh", "../../../../etc/passwd", -1, 10**
 
 def run(argv: list[str], cwd: Path) -> dict | None:
     """One run in ``cwd``; a dict describing it when it broke the contract."""
-    inputs = {p for p in cwd.rglob("*")}
+    inputs = set(cwd.rglob("*"))
     try:
         proc = subprocess.run(IMAGEGEN + argv, capture_output=True, text=True, timeout=30, cwd=cwd,
                               stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -81,7 +82,7 @@ def run(argv: list[str], cwd: Path) -> dict | None:
             "tail": (proc.stdout + proc.stderr)[-400:]} if broke else None
 
 
-def options_jobs(work: Path):
+def options_jobs():
     for command, base in COMMAND_BASES.items():
         words = ["ci", "github"] if command == "ci" else [command]
         helptext = subprocess.run(IMAGEGEN + words + ["--help"], capture_output=True, text=True,
@@ -91,7 +92,7 @@ def options_jobs(work: Path):
                 yield base + [option, value], None
 
 
-def config_jobs(work: Path):
+def config_jobs():
     for key, value, command in itertools.product(CONFIG_KEYS, CONFIG_VALUES, CONFIG_COMMANDS):
         table, _, name = key.rpartition(".")
         text = f"[{table}]\n{name} = {value}\n" if table else f"{name} = {value}\n"
@@ -109,13 +110,13 @@ def _leaves(node, path=()):
         yield path
 
 
-def recipes_jobs(work: Path):
+def recipes_jobs():
     pick = random.Random(7)
     for file in sorted(RECIPES.glob("*.yaml")):
         original = yaml.safe_load(file.read_text())
         for path in _leaves(original):
             for value in pick.sample(RECIPE_VALUES, 5):
-                doc = yaml.safe_load(file.read_text())
+                doc = copy.deepcopy(original)
                 node = doc
                 for part in path[:-1]:
                     node = node[part]
@@ -147,7 +148,7 @@ def sweep(kind: str, workers: int) -> int:
                 shutil.rmtree(folder, ignore_errors=True)
 
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for found in pool.map(one, enumerate(jobs(work))):
+            for found in pool.map(one, enumerate(jobs())):
                 count += 1
                 if found:
                     broken += 1
@@ -160,7 +161,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("kind", choices=("options", "config", "recipes"))
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    return sweep(ap.parse_args().kind, ap.parse_args().workers)
+    args = ap.parse_args()
+    return sweep(args.kind, args.workers)
 
 
 if __name__ == "__main__":
