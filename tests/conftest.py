@@ -3,8 +3,8 @@
 IMAGEGEN_COMPAT_DIR themselves.
 
 And the run's own budget (issue 31: CI has 90 minutes, a contributor less patience): at its end the
-suite prints its wall time and its ten slowest tests (setup, call and teardown together, which is
-what a module-scoped build costs), and fails when the engine tests left a dangling image or a volume
+suite prints its wall time, its ten slowest tests (setup, call and teardown together, which is
+what a module-scoped build costs) and each integration module's seconds, and fails when the engine tests left a dangling image or a volume
 behind. Both run in the process that reports (the xdist controller when the suite runs on several
 workers), so two workers sharing one engine never see each other's work in progress as a leftover."""
 
@@ -97,6 +97,14 @@ class RunBudget:
                       f" {sum(self.seconds.values()) - integration:.0f} s")
         for nodeid, seconds in sorted(self.seconds.items(), key=lambda kv: -kv[1])[:SLOWEST_SHOWN]:
             tr.write_line(f"{seconds:8.1f} s  {nodeid}")
+        # Every integration module's sum: where a fresh run's minutes go, module by module
+        by_module: dict[str, float] = defaultdict(float)
+        for nodeid, seconds in self.seconds.items():
+            if nodeid.startswith("tests/integration/"):
+                by_module[PurePosixPath(nodeid.split("::", 1)[0]).stem] += seconds
+        if by_module:
+            tr.write_line("integration modules: " + ", ".join(
+                f"{name} {seconds:.0f}" for name, seconds in sorted(by_module.items(), key=lambda kv: -kv[1])))
         if self.left_behind:
             tr.write_line(f"FAILED: {self.left_behind}", red=True)
 
