@@ -4,9 +4,10 @@ IMAGEGEN_COMPAT_DIR themselves.
 
 And the run's own budget (issue 31: CI has 90 minutes, a contributor less patience): at its end the
 suite prints its wall time, its ten slowest tests (setup, call and teardown together, which is
-what a module-scoped build costs) and each integration module's seconds, and fails when the engine tests left a dangling image or a volume
-behind. Both run in the process that reports (the xdist controller when the suite runs on several
-workers), so two workers sharing one engine never see each other's work in progress as a leftover."""
+what a module-scoped build costs) and each integration module's seconds, and fails when the engine
+tests left a dangling image or a volume behind. Both run in the process that reports (the xdist
+controller when the suite runs on several workers), so two workers sharing one engine never see each
+other's work in progress as a leftover."""
 
 from __future__ import annotations
 
@@ -100,8 +101,9 @@ class RunBudget:
         # Every integration module's sum: where a fresh run's minutes go, module by module
         by_module: dict[str, float] = defaultdict(float)
         for nodeid, seconds in self.seconds.items():
-            if nodeid.startswith("tests/integration/"):
-                by_module[PurePosixPath(nodeid.split("::", 1)[0]).stem] += seconds
+            module = integration_module(nodeid)
+            if module is not None:
+                by_module[module] += seconds
         if by_module:
             tr.write_line("integration modules: " + ", ".join(
                 f"{name} {seconds:.0f}" for name, seconds in sorted(by_module.items(), key=lambda kv: -kv[1])))
@@ -131,12 +133,16 @@ HEAVIEST_FIRST = ["test_prebuilt", "test_engine_catalogue", "torch-image", "torc
                   "test_gpu_access_engine"]
 
 
+def integration_module(nodeid: str) -> str | None:
+    """The module name of an integration test (test_prebuilt); None for the others."""
+    path = PurePosixPath(nodeid.split("::", 1)[0])
+    return path.stem if path.parent.as_posix() == "tests/integration" else None
+
+
 def group_of(nodeid: str) -> str | None:
     """The worker group of an integration test (None for the others, which go one by one)."""
-    path = PurePosixPath(nodeid.split("::", 1)[0])
-    if path.parent.as_posix() != "tests/integration":
-        return None
-    return SHARED_GROUPS.get(path.stem, path.stem)
+    module = integration_module(nodeid)
+    return None if module is None else SHARED_GROUPS.get(module, module)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from imagegen import cli
 from imagegen.errors import RecipeError
 from imagegen.model import recipe_file
 from imagegen.model.recipe_file import load_recipe_file
@@ -38,6 +39,19 @@ def test_every_shipped_recipe_validates_against_the_schema(path):
     jsonschema.Draft202012Validator(SCHEMA).validate(yaml.safe_load(path.read_text()))
 
 
+def edited_causal_conv1d(folder: Path, edit) -> tuple[dict, Path]:
+    """The catalogue's causal-conv1d recipe with ``edit`` applied, written into ``folder`` beside its
+    patches (where the loader looks for them): the parsed data and the file."""
+    data = yaml.safe_load((ROOT / "imagegen" / "resources" / "recipes" / "causal-conv1d.yaml").read_text())
+    edit(data)
+    path = folder / "causal-conv1d.yaml"
+    path.write_text(yaml.safe_dump(data))
+    (folder / "patches").mkdir(exist_ok=True)
+    for patch in (ROOT / "imagegen" / "resources" / "recipes" / "patches").glob("causal-conv1d-*.patch"):
+        shutil.copy(patch, folder / "patches")
+    return data, path
+
+
 @pytest.mark.parametrize("edit, key", [
     (lambda d: d.update(colour="blue"), "colour"),
     (lambda d: d["build"].update(memory_per_thread=4), "build.memory_per_thread"),
@@ -45,15 +59,9 @@ def test_every_shipped_recipe_validates_against_the_schema(path):
     (lambda d: d["smoke"].update(import_=["x"]), "smoke.import_"),
 ])
 def test_an_unknown_key_is_refused_by_both(tmp_path, edit, key):
-    data = yaml.safe_load((ROOT / "imagegen" / "resources" / "recipes" / "causal-conv1d.yaml").read_text())
-    edit(data)
+    data, path = edited_causal_conv1d(tmp_path, edit)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft202012Validator(SCHEMA).validate(data)
-    path = tmp_path / "causal-conv1d.yaml"
-    path.write_text(yaml.safe_dump(data))
-    (tmp_path / "patches").mkdir(exist_ok=True)  # the recipe's patches, where the loader looks for them
-    for patch in (ROOT / "imagegen" / "resources" / "recipes" / "patches").glob("causal-conv1d-*.patch"):
-        shutil.copy(patch, tmp_path / "patches")
     with pytest.raises(RecipeError) as info:
         recipe_file.load_recipe_file(path)
     assert key.split(".")[-1] in str(info.value)
@@ -454,16 +462,8 @@ def test_numbers_written_for_text_become_that_text():
 
 def test_a_homepage_with_a_credential_never_reaches_the_dockerfile(tmp_path, capsys):
     # Found by a fuzz of every recipe field (2026-11-28): the homepage became org.opencontainers.image.source.
-    import yaml
-    from imagegen import cli
     token = "ghp_S3cr3tT0kenDoNotLeak1234"
-    src = Path(__file__).resolve().parents[2] / "imagegen" / "resources" / "recipes"
-    doc = yaml.safe_load((src / "causal-conv1d.yaml").read_text())
-    doc["homepage"] = f"https://u:{token}@github.com/Dao-AILab/causal-conv1d"
-    (tmp_path / "patches").mkdir()
-    for patch in (src / "patches").glob("causal-conv1d*"):
-        (tmp_path / "patches" / patch.name).write_bytes(patch.read_bytes())
-    (tmp_path / "causal-conv1d.yaml").write_text(yaml.safe_dump(doc))
+    edited_causal_conv1d(tmp_path, lambda d: d.update(homepage=f"https://u:{token}@github.com/Dao-AILab/causal-conv1d"))
     assert cli.main(["render", "causal-conv1d", "--recipe-dir", str(tmp_path)]) == 2
     out = capsys.readouterr()
     assert "homepage" in out.err and "carries a credential" in out.err and token not in out.err + out.out
