@@ -7,6 +7,8 @@
 # their own and waits; `wait` is repeated call by call until it exits 0.
 #   scripts/gpu/proof_multiarch.sh start OUT 'sage|.src/dev/SageAttention|8.0 8.6 9.0 12.0+PTX' ['causal-conv1d|...|8.0;9.0;12.0' ...]
 #   scripts/gpu/proof_multiarch.sh wait OUT [SECONDS]
+# PROOF_PYTHON: the interpreter whose torch the wheels are built for and checked with (default python3; pass the
+# same as --python-exe in IMAGEGEN_ARGS, e.g. a venv with a newer torch than the machine's).
 # Exit 0: done (results in OUT/proofs.tgz and printed), 1: the proofs died, 2: still running, 3: nothing started.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,7 +59,7 @@ PY
   if [ -n "$wheel" ]; then
     python3 -m imagegen verify "$wheel" --arch "$arch" --json > "$dir/verify.json" 2> "$dir/verify.err"
     echo "verify exit $?"
-    python3 -m imagegen check "$wheel" --json > "$dir/check.json" 2> "$dir/check.err"
+    python3 -m imagegen check "$wheel" --python "${PROOF_PYTHON:-python3}" --json > "$dir/check.json" 2> "$dir/check.err"
     echo "check exit $?"
     find "$dir/wheelhouse" -name manifest.json -exec cp {} "$dir/manifest.json" \;
   fi
@@ -86,7 +88,7 @@ run_all() {
   local i=0
   {
     nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
-    python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+    "${PROOF_PYTHON:-python3}" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
     nvcc --version | tail -2; nproc; free -g | head -2
     grep -m1 "model name" /proc/cpuinfo  # wall times compare only on the same CPU model
   } > "$results/host.txt" 2>&1
