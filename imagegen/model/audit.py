@@ -16,7 +16,10 @@ the recipe and nvcc:
   2.14), warn about one older than torch's own default (C++17 with torch 2.12/2.13);
 - refuse an extension whose **header probe** failed: the script ran the real compilers on torch's
   headers with that extension's recorded flags, and the compiler's first error line says why
-  (torch 2.14's ``#error`` below C++20, a CUDA toolkit without ``cusparse.h``).
+  (torch 2.14's ``#error`` below C++20, a CUDA toolkit without ``cusparse.h``);
+- refuse an extension whose link asks for a library the linker will not find (``-lcuda`` with no
+  driver), or that includes from a folder missing or empty inside a git submodule of the tree (a
+  checkout without ``--recursive``); warn of such a folder elsewhere in the tree.
 
 The report and the verdict as data: imagegen.model.audit_report. The verdict and the table go into
 ``imagegen plan --audit`` and the cell's manifest. Rules over data, as the rest of model/: the executors
@@ -76,6 +79,7 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
     std_refused = _judge_std(report, torch, refusals, warnings) if torch is not None else set()
     _judge_probe(report, refusals, warnings, notes, std_refused)
     _judge_link(report, refusals)
+    _judge_includes(report, refusals, warnings)
     cuda_exts = [e for e in report.extensions if e.compiles_cuda]
     if not cuda_exts:
         hint = f" ({force_hint})" if force_hint else ""
@@ -217,6 +221,26 @@ def _judge_link(report: AuditReport, refusals: list[str]) -> None:
         refusals.append(f"{', '.join(dict.fromkeys(modules))}: its link asks for -l{name}, which the linker will not"
                         f" find (not in the link's -L folders, LIBRARY_PATH or the compiler's own search): the build"
                         f" would stop at `cannot find -l{name}`; {link_fix(name)}")
+
+
+def _judge_includes(report: AuditReport, refusals: list[str], warnings: list[str]) -> None:
+    """Refuse each extension that includes from a folder missing or empty inside a git submodule of the
+    tree (.gitmodules: a checkout without its submodules; every compile that includes from there fails);
+    warn of one missing or empty elsewhere in the tree (a -I the build may not need)."""
+    by_folder: dict[tuple[str, str, str], list[str]] = {}
+    for ext in report.extensions:
+        for m in ext.include_missing:
+            by_folder.setdefault((m.path, m.state, m.submodule), []).append(ext.module)
+    for (path, state, submodule), modules in by_folder.items():
+        who = ", ".join(dict.fromkeys(modules))
+        if submodule:
+            refusals.append(f"{who}: its include folder {path} is {state}, inside the git submodule {submodule}"
+                            f" (.gitmodules): the tree has not got its submodules, and a compile that includes from"
+                            f" there fails (`No such file or directory`): run `git submodule update --init --recursive`"
+                            f" in the tree, or build from the recipe's source (imagegen fetches its submodules)")
+        else:
+            warnings.append(f"{who}: its include folder {path} is {state} in the tree: a compile that includes from"
+                            f" it will fail (`No such file or directory`)")
 
 
 def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], notes: list[str],

@@ -76,6 +76,30 @@ def _probes(value: Any) -> tuple[ProbeRun, ...]:
 
 
 @dataclass(frozen=True)
+class MissingInclude:
+    """An include folder an extension's compiles ask for, inside the package's tree, that is missing or
+    empty; ``submodule`` is the .gitmodules path it lies in ("" where it lies in none)."""
+
+    path: str
+    state: str  # missing, empty
+    submodule: str
+
+    @classmethod
+    def from_json(cls, data: Any) -> "MissingInclude | None":
+        if not isinstance(data, dict) or not isinstance(data.get("path"), str) or not data["path"]:
+            return None
+        state = data.get("state") if data.get("state") in ("missing", "empty") else "missing"
+        submodule = data.get("submodule") if isinstance(data.get("submodule"), str) else ""
+        return cls(path=_text(data["path"]), state=state, submodule=_text(submodule))
+
+
+def _missing_includes(value: Any) -> tuple[MissingInclude, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(m for m in (MissingInclude.from_json(v) for v in value[:20]) if m is not None)
+
+
+@dataclass(frozen=True)
 class ExtensionAudit:
     """One extension the build links: its module name and what nvcc was asked to produce for it."""
 
@@ -92,6 +116,8 @@ class ExtensionAudit:
     probe: tuple[ProbeRun, ...] = ()
     # The -l libraries its link asks for that the linker would not find (the in-build script's check).
     link_missing: tuple[str, ...] = ()
+    # Its include folders inside the tree that are missing or empty (the in-build script's check).
+    include_missing: tuple[MissingInclude, ...] = ()
 
     @property
     def lowest_std(self) -> CxxStd | None:
@@ -161,6 +187,7 @@ class AuditReport:
                 std_args=_std_args(e.get("std_args")),
                 probe=_probes(e.get("probe")),
                 link_missing=_strs(e.get("link_missing"), 20),
+                include_missing=_missing_includes(e.get("include_missing")),
             ))
         env = data.get("env") if isinstance(data.get("env"), dict) else {}
         probe = data.get("probe") if isinstance(data.get("probe"), dict) else {}
@@ -241,10 +268,12 @@ class Verdict:
                  **({"cxx_std": e.lowest_std.flag} if e.lowest_std is not None else {}),
                  **({"probe": [{"compiler": p.compiler, "what": p.what, "ok": p.ok, "error": p.error,
                                 "seconds": p.seconds} for p in e.probe]} if e.probe else {}),
-                 **({"link_missing": list(e.link_missing)} if e.link_missing else {})}
+                 **({"link_missing": list(e.link_missing)} if e.link_missing else {}),
+                 **({"include_missing": [{"path": m.path, "state": m.state, "submodule": m.submodule}
+                                         for m in e.include_missing]} if e.include_missing else {})}
                 for e in self.report.extensions
             ],
         }
 
 
-__all__ = ["AuditReport", "ExtensionAudit", "MAX_TEXT", "ProbeRun", "Verdict", "parse_target"]
+__all__ = ["AuditReport", "ExtensionAudit", "MAX_TEXT", "MissingInclude", "ProbeRun", "Verdict", "parse_target"]

@@ -134,3 +134,40 @@ def test_a_link_the_linker_cannot_complete_is_refused_before_anything_compiles(t
     ok = imagegen(*args, "--work", tmp_path / "b", cwd=tmp_path, IMAGEGEN_AUDIT_PROBE="0", LIBRARY_PATH=str(stubs))
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads(ok.stdout)["audit"]["verdict"] == "ok"
+
+
+def test_an_include_folder_in_a_submodule_not_checked_out_is_refused_before_anything_compiles(torch_venv, tmp_path):
+    # flash-attn, NATTEN and xformers cloned without --recursive: csrc/cutlass is an empty folder, setup.py
+    # still hands nvcc -I csrc/cutlass/include, and every compile fails on `cutlass/cutlass.h: No such file`
+    # (minutes in, on a big package). The fixture kernel with such a -I and such a .gitmodules.
+    tree = tmp_path / "tiny_kernel"
+    shutil.copytree(FIXTURES / "tiny_kernel", tree)
+    setup = tree / "setup.py"
+    # As packages write it (flash-attn: Path(this_dir) / "csrc" / "cutlass" / "include"): absolute, since
+    # torch's ninja build runs nvcc in build/temp.*, where a relative -I points elsewhere.
+    setup.write_text("import os\n" + setup.read_text().replace(
+        '"csrc/add_one_kernel.cu"])',
+        '"csrc/add_one_kernel.cu"], include_dirs=[os.path.join(os.path.dirname(os.path.abspath(__file__)),'
+        ' "third_party", "lib", "include")])'))
+    assert '"third_party", "lib", "include"' in setup.read_text()
+    (tree / ".gitmodules").write_text('[submodule "third_party/lib"]\n\tpath = third_party/lib\n'
+                                      "\turl = https://example.invalid/lib.git\n")
+    (tree / "third_party" / "lib").mkdir(parents=True)
+    args = ["plan", "--audit", "--native", "--source", tree, "--arch", "9.0", "--python-exe", torch_venv / "bin" / "python",
+            "--json"]
+    refused = imagegen(*args, "--work", tmp_path / "a", cwd=tmp_path, IMAGEGEN_AUDIT_PROBE="0")
+    assert refused.returncode == 3, refused.stderr[-2000:]
+    got = json.loads(refused.stdout)["audit"]
+    (ext,) = got["extensions"]
+    assert ext["include_missing"] == [{"path": "third_party/lib/include", "state": "missing", "submodule": "third_party/lib"}]
+    (line,) = [r for r in got["refusals"] if "third_party/lib" in r]
+    assert line.startswith("tiny_kernel._C: its include folder third_party/lib/include is missing, inside the git"
+                           " submodule third_party/lib") and "git submodule update --init --recursive" in line
+    assert "git submodule update" in refused.stderr.strip().splitlines()[-1]
+    # The submodule checked out: the same cell is buildable, with nothing to say about its includes.
+    (tree / "third_party" / "lib" / "include").mkdir()
+    (tree / "third_party" / "lib" / "include" / "lib.h").write_text("#pragma once\n")
+    ok = imagegen(*args, "--work", tmp_path / "b", cwd=tmp_path, IMAGEGEN_AUDIT_PROBE="0")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    audit = json.loads(ok.stdout)["audit"]
+    assert audit["verdict"] == "ok" and "include_missing" not in audit["extensions"][0]

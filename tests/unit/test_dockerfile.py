@@ -121,7 +121,8 @@ def check_structure(text: str, cell) -> None:
     assert copies[2].value == ("imagegen_build.py", "imagegen_fetch.py", "imagegen_buildenv.py", "imagegen_supervise.py",
                                "imagegen_ccache.py", "imagegen_resume.py", "imagegen_records.py", "imagegen_check.py",
                                "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py",
-                               "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py", "/imagegen/")
+                               "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py",
+                               "imagegen_audit_includes.py", "/imagegen/")
     assert set(builder_files()) == set(copies[1].value[:-1] + copies[2].value[:-1])
     assert copies[1].start_line < cmds[toolchain][1].start_line < copies[2].start_line
     assert builder_script().splitlines()[5] not in text  # no script line is in the Dockerfile itself

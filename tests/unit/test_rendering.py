@@ -131,7 +131,8 @@ def test_render_to_a_file_writes_the_build_scripts_beside_it(tmp_path, capsys):
     target = tmp_path / "out" / "Dockerfile"
     assert render("sage", *CELL, "-o", target) == 0
     scripts = tmp_path / "out" / SCRIPTS_CONTEXT
-    assert sorted(p.name for p in scripts.iterdir()) == ["imagegen_audit.py", "imagegen_audit_links.py", "imagegen_audit_probe.py",
+    assert sorted(p.name for p in scripts.iterdir()) == ["imagegen_audit.py", "imagegen_audit_includes.py",
+                                                         "imagegen_audit_links.py", "imagegen_audit_probe.py",
                                                          "imagegen_audit_records.py", "imagegen_build.py", "imagegen_buildenv.py",
                                                          "imagegen_ccache.py", "imagegen_check.py", "imagegen_fetch.py",
                                                          "imagegen_records.py", "imagegen_resume.py", "imagegen_rules.py",

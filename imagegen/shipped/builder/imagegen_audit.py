@@ -22,8 +22,9 @@ answer of the same audit (torch asks `c++ -v` and `nvcc -V` for every extension)
 with `python -S` and imports only what it needs: it runs once per source file. The log is
 then folded into a report (imagegen_audit_records.py): per extension (the .so the linker was asked for),
 its sources and, per nvcc call, the SASS and PTX targets and flags; the header probe
-(imagegen_audit_probe.py) and the link lookup (imagegen_audit_links.py) add to it. imagegen (audit.py)
-judges that report against the request, the recipe and nvcc; this script only records. (The stand-ins
+(imagegen_audit_probe.py), the link lookup (imagegen_audit_links.py) and the include lookup
+(imagegen_audit_includes.py) add to it. imagegen (audit.py) judges that report against the request,
+the recipe and nvcc; this script only records. (The stand-ins
 run this file once per compiled source: what they do not need lives in those modules.)
 
 Nothing compiles, so an audit takes seconds, needs no GPU, and cannot fail the way the real build

@@ -23,7 +23,7 @@ Beside this file, one module per concern: imagegen_toolchain.py (the venv with t
 imagegen_buildenv.py (the build's variables), imagegen_supervise.py (the nvcc guard, the supervisor),
 imagegen_ccache.py, imagegen_resume.py (a build stopped at its budget), imagegen_records.py (the build
 record), imagegen_check.py (smoke and GPU checks), imagegen_audit*.py (the gencode audit's stand-ins, its
-records, header probe and link lookup), and what imagegen shares with them:
+records, header probe, link and include lookups), and what imagegen shares with them:
 imagegen_rules.py (archs, job sizing) and imagegen_wheeltools.py.
 """
 
@@ -222,6 +222,7 @@ def cmd_audit(cell, args):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     import imagegen_audit  # noqa: E402 (shipped beside this script: the stand-ins, and what reads their records)
+    import imagegen_audit_includes  # noqa: E402
     import imagegen_audit_links  # noqa: E402
     import imagegen_audit_probe  # noqa: E402
     import imagegen_audit_records  # noqa: E402
@@ -265,6 +266,13 @@ def cmd_audit(cell, args):
                 if ext["link_missing"]:
                     log("audit: %s links %s, which the linker will not find" % (
                         ext["module"], " ".join("-l" + n for n in ext["link_missing"])))
+            # the includes: each -I folder inside the tree that is missing or empty (a submodule not checked out)
+            imagegen_audit_includes.add_include_missing(report, recorded, os.path.realpath(os.path.join(work, "src")))
+            for ext in report["extensions"]:
+                for found in ext["include_missing"]:
+                    log("audit: %s includes from %s, which is %s%s" % (
+                        ext["module"], found["path"], found["state"],
+                        " (git submodule %s)" % found["submodule"] if found["submodule"] else ""))
         report.update({
             "schema": 1,
             "ok": rc == 0,
