@@ -159,7 +159,8 @@ def test_an_include_folder_in_a_submodule_not_checked_out_is_refused_before_anyt
     assert refused.returncode == 3, refused.stderr[-2000:]
     got = json.loads(refused.stdout)["audit"]
     (ext,) = got["extensions"]
-    assert ext["include_missing"] == [{"path": "third_party/lib/include", "state": "missing", "submodule": "third_party/lib"}]
+    assert ext["include_missing"] == [
+        {"path": "third_party/lib/include", "state": "missing", "submodule": "third_party/lib"}]
     (line,) = [r for r in got["refusals"] if "third_party/lib" in r]
     assert line.startswith("tiny_kernel._C: its include folder third_party/lib/include is missing, inside the git"
                            " submodule third_party/lib") and "git submodule update --init --recursive" in line

@@ -33,7 +33,8 @@ def compile_and_link(tree: Path, *include_args: str, cwd: Path | None = None) ->
     cwd = cwd or tree
     obj = str(tree / "build" / "temp" / "k.o")
     return [{"tool": "nvcc", "cwd": str(cwd), "argv": ["-c", str(tree / "csrc" / "k.cu"), *include_args, "-o", obj]},
-            {"tool": "cxx", "cwd": str(tree), "argv": ["-shared", obj, "-o", "build/lib/pkg/_C.cpython-311-x86_64-linux-gnu.so"]}]
+            {"tool": "cxx", "cwd": str(tree),
+             "argv": ["-shared", obj, "-o", "build/lib/pkg/_C.cpython-311-x86_64-linux-gnu.so"]}]
 
 
 @pytest.fixture
@@ -75,6 +76,9 @@ def test_an_empty_submodule_and_a_missing_folder_are_found_and_the_rest_passed_o
         {"path": "csrc/generated", "state": "missing", "submodule": ""},
         {"path": "third_party/ck/include", "state": "missing", "submodule": "third_party/ck"},
     ]}
+    # A link in the tree to a folder outside it is not followed (nothing outside the tree is read).
+    (tree / "csrc" / "out").symlink_to(tree.parent)
+    assert includes.missing_includes(compile_and_link(tree, "-I", "csrc/out/nothing-here"), str(tree)) == {}
     # A compile that runs in a build folder of its own (CMake) names the same folders from there.
     cmake = compile_and_link(tree, "-I", "../csrc/cutlass/include", cwd=tree / "build")
     assert includes.missing_includes(cmake, str(tree))["pkg._C"][0]["path"] == "csrc/cutlass/include"
@@ -88,7 +92,8 @@ def test_an_empty_submodule_and_a_missing_folder_are_found_and_the_rest_passed_o
     # Checked out: nothing to say.
     (tree / "csrc" / "cutlass" / "include" / "cutlass").mkdir()
     (tree / "csrc" / "cutlass" / "include" / "cutlass" / "cutlass.h").write_text("")
-    assert includes.missing_includes(compile_and_link(tree, "-Icsrc/cutlass/include", "-Icsrc/cutlass"), str(tree)) == {}
+    checked_out = compile_and_link(tree, "-Icsrc/cutlass/include", "-Icsrc/cutlass")
+    assert includes.missing_includes(checked_out, str(tree)) == {}
 
 
 def test_the_report_gets_a_list_for_every_extension(tree):

@@ -81,8 +81,8 @@ def missing_includes(records, src_root):
         for r in compiles:
             for folder in _include_args(r["argv"]):
                 full = os.path.normpath(os.path.join(r["cwd"], folder))
-                if not full.startswith(root + os.sep):
-                    continue  # torch's, the toolkit's, the system's: not the package's own tree
+                if not full.startswith(root + os.sep) or not os.path.realpath(full).startswith(root + os.sep):
+                    continue  # torch's, the toolkit's, the system's, or a link out of the tree: not looked at
                 rel = os.path.relpath(full, root)
                 if rel not in seen:
                     seen[rel] = _state(full)
