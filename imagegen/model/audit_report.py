@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from imagegen.errors import BuildError
 from imagegen.model.arch import CudaArch
@@ -69,12 +69,6 @@ class ProbeRun:
                    seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0)
 
 
-def _probes(value: Any) -> tuple[ProbeRun, ...]:
-    if not isinstance(value, list):
-        return ()
-    return tuple(p for p in (ProbeRun.from_json(v) for v in value[:20]) if p is not None)
-
-
 @dataclass(frozen=True)
 class MissingInclude:
     """An include folder an extension's compiles ask for, inside the package's tree, that is missing or
@@ -93,10 +87,11 @@ class MissingInclude:
         return cls(path=_text(data["path"]), state=state, submodule=_text(submodule))
 
 
-def _missing_includes(value: Any) -> tuple[MissingInclude, ...]:
+def _items(value: Any, parse: Callable[[Any], Any]) -> tuple:
+    """The first 20 entries of a report's list that ``parse`` reads (ProbeRun.from_json, ...); () for no list."""
     if not isinstance(value, list):
         return ()
-    return tuple(m for m in (MissingInclude.from_json(v) for v in value[:20]) if m is not None)
+    return tuple(item for item in (parse(v) for v in value[:20]) if item is not None)
 
 
 @dataclass(frozen=True)
@@ -185,9 +180,9 @@ class AuditReport:
                 cuda_sources=len(cuda_sources),
                 nvcc_flags=_strs(e.get("nvcc_flags"), 60),
                 std_args=_std_args(e.get("std_args")),
-                probe=_probes(e.get("probe")),
+                probe=_items(e.get("probe"), ProbeRun.from_json),
                 link_missing=_strs(e.get("link_missing"), 20),
-                include_missing=_missing_includes(e.get("include_missing")),
+                include_missing=_items(e.get("include_missing"), MissingInclude.from_json),
             ))
         env = data.get("env") if isinstance(data.get("env"), dict) else {}
         probe = data.get("probe") if isinstance(data.get("probe"), dict) else {}

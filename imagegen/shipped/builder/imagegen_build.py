@@ -252,7 +252,8 @@ def cmd_audit(cell, args):
             rc, output = _run_audit_build(cmd, env, work, args.timeout)
         text = output.decode("utf-8", "replace")
         recorded = imagegen_audit_records.read_records(records)
-        report = imagegen_audit_records.fold(recorded, os.path.realpath(os.path.join(work, "src")))
+        src_root = os.path.realpath(os.path.join(work, "src"))
+        report = imagegen_audit_records.fold(recorded, src_root)
         report["build"] = imagegen_audit_records.phases(recorded, hook_started, time.time())
         log("audit: the package's build: {before:.1f} s to its first compile, {records} record(s) over {compiles:.1f} s, "
             "{after:.1f} s after the last".format(**report["build"]))
@@ -267,7 +268,7 @@ def cmd_audit(cell, args):
                     log("audit: %s links %s, which the linker will not find" % (
                         ext["module"], " ".join("-l" + n for n in ext["link_missing"])))
             # the includes: each -I folder inside the tree that is missing or empty (a submodule not checked out)
-            imagegen_audit_includes.add_include_missing(report, recorded, os.path.realpath(os.path.join(work, "src")))
+            imagegen_audit_includes.add_include_missing(report, recorded, src_root)
             for ext in report["extensions"]:
                 for found in ext["include_missing"]:
                     log("audit: %s includes from %s, which is %s%s" % (
