@@ -106,17 +106,25 @@ def test_mamba_ssm_from_its_pypi_sdist_compiles_only_the_archs_asked_for(torch_v
     assert ext["module"] == "selective_scan_cuda" and ext["sass"] == ["sm_90"] and ext["ptx"] == ["compute_90"]
 
 
+def tiny_kernel_with(tmp_path: Path, torch_venv: Path, keywords: str, prelude: str = "") -> tuple[Path, list]:
+    """A copy of the tiny_kernel fixture whose extension also gets ``keywords`` (setup.py source, such as
+    'libraries=["cuda"]'), ``prelude`` put before its setup.py; and the arguments of its native audit
+    for --arch 9.0 with the test's torch (imagegen's ``--work`` left to the caller)."""
+    tree = tmp_path / "tiny_kernel"
+    shutil.copytree(FIXTURES / "tiny_kernel", tree)
+    setup = tree / "setup.py"
+    setup.write_text(prelude + setup.read_text().replace('"csrc/add_one_kernel.cu"])',
+                                                         f'"csrc/add_one_kernel.cu"], {keywords})'))
+    assert keywords in setup.read_text()
+    return tree, ["plan", "--audit", "--native", "--source", tree, "--arch", "9.0",
+                  "--python-exe", torch_venv / "bin" / "python", "--json"]
+
+
 def test_a_link_the_linker_cannot_complete_is_refused_before_anything_compiles(torch_venv, tmp_path):
     # The -lcuda class (SageAttention's _qattn_sm90 on a CPU builder): every compile would pass and the
     # build stop at its last step, `cannot find -lcuda`. This host has no GPU driver, so no libcuda.so
     # where g++ looks; the fixture kernel asks for it as such packages do.
-    tree = tmp_path / "tiny_kernel"
-    shutil.copytree(FIXTURES / "tiny_kernel", tree)
-    setup = tree / "setup.py"
-    setup.write_text(setup.read_text().replace('"csrc/add_one_kernel.cu"])', '"csrc/add_one_kernel.cu"], libraries=["cuda"])'))
-    assert 'libraries=["cuda"]' in setup.read_text()
-    args = ["plan", "--audit", "--native", "--source", tree, "--arch", "9.0", "--python-exe", torch_venv / "bin" / "python",
-            "--json"]
+    tree, args = tiny_kernel_with(tmp_path, torch_venv, 'libraries=["cuda"]')
     refused = imagegen(*args, "--work", tmp_path / "a", cwd=tmp_path, IMAGEGEN_AUDIT_PROBE="0")
     assert refused.returncode == 3, refused.stderr[-2000:]
     got = json.loads(refused.stdout)["audit"]
@@ -140,21 +148,14 @@ def test_an_include_folder_in_a_submodule_not_checked_out_is_refused_before_anyt
     # flash-attn, NATTEN and xformers cloned without --recursive: csrc/cutlass is an empty folder, setup.py
     # still hands nvcc -I csrc/cutlass/include, and every compile fails on `cutlass/cutlass.h: No such file`
     # (minutes in, on a big package). The fixture kernel with such a -I and such a .gitmodules.
-    tree = tmp_path / "tiny_kernel"
-    shutil.copytree(FIXTURES / "tiny_kernel", tree)
-    setup = tree / "setup.py"
     # As packages write it (flash-attn: Path(this_dir) / "csrc" / "cutlass" / "include"): absolute, since
     # torch's ninja build runs nvcc in build/temp.*, where a relative -I points elsewhere.
-    setup.write_text("import os\n" + setup.read_text().replace(
-        '"csrc/add_one_kernel.cu"])',
-        '"csrc/add_one_kernel.cu"], include_dirs=[os.path.join(os.path.dirname(os.path.abspath(__file__)),'
-        ' "third_party", "lib", "include")])'))
-    assert '"third_party", "lib", "include"' in setup.read_text()
+    tree, args = tiny_kernel_with(tmp_path, torch_venv, 'include_dirs=[os.path.join(os.path.dirname('
+                                  'os.path.abspath(__file__)), "third_party", "lib", "include")]',
+                                  prelude="import os\n")
     (tree / ".gitmodules").write_text('[submodule "third_party/lib"]\n\tpath = third_party/lib\n'
                                       "\turl = https://example.invalid/lib.git\n")
     (tree / "third_party" / "lib").mkdir(parents=True)
-    args = ["plan", "--audit", "--native", "--source", tree, "--arch", "9.0", "--python-exe", torch_venv / "bin" / "python",
-            "--json"]
     refused = imagegen(*args, "--work", tmp_path / "a", cwd=tmp_path, IMAGEGEN_AUDIT_PROBE="0")
     assert refused.returncode == 3, refused.stderr[-2000:]
     got = json.loads(refused.stdout)["audit"]
