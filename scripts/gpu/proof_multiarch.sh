@@ -9,7 +9,8 @@
 #   scripts/gpu/proof_multiarch.sh wait OUT [SECONDS]
 # PROOF_PYTHON: the interpreter whose torch the wheels are built for and checked with (default python3; pass the
 # same as --python-exe in IMAGEGEN_ARGS, e.g. a venv with a newer torch than the machine's).
-# Exit 0: done (results in OUT/proofs.tgz and printed), 1: the proofs died, 2: still running, 3: nothing started.
+# Exit 0: done (results in OUT/proofs.tgz and printed), 1: the proofs died, 2: still running (what it has done so
+# far in OUT/progress.tgz), 3: nothing started.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 results=/tmp/imagegen-multiarch
@@ -100,17 +101,32 @@ run_all() {
   echo "all done $(date -u +%T)"
 }
 
+progress() {  # $1 OUT: what a build still running has shown so far, in case the machine goes back before it ends
+  # (an idle gap of 30 s between calls gives the machine back and loses the run: 2026-11-29, flash-attn at
+  # torch 2.14 after ~1,110 s of its ~1,280). ninja's log: one line per compiled source, with its times.
+  local log tag
+  for log in /tmp/imagegen-work-*/src/build/temp*/.ninja_log; do
+    tag=${log#/tmp/imagegen-work-}
+    [ -f "$log" ] && cp "$log" "$results/ninja_log.${tag%%/*}"
+  done
+  mkdir -p "$1"
+  tar -czf "$1/progress.tgz" --exclude=wheelhouse --exclude='work*' --exclude='src*' -C "$results" .
+}
+
 wait_for() {  # $1 OUT, $2 seconds
   local out=$1 budget=$2
   [ -f "$results/run.log" ] || { echo "nothing was started on this machine: run 'start' again"; exit 3; }
   while ! grep -q '^all done' "$results/run.log" && (( SECONDS < budget )); do
     if ! pgrep -f "proof_multiarch.sh run" > /dev/null && ! grep -q '^all done' "$results/run.log"; then
-      tail -n 20 "$results/run.log"; echo "the proofs stopped without finishing"; exit 1
+      progress "$out"; tail -n 20 "$results/run.log"; echo "the proofs stopped without finishing"; exit 1
     fi
     sleep 10
   done
   tail -n 20 "$results/run.log"
-  grep -q '^all done' "$results/run.log" || { echo "still running after ${SECONDS} s: call 'wait' again"; exit 2; }
+  if ! grep -q '^all done' "$results/run.log"; then
+    progress "$out"
+    echo "still running after ${SECONDS} s: call 'wait' again (progress so far: OUT/progress.tgz)"; exit 2
+  fi
   mkdir -p "$out"
   tar -czf "$out/proofs.tgz" --exclude=wheelhouse --exclude='work*' --exclude='src*' -C "$results" .
   for f in "$results"/proof*/result.json; do python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["audit"]=r["audit"] and {k: r["audit"][k] for k in ("verdict","refusals","warnings","seconds")}; r["verify"]=r["verify"] and [{k: w[k] for k in ("ok","problems","warnings","extensions")} for w in r["verify"]]; print(json.dumps(r))' "$f"; done
