@@ -70,7 +70,7 @@ def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue, opts
                          " a native build is not stopped at a budget yet")
     if args.flat and (args.repair or args.index):
         raise UsageError("--repair and --index work on a wheelhouse: drop --flat (a flat folder has no manifest)")
-    cell, host = common.native_cell(args, config, cat, opts)
+    cell, host = common.native_cell(args, cat, opts)
     if args.print_env:
         # With the audit, the MAX_JOBS printed is the one the build will use (sized from the audit).
         print(json.dumps(native.build_env_native(cell, host, work=args.work, max_jobs=args.max_jobs,

@@ -72,10 +72,10 @@ def validate_wheel_file(wheel: Path) -> None:
         raise UsageError(f"{shown(wheel)}: no such wheel file")
 
 
-def registry(args: argparse.Namespace, config: Config) -> str:
+def registry(opts: options.Options) -> str:
     from imagegen.plan.registry import validate_registry
 
-    value = resolved(args, config).registry
+    value = opts.registry
     if not value:
         raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE or set registry in imagegen.toml")
     return validate_registry(value)
@@ -167,7 +167,7 @@ def validate_exe(value: str | None, flag: str) -> str | None:
     return value
 
 
-def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue, opts: options.Options | None = None):
+def native_cell(args: argparse.Namespace, cat: Catalogue, opts: options.Options):
     """The one cell a native build (or audit) makes on this host, checked like plan's cells."""
     from imagegen.executors import host as host_toolchain
     sources = getattr(args, "source", None) or []
@@ -180,7 +180,6 @@ def native_cell(args: argparse.Namespace, config: Config, cat: Catalogue, opts: 
                          " this host's platform)")
     if len(args.recipes) + len(sources) != 1:
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
-    opts = opts or resolved(args, config)
     versions = opts.versions
     if len(versions) > 1:
         raise UsageError(f"--native builds one version at a time (for this host's torch): give one --version, not"

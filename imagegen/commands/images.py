@@ -15,8 +15,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     from imagegen.publish import push
     config = common.config(args)
     cat = common.catalogue(args, config)
-    registry = common.registry(args, config)
     opts = common.resolved(args, config)
+    registry = common.registry(opts)
     lock = common.lock(args)  # loaded once: it pins the plan, and push writes the pushed digests there
     plan = request.buildable(request.planned(opts, cat, lock), arch_free=True)
     from imagegen.outputs import output_folder, resolve_target
@@ -43,8 +43,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from imagegen.finish.finisher import finish
     config = common.config(args)
     cat = common.catalogue(args, config)
-    registry = common.registry(args, config)
     opts = common.resolved(args, config)
+    registry = common.registry(opts)
     lock = common.lock(args)  # loaded once: it pins the plan and the pulled builder images
     plan = request.buildable(request.planned(opts, cat, lock))
     common.validate_job_flags(args)

@@ -7,9 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from imagegen.plan import request
+from imagegen.plan import options, request
 from imagegen.commands import common
-from imagegen.plan.config import Config
 from imagegen.errors import CompatError, ImagegenError, NothingToDoError, UsageError
 from imagegen.model import compat
 from imagegen.model.arch import ArchList
@@ -72,7 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.resolve:
             raise UsageError("--resolve goes with a plain plan, not --audit (plan --resolve first, then --audit)")
         args.work = output_folder(args.work or Path(".imagegen"), "--work")
-        return _plan_audit(args, config, cat)
+        return _plan_audit(args, common.resolved(args, config), cat)
     for flag, value in (("--native", args.native), ("--python-exe", args.python_exe), ("--src-dir", args.src_dir),
                         ("--work", args.work)):
         if value:
@@ -105,14 +104,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int:
+def _plan_audit(args: argparse.Namespace, opts: options.Options, cat: Catalogue) -> int:
     """plan --audit: what each cell's own build would compile, judged before anything compiles; on
     this host (--native) or in each cell's builder image (the engine), where `imagegen build` runs it."""
     from imagegen.model.audit import refuse
     from imagegen.executors import native
 
     if args.native:
-        cell, host = common.native_cell(args, config, cat)
+        cell, host = common.native_cell(args, cat, opts)
         verdict = native.audit_native(cell, host, work=args.work, src_dir=args.src_dir, say=lambda m: None)
         audited = [(cell, verdict, "")]
     else:
@@ -120,7 +119,7 @@ def _plan_audit(args: argparse.Namespace, config: Config, cat: Catalogue) -> int
             if value:
                 raise UsageError(f"{flag} goes with --native (the builder image has its own Python and source)")
         from imagegen.executors import buildx_audit
-        plan = request.planned(common.resolved(args, config), cat, common.lock(args))
+        plan = request.planned(opts, cat, common.lock(args))
         for c in plan.rejected:
             print(f"[{c.name}] rejected: {'; '.join(c.problems)}", file=sys.stderr)
         if not plan.buildable:

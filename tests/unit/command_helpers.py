@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from imagegen import cli
+from imagegen.commands import common
+from imagegen.model.catalogue import Catalogue
+from imagegen.plan.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -29,6 +32,11 @@ def parse(*argv: str) -> argparse.Namespace:
 def call(command, *argv: str) -> int:
     """Run ``command`` (a cmd_* function) the way imagegen.cli.main does, without its error handling."""
     return command(parse(*argv))
+
+
+def native_cell(args: argparse.Namespace, cat: Catalogue, config: Config | None = None):
+    """The native cell a command makes of ``args``: its options resolved once, as the command does."""
+    return common.native_cell(args, cat, common.resolved(args, config or Config()))
 
 
 def fake_host(tmp_path: Path, *, python: str = "3.12", torch: str | None = "2.8.0", torch_cuda: str | None = "12.8",

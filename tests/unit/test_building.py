@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.commands import building, common
-from imagegen.plan.config import Config
+from imagegen.commands import building
 from imagegen.errors import NothingToDoError, RecipeError, RefusedError, UsageError
 from imagegen.executors import buildx, native
 from imagegen.model.catalogue import load_catalogue
-from tests.unit.command_helpers import CELL, TINY, call, fake_host, never, parse
+from tests.unit.command_helpers import CELL, TINY, call, fake_host, native_cell, never, parse
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +107,7 @@ def test_print_env_gives_the_recipes_own_arch_knob_and_the_src_dir(tmp_path, cap
 def _earlier_wheel(tmp_path: Path, py: str, out: Path) -> Path:
     """A wheelhouse entry for sage's native cell, built for archs 8.0."""
     args = parse("build", "--native", "sage", "--arch", "9.0", "--python-exe", py)
-    cell, _ = common.native_cell(args, Config(), load_catalogue())
+    cell, _ = native_cell(args, load_catalogue())
     folder = out / cell.wheel_dir
     folder.mkdir(parents=True)
     wheel = folder / "sageattention-2.2.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl"

@@ -16,7 +16,7 @@ from imagegen.errors import CompatError, LockFileError, RecipeError, RegistryErr
 from imagegen.model.catalogue import load_catalogue
 from imagegen.model.cell import BUILDABLE
 from imagegen.plan.matrix import defaults
-from tests.unit.command_helpers import FIXTURES, TINY, fake_host, parse
+from tests.unit.command_helpers import FIXTURES, TINY, fake_host, native_cell, parse
 
 
 @pytest.fixture(autouse=True)
@@ -90,14 +90,17 @@ def test_is_file_is_false_for_names_the_os_refuses(tmp_path):
 
 
 def test_registry_comes_from_the_flag_or_the_config_and_is_checked():
+    def registry(config: Config, *argv: str) -> str:  # push's registry, from its options resolved once
+        return common.registry(common.resolved(parse("push", "sage", *argv), config))
+
     with pytest.raises(UsageError, match="no registry: pass --registry"):
-        common.registry(parse("push", "sage"), Config())
-    assert common.registry(parse("push", "sage"), Config(registry="127.0.0.1:5000/ml")) == "127.0.0.1:5000/ml"
-    assert common.registry(parse("push", "sage", "--registry", "ghcr.io/me"), Config(registry="a:1/b")) == "ghcr.io/me"
+        registry(Config())
+    assert registry(Config(registry="127.0.0.1:5000/ml")) == "127.0.0.1:5000/ml"
+    assert registry(Config(registry="a:1/b"), "--registry", "ghcr.io/me") == "ghcr.io/me"
     with pytest.raises(RegistryError, match="is not HOST\\[:PORT\\]/NAMESPACE"):
-        common.registry(parse("push", "sage", "--registry", "Upper/Case"), Config())
+        registry(Config(), "--registry", "Upper/Case")
     with pytest.raises(RegistryError):
-        common.registry(parse("push", "sage", "--registry", "no-namespace"), Config())
+        registry(Config(), "--registry", "no-namespace")
 
 
 # ---------------------------------------------------------------------- builders, caches, CA bundle
@@ -178,11 +181,11 @@ def test_validate_exe_says_why_an_interpreter_is_unusable(tmp_path, monkeypatch)
 
 def test_native_cell_is_the_hosts_build_of_one_recipe(tmp_path, cat):
     py = fake_host(tmp_path)
-    cell, host = common.native_cell(parse("build", "--native", "sage", "--torch", "2.8", "--cuda", "cu128",
-                                          "--python", "3.12", "--arch", "9.0", "--python-exe", py), Config(), cat)
+    cell, host = native_cell(parse("build", "--native", "sage", "--torch", "2.8", "--cuda", "cu128",
+                                   "--python", "3.12", "--arch", "9.0", "--python-exe", py), cat)
     assert (cell.name, str(cell.archs), cell.status) == ("sage-2_2_0-torch2_8-cu128-py312", "9.0", BUILDABLE)
     assert cell.base.ref == "native" and host.python_exe == py and str(host.nvcc) == "12.8"
-    cell, host = common.native_cell(parse("build", "--native", "--source", TINY, "--python-exe", py), Config(), cat)
+    cell, host = native_cell(parse("build", "--native", "--source", TINY, "--python-exe", py), cat)
     # No --arch: the host's GPUs, else the default list.
     assert str(cell.archs) == (";".join(host.ccs) or str(defaults()["arch"]))
 
@@ -199,15 +202,14 @@ def test_native_cell_is_the_hosts_build_of_one_recipe(tmp_path, cat):
 def test_native_cell_refuses_what_the_host_cannot_be(tmp_path, cat, argv, says):
     py = fake_host(tmp_path)
     with pytest.raises(UsageError, match=says.replace("+", "\\+")):
-        common.native_cell(parse("build", "--native", *argv, "--python-exe", py), Config(), cat)
+        native_cell(parse("build", "--native", *argv, "--python-exe", py), cat)
 
 
 def test_native_cell_preflight_says_what_to_install(tmp_path, cat):
     no_torch = fake_host(tmp_path / "a", torch=None, torch_cuda=None)
     with pytest.raises(CompatError, match="torch is not importable"):
-        common.native_cell(parse("build", "--native", "sage", "--python-exe", no_torch), Config(), cat)
+        native_cell(parse("build", "--native", "sage", "--python-exe", no_torch), cat)
     old_nvcc = fake_host(tmp_path / "b", nvcc="12.4")
     with pytest.raises(CompatError, match="sm_120 needs CUDA >= 12.8"):
-        common.native_cell(parse("build", "--native", "sage", "--arch", "12.0", "--python-exe", old_nvcc), Config(),
-                           cat)
+        native_cell(parse("build", "--native", "sage", "--arch", "12.0", "--python-exe", old_nvcc), cat)
     assert not os.path.exists(tmp_path / ".imagegen")  # nothing prepared for a cell that cannot build

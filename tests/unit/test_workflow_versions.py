@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 
 from imagegen.cli import build_parser, main
-from imagegen.commands import common
-from imagegen.plan.config import Config
 from imagegen.errors import CompatError, UsageError
 from imagegen.executors import native
 from imagegen.model.catalogue import load_catalogue
 from imagegen.render import bakefiles
 from tests.unit import bake_print_stand_in as stand_in
-from tests.unit.command_helpers import TINY, fake_host, parse
+from tests.unit.command_helpers import TINY, fake_host, native_cell, parse
 
 FA = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "8.0;9.0"]
 
@@ -91,8 +89,7 @@ def test_one_source_takes_one_version(capsys, argv, says):
 def test_a_native_build_takes_one_version(tmp_path):
     py = fake_host(tmp_path)
     with pytest.raises(UsageError, match="--native builds one version at a time"):
-        common.native_cell(parse("build", "--native", "fa2", "--version", "2.8.2,2.8.3", "--python-exe", py),
-                           Config(), load_catalogue())
+        native_cell(parse("build", "--native", "fa2", "--version", "2.8.2,2.8.3", "--python-exe", py), load_catalogue())
 
 
 # ------------------------------------------------------------------ a single value given twice
@@ -146,7 +143,7 @@ def test_a_native_build_without_a_gpu_says_what_to_install_not_cuda(tmp_path):
     """Seed 000: no GPU, no --arch, a cu126 torch: the default archs include sm_120."""
     py = fake_host(tmp_path, torch="2.9.0", torch_cuda="12.6", nvcc="12.6")
     with pytest.raises(CompatError) as info:
-        common.native_cell(parse("build", "--native", "bsa", "--python-exe", py), Config(), load_catalogue())
+        native_cell(parse("build", "--native", "bsa", "--python-exe", py), load_catalogue())
     assert "--cuda" not in str(info.value)
     assert str(info.value).endswith("sm_120 needs CUDA >= 12.8; CUDA 12.6 (cu126) selected: install CUDA 12.8 or"
                                     " newer (its nvcc, and a torch built for it), or build the others: --arch '8.0;9.0'")
@@ -155,8 +152,7 @@ def test_a_native_build_without_a_gpu_says_what_to_install_not_cuda(tmp_path):
 def test_a_native_build_names_the_torch_to_install_not_torch_flag(tmp_path):
     py = fake_host(tmp_path, torch="2.9.0", torch_cuda="12.8", nvcc="12.8")
     with pytest.raises(CompatError) as info:
-        common.native_cell(parse("build", "--native", "xformers", "--arch", "9.0", "--python-exe", py), Config(),
-                           load_catalogue())
+        native_cell(parse("build", "--native", "xformers", "--arch", "9.0", "--python-exe", py), load_catalogue())
     assert "use --torch" not in str(info.value)
     assert "install torch 2.10 or newer (a native build uses this host's torch), or --version" in str(info.value)
 
