@@ -109,8 +109,12 @@ progress() {  # $1 OUT: what a build still running has shown so far, in case the
     tag=${log#/tmp/imagegen-work-}
     [ -f "$log" ] && cp "$log" "$results/ninja_log.${tag%%/*}"
   done
+  pack "$1" progress.tgz
+}
+
+pack() {  # $1 OUT, $2 file name: the results so far, without wheels, work folders or source copies
   mkdir -p "$1"
-  tar -czf "$1/progress.tgz" --exclude=wheelhouse --exclude='work*' --exclude='src*' -C "$results" .
+  tar -czf "$1/$2" --exclude=wheelhouse --exclude='work*' --exclude='src*' -C "$results" .
 }
 
 wait_for() {  # $1 OUT, $2 seconds
@@ -127,8 +131,7 @@ wait_for() {  # $1 OUT, $2 seconds
     progress "$out"
     echo "still running after ${SECONDS} s: call 'wait' again (progress so far: OUT/progress.tgz)"; exit 2
   fi
-  mkdir -p "$out"
-  tar -czf "$out/proofs.tgz" --exclude=wheelhouse --exclude='work*' --exclude='src*' -C "$results" .
+  pack "$out" proofs.tgz
   for f in "$results"/proof*/result.json; do python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["audit"]=r["audit"] and {k: r["audit"][k] for k in ("verdict","refusals","warnings","seconds")}; r["verify"]=r["verify"] and [{k: w[k] for k in ("ok","problems","warnings","extensions")} for w in r["verify"]]; print(json.dumps(r))' "$f"; done
   exit 0
 }

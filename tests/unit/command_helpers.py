@@ -34,9 +34,9 @@ def call(command, *argv: str) -> int:
     return command(parse(*argv))
 
 
-def native_cell(args: argparse.Namespace, cat: Catalogue, config: Config | None = None):
-    """The native cell a command makes of ``args``: its options resolved once, as the command does."""
-    return common.native_cell(args, cat, common.resolved(args, config or Config()))
+def native_cell(args: argparse.Namespace, cat: Catalogue):
+    """The native cell a command makes of ``args`` (no config file): its options resolved once, as the command does."""
+    return common.native_cell(args, cat, common.resolved(args, Config()))
 
 
 def fake_host(tmp_path: Path, *, python: str = "3.12", torch: str | None = "2.8.0", torch_cuda: str | None = "12.8",
