@@ -70,8 +70,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.audit:
         if args.resolve:
             raise UsageError("--resolve goes with a plain plan, not --audit (plan --resolve first, then --audit)")
-        args.work = output_folder(args.work or Path(".imagegen"), "--work")
-        return _plan_audit(args, common.resolved(args, config), cat)
+        work = output_folder(args.work or Path(".imagegen"), "--work")
+        return _plan_audit(args, common.resolved(args, config), cat, work)
     for flag, value in (("--native", args.native), ("--python-exe", args.python_exe), ("--src-dir", args.src_dir),
                         ("--work", args.work)):
         if value:
@@ -104,7 +104,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_audit(args: argparse.Namespace, opts: options.Options, cat: Catalogue) -> int:
+def _plan_audit(args: argparse.Namespace, opts: options.Options, cat: Catalogue, work: Path) -> int:
     """plan --audit: what each cell's own build would compile, judged before anything compiles; on
     this host (--native) or in each cell's builder image (the engine), where `imagegen build` runs it."""
     from imagegen.model.audit import refuse
@@ -112,7 +112,7 @@ def _plan_audit(args: argparse.Namespace, opts: options.Options, cat: Catalogue)
 
     if args.native:
         cell, host = common.native_cell(args, cat, opts)
-        verdict = native.audit_native(cell, host, work=args.work, src_dir=args.src_dir, say=lambda m: None)
+        verdict = native.audit_native(cell, host, work=work, src_dir=args.src_dir, say=lambda m: None)
         audited = [(cell, verdict, "")]
     else:
         for flag, value in (("--python-exe", args.python_exe), ("--src-dir", args.src_dir)):
@@ -125,7 +125,7 @@ def _plan_audit(args: argparse.Namespace, opts: options.Options, cat: Catalogue)
         if not plan.buildable:
             raise NothingToDoError("no cell of this matrix can build, so there is nothing to audit (imagegen plan explains each)")
         audited = [(o.cell, o.verdict, o.error + (f" (log: {o.log})" if o.log else ""))
-                   for o in buildx_audit.audit(plan, work=args.work, say=lambda m: print(m, file=sys.stderr, flush=True))]
+                   for o in buildx_audit.audit(plan, work=work, say=lambda m: print(m, file=sys.stderr, flush=True))]
     if args.json:
         records = [{"cell": _cell_record(cell), "audit": verdict.as_dict() if verdict else None,
                     **({"error": error} if verdict is None else {})} for cell, verdict, error in audited]
