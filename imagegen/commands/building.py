@@ -11,7 +11,6 @@ from pathlib import Path
 
 from imagegen.plan import options, request
 from imagegen.commands import common
-from imagegen.plan.config import Config
 from imagegen.errors import RefusedError, UsageError
 from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import output_folder
@@ -27,7 +26,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     output_folder(args.work, "--work")
     opts = common.resolved(args, config)  # once: the plan, the matrix and the output folder read it
     if args.native:
-        return _build_native(args, config, cat, opts)
+        return _build_native(args, cat, opts)
     if args.print_env:
         raise UsageError("--print-env goes with --native (a container build prints its variables in its log)")
     if args.verbose_build:
@@ -56,7 +55,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_native(args: argparse.Namespace, config: Config, cat: Catalogue, opts: options.Options) -> int:
+def _build_native(args: argparse.Namespace, cat: Catalogue, opts: options.Options) -> int:
     from imagegen.executors import native
     if args.netrc:
         raise UsageError("--netrc goes with a container build: natively, git and pip read your ~/.netrc (or $NETRC)"
