@@ -4,6 +4,7 @@ bake definition of a matrix, and the repository's generated files."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -20,13 +21,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     command = common.command_line(args.argv)  # the Dockerfile's and the script's header say how they were made
     config = common.config(args)
     cat = common.catalogue(args, config)
-    _render_flags(args)
-    opts = common.resolved(args, config)
+    given = _render_flags(args)
+    opts = options.resolve(given, config)
     wanted = (opts.versions or (None,))[0]  # one: render makes one cell
     recipe, version = request.recipe_at(cat, args.recipe, args.source, wanted, opts.fetch, opts.env, ref=opts.ref,
                                         git=opts.git, jobs=opts.jobs_fix)
     if args.shell:
-        return _render_windows(args, command, recipe, version, request.one_arch_list(opts), opts)
+        return _render_windows(args, given, command, recipe, version, request.one_arch_list(opts), opts)
     cell = request.one_cell(opts, recipe, version)
     cell = common.lock(args).pin_base(cell)  # read after the cell is planned: its errors come second
     rendered = render_dockerfile(cell, command=command, stdout=args.output in (None, "-"))
@@ -41,8 +42,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _render_flags(args: argparse.Namespace) -> None:
-    """render makes a Dockerfile or (--shell) a Windows script: a flag the chosen one ignores is refused."""
+def _render_flags(args: argparse.Namespace) -> options.Flags:
+    """render's flags as values. It makes a Dockerfile or (--shell) a Windows script: a flag the chosen one
+    ignores is refused."""
+    given = common.flags(args)
     if args.shell:
         for flag, value in (("--flavor", args.flavor), ("--base-image", args.base_image), ("--lock", args.lock),
                             ("--offline", args.offline or None), ("--gpu-check-device", args.gpu_check_device),
@@ -51,10 +54,8 @@ def _render_flags(args: argparse.Namespace) -> None:
             if value is not None:
                 raise UsageError(f"{flag} does not apply to --shell (a native script uses the host's toolchain, no image)")
         # One script builds many cells: --torch 2.8,2.9 --cuda 12.8 (lists, as plan takes them).
-        for flag in ("torch", "cuda", "python"):
-            value = getattr(args, flag)
-            if value is not None:
-                setattr(args, flag, [value])
+        given = dataclasses.replace(given, **{flag: [getattr(given, flag)] for flag in ("torch", "cuda", "python")
+                                              if getattr(given, flag) is not None})
     else:
         for flag, value in (("--src-dir", args.src_dir), ("--python-exe", args.python_exe), ("--vcvars", args.vcvars),
                             ("--max-jobs", args.max_jobs), ("--nvcc-threads", args.nvcc_threads), ("--out", args.out),
@@ -66,9 +67,10 @@ def _render_flags(args: argparse.Namespace) -> None:
         if args.audit:
             raise UsageError("--audit goes with --shell cmd|powershell; a Dockerfile's cell is audited by"
                              " `imagegen plan --audit` (and before every `imagegen build`)")
+    return given
 
 
-def _render_windows(args, command, recipe, version, archs, opts) -> int:
+def _render_windows(args, given: options.Flags, command, recipe, version, archs, opts) -> int:
     from imagegen.model.cell import WindowsHost
     from imagegen.plan.matrix import windows_plan
     from imagegen.render import windows
@@ -80,7 +82,6 @@ def _render_windows(args, command, recipe, version, archs, opts) -> int:
     # --src-dir on a checkout that is here: a fork or a changed tree builds as a local tree, as on Linux.
     wanted = (opts.versions or (None,))[0]
     recipe, version = common.local_checkout(recipe, version, args.src_dir, wanted)
-    given = common.flags(args)
     torch, cuda, python = _from_python_exe(args, *(options.flag_values(given, k) for k in ("torch", "cuda", "python")))
     m = opts.config.matrix  # a config matrix stands in for the flags it names
     plan = windows_plan([(recipe, version)], [archs], WindowsHost(), torch=torch or tuple(m.torch),
