@@ -64,9 +64,6 @@ def _build_native(args: argparse.Namespace, cat: Catalogue, opts: options.Option
     if compile_cache and shutil.which("ccache") is None:
         raise UsageError("--compile-cache needs ccache on PATH for a native build (4.4 or newer, with Redis/HTTP"
                          " storage: apt-get install ccache)")
-    if args.budget:
-        raise UsageError("--budget goes with a container build (its stopped tree is kept in the builder's cache);"
-                         " a native build is not stopped at a budget yet")
     if args.flat and (args.repair or args.index):
         raise UsageError("--repair and --index work on a wheelhouse: drop --flat (a flat folder has no manifest)")
     cell, host = common.native_cell(args, cat, opts)
@@ -92,7 +89,7 @@ def _build_native(args: argparse.Namespace, cat: Catalogue, opts: options.Option
                                    max_jobs=args.max_jobs,
                                    nvcc_threads=args.nvcc_threads, src_dir=args.src_dir,
                                    verbose_build=args.verbose_build, audit=not args.no_audit,
-                                   compile_cache=compile_cache)
+                                   compile_cache=compile_cache, budget=args.budget)
     dest = _last_mile(args, out, [Path(dest)], True).get(Path(dest), dest)
     print(dest)
     return 0

@@ -28,6 +28,7 @@ from imagegen.model.audit_report import AuditReport
 from imagegen.model.cell import Cell, Finisher, HostToolchain
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE
 from imagegen.render.dockerfile import builder_files, cell_document, inputs_hash
+from imagegen.shipped.builder import imagegen_resume as resume
 
 if TYPE_CHECKING:
     from imagegen.model.audit_report import Verdict
@@ -114,10 +115,13 @@ def source_here(cell: Cell, doc: dict) -> bool:
 
 
 def _run_step(cell: Cell, host: HostToolchain, script: Path, cell_file: Path, env: dict, work: Path, *step: str,
-              stdout=None) -> float:
-    """Run one step of the in-build script (fetch, build); its seconds, or a one-line BuildError."""
+              stdout=None, stopped: str | None = None) -> float:
+    """Run one step of the in-build script (fetch, build); its seconds, or a one-line BuildError
+    (``stopped``: what to say when the build stopped at its budget)."""
     t0 = time.time()
     rc = subprocess.call([host.python_exe, str(script), "--cell", str(cell_file), *step], env=env, stdout=stdout)
+    if rc == resume.STOPPED_EXIT and stopped:
+        raise BuildError(f"{cell.describe()}: {stopped}")
     if rc != 0:
         raise BuildError(_step_failure(cell, step[0], rc, work / "logs"))
     return time.time() - t0
@@ -152,21 +156,26 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
 def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, finish: Finisher,
                  flat: bool = False, max_jobs: int | None = None, nvcc_threads: int | None = None,
                  src_dir: Path | None = None, verbose_build: bool = False, audit: bool = True,
-                 compile_cache: str | None = None,
+                 compile_cache: str | None = None, budget: int | None = None,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Path:
     """Build ``cell`` on this host; the wheel goes to ``finish`` (imagegen.finish.finisher.finish: verify,
     then collect), verified while its import test runs. ``compile_cache``: ccache's remote storage URL
     for every compile (`build --compile-cache`), handed to the in-build script in the variable a bake
-    build's secret is read from; never on a command line."""
+    build's secret is read from; never on a command line. ``budget``: seconds of compile, after which the
+    build stops and keeps its tree in ``work`` (a BuildError of exit 5); the same build again resumes it."""
     work = work.resolve()
     doc = _document(cell, host, work, src_dir)
     # What decides the wheel, taken before anything runs: a build that writes into a local tree (build/,
     # *.egg-info) does not change the inputs it is recorded with.
     inputs = inputs_hash(cell, doc)
+    resume_env = _resume_env(work, inputs, budget)
+    if resume_env:  # a fixed folder instead of a fresh temporary one: ninja's commands name its path
+        doc["work_dir"] = str(work / "tree")
     cell_file, script, settings, env = _prepare(cell, host, work, doc, max_jobs, nvcc_threads)
     env.pop(COMPILE_CACHE_VARIABLE, None)  # only the one given here
     if compile_cache:
         env[COMPILE_CACHE_VARIABLE] = compile_cache
+    env.update(resume_env)
     steps: dict[str, float] = {}  # where the time went, so the overhead over `pip wheel` is visible
     if cell.recipe.source_kind != "local":
         steps["fetch"] = _run_step(cell, host, script, cell_file, env, work, "fetch")
@@ -188,7 +197,10 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
     shutil.rmtree(dist, ignore_errors=True)
     # The import test's interpreter loads torch (seconds) while the wheel compiles, not after.
     with Importer(host.python_exe) as importer:
-        steps["build"] = _run_step(cell, host, script, cell_file, env, work, "build", "--out", str(dist))
+        steps["build"] = _run_step(cell, host, script, cell_file, env, work, "build", "--out", str(dist),
+                                   stopped=f"stopped at its --budget of {budget} s with its build tree kept in"
+                                   f" {work / RESUME_FOLDER}: run the same command again (with or without"
+                                   " --budget) to compile only what is left" if budget else None)
         wheels = sorted(dist.glob("*.whl"))
         if len(wheels) != 1:
             raise BuildError(f"expected one wheel in {dist}, found {[w.name for w in wheels]}")
@@ -220,6 +232,21 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
     archs = "; ".join(", ".join(e.get("archs", [])) for e in (result.verify or {}).get("extensions", []))
     say(f"built {dest} in {seconds:.0f} s; archs: {archs}")
     return dest
+
+
+RESUME_FOLDER = "resume"  # in --work: the trees kept by builds stopped at their budget
+
+
+def _resume_env(work: Path, inputs: str, budget: int | None) -> dict[str, str]:
+    """What the in-build script needs (as variables) to stop at ``budget`` and keep its tree in ``work``, or
+    to resume the tree a build of the same inputs kept there; nothing for a build that does neither. A
+    hard end (a Colab runtime recycled) keeps no tree: --budget stops the build before that, and a ccache
+    on lasting storage (CCACHE_DIR) serves what was compiled."""
+    folder = work / RESUME_FOLDER
+    if not budget and not (folder / f"{inputs}.tar").is_file():
+        return {}
+    return {resume.RESUME_DIR_ENV: str(folder), resume.INPUTS_ENV: inputs,
+            **({resume.BUDGET_ENV: str(budget)} if budget else {})}
 
 
 def _settings_from_audit(cell: Cell, doc: dict, cell_file: Path, env: dict, settings: jobs.JobSettings,

@@ -255,3 +255,47 @@ def test_native_rebuild_takes_its_objects_from_ccache(torch_venv, first_build, s
               env=shared_ccache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ccache_counts(proc) == (total, total)
+
+
+RESEED = ROOT / "tests" / "fixtures" / "reseed_resumable_kernel.py"
+PARTS = 10  # ninja steps of the resumable fixture's whole build: eight parts, the module and the kernel
+
+
+def test_native_build_stopped_at_its_budget_resumes_from_its_work_folder(torch_venv, tmp_path):
+    # Seed 000's Colab build takes longer than a runtime may last: --budget stops the compile in time and
+    # keeps its tree in --work (on Drive there); the same command again, in a new runtime, compiles only
+    # what is left. No ccache anywhere: the kept tree alone does it.
+    proc = subprocess.run([sys.executable, str(RESEED), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    tree, work, drive = Path(proc.stdout.strip()), tmp_path / "work", tmp_path / "drive"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CCACHE_", "IMAGEGEN_"))}
+    env["CUDA_HOME"] = host_cuda_home()
+    build = [IMAGEGEN, "build", "--native", "--source", str(tree), "--arch", "8.0", "--python-exe",
+             str(torch_venv / "bin" / "python"), "--max-jobs", "1", "--out", str(drive), "--flat", "--work", str(work)]
+    stopped = subprocess.run(build + ["--budget", "16s"], capture_output=True, text=True, env=env, timeout=1200)
+    assert stopped.returncode == 5, stopped.stderr[-3000:]
+    m = re.search(r"budget of 16 s is spent: stopped after (\d+) ninja step\(s\), its state \(\d+ MB\) is kept in "
+                  r"(\S+); the same build again resumes from it", stopped.stderr)
+    assert m, stopped.stderr[-3000:]
+    done, state = int(m.group(1)), Path(m.group(2))
+    assert 1 <= done < PARTS, f"the budget should stop the build partway, it stopped after {done} of {PARTS}"
+    assert state.parent == work / "resume" and state.is_file()
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("imagegen: error: ")
+    assert f"stopped at its --budget of 16 s with its build tree kept in {work}/resume" in last
+    assert "Traceback" not in stopped.stderr and not list(drive.glob("*.whl")) and not (work / "tree").exists()
+
+    # The same command again, without the budget: the kept tree is restored at the same path and ninja
+    # runs only what the stopped build had not finished; the wheel is whole, verified and imported.
+    resumed = subprocess.run(build, capture_output=True, text=True, env=env, timeout=1200)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    said = resumed.stdout + resumed.stderr  # the in-build script's lines go to imagegen's stdout
+    assert f"resuming from {state}: {done} object(s) compiled by the stopped build" in said, said[-3000:]
+    m = re.search(r"resumed build: (\d+) step\(s\) run now, (\d+) done by the stopped build(.*)", said)
+    assert m and (int(m.group(1)), int(m.group(2))) == (PARTS - done, done), said[-3000:]
+    assert "run again" not in m.group(3)  # nothing the stopped build finished was compiled twice
+    wheel = Path(resumed.stdout.strip().splitlines()[-1])
+    assert wheel.parent == drive and wheel.name.startswith("resumable_kernel-0.1.0+cu130torch2.11-cp311")
+    assert verify_wheel(wheel, parse_arch_list("8.0")).ok
+    assert "smoke: {'resumable_kernel': 'ok'}" in resumed.stderr
+    assert not state.exists() and not (work / "tree").exists()  # the kept tree is used once, then gone

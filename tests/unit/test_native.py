@@ -44,7 +44,8 @@ script, flag, cell_file, step, *rest = sys.argv[1:]
 doc = json.load(open(cell_file))
 os.makedirs(doc["log_dir"], exist_ok=True)
 env = {{k: os.environ.get(k) for k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "PYTHONUNBUFFERED",
-                                      "IMAGEGEN_BUILD_VERBOSE")}}
+                                      "IMAGEGEN_BUILD_VERBOSE", "IMAGEGEN_BUILD_BUDGET", "IMAGEGEN_RESUME_DIR",
+                                      "IMAGEGEN_INPUTS")}}
 with open(CALLS, "a") as fh:
     call = {{"script": script, "flag": flag, "step": step, "args": rest, "cell": doc, "env": env}}
     fh.write(json.dumps(call) + "\\n")
@@ -144,6 +145,37 @@ def test_flat_verbose_and_explicit_jobs_reach_the_build(tmp_path):
     (call,) = host.calls()
     env = call["env"]
     assert (env["MAX_JOBS"], env["NVCC_THREADS"], env["IMAGEGEN_BUILD_VERBOSE"]) == ("3", "2", "1")
+
+
+def test_a_budget_builds_in_a_fixed_folder_of_work_and_a_stop_there_says_how_to_resume(tmp_path):
+    # The in-build script stops at IMAGEGEN_BUILD_BUDGET and keeps the tree under IMAGEGEN_RESUME_DIR, keyed by
+    # IMAGEGEN_INPUTS (tests/integration/test_native.py runs it for real); ninja's commands name the tree's
+    # path, so it compiles in --work's own folder instead of a fresh temporary one.
+    host = Host(tmp_path, wheels=[], build_rc=75)
+    cell, work = _tiny(host), tmp_path / "work"
+    with pytest.raises(BuildError) as err:
+        native.build_native(cell, host.toolchain, out=tmp_path / "out", work=work, finish=finish, audit=False,
+                            budget=600, say=lambda m: None)
+    assert err.value.exit_code == 5 and str(err.value) == (
+        f"{cell.describe()}: stopped at its --budget of 600 s with its build tree kept in {work / 'resume'}: run the"
+        " same command again (with or without --budget) to compile only what is left")
+    (call,) = host.calls()
+    inputs = call["env"]["IMAGEGEN_INPUTS"]
+    assert call["cell"]["work_dir"] == str(work / "tree") and len(inputs) == 16
+    assert (call["env"]["IMAGEGEN_BUILD_BUDGET"], call["env"]["IMAGEGEN_RESUME_DIR"]) == ("600", str(work / "resume"))
+    assert not (tmp_path / "out").exists()
+    # The same build again without the budget: a kept tree for its inputs (the script wrote it) is resumed in
+    # the same folder, with no budget; another --work (or no tree kept) builds in a fresh temporary folder.
+    (work / "resume").mkdir()
+    (work / "resume" / f"{inputs}.tar").write_bytes(b"")
+    again = Host(tmp_path)  # the same interpreter (its path is one of the inputs), now building a wheel
+    for folder, resumed in ((work, True), (tmp_path / "elsewhere", False)):
+        native.build_native(cell, again.toolchain, out=tmp_path / "out", work=folder, finish=finish, audit=False,
+                            say=lambda m: None, flat=True)
+        call = again.calls()[-1]
+        assert call["cell"]["work_dir"] == (str(work / "tree") if resumed else None)
+        assert call["env"]["IMAGEGEN_BUILD_BUDGET"] is None
+        assert call["env"]["IMAGEGEN_INPUTS"] == (inputs if resumed else None)
 
 
 def test_the_audit_runs_first_and_its_load_sets_the_jobs(tmp_path):
@@ -267,7 +299,8 @@ def test_print_env_is_what_the_in_build_script_computes(tmp_path):
     cell = _tiny(host)
     env = native.build_env_native(cell, host.toolchain, work=tmp_path / "work", max_jobs=5, nvcc_threads=1)
     assert env == {"TORCH_CUDA_ARCH_LIST": "8.0;9.0+PTX", "MAX_JOBS": "5", "NVCC_THREADS": "1", "PYTHONUNBUFFERED": "1",
-                   "IMAGEGEN_BUILD_VERBOSE": None}
+                   "IMAGEGEN_BUILD_VERBOSE": None, "IMAGEGEN_BUILD_BUDGET": None, "IMAGEGEN_RESUME_DIR": None,
+                   "IMAGEGEN_INPUTS": None}
     assert [c["step"] for c in host.calls()] == ["env"]
     written = json.loads((tmp_path / "work" / "cell.json").read_text())
     assert written == host.calls()[0]["cell"] and written["base_python"] == str(host.exe)

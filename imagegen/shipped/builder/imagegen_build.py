@@ -104,10 +104,12 @@ def cmd_build(cell, args):
     log_path = os.path.join(cell["log_dir"], "build.log")
     if os.path.exists(os.path.join(cell["log_dir"], "failure.json")):
         os.unlink(os.path.join(cell["log_dir"], "failure.json"))  # a previous build's
+    native = not cell.get("venv")  # the host's Python and toolkit (imagegen build --native)
     if cell.get("work_dir"):
         # In an image: always the same path, so that a rebuild of the same inputs (bake, or
         # `docker run` of a pulled builder image) compiles byte-identical .so files and ccache
-        # finds its objects again.
+        # finds its objects again. A native build given a budget: its folder in --work, so that a
+        # stopped tree resumes at the path ninja's commands name.
         work = cell["work_dir"]
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
@@ -117,15 +119,15 @@ def cmd_build(cell, args):
     # compiler error, a signal) leaves none behind on the host.
     env["TMPDIR"] = os.path.join(work, "tmp")
     os.makedirs(env["TMPDIR"])
-    stats_log = use_ccache(env, work, py, relative_paths=not cell.get("work_dir"))
-    if stats_log is None and cell.get("work_dir"):
+    stats_log = use_ccache(env, work, py, relative_paths=native)
+    if stats_log is None and not native:
         # torch 2.13+ puts ccache in front of the compilers on its own when it finds one (the image
         # has it); without a mounted cache folder that cache goes with the layer, and a cold ccache
         # costs a preprocessing pass per file. A native build keeps the user's own wrapper choice.
         env.setdefault("TORCH_NO_COMPILER_WRAPPER", "1")
     guard = guard_nvcc(env, cell["log_dir"], work)
     # A state saved by a build of the same inputs that was stopped at its budget (imagegen_resume.py):
-    # only in an image, whose work folder is the same path every time (ninja's commands name it).
+    # only where the work folder is the same path every time (ninja's commands name it).
     state = resume.state_path(env) if cell.get("work_dir") else None
     restored = resume.restore(state, work)
     if restored:
