@@ -172,7 +172,8 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
     if resume_env:  # a fixed folder instead of a fresh temporary one: ninja's commands name its path
         doc["work_dir"] = str(work / "tree")
     cell_file, script, settings, env = _prepare(cell, host, work, doc, max_jobs, nvcc_threads)
-    env.pop(COMPILE_CACHE_VARIABLE, None)  # only the one given here
+    for name in (COMPILE_CACHE_VARIABLE, resume.BUDGET_ENV, resume.RESUME_DIR_ENV, resume.INPUTS_ENV):
+        env.pop(name, None)  # only the ones given here
     if compile_cache:
         env[COMPILE_CACHE_VARIABLE] = compile_cache
     env.update(resume_env)

@@ -147,7 +147,7 @@ def test_flat_verbose_and_explicit_jobs_reach_the_build(tmp_path):
     assert (env["MAX_JOBS"], env["NVCC_THREADS"], env["IMAGEGEN_BUILD_VERBOSE"]) == ("3", "2", "1")
 
 
-def test_a_budget_builds_in_a_fixed_folder_of_work_and_a_stop_there_says_how_to_resume(tmp_path):
+def test_a_budget_builds_in_a_fixed_folder_of_work_and_a_stop_there_says_how_to_resume(tmp_path, monkeypatch):
     # The in-build script stops at IMAGEGEN_BUILD_BUDGET and keeps the tree under IMAGEGEN_RESUME_DIR, keyed by
     # IMAGEGEN_INPUTS (tests/integration/test_native.py runs it for real); ninja's commands name the tree's
     # path, so it compiles in --work's own folder instead of a fresh temporary one.
@@ -169,6 +169,7 @@ def test_a_budget_builds_in_a_fixed_folder_of_work_and_a_stop_there_says_how_to_
     (work / "resume").mkdir()
     (work / "resume" / f"{inputs}.tar").write_bytes(b"")
     again = Host(tmp_path)  # the same interpreter (its path is one of the inputs), now building a wheel
+    monkeypatch.setenv("IMAGEGEN_BUILD_BUDGET", "5")  # the caller's own: never a build's budget
     for folder, resumed in ((work, True), (tmp_path / "elsewhere", False)):
         native.build_native(cell, again.toolchain, out=tmp_path / "out", work=folder, finish=finish, audit=False,
                             say=lambda m: None, flat=True)
