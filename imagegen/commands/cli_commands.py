@@ -106,7 +106,7 @@ BUILD = Command("build", "building.cmd_build", "build wheels for a matrix (bake)
     Opt(("--budget",), type=budget_seconds, metavar="DURATION", help="stop a cell's compile after this long (e.g."
         " 330m, under a CI runner's 6 hours) and keep its build tree in the builder's cache (keyed by the cell's"
         " inputs hash): the same build again compiles only what is left (exit 5 with the cell's row saying so);"
-        " with --native the tree is kept in --work (under a Colab runtime's limit, with --work on Drive)"),
+        " with --native it is kept in --work (under a Colab runtime's limit, with --work on Drive)"),
     # Read when the parser is built, as the environment is then; the place for a cache URL with a password.
     Opt(("--compile-cache",), metavar="URL", default=Later(lambda: os.environ.get("IMAGEGEN_COMPILE_CACHE") or None),
         help="a compile cache shared by every builder (ccache remote storage: redis://[[USER:]PASSWORD@]HOST:PORT or"

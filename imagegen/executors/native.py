@@ -170,7 +170,7 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
     inputs = inputs_hash(cell, doc)
     resume_env = _resume_env(work, inputs, budget)
     if resume_env:  # a fixed folder instead of a fresh temporary one: ninja's commands name its path
-        doc["work_dir"] = str(work / "tree")
+        doc["work_dir"] = str(resumable_tree(inputs))
     cell_file, script, settings, env = _prepare(cell, host, work, doc, max_jobs, nvcc_threads)
     for name in (COMPILE_CACHE_VARIABLE, resume.BUDGET_ENV, resume.RESUME_DIR_ENV, resume.INPUTS_ENV):
         env.pop(name, None)  # only the ones given here
@@ -236,6 +236,15 @@ def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, fini
 
 
 RESUME_FOLDER = "resume"  # in --work: the trees kept by builds stopped at their budget
+
+
+def resumable_tree(inputs: str) -> Path:
+    """Where a native build that can stop or resume compiles: a fixed path for its inputs (ninja's commands
+    name it, so a kept tree resumes only there), on this machine's own disk in the user's cache folder. Not
+    in --work: that may be a slow network mount (Google Drive on Colab), which gets the kept tree's archive
+    once instead of every object, nvcc temporary file and log line of the compile."""
+    cache = os.environ.get("XDG_CACHE_HOME") or ""
+    return (Path(cache) if os.path.isabs(cache) else Path.home() / ".cache") / "imagegen" / "native-builds" / inputs
 
 
 def _resume_env(work: Path, inputs: str, budget: int | None) -> dict[str, str]:

@@ -269,7 +269,8 @@ def test_native_build_stopped_at_its_budget_resumes_from_its_work_folder(torch_v
     assert proc.returncode == 0, proc.stderr
     tree, work, drive = Path(proc.stdout.strip()), tmp_path / "work", tmp_path / "drive"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CCACHE_", "IMAGEGEN_"))}
-    env["CUDA_HOME"] = host_cuda_home()
+    env.update(CUDA_HOME=host_cuda_home(), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    compiling = tmp_path / "cache" / "imagegen" / "native-builds"  # where it compiles: local disk, not --work
     build = [IMAGEGEN, "build", "--native", "--source", str(tree), "--arch", "8.0", "--python-exe",
              str(torch_venv / "bin" / "python"), "--max-jobs", "1", "--out", str(drive), "--flat", "--work", str(work)]
     stopped = subprocess.run(build + ["--budget", "16s"], capture_output=True, text=True, env=env, timeout=1200)
@@ -283,7 +284,7 @@ def test_native_build_stopped_at_its_budget_resumes_from_its_work_folder(torch_v
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith("imagegen: error: ")
     assert f"stopped at its --budget of 16 s with its build tree kept in {work}/resume" in last
-    assert "Traceback" not in stopped.stderr and not list(drive.glob("*.whl")) and not (work / "tree").exists()
+    assert "Traceback" not in stopped.stderr and not list(drive.glob("*.whl")) and not any(compiling.iterdir())
 
     # The same command again, without the budget: the kept tree is restored at the same path and ninja
     # runs only what the stopped build had not finished; the wheel is whole, verified and imported.
@@ -298,4 +299,6 @@ def test_native_build_stopped_at_its_budget_resumes_from_its_work_folder(torch_v
     assert wheel.parent == drive and wheel.name.startswith("resumable_kernel-0.1.0+cu130torch2.11-cp311")
     assert verify_wheel(wheel, parse_arch_list("8.0")).ok
     assert "smoke: {'resumable_kernel': 'ok'}" in resumed.stderr
-    assert not state.exists() and not (work / "tree").exists()  # the kept tree is used once, then gone
+    assert not state.exists() and not any(compiling.iterdir())  # the kept tree is used once, then gone
+    assert sorted(p.name for p in work.iterdir() if not p.name.endswith(".py")) == ["cell.json", "dist", "logs",
+                                                                                    "resume"]

@@ -150,9 +150,10 @@ def test_flat_verbose_and_explicit_jobs_reach_the_build(tmp_path):
 def test_a_budget_builds_in_a_fixed_folder_of_work_and_a_stop_there_says_how_to_resume(tmp_path, monkeypatch):
     # The in-build script stops at IMAGEGEN_BUILD_BUDGET and keeps the tree under IMAGEGEN_RESUME_DIR, keyed by
     # IMAGEGEN_INPUTS (tests/integration/test_native.py runs it for real); ninja's commands name the tree's
-    # path, so it compiles in --work's own folder instead of a fresh temporary one.
+    # path, so it compiles in a fixed folder for its inputs instead of a fresh temporary one.
     host = Host(tmp_path, wheels=[], build_rc=75)
     cell, work = _tiny(host), tmp_path / "work"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the tree compiles on local disk, not in --work
     with pytest.raises(BuildError) as err:
         native.build_native(cell, host.toolchain, out=tmp_path / "out", work=work, finish=finish, audit=False,
                             budget=600, say=lambda m: None)
@@ -161,7 +162,8 @@ def test_a_budget_builds_in_a_fixed_folder_of_work_and_a_stop_there_says_how_to_
         " same command again (with or without --budget) to compile only what is left")
     (call,) = host.calls()
     inputs = call["env"]["IMAGEGEN_INPUTS"]
-    assert call["cell"]["work_dir"] == str(work / "tree") and len(inputs) == 16
+    tree = tmp_path / "cache" / "imagegen" / "native-builds" / inputs
+    assert call["cell"]["work_dir"] == str(tree) and len(inputs) == 16
     assert (call["env"]["IMAGEGEN_BUILD_BUDGET"], call["env"]["IMAGEGEN_RESUME_DIR"]) == ("600", str(work / "resume"))
     assert not (tmp_path / "out").exists()
     # The same build again without the budget: a kept tree for its inputs (the script wrote it) is resumed in
@@ -174,7 +176,7 @@ def test_a_budget_builds_in_a_fixed_folder_of_work_and_a_stop_there_says_how_to_
         native.build_native(cell, again.toolchain, out=tmp_path / "out", work=folder, finish=finish, audit=False,
                             say=lambda m: None, flat=True)
         call = again.calls()[-1]
-        assert call["cell"]["work_dir"] == (str(work / "tree") if resumed else None)
+        assert call["cell"]["work_dir"] == (str(tree) if resumed else None)
         assert call["env"]["IMAGEGEN_BUILD_BUDGET"] is None
         assert call["env"]["IMAGEGEN_INPUTS"] == (inputs if resumed else None)
 

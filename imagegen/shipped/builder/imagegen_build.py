@@ -108,8 +108,8 @@ def cmd_build(cell, args):
     if cell.get("work_dir"):
         # In an image: always the same path, so that a rebuild of the same inputs (bake, or
         # `docker run` of a pulled builder image) compiles byte-identical .so files and ccache
-        # finds its objects again. A native build given a budget: its folder in --work, so that a
-        # stopped tree resumes at the path ninja's commands name.
+        # finds its objects again. A native build that can stop at a budget or resume: a fixed folder
+        # for its inputs, so that a kept tree resumes at the path ninja's commands name.
         work = cell["work_dir"]
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
