@@ -273,17 +273,24 @@ def test_native_build_stopped_at_its_budget_resumes_from_its_work_folder(torch_v
     compiling = tmp_path / "cache" / "imagegen" / "native-builds"  # where it compiles: local disk, not --work
     build = [IMAGEGEN, "build", "--native", "--source", str(tree), "--arch", "8.0", "--python-exe",
              str(torch_venv / "bin" / "python"), "--max-jobs", "1", "--out", str(drive), "--flat", "--work", str(work)]
-    stopped = subprocess.run(build + ["--budget", "16s"], capture_output=True, text=True, env=env, timeout=1200)
-    assert stopped.returncode == 5, stopped.stderr[-3000:]
-    m = re.search(r"budget of 16 s is spent: stopped after (\d+) ninja step\(s\), its state \(\d+ MB\) is kept in "
-                  r"(\S+); the same build again resumes from it", stopped.stderr)
-    assert m, stopped.stderr[-3000:]
-    done, state = int(m.group(1)), Path(m.group(2))
+    # The budget runs from the package's build's start, setup.py's torch import included, which a loaded
+    # machine can take longer than the first budget over: a build stopped before its first object keeps its
+    # tree all the same, and the next, with a longer budget, resumes it (a user's second runtime does that).
+    for budget in (16, 24, 36, 54):
+        stopped = subprocess.run(build + ["--budget", f"{budget}s"], capture_output=True, text=True, env=env,
+                                 timeout=1200)
+        assert stopped.returncode == 5, stopped.stderr[-3000:]
+        m = re.search(rf"budget of {budget} s is spent: stopped after (\d+) ninja step\(s\), its state \(\d+ MB\) is"
+                      r" kept in (\S+); the same build again resumes from it", stopped.stderr)
+        assert m, stopped.stderr[-3000:]
+        done, state = int(m.group(1)), Path(m.group(2))
+        if done:
+            break
     assert 1 <= done < PARTS, f"the budget should stop the build partway, it stopped after {done} of {PARTS}"
     assert state.parent == work / "resume" and state.is_file()
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith("imagegen: error: ")
-    assert f"stopped at its --budget of 16 s with its build tree kept in {work}/resume" in last
+    assert f"stopped at its --budget of {budget} s with its build tree kept in {work}/resume" in last
     assert "Traceback" not in stopped.stderr and not list(drive.glob("*.whl")) and not any(compiling.iterdir())
 
     # The same command again, without the budget: the kept tree is restored at the same path and ninja
