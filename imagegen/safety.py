@@ -188,6 +188,15 @@ def read_regular_file(path: Path, *, limit: int, inside: Path | None = None) -> 
     return b"".join(chunks)
 
 
+def is_file(path: Path) -> bool:
+    """Whether ``path`` is a file (or a link to one); False, not an error, for a name the system refuses
+    (too long, a NUL byte)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def os_reason(exc: BaseException) -> str:
     """An OSError as a few words (its strerror), without the path it repeats."""
     if isinstance(exc, OSError) and exc.strerror:

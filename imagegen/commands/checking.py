@@ -45,7 +45,7 @@ def cmd_cdi_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from imagegen.finish.verify import VerifyError, verify_wheel
+    from imagegen.finish.verify import VerifyError, expected_for_wheel, verify_wheel
 
     archs = parse_arch_list(args.arch)
     common.validate_exe(args.python_exe, "--python-exe")
@@ -58,7 +58,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         cat = None
     for wheel in args.wheels:
         common.validate_wheel_file(wheel)
-        expected, knowledge = common.expected_for_wheel(cat, wheel, archs)
+        expected, knowledge = expected_for_wheel(cat, wheel, archs)
         report = verify_wheel(wheel, expected, strict=args.strict, extension_archs=knowledge)
         if args.python_exe:
             from imagegen.executors.import_test import import_test, wheel_modules

@@ -20,7 +20,7 @@ from imagegen.wheelhouse.manifest import read_manifest
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from imagegen.finish.verify import verify_wheel
+    from imagegen.finish.verify import expected_for_wheel, verify_wheel
 
     out: Path = args.out
     try:
@@ -60,7 +60,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 and existing.get("wheel") == record.wheel.name:
             result.update(status="recorded before", cell=record.cell)
             continue
-        expected, knowledge = common.expected_for_wheel(cat, record.wheel, record.requested)
+        expected, knowledge = expected_for_wheel(cat, record.wheel, record.requested)
         report = verify_wheel(record.wheel, expected, strict=args.strict, extension_archs=knowledge)
         result.update(cell=record.cell, expected_archs=str(expected), verify=report.as_dict())
         if not report.ok:

@@ -16,12 +16,10 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen import safety
-from imagegen.errors import ImagegenError, UsageError
-from imagegen.model.arch import ArchList
+from imagegen.errors import UsageError
 from imagegen.model.catalogue import Catalogue, load_catalogue
-from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.outputs import shown
-from imagegen.plan import options, refs, request
+from imagegen.plan import options, request
 from imagegen.plan.config import Config, load_config
 
 
@@ -50,16 +48,9 @@ def lock(args: argparse.Namespace):
     path = getattr(args, "lock", None)
     if path is not None and not str(path).strip():
         raise UsageError("--lock: give the lock file's path")
-    if path is not None and not is_file(path) and args.command not in ("lock", "push"):
+    if path is not None and not safety.is_file(path) and args.command not in ("lock", "push"):
         raise UsageError(f"--lock {shown(path)}: no such file (imagegen lock writes it)")
     return Lock.load(path or Path(LOCK_FILE))
-
-
-def is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except (OSError, ValueError):  # a name too long, a NUL
-        return False
 
 
 def validate_wheel_file(wheel: Path) -> None:
@@ -99,7 +90,7 @@ def validate_job_flags(args: argparse.Namespace) -> None:
 
 
 def ca_bundle(value: str | None) -> str | None:
-    if value is not None and not is_file(Path(value)):
+    if value is not None and not safety.is_file(Path(value)):
         raise UsageError(f"--ca-bundle {shown(value)}: no such file (a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt)")
     return value
 
@@ -168,7 +159,8 @@ def validate_exe(value: str | None, flag: str) -> str | None:
 
 
 def native_cell(args: argparse.Namespace, cat: Catalogue, opts: options.Options):
-    """The one cell a native build (or audit) makes on this host, checked like plan's cells."""
+    """The one cell a native build (or audit) makes on this host (plan.request.native_request), after the
+    refusals of what goes with a container build only; and the host's toolchain."""
     from imagegen.executors import host as host_toolchain
     sources = getattr(args, "source", None) or []
     for flag in ("gpu_check_device", "dockerfile_frontend"):
@@ -180,49 +172,7 @@ def native_cell(args: argparse.Namespace, cat: Catalogue, opts: options.Options)
                          " this host's platform)")
     if len(args.recipes) + len(sources) != 1:
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
-    versions = opts.versions
-    if len(versions) > 1:
-        raise UsageError(f"--native builds one version at a time (for this host's torch): give one --version, not"
-                         f" {' '.join(versions)}")
-    wanted = versions[0] if versions else None
-    recipe, version = request.recipe_at(cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
-                                        wanted, opts.fetch, opts.env, ref=opts.ref, git=opts.git, jobs=opts.jobs_fix)
-    recipe, version = local_checkout(recipe, version, getattr(args, "src_dir", None), wanted)
     host = host_toolchain.probe(validate_exe(args.python_exe, "--python-exe"))
-    return request.native_cell(opts, recipe, version, host), host
-
-
-def local_checkout(recipe: Recipe, version: RecipeVersion, src_dir, wanted: str | None) -> tuple[Recipe, RecipeVersion]:
-    """``--src-dir`` on an existing checkout of a git recipe (a native build, a Windows script): the pin as
-    it is, or a fork or changed tree built as a local tree with the recipe's knowledge (refs.at_tree); a
-    folder that holds no project yet (the build clones into it) leaves the recipe as it is."""
-    if src_dir is None or recipe.source_kind != "git" or not any(
-            is_file(Path(src_dir) / f) for f in ("setup.py", "pyproject.toml")):
-        return recipe, version
-    return refs.at_tree(recipe, version, Path(src_dir), wanted)
-
-
-def expected_for_wheel(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
-    """What ``wheel`` must carry for the request ``archs``, seen through the recipe that builds its
-    distribution (the version whose label is the wheel's version, else the default one): the
-    request mapped the way the package compiles it (SageAttention builds 9.0 as sm_90a; flash-attn's
-    8.6 runs the sm_80 cubin), and the per-extension knowledge (_qattn_sm90: 9.0a only). A wheel no
-    recipe knows is held to the request as written, in every extension."""
-    from packaging.utils import parse_wheel_filename
-    from packaging.version import Version
-
-    from imagegen.finish import check
-    from imagegen.model.cell_rules import compiled_archs, expected_archs
-
-    if cat is None:
-        return archs, {}
-    try:
-        dist, version, _, _ = parse_wheel_filename(wheel.name)
-        recipe = check.recipe_for(cat, str(dist))
-    except (ImagegenError, ValueError):
-        return archs, {}
-    chosen = next((v for k, v in recipe.versions.items() if k == version.public), recipe.version(None))
-    if chosen.arch.style == "fixed":  # what it compiles depends on the nvcc that built it: take the request
-        return archs, dict(chosen.extensions)
-    compiled, _ = compiled_archs(chosen, archs)
-    return expected_archs(chosen, compiled, Version("99.0")), dict(chosen.extensions)
+    cell = request.native_request(opts, cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,
+                                  getattr(args, "src_dir", None), host)
+    return cell, host

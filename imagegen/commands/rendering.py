@@ -81,7 +81,7 @@ def _render_windows(args, given: options.Flags, command, recipe, version, archs,
         raise UsageError("--install-torch goes with --python-exe (without it, each cell's own venv gets its torch)")
     # --src-dir on a checkout that is here: a fork or a changed tree builds as a local tree, as on Linux.
     wanted = (opts.versions or (None,))[0]
-    recipe, version = common.local_checkout(recipe, version, args.src_dir, wanted)
+    recipe, version = request.local_checkout(recipe, version, args.src_dir, wanted)
     torch, cuda, python = _from_python_exe(args, *(options.flag_values(given, k) for k in ("torch", "cuda", "python")))
     m = opts.config.matrix  # a config matrix stands in for the flags it names
     plan = windows_plan([(recipe, version)], [archs], WindowsHost(), torch=torch or tuple(m.torch),

@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Mapping
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
 
 from imagegen import untrusted
-from imagegen.errors import Unreadable, VerifyError
+from imagegen.errors import ImagegenError, Unreadable, VerifyError
 from imagegen.finish.fatbin import (
     MAX_SO_BYTES,
     SPOOL_BYTES,
@@ -53,7 +54,10 @@ from imagegen.finish.fatbin import (
     fatbin_section,
     wheel_machines,
 )
+from imagegen.finish.check import recipe_for
 from imagegen.model.arch import ArchList, CudaArch
+from imagegen.model.catalogue import Catalogue
+from imagegen.model.cell_rules import compiled_archs, expected_archs
 from imagegen.shipped.builder.imagegen_wheeltools import find_cuobjdump, so_module
 
 # --------------------------------------------------------------------------------------------
@@ -157,6 +161,26 @@ def _extra(entries: list[FatbinEntry], expected: ArchList) -> list[str]:
         if not wanted:
             out[str(e)] = None
     return list(out)
+
+
+def expected_for_wheel(cat: Catalogue | None, wheel: Path, archs: ArchList) -> tuple[ArchList, dict]:
+    """What ``wheel`` must carry for the request ``archs``, seen through the recipe that builds its
+    distribution (the version whose label is the wheel's version, else the default one): the
+    request mapped the way the package compiles it (SageAttention builds 9.0 as sm_90a; flash-attn's
+    8.6 runs the sm_80 cubin), and the per-extension knowledge (_qattn_sm90: 9.0a only). A wheel no
+    recipe knows is held to the request as written, in every extension."""
+    if cat is None:
+        return archs, {}
+    try:
+        dist, version, _, _ = parse_wheel_filename(wheel.name)
+        recipe = recipe_for(cat, str(dist))
+    except (ImagegenError, ValueError):
+        return archs, {}
+    chosen = next((v for k, v in recipe.versions.items() if k == version.public), recipe.version(None))
+    if chosen.arch.style == "fixed":  # what it compiles depends on the nvcc that built it: take the request
+        return archs, dict(chosen.extensions)
+    compiled, _ = compiled_archs(chosen, archs)
+    return expected_archs(chosen, compiled, Version("99.0")), dict(chosen.extensions)
 
 
 def verify_wheel(path: Path, expected: ArchList | None, *, cuobjdump: str | None = "auto",

@@ -142,7 +142,7 @@ def _build_home(creds: BuildCredentials) -> Iterator[Path]:
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or real_home / ".config")
     with tempfile.TemporaryDirectory(prefix="imagegen-git-home-") as folder:
         home = Path(folder)
-        included = [p for p in (real_home / ".gitconfig", xdg / "git" / "config") if _is_file(p)]
+        included = [p for p in (real_home / ".gitconfig", xdg / "git" / "config") if str(p).isprintable() and safety.is_file(p)]
         if included:
             quoted_paths = "".join('\tpath = "%s"\n' % str(p).replace("\\", "\\\\").replace('"', '\\"')
                                    for p in included)
@@ -150,13 +150,6 @@ def _build_home(creds: BuildCredentials) -> Iterator[Path]:
         if creds.netrc is not None:
             (home / ".netrc").symlink_to(creds.netrc)
         yield home
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return str(path).isprintable() and path.is_file()
-    except OSError:
-        return False
 
 
 def _ls_remote(url: str, ref: str, creds: BuildCredentials | None,

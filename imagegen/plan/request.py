@@ -2,7 +2,7 @@
 at the versions it asks, made into a MatrixRequest from the resolved Options, and the plan of that
 matrix with every per-cell change the options ask for (layout, platforms, offline, the GPU check) and the
 locked base images pinned. Every command that plans a matrix (plan, bake, build, push, pull, lock) goes
-through ``planned``; a native build's one cell, planned for this host's toolchain, through ``native_cell``."""
+through ``planned``; a native build's one cell, planned for this host's toolchain, through ``native_request``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from imagegen import safety
 from imagegen.errors import CompatError, NothingToDoError, UsageError
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
@@ -198,6 +199,31 @@ def buildable(plan: Plan, *, arch_free: bool = False, say: Callable[[str], None]
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     return plan
+
+
+def native_request(opts: Options, cat: Catalogue, name: str | None, source: Path | None, src_dir: Path | None,
+                   host: HostToolchain) -> Cell:
+    """A native build's (or audit's) one cell: the recipe ``name`` (or the tree ``source``) at the one
+    version asked, as the checkout in ``src_dir`` has it, planned for this host's toolchain."""
+    if len(opts.versions) > 1:
+        raise UsageError(f"--native builds one version at a time (for this host's torch): give one --version, not"
+                         f" {' '.join(opts.versions)}")
+    wanted = opts.versions[0] if opts.versions else None
+    recipe, version = recipe_at(cat, name, source, wanted, opts.fetch, opts.env, ref=opts.ref, git=opts.git,
+                                jobs=opts.jobs_fix)
+    recipe, version = local_checkout(recipe, version, src_dir, wanted)
+    return native_cell(opts, recipe, version, host)
+
+
+def local_checkout(recipe: Recipe, version: RecipeVersion, src_dir: Path | None,
+                   wanted: str | None) -> tuple[Recipe, RecipeVersion]:
+    """``--src-dir`` on an existing checkout of a git recipe (a native build, a Windows script): the pin as
+    it is, or a fork or changed tree built as a local tree with the recipe's knowledge (refs.at_tree); a
+    folder that holds no project yet (the build clones into it) leaves the recipe as it is."""
+    if src_dir is None or recipe.source_kind != "git" or not any(
+            safety.is_file(Path(src_dir) / f) for f in ("setup.py", "pyproject.toml")):
+        return recipe, version
+    return refs.at_tree(recipe, version, Path(src_dir), wanted)
 
 
 def native_cell(opts: Options, recipe: Recipe, version: RecipeVersion, host: HostToolchain) -> Cell:

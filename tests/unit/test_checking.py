@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 
 from imagegen.commands import doctor
-from imagegen.commands import checking, common
+from imagegen.commands import checking
 from imagegen.errors import ImagegenError, RecipeError, UsageError, VerifyError
-from imagegen.model.arch_parse import parse_arch_list
-from imagegen.model.catalogue import load_catalogue
 from tests.unit.command_helpers import WHEEL, call, fake_host, never
 
 SO = "tiny_kernel/_C.cpython-311-x86_64-linux-gnu.so"
@@ -102,28 +100,6 @@ def test_a_broken_recipe_dir_only_matters_with_gpu(tmp_path, capsys):
     assert verify(WHEEL, "--arch", "8.0;9.0+PTX") == 0  # plain verify needs no recipe
     with pytest.raises(RecipeError, match="does not exist"):
         verify(WHEEL, "--arch", "8.0;9.0+PTX", "--gpu")
-
-
-def test_expected_for_wheel_maps_the_request_the_way_the_package_compiles_it():
-    cat = load_catalogue()
-    archs = parse_arch_list
-
-    def view(name, request):
-        expected, knowledge = common.expected_for_wheel(cat, Path(name), archs(request))
-        return str(expected), {k: str(v) for k, v in knowledge.items()}
-
-    # flash-attn's numeric knob builds 8.6 as the sm_80 cubin.
-    assert view("flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl", "8.6;9.0") == ("8.0;9.0", {})
-    # SageAttention emits 9.0 as sm_90a, and its extensions have their own arch lists.
-    expected, knowledge = view("sageattention-2.2.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl", "8.0;9.0")
-    assert expected == "8.0;9.0a" and knowledge["sageattention._qattn_sm90"] == "9.0a"
-    # A version no recipe labels: the default version's view.
-    assert view("sageattention-9.9-cp312-cp312-linux_x86_64.whl", "9.0")[0] == "9.0a"
-    # Unknown distribution, a name that is no wheel name, no catalogue: the request as written.
-    assert view("tiny_kernel-0.1.0-cp311-cp311-linux_x86_64.whl", "8.6") == ("8.6", {})
-    assert view("flash_attn-main-x.whl", "8.6") == ("8.6", {})
-    assert common.expected_for_wheel(None, Path("flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"), archs("8.6")) \
-        == (archs("8.6"), {})
 
 
 # ------------------------------------------------------------------------------------------ check

@@ -77,12 +77,6 @@ def test_a_named_lock_file_must_exist_except_for_the_commands_that_write_it(tmp_
         common.lock(parse("plan", "--lock", tmp_path / "garbage.lock"))
 
 
-def test_is_file_is_false_for_names_the_os_refuses(tmp_path):
-    (tmp_path / "f").write_text("")
-    assert common.is_file(tmp_path / "f") and not common.is_file(tmp_path)
-    assert not common.is_file(tmp_path / "nul\0byte") and not common.is_file(tmp_path / ("x" * 5000))
-
-
 # ----------------------------------------------------------------------------------- matrix, plan
 
 

@@ -219,3 +219,9 @@ def test_a_served_folder_url_is_one_check_for_index_and_ci():
 def test_a_wheelhouse_path_with_a_nul_is_the_callers_error_not_a_value_error():
     with pytest.raises(UsageError, match="holds a NUL character"):
         safety.wheelhouse_folder(Path("wh\x00x"), "--out", UsageError)
+
+
+def test_is_file_is_false_for_names_the_os_refuses(tmp_path):
+    (tmp_path / "f").write_text("")
+    assert safety.is_file(tmp_path / "f") and not safety.is_file(tmp_path)
+    assert not safety.is_file(tmp_path / "nul\0byte") and not safety.is_file(tmp_path / ("x" * 5000))

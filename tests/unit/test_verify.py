@@ -22,7 +22,7 @@ from imagegen.model.cell_rules import expected_archs
 from imagegen.finish.fatbin import FATBIN_MAGIC, KIND_ELF, KIND_PTX, FatbinEntry, elf_sections, read_so
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
-from imagegen.finish.verify import SoReport, VerifyError, verify_wheel
+from imagegen.finish.verify import SoReport, VerifyError, expected_for_wheel, verify_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_WHEEL = next((ROOT / "tests" / "fixtures" / "wheels").glob("tiny_kernel-*.whl"))
@@ -389,3 +389,25 @@ def test_an_unknown_processor_is_named_by_its_number(tmp_path):
     odd = retagged(tmp_path, FIXTURE_WHEEL, "linux_x86_64", elf_machine=243)  # EM_RISCV
     problems = verify_wheel(odd, None, cuobjdump=None).problems
     assert any("is ELF machine 243 code" in p for p in problems)
+
+
+def test_expected_for_wheel_maps_the_request_the_way_the_package_compiles_it():
+    cat = load_catalogue()
+    archs = parse_arch_list
+
+    def view(name, request):
+        expected, knowledge = expected_for_wheel(cat, Path(name), archs(request))
+        return str(expected), {k: str(v) for k, v in knowledge.items()}
+
+    # flash-attn's numeric knob builds 8.6 as the sm_80 cubin.
+    assert view("flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl", "8.6;9.0") == ("8.0;9.0", {})
+    # SageAttention emits 9.0 as sm_90a, and its extensions have their own arch lists.
+    expected, knowledge = view("sageattention-2.2.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl", "8.0;9.0")
+    assert expected == "8.0;9.0a" and knowledge["sageattention._qattn_sm90"] == "9.0a"
+    # A version no recipe labels: the default version's view.
+    assert view("sageattention-9.9-cp312-cp312-linux_x86_64.whl", "9.0")[0] == "9.0a"
+    # Unknown distribution, a name that is no wheel name, no catalogue: the request as written.
+    assert view("tiny_kernel-0.1.0-cp311-cp311-linux_x86_64.whl", "8.6") == ("8.6", {})
+    assert view("flash_attn-main-x.whl", "8.6") == ("8.6", {})
+    assert expected_for_wheel(None, Path("flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"), archs("8.6")) \
+        == (archs("8.6"), {})
