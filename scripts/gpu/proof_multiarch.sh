@@ -5,7 +5,8 @@
 # and the budget imagegen printed), `imagegen verify` of the wheel and `imagegen check` (the recipe's
 # numerical check on the GPU). Longer than one device call: `start` runs the proofs in a session of
 # their own and waits; `wait` is repeated call by call until it exits 0.
-#   scripts/gpu/proof_multiarch.sh start OUT 'sage|.src/dev/SageAttention|8.0 8.6 9.0 12.0+PTX' ['causal-conv1d|...|8.0;9.0;12.0' ...]
+#   scripts/gpu/proof_multiarch.sh start OUT 'sage|.src/dev/SageAttention|8.0 8.6 9.0 12.0+PTX' ['causal-conv1d|...|8.0;9.0;12.0|--version 1.7.0' ...]
+# (a fourth field: more words for that recipe's plan and build, after IMAGEGEN_ARGS)
 #   scripts/gpu/proof_multiarch.sh wait OUT [SECONDS]
 # PROOF_PYTHON: the interpreter whose torch the wheels are built for and checked with (default python3; pass the
 # same as --python-exe in IMAGEGEN_ARGS, e.g. a venv with a newer torch than the machine's).
@@ -17,13 +18,13 @@ results=/tmp/imagegen-multiarch
 cmd=${1:-}
 shift || true
 
-run_one() {  # $1 recipe, $2 source copy, $3 arch list, $4 result folder
-  local recipe=$1 src=$2 arch=$3 dir=$4
+run_one() {  # $1 recipe, $2 source copy, $3 arch list, $4 result folder, $5 more words for plan and build
+  local recipe=$1 src=$2 arch=$3 dir=$4 extra=${5:-}
   mkdir -p "$dir"
   export PYTHONPATH=$here PYTHONUNBUFFERED=1
   echo "== $recipe '$arch' $(date -u +%T)"
-  # shellcheck disable=SC2086  # IMAGEGEN_ARGS: extra words for plan and build (e.g. --recipe-dir DIR)
-  python3 -m imagegen plan --audit --native "$recipe" --src-dir "$src" --arch "$arch" --json --work "$dir/work-audit" ${IMAGEGEN_ARGS:-} \
+  # shellcheck disable=SC2086  # IMAGEGEN_ARGS and extra: words for plan and build (e.g. --recipe-dir DIR)
+  python3 -m imagegen plan --audit --native "$recipe" --src-dir "$src" --arch "$arch" --json --work "$dir/work-audit" ${IMAGEGEN_ARGS:-} $extra \
     > "$dir/plan-audit.json" 2> "$dir/audit.err"
   echo "audit exit $? $(date -u +%T)"
   # Peak memory in use above the idle baseline, sampled every 0.5 s while the build runs.
@@ -44,7 +45,7 @@ while True:
 PY
   local sampler=$!
   python3 - "$dir/times.json" python3 -m imagegen build --native "$recipe" --src-dir "$src" --arch "$arch" \
-      --out "$dir/wheelhouse" --work "$dir/work" ${IMAGEGEN_ARGS:-} > "$dir/build.out" 2> "$dir/build.err" <<'PY'
+      --out "$dir/wheelhouse" --work "$dir/work" ${IMAGEGEN_ARGS:-} $extra > "$dir/build.out" 2> "$dir/build.err" <<'PY'
 import json, resource, subprocess, sys, time
 t0 = time.time(); rc = subprocess.call(sys.argv[2:]); t1 = time.time()
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -94,9 +95,9 @@ run_all() {
     grep -m1 "model name" /proc/cpuinfo  # wall times compare only on the same CPU model
   } > "$results/host.txt" 2>&1
   for spec in "$@"; do
-    IFS='|' read -r recipe src arch <<< "$spec"
+    IFS='|' read -r recipe src arch extra <<< "$spec"
     i=$((i + 1))
-    run_one "$recipe" "$results/src$i" "$arch" "$results/proof$i"
+    run_one "$recipe" "$results/src$i" "$arch" "$results/proof$i" "$extra"
   done
   echo "all done $(date -u +%T)"
 }
@@ -140,7 +141,7 @@ case $cmd in
   start)
     out=$1; shift
     for spec in "$@"; do  # a stray word (a wait time, say) would otherwise run as a recipe named so
-      IFS='|' read -r recipe src arch <<< "$spec"
+      IFS='|' read -r recipe src arch _ <<< "$spec"
       [ -n "$recipe" ] && [ -d "$src" ] && [ -n "$arch" ] || { echo "not RECIPE|SRC|ARCH with SRC a folder: '$spec'"; exit 64; }
     done
     rm -rf "$results" && mkdir -p "$results"
@@ -155,5 +156,5 @@ case $cmd in
     ;;
   run) run_all "$@" ;;
   wait) wait_for "$1" "${2:-540}" ;;
-  *) echo "usage: $0 start OUT 'RECIPE|SRC|ARCH'... | wait OUT [SECONDS]"; exit 64 ;;
+  *) echo "usage: $0 start OUT 'RECIPE|SRC|ARCH[|WORDS]'... | wait OUT [SECONDS]"; exit 64 ;;
 esac
