@@ -44,6 +44,9 @@ def _document(cell: Cell, host: HostToolchain, work: Path, src_dir: Path | None)
     doc["work_dir"] = None  # a fresh temporary folder: native builds may run side by side
     doc["cuda_home"] = host.cuda_home
     doc["torch_checked"] = True  # preflight read the same facts from torch's metadata
+    # The source folder stays the pinned tree (a --src-dir is the user's checkout, which the next plan
+    # reads to recognise the pin): the recipe's patches go into each build's copy.
+    doc["patch_copy"] = True
     if cell.recipe.source_kind == "local":
         doc["src_dir"] = str(cell.recipe.source_path)
     else:

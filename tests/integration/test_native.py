@@ -146,6 +146,48 @@ def test_native_build_of_a_local_tree_applies_the_recipes_patches_to_its_copy(to
     assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before  # the user's tree: untouched
 
 
+def test_a_src_dir_checkout_at_the_pin_stays_the_pin_through_an_audit_and_a_build(torch_venv, tmp_path, first_build,
+                                                                                   shared_ccache):
+    # Found on the H200: `plan --audit --native --src-dir CHECKOUT` wrote the recipe's patches into the
+    # user's checkout, so the build after it saw the pinned commit "with changes" and built a -local
+    # version (every GPU proof until 2026-11-29 was labelled so). The checkout is the user's: read only.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    checkout = tmp_path / "tiny-checkout"
+    shutil.copytree(TINY, checkout)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "v0.1.0"]):
+        subprocess.run([*git, "-C", checkout, *args], check=True)
+    commit = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    recipes = tmp_path / "recipes"
+    (recipes / "patches").mkdir(parents=True)
+    (recipes / "patches" / "tiny-init.patch").write_text(TINY_PATCH)
+    (recipes / "tiny.yaml").write_text(
+        "schema: 1\nname: tiny\ndistribution: tiny_kernel\nsource:\n  git: https://example.invalid/tiny-kernel.git\n"
+        f'versions:\n  "0.1.0":\n    ref: v0.1.0\n    commit: "{commit}"\n    archs: ["8.0", "9.0"]\n'
+        "    patches:\n      - file: tiny-init.patch\n        reason: marks the build\n"
+        "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\n"
+        "build:\n  requires: [setuptools, wheel, ninja, packaging]\nsmoke:\n  imports: [tiny_kernel]\n")
+    common = ["tiny", "--recipe-dir", recipes, "--src-dir", checkout, "--arch", "8.0",
+              "--python-exe", torch_venv / "bin" / "python"]
+
+    def untouched():
+        return subprocess.run(["git", "-C", checkout, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+
+    audit = sh(IMAGEGEN, "plan", "--audit", "--native", *common, "--json", "--work", tmp_path / "audit", env=shared_ccache)
+    assert audit.returncode == 0, audit.stderr[-3000:]
+    record = json.loads(audit.stdout)
+    assert record["cell"]["version"] == "0.1.0" and record["audit"]["verdict"] == "ok"
+    assert untouched()
+    proc = sh(IMAGEGEN, "build", "--native", *common, "--out", tmp_path / "drive", "--flat", "--work", tmp_path / "work",
+              env=shared_ccache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "building tiny 0.1.0 torch" in proc.stderr and "-local" not in proc.stderr  # the pin, as planned
+    assert "applying patch tiny-init.patch" in proc.stdout + proc.stderr  # to the build's copy
+    wheel = Path(proc.stdout.strip().splitlines()[-1])
+    with zipfile.ZipFile(wheel) as zf:
+        assert "PATCHED_BY_RECIPE = True" in zf.read("tiny_kernel/__init__.py").decode()
+    assert untouched()
+
+
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose-build"])
 def test_native_compile_error_is_shown_and_kept(torch_venv, tmp_path, verbose):
     (tmp_path / "tmp").mkdir()

@@ -77,25 +77,30 @@ def test_patches_apply_once_and_a_foreign_tree_is_refused(tmp_path, capsys):
     assert "neither applies to the source" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kind", ["local", "git"])
-def test_a_local_trees_copy_is_patched_and_the_tree_left_alone(tmp_path, capsys, kind):
+@pytest.mark.parametrize("kind,native", [("local", False), ("git", True), ("git", False)],
+                         ids=["local", "native-git", "image-git"])
+def test_the_source_folder_is_left_alone_and_the_copy_patched_except_in_an_image(tmp_path, capsys, kind, native):
     # Found on the H100: `imagegen build --native --source v2.2.0-tree` skipped the fetch step (the
     # tree is the user's), so no patch was applied and the wheel returned cosine 0.0002 vs SDPA.
+    # Found on the H200: a native audit patched the user's --src-dir checkout in place, so the build
+    # after it saw the pinned commit "with changes" and built a -local version instead of the pin.
     tree = tmp_path / "SageAttention"
     target = _sm90_tree(tree)
     pristine = target.read_text()
-    cell = {"src_dir": str(tree), "source": {"kind": kind}, "patches": [_sm90_patch()]}
-    if kind == "local":
-        F.cmd_fetch(cell, None)  # fetch leaves a local tree alone
+    cell = {"src_dir": str(tree), "source": {"kind": kind, "ref": "v2.2.0"}, "patches": [_sm90_patch()]}
+    if native:
+        cell["patch_copy"] = True  # executors.native's cell document
+    if kind == "local" or native:
+        F.cmd_fetch(cell, None)  # the tree (a git one: at its pin) is present: fetch leaves it as it is
     assert target.read_text() == pristine
     work = tmp_path / "work"
     work.mkdir()
     built = Path(F.copy_source(cell, str(work)))
     assert built == work / "src"
     copied = (built / "sageattention" / "sm90_compile.py").read_text()
-    # a git or sdist source was patched in place by fetch: its copy is taken as it is
-    assert ("_fake_impl(" in copied) == (kind == "local") and target.read_text() == pristine
-    assert ("applying patch" in capsys.readouterr().out) == (kind == "local")
+    # in an image, fetch patched the tree it made where it lies: its copy is taken as it is
+    assert ("_fake_impl(" in copied) == (kind == "local" or native) and target.read_text() == pristine
+    assert ("applying patch" in capsys.readouterr().out) == (kind == "local" or native)
 
 
 # ------------------------------------------------------------------------------------ git sources

@@ -44,10 +44,19 @@ def cmd_fetch(cell, args):
         fetch_sdist(src, cell.get("distribution") or cell["recipe"], dest, env)
     elif not os.path.isdir(dest):
         fail("local source expected at %s" % dest)
-    if src["kind"] == "local":
-        return  # the user's own tree is never written to: each build's copy gets the patches (copy_source)
+    if patches_the_copy(cell):
+        return  # each build's copy gets the patches (copy_source)
     for patch in cell.get("patches", []):
         apply_patch(patch, dest)
+
+
+def patches_the_copy(cell):
+    """Whether the recipe's patches go into each build's copy rather than into the source folder: a
+    local tree is the user's, and so is a native build's source folder (--src-dir: a checkout the
+    planner reads again, where a patch written by an earlier run would make the pinned commit look
+    like a changed tree; a native build's own work/src likewise stays the pinned tree). In an image
+    the fetched tree is the build's own and is patched where it lies."""
+    return cell["source"]["kind"] == "local" or bool(cell.get("patch_copy"))
 
 
 def fetch_failure(src, env, rc):
@@ -93,15 +102,14 @@ def git_output(dest, args, env):
 
 def copy_source(cell, work):
     """The tree a build (or an audit) compiles: a copy of the source in ``work/src``, so the pinned
-    tree stays pristine and a rebuild with other archs starts clean. A local tree (--source DIR, an
-    exported --git file://) is the user's and fetch leaves it alone, so its copy gets the recipe's
-    patches here: natively no fetch runs for it at all, and a tree built without them is the bug the
-    patch fixes (SageAttention 2.2.0 built natively from a local v2.2.0 tree without its sm90 patch
-    compiled, then returned cosine 0.0002 against SDPA on the H100). Returns the folder to build in
-    (the source's subdir)."""
+    tree stays pristine and a rebuild with other archs starts clean. Where fetch leaves the source
+    folder unpatched (patches_the_copy: a local tree, a native build's folder) the copy gets the
+    recipe's patches here: a tree built without them is the bug the patch fixes (SageAttention 2.2.0
+    built natively from a local v2.2.0 tree without its sm90 patch compiled, then returned cosine
+    0.0002 against SDPA on the H100). Returns the folder to build in (the source's subdir)."""
     src = os.path.join(work, "src")
     shutil.copytree(cell["src_dir"], src, symlinks=True)
-    if cell["source"]["kind"] == "local":
+    if patches_the_copy(cell):
         for patch in cell.get("patches", []):
             apply_patch(patch, src)
     return os.path.join(src, cell["source"].get("subdir") or "")
@@ -247,7 +255,8 @@ def _safe_member(name, archive):
 
 
 def apply_patch(patch, dest):
-    """Apply a recipe patch once (imagegen_wheeltools.apply_patch): a tree that already carries it (a
-    second fetch into the same --src-dir) is left alone, one it fits neither way is refused."""
+    """Apply a recipe patch once (imagegen_wheeltools.apply_patch): a tree that already carries it
+    (upstream took the fix; a folder an earlier imagegen patched in place) is left alone, one it fits
+    neither way is refused."""
     wheeltools.apply_patch(patch, dest, log, fail, "the patch is broken for this version (its recipe's by_version"
                            " range may hold a version it was not written for)")
