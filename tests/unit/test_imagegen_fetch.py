@@ -100,7 +100,11 @@ def test_the_source_folder_is_left_alone_and_the_copy_patched_except_in_an_image
     copied = (built / "sageattention" / "sm90_compile.py").read_text()
     # in an image, fetch patched the tree it made where it lies: its copy is taken as it is
     assert ("_fake_impl(" in copied) == (kind == "local" or native) and target.read_text() == pristine
-    assert ("applying patch" in capsys.readouterr().out) == (kind == "local" or native)
+    said = capsys.readouterr().out
+    assert ("applying patch" in said) == (kind == "local" or native)
+    # what fetch leaves to the copy, it names (plan --audit --native shows the fetch step's lines)
+    assert (f"the recipe's patches go on the build's copy, not on {tree}: {_sm90_patch()['name']}" in said) \
+        == (kind == "local" or native)
 
 
 # ------------------------------------------------------------------------------------ git sources

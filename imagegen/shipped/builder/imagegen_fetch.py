@@ -44,9 +44,12 @@ def cmd_fetch(cell, args):
         fetch_sdist(src, cell.get("distribution") or cell["recipe"], dest, env)
     elif not os.path.isdir(dest):
         fail("local source expected at %s" % dest)
-    if patches_the_copy(cell):
-        return  # each build's copy gets the patches (copy_source)
-    for patch in cell.get("patches", []):
+    patches = cell.get("patches", [])
+    if patches_the_copy(cell):  # each build's (or audit's) copy gets them: copy_source
+        if patches:
+            log("the recipe's patches go on the build's copy, not on %s: %s" % (dest, ", ".join(p["name"] for p in patches)))
+        return
+    for patch in patches:
         apply_patch(patch, dest)
 
 
