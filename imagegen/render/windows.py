@@ -11,8 +11,10 @@ installer sets; seed 001 picks toolkits the same way), makes a venv with ``py -X
 cell's torch from its index (or uses ``--python-exe`` as it is: its torch is checked, never replaced,
 unless ``--install-torch``), installs the recipe's build requirements, loads Visual Studio's x64 environment (vcvarsall, unless already loaded), sets the recipe's
 variables with ``set "NAME=value"`` (no trailing space can slip into a value) and runs ``pip wheel
---no-build-isolation``. A local tree (a checkout of your own given as ``--src-dir``: a fork, local fixes;
-refs.at_tree) is never written to: the script builds a copy, patched as the Linux build patches its copy.
+--no-build-isolation``. A folder given as ``--src-dir`` is the user's and is never patched: a local tree
+(a fork, local fixes; refs.at_tree) as it is, a checkout at the pin fetched into when missing; each cell
+builds a copy of it, patched as the Linux build patches its copy, so the checkout stays at the pin and a
+later render sees it there. The script's own clone (no ``--src-dir``) is patched where it lies.
 What needs real work (the torch/nvcc check, the pinned source and the recipe's
 patches, the local version, the cuobjdump arch check, the import test in a fresh venv, the atomic move
 into the wheelhouse) is shipped/windows/imagegen_windows.py, a stdlib-only helper embedded in the
@@ -246,10 +248,11 @@ def _base64_lines(text: str) -> list[str]:
 
 
 def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: list[Cell], *, src: str,
-                  python_exe: str | None = None, install_torch: bool = False, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
+                  src_given: bool = False, python_exe: str | None = None, install_torch: bool = False, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
                   nvcc_threads: int = 1, out: str = DEFAULT_OUT, command: str = "",
                   index_override: str | None = None) -> str:
-    """The script that builds ``cells`` (buildable cells of ``recipe`` ``version``) in turn."""
+    """The script that builds ``cells`` (buildable cells of ``recipe`` ``version``) in turn; ``src_given``:
+    ``src`` is the user's folder (--src-dir), which the cells build a copy of."""
     if shell not in SHELLS:
         raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
     if recipe.source_kind == "sdist":
@@ -285,6 +288,7 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
         python_exe_is_path=bool(python_exe and re.search(r"[\\/]", python_exe)),
         # never a torch into the user's interpreter unless asked (--install-torch): it is checked instead
         install_torch=bool(python_exe is None or install_torch), local=recipe.source_kind == "local",
+        build_copy=src_given or recipe.source_kind == "local",
         work=DEFAULT_WORK, helper_name=HELPER,
         requires=list(recipe.build_requires),
         cells=[{"cell": c, "name": c.name, "torch": c.torch_version, "cuda": c.cuda.name, "toolkit": str(c.cuda.version),

@@ -146,6 +146,21 @@ def test_fetch_clones_the_pinned_commit_applies_patches_and_clears_an_earlier_bu
     assert "source already present" in out and "already in the source" in out and not (src / "build").exists()
 
 
+def test_fetch_with_a_copy_clones_into_the_folder_and_patches_only_the_copy(tmp_path, capsys):
+    """--src-dir on a folder the script clones into: it is the user's, so it stays at the pin (unpatched)."""
+    repo, commit, text = repo_with_patch(tmp_path)
+    doc = doc_for(url=str(repo), ref=commit, commit=commit, submodules=False)
+    doc["patches"] = [{"name": "add-sm120.patch", "reason": "sm_120", "text": text}]
+    src, copy = tmp_path / "theirs", tmp_path / "work" / "src"
+    for _ in range(2):
+        assert W.main(["fetch", "--doc", str(write_doc(tmp_path, doc)), "--src", str(src), "--copy", str(copy)]) == 0
+        assert "'12.0'" in (copy / "setup.py").read_text() and "'12.0'" not in (src / "setup.py").read_text()
+        assert git("status", "--porcelain", cwd=src) == "" and git("rev-parse", "HEAD", cwd=src).strip() == commit
+    out = capsys.readouterr().out
+    assert "the recipe's patches go on the build's copy, not on %s: add-sm120.patch" % src in out
+    assert "copying the fetched tree" in out
+
+
 def test_fetch_refuses_a_checkout_at_another_commit(tmp_path, capsys):
     repo, commit, _ = repo_with_patch(tmp_path)
     doc = doc_for(url=str(repo), ref=commit, commit="0" * 40)

@@ -216,3 +216,49 @@ def test_seed_002_the_script_comes_from_their_venv_and_their_checkout(tmp_path):
     assert "# local fix" in (work / "src" / "setup.py").read_text()  # their fix is what builds
     assert subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True,
                           text=True).stdout == status_before  # and their tree is as it was
+
+
+def test_a_checkout_at_the_pin_given_as_src_dir_stays_at_the_pin_and_renders_the_same_script_again(tmp_path):
+    # The script used to fetch into a --src-dir checkout at the pin and patch it in place, so rendering
+    # again on that folder saw the pin "with changes" and made a -local script. The checkout is the user's:
+    # the script fetches into it only when it is empty, and each cell builds a patched copy.
+    env = dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@u", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@u")
+    tree = tmp_path / "tiny"
+    tree.mkdir()
+    (tree / "setup.py").write_text("import setuptools\nsetuptools.setup(name='tiny_kernel', version='0.1.0')\n")
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "v0.1.0"]):
+        subprocess.run(["git", *cmd], cwd=tree, env=env, check=True, capture_output=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True).stdout.strip()
+    recipes = tmp_path / "recipes"
+    (recipes / "patches").mkdir(parents=True)
+    (recipes / "patches" / "tiny-mark.patch").write_text(
+        "--- a/setup.py\n+++ b/setup.py\n@@ -1,2 +1,3 @@\n import setuptools\n+PATCHED_BY_RECIPE = True\n"
+        " setuptools.setup(name='tiny_kernel', version='0.1.0')\n")
+    (recipes / "tiny.yaml").write_text(
+        "schema: 1\nname: tiny\ndistribution: tiny_kernel\nsource:\n  git: https://example.invalid/tiny-kernel.git\n"
+        f'versions:\n  "0.1.0":\n    ref: v0.1.0\n    commit: "{commit}"\n    archs: ["8.0", "9.0"]\n'
+        "    patches:\n      - file: tiny-mark.patch\n        reason: marks the build\n"
+        "arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}\n"
+        "build:\n  requires: [setuptools, wheel]\nsmoke:\n  imports: [tiny_kernel]\n")
+    argv = ("render", "tiny", "--recipe-dir", str(recipes), "--shell", "cmd", "--arch", "8.0", "--src-dir", str(tree),
+            "--torch", "2.8", "--cuda", "12.8", "--python", HERE_PY)
+    _, err = ok(imagegen(*argv, "-o", "build.cmd"))
+    assert "of tiny 0.1.0:" in err  # the pin, not 0.1.0-local
+    script = Path("build.cmd").read_bytes().decode()
+    work = tmp_path / "imagegen-windows"
+    work.mkdir()
+    for name, text in cmd_blocks(script).items():
+        (work / name).write_text(text)
+    (fetch_line,) = [line for line in script.split("\r\n") if '"%IG_HELPER%" fetch ' in line]
+    fetch_args = [word.replace("%IG_SRC%", str(tree)).replace("%IG_WORK%", str(work)).replace("\\", os.sep)
+                  for word in re.findall(r'"([^"]*)"|(\S+)', fetch_line.split(" fetch ", 1)[1].split(" >> ")[0])
+                  for word in word if word]
+    assert fetch_args[:2] == ["--doc", "%IG_DOC%"]
+    for run in range(2):  # two cells (or two runs of the script) on the same checkout
+        fetch = run_helper(tmp_path / f"run{run}", work, "fetch", *fetch_args[2:], torch="2.8.0+cu128", cuda="12.8", nvcc="12.8")
+        assert fetch.returncode == 0, fetch.stdout + fetch.stderr
+        assert "source already present" in fetch.stdout and "the recipe's patches go on the build's copy" in fetch.stdout
+        assert "PATCHED_BY_RECIPE" in (work / "src" / "setup.py").read_text()  # what builds is patched
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True).stdout == ""
+    ok(imagegen(*argv, "-o", "build.cmd"))
+    assert Path("build.cmd").read_bytes().decode() == script

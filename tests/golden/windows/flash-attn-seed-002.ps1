@@ -101,7 +101,7 @@ function Build-Cell($Cell) {
     Invoke-Checked 'check Python, torch and nvcc (before anything is installed next to that torch)' $py @($Helper, 'check', '--doc', $Doc, '--cell', $Cell.Name)
     Invoke-Checked 'install the build requirements (torch as it is)' $py (@('-m', 'pip', 'install', '--disable-pip-version-check') + $Requires)
     Invoke-Checked "check that torch is still the cell's" $py @($Helper, 'check', '--doc', $Doc, '--cell', $Cell.Name)
-    Invoke-Checked "fetch the pinned source into $Src and apply the patches of the recipe" $py @($Helper, 'fetch', '--doc', $Doc, '--src', $Src)
+    Invoke-Checked "fetch the pinned source into $Src, copy it to $SrcCopy and apply the patches of the recipe" $py @($Helper, 'fetch', '--doc', $Doc, '--src', $Src, '--copy', $SrcCopy)
     # The recipe's variables.
     foreach ($name in $Cell.Env.Keys) { [Environment]::SetEnvironmentVariable($name, $Cell.Env[$name]) }
     $dist = Join-Path $Work "dist\$($Cell.Name)"
@@ -122,7 +122,9 @@ $Wheelhouse = $ExecutionContext.SessionState.Path.GetUnresolvedProviderPathFromP
 $Work = $ExecutionContext.SessionState.Path.GetUnresolvedProviderPathFromPSPath($Work)
 $Src = $ExecutionContext.SessionState.Path.GetUnresolvedProviderPathFromPSPath('D:\omni\flash-attention')
 $PythonExe = $ExecutionContext.SessionState.Path.GetUnresolvedProviderPathFromPSPath($PythonExe)  # from where the script runs
-$SrcBuild = $Src
+# Your checkout (--src-dir) is never patched: the cells build a patched copy of it.
+$SrcCopy = Join-Path $Work 'src'
+$SrcBuild = $SrcCopy
 $LogDir = Join-Path $Wheelhouse 'logs'
 $script:CellLog = $null
 New-Item -ItemType Directory -Force -Path $Work, $LogDir | Out-Null
@@ -150,8 +152,9 @@ imagegen_windows_host.py (check, and smoke's venv) and imagegen_windows_archs.py
           rule of the Linux pre-flight) and is the toolkit the cell was planned with
   fetch   the pinned source in --src (cloned when missing, checked when present), the recipe's
           patches applied once (one already in the tree is skipped with a log line), the tree's
-          build folder of an earlier cell removed; a local tree (--src-dir on a fork or a changed
-          checkout) is never written to: a fresh copy in --copy gets the patches instead
+          build folder of an earlier cell removed; with --copy (a local tree, or a checkout the
+          user named with --src-dir) --src is never written to past the clone: a fresh copy in
+          --copy gets the patches instead, so the checkout stays at its pin for the next render
   retag   the one wheel in --dist gets the cell's local version (2.2.0 -> 2.2.0+cu128torch2.8)
   verify  every requested SASS (and PTX where +PTX was asked) is in the wheel's extensions, read
           with cuobjdump --list-elf / --list-ptx
@@ -288,30 +291,37 @@ def remove_tree(path):
     shutil.rmtree(path, onerror=retry)
 
 
-def copy_local(doc, args):
-    """A local tree as the build compiles it: a fresh copy in --copy (the user's tree is never written to),
-    patched as the Linux build patches its copy of a local tree (imagegen_build.copy_source)."""
-    if not args.copy:
-        raise Failed("a local tree is built from a copy of it: give --copy DIR")
+def copy_tree(doc, args):
+    """The tree as the build compiles it: a fresh copy in --copy (the user's tree is never written to),
+    patched as the Linux build patches its copy (imagegen_build.copy_source)."""
     tree = os.path.join(args.src, doc["source"].get("subdir") or "")
     if not any(os.path.isfile(os.path.join(tree, f)) for f in ("setup.py", "pyproject.toml")):
         raise Failed("the local tree %s is not there, or has no setup.py or pyproject.toml" % tree)
     if os.path.lexists(args.copy):
         remove_tree(args.copy)
-    log("copying the local tree %s to %s" % (args.src, args.copy))
+    log("copying the %s tree %s to %s" % ("local" if doc["source"]["kind"] == "local" else "fetched", args.src,
+                                          args.copy))
     shutil.copytree(args.src, args.copy, symlinks=True)
     return args.copy
 
 
 def cmd_fetch(doc, args):
     src = doc["source"]
-    dest = args.src
-    if src["kind"] == "local":
-        dest = copy_local(doc, args)
-        for patch in doc.get("patches", []):
-            apply_patch(patch, dest)
-        clear_build(dest, src)
-        return
+    if src["kind"] == "local" and not args.copy:
+        raise Failed("a local tree is built from a copy of it: give --copy DIR")
+    if src["kind"] != "local":
+        fetch_pinned(src, args.src)
+    dest = copy_tree(doc, args) if args.copy else args.src
+    if args.copy and src["kind"] != "local" and doc.get("patches"):
+        log("the recipe's patches go on the build's copy, not on %s: %s"
+            % (args.src, ", ".join(p["name"] for p in doc["patches"])))
+    for patch in doc.get("patches", []):
+        apply_patch(patch, dest)
+    clear_build(dest, src)
+
+
+def fetch_pinned(src, dest):
+    """The recipe's pinned commit in ``dest``: cloned when missing, checked when present."""
     env = git_env(dest)
 
     def run_git(cmd, check=True):
@@ -324,9 +334,6 @@ def cmd_fetch(doc, args):
     wheeltools.fetch_git(src, dest, git=lambda args, reading=True: git(dest, args, reading=reading), run=run_git,
                          head=lambda: head_of(dest), fail=lambda msg, code=1: fail(msg), log=log, keep_lf=True,
                          elsewhere=", or give another --src-dir")
-    for patch in doc.get("patches", []):
-        apply_patch(patch, dest)
-    clear_build(dest, src)
 
 
 def clear_build(dest, src):
@@ -486,7 +493,7 @@ def main(argv=None):
             p.add_argument("--cell", required=True)
         if name == "fetch":
             p.add_argument("--src", required=True, help="the source folder (cloned there when missing)")
-            p.add_argument("--copy", help="a local tree's build copy (made afresh; the tree itself is not written to)")
+            p.add_argument("--copy", help="the build's copy of the tree (made afresh; --src is not written to)")
         if name in ("retag", "verify", "smoke", "place"):
             p.add_argument("--dist", required=True, help="the folder pip wheel wrote the cell's wheel into")
         if name == "verify":
