@@ -439,7 +439,9 @@ def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_fig
         if (run / "manifest.json").exists():
             (cell,) = json.loads((run / "manifest.json").read_text())["cells"].values()
             name, ran = cell["recipe"], cell.get("jobs")
-            assert json.loads((run / "check.json").read_text())["status"] == "passed", rel
+            # a reduced build is checked by its proof-only candidate recipe (NATTEN's 1-D build: check_candidate.json)
+            check = run / "check_candidate.json" if (run / "check_candidate.json").exists() else run / "check.json"
+            assert json.loads(check.read_text())["status"] == "passed", rel
         else:  # flash-attn 2.8.2's first run (its check ran in checked/): the printed line says its jobs
             name, ran = "flash-attn", None
             assert "MAX_JOBS=16 NVCC_THREADS=4" in (run / "build.err").read_text()
@@ -451,8 +453,9 @@ def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_fig
         measured = json.loads(mem.read_text())["peak_over_baseline_gib"]
         seen[rel] = round(est.gb / measured, 2)
         assert 0.9 * measured <= est.gb <= 1.25 * measured, (rel, name, est.gb, measured)
-    # every catalogue recipe has a row (block-sparse-attn's first: torch 2.14.1 on an H200, 2026-11-29)
-    assert len(seen) == 25
+    # every catalogue recipe has a row (block-sparse-attn's first: torch 2.14.1 on an H200, 2026-11-29);
+    # the 26th: natten's 1-D build at torch 2.14.1 (2026-11-29, fifth session)
+    assert len(seen) == 26
     names = {json.loads((ROOT / "docs" / "gpu-results" / r / "manifest.json").read_text())["cells"].popitem()[1]["recipe"]
              for r in seen if (ROOT / "docs" / "gpu-results" / r / "manifest.json").exists()}
     assert names == set(cat.names())
