@@ -28,7 +28,7 @@ COPY imagegen-scripts/ /
 # --- cell: this cell's inputs (no arch in them: an arch change keeps every layer that reads them) ---
 FROM scratch AS cell
 COPY <<'IMAGEGEN_CELL_JSON' /cell.json
-{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.20"],"cell":"natten-0_21_6-torch2_8-cu128-py312","cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.8","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"python":"3.12","recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.21.6","work_dir":"/imagegen/work"}
+{"base_python":"/usr/bin/python3.12","build_requires":["setuptools","wheel","packaging","cmake>=3.26"],"cell":"natten-0_21_6-torch2_8-cu128-py312","cuda_home":null,"default_nvcc_threads":1,"distribution":"natten","env":{},"ext_parallel":null,"flavor":"runpod","force_env":{},"jobs_env":"NATTEN_N_WORKERS","knob":{"env":"NATTEN_CUDA_ARCH","keep_variant":false,"style":"dotted"},"local_version":"cu128torch2.8","local_version_env":null,"log_dir":"/imagegen/logs","memory_per_thread_gb":4.0,"patches":[],"python":"3.12","recipe":"natten","schema":1,"smoke_driver_imports":[],"smoke_imports":["natten","natten.libnatten"],"source":{"commit":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","kind":"git","ref":"4472b95f46f55a8ba2c5f9869eba252bbf5a22f5","subdir":"","submodules":true,"url":"https://github.com/SHI-Labs/NATTEN.git"},"src_dir":"/imagegen/src","threads_env":null,"toolkit":{"kind":"image"},"torch":{"cuda":"cu128","cuda_dotted":"12.8","index_url":null,"reuse":"image","version":"2.8.0"},"venv":"/opt/imagegen/venv","version":"0.21.6","work_dir":"/imagegen/work"}
 IMAGEGEN_CELL_JSON
 
 # --- os: the base image and the OS packages a build needs ---
@@ -163,7 +163,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} \
     IMAGEGEN_RESUME_DIR=/imagegen/resume \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=446b010bfc11554b
+    IMAGEGEN_INPUTS=180cbe79b88bdaa3
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json. With
 # `imagegen build --compile-cache URL` the imagegen_ccache_remote secret names a remote storage every
@@ -179,7 +179,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},shari
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="446b010bfc11554b"
+      io.imagegen.inputs="180cbe79b88bdaa3"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
@@ -196,14 +196,14 @@ FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/446b010bfc11554b.tar /imagegen/resume-in/446b010bfc11554b.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/180cbe79b88bdaa3.tar /imagegen/resume-in/180cbe79b88bdaa3.tar.json /imagegen/resume/ \
     && echo "imagegen: the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/446b010bfc11554b.tar /imagegen/resume/446b010bfc11554b.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/180cbe79b88bdaa3.tar /imagegen/resume/180cbe79b88bdaa3.tar.json /imagegen/resume-out/ \
     && echo "imagegen: the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM scratch AS resume-state

@@ -200,6 +200,19 @@ def _judge_std(report: AuditReport, torch: TorchSeries, refusals: list[str], war
     return refused
 
 
+_CMAKE_CUDA20 = re.compile(r'language dialect "CUDA20".*does not know the flags')
+
+
+def cmake_fix(error: str) -> str:
+    """A CMake error we know, said short with what to do ("" for any other: it is shown as CMake wrote it)."""
+    if _CMAKE_CUDA20.search(error):
+        # CMake learnt nvcc's -std=c++20 in 3.26 (Modules/Compiler/NVIDIA-CUDA.cmake); torch >= 2.12's CMake
+        # config asks for CUDA at the C++ standard of the build, 20 once a recipe's C++20 patch sets it.
+        return ("CMake: language dialect \"CUDA20\" unknown to this CMake (nvcc's C++20 flag came in CMake 3.26): put"
+                " CMake 3.26 or newer first on PATH, e.g. pip install 'cmake>=3.26' into the build's venv, activated")
+    return ""
+
+
 def link_fix(name: str) -> str:
     """What to do about a library the link would not find."""
     if name == "cuda":
@@ -328,8 +341,12 @@ _PIP_NOISE = re.compile(r"subprocess-exited-with-error|metadata-generation-faile
 
 
 def _best_error(lines: Sequence[str]) -> str:
-    """The line that says why: the package's own exception (RuntimeError: CUDA 12.8 or higher is
-    required ...) before pip's wrapping lines."""
+    """The line that says why: CMake's own error (its reason folded in by the build script), else the
+    package's own exception (RuntimeError: CUDA 12.8 or higher is required ...) before pip's wrapping
+    lines; a CMake error gets what to do about it where we know (cmake_fix)."""
+    for line in reversed(lines):
+        if line.startswith("CMake Error"):
+            return (cmake_fix(line) or line)[:MAX_TEXT]
     for line in reversed(lines):
         m = _PY_EXC.match(line)
         if m:
@@ -351,4 +368,4 @@ def refuse(cell: Any, verdict: Verdict) -> CompatError:
     return CompatError(f"cannot build {cell.describe()}: the gencode audit refuses it: " + "; ".join(verdict.refusals))
 
 
-__all__ = ["judge", "judge_cell", "link_fix", "probe_fix", "refuse"]
+__all__ = ["cmake_fix", "judge", "judge_cell", "link_fix", "probe_fix", "refuse"]

@@ -151,6 +151,28 @@ def test_judge_refuses_a_cpu_only_build_and_a_build_that_stops():
     assert not v.ok and "RuntimeError: CUDA 12.8 or higher is required for compute capability 12.0." in v.refusals[0]
 
 
+def test_a_cmake_error_is_the_reason_with_its_message_and_what_to_do():
+    # Real output (NATTEN 0.21.6 + its C++20 patch at torch 2.14.1 with Debian's CMake 3.25.1, 2026-11-29): the
+    # reason is on the indented lines under "CMake Error"; setup.py's CalledProcessError only says cmake failed.
+    from tests.unit.builder_script import builder_module
+    text = (ROOT / "tests" / "fixtures" / "audit" / "natten-cmake-3.25-cuda20.txt").read_text()
+    lines = builder_module("imagegen_build")._error_lines(text)
+    assert lines[0] == ('CMake Error in CMakeLists.txt: Target "natten" requires the language dialect "CUDA20" (with'
+                        ' compiler extensions). But the current compiler "NVIDIA" does not support this, or CMake does'
+                        ' not know the flags to enable it.')
+    v = judge(report(ok=False, error_lines=lines), recipe_name="natten", version_label="0.21.6",
+              requested=parse_arch_list("9.0a"), nvcc=Version("13.0"))
+    (why,) = v.refusals
+    assert ('natten 0.21.6: its own build stops before compiling anything (exit 1): CMake: language dialect "CUDA20"'
+            " unknown to this CMake (nvcc's C++20 flag came in CMake 3.26): put CMake 3.26 or newer first on PATH") in why
+    assert "CalledProcessError" not in why
+    other = ["CMake Error at CMakeLists.txt:3 (project): No CMAKE_CUDA_COMPILER could be found."]
+    v = judge(report(ok=False, error_lines=other), recipe_name="x", version_label="1", requested=parse_arch_list("9.0"),
+              nvcc=Version("13.0"))
+    assert v.refusals[0].endswith("No CMAKE_CUDA_COMPILER could be found. (this is the package's build with the flags"
+                                  " imagegen would pass; --no-audit skips the audit)")
+
+
 # ------------------------------------------------------------------ the audit's own speed (issue 15)
 
 

@@ -319,8 +319,20 @@ _ERROR_LINE = re.compile(r"(?i)(\berror\b|\w+Error:|Exception:|Traceback)")
 
 
 def _error_lines(text):
-    """The lines of a failed build's output that say why (the package's own RuntimeError, ...)."""
-    lines = [ln.strip() for ln in text.splitlines() if _ERROR_LINE.search(ln)]
+    """The lines of a failed build's output that say why (the package's own RuntimeError, ...). CMake
+    writes its reason on the indented lines under "CMake Error ...:": they are folded into that line."""
+    lines, raw = [], text.splitlines()
+    for i, ln in enumerate(raw):
+        if not _ERROR_LINE.search(ln):
+            continue
+        if ln.startswith("CMake Error"):
+            body = []
+            for more in raw[i + 1:i + 12]:
+                if more.strip() and not more.startswith((" ", "\t")):
+                    break
+                body.append(more.strip())
+            ln = " ".join([ln.strip()] + [b for b in body if b])
+        lines.append(" ".join(ln.split()))
     return [ln[:300] for ln in lines if ln][-12:]
 
 
