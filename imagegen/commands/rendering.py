@@ -112,7 +112,8 @@ def _render_windows(args, given: options.Flags, command, recipe, version, archs,
     out = opts.out_written
     src = str(recipe.source_path) if recipe.source_kind == "local" else args.src_dir or recipe.name
     text = windows.render_script(
-        args.shell, recipe, version, cells, src=src, src_given=args.src_dir is not None, python_exe=args.python_exe, install_torch=args.install_torch,
+        args.shell, recipe, version, cells, src=src, src_given=args.src_dir is not None, python_exe=args.python_exe,
+        install_torch=args.install_torch,
         vcvars=args.vcvars or windows.DEFAULT_VCVARS, max_jobs=args.max_jobs or 1, nvcc_threads=args.nvcc_threads or 1,
         out=str(out), command=command, index_override=opts.torch_index_url)
     write_output(text, args.output)

@@ -248,8 +248,8 @@ def _base64_lines(text: str) -> list[str]:
 
 
 def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: list[Cell], *, src: str,
-                  src_given: bool = False, python_exe: str | None = None, install_torch: bool = False, vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1,
-                  nvcc_threads: int = 1, out: str = DEFAULT_OUT, command: str = "",
+                  src_given: bool = False, python_exe: str | None = None, install_torch: bool = False,
+                  vcvars: str = DEFAULT_VCVARS, max_jobs: int = 1, nvcc_threads: int = 1, out: str = DEFAULT_OUT, command: str = "",
                   index_override: str | None = None) -> str:
     """The script that builds ``cells`` (buildable cells of ``recipe`` ``version``) in turn; ``src_given``:
     ``src`` is the user's folder (--src-dir), which the cells build a copy of."""
