@@ -209,7 +209,7 @@ def cmake_fix(error: str) -> str:
         # CMake learnt nvcc's -std=c++20 in 3.26 (Modules/Compiler/NVIDIA-CUDA.cmake); torch >= 2.12's CMake
         # config asks for CUDA at the C++ standard of the build, 20 once a recipe's C++20 patch sets it.
         return ("CMake: language dialect \"CUDA20\" unknown to this CMake (nvcc's C++20 flag came in CMake 3.26): put"
-                " CMake 3.26 or newer first on PATH, e.g. pip install 'cmake>=3.26' into the build's venv, activated")
+                " CMake 3.26 or newer first on PATH, e.g. pip install 'cmake>=3.26' into the build's venv")
     return ""
 
 

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,31 @@ def test_builder_leaves_path_alone_when_cuda_homes_nvcc_is_already_first(tmp_pat
     assert E.path_with_nvcc("", str(home)) == str(home / "bin")
 
 
+
+
+def test_a_native_build_with_a_venvs_python_finds_that_venvs_tools_first(tmp_path, monkeypatch, capsys):
+    # NATTEN at torch >= 2.12 needs CMake >= 3.26; `pip install cmake` into the venv named by --python-exe
+    # must be what the build runs, not Debian's 3.25 on PATH, as it would be with the venv activated.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    system = tmp_path / "usr-bin"
+    for folder in (venv / "bin", system):
+        folder.mkdir(exist_ok=True)
+        (folder / "cmake").write_text("#!/bin/sh\n")
+        (folder / "cmake").chmod(0o755)
+    monkeypatch.setenv("PATH", str(system))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    doc = _sage_cell_doc(venv=None, base_python=str(venv / "bin" / "python"), cuda_home=None)
+    env = E.build_env(doc)
+    assert shutil.which("cmake", path=env["PATH"]) == str(venv / "bin" / "cmake")
+    assert env["PATH"] == os.pathsep.join([str(venv / "bin"), str(system)])
+    assert f"PATH: {venv / 'bin'} first (the build's venv, as if activated" in capsys.readouterr().out
+    monkeypatch.setenv("PATH", os.pathsep.join([str(system), str(venv / "bin")]))  # the user's own order: kept
+    assert E.build_env(doc)["PATH"] == os.pathsep.join([str(system), str(venv / "bin")])
+    plain = tmp_path / "opt" / "python"  # a Python that is no venv's (no pyvenv.cfg): PATH as it is
+    (plain / "bin").mkdir(parents=True)
+    monkeypatch.setenv("PATH", str(system))
+    assert E.build_env(dict(doc, base_python=str(plain / "bin" / "python3")))["PATH"] == str(system)
 
 def _other_venvs_ninja(tmp_path):
     """The H100 base image's case: the ninja package installed in another environment (its binary in

@@ -165,10 +165,28 @@ def build_env(cell):
         log("MAX_JOBS=%d NVCC_THREADS=%d (about %.0f GB of RAM at the peak)" % (total, threads, total * busy * per_thread))
     if cell.get("local_version_env"):
         env[cell["local_version_env"]] = cell["local_version"]
+    venv_scripts_on_path(env, venv_python(cell))
     if cell.get("cuda_home"):
         env["CUDA_HOME"] = cell["cuda_home"]
         env["PATH"] = path_with_nvcc(env.get("PATH", ""), cell["cuda_home"])
     return env
+
+
+def venv_scripts_on_path(env, py):
+    """The build's Python's own bin/ in front of PATH when that Python is a venv's (pyvenv.cfg beside
+    its bin/) and the folder is not on PATH yet, as `activate` does: `--python-exe VENV/bin/python`
+    then builds with the tools pip installed in that venv (a recipe's cmake>=3.26, ninja) rather than
+    the system's (Debian bookworm's CMake 3.25 cannot compile CUDA as C++20: NATTEN at torch >= 2.12)."""
+    if not py:
+        return
+    folder = os.path.dirname(os.path.abspath(py))  # not realpath: a venv's python links to its base's
+    if not os.path.isfile(os.path.join(os.path.dirname(folder), "pyvenv.cfg")):
+        return
+    path = env.get("PATH", "")
+    if any(os.path.abspath(p) == folder for p in path.split(os.pathsep) if p):
+        return
+    env["PATH"] = folder + os.pathsep + path if path else folder
+    log("PATH: %s first (the build's venv, as if activated: its cmake, ninja and other tools)" % folder)
 
 
 def path_with_nvcc(path, cuda_home):
