@@ -1,7 +1,8 @@
 """`imagegen doctor`: what this machine can build, and what to fix first.
 
 Diagnoses, each with its fix: Python; torch and its CUDA; nvcc and CUDA_HOME, and that nvcc's major
-equals torch's CUDA major; the GPUs and their compute capability (what --arch to ask for); the
+equals torch's CUDA major; the GPUs and their compute capability (what --arch to ask for); the CMake a
+native build would run (the venv's first) against the catalogue's CMake builds' requirement; the
 Docker engine and buildx, and whether a bake matrix and a local export really work here (a tiny
 bake run, no registry needed); how containers can be given the GPUs (toolkit, CDI, or the device
 nodes and driver libraries by hand); disk; RAM, cores and the job settings builds would use.
@@ -10,6 +11,8 @@ nodes and driver libraries by hand); disk; RAM, cores and the job settings build
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,11 +20,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from imagegen.errors import EngineError
 from imagegen.executors import host as host_toolchain
 from imagegen.model import jobs
+from imagegen.shipped.builder import imagegen_rules as rules
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -67,7 +72,8 @@ def _docker(*args: str, timeout: int = 60, cwd: Path | None = None) -> subproces
         return None
 
 
-def diagnose_toolchain(report: Report, python_exe: str | None) -> None:
+def diagnose_toolchain(report: Report, python_exe: str | None) -> str:
+    """Python, torch, nvcc and the GPUs; returns the interpreter a native build would run."""
     report.add("python", OK if sys.version_info >= (3, 10) else FAIL, f"imagegen runs on {sys.version.split()[0]}",
                "" if sys.version_info >= (3, 10) else "use Python >= 3.10")
     host = host_toolchain.probe(python_exe)
@@ -99,6 +105,50 @@ def diagnose_toolchain(report: Report, python_exe: str | None) -> None:
         report.add("gpus", OK, "; ".join(host.gpus), f"build for them with --arch '{';'.join(host.ccs)}'")
     else:
         report.add("gpus", OK, "none visible (fine: wheels build without a GPU; give --arch)")
+    return host.python_exe
+
+
+_CMAKE_VERSION = re.compile(r"cmake version (\d+(?:\.\d+)+)")
+
+
+def diagnose_build_tools(report: Report, python_exe: str) -> None:
+    """The CMake a native build with ``python_exe`` would run (its venv's bin/ first on PATH, as the build puts it)
+    against what the catalogue's CMake builds require (natten: cmake>=3.26, for CUDA as C++20 at torch >= 2.12)."""
+    from imagegen.model.catalogue import load_catalogue
+
+    needs = []  # (recipe, specifier)
+    cat = load_catalogue()
+    for recipe in (cat.get(name) for name in cat.names()):
+        for text in recipe.build_requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.name.lower() == "cmake":
+                needs.append((recipe.name, req.specifier))
+    if not needs:
+        return
+    wanted = ", ".join(f"{name} (cmake{spec})" for name, spec in needs)
+    fix = (f"pip install 'cmake{needs[0][1]}' into the venv you build with (--python-exe VENV/bin/python: its bin/"
+           " goes first on PATH), or install CMake; only native builds of these need it")
+    exe = shutil.which("cmake", path=rules.path_with_venv(os.environ.get("PATH", ""), python_exe))
+    if not exe:
+        report.add("cmake", WARN, f"none on PATH; {wanted} build with CMake", fix)
+        return
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    m = _CMAKE_VERSION.search(out)
+    if not m:
+        report.add("cmake", WARN, f"{exe} does not say its version", fix)
+        return
+    have = Version(m.group(1))
+    short = [f"{name} needs cmake{spec}" for name, spec in needs if not spec.contains(have, prereleases=True)]
+    if short:
+        report.add("cmake", WARN, f"{have} ({exe}): " + "; ".join(short), fix)
+    else:
+        report.add("cmake", OK, f"{have} ({exe}): enough for {wanted}")
 
 
 def diagnose_engine(report: Report) -> None:
@@ -226,7 +276,7 @@ def diagnose_machine(report: Report, root: Path) -> None:
 
 def run(python_exe: str | None = None, root: Path | None = None, engine: bool = True) -> Report:
     report = Report()
-    diagnose_toolchain(report, python_exe)
+    diagnose_build_tools(report, diagnose_toolchain(report, python_exe))
     if engine:
         diagnose_engine(report)
         diagnose_container_gpus(report)

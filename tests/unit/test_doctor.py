@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -254,7 +255,39 @@ def test_run_without_the_engine_never_calls_docker(tmp_path, bare_path, monkeypa
     report = doctor.run(_python(tmp_path, torch="2.8.0", torch_cuda="12.8", cuda_home=_cuda(tmp_path, "12.8")),
                         root=tmp_path, engine=False)
     names = [c.name for c in report.diagnoses]
-    assert names[:5] == ["python", "torch", "nvcc", "nvcc vs torch", "gpus"] and names[5] == "disk"
+    assert names[:6] == ["python", "torch", "nvcc", "nvcc vs torch", "gpus", "cmake"] and names[6] == "disk"
     assert not {"docker", "docker engine", "buildx"} & set(names) and calls.read_text() == ""
     with_engine = doctor.run(_python(tmp_path), root=tmp_path)
     assert "bake matrix + local export" in [c.name for c in with_engine.diagnoses] and calls.read_text()
+
+
+# ------------------------------------------------------------------------------------- build tools
+
+
+def _cmake(folder: Path, version: str) -> Path:
+    return _exe(folder / "cmake", f"echo 'cmake version {version}'\necho\necho 'CMake suite maintained by Kitware'\n")
+
+
+def test_the_cmake_a_native_build_would_run_against_the_catalogues_cmake_builds(tmp_path, bare_path, monkeypatch):
+    # natten's build requires cmake>=3.26 (CUDA as C++20 at torch >= 2.12; Debian bookworm has 3.25.1).
+    monkeypatch.setenv("PATH", str(bare_path))  # no system cmake
+    def row(python_exe):
+        report = doctor.Report()
+        doctor.diagnose_build_tools(report, python_exe)
+        (d,) = report.diagnoses
+        return d
+    plain = str(tmp_path / "plain" / "python")
+    d = row(plain)
+    assert (d.name, d.status) == ("cmake", doctor.WARN) and d.detail == "none on PATH; natten (cmake>=3.26) build with CMake"
+    assert "pip install 'cmake>=3.26' into the venv you build with" in d.fix
+    system = _cmake(bare_path, "3.25.1")
+    d = row(plain)
+    assert (d.status, d.detail) == (doctor.WARN, f"3.25.1 ({system}): natten needs cmake>=3.26")
+    # a venv holding a newer CMake: the one a native build with its python runs (its bin/ first on PATH)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    newer = _cmake(venv / "bin", "3.27.0")
+    d = row(str(venv / "bin" / "python"))
+    assert (d.status, d.detail) == (doctor.OK, f"3.27.0 ({newer}): enough for natten (cmake>=3.26)")
+    _cmake(bare_path, "4.1.0")
+    assert row(plain).status == doctor.OK

@@ -173,20 +173,12 @@ def build_env(cell):
 
 
 def venv_scripts_on_path(env, py):
-    """The build's Python's own bin/ in front of PATH when that Python is a venv's (pyvenv.cfg beside
-    its bin/) and the folder is not on PATH yet, as `activate` does: `--python-exe VENV/bin/python`
-    then builds with the tools pip installed in that venv (a recipe's cmake>=3.26, ninja) rather than
-    the system's (Debian bookworm's CMake 3.25 cannot compile CUDA as C++20: NATTEN at torch >= 2.12)."""
-    if not py:
-        return
-    folder = os.path.dirname(os.path.abspath(py))  # not realpath: a venv's python links to its base's
-    if not os.path.isfile(os.path.join(os.path.dirname(folder), "pyvenv.cfg")):
-        return
-    path = env.get("PATH", "")
-    if any(os.path.abspath(p) == folder for p in path.split(os.pathsep) if p):
-        return
-    env["PATH"] = folder + os.pathsep + path if path else folder
-    log("PATH: %s first (the build's venv, as if activated: its cmake, ninja and other tools)" % folder)
+    """The build's venv's bin/ first on PATH, as if activated (imagegen_rules.path_with_venv)."""
+    path = rules.path_with_venv(env.get("PATH", ""), py)
+    if path != env.get("PATH", ""):
+        env["PATH"] = path
+        log("PATH: %s first (the build's venv, as if activated: its cmake, ninja and other tools)"
+            % path.split(os.pathsep)[0])
 
 
 def path_with_nvcc(path, cuda_home):

@@ -254,3 +254,18 @@ def job_settings(per_thread_gb, default_threads, cpus, mem_gb, max_jobs=None, nv
     busy = min(threads, targets) if targets > 0 else threads
     jobs = max_jobs or max(1, min(cpus, int(mem // (per_thread_gb * busy))))
     return jobs, threads, jobs * busy * per_thread_gb, None
+
+
+def path_with_venv(path, py):
+    """PATH with the bin/ of ``py``'s venv in front (pyvenv.cfg beside that bin/), as `activate` does; PATH as
+    it is for a Python that is no venv's or a venv already on PATH (an image's builder venv). A native build
+    (``--python-exe VENV/bin/python``) then runs the tools pip installed in that venv (a recipe's
+    cmake>=3.26, ninja), not the system's (Debian bookworm's CMake 3.25 cannot compile CUDA as C++20)."""
+    if not py:
+        return path
+    folder = os.path.dirname(os.path.abspath(py))  # not realpath: a venv's python links to its base's
+    if not os.path.isfile(os.path.join(os.path.dirname(folder), "pyvenv.cfg")):
+        return path
+    if any(os.path.abspath(p) == folder for p in path.split(os.pathsep) if p):
+        return path
+    return folder + os.pathsep + path if path else folder
