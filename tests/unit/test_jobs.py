@@ -417,6 +417,27 @@ def test_natten_reduced_build_what_ran_at_once_and_the_recipes_figure():
     assert 0.9 * measured <= s.peak_gb <= 1.25 * measured
 
 
+def test_natten_2d_reduced_build_what_ran_at_once_and_the_recipes_figure():
+    # NATTEN 0.21.6 for 9.0 on an H200 (docs/gpu-results/2026-12-01-natten-2d), reduced by a proof-only patch to
+    # its 2-D kernels with the two causal masks the gpu_check runs: 104 CUDA files of the same weight per file as
+    # the 1-D build (fna bundles, 2 Hopper kernels a file), 71.53 GiB over idle; the recipe's 4.0 per thread
+    # printed ~80 again: 1.12x. The candidate recipe's check (RANKS = (2,)) passed, a 2 smaller reference
+    # window failed it, and the catalogue's check (ranks 1-3) stops at na1d on this build, as it must.
+    results = ROOT / "docs" / "gpu-results" / "2026-12-01-natten-2d"
+    recipe = load_catalogue().get("natten")
+    profile, measured = recorded("proof1", results, recipe.source_memory_gb)
+    assert [(e.module, e.chains, e.threads) for e in profile] == [("libnatten", (1,) * 104, None)]
+    h200 = jobs.Host(cpus=16, mem_gb=125.8 * jobs.RAM_SHARE)
+    s = jobs.settings_for(recipe.memory_per_thread_gb, recipe.default_nvcc_threads, h200, nvcc_threads=1, profile=profile)
+    assert (s.max_jobs, s.estimate.nvcc, s.peak_gb) == (16, 16, 80.0)
+    assert s.describe() in (results / "proof1" / "build.err").read_text()
+    assert 0.9 * measured <= s.peak_gb <= 1.25 * measured
+    proof = results / "proof1"
+    assert "na2d" in json.loads((proof / "check_candidate.json").read_text())["output"][0]
+    assert "na2d hdim 64 float32 out: max abs err" in (proof / "check_negative.err").read_text()
+    assert "Invalid spatial extent rank" in (proof / "check.err").read_text()
+
+
 # Runs recorded before the manifest carried the job settings: MAX_JOBS in all, NVCC_THREADS.
 _JOBS_OF_OLDER_RUNS = {"2026-11-24/proof1": (8, 8), "2026-11-24/proof2": (16, 4)}  # sage: EXT_PARALLEL 4 x 2
 
@@ -454,8 +475,9 @@ def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_fig
         seen[rel] = round(est.gb / measured, 2)
         assert 0.9 * measured <= est.gb <= 1.25 * measured, (rel, name, est.gb, measured)
     # every catalogue recipe has a row (block-sparse-attn's first: torch 2.14.1 on an H200, 2026-11-29);
-    # the 26th: natten's 1-D build at torch 2.14.1 (2026-11-29, fifth session)
-    assert len(seen) == 26
+    # the 26th: natten's 1-D build at torch 2.14.1 (2026-11-29, fifth session); the 27th: natten's 2-D build
+    # (2026-12-01: the 2-D kernels with the gpu_check's two masks, checked by its candidate recipe's RANKS = (2,))
+    assert len(seen) == 27
     names = {json.loads((ROOT / "docs" / "gpu-results" / r / "manifest.json").read_text())["cells"].popitem()[1]["recipe"]
              for r in seen if (ROOT / "docs" / "gpu-results" / r / "manifest.json").exists()}
     assert names == set(cat.names())
