@@ -417,24 +417,26 @@ def test_natten_reduced_build_what_ran_at_once_and_the_recipes_figure():
     assert 0.9 * measured <= s.peak_gb <= 1.25 * measured
 
 
-def test_natten_2d_reduced_build_what_ran_at_once_and_the_recipes_figure():
-    # NATTEN 0.21.6 for 9.0 on an H200 (docs/gpu-results/2026-12-01-natten-2d), reduced by a proof-only patch to
-    # its 2-D kernels with the two causal masks the gpu_check runs: 104 CUDA files of the same weight per file as
-    # the 1-D build (fna bundles, 2 Hopper kernels a file), 71.53 GiB over idle; the recipe's 4.0 per thread
-    # printed ~80 again: 1.12x. The candidate recipe's check (RANKS = (2,)) passed, a 2 smaller reference
-    # window failed it, and the catalogue's check (ranks 1-3) stops at na1d on this build, as it must.
-    results = ROOT / "docs" / "gpu-results" / "2026-12-01-natten-2d"
+@pytest.mark.parametrize("run, files, label", [("2026-12-01-natten-2d", 104, "na2d"), ("2026-12-01-natten-3d", 71, "na3d causal")])
+def test_natten_2d_and_3d_reduced_builds_what_ran_at_once_and_the_recipes_figure(run, files, label):
+    # NATTEN 0.21.6 for 9.0 on an H200 (docs/gpu-results/2026-12-01-natten-2d and -3d), each reduced by a proof-only
+    # patch to one rank's kernels with the causal masks its gpu_check case runs (2-D: two, 3-D: one), files of the
+    # same weight as the 1-D build's (fna bundles, 2 Hopper kernels a file): 71.53 and 66.53 GiB over idle; the
+    # recipe's 4.0 per thread printed ~80: 1.12x and 1.20x. The candidate recipe's check (RANKS = (2,) / (3,))
+    # passed, a 2 smaller reference window failed it, and the catalogue's check (ranks 1-3) stops at na1d on
+    # these builds, as it must.
+    results = ROOT / "docs" / "gpu-results" / run
     recipe = load_catalogue().get("natten")
     profile, measured = recorded("proof1", results, recipe.source_memory_gb)
-    assert [(e.module, e.chains, e.threads) for e in profile] == [("libnatten", (1,) * 104, None)]
+    assert [(e.module, e.chains, e.threads) for e in profile] == [("libnatten", (1,) * files, None)]
     h200 = jobs.Host(cpus=16, mem_gb=125.8 * jobs.RAM_SHARE)
     s = jobs.settings_for(recipe.memory_per_thread_gb, recipe.default_nvcc_threads, h200, nvcc_threads=1, profile=profile)
     assert (s.max_jobs, s.estimate.nvcc, s.peak_gb) == (16, 16, 80.0)
     assert s.describe() in (results / "proof1" / "build.err").read_text()
     assert 0.9 * measured <= s.peak_gb <= 1.25 * measured
     proof = results / "proof1"
-    assert "na2d" in json.loads((proof / "check_candidate.json").read_text())["output"][0]
-    assert "na2d hdim 64 float32 out: max abs err" in (proof / "check_negative.err").read_text()
+    assert json.loads((proof / "check_candidate.json").read_text())["output"][0].startswith(f"natten fwd+bwd ({label},")
+    assert f"{label} hdim 64 float32 out: max abs err" in (proof / "check_negative.err").read_text()
     assert "Invalid spatial extent rank" in (proof / "check.err").read_text()
 
 
@@ -475,9 +477,9 @@ def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_fig
         seen[rel] = round(est.gb / measured, 2)
         assert 0.9 * measured <= est.gb <= 1.25 * measured, (rel, name, est.gb, measured)
     # every catalogue recipe has a row (block-sparse-attn's first: torch 2.14.1 on an H200, 2026-11-29);
-    # the 26th: natten's 1-D build at torch 2.14.1 (2026-11-29, fifth session); the 27th: natten's 2-D build
-    # (2026-12-01: the 2-D kernels with the gpu_check's two masks, checked by its candidate recipe's RANKS = (2,))
-    assert len(seen) == 27
+    # the 26th: natten's 1-D build at torch 2.14.1 (2026-11-29, fifth session); the 27th and 28th: natten's 2-D and
+    # 3-D builds (2026-12-01, each checked by its candidate recipe: RANKS = (2,), (3,))
+    assert len(seen) == 28
     names = {json.loads((ROOT / "docs" / "gpu-results" / r / "manifest.json").read_text())["cells"].popitem()[1]["recipe"]
              for r in seen if (ROOT / "docs" / "gpu-results" / r / "manifest.json").exists()}
     assert names == set(cat.names())
