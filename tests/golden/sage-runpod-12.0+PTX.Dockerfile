@@ -164,7 +164,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} \
     IMAGEGEN_RESUME_DIR=/imagegen/resume \
     IMAGEGEN_PLANNED_ARCHS=12.0+PTX \
-    IMAGEGEN_INPUTS=c060f554781886d8
+    IMAGEGEN_INPUTS=c1f0157eac102d2d
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json. With
 # `imagegen build --compile-cache URL` the imagegen_ccache_remote secret names a remote storage every
@@ -180,7 +180,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},shari
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="12.0+PTX" \
-      io.imagegen.inputs="c060f554781886d8"
+      io.imagegen.inputs="c1f0157eac102d2d"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
@@ -197,14 +197,14 @@ FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/c060f554781886d8.tar /imagegen/resume-in/c060f554781886d8.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/c1f0157eac102d2d.tar /imagegen/resume-in/c1f0157eac102d2d.tar.json /imagegen/resume/ \
     && echo "imagegen: the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/c060f554781886d8.tar /imagegen/resume/c060f554781886d8.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/c1f0157eac102d2d.tar /imagegen/resume/c1f0157eac102d2d.tar.json /imagegen/resume-out/ \
     && echo "imagegen: the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM scratch AS resume-state

@@ -193,6 +193,16 @@ def test_a_local_tree_that_is_not_there_or_no_copy_is_one_line(tmp_path, capsys)
     assert "a local tree is built from a copy of it: give --copy DIR" in capsys.readouterr().err
 
 
+
+def test_a_fetched_commit_without_a_project_at_its_subdir_is_named_as_fetched(tmp_path, capsys):
+    repo, commit, _ = repo_with_patch(tmp_path)
+    doc = doc_for(url=str(repo), ref=commit, commit=commit, submodules=False, subdir="csrc")
+    src, copy = tmp_path / "theirs", tmp_path / "work" / "src"
+    assert W.main(["fetch", "--doc", str(write_doc(tmp_path, doc)), "--src", str(src), "--copy", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "the fetched tree %s is not there, or has no setup.py or pyproject.toml" % (src / "csrc") in err
+    assert "local" not in err
+
 # ----------------------------------------------------------------------------------------- retag
 
 

@@ -47,7 +47,7 @@ def cmd_fetch(cell, args):
     patches = cell.get("patches", [])
     if patches_the_copy(cell):  # each build's (or audit's) copy gets them: copy_source
         if patches:
-            log("the recipe's patches go on the build's copy, not on %s: %s" % (dest, ", ".join(p["name"] for p in patches)))
+            log(wheeltools.patches_left_to_the_copy(patches, dest))
         return
     for patch in patches:
         apply_patch(patch, dest)

@@ -95,6 +95,12 @@ def git_cmd(dest, args, env=None, reading=True, git="git"):
     return base + list(args)
 
 
+def patches_left_to_the_copy(patches, src):
+    """What a fetch step says when it leaves the recipe's patches to each build's copy (the Linux build's
+    copy_source, the Windows script's --copy) instead of writing them into the folder it fetched."""
+    return "the recipe's patches go on the build's copy, not on %s: %s" % (src, ", ".join(p["name"] for p in patches))
+
+
 def apply_patch(patch, dest, log, fail, broken_hint):
     """Apply a recipe patch once: applied when `git apply --check` passes (and must then reverse
     cleanly: a no-op "success" is an error), skipped with a log line when the tree already carries it

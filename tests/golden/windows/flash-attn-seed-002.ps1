@@ -295,12 +295,13 @@ def copy_tree(doc, args):
     """The tree as the build compiles it: a fresh copy in --copy (the user's tree is never written to),
     patched as the Linux build patches its copy (imagegen_build.copy_source)."""
     tree = os.path.join(args.src, doc["source"].get("subdir") or "")
+    kind = "local" if doc["source"]["kind"] == "local" else "fetched"
     if not any(os.path.isfile(os.path.join(tree, f)) for f in ("setup.py", "pyproject.toml")):
-        raise Failed("the local tree %s is not there, or has no setup.py or pyproject.toml" % tree)
+        # a local tree the user moved or emptied; a fetched one: the pinned commit has no project at its subdir
+        raise Failed("the %s tree %s is not there, or has no setup.py or pyproject.toml" % (kind, tree))
     if os.path.lexists(args.copy):
         remove_tree(args.copy)
-    log("copying the %s tree %s to %s" % ("local" if doc["source"]["kind"] == "local" else "fetched", args.src,
-                                          args.copy))
+    log("copying the %s tree %s to %s" % (kind, args.src, args.copy))
     shutil.copytree(args.src, args.copy, symlinks=True)
     return args.copy
 
@@ -313,8 +314,7 @@ def cmd_fetch(doc, args):
         fetch_pinned(src, args.src)
     dest = copy_tree(doc, args) if args.copy else args.src
     if args.copy and src["kind"] != "local" and doc.get("patches"):
-        log("the recipe's patches go on the build's copy, not on %s: %s"
-            % (args.src, ", ".join(p["name"] for p in doc["patches"])))
+        log(wheeltools.patches_left_to_the_copy(doc["patches"], args.src))
     for patch in doc.get("patches", []):
         apply_patch(patch, dest)
     clear_build(dest, src)
@@ -784,6 +784,12 @@ def git_cmd(dest, args, env=None, reading=True, git="git"):
     for item in off:
         base += ["-c", item]
     return base + list(args)
+
+
+def patches_left_to_the_copy(patches, src):
+    """What a fetch step says when it leaves the recipe's patches to each build's copy (the Linux build's
+    copy_source, the Windows script's --copy) instead of writing them into the folder it fetched."""
+    return "the recipe's patches go on the build's copy, not on %s: %s" % (src, ", ".join(p["name"] for p in patches))
 
 
 def apply_patch(patch, dest, log, fail, broken_hint):
