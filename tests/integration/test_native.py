@@ -299,6 +299,27 @@ def test_native_rebuild_takes_its_objects_from_ccache(torch_venv, first_build, s
     assert ccache_counts(proc) == (total, total)
 
 
+
+def test_the_arch_list_of_a_native_build_travels_down_the_flow_once(torch_venv, first_build, shared_ccache, tmp_path,
+                                                                     monkeypatch):
+    # Issue 33's walk, on a real build (the fixture from the shared ccache): benchmarks/value_walk.py runs the
+    # command in this process and lists every file whose functions get the --arch value or read it from what
+    # carries it. It goes from the request through plan, render (the cell's document and inputs hash), the
+    # native executor, finish and the wheelhouse's record without going back to an earlier step.
+    from benchmarks.value_walk import follow
+
+    assert first_build["proc"].returncode == 0, first_build["proc"].stderr[-3000:]
+    for name, value in shared_ccache.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)  # no project config of the checkout
+    trip = follow(["build", "--native", "--source", str(TINY), "--arch", "8.0", "--python-exe",
+                   str(torch_venv / "bin" / "python"), "--out", str(tmp_path / "wh"), "--work", str(tmp_path / "work")])
+    assert trip.exit == 0 and list((tmp_path / "wh").rglob("*.whl"))
+    assert {"plan/options.py", "render/dockerfile.py", "executors/native.py", "finish/verify.py",
+            "wheelhouse/collect.py"} <= set(trip.flow_files), trip.flow_files  # followed all the way
+    assert trip.climbs == []
+    assert len(trip.flow_files) <= 11 and len(trip.files) <= 18, trip.files
+
 RESEED = ROOT / "tests" / "fixtures" / "reseed_resumable_kernel.py"
 PARTS = 10  # ninja steps of the resumable fixture's whole build: eight parts, the module and the kernel
 
