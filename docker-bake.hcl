@@ -95,7 +95,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "a54dfda7f6c1a7a0"
+    "io.imagegen.inputs" = "ad5c942af0fe4b74"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -118,7 +118,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "504fbfb762766794"
+    "io.imagegen.inputs" = "f9da671fa092906f"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -141,7 +141,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "498f6c8fe1a3b4c2"
+    "io.imagegen.inputs" = "5995396f260752c4"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -164,7 +164,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "1a4b6991550964f8"
+    "io.imagegen.inputs" = "6040ab54b74bde8c"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -187,7 +187,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "15440385536e43d9"
+    "io.imagegen.inputs" = "d600497012694b3e"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -210,7 +210,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "a29e44d7d9e6ccdb"
+    "io.imagegen.inputs" = "beff4336b72da865"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -233,7 +233,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "7b7e72f1e2e0954e"
+    "io.imagegen.inputs" = "843438a09b4d7fd4"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -256,7 +256,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "2591a89f052a50f1"
+    "io.imagegen.inputs" = "a5c806a75b48fd35"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -279,7 +279,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "a1ba8e9dfac0d535"
+    "io.imagegen.inputs" = "b843c1e1534c6d63"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -300,7 +300,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "d3adb002d6a1e281"
+    "io.imagegen.inputs" = "09dac01ad0a0719d"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -321,7 +321,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "b56ef1c4d2c9023e"
+    "io.imagegen.inputs" = "45b933826b2cc611"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }
@@ -344,7 +344,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "77f6cbd49571f454"
+    "io.imagegen.inputs" = "c9395a6608df029a"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }

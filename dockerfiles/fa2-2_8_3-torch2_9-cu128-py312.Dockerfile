@@ -62,7 +62,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
 FROM os AS fetch
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_toolchain.py imagegen_build.py imagegen_fetch.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
+COPY --from=imagegen-scripts imagegen_toolchain.py imagegen_build.py imagegen_fetch.py imagegen_sdist.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 RUN --mount=type=secret,id=pip_cert \
@@ -103,7 +103,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
 # imagegen's build steps (imagegen_build.py and the modules beside it: the rules imagegen plans with, the
 # patch and wheel tools every build path shares, the audit's stand-in compilers...), and this cell's inputs.
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
+COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_sdist.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 
@@ -163,7 +163,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} \
     IMAGEGEN_RESUME_DIR=/imagegen/resume \
     IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 \
-    IMAGEGEN_INPUTS=a29e44d7d9e6ccdb
+    IMAGEGEN_INPUTS=beff4336b72da865
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json. With
 # `imagegen build --compile-cache URL` the imagegen_ccache_remote secret names a remote storage every
@@ -179,7 +179,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},shari
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="8.0;9.0;12.0" \
-      io.imagegen.inputs="a29e44d7d9e6ccdb"
+      io.imagegen.inputs="beff4336b72da865"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
@@ -196,14 +196,14 @@ FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/a29e44d7d9e6ccdb.tar /imagegen/resume-in/a29e44d7d9e6ccdb.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/beff4336b72da865.tar /imagegen/resume-in/beff4336b72da865.tar.json /imagegen/resume/ \
     && echo "imagegen: the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/a29e44d7d9e6ccdb.tar /imagegen/resume/a29e44d7d9e6ccdb.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/beff4336b72da865.tar /imagegen/resume/beff4336b72da865.tar.json /imagegen/resume-out/ \
     && echo "imagegen: the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM scratch AS resume-state

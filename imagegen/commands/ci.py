@@ -331,9 +331,11 @@ def windows_cells(request: WindowsRequest, root: Path) -> tuple[list[WindowsCell
         recipe = cat.get(name)
         for wanted in request.versions or (None,):
             version = recipe.version(wanted)
-            if recipe.source_kind != "git" or not version.ref:
-                raise UsageError(f"--windows {name}: the Windows script clones the recipe's git source, and"
-                                 f" {recipe.name} {version.version} has no git ref to clone")
+            # The job's script fetches the pinned source: a git ref, or the sdist a release newer than the
+            # mirror is pinned by (causal-conv1d 1.7.0); a local tree is not on the runner.
+            if recipe.source_kind == "local" or not (version.ref or version.sdist):
+                raise UsageError(f"--windows {name}: the Windows script fetches the recipe's pinned source (a git ref"
+                                 f" or an sdist), and {recipe.name} {version.version} has neither")
             recipes.setdefault((recipe.name, version.version), (recipe, version))
     left_out: list[str] = []
     toolkits: dict[str, str] = {}

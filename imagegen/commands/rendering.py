@@ -74,8 +74,6 @@ def _render_windows(args, given: options.Flags, command, recipe, version, archs,
     from imagegen.model.cell import WindowsHost
     from imagegen.plan.matrix import windows_plan
     from imagegen.render import windows
-    if recipe.source_kind == "sdist":
-        raise UsageError("a Windows script clones the recipe's git source: leave out --fetch sdist")
     common.validate_job_flags(args)
     if args.install_torch and args.python_exe is None:
         raise UsageError("--install-torch goes with --python-exe (without it, each cell's own venv gets its torch)")

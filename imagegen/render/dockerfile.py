@@ -25,6 +25,7 @@ import jinja2
 from imagegen import __version__, safety
 from imagegen.errors import UnsafeValueError, UsageError
 from imagegen.model.cell import Cell
+from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.render import templating
 from imagegen.shipped.builder import imagegen_rules as rules
 
@@ -105,9 +106,9 @@ def write_scripts(folder: Path, within: Path | None = None) -> list[Path]:
 
 # The modules shipped beside the in-build script (imagegen_build.py's docstring says what each is for).
 # imagegen_toolchain.py first: the torch layer is made from it alone (the Dockerfile's first COPY).
-BUILDER_FILES = ("imagegen_toolchain.py", "imagegen_build.py", "imagegen_fetch.py", "imagegen_buildenv.py",
-                 "imagegen_supervise.py", "imagegen_ccache.py", "imagegen_resume.py", "imagegen_records.py",
-                 "imagegen_check.py", "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py",
+BUILDER_FILES = ("imagegen_toolchain.py", "imagegen_build.py", "imagegen_fetch.py", "imagegen_sdist.py",
+                 "imagegen_buildenv.py", "imagegen_supervise.py", "imagegen_ccache.py", "imagegen_resume.py",
+                 "imagegen_records.py", "imagegen_check.py", "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py",
                  "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py",
                  "imagegen_audit_includes.py")
 
@@ -139,6 +140,17 @@ class Rendered:
     inputs_hash: str
 
 
+def source_document(recipe: Recipe, version: RecipeVersion) -> dict:
+    """Where a cell's source comes from, as the fetch steps read it (imagegen_fetch.py in a build,
+    imagegen_windows.py in a Windows script): a git commit, an sdist pinned by its sha256, or a local tree."""
+    source = {"kind": recipe.source_kind, "url": recipe.source_url, "ref": version.pinned_ref, "commit": version.commit,
+              "submodules": recipe.submodules, "subdir": recipe.subdir}
+    if recipe.source_kind == "sdist":
+        assert version.sdist is not None
+        source["sha256"] = version.sdist.sha256
+    return source
+
+
 def cell_document(cell: Cell) -> dict:
     """What the in-image build script needs to know, arch excluded (it comes from the ARG)."""
     recipe, version = cell.recipe, cell.version
@@ -147,17 +159,7 @@ def cell_document(cell: Cell) -> dict:
     toolkit: dict = {"kind": base.toolkit}
     if base.toolkit == "pypi":
         toolkit.update(version=cell.cuda.pypi_toolkit, extras=list(cell.cuda.pypi_extras), home=PYPI_CUDA_HOME)
-    source = {
-        "kind": recipe.source_kind,
-        "url": recipe.source_url,
-        "ref": version.pinned_ref,
-        "commit": version.commit,
-        "submodules": recipe.submodules,
-        "subdir": recipe.subdir,
-    }
-    if recipe.source_kind == "sdist":
-        assert version.sdist is not None
-        source["sha256"] = version.sdist.sha256
+    source = source_document(recipe, version)
     env = dict(recipe.env)
     env.update(version.env)
     ext_env, ext_max = recipe.ext_parallel_for(version)

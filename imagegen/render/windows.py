@@ -42,6 +42,7 @@ from imagegen.model.jobs import split_extensions
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.model.cell import Cell
 from imagegen.render import templating
+from imagegen.render.dockerfile import source_document
 
 SHELLS = ("cmd", "powershell")
 DEFAULT_VCVARS = r"C:\Program Files\Microsoft Visual Studio\2022\Community\VC\Auxiliary\Build\vcvarsall.bat"
@@ -50,7 +51,8 @@ HELPER = "imagegen_windows.py"
 # The modules the helper imports, written beside it: its own (shipped/windows) and those it shares with the
 # Linux build and imagegen verify (shipped/builder, which the Dockerfile carries too: dockerfile.BUILDER_FILES).
 HELPER_MODULES = (("windows", "imagegen_windows_host.py"), ("windows", "imagegen_windows_archs.py"),
-                  ("builder", "imagegen_wheeltools.py"), ("builder", "imagegen_records.py"))
+                  ("builder", "imagegen_wheeltools.py"), ("builder", "imagegen_records.py"),
+                  ("builder", "imagegen_sdist.py"))
 # Characters cmd or PowerShell would interpret inside our quoting. PowerShell takes the typographic
 # quotes for quotes too: U+2018-U+201B close a single-quoted string like ', U+201C-U+201E a
 # double-quoted one like ".
@@ -208,8 +210,7 @@ def build_document(recipe: Recipe, version: RecipeVersion, cells: list[Cell], in
         "recipe": recipe.name,
         "distribution": recipe.distribution,
         "version": version.version,
-        "source": {"kind": recipe.source_kind, "url": recipe.source_url, "ref": version.pinned_ref,
-                   "commit": version.commit, "submodules": recipe.submodules, "subdir": recipe.subdir},
+        "source": source_document(recipe, version),
         "patches": [{"name": p.name, "reason": p.reason, "text": p.text} for p in version.patches],
         "smoke_imports": list(recipe.smoke.imports),
         "smoke_driver_imports": list(recipe.smoke.driver_imports),
@@ -255,10 +256,9 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
     ``src`` is the user's folder (--src-dir), which the cells build a copy of."""
     if shell not in SHELLS:
         raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
-    if recipe.source_kind == "sdist":
-        raise UnsafeValueError("a Windows script clones the recipe's git source: leave out --fetch sdist")
-    if recipe.source_kind not in ("git", "local"):
-        raise UnsafeValueError(f"a Windows script builds a git recipe or a local tree, not a {recipe.source_kind} source")
+    if recipe.source_kind not in ("git", "sdist", "local"):
+        raise UnsafeValueError(f"a Windows script builds a git or sdist source or a local tree, not a {recipe.source_kind}"
+                               " source")
     if not cells:
         raise CompatError(f"no cell of {recipe.name} {version.version} to build")
     if python_exe is not None and len(cells) > 1:

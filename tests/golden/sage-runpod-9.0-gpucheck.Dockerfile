@@ -64,7 +64,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # at once, and a source that cannot be fetched fails the build before the torch layer is done) ---
 FROM os AS fetch
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_toolchain.py imagegen_build.py imagegen_fetch.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
+COPY --from=imagegen-scripts imagegen_toolchain.py imagegen_build.py imagegen_fetch.py imagegen_sdist.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 RUN --mount=type=secret,id=pip_cert \
@@ -105,7 +105,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
 # imagegen's build steps (imagegen_build.py and the modules beside it: the rules imagegen plans with, the
 # patch and wheel tools every build path shares, the audit's stand-in compilers...), and this cell's inputs.
 # hadolint ignore=DL3022
-COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
+COPY --from=imagegen-scripts imagegen_build.py imagegen_fetch.py imagegen_sdist.py imagegen_buildenv.py imagegen_supervise.py imagegen_ccache.py imagegen_resume.py imagegen_records.py imagegen_check.py imagegen_rules.py imagegen_wheeltools.py imagegen_audit.py imagegen_audit_records.py imagegen_audit_probe.py imagegen_audit_links.py imagegen_audit_includes.py /imagegen/
 # hadolint ignore=DL3022
 COPY --from=cell /cell.json /imagegen/cell.json
 
@@ -165,7 +165,7 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} \
     IMAGEGEN_RESUME_DIR=/imagegen/resume \
     IMAGEGEN_PLANNED_ARCHS=9.0 \
-    IMAGEGEN_INPUTS=f6cd1cd5b6c1c77c
+    IMAGEGEN_INPUTS=25524c5664cd5b8b
 # ccache (nvcc and the host compiler) in a cache mount shared by every cell: a rebuild after a source
 # change recompiles only what changed; the hit rate is in the build log and ccache.json. With
 # `imagegen build --compile-cache URL` the imagegen_ccache_remote secret names a remote storage every
@@ -181,7 +181,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},shari
     --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
 LABEL io.imagegen.archs="9.0" \
-      io.imagegen.inputs="f6cd1cd5b6c1c77c"
+      io.imagegen.inputs="25524c5664cd5b8b"
 
 # --- smoke: install the wheel into a fresh copy of `base` (no source tree, no build directory) and
 # import its modules; a module that needs a GPU driver is reported as skipped, not as passed ---
@@ -209,14 +209,14 @@ FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/f6cd1cd5b6c1c77c.tar /imagegen/resume-in/f6cd1cd5b6c1c77c.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/25524c5664cd5b8b.tar /imagegen/resume-in/25524c5664cd5b8b.tar.json /imagegen/resume/ \
     && echo "imagegen: the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/f6cd1cd5b6c1c77c.tar /imagegen/resume/f6cd1cd5b6c1c77c.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/25524c5664cd5b8b.tar /imagegen/resume/25524c5664cd5b8b.tar.json /imagegen/resume-out/ \
     && echo "imagegen: the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 
 FROM scratch AS resume-state

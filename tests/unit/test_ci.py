@@ -86,6 +86,15 @@ def test_the_windows_cells_map_archs_as_linux_does():
     assert not left_out and [(c.name, c.arch) for c in cells] == [("fa2-2_8_3-torch2_8-cu128-py312", "8.0;8.6;8.9;9.0")]
 
 
+
+def test_a_release_pinned_by_its_sdist_alone_gets_windows_jobs():
+    # causal-conv1d 1.7.0 (its tag is newer than the git mirror): the job's script downloads the pinned sdist
+    # (it was refused: "the Windows script clones the recipe's git source ... has no git ref to clone").
+    cells, left_out = ci.windows_cells(ci.windows_request(parser().parse_args(
+        ["ci", "github", "--windows", "causal-conv1d", "--windows-version", "1.7.0", "--windows-torch", "2.8",
+         "--windows-cuda", "12.8", "--windows-arch", "8.0", "--imagegen-from", REQUIREMENT])), Path.cwd())
+    assert not left_out and [c.name for c in cells] == ["causal-conv1d-1_7_0-torch2_8-cu128-py312"]
+
 # ------------------------------------------------------------------------------------- timeouts
 
 

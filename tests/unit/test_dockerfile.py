@@ -118,8 +118,9 @@ def check_structure(text: str, cell) -> None:
     # layer depends on it and nothing else), then the rest.
     assert len(copies) == 3 and set(copies[0].value[:-1]) == set(builder_files())
     assert copies[1].value == ("imagegen_toolchain.py", "/imagegen/")
-    assert copies[2].value == ("imagegen_build.py", "imagegen_fetch.py", "imagegen_buildenv.py", "imagegen_supervise.py",
-                               "imagegen_ccache.py", "imagegen_resume.py", "imagegen_records.py", "imagegen_check.py",
+    assert copies[2].value == ("imagegen_build.py", "imagegen_fetch.py", "imagegen_sdist.py", "imagegen_buildenv.py",
+                               "imagegen_supervise.py", "imagegen_ccache.py", "imagegen_resume.py", "imagegen_records.py",
+                               "imagegen_check.py",
                                "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py",
                                "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py",
                                "imagegen_audit_includes.py", "/imagegen/")

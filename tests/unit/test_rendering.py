@@ -136,7 +136,8 @@ def test_render_to_a_file_writes_the_build_scripts_beside_it(tmp_path, capsys):
                                                          "imagegen_audit_records.py", "imagegen_build.py", "imagegen_buildenv.py",
                                                          "imagegen_ccache.py", "imagegen_check.py", "imagegen_fetch.py",
                                                          "imagegen_records.py", "imagegen_resume.py", "imagegen_rules.py",
-                                                         "imagegen_supervise.py", "imagegen_toolchain.py", "imagegen_wheeltools.py"]
+                                                         "imagegen_sdist.py", "imagegen_supervise.py", "imagegen_toolchain.py",
+                                                         "imagegen_wheeltools.py"]
     # Exactly what the Dockerfile copies from that build context.
     copied = {name for line in target.read_text().splitlines() if line.startswith(f"COPY --from={SCRIPTS_CONTEXT} ")
               for name in line.split()[2:-1]}

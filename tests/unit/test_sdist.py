@@ -117,9 +117,117 @@ def test_render_and_plan_carry_the_sdist_and_its_pin():
     assert git_code == 0 and '"kind":"git"' in git_out and version.commit in git_out
 
 
-def test_windows_scripts_refuse_fetch_sdist():
-    code, _, err = run("render", "causal-conv1d", "--fetch", "sdist", "--shell", "powershell", "--arch", "9.0")
-    assert code == 2 and "leave out --fetch sdist" in err
+@pytest.mark.parametrize("shell", ["powershell", "cmd"])
+@pytest.mark.parametrize("argv", [["causal-conv1d", "--fetch", "sdist"], ["causal-conv1d", "--version", "1.7.0"],
+                                  ["flash-attn", "--version", "2.8.3.post2"]])
+def test_a_windows_script_carries_the_pinned_sdist_and_the_module_that_fetches_it(argv, shell, tmp_path):
+    # The newest releases pinned by their sdist alone (causal-conv1d 1.7.0, flash-attn 2.8.3.post2: their tags are
+    # not in the git mirror) and --fetch sdist: the script's document names the file and its sha256, and the
+    # helper gets the shared sdist module beside it (it used to refuse: "a Windows script clones the recipe's git
+    # source: leave out --fetch sdist", even where no --fetch was given).
+    from tests.unit.test_seed_workflows import cmd_blocks, ps_blocks
+
+    script = tmp_path / ("build.ps1" if shell == "powershell" else "build.cmd")
+    code, _, err = run("render", *argv, "--shell", shell, "--arch", "8.0", "--torch", "2.8", "--cuda", "12.8",
+                       "-o", str(script))
+    assert code == 0, err
+    text = script.read_bytes().decode()
+    blocks = ps_blocks(text) if shell == "powershell" else cmd_blocks(text)
+    recipe = load_catalogue().get(argv[0])
+    version = recipe.version(argv[2] if argv[1] == "--version" else None)
+    source = json.loads(blocks["build.json"])["source"]
+    assert (source["kind"], source["url"], source["sha256"]) == ("sdist", version.sdist.url, version.sdist.sha256)
+    assert source["ref"] == version.sdist.url.rsplit("/", 1)[-1]
+    shipped = ROOT / "imagegen" / "shipped" / "builder" / "imagegen_sdist.py"
+    assert blocks["imagegen_sdist.py"] == shipped.read_text()
+
+
+WINDOWS_RECIPE = """\
+schema: 1
+name: demo
+source: {git: https://example.com/demo.git}
+versions:
+  "1.0":
+    archs: ["8.0", "9.0"]
+    sdist: {url: %s, sha256: "%s"}
+    patches: [{file: demo-sm90.patch, reason: the archs}]
+arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}
+smoke: {imports: [demo]}
+"""
+DEMO_PATCH = """\
+--- a/setup.py
++++ b/setup.py
+@@ -1 +1 @@
+-ARCHS = ['8.0']
++ARCHS = ['8.0', '9.0']
+"""
+
+
+def windows_script_for_sdist(tmp_path: Path, digest: str) -> Path:
+    """A PowerShell script rendered for a recipe pinned by its sdist alone, with its helper, the helper's
+    modules and build.json written out as the script writes them: the folder they are in."""
+    from tests.unit.test_seed_workflows import ps_blocks
+
+    recipes = tmp_path / "recipes"
+    (recipes / "patches").mkdir(parents=True)
+    (recipes / "demo.yaml").write_text(WINDOWS_RECIPE % ("https://files.example.org/packages/demo-1.0.tar.gz", digest))
+    (recipes / "patches" / "demo-sm90.patch").write_text(DEMO_PATCH)
+    script = tmp_path / "build.ps1"
+    code, _, err = run("render", "demo", "--recipe-dir", str(recipes), "--shell", "powershell", "--arch", "8.0",
+                       "--torch", "2.8", "--cuda", "12.8", "-o", str(script))
+    assert code == 0, err
+    work = tmp_path / "imagegen-windows"
+    work.mkdir()
+    for name, text in ps_blocks(script.read_text()).items():
+        (work / name).write_text(text)
+    return work
+
+
+def windows_fetch(work: Path, mirror: str, *extra: str) -> subprocess.CompletedProcess:
+    """The script's own fetch line, with the helper as the script writes it, on a machine whose pip is
+    pointed at a PyPI mirror (PIP_INDEX_URL, here a server on loopback: the recipe's URL is never asked)."""
+    return subprocess.run([sys.executable, str(work / "imagegen_windows.py"), "fetch", "--doc", str(work / "build.json"),
+                           *extra], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PIP_INDEX_URL": mirror + "/simple"})
+
+
+PAGE = b'<html><body><a href="../../packages/demo-1.0.tar.gz#sha256=x">demo-1.0.tar.gz</a></body></html>'
+
+
+def test_the_windows_helper_downloads_checks_unpacks_and_patches_the_pinned_sdist(tmp_path):
+    data = tar_gz({"setup.py": b"ARCHS = ['8.0']\n", "demo/__init__.py": b""})
+    with Files({"/simple/demo/": PAGE, "/packages/demo-1.0.tar.gz": data}) as mirror:
+        work = windows_script_for_sdist(tmp_path, sha(data))
+        src = work / "src"
+        proc = windows_fetch(work, mirror.url, "--src", str(src))
+        assert proc.returncode == 0, proc.stderr
+        assert "sha256 ok" in proc.stdout and (src / "setup.py").read_text() == "ARCHS = ['8.0', '9.0']\n"
+        again = windows_fetch(work, mirror.url, "--src", str(src))  # run again: nothing downloaded, the patch kept
+        assert again.returncode == 0 and "already present" in again.stdout and "already in the source" in again.stdout
+        assert mirror.asked == ["/simple/demo/", "/packages/demo-1.0.tar.gz"]
+        # --src-dir on an empty folder of the user's: unpacked there, patched only in the build's copy
+        theirs, copy = tmp_path / "theirs", work / "copy"
+        theirs.mkdir()
+        proc = windows_fetch(work, mirror.url, "--src", str(theirs), "--copy", str(copy))
+        assert proc.returncode == 0, proc.stderr
+        assert (theirs / "setup.py").read_text() == "ARCHS = ['8.0']\n"
+        assert (copy / "setup.py").read_text() == "ARCHS = ['8.0', '9.0']\n"
+        assert "copying the fetched tree" in proc.stdout and "go on the build's copy, not on" in proc.stdout
+
+
+def test_the_windows_helper_refuses_a_changed_sdist_and_an_archive_that_leaves_its_folder(tmp_path):
+    good = tar_gz({"setup.py": b"ARCHS = ['8.0']\n"})
+    evil = tar_gz({"../../escaped.py": b"x"})
+    with Files({"/simple/demo/": PAGE, "/packages/demo-1.0.tar.gz": good}) as mirror:
+        work = windows_script_for_sdist(tmp_path, "0" * 64)
+        proc = windows_fetch(work, mirror.url, "--src", str(work / "src"))
+    assert proc.returncode == 1 and f"has sha256 {sha(good)}, not the pinned {'0' * 64}: refusing it" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    with Files({"/simple/demo/": PAGE, "/packages/demo-1.0.tar.gz": evil}) as mirror:
+        work = windows_script_for_sdist(tmp_path / "b", sha(evil))
+        proc = windows_fetch(work, mirror.url, "--src", str(work / "src"))
+    assert proc.returncode == 1 and "would land outside the source folder: refused" in proc.stderr
+    assert not list(tmp_path.rglob("escaped.py"))
 
 
 # ------------------------------------------------------------------------- the in-build fetch step

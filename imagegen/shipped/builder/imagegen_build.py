@@ -19,7 +19,8 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
   smoke   import the recipe's modules (the wheel must be installed)
   gpu-check, gpu-check-deps   the recipe's numerical check on a GPU handed to the build step
   audit   the package's own build with stand-in compilers: what it would compile (imagegen_audit.py)
-Beside this file, one module per concern: imagegen_toolchain.py (the venv with torch), imagegen_fetch.py,
+Beside this file, one module per concern: imagegen_toolchain.py (the venv with torch), imagegen_fetch.py
+(with imagegen_sdist.py, the pinned sdist, which the Windows helper shares),
 imagegen_buildenv.py (the build's variables), imagegen_supervise.py (the nvcc guard, the supervisor),
 imagegen_ccache.py, imagegen_resume.py (a build stopped at its budget), imagegen_records.py (the build
 record), imagegen_check.py (smoke and GPU checks), imagegen_audit*.py (the gencode audit's stand-ins, its

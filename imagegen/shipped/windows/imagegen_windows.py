@@ -14,7 +14,8 @@ imagegen_windows_host.py (check, and smoke's venv) and imagegen_windows_archs.py
   check   the interpreter is the cell's Python, its torch is the cell's torch (release and CUDA
           variant), and the nvcc on PATH agrees with it (its major equals torch's CUDA major, the
           rule of the Linux pre-flight) and is the toolkit the cell was planned with
-  fetch   the pinned source in --src (cloned when missing, checked when present), the recipe's
+  fetch   the pinned source in --src (cloned, or the pinned sdist downloaded, checked against its
+          sha256 and unpacked, when missing; checked when present), the recipe's
           patches applied once (one already in the tree is skipped with a log line), the tree's
           build folder of an earlier cell removed; with --copy (a local tree, or a checkout the
           user named with --src-dir) --src is never written to past the clone: a fresh copy in
@@ -38,10 +39,11 @@ import sys
 import tempfile
 
 # The modules the script writes beside this file: shared with the Linux build (imagegen_wheeltools,
-# imagegen_records), and this helper's machine checks (imagegen_windows_host) and arch check
-# (imagegen_windows_archs).
+# imagegen_records, imagegen_sdist), and this helper's machine checks (imagegen_windows_host) and arch
+# check (imagegen_windows_archs).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import imagegen_records as records  # noqa: E402
+import imagegen_sdist as sdist  # noqa: E402
 import imagegen_wheeltools as wheeltools  # noqa: E402
 import imagegen_windows_archs as archs  # noqa: E402
 import imagegen_windows_host as host  # noqa: E402
@@ -174,7 +176,9 @@ def cmd_fetch(doc, args):
     src = doc["source"]
     if src["kind"] == "local" and not args.copy:
         raise Failed("a local tree is built from a copy of it: give --copy DIR")
-    if src["kind"] != "local":
+    if src["kind"] == "sdist":  # the pinned sdist, downloaded and unpacked as the Linux build does it
+        sdist.fetch_sdist(src, doc.get("distribution") or doc["recipe"], args.src, os.environ, log, fail)
+    elif src["kind"] != "local":
         fetch_pinned(src, args.src)
     dest = copy_tree(doc, args) if args.copy else args.src
     if args.copy and src["kind"] != "local" and doc.get("patches"):

@@ -1,0 +1,162 @@
+"""A recipe's pinned sdist: downloaded (a package index the build is given first, then the recipe's URL),
+checked against its sha256 and unpacked into the source folder, nothing outside it.
+
+One implementation for the Linux build's fetch step (imagegen_fetch.py, in every builder image and native
+build) and the Windows helper (imagegen_windows.py, written beside it by the rendered script): the standard
+library only, Python 3.8+, ASCII only. The callers pass their own ``log`` and ``fail`` (``fail`` never
+returns: the build exits, the helper raises).
+"""
+
+import os
+import re
+
+import imagegen_wheeltools as wheeltools
+
+SDIST_MARKER = ".imagegen-sdist"  # in an unpacked sdist: the sha256 of the archive it came from
+MAX_SDIST_BYTES = 1 << 30  # the largest CUDA-extension sdists are tens of MB; more is not an sdist
+MAX_UNPACKED_BYTES = 8 << 30  # what its members may add up to once unpacked (a compressed bomb is refused)
+MAX_MEMBERS = 200000
+
+
+def fetch_sdist(src, project, dest, env, log, fail):
+    """Download the pinned sdist (through the package index the build is given, PIP_INDEX_URL, when
+    it serves the file: a PyPI mirror; else from the recipe's URL), check its sha256 and unpack it
+    into ``dest`` (nothing outside it: no absolute names, no `..`, no links out, no devices)."""
+    import hashlib
+
+    marker = os.path.join(dest, SDIST_MARKER)
+    if os.path.isfile(marker):
+        with open(marker, encoding="utf-8") as fh:
+            if fh.read().strip() == src["sha256"]:
+                log("source already present at %s (%s, sha256 %s)" % (dest, src["ref"], src["sha256"][:12]))
+                return
+    if os.path.isdir(dest) and os.listdir(dest):
+        fail("%s already holds another source tree: remove it (or give another work folder) to unpack %s"
+             % (dest, src["ref"]))
+    filename = src["ref"]
+    errors = []
+    for url in sdist_urls(src["url"], filename, project, env, log):
+        try:
+            data = download(url, env)
+        except Exception as exc:  # every way a download fails: said, then the next place is tried
+            errors.append("%s: %s" % (url.split("@")[-1], exc))
+            continue
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != src["sha256"]:
+            fail("%s from %s has sha256 %s, not the pinned %s: refusing it (a changed upload, or a proxy"
+                 " answering for the host)" % (filename, url.split("@")[-1], digest, src["sha256"]))
+        log("downloaded %s (%d bytes, sha256 ok) from %s" % (filename, len(data), url.split("@")[-1]))
+        unpack_sdist(data, filename, dest, fail)
+        with open(marker, "w", encoding="utf-8") as fh:
+            fh.write(src["sha256"] + "\n")
+        return
+    fail("cannot download %s: %s" % (filename, "; ".join(errors)[-600:]))
+
+
+def sdist_urls(url, filename, project, env, log):
+    """Where to get ``filename``: the configured index's project page first (a mirror the user
+    set up for a reason), then the recipe's URL."""
+    index = (env.get("PIP_INDEX_URL") or "").strip()
+    urls = []
+    if index and "pypi.org/simple" not in index:
+        page_url = index.rstrip("/") + "/" + wheeltools.project_name(project) + "/"
+        try:
+            page = download(page_url, env, limit=16 << 20).decode("utf-8", "replace")
+            for href in re.findall(r'href=["\']([^"\']+)["\']', page):
+                target = href.split("#", 1)[0]
+                if target.rsplit("/", 1)[-1] == filename:
+                    from urllib.parse import urljoin
+                    urls.append(urljoin(page_url, target.replace("&amp;", "&")))
+                    break
+        except Exception as exc:
+            log("the package index has no page for %s (%s): using %s" % (project, exc, url.split("@")[-1]))
+    urls.append(url)
+    return urls
+
+
+def download(url, env, limit=MAX_SDIST_BYTES):
+    """The body of ``url`` (at most ``limit`` bytes), with the CA bundle the build was given and
+    the user:password of the URL, if any, as basic auth (a private index)."""
+    import base64
+    import ssl
+    import urllib.request
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    headers = {"User-Agent": "imagegen-build"}
+    if parts.username is not None:
+        cred = "%s:%s" % (parts.username, parts.password or "")
+        headers["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
+        host = parts.hostname + (":%d" % parts.port if parts.port else "")
+        url = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    elif env.get("NETRC") and os.path.isfile(env["NETRC"]):  # the netrc secret, as pip and git use it
+        import netrc
+        try:
+            found = netrc.netrc(env["NETRC"]).authenticators(parts.hostname or "")
+        except (netrc.NetrcParseError, OSError):
+            found = None
+        if found:
+            cred = "%s:%s" % (found[0] or "", found[2] or "")
+            headers["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
+    cafile = env.get("PIP_CERT") or env.get("SSL_CERT_FILE")
+    context = ssl.create_default_context(cafile=cafile if cafile and os.path.isfile(cafile) else None)
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=120, context=context) as resp:
+        data = resp.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError("larger than %d bytes" % limit)
+    return data
+
+
+def unpack_sdist(data, filename, dest, fail):
+    """Unpack the archive into ``dest``, dropping its one top-level folder (name-version/)."""
+    import io
+    import shutil
+    import tarfile
+    import tempfile
+    import zipfile
+
+    parent = os.path.dirname(os.path.abspath(dest))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".sdist-", dir=parent)
+    try:
+        if filename.endswith(".zip"):
+            with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                infos = zf.infolist()
+                _bounded(filename, len(infos), sum(i.file_size for i in infos), fail)
+                for info in infos:
+                    _safe_member(info.filename, filename, fail)
+                    if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                        fail("%s: %s is a symlink: an sdist is refused when it holds links" % (filename, info.filename))
+                zf.extractall(tmp)
+        else:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tf:
+                members = tf.getmembers()
+                _bounded(filename, len(members), sum(m.size for m in members), fail)
+                for m in members:
+                    _safe_member(m.name, filename, fail)
+                    if not (m.isfile() or m.isdir()):
+                        fail("%s: %s is not a plain file or folder (a link or device): refused" % (filename, m.name))
+                if hasattr(tarfile, "data_filter"):
+                    tf.extractall(tmp, members=members, filter="data")
+                else:
+                    tf.extractall(tmp, members=members)
+        entries = os.listdir(tmp)
+        top = os.path.join(tmp, entries[0]) if len(entries) == 1 and os.path.isdir(os.path.join(tmp, entries[0])) else tmp
+        if os.path.isdir(dest):
+            os.rmdir(dest)  # empty: checked by the caller
+        shutil.move(top, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bounded(archive, members, size, fail):
+    if members > MAX_MEMBERS or size > MAX_UNPACKED_BYTES:
+        fail("%s: %d members, %d bytes once unpacked: more than an sdist holds (at most %d members, %d bytes):"
+             " refused" % (archive, members, size, MAX_MEMBERS, MAX_UNPACKED_BYTES))
+
+
+def _safe_member(name, archive, fail):
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":"):
+        fail("%s: member %r would land outside the source folder: refused" % (archive, name[:200]))
