@@ -364,3 +364,20 @@ def test_a_zip_sdist_and_a_folder_holding_another_tree(tmp_path):
         refused = fetch(tmp_path, server.url + "/demo-1.0.zip", sha(data), filename="demo-1.0.zip", src=other)
     assert refused.returncode != 0 and "already holds another source tree" in refused.stderr
     assert (other / "keep.txt").read_text() == "the user's"
+
+
+def test_an_archive_larger_unpacked_than_an_sdist_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    # A compressed bomb: the members' sizes add up past the bound (here lowered to 1 MiB; 8 GiB in a build).
+    sys.path.insert(0, str(ROOT / "imagegen" / "shipped" / "builder"))
+    import imagegen_sdist
+
+    monkeypatch.setattr(imagegen_sdist, "MAX_UNPACKED_BYTES", 1 << 20)
+    data = tar_gz({"setup.py": b"x", "big.bin": b"\0" * (2 << 20)})
+    assert len(data) < 1 << 20  # small as downloaded
+
+    def fail(msg):
+        raise RuntimeError(msg)
+
+    with pytest.raises(RuntimeError, match=r"demo-1.0.tar.gz: 2 members, 2097153 bytes once unpacked: more than an sdist"):
+        imagegen_sdist.unpack_sdist(data, "demo-1.0.tar.gz", str(tmp_path / "src"), fail)
+    assert not (tmp_path / "src").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".sdist-")]
