@@ -108,8 +108,8 @@ def write_scripts(folder: Path, within: Path | None = None) -> list[Path]:
 # imagegen_toolchain.py first: the torch layer is made from it alone (the Dockerfile's first COPY).
 BUILDER_FILES = ("imagegen_toolchain.py", "imagegen_build.py", "imagegen_fetch.py", "imagegen_sdist.py",
                  "imagegen_buildenv.py", "imagegen_supervise.py", "imagegen_ccache.py", "imagegen_resume.py",
-                 "imagegen_records.py", "imagegen_check.py", "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py",
-                 "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py",
+                 "imagegen_records.py", "imagegen_check.py", "imagegen_rules.py", "imagegen_wheeltools.py",
+                 "imagegen_audit.py", "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py",
                  "imagegen_audit_includes.py")
 
 

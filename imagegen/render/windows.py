@@ -257,8 +257,8 @@ def render_script(shell: str, recipe: Recipe, version: RecipeVersion, cells: lis
     if shell not in SHELLS:
         raise UnsafeValueError(f"--shell {shell!r}: use cmd or powershell")
     if recipe.source_kind not in ("git", "sdist", "local"):
-        raise UnsafeValueError(f"a Windows script builds a git or sdist source or a local tree, not a {recipe.source_kind}"
-                               " source")
+        raise UnsafeValueError("a Windows script builds a git or sdist source or a local tree,"
+                               f" not a {recipe.source_kind} source")
     if not cells:
         raise CompatError(f"no cell of {recipe.name} {version.version} to build")
     if python_exe is not None and len(cells) > 1:

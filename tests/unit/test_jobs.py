@@ -417,7 +417,8 @@ def test_natten_reduced_build_what_ran_at_once_and_the_recipes_figure():
     assert 0.9 * measured <= s.peak_gb <= 1.25 * measured
 
 
-@pytest.mark.parametrize("run, files, label", [("2026-12-01-natten-2d", 104, "na2d"), ("2026-12-01-natten-3d", 71, "na3d causal")])
+@pytest.mark.parametrize("run, files, label", [("2026-12-01-natten-2d", 104, "na2d"),
+                                               ("2026-12-01-natten-3d", 71, "na3d causal")])
 def test_natten_2d_and_3d_reduced_builds_what_ran_at_once_and_the_recipes_figure(run, files, label):
     # NATTEN 0.21.6 for 9.0 on an H200 (docs/gpu-results/2026-12-01-natten-2d and -3d), each reduced by a proof-only
     # patch to one rank's kernels with the causal masks its gpu_check case runs (2-D: two, 3-D: one), files of the
