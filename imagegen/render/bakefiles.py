@@ -14,6 +14,7 @@ from imagegen import __version__, outputs
 from imagegen.errors import EngineError, UsageError
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.cell import MatrixRequest, Plan
+from imagegen.model.recipes import fetched_from
 from imagegen.plan.matrix import defaults, expand
 from imagegen.render.bake import COMPILE_CACHE_SECRET, VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
 
@@ -97,7 +98,9 @@ def _same(path: Path, text: str) -> bool:
 def repo_plan(cat) -> Plan:
     d = defaults()["repo"]
     return expand(MatrixRequest(
-        recipes=[(r, r.version(None)) for r in (cat.recipes[n] for n in cat.names())],
+        # each recipe at its default version, fetched as a build fetches it (a version pinned by its sdist alone:
+        # from that sdist, not from a git ref it does not have)
+        recipes=[fetched_from(r, r.version(None), None) for r in (cat.recipes[n] for n in cat.names())],
         torch=d["torch"], cuda=d["cuda"], python=d["python"], archs=[parse_arch_list(d["arch"])],
         flavor=d["flavor"],
     ))

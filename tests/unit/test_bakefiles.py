@@ -110,3 +110,27 @@ def test_round_trip_check_catches_what_buildx_would_drop_or_change():
         validate_round_trip(meant, {"target": {}})
     with pytest.raises(EngineError, match="changed group"):
         validate_round_trip(meant, {**printed, "group": {"default": {"targets": []}}})
+
+
+def test_the_repository_matrix_takes_a_default_pinned_by_its_sdist_alone_from_that_sdist(tmp_path):
+    # A recipe whose default version has no git ref (a release newer than the git mirror, as flash-attn
+    # 2.8.3.post2 is): the committed matrix builds it from its sdist, as `imagegen build` does; it rendered
+    # a git source with an empty ref before.
+    (tmp_path / "demo.yaml").write_text("""\
+schema: 1
+name: demo
+source: {git: https://example.com/demo.git}
+default_version: "1.1"
+versions:
+  "1.1":
+    archs: ["8.0", "9.0", "12.0"]
+    sdist: {url: https://files.example.org/packages/demo-1.1.tar.gz, sha256: "%s"}
+arch: {env: TORCH_CUDA_ARCH_LIST, style: torch, ptx: honoured}
+smoke: {imports: [demo]}
+""" % ("ab" * 32))
+    plan = bakefiles.repo_plan(load_catalogue((tmp_path,)))
+    cells = [c for c in plan.buildable if c.recipe.name == "demo"]
+    assert cells and all(c.recipe.source_kind == "sdist" for c in cells)
+    assert {c.recipe.source_url for c in cells} == {"https://files.example.org/packages/demo-1.1.tar.gz"}
+    others = [c for c in plan.buildable if c.recipe.name != "demo"]
+    assert others and all(c.recipe.source_kind == "git" for c in others)  # the catalogue's defaults: their git pins
