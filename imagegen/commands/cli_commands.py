@@ -263,10 +263,14 @@ PULL = Command("pull", "images.cmd_pull", "pull prebuilt builder images and run 
     COMMON,
 ))
 
-LOCK = Command("lock", "images.cmd_lock", "pin every base image of a matrix to its registry digest", (
+LOCK = Command("lock", "images.cmd_lock", "pin every base image (and pushed builder image) of a matrix to its"
+               " registry digest", (
     "Resolve the base image of every buildable cell to the digest its registry serves now and write the lock"
-    " file; render, bake, build and pull then use FROM image@sha256:..., so a moved tag cannot change a build."),
-    (MATRIX, COMMON))
+    " file; render, bake, build and pull then use FROM image@sha256:..., so a moved tag cannot change a build."
+    " With a registry (--registry, else the config's registry), each cell's builder image there is pinned too,"
+    " read from its manifest without pulling it (one not pushed yet is said and left out); pull then uses"
+    " that digest."),
+    (MATRIX, REGISTRY, COMMON))
 
 COLLECT = Command("collect", "collecting.cmd_collect", "verify and record the wheels a builder image exported"
                   " (docker buildx bake, docker run -v OUT:/out)", (

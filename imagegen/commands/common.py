@@ -68,7 +68,8 @@ def registry(opts: options.Options) -> str:
 
     value = opts.registry
     if not value:
-        raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE or set registry in imagegen.toml")
+        raise UsageError("no registry: pass --registry HOST[:PORT]/NAMESPACE, or set it once for the project:"
+                         " registry = \"ghcr.io/myteam\" under [tool.imagegen] in pyproject.toml (or in imagegen.toml)")
     return validate_registry(value)
 
 

@@ -61,18 +61,24 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
-    from imagegen.plan.registry import lock_bases
+    from imagegen.plan.registry import lock_bases, lock_builders, validate_registry
 
     config = common.config(args)
     cat = common.catalogue(args, config)
-    plan = request.planned(common.resolved(args, config), cat)  # the tags, unpinned; one cell per platform: each pulls its own variant
+    opts = common.resolved(args, config)
+    # Where the team's builder images are (--registry, else the config's registry): their digests too.
+    registry = validate_registry(opts.registry) if opts.registry else None
+    plan = request.planned(opts, cat)  # the tags, unpinned; one cell per platform: each pulls its own variant
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build (imagegen plan explains each)")
     from imagegen.outputs import resolve_target
 
     lock = common.lock(args)
     resolve_target(lock.path, "lock file")  # a device or folder: refused before any pull
-    lock = lock_bases(plan, lock, say=lambda m: print(m, file=sys.stderr))
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    lock = lock_bases(plan, lock, say=say)
+    if registry is not None:
+        lock = lock_builders(plan, registry, lock, say=say)
     lock.save()
     print(f"wrote {lock.path}: {len(lock.base_images)} base image(s), {len(lock.builder_images)} builder image(s)")
     return 0

@@ -30,7 +30,8 @@ from imagegen.executors import gpu_access
 from imagegen.executors.bake_run import bake_data, bake_variables, netrc_secret, new_run_dir
 from imagegen.model import jobs
 from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
-from imagegen.plan.registry import ImageMissing, Lock, RegistryError, explain, image_labels, image_ref, registry_host
+from imagegen.plan.registry import (ImageMissing, Lock, RegistryError, builder_inputs, explain, image_labels, image_ref,
+                                    registry_host)
 from imagegen.render.bake import absolute_contexts, build_definition, to_json
 from imagegen.render.dockerfile import cell_document, inputs_hash
 from imagegen.model.cell import CellResult, Finisher
@@ -44,16 +45,6 @@ CCACHE_VOLUME = "imagegen-ccache"
 
 def say_on_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def builder_inputs(cell: Cell) -> str:
-    """What decides a builder image's content: the cell document (no arch) and the base image."""
-    import hashlib
-
-    doc = cell_document(cell)
-    payload = json.dumps({"cell": doc, "base": cell.base.ref if cell.base else None, "imagegen": __version__},
-                         sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def bake_builders(cells: list[Cell], registry: str, *, work: Path, push: bool, ca_bundle: str | None,

@@ -4,7 +4,7 @@ Example::
 
     [tool.imagegen]
     out = "wheelhouse"
-    registry = "127.0.0.1:5000/ml"
+    registry = "ghcr.io/myteam"      # the team's builder images: imagegen push / pull / lock, ci github --push-builders
     recipe-dirs = ["recipes"]
     flavor = "runpod"
 
@@ -29,6 +29,7 @@ from imagegen.errors import ConfigError, ImagegenError, UsageError
 from imagegen.model import compat
 from imagegen.model.base_images import container_flavors
 from imagegen.model.layout import validate_layout
+from imagegen.plan.registry import REGISTRY
 
 MAX_CONFIG_BYTES = safety.MAX_TOML_BYTES
 
@@ -128,9 +129,11 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
             base[key] = ",".join(images)
         else:
             base = ",".join(images)
-    registry = section.get("registry")
-    if registry is not None and (not isinstance(registry, str) or not safety.IMAGE_REF.fullmatch(registry)):
-        raise ConfigError(f"{where}.registry: {registry!r} is not a registry/namespace like 127.0.0.1:5000/ml")
+    registry = section.get("registry")  # where the team's builder images are: push, pull, lock, ci github
+    if registry is not None and (not isinstance(registry, str) or not REGISTRY.fullmatch(registry)):
+        shown = repr(safety.redact(registry) if isinstance(registry, str) else registry)
+        raise ConfigError(f"{where}.registry: {shown:.120} is not a registry/namespace like ghcr.io/myteam or"
+                          " 127.0.0.1:5000/ml (HOST[:PORT]/NAMESPACE, lower case)")
     index = section.get("torch-index-url")
     if index is not None and (not isinstance(index, str) or not safety.URL.fullmatch(index)):
         raise ConfigError(f"{where}.torch-index-url: {index!r} is not an http(s) URL")

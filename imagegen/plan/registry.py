@@ -46,15 +46,38 @@ def validate_registry(value: str) -> str:
     return value
 
 
-def image_ref(cell: Cell, registry: str) -> str:
-    """The builder image of ``cell`` in ``registry`` (``host[:port]/namespace``)."""
-    validate_registry(registry)
+# A builder image's name below the registry/namespace, as image_name writes it (the bake file's label
+# io.imagegen.builder, which the CI workflow's push step puts after its registry).
+IMAGE_NAME = re.compile(r"imagegen-[a-z0-9]+(?:[._-][a-z0-9]+)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def image_name(cell: Cell) -> str:
+    """The builder image of ``cell`` below any registry: ``imagegen-<recipe>:<tag>``."""
     flavor = "" if cell.flavor == defaults()["flavor"] else f"-{cell.flavor}"
     version = re.sub(r"[^A-Za-z0-9_.-]", "_", cell.version.version)
     platform = "" if cell.platform == DEFAULT_PLATFORM else "-" + cell.platform.split("/")[-1]
     tag = f"{version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}{flavor}{platform}"
-    ref = f"{registry}/imagegen-{cell.recipe.name}:{tag}"
-    return safety.validate(ref, safety.IMAGE_REF, "builder image reference")
+    return safety.validate(f"imagegen-{cell.recipe.name}:{tag}", IMAGE_NAME, "builder image name")
+
+
+def image_ref(cell: Cell, registry: str) -> str:
+    """The builder image of ``cell`` in ``registry`` (``host[:port]/namespace``)."""
+    validate_registry(registry)
+    return safety.validate(f"{registry}/{image_name(cell)}", safety.IMAGE_REF, "builder image reference")
+
+
+def builder_inputs(cell: Cell) -> str:
+    """What decides a builder image's content: the cell document (no arch) and the base image (its label
+    io.imagegen.inputs, whether `imagegen push` or the CI workflow's push step pushed it)."""
+    import hashlib
+
+    from imagegen import __version__
+    from imagegen.render.dockerfile import cell_document
+
+    doc = cell_document(cell)
+    payload = json.dumps({"cell": doc, "base": cell.base.ref if cell.base else None, "imagegen": __version__},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def image_labels(cell: Cell, inputs: str, created: str, version: str) -> dict[str, str]:
@@ -304,6 +327,54 @@ def repo_digest(ref: str) -> str | None:
         if name == repo and _DIGEST.fullmatch(digest):
             return digest
     return None
+
+
+def remote_digest(ref: str) -> str:
+    """The digest the registry serves for ``ref`` now, read from its manifest without pulling the image
+    (a builder image is gigabytes): the same digest `docker pull` reports and `imagegen push` records.
+    Raises ImageMissing or RegistryError."""
+    host = registry_host(ref)
+    try:
+        proc = docker("buildx", "imagetools", "inspect", ref, "--format", "{{json .Manifest}}", timeout=300)
+    except subprocess.TimeoutExpired:
+        raise RegistryError(f"registry {host} did not answer for {ref} within 300 s: check the address and that it"
+                            " is running") from None
+    if proc.returncode != 0:
+        text = (proc.stderr or proc.stdout or "").strip()
+        last = text.splitlines()[-1] if text else "no output"
+        low = text.lower()
+        # buildx words a refused login "pull access denied, repository does not exist or may require
+        # authorization: ...": credentials, not a missing image
+        if "no basic auth credentials" in low or "authorization failed" in low or "unauthorized" in low \
+                or _HTTP_401.search(low):
+            raise RegistryError(f"{host} refused the credentials for {ref}: run `docker login {host}` with a valid"
+                                f" user and password ({last[-160:]})")
+        if low.endswith(": not found") or "manifest unknown" in low:
+            raise ImageMissing(f"{ref} is not in the registry (push it with imagegen push)")
+        raise explain(text, ref, host)
+    try:
+        digest = json.loads(proc.stdout).get("digest")
+    except (ValueError, AttributeError):
+        digest = None
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise RegistryError(f"{ref}: the registry's answer names no sha256 digest")
+    return digest
+
+
+def lock_builders(plan: Plan, registry: str, lock: Lock, say=print) -> Lock:
+    """Pin the builder image of every buildable cell of ``plan`` in ``registry`` to the digest the registry
+    serves now (remote_digest: nothing is pulled). An image not pushed yet is said and left as the lock
+    has it; wrong credentials or an unreachable registry stop."""
+    for ref in dict.fromkeys(image_ref(c, registry) for c in plan.buildable):
+        try:
+            digest = remote_digest(ref)
+        except ImageMissing:
+            say(f"{ref} is not in the registry yet: not pinned (imagegen push, or the CI workflow's"
+                " --push-builders, publishes it)")
+            continue
+        lock.builder_images[ref] = pinned(ref, digest)
+        say(f"{ref} -> {digest}")
+    return lock
 
 
 def image_exists(ref: str) -> bool:

@@ -109,6 +109,13 @@ def test_lists_accept_a_single_value_and_numbers(tmp_path):
     ('base-image = "FROM x\\nRUN id"\n', "tool.imagegen.base-image: "),
     ("base-image = 5\n", "tool.imagegen.base-image: 5 is not an image reference"),
     ('registry = "my registry"\n', "tool.imagegen.registry: 'my registry' is not a registry/namespace"),
+    # the team's builder images: HOST[:PORT]/NAMESPACE in lower case, as image references need it
+    ('registry = "GHCR.io/MyTeam"\n', "tool.imagegen.registry: 'GHCR.io/MyTeam' is not a registry/namespace like"),
+    ('registry = "ghcr.io"\n', "tool.imagegen.registry: 'ghcr.io' is not a registry/namespace"),
+    ('registry = "ghcr.io/team/img:1"\n', "(HOST[:PORT]/NAMESPACE, lower case)"),
+    ('registry = "https://ghcr.io/team"\n', "tool.imagegen.registry: 'https://ghcr.io/team' is not"),
+    ('registry = "ghcr.io/team\\n  evil: 1"\n', "tool.imagegen.registry: 'ghcr.io/team\\n"),
+    ("registry = 5000\n", "tool.imagegen.registry: 5000 is not a registry/namespace"),
     ('torch-index-url = "ftp://x/y"\n', "tool.imagegen.torch-index-url: 'ftp://x/y' is not an http(s) URL"),
     ("out = 5\n", "tool.imagegen.out: expected a folder's path"),
     ("matrix = 5\n", "tool.imagegen.matrix: must be a table"),
@@ -195,3 +202,14 @@ def test_a_nul_in_a_config_out_is_exit_2_from_the_cli(tmp_path, monkeypatch, cap
     assert cli.main(["render", "sage"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error" not in err and "out: expected a folder's path" in err
+
+
+def test_one_line_of_config_names_the_team_registry(tmp_path):
+    # What a teammate's `imagegen pull sage --arch 12.0+PTX` reads instead of --registry (a flag still wins:
+    # tests/unit/test_options.py); a credential in it is refused without being shown.
+    path = write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n\n[tool.imagegen]\nregistry = "ghcr.io/myteam"\n')
+    assert load_config(search_from=tmp_path).registry == "ghcr.io/myteam"
+    write(path, '[tool.imagegen]\nregistry = "me:ghp_abcdefghijklmnopqrstuvwxyz0123456789@ghcr.io/myteam"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in str(info.value) and "\n" not in str(info.value)

@@ -17,12 +17,15 @@ from imagegen.model.cell import Plan
 from imagegen.plan.matrix import make_cell
 from imagegen.errors import NoPlatformImage
 from imagegen.plan.registry import (
+    IMAGE_NAME,
     ImageMissing,
     Lock,
     RegistryError,
     explain,
     image_labels,
+    image_name,
     image_ref,
+    lock_builders,
     pinned,
     validate_registry,
 )
@@ -173,3 +176,67 @@ def test_an_arm64_builder_image_has_a_tag_of_its_own():
 def test_an_image_without_the_platform_is_one_line_naming_it(said):
     err = explain(said, "r:5000/x/base:1", "r:5000", "linux/arm64")
     assert type(err) is NoPlatformImage and err.exit_code == RegistryError.exit_code and str(err).startswith("r:5000/x/base:1 has no linux/arm64 image (")
+
+
+# --------------------------------------------------------------------------------------------
+# The builder image's name below a registry, and `imagegen lock`'s builder digests
+
+
+def test_the_name_below_the_registry_is_what_the_reference_ends_with():
+    for c in (cell(), cell(flavor="cuda"), cell("block-sparse-attn", python="3.11")):
+        assert image_ref(c, "ghcr.io/myteam") == f"ghcr.io/myteam/{image_name(c)}"
+    assert image_name(cell()) == "imagegen-sageattention:2.2.0-torch2.8-cu128-py312"
+    assert IMAGE_NAME.fullmatch(image_name(cell())) and not IMAGE_NAME.fullmatch("imagegen-x:1\nevil: 1")
+
+
+class FakeDocker:
+    """`docker buildx imagetools inspect REF --format {{json .Manifest}}` as buildx 0.13 answers, per reference."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, *args, timeout=None):
+        import subprocess
+
+        self.calls.append(args)
+        assert args[:3] == ("buildx", "imagetools", "inspect") and args[4:] == ("--format", "{{json .Manifest}}")
+        code, out, err = self.answers[args[3]]
+        return subprocess.CompletedProcess(["docker", *args], code, out, err)
+
+
+MANIFEST = json.dumps({"mediaType": "application/vnd.oci.image.index.v1+json", "digest": DIGEST, "size": 856})
+
+
+def test_lock_pins_each_pushed_builder_image_and_says_which_are_not_pushed(monkeypatch, tmp_path):
+    from imagegen.plan import registry as reg
+
+    pushed, missing = cell(), cell(python="3.11")
+    refs = [image_ref(c, "127.0.0.1:5000/ml") for c in (pushed, missing)]
+    fake = FakeDocker({refs[0]: (0, MANIFEST, ""), refs[1]: (1, "", f"ERROR: {refs[1]}: not found\n")})
+    monkeypatch.setattr(reg, "docker", fake)
+    lock, said = Lock(tmp_path / "imagegen.lock"), []
+    lock_builders(Plan(cells=[pushed, missing, pushed]), "127.0.0.1:5000/ml", lock, say=said.append)
+    assert lock.builder_images == {refs[0]: f"{refs[0]}@{DIGEST}"}
+    assert said == [f"{refs[0]} -> {DIGEST}", f"{refs[1]} is not in the registry yet: not pinned (imagegen push, or the"
+                    " CI workflow's --push-builders, publishes it)"]
+    assert len(fake.calls) == 2  # one question per image, nothing pulled
+
+
+@pytest.mark.parametrize("code, out, err, kind, words", [
+    (1, "", "ERROR: pull access denied, repository does not exist or may require authorization: authorization failed:"
+     " no basic auth credentials\n", RegistryError, "refused the credentials for"),
+    (1, "", "ERROR: failed to do request: Head \"https://r.example/v2/ml/x/manifests/1\": dial tcp: lookup r.example:"
+     " no such host\n", RegistryError, "is not reachable"),
+    (1, "", "ERROR: r.example/ml/x:1: not found\n", ImageMissing, "is not in the registry"),
+    (0, "{}", "", RegistryError, "names no sha256 digest"),
+    (0, "not json", "", RegistryError, "names no sha256 digest"),
+])
+def test_the_registry_digest_without_a_pull_and_its_failures_in_one_line(monkeypatch, code, out, err, kind, words):
+    from imagegen.plan import registry as reg
+
+    monkeypatch.setattr(reg, "docker", FakeDocker({"r.example/ml/x:1": (code, out, err)}))
+    with pytest.raises(kind) as info:
+        reg.remote_digest("r.example/ml/x:1")
+    assert words in str(info.value) and "\n" not in str(info.value)
+    if kind is not ImageMissing:
+        assert not isinstance(info.value, ImageMissing)
