@@ -95,7 +95,8 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "ad5c942af0fe4b74"
+    "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.8-cu128-py312"
+    "io.imagegen.inputs" = "fc6b32afcd93c785"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -118,7 +119,8 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/block-sparse-attn-0.0.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "f9da671fa092906f"
+    "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.9-cu128-py312"
+    "io.imagegen.inputs" = "54d01f57d997ffdb"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -141,7 +143,8 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "5995396f260752c4"
+    "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.8-cu128-py312"
+    "io.imagegen.inputs" = "5b154e40d1a1b56f"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -164,7 +167,8 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/causal-conv1d-1.6.1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "6040ab54b74bde8c"
+    "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.9-cu128-py312"
+    "io.imagegen.inputs" = "afac3c68ca820b20"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -187,7 +191,8 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "d600497012694b3e"
+    "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.8-cu128-py312"
+    "io.imagegen.inputs" = "ee5654cbc8bd3344"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -210,7 +215,8 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/flash-attn-2.8.3/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "beff4336b72da865"
+    "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.9-cu128-py312"
+    "io.imagegen.inputs" = "5fcb2e9303ec042c"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -233,7 +239,8 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "843438a09b4d7fd4"
+    "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312"
+    "io.imagegen.inputs" = "32efd8677946ae61"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -256,7 +263,8 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/mamba-ssm-2.3.2.post1/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "a5c806a75b48fd35"
+    "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.9-cu128-py312"
+    "io.imagegen.inputs" = "496361a636cbec37"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -279,7 +287,8 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "b843c1e1534c6d63"
+    "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.8-cu128-py312"
+    "io.imagegen.inputs" = "be51fbcae5925445"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -300,7 +309,8 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/natten-0.21.6/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "09dac01ad0a0719d"
+    "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.9-cu128-py312"
+    "io.imagegen.inputs" = "9e33fcd7375d21bd"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -321,7 +331,8 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.8/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
-    "io.imagegen.inputs" = "45b933826b2cc611"
+    "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.8-cu128-py312"
+    "io.imagegen.inputs" = "ba4314a9343fd5fb"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }
@@ -344,7 +355,8 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   output = ["type=local,dest=wheelhouse/sageattention-2.2.0/torch2.9/cu128"]
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
-    "io.imagegen.inputs" = "c9395a6608df029a"
+    "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.9-cu128-py312"
+    "io.imagegen.inputs" = "2a958c6070217d92"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }

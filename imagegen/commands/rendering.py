@@ -35,10 +35,13 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.output not in (None, "-"):
         # The build steps beside it, where the Dockerfile's imagegen-scripts stage copies them from (a plain
         # `docker build .` of this folder); bake and build name a context of that name instead.
-        from imagegen.render.dockerfile import SCRIPTS_CONTEXT, write_scripts
-        folder = Path(args.output).parent / SCRIPTS_CONTEXT  # beside the name given (a symlink's too)
-        write_scripts(folder, within=Path(args.output).parent)
-        print(f"wrote {args.output} and {folder}/: {cell.describe()} on {cell.base.ref}", file=sys.stderr)
+        from imagegen.render.dockerfile import SCRIPTS_CONTEXT, write_files, write_scripts
+        here = Path(args.output).parent  # beside the name given (a symlink's too)
+        write_scripts(here / SCRIPTS_CONTEXT, within=here)
+        write_files(rendered.files, here)
+        cell_dir = next(iter(rendered.files)).split("/")[0]
+        print(f"wrote {args.output}, {here / SCRIPTS_CONTEXT}/ and {here / cell_dir}/: {cell.describe()} on {cell.base.ref}",
+              file=sys.stderr)
     return 0
 
 

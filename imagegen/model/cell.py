@@ -198,6 +198,8 @@ class MatrixRequest:
     flavor_given: bool = True
     # A Windows script's cells (render --shell, ci github --windows): compiled on that host, no image.
     windows: WindowsHost | None = None
+    # The --platform values: a fallback flavor must build on each of them.
+    platforms: Sequence[str] = ()
 
 
 @dataclass

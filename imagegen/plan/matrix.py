@@ -35,7 +35,7 @@ from imagegen.model.arch_rules import nvcc_problems
 from imagegen.model.base_images import BaseImage
 from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.layout import DEFAULT_LAYOUT
-from imagegen.model.cell import BUILDABLE, REJECTED, SKIPPED, WINDOWS_BASE_REF, Cell, HostToolchain, MatrixRequest, Plan, WindowsHost
+from imagegen.model.cell import BUILDABLE, DEFAULT_PLATFORM, REJECTED, SKIPPED, WINDOWS_BASE_REF, Cell, HostToolchain, MatrixRequest, Plan, WindowsHost
 from imagegen.model.recipes import Recipe, RecipeVersion
 
 
@@ -259,7 +259,8 @@ def expand(req: MatrixRequest) -> Plan:
         for py in pythons:
             cell = choose_cell(recipe, version, archs, torch=torch, cuda=cuda, python=py, flavor=req.flavor,
                                base_image=req.base_image, torch_index_override=req.torch_index_override,
-                               flavor_given=req.flavor_given, strict=False, windows=req.windows)
+                               flavor_given=req.flavor_given, strict=False, windows=req.windows,
+                               platforms=req.platforms)
             key = (cell.torch_version, cell.cuda.name, cell.flavor)
             if cell.buildable and recipe.abi3:
                 if key in built_for:
@@ -348,7 +349,7 @@ def fallback_flavors(flavor: str, flavor_given: bool, base_image) -> list[str]:
 def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torch: str | None, cuda: str | None,
                 python: str | None, flavor: str, base_image: str | dict[str, str] | None = None,
                 torch_index_override: str | None = None, flavor_given: bool = True, strict: bool = True,
-                windows: WindowsHost | None = None) -> Cell:
+                windows: WindowsHost | None = None, platforms: Sequence[str] = ()) -> Cell:
     """The one cell of what was given, the axes not given filled by imagegen's one default policy
     (resources/defaults.yaml): the newest torch series the recipe version can build (its newest
     release), that series' PyPI default CUDA (else its other variants, newest first), Python 3.12 where
@@ -357,7 +358,8 @@ def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torc
     the values given the same way. The cell's notes say what was passed over and why. Raises
     CompatError with the closest candidate's reasons when nothing can build (``strict``), else returns
     that candidate (rejected). ``windows``: the cell of a Windows script, compiled on that host (no flavor,
-    no image), by the same policy and rules."""
+    no image), by the same policy and rules. ``platforms``: those the cell is planned for beyond linux/amd64
+    (--platform linux/arm64): a fallback flavor is taken only where it can build on each of them."""
     given_series = compat.torch_series(torch) if torch else None
     given_cuda = compat.cuda_variant(cuda) if cuda else None
     given_py = compat.validate_python(python) if python else None
@@ -372,6 +374,11 @@ def choose_cell(recipe: Recipe, version: RecipeVersion, archs: ArchList, *, torc
                              host_base=windows.base(cv, py), fixes=windows.fixes)
             else:
                 cell = _cell(recipe, version, s, tv, cv, py, archs, fl, image_for(base_image, cv), torch_index_override)
+            if cell.buildable and len(flavors) > 1 and any(p != DEFAULT_PLATFORM for p in platforms):
+                from imagegen.plan.platforms import with_platforms
+                elsewhere = [q for c in with_platforms(Plan(cells=[cell]), platforms).cells for q in c.problems]
+                if elsewhere:
+                    cell = replace(cell, problems=tuple(elsewhere), status=REJECTED)
             if cell.buildable:
                 # each reason up to its advice: the cell's own problems say what to do
                 newer = [f"torch {t}: {why.split(': use ')[0]}" for t, why in passed_over.items() if t != tv and not torch]

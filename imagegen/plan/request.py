@@ -116,6 +116,7 @@ def matrix(opts: Options, cat: Catalogue) -> MatrixRequest:
         base_image=opts.base_image,
         torch_index_override=opts.torch_index_url,
         flavor_given=opts.flavor_given,
+        platforms=tuple(opts.platforms),
     )
 
 
@@ -265,7 +266,7 @@ def one_cell(opts: Options, recipe: Recipe, version: RecipeVersion) -> Cell:
     naming why it cannot build."""
     cell = choose_cell(recipe, version, one_arch_list(opts), torch=opts.torch_one, cuda=opts.cuda_one,
                        python=opts.python_one, flavor=opts.flavor, base_image=opts.base_image, torch_index_override=opts.torch_index_url,
-                       flavor_given=opts.flavor_given)
+                       flavor_given=opts.flavor_given, platforms=tuple(opts.platforms))
     if len(opts.platforms) > 1:
         raise UsageError("render makes one cell's Dockerfile: give one --platform (bake and build take several)")
     cell = with_requested_platforms(Plan(cells=[cell]), opts.platforms, cell.flavor).cells[0]

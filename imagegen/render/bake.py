@@ -35,6 +35,7 @@ from imagegen import safety
 from imagegen.model.build_cost import cell_cost
 from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
 from imagegen.plan.matrix import on_fallback
+from imagegen.plan.registry import image_name
 from imagegen.render.dockerfile import SCRIPTS_CONTEXT, CellInputs, builder_files, render_dockerfile
 from imagegen.shipped.builder import imagegen_rules as rules
 
@@ -138,6 +139,7 @@ COMPILE_CACHE_VARIABLE = rules.COMPILE_CACHE_VARIABLE
 # The estimated CPU-hours of a target's compile (imagegen.model.build_cost), where its recipe has a measurement.
 CPU_HOURS_LABEL = "io.imagegen.cpu-hours"
 WALL_HOURS_LABEL = "io.imagegen.wall-hours"  # the least wall time of that compile (the measured build's own)
+BUILDER_LABEL = "io.imagegen.builder"
 
 
 def _target_dict(t: BakeTarget) -> dict:
@@ -149,7 +151,9 @@ def _target_dict(t: BakeTarget) -> dict:
         "args": args,
         "secret": [Interp(f"id=pip_cert,src=${{{CA_VARIABLE}}}"), f"id={COMPILE_CACHE_SECRET},env={COMPILE_CACHE_VARIABLE}"],
         "output": [f"type=local,dest={t.output}"],
-        "labels": {"io.imagegen.cell": t.fallback_of or t.name},
+        # io.imagegen.builder: the cell's builder image below a registry (imagegen-<recipe>:<tag>), as `imagegen
+        # push` names it: what `imagegen ci github --push-builders` pushes the target's builder stage as.
+        "labels": {"io.imagegen.cell": t.fallback_of or t.name, BUILDER_LABEL: image_name(t.cell)},
     }
     if t.inputs:
         d["labels"]["io.imagegen.inputs"] = t.inputs
@@ -194,8 +198,9 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         name = cell.name
         safety.validate(name, _TARGET_NAME, "bake target name")
         path = f"{dockerfiles_dir}/{name}.Dockerfile"
-        rendered = render_dockerfile(cell, command=command, inputs=(inputs or {}).get(name))
+        rendered = render_dockerfile(cell, command=command, inputs=(inputs or {}).get(name), files_dir=name)
         dockerfiles[path] = rendered.dockerfile
+        dockerfiles.update({f"{dockerfiles_dir}/{rel}": text for rel, text in rendered.files.items()})
         out = f"{out_dir}/{cell.wheel_dir}"
         safety.validate(out, safety.LOCAL_PATH, "output folder")
         contexts = {SCRIPTS_CONTEXT: scripts}
@@ -209,7 +214,9 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         for ref, fallback in zip(fallbacks, names):
             safety.validate(fallback, _TARGET_NAME, "bake target name")
             other = on_fallback(cell, ref, f"when {cell.base.ref} cannot be pulled ({fallback})")
-            dockerfiles[f"{dockerfiles_dir}/{fallback}.Dockerfile"] = render_dockerfile(other, command=command).dockerfile
+            other_rendered = render_dockerfile(other, command=command, files_dir=fallback)
+            dockerfiles[f"{dockerfiles_dir}/{fallback}.Dockerfile"] = other_rendered.dockerfile
+            dockerfiles.update({f"{dockerfiles_dir}/{rel}": text for rel, text in other_rendered.files.items()})
             targets.append(BakeTarget(name=fallback, recipe=cell.recipe.name, context=dockerfiles_dir,
                                       dockerfile=f"{fallback}.Dockerfile", output=out, cell=other, contexts=contexts,
                                       fallback_of=name))

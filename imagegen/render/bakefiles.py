@@ -17,6 +17,7 @@ from imagegen.model.cell import MatrixRequest, Plan
 from imagegen.model.recipes import fetched_from
 from imagegen.plan.matrix import defaults, expand
 from imagegen.render.bake import COMPILE_CACHE_SECRET, VARIABLES, BakeDefinition, build_definition, to_hcl, to_json
+from imagegen.render.dockerfile import SCRIPTS_CONTEXT
 
 
 def atomic_write(path: Path, text: str, what: str = "output file") -> None:
@@ -81,6 +82,7 @@ def write_dockerfiles(definition: BakeDefinition, root: Path, within: Path | Non
         if within is not None:
             outputs.inside(within, p, "Dockerfile")
         if not _same(p, text):
+            p.parent.mkdir(parents=True, exist_ok=True)  # a cell's files folder
             atomic_write(p, text, "Dockerfile")
         written.append(p)
     return written
@@ -127,12 +129,14 @@ def repo_files(cat) -> dict[str, str]:
 
 def write_repo_files(root: Path, cat) -> list[Path]:
     files = repo_files(cat)
-    stale = {p for p in (root / "dockerfiles").glob("*.Dockerfile")} | {p for p in (root / "bake").glob("*.json")}
+    stale = {p for p in (root / "dockerfiles").glob("*.Dockerfile")} | {p for p in (root / "bake").glob("*.json")} \
+        | {p for p in (root / "dockerfiles").glob("*/**/*") if p.is_file() and SCRIPTS_CONTEXT not in p.parts}
     written = []
     for rel, text in files.items():
         p = root / rel
         stale.discard(p)
         if not _same(p, text):
+            p.parent.mkdir(parents=True, exist_ok=True)  # a cell's files folder
             atomic_write(p, text)
             written.append(p)
     for p in stale:  # a cell that left the matrix leaves no orphan file behind

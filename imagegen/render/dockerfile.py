@@ -104,6 +104,24 @@ def write_scripts(folder: Path, within: Path | None = None) -> list[Path]:
     return written
 
 
+def write_files(files: dict[str, str], folder: Path) -> list[Path]:
+    """A rendered cell's files (Rendered.files) under ``folder``, atomically each, none through a link
+    that leads out of it."""
+    from imagegen.outputs import inside, write_text_atomic
+
+    written = []
+    for rel, text in files.items():
+        path = folder / rel
+        inside(folder, path, "cell file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{path.parent}: cannot write: {exc.strerror or exc.__class__.__name__}") from None
+        write_text_atomic(path, text)
+        written.append(path)
+    return written
+
+
 # The modules shipped beside the in-build script (imagegen_build.py's docstring says what each is for).
 # imagegen_toolchain.py first: the torch layer is made from it alone (the Dockerfile's first COPY).
 BUILDER_FILES = ("imagegen_toolchain.py", "imagegen_build.py", "imagegen_fetch.py", "imagegen_sdist.py",
@@ -138,6 +156,28 @@ class Rendered:
     dockerfile: str
     cell_json: dict
     inputs_hash: str
+    # The cell's files the Dockerfile copies from its build context, by path relative to the Dockerfile's
+    # folder: <files_dir>/cell.json and each patch as <files_dir>/patches/<name> (render -o and bake write them).
+    files: dict[str, str]
+
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+
+
+def context_files(doc: dict, files_dir: str) -> dict[str, str]:
+    """The cell document as the files a Dockerfile copies: cell.json (indented, one key a line) with each
+    patch named by its file, and the patches themselves, so a person reads them beside the Dockerfile."""
+    safety.validate(files_dir, _FILE_NAME, "cell files folder")
+    files = {}
+    patches = []
+    for patch in doc["patches"]:
+        name = patch["name"]
+        if not _FILE_NAME.fullmatch(name):
+            raise UnsafeValueError(f"patch name {name[:60]!r} cannot be a file name in the build context")
+        files[f"{files_dir}/patches/{name}"] = patch["text"]
+        patches.append({"name": name, "reason": patch["reason"], "file": f"patches/{name}"})
+    body = json.dumps({**doc, "patches": patches}, ensure_ascii=True, sort_keys=True, indent=2)
+    return {f"{files_dir}/cell.json": body + "\n", **files}
 
 
 def source_document(recipe: Recipe, version: RecipeVersion) -> dict:
@@ -323,10 +363,18 @@ def _json_line(doc: dict) -> str:
     return text
 
 
+def _json_lines(doc: dict) -> str:
+    """``doc`` as JSON with one top-level key a line (ASCII, keys sorted: the same document gives the same
+    bytes, so the same layer), short enough to read in a heredoc."""
+    items = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=True, sort_keys=True)}" for k, v in sorted(doc.items())]
+    return "{\n" + ",\n".join(items) + "\n}"
+
+
 def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = False,
-                      inputs: CellInputs | None = None) -> Rendered:
+                      inputs: CellInputs | None = None, files_dir: str | None = None) -> Rendered:
     """The builder Dockerfile of ``cell``. ``stdout``: it goes to stdout, with no scripts folder beside it
-    (its header says what it needs to build). ``inputs``: the cell's, where the caller has them already."""
+    (its header says what it needs to build). ``inputs``: the cell's, where the caller has them already.
+    ``files_dir``: the folder of the cell's files beside the Dockerfile (default: the cell's name)."""
     if not cell.buildable or cell.base is None:
         raise UnsafeValueError("internal: render_dockerfile needs a buildable cell")
     base = cell.base
@@ -334,18 +382,25 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
     safety.validate(base.python, safety.IMAGE_PATH, "Python path")
     inputs = inputs or cell_inputs(cell)
     doc, digest = inputs.document, inputs.inputs_hash
-    cell_json = _json_line(doc)
-    toolchain_json = _json_line(toolchain_document(doc))
+    files_dir = files_dir or cell.name
+    files = context_files(doc, files_dir)
+    toolchain_json = _json_lines(toolchain_document(doc))
     apt, dnf, recipe_apt, recipe_dnf = _packages(cell)
     recipe = cell.recipe
     if recipe.source_kind == "git":
         source_desc = f"{recipe.source_url} @ {cell.version.ref} ({cell.version.pinned_ref})"
     elif recipe.source_kind == "sdist":
-        source_desc = f"{recipe.source_url} (sha256 {cell.version.sdist.sha256})"
+        source_desc = f"{recipe.source_url}"
     else:
         source_desc = f"local tree {recipe.source_path} (named build context `source`)"
     image_name = f"imagegen-{recipe.name}:{cell.version.version}-torch{cell.torch.series}-{cell.cuda.name}-py{cell.python.replace('.', '')}"
     image_name = image_name.replace("+", "_")
+    build_flags = (f"--platform {cell.platform} " if cell.platform != "linux/amd64" else "") + (
+        f"--build-context source={shlex.quote(str(recipe.source_path))} " if recipe.source_kind == "local" else "")
+    # The build requirements as pip's words (each PEP 508 string quoted for the shell), torch pinned last.
+    build_requires = [shlex.quote(r) for r in [*recipe.build_requires, f"torch=={cell.torch_version}"]]
+    if any("\n" in r or "\r" in r for r in build_requires):
+        raise UnsafeValueError("a build requirement cannot hold a line break")
     gpu_check_json = ""
     if cell.gpu_check_device:
         safety.validate(cell.gpu_check_device, safety.CDI_DEVICE, "--gpu-check-device")
@@ -374,6 +429,10 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
         dnf_packages=[_token(p) for p in dnf],
         recipe_apt_packages=[_token(p) for p in recipe_apt],
         recipe_dnf_packages=[_token(p) for p in recipe_dnf],
+        venv=VENV,
+        files_dir=files_dir,
+        build_flags=_Raw(build_flags),
+        build_requires=[_Raw(r) for r in build_requires],
         toolchain_delimiter=safety.heredoc_delimiter(toolchain_json, "IMAGEGEN_TOOLCHAIN_JSON"),
         toolchain_json=_Raw(toolchain_json),
         scripts_context=SCRIPTS_CONTEXT,
@@ -382,12 +441,10 @@ def render_dockerfile(cell: Cell, *, command: str | None = None, stdout: bool = 
         stdout=stdout,
         jobs_secret=rules.JOBS_SECRET,
         compile_cache_secret=rules.COMPILE_CACHE_SECRET,
-        cell_delimiter=safety.heredoc_delimiter(cell_json, "IMAGEGEN_CELL_JSON"),
-        cell_json=_Raw(cell_json),
         offline=cell.offline,
         net=_Raw("--network=none " if cell.offline else ""),
         gpu_check_json=_Raw(gpu_check_json),
         gpu_check_requires=bool(cell.gpu_check_device and recipe.smoke.check_requires),
         gpu_check_delimiter=safety.heredoc_delimiter(gpu_check_json, "IMAGEGEN_GPU_CHECK_JSON"),
     )
-    return Rendered(cell=cell, dockerfile=text, cell_json=doc, inputs_hash=digest)
+    return Rendered(cell=cell, dockerfile=text, cell_json=doc, inputs_hash=digest, files=files)

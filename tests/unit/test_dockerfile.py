@@ -61,10 +61,13 @@ def check_structure(text: str, cell) -> None:
     cmds = instructions(text)
     assert "# syntax" not in text.split("\n", 1)[0], "a # syntax line needs a registry pull"
     assert not any(line.startswith("# syntax") for line in text.splitlines())
-    # Stages: cell (the cell document), os (the OS packages), fetch (the source, beside the torch
-    # install), base (torch env), builder (base + source, no arch: the pushable builder image),
-    # compile, smoke (install + import in a fresh base), buildlog, and wheels last (what bake
-    # exports): only wheels, taken from the smoke-tested stage.
+    # Read in a minute, like the images it imitates: short lines, no data pasted in.
+    assert max(len(line) for line in text.splitlines()) <= 200
+    assert len(text.splitlines()) <= 160
+    # Stages: os (the OS packages), fetch (the source and each patch, beside the torch install), base
+    # (torch, the build requirements, the source), audit, compile, smoke (install + import in a fresh
+    # base), the CI's resume stages, buildlog, wheels (what bake exports: only wheels, from the
+    # smoke-tested stage), and last the builder (the default target: `docker run` compiles into /out).
     froms = [c for n, c in cmds if n == "FROM"]
     # First the build scripts: a stage copying ./imagegen-scripts/ of the build context, so that a plain
     # `docker build .` where render wrote them builds; a named context imagegen-scripts (bake, build)
@@ -73,35 +76,54 @@ def check_structure(text: str, cell) -> None:
     assert (scripts.value[0], scripts.value[-1]) == ("scratch", "imagegen-scripts")
     assert [(n, c.value) for n, c in cmds if scripts.start_line < c.start_line < froms[0].start_line] == [
         ("COPY", ("imagegen-scripts/", "/"))]
-    assert [f.value[-1] for f in froms] == ["cell", "os", "fetch", "base", "builder", "audit", "audit-report", "compile",
-                                            "smoke", "resume-in", "resume-out", "resume-state", "buildlog", "wheels"]
-    assert [f.value[0] for f in froms] == ["scratch", "${BASE_IMAGE}", "os", "os", "base", "builder", "scratch", "builder",
-                                           "base", "os", "os", "scratch", "scratch", "scratch"]
-    # The builder stage carries no arch: one pushed image serves every arch list. Its one ARG is the
-    # base image (for the build record), which is already the stage's base.
-    start, end = froms[4].start_line, froms[5].start_line
-    assert [c.value[0] for n, c in cmds if n == "ARG" and c.start_line > start and c.end_line < end] == ["BASE_IMAGE"]
+    assert [f.value[-1] for f in froms] == ["os", "fetch", "base", "audit", "audit-report", "compile", "smoke",
+                                            "resume-in", "resume-out", "resume-state", "buildlog", "wheels", "builder"]
+    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "os", "os", "base", "scratch", "base", "base",
+                                           "os", "os", "scratch", "scratch", "scratch", "base"]
+
+    def stage(name):
+        i = [f.value[-1] for f in froms].index(name)
+        end = froms[i + 1].start_line if i + 1 < len(froms) else 1 << 30
+        return [(n, c) for n, c in cmds if froms[i].start_line < c.start_line < end]
+
+    # The builder, last: its archs are the rendered list (what `docker run` compiles without -e), and it
+    # has an entrypoint for `docker run -v out:/out IMAGE`, which smoke-tests its wheel.
+    builder = stage("builder")
+    assert [c.value[0] for n, c in builder if n == "ARG"] == [f"TORCH_CUDA_ARCH_LIST={cell.archs}", "MAX_JOBS=",
+                                                              "NVCC_THREADS="]
+    assert any(n == "ENTRYPOINT" for n, _ in builder)
+    assert [c.value for n, c in builder if n == "CMD"] == [("build", "--out", "/out", "--smoke")]
     compile_run = next(c for n, c in cmds if n == "RUN" and " build " in c.value[0])
     assert any(f.startswith("--mount=type=cache,target=/root/.cache/ccache") for f in compile_run.flags)
-    last_copy = cmds[-1][1]
-    assert cmds[-1][0] == "COPY" and "--from=smoke" in last_copy.flags and last_copy.value[0] == "/imagegen/wheelhouse/"
+    wheels = stage("wheels")
+    assert len(wheels) == 1 and wheels[0][0] == "COPY" and "--from=smoke" in wheels[0][1].flags \
+        and wheels[0][1].value[0] == "/imagegen/wheelhouse/"
     smoke_run = [c for n, c in cmds if n == "RUN" and "smoke" in c.value[0]]
     assert len(smoke_run) == 1 and "--wheels" in smoke_run[0].value[0]
     # ARGs: the arch and job ARGs come after the dependency and source layers.
-    arg_pos = {c.value[0].split("=")[0]: i for i, (n, c) in enumerate(cmds) if n == "ARG"}
     runs = [i for i, (n, c) in enumerate(cmds) if n == "RUN"]
     toolchain = next(i for i in runs if "imagegen_toolchain.py" in cmds[i][1].value[0])
-    deps = next(i for i in runs if cmds[i][1].value[0].endswith(" deps"))
+    deps = next(i for i in runs if " pip install " in cmds[i][1].value[0])
+    # The build requirements are one visible pip install, torch pinned at the cell's release.
+    assert cmds[deps][1].value[0].endswith(f" torch=={cell.torch_version}")
+    for req in cell.recipe.build_requires:
+        assert req in cmds[deps][1].value[0]
     assert toolchain < deps
-    fetch = next(i for i in runs if cmds[i][1].value[0].endswith(" fetch"))
+    fetch = next(i for i in runs if cmds[i][1].value[0].endswith(" fetch --source-only"))
     # The source is fetched in a stage of its own, from the OS packages' stage, not after the torch
-    # layer: BuildKit runs both at once, and a source that cannot be fetched fails early.
-    assert froms[2].start_line < cmds[fetch][1].start_line < froms[3].start_line
-    assert any(n == "COPY" and "--from=fetch" in c.flags and c.start_line > froms[4].start_line for n, c in cmds)
+    # layer: BuildKit runs both at once, and a source that cannot be fetched fails early. Each patch is
+    # a step of its own, by its file name, in the recipe's order (a local tree's go on the build's copy).
+    assert froms[1].start_line < cmds[fetch][1].start_line < froms[2].start_line
+    patch_runs = [w[i + 1] for n, c in stage("fetch") if n == "RUN" for w in [c.value[0].split()]
+                  for i in range(len(w) - 1) if w[i] == "patch"]
+    assert patch_runs == ([] if cell.recipe.source_kind == "local" else [p.name for p in cell.version.patches])
+    assert any(n == "COPY" and "--from=fetch" in c.flags for n, c in stage("base"))
     build = next(i for i in runs if " build " in cmds[i][1].value[0])
     for arg in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS"):
-        assert toolchain < deps < arg_pos[arg] and fetch < arg_pos[arg] < build, arg
-    assert cmds[arg_pos["TORCH_CUDA_ARCH_LIST"]][1].value[0] == f"TORCH_CUDA_ARCH_LIST={cell.archs}"
+        first = min(i for i, (n, c) in enumerate(cmds) if n == "ARG" and c.value[0].split("=")[0] == arg)
+        assert toolchain < deps < first and fetch < first < build, arg
+    compile_args = [c.value[0] for n, c in stage("compile") if n == "ARG"]
+    assert f"TORCH_CUDA_ARCH_LIST={cell.archs}" in compile_args
     # Secrets only as mounts; never an ARG/ENV/COPY of a certificate or credential.
     assert "--mount=type=secret,id=pip_cert" in cmds[deps][1].flags
     assert "--mount=type=secret,id=pip_cert" in cmds[toolchain][1].flags
@@ -109,33 +131,30 @@ def check_structure(text: str, cell) -> None:
         if n in ("ARG", "ENV", "COPY", "ADD", "LABEL"):
             joined = " ".join(c.value).lower()
             assert "ca-certificates.crt" not in joined and "pip_cert" not in joined and "netrc" not in joined
-    # The builder stage has an entrypoint for `docker run -v out:/out IMAGE`, which smoke-tests its wheel.
-    assert any(n == "ENTRYPOINT" for n, _ in cmds) and any(n == "CMD" and c.value == ("build", "--out", "/out", "--smoke") for n, c in cmds)
-    # The build steps come from the named context imagegen-scripts (not pasted into the file); the
-    # cell is one JSON line in a heredoc.
+    # The build steps come from the named context imagegen-scripts (not pasted into the file).
     copies = [c for n, c in cmds if n == "COPY" and "--from=imagegen-scripts" in c.flags]
     # The fetch stage takes every script; in base, the toolchain script alone comes first (the torch
-    # layer depends on it and nothing else), then the rest.
-    assert len(copies) == 3 and set(copies[0].value[:-1]) == set(builder_files())
-    assert copies[1].value == ("imagegen_toolchain.py", "/imagegen/")
-    assert copies[2].value == ("imagegen_build.py", "imagegen_fetch.py", "imagegen_sdist.py", "imagegen_buildenv.py",
-                               "imagegen_supervise.py", "imagegen_ccache.py", "imagegen_resume.py", "imagegen_records.py",
-                               "imagegen_check.py",
-                               "imagegen_rules.py", "imagegen_wheeltools.py", "imagegen_audit.py",
-                               "imagegen_audit_records.py", "imagegen_audit_probe.py", "imagegen_audit_links.py",
-                               "imagegen_audit_includes.py", "/imagegen/")
-    assert set(builder_files()) == set(copies[1].value[:-1] + copies[2].value[:-1])
+    # layer depends on it and nothing else), then the rest. The glob is exactly the shipped scripts.
+    shipped = {p.name for p in (Path(__file__).parents[2] / "imagegen" / "shipped" / "builder").glob("imagegen_*.py")}
+    assert shipped == set(builder_files())
+    assert [c.value for c in copies] == [("imagegen_*.py", "/imagegen/"), ("imagegen_toolchain.py", "/imagegen/"),
+                                         ("imagegen_*.py", "/imagegen/")]
     assert copies[1].start_line < cmds[toolchain][1].start_line < copies[2].start_line
     assert builder_script().splitlines()[5] not in text  # no script line is in the Dockerfile itself
+    # The cell's own files come from the build context's folder named after it (cell.json and
+    # patches/), read by a person beside the Dockerfile; fetch and base copy them. Only the toolchain
+    # document (torch/CUDA/Python: the shared heavy layer, with no recipe in it) is a heredoc in base.
     heredocs = {c.value[-1]: c.heredocs[0].content for _, c in cmds if c.heredocs}
-    # The cell document once, in the cell stage (fetch and base copy it); the toolchain document
-    # (torch/CUDA/Python: the shared heavy layer) in base.
-    assert list(heredocs) == ["/cell.json", "/imagegen/toolchain.json"]
-    cell_copies = [c for n, c in cmds if n == "COPY" and "--from=cell" in c.flags]
-    assert [c.value for c in cell_copies] == [("/cell.json", "/imagegen/cell.json")] * 2
+    assert list(heredocs) == ["/imagegen/toolchain.json"]
+    cell_copies = [c for n, c in cmds if n == "COPY" and not c.flags and c.value[-1] == "/imagegen/"]
+    assert [c.value for c in cell_copies] == [(f"{cell.name}/", "/imagegen/")] * 2
     assert cmds[toolchain][1].start_line < cell_copies[1].start_line < cmds[deps][1].start_line
-    doc = json.loads(heredocs["/cell.json"])
+    files = render_dockerfile(cell).files
+    doc = json.loads(files[f"{cell.name}/cell.json"])
     assert doc["torch"]["version"] == cell.torch_version and "default_archs" not in doc
+    assert [p["file"] for p in doc["patches"]] == [f"patches/{p.name}" for p in cell.version.patches]
+    assert all(files[f"{cell.name}/patches/{p.name}"] == p.text for p in cell.version.patches)
+    assert set(files) == {f"{cell.name}/cell.json", *(f"{cell.name}/patches/{p.name}" for p in cell.version.patches)}
     toolchain_doc = json.loads(heredocs["/imagegen/toolchain.json"])
     assert toolchain_doc == {k: doc[k] for k in toolchain_doc} and "recipe" not in toolchain_doc
 
@@ -261,7 +280,7 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
     cmds = instructions(rendered)
     runs = [(i, c.value[0]) for i, (n, c) in enumerate(cmds) if n == "RUN"]
     toolchain = next(i for i, v in runs if "imagegen_toolchain.py" in v)
-    deps = next(i for i, v in runs if v.endswith(" deps"))
+    deps = next(i for i, v in runs if " pip install " in v)
     installs = [(i, v) for i, v in runs if "libaio-dev" in v]
     assert len(installs) == 1 and toolchain < installs[0][0] < deps
     if flavor == "cuda":
@@ -272,11 +291,11 @@ def test_a_recipes_own_system_packages_come_after_the_shared_toolchain_layer(tmp
 
 @pytest.mark.parametrize(("kw", "reuse", "says"), [
     (dict(torch="2.9", cuda="12.8", python="3.12", flavor="runpod"), "image",
-     "#   venv     torch 2.9.1 (cu128) of the base image, reused\n"),
+     "#   venv    torch 2.9.1 (cu128) of the base image, reused\n"),
     (dict(torch="2.11", cuda="12.8", python="3.12", flavor="runpod"), None,
-     "#   venv     torch 2.11.0 (cu128) into a venv\n"),
+     "#   venv    torch 2.11.0 (cu128) into a venv\n"),
     (dict(torch="2.11", cuda="13.0", python="3.11", flavor="pypi", base_image="my/image:1"), "if-present",
-     "#   venv     torch 2.11.0 (cu130): the image's own if it has exactly that, else into a venv\n"),
+     "#   venv    torch 2.11.0 (cu130): the image's own if it has exactly that, else into a venv\n"),
 ])
 def test_the_toolchain_document_says_whether_the_images_torch_is_reused(tmp_path, kw, reuse, says):
     """The toolchain layer's input carries the plan's decision, so the build does what `plan` said."""
@@ -288,9 +307,9 @@ def test_the_toolchain_document_says_whether_the_images_torch_is_reused(tmp_path
     assert cell.buildable, cell.problems
     rendered = render_dockerfile(cell).dockerfile
     assert says in rendered
-    toolchain = next(json.loads(line) for line in rendered.splitlines() if line.startswith('{"base_python"') and '"build_requires"' not in line)
+    toolchain = next(json.loads(c.heredocs[0].content) for _, c in instructions(rendered) if c.heredocs)
     assert toolchain["torch"]["reuse"] == reuse
-    assert ("a venv that sees the system site packages" in rendered) == (reuse == "image")
+    assert ("asserted: the image's own torch, reused." in rendered) == (reuse == "image")
     assert run_hadolint(rendered, tmp_path) == []
 
 
@@ -385,21 +404,22 @@ def test_the_scripts_stage_falls_back_to_the_build_contexts_folder_and_the_heade
     first = next(i for i, (n, c) in enumerate(cmds) if n == "COPY" and "--from=imagegen-scripts" in c.flags)
     stage = [i for i, (n, c) in enumerate(cmds) if n == "FROM" and c.value[-1] == "imagegen-scripts"]
     assert len(stage) == 1 and stage[0] < first and cmds[stage[0] + 1][1].value == ("imagegen-scripts/", "/")
-    # The documented commands are plain `docker build`s: no --build-context for the scripts.
+    # The documented commands are plain `docker build`s: no --build-context for the scripts. The first two
+    # are an RTX 5090 user's own: build the builder (the default target), run it with the GPUs into ./out.
     documented = [line for line in text.splitlines() if line.startswith("#   docker ")]
-    assert documented[0] == ("#   docker build --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt -o out"
-                             " -f Dockerfile .")
-    assert documented[1].startswith("#   docker build --target builder -t imagegen-sageattention:2.2.0-torch2.8-")
+    name = "imagegen-sageattention:2.2.0-torch2.8-cu128-py312"
+    assert documented == [f"#   docker build -t {name} -f Dockerfile .",
+                          f'#   docker run --rm --gpus all -v "$PWD/out:/out" {name}']
+    assert "# Or the wheels alone, without a container run:  docker build --target wheels -o out -f Dockerfile .\n" in text
+    assert (tmp_path / "sage-2_2_0-torch2_8-cu128-py312" / "cell.json").is_file()
     assert "build-context" not in text and "Written to stdout" not in text
     capsys.readouterr()
     # To stdout: the header says what this output needs to build, before anything else.
     assert main(["render", "sage", "--arch", "12.0+PTX", "--torch", "2.8", "--cuda", "12.8"]) == 0
     out = capsys.readouterr().out
     header = out[:out.index("ARG BASE_IMAGE")]
-    assert ("# Written to stdout, so imagegen's build scripts are not beside it: this Dockerfile builds only where\n"
-            "# they are in ./imagegen-scripts/ of the build context, or given as --build-context imagegen-scripts=DIR.\n"
-            "# The same `imagegen render` with `-o Dockerfile` instead writes both (Dockerfile and imagegen-scripts/).\n"
-            ) in header
+    assert ("# Written to stdout: it builds only beside ./imagegen-scripts/ and ./sage-2_2_0-torch2_8-cu128-py312/"
+            " (imagegen render -o Dockerfile writes all three).\n") in header
     assert out.replace(header, "") == text.replace(text[:text.index("ARG BASE_IMAGE")], "")  # the same build
 
 
@@ -408,6 +428,27 @@ def test_a_local_tree_header_names_only_its_source_context(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)
     assert main(["render", str(FIXTURE), "--arch", "9.0", "--torch", "2.8", "--cuda", "12.8", "-o", "Dockerfile"]) == 0
-    documented = [line for line in (tmp_path / "Dockerfile").read_text().splitlines() if line.startswith("#   docker build")]
-    assert documented and all(f"--build-context source={FIXTURE} " in line and "imagegen-scripts=" not in line
+    documented = [line for line in (tmp_path / "Dockerfile").read_text().splitlines() if "docker build" in line]
+    assert len(documented) == 2 and all(f"--build-context source={FIXTURE} " in line and "imagegen-scripts=" not in line
                               for line in documented)
+
+
+def test_the_headline_is_a_manylinux_builder_a_person_reads_in_a_minute(tmp_path, monkeypatch):
+    """An RTX 5090 user's `imagegen render sage --arch 12.0+PTX -o Dockerfile`, no other flag: the newest
+    torch's CUDA has no runpod image, so the flavor falls back to manylinux (never to pypi while an image
+    flavor can build it); the file is short, its lines are short, its data and patches are files."""
+    from imagegen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "sage", "--arch", "12.0+PTX", "-o", "Dockerfile"]) == 0
+    text = (tmp_path / "Dockerfile").read_text()
+    assert "FROM ${BASE_IMAGE} AS os" in text and "ARG BASE_IMAGE=pytorch/manylinux2_28-builder:cuda" in text
+    assert len(text.splitlines()) <= 150 and max(len(line) for line in text.splitlines()) <= 200
+    cmds = instructions(text)
+    assert [c.value[-1] for n, c in cmds if n == "FROM"][-1] == "builder"  # the default target
+    cell_dir = next(p for p in tmp_path.iterdir() if p.is_dir() and p.name.startswith("sage-"))
+    doc = json.loads((cell_dir / "cell.json").read_text())
+    assert doc["patches"] and all((cell_dir / p["file"]).is_file() for p in doc["patches"])
+    for p in doc["patches"]:
+        assert f"patch {p['name']}" in text
+    assert run_hadolint(text, tmp_path) == []

@@ -124,15 +124,15 @@ def test_choose_cell_fills_newest_buildable_combination():
 
 def test_choose_cell_follows_the_one_default_policy():
     """The newest torch the recipe version can build, its PyPI CUDA, Python 3.12; the flavor given, or
-    (none given) runpod and then pypi where runpod has no image for that CUDA. The image's own torch is
+    (none given) runpod, then manylinux, cuda and pypi where runpod has no image for that CUDA. The image's own torch is
     reused when it is the one chosen (--torch 2.8 on runpod), never chosen for being there."""
     r = CAT.get("sage")
     v = r.version(None)
     newest = compat.torch_table()[list(compat.torch_table())[-1]]
     c = choose_cell(r, v, parse_arch_list("12.0+PTX"), torch=None, cuda=None, python=None, flavor="runpod",
                     flavor_given=False)
-    assert (c.torch_version, c.cuda.name, c.python, c.flavor) == (newest.latest, newest.pypi_default, "3.12", "pypi")
-    assert any(n.startswith("flavor pypi (no --flavor given): runpod cannot build it") for n in c.notes), c.notes
+    assert (c.torch_version, c.cuda.name, c.python, c.flavor) == (newest.latest, newest.pypi_default, "3.12", "manylinux")
+    assert any(n.startswith("flavor manylinux (no --flavor given): runpod cannot build it") for n in c.notes), c.notes
     # --flavor runpod given: the newest torch runpod can build (2.15 is cu132 only), said in the notes.
     c = choose_cell(r, v, parse_arch_list("12.0+PTX"), torch=None, cuda=None, python=None, flavor="runpod")
     assert (c.torch_version, c.cuda.name, c.python, c.torch_from) == ("2.14.1", "cu130", "3.12", "venv")
@@ -172,7 +172,7 @@ def test_a_request_naming_no_axis_is_one_cell_per_recipe_the_one_render_makes():
     plan = expand(MatrixRequest(recipes=[(r, r.version(None))], torch=["2.10", "2.15"], cuda=[], python=[],
                                 archs=[archs], flavor="runpod", flavor_given=False))
     assert [(c.torch_version, c.cuda.name, c.python, c.flavor) for c in plan.cells] == [
-        ("2.10.0", "cu128", "3.12", "runpod"), ("2.15.0", "cu132", "3.12", "pypi")]
+        ("2.10.0", "cu128", "3.12", "runpod"), ("2.15.0", "cu132", "3.12", "manylinux")]
 
 
 def test_choose_cell_error_names_the_fix():
@@ -496,7 +496,7 @@ def test_the_plans_trailer_names_only_the_axes_it_filled(capsys):
         return capsys.readouterr().out.splitlines()[-1]
 
     assert trailer("--torch", "2.8", "--cuda", "12.8", "--python", "3.12") == (
-        "flavor, archs not named: flavor runpod (else pypi where runpod has no image for that CUDA), archs 8.0;9.0;12.0")
+        "flavor, archs not named: flavor runpod (else manylinux or cuda or pypi where runpod has no image for that CUDA), archs 8.0;9.0;12.0")
     assert trailer("--flavor", "pypi", "--arch", "9.0") == (
         "torch, CUDA, Python not named: the newest torch the recipe can build, that torch's PyPI CUDA,"
         " Python 3.12 (else the torch's newest)")

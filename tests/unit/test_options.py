@@ -100,8 +100,8 @@ def test_a_named_torch_gets_its_own_pypi_cuda_python_312_and_a_flavor_that_can_b
 
     code, out, _ = run("plan", "sage", "--torch", "2.15", "--arch", "9.0", "--json")
     (cell,) = json.loads(out)["cells"]
-    assert code == 0 and (cell["torch"], cell["cuda"], cell["python"], cell["flavor"]) == ("2.15.0", "cu132", "3.12", "pypi")
-    assert any(n.startswith("flavor pypi (no --flavor given): runpod cannot build it (runpod/pytorch has no CUDA 13.2")
+    assert code == 0 and (cell["torch"], cell["cuda"], cell["python"], cell["flavor"]) == ("2.15.0", "cu132", "3.12", "manylinux")
+    assert any(n.startswith("flavor manylinux (no --flavor given): runpod cannot build it (runpod/pytorch has no CUDA 13.2")
                for n in cell["notes"]), cell["notes"]
     code, out, _ = run("plan", "sage", "--torch", "2.15", "--arch", "9.0", "--flavor", "runpod", "--json")
     (cell,) = json.loads(out)["cells"]

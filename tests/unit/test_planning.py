@@ -62,12 +62,12 @@ def test_plan_table_is_aligned_and_only_filters_rows_not_the_summary(capsys):
     assert lines[0].split() == ["STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", "ARCHS", "WHY"]
     assert {line.index("sageattention") for line in lines[1:3]} == {lines[0].index("RECIPE")}
     assert [line.split()[0] for line in lines[1:3]] == ["rejected", "buildable"]
-    assert lines[1].endswith("use --flavor cuda, manylinux, or a CUDA the runpod images carry")
+    assert lines[1].endswith("sm_120 needs CUDA >= 12.8; CUDA 12.6 (cu126) selected: use --cuda 12.8 or newer")
     # a buildable row: its base image, and whether the builder reuses that image's torch
     assert lines[2].endswith("runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404: torch 2.8.0 (cu128) of the base image, reused")
     # the summary, then what the default policy filled (no --flavor here)
     assert lines[-2:] == ["1 buildable, 1 rejected, 0 skipped of 2 cells",
-                          "flavor not named: flavor runpod (else pypi where runpod has no image for that CUDA)"]
+                          "flavor not named: flavor runpod (else manylinux or cuda or pypi where runpod has no image for that CUDA)"]
     assert plan("sage", *MATRIX_2, "--only", "buildable") == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[1:-3]] == ["buildable"] and lines[-3] == ""

@@ -11,6 +11,9 @@ Steps (each a sub-command, so the Dockerfile can cache them as separate layers):
           from the toolchain document alone (no recipe), so builders of different recipes share it
   fetch   check out the pinned source (git, or an sdist checked against its sha256) and apply the
           recipe's patches (a local tree is left alone: build patches its copy)
+  patch   apply one of the recipe's patches by its file name (a Dockerfile's step per patch, after
+          `fetch --source-only`)
+  pip     pip in the toolchain's venv with the step's secrets, torch asserted after (build requirements)
   env     print, as JSON, the variables `build` would set (arch knob, jobs, force-build, ...)
   build   derive the package's arch knob from TORCH_CUDA_ARCH_LIST / MAX_JOBS / NVCC_THREADS, put
           ninja on PATH, build a copy of the source (a local tree's copy patched)
@@ -58,7 +61,7 @@ from imagegen_check import cmd_gpu_check, cmd_gpu_check_deps, cmd_smoke, smoke_t
 from imagegen_supervise import guard_nvcc, supervise, torch_cuda_home  # noqa: E402
 
 # The fetch step and the copy a build compiles (imagegen_fetch.py, beside this script).
-from imagegen_fetch import cmd_fetch, copy_source  # noqa: E402
+from imagegen_fetch import apply_patch, cmd_fetch, copy_source  # noqa: E402
 import imagegen_resume as resume  # noqa: E402
 
 
@@ -75,6 +78,44 @@ def cmd_deps(cell, args):
         run([py, "-m", "pip", "install", "--disable-pip-version-check"] + list(cell["build_requires"]) + [pin],
             env=env)
     validate_torch(cell, py)
+
+
+def cmd_pip(cell, args):
+    """pip in the toolchain's venv with this step's secrets (the CA bundle, a mirror, a netrc), then the
+    torch asserted: the Dockerfile's build-requirements step reads as the pip install it is."""
+    py = venv_python(cell)
+    run([py, "-m", "pip"] + list(args.pip_args), env=secret_env(os.environ))
+    validate_torch(cell, py)
+
+
+def cmd_patch(cell, args):
+    """One of the cell's patches, by its file name, on the fetched source (the Dockerfile's step per patch)."""
+    named = [p for p in cell.get("patches", []) if p["name"] == args.name]
+    if not named:
+        fail("%s is none of this cell's patches (%s)" % (args.name, ", ".join(p["name"] for p in cell.get("patches", []))
+                                                        or "it has none"))
+    apply_patch(named[0], cell["src_dir"])
+
+
+MAX_PATCH_BYTES = 4 << 20  # a recipe's patch is a few KB; the loader refuses larger ones too
+
+
+def read_patch_files(cell, cell_path):
+    """A cell file written beside a Dockerfile names each patch by its file (patches/NAME, beside the cell
+    file) instead of holding its text: read each one in, bounded, from inside that folder only."""
+    root = os.path.dirname(os.path.abspath(cell_path))
+    for patch in cell.get("patches", []):
+        if "text" in patch or "file" not in patch:
+            continue
+        path = os.path.normpath(os.path.join(root, patch["file"]))
+        if os.path.commonpath([root, path]) != root or not os.path.isfile(path) or os.path.islink(path):
+            fail("patch %s: %s is not a file beside the cell file" % (patch["name"], patch["file"]))
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_PATCH_BYTES + 1)
+        if len(data) > MAX_PATCH_BYTES:
+            fail("patch %s: %s is larger than a patch can be" % (patch["name"], patch["file"]))
+        patch["text"] = data.decode("utf-8")
+    return cell
 
 
 # ------------------------------------------------------------------------------------------------
@@ -342,7 +383,13 @@ def main(argv=None):
     parser.add_argument("--cell", default=os.environ.get("IMAGEGEN_CELL", "/imagegen/cell.json"))
     sub = parser.add_subparsers(dest="step", required=True)
     sub.add_parser("deps")
-    sub.add_parser("fetch")
+    fe = sub.add_parser("fetch")
+    fe.add_argument("--source-only", action="store_true",
+                    help="leave the patches to the `patch` steps (one per file: a Dockerfile shows each)")
+    pa = sub.add_parser("patch")
+    pa.add_argument("name", help="the patch's file name (patches/NAME beside the cell file)")
+    pp = sub.add_parser("pip")
+    pp.add_argument("pip_args", nargs=argparse.REMAINDER)
     sub.add_parser("env")
     b = sub.add_parser("build")
     b.add_argument("--out", default="/out")
@@ -362,8 +409,9 @@ def main(argv=None):
     gd = sub.add_parser("gpu-check-deps")
     gd.add_argument("--check", required=True, help="JSON: the check's requires")
     args = parser.parse_args(argv)
-    cell = load_cell(args.cell)
-    {"deps": cmd_deps, "fetch": cmd_fetch, "env": cmd_env, "build": cmd_build, "smoke": cmd_smoke,
+    cell = read_patch_files(load_cell(args.cell), args.cell)
+    {"deps": cmd_deps, "fetch": cmd_fetch, "patch": cmd_patch, "pip": cmd_pip, "env": cmd_env, "build": cmd_build,
+     "smoke": cmd_smoke,
      "audit": cmd_audit, "gpu-check": cmd_gpu_check, "gpu-check-deps": cmd_gpu_check_deps}[args.step](cell, args)
 
 

@@ -45,6 +45,8 @@ def cmd_fetch(cell, args):
     elif not os.path.isdir(dest):
         fail("local source expected at %s" % dest)
     patches = cell.get("patches", [])
+    if getattr(args, "source_only", False) and not patches_the_copy(cell):
+        return  # a Dockerfile applies each patch in a step of its own (imagegen_build.py patch NAME)
     if patches_the_copy(cell):  # each build's (or audit's) copy gets them: copy_source
         if patches:
             log(wheeltools.patches_left_to_the_copy(patches, dest))
