@@ -1,6 +1,6 @@
 """Benchmark: imagegen's peak-RAM estimate against the peaks measured on the H100 host.
 
-For each recorded native build (docs/gpu-results/2026-11-24/proof*: the audit report written before
+For each recorded native build (docs/records/gpu-results/2026-11-24/proof*: the audit report written before
 the build, the variables the build ran with from the first line of build.log, the peak RAM over the
 idle baseline from mem.json) it recomputes
 
@@ -27,7 +27,7 @@ from imagegen.model import jobs
 from imagegen.model.catalogue import load_catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = ROOT / "docs" / "gpu-results" / "2026-11-24"
+RUNS = ROOT / "docs" / "records" / "gpu-results" / "2026-11-24"
 H100 = jobs.Host(cpus=16, mem_gb=125 * jobs.RAM_SHARE)  # host.txt: 16 cores, `free -g` total 125
 
 
@@ -98,7 +98,7 @@ def sage_one_arch_runs() -> None:
     one = jobs.load_profile({"extensions": [dict(e, cuda_sources=[{"targets": ["sass:sm_90a"]}] * len(e["cuda_sources"]))
                                             for e in report["extensions"]]})
     runs = {}
-    for path in sorted((ROOT / "docs" / "gpu-results").glob("2026-11-2[23]/*sageattention*.json")):
+    for path in sorted((ROOT / "docs" / "records" / "gpu-results").glob("2026-11-2[23]/*sageattention*.json")):
         data = json.loads(path.read_text())
         env = data.get("imagegen_env") or data.get("plain_env") or {}
         for key in ("imagegen_peak_gb", "plain_peak_gb"):

@@ -98,7 +98,7 @@ def sources(root):
                 top = t.getnames()[0].split("/")[0]
                 t.extractall(root / "src", filter="data")
             (root / "src" / top).rename(dest)
-        # The same local workarounds as docs/audit-catalogue.md's top (exports have no submodules; the
+        # The same local workarounds as docs/records/audit-catalogue.md's top (exports have no submodules; the
         # real build clones them).
         if recipe == "flash-attn":
             h = dest / "csrc/cutlass/include/cutlass/cutlass.h"
@@ -212,7 +212,7 @@ def run(root, venv, home, torch, cuda, out, only=()):
         work = Path(root) / "work" / f"{recipe}-{version}-{torch}"
         # A version pinned by its sdist alone: the unpacked sdist is given without --version (with --src-dir,
         # --version asks imagegen to unpack the pinned sdist there); its PKG-INFO names the version and the
-        # recipe's by_version range applies, as docs/audit-catalogue.md's session-12 audit ran it.
+        # recipe's by_version range applies, as docs/records/audit-catalogue.md's session-12 audit ran it.
         pin = ["--version", version] if commit else []
         cmd = [sys.executable, "-m", "imagegen", "plan", recipe, *pin, "--audit", "--native",
                "--python-exe", str(py), "--src-dir", str(src), "--work", str(work), "--arch", "9.0",

@@ -8,7 +8,7 @@
 #   bash benchmarks/frontier_builds.sh RESULTS_DIR 'RECIPE|SOURCE|TORCH[|VERSION]' ...   (RECIPE: the catalogue name)
 # SOURCE: a local tree (--source) or file:///mirror@REF (--git). Python 3.11 on the local test base image
 # (scripts/make-base-image.sh; no registry here). Results: RESULTS_DIR/<recipe>-torch<T>/{build.out,
-# build.err,times.json,plan-nofix.*,audit-claims20.*}; docs/verification.md has the figures.
+# build.err,times.json,plan-nofix.*,audit-claims20.*}; docs/records/verification.md has the figures.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 imagegen=${IMAGEGEN:-$here/.venv/bin/imagegen}

@@ -9,7 +9,7 @@
    through the loader's cache and library path, never a fixed list of paths) are mounted read-only,
    file by file (never a folder: nothing else of the host comes with them), under /usr/local/nvidia,
    where CUDA images look for them (``LD_LIBRARY_PATH`` says so for the others). This is what the toolkit itself does, by hand; it works on a GPU host without the toolkit
-   (shared/reference/gpu-containers.md; docs/verification.md "GPU in containers").
+   (shared/reference/gpu-containers.md; docs/records/verification.md "GPU in containers").
 
 ``imagegen doctor`` reports which of them this host supports; ``imagegen pull --gpus MODE`` uses one
 (``auto``: the first that works, in the order above). Only the local engine's host is looked at: with

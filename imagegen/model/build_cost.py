@@ -1,7 +1,7 @@
 """What a cell's compile costs in CPU time, to size a farm's runners before anything runs.
 
 The figure is a measurement, scaled: the recipe's ``build.cpu_hours`` is one whole build imagegen timed
-(user + system CPU of the build and every compiler it ran, on the H100 host: docs/gpu-results), with the
+(user + system CPU of the build and every compiler it ran, on the H100 host: docs/records/gpu-results), with the
 number of -gencode outputs it compiled. A cell's estimate is that figure times its own -gencode outputs
 over the measured build's. Device code is most of an extension's compile and is compiled once per
 output; the host part is not, so the scaling over-estimates a many-arch build (xformers 0.0.35: 0.08

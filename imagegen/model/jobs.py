@@ -16,7 +16,7 @@ Two estimates of a build's peak RAM:
   (cicc, then ptxas for its SASS): sm_120 + compute_120 is one chain, sm_80 + sm_86 two.
 
 Calibration (H100 host, 16 cores, 125 GiB, torch 2.11 cu130, nvcc 13.0; peaks over the idle baseline,
-sampled every 0.5-1 s; docs/gpu-results/, benchmarks/RESULTS.md "Peak-RAM estimate"):
+sampled every 0.5-1 s; docs/records/gpu-results/, benchmarks/RESULTS.md "Peak-RAM estimate"):
 
   SageAttention 2.2.0 `9.0`, EXT_PARALLEL 4 x MAX_JOBS 2:  5 nvcc x 1 chain    16.8-17.6 GiB (3.5 per nvcc)
   SageAttention 2.2.0 `9.0`, EXT_PARALLEL 4 x MAX_JOBS 4:  7 nvcc x 1 chain    20.8-24.1 GiB (3.0-3.5)

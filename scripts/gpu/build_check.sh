@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build one catalogue version natively with imagegen on this GPU host, then run its recipe's GPU check
-# (docs/verification.md): scripts/gpu/build_check.sh RECIPE VERSION SRC_DIR ARCH OUT_DIR
+# (docs/records/verification.md): scripts/gpu/build_check.sh RECIPE VERSION SRC_DIR ARCH OUT_DIR
 # Writes OUT_DIR/<tag>.log (imagegen's output), the wheel under OUT_DIR/wheels and OUT_DIR/<tag>.check.json.
 # Needs: python3 with torch (CUDA) and nvcc; jinja2, pyyaml, packaging (imagegen runs from this tree).
 set -uo pipefail

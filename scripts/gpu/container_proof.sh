@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wheels built in containers, proven on the GPU device (docs/verification.md, "GPU in containers").
+# Wheels built in containers, proven on the GPU device (docs/records/verification.md, "GPU in containers").
 # The device has no network and no registry: the engine comes from scripts/gpu/engine.sh, the base image
 # is the host's own root filesystem, and every build step runs with --network=none (imagegen --offline).
 # One step per call (a call may run 10 minutes):

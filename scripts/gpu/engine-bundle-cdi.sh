@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine bundle for the GPU check inside a build (docs/verification.md, "GPU in containers", item 3):
+# The engine bundle for the GPU check inside a build (docs/records/verification.md, "GPU in containers", item 3):
 # BuildKit hands a build step a CDI device (`RUN --device=nvidia.com/gpu=all`) from Docker 27+ with
 # buildx 0.22+, and the Dockerfile instruction is in the frontend's labs channel only, whose image
 # (docker/dockerfile:1.x-labs) comes from a registry the device cannot reach. So:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A Docker engine on the GPU device, which has no Docker and no network (docs/verification.md, "GPU in
+# A Docker engine on the GPU device, which has no Docker and no network (docs/records/verification.md, "GPU in
 # containers"; shared/reference/gpu-containers.md). The binaries travel with the call, compressed
 # (scripts/gpu/engine-bundle.sh makes them here from the .debs scripts/install-engine.sh fetched):
 # dockerd and docker in one folder, containerd, its runc shim, runc and the buildx plugin in another,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proof on a real GPU (docs/verification.md): build RECIPE natively with imagegen for ARCH, verify the
+# Proof on a real GPU (docs/records/verification.md): build RECIPE natively with imagegen for ARCH, verify the
 # archs in the .so, run the recipe's GPU check against torch, then build the same source with a
 # plain `pip wheel` and the same flags, and compare the times and peak memory.
 #   scripts/gpu/proof.sh RECIPE SRC_DIR ARCH OUT_DIR [MAX_JOBS]

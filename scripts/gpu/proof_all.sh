@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU proofs of docs/verification.md in one go, for a lent machine with a time limit: copies the
+# The GPU proofs of docs/records/verification.md in one go, for a lent machine with a time limit: copies the
 # sources first (so nothing else touches them mid-build), then runs proof.sh for each entry of PROOFS
 # in turn, logging to RESULTS/run.log.
 #   PROOFS="sageattention:plain-first sageattention:imagegen-first" \

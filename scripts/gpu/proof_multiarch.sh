@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-arch proof on the GPU machine (issue "The plan tells the truth", docs/verification.md):
+# Multi-arch proof on the GPU machine (issue "The plan tells the truth", docs/records/verification.md):
 # for each RECIPE:SRC:ARCH, imagegen's gencode audit (`plan --audit --native`), then the native build
 # of that exact arch list (wall time, CPU seconds of every process, peak RAM over the idle baseline,
 # and the budget imagegen printed), `imagegen verify` of the wheel and `imagegen check` (the recipe's

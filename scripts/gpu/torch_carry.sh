@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A newer torch on the GPU machine, which has no network and takes 64 MiB per call: the proofs at the
-# frontier (docs/verification.md, "torch 2.14 on the GPU").
+# frontier (docs/records/verification.md, "torch 2.14 on the GPU").
 #   pack TORCH PYTHON DIR [EXTRA_WHEEL_SPEC...]   here (PyPI reachable): download torch==TORCH for cpPYTHON
 #       (manylinux x86_64) and the extra wheels named (a newer library torch links that the machine's own is too
 #       old for, e.g. nvidia-nccl-cu13==2.30.7), unpack them into one site-packages tree, xz it and split it

@@ -4,7 +4,7 @@ There is no GPU here, so the host is made under tmp_path as in tests/unit/test_g
 character device nodes with the NVIDIA names (over /dev/null's numbers) and the driver's library
 folder. What the engine must do with the flags is what it does on a GPU host: create the device
 nodes in the container, mount the driver read-only where CUDA images look, set the library path.
-The same flags gave PyTorch the H100 on the device (docs/verification.md, "GPU in containers")."""
+The same flags gave PyTorch the H100 on the device (docs/records/verification.md, "GPU in containers")."""
 
 from __future__ import annotations
 

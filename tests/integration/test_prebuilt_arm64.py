@@ -7,7 +7,7 @@ tag of its own (-arm64) with `--platform linux/arm64`.
 The base images here are tiny (one file, made with `docker import --platform`), and the multi-platform
 one is assembled by `docker buildx imagetools create` in the registry itself: no QEMU needed. Building
 and running an arm64 builder image runs nvcc under QEMU (about an hour for the fixture here:
-docs/verification.md "linux/arm64 under QEMU"), which CI cannot afford.
+docs/records/verification.md "linux/arm64 under QEMU"), which CI cannot afford.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """plan --resolve against real PyPI with real uv: the arm64 check CI can afford (an arm64 build under
-QEMU takes about an hour here; docs/verification.md). uv resolves the builder's installs for
+QEMU takes about an hour here; docs/records/verification.md). uv resolves the builder's installs for
 aarch64 on this x86_64 machine, which `pip install --dry-run --platform` cannot do (it evaluates
 torch's markers for this machine and asks for x86_64 packages).
 

@@ -1,5 +1,5 @@
 """The catalogue's gencode-audit data (issue 15: every recipe x version audited over its claimed archs,
-docs/audit-catalogue.md): patches, per-extension arch tables and the rules the sweep added agree with
+docs/records/audit-catalogue.md): patches, per-extension arch tables and the rules the sweep added agree with
 each other and with what the audit judges."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_xformers_bundled_fa3_gets_sm90a_and_its_table(version):
     assert 'if num == 90:\n+            suffix = "a"' in v.patches[0].text
     table = v.extensions["xformers.flash_attn_3._C"]
     assert [(a.cc, a.variant) for a in table] == [("8.0", ""), ("9.0", "a")]
-    # What the audit showed after the patch (docs/audit-catalogue.md), over the full claimed list:
+    # What the audit showed after the patch (docs/records/audit-catalogue.md), over the full claimed list:
     # no refusal, and no warning that FA3 lacks the archs xformers never gives it.
     after = _report(("xformers.flash_attn_3._C", ["sm_80", "sm_90a"], []), ("xformers._C", FULL_SASS, []))
     verdict = judge(after, recipe_name="xformers", version_label=version, requested=parse_arch_list(FULL),

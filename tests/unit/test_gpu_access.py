@@ -260,7 +260,7 @@ def test_doctor_on_a_host_with_no_way_says_so_with_the_fix(tmp_path, monkeypatch
 
 
 # `docker buildx inspect` as buildx 0.29.1 (Debian sid) printed it: on the H100 device with the spec
-# `imagegen cdi-spec` wrote (docs/gpu-results/2026-11-25d), and on the CPU machine with a stand-in
+# `imagegen cdi-spec` wrote (docs/records/gpu-results/2026-11-25d), and on the CPU machine with a stand-in
 # device and no annotation.
 INSPECT_DEVICE = """Name:   default
 Driver: docker

@@ -206,7 +206,7 @@ def test_a_stable_abi_compile_is_told_by_its_defines(argv, stable):
 
 
 def test_a_stable_abi_compile_is_probed_with_the_stable_headers(tmp_path, torch_headers):
-    # flash-attn-3 3.0.0 with torch 2.11 on the H100 (docs/gpu-results/2026-11-27-fa3): flash_api_stable.cpp
+    # flash-attn-3 3.0.0 with torch 2.11 on the H100 (docs/records/gpu-results/2026-11-27-fa3): flash_api_stable.cpp
     # compiles with -DTORCH_TARGET_VERSION, and torch/extension.h #errors on that define by design, so the
     # probe of torch/extension.h refused a wheel that then built and passed its check.
     stable = ("-DTORCH_TARGET_VERSION=0x0209000000000000", "-std=c++17")

@@ -1,7 +1,7 @@
 """Tests for imagegen.model.jobs: MAX_JOBS x NVCC_THREADS from RAM and cores (settings_for, batch_size,
 split_extensions, host), and the peak-RAM model behind them when the gencode audit has run (peak_estimate,
 load_profile and the in-build script's copy): what runs at once per extension, checked against the H100
-builds recorded in docs/gpu-results/2026-11-24 (audit reports + measured peaks)."""
+builds recorded in docs/records/gpu-results/2026-11-24 (audit reports + measured peaks)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from imagegen.render.dockerfile import cell_document
 from tests.unit.builder_script import BUILDENV, builder_module
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "docs" / "gpu-results" / "2026-11-24"
+RESULTS = ROOT / "docs" / "records" / "gpu-results" / "2026-11-24"
 
 
 
@@ -163,10 +163,10 @@ def test_causal_conv1d_with_the_recipes_per_source_figures():
 
 
 def test_mamba_ssm_build_what_ran_at_once_and_the_recipes_figure():
-    # mamba-ssm 2.3.2.post1 on the H100 (docs/gpu-results/2026-11-27-mamba): one extension, 9 .cu files
+    # mamba-ssm 2.3.2.post1 on the H100 (docs/records/gpu-results/2026-11-27-mamba): one extension, 9 .cu files
     # (MAX_JOBS 16 leaves all at once), the fixed list of 9 archs each, setup.py's --threads 4:
     # 9 nvcc x 4 busy threads, 18.4 GiB over idle. The former figure (2.0, none measured) printed ~81 GB.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-mamba"
+    results = ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-mamba"
     profile, measured = recorded("proof1", results)
     assert [(e.chains, e.threads) for e in profile] == [((9,) * 9, 4)]
     est = jobs.peak_estimate(profile, 16, 4, 2.0)
@@ -177,15 +177,15 @@ def test_mamba_ssm_build_what_ran_at_once_and_the_recipes_figure():
 
 
 def test_mamba_ssm_with_the_arch_list_patch_three_runs_and_the_recipes_figures():
-    # With the recipe's arch-list patch (docs/gpu-results/2026-11-27-mamba-arch-list) `9.0` compiles 9
+    # With the recipe's arch-list patch (docs/records/gpu-results/2026-11-27-mamba-arch-list) `9.0` compiles 9
     # files x 1 chain (6.02 GiB over idle) and `8.0;9.0;12.0+PTX` 9 x 3 chains (14.38 GiB); upstream's
     # 9-arch list above, 9 x 4 threads (18.36 GiB). What those two runs printed with the figures of then
     # (1.0 host part per nvcc, 0.5 per thread): 2.3x and 1.5x over.
     recipe = load_catalogue().get("mamba-ssm")
-    patched = ROOT / "docs" / "gpu-results" / "2026-11-27-mamba-arch-list"
+    patched = ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-mamba-arch-list"
     runs = []
     for results, case, chains, threads, printed in ((patched, "proof1", 1, 9, 14), (patched, "proof2", 3, 27, 22),
-                                                     (ROOT / "docs" / "gpu-results" / "2026-11-27-mamba", "proof1", 9, 36, None)):
+                                                     (ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-mamba", "proof1", 9, 36, None)):
         profile, measured = recorded(case, results, recipe.source_memory_gb)
         assert [(e.chains, e.threads) for e in profile] == [((chains,) * 9, 4)]
         if printed is not None:
@@ -208,11 +208,11 @@ def test_mamba_ssm_with_the_arch_list_patch_three_runs_and_the_recipes_figures()
 
 
 def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
-    # flash-attn 2.8.3 for 9.0 on the H100 (docs/gpu-results/2026-11-27-flash-attn): one extension, 72
+    # flash-attn 2.8.3 for 9.0 on the H100 (docs/records/gpu-results/2026-11-27-flash-attn): one extension, 72
     # .cu files of one chain each (FLASH_ATTN_CUDA_ARCHS=90: sm_90 SASS only), --threads 4 that one
     # chain cannot use: 16 nvcc x 1 busy thread, 68.6 GiB over idle. The figures of then (1.0 host part,
     # 5.0 per thread) printed ~96 GB (imagegen's GB are GiB: MemTotal / 2**20): 1.4x the measured peak.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn"
+    results = ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-flash-attn"
     recipe = load_catalogue().get("flash-attn")
     profile, measured = recorded("proof1", results, recipe.source_memory_gb)
     assert [(e.chains, e.threads) for e in profile] == [((1,) * 72, 4)]
@@ -232,11 +232,11 @@ def test_flash_attn_build_what_ran_at_once_and_the_recipes_figure():
 
 
 def test_flash_attn_2_8_2_a_second_run_the_figures_were_not_fitted_to():
-    # seed 001's version, 2.8.2, for 9.0 on the H100 later the same day (docs/gpu-results/
+    # seed 001's version, 2.8.2, for 9.0 on the H100 later the same day (docs/records/gpu-results/
     # 2026-11-27-flash-attn-2.8.2), printed with the fitted figures: ~80 for a 68.69 GiB peak (1.17x);
     # built again (checked/, the next session, where its gpu_check passed): 66.34 GiB (1.21x).
-    for results in (ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn-2.8.2",
-                    ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn-2.8.2" / "checked"):
+    for results in (ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-flash-attn-2.8.2",
+                    ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-flash-attn-2.8.2" / "checked"):
         recipe = load_catalogue().get("flash-attn")
         report = json.loads((results / "audit.json").read_text())
         measured = json.loads((results / "mem.json").read_text())["peak_over_baseline_gib"]
@@ -250,16 +250,16 @@ def test_flash_attn_2_8_2_a_second_run_the_figures_were_not_fitted_to():
 
 def test_flash_attn_2_8_3_post2_built_and_checked_on_the_gpu_within_the_band():
     # The newest release, 2.8.3.post2 from its pinned sdist, for 9.0 on the lent GPU machine (an H200, 9.0:
-    # docs/gpu-results/2026-11-28-flash-attn-2.8.3.post2). Only the plan's audit came back, not the build's
+    # docs/records/gpu-results/2026-11-28-flash-attn-2.8.3.post2). Only the plan's audit came back, not the build's
     # per-source record: its one extension is the 2.8.3 run's (72 .cu files, sm_90 SASS only, --threads 4;
     # setup.py is the same), so that run's per-source profile stands for it.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-28-flash-attn-2.8.3.post2"
+    results = ROOT / "docs" / "records" / "gpu-results" / "2026-11-28-flash-attn-2.8.3.post2"
     recipe = load_catalogue().get("flash-attn")
     assert "2.8.3.post2" in recipe.versions
     (ext,) = json.loads((results / "p1-plan-audit.json").read_text())["audit"]["extensions"]
     assert (ext["module"], ext["cuda_sources"], ext["sass"], ext["ptx"]) == ("flash_attn_2_cuda", 72, ["sm_90"], [])
     assert ext["nvcc_flags"][-2:] == ["--threads", "4"]
-    profile = jobs.load_profile(json.loads((ROOT / "docs" / "gpu-results" / "2026-11-27-flash-attn" / "proof1"
+    profile = jobs.load_profile(json.loads((ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-flash-attn" / "proof1"
                                             / "audit.json").read_text()), recipe.source_memory_gb)
     assert [(e.chains, e.threads) for e in profile] == [((1,) * ext["cuda_sources"], 4)]
     now = jobs.peak_estimate(profile, 16, 4, recipe.memory_per_thread_gb, host_gb=recipe.nvcc_host_gb)
@@ -277,11 +277,11 @@ def test_flash_attn_2_8_3_post2_built_and_checked_on_the_gpu_within_the_band():
 
 def test_block_sparse_attn_builds_on_the_h100_and_the_recipes_figures():
     # Block-Sparse-Attention's two H100 builds, 16 nvcc at once with one compile chain each (MAX_JOBS 16):
-    # 0.0.2.post1 `9.0` (24 kernel files, --threads 4; docs/gpu-results/2026-11-23, session 7: 51.2 GiB
+    # 0.0.2.post1 `9.0` (24 kernel files, --threads 4; docs/records/gpu-results/2026-11-23, session 7: 51.2 GiB
     # in use at the peak, idle included) and a user's v0.0.1-based fork `8.0` (--threads 2 hard-coded;
     # issue 35's table: 55.5 GiB over idle). The recipe's figure of before (5.0, with the model's 1.0 host
     # part) printed ~96 for both: 1.9x and 1.7x over.
-    run = json.loads((ROOT / "docs" / "gpu-results" / "2026-11-23"
+    run = json.loads((ROOT / "docs" / "records" / "gpu-results" / "2026-11-23"
                       / "session7-block-sparse-attn-imagegen-first.json").read_text())
     assert run["imagegen_env"]["MAX_JOBS"] == "16" and "sm_90 x24" in run["verify"][1]
     recipe = load_catalogue().get("block-sparse-attn")
@@ -294,14 +294,14 @@ def test_block_sparse_attn_builds_on_the_h100_and_the_recipes_figures():
 
 
 def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
-    # flash-attn-3 3.0.0 for 9.0a on the H100 (docs/gpu-results/2026-11-27-fa3), three builds reduced with
+    # flash-attn-3 3.0.0 for 9.0a on the H100 (docs/records/gpu-results/2026-11-27-fa3), three builds reduced with
     # FLASH_ATTENTION_DISABLE_*. proof1: flash_prepare_scheduler.cu (sm_80 + sm_90a) and the bf16 hdim-128
     # forward, 2 nvcc x 3 busy threads, 5.4 GiB over idle; proof2: the scheduler and fp16/bf16 hdim-128
     # forward and backward, 5 nvcc x 6 threads, 18.8 GiB. Both also turned off the varlen, local,
     # append-KV and cluster paths inside each file. proof3 kept those (its kernel files are as a full
     # build compiles them: bf16 hdim-128 fwd, fwd softcap, bwd softcapall): 4 nvcc x 5 threads, 19.2 GiB.
     # What they printed with the figures of then (6.0 per thread everywhere): ~20, ~41, ~34.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-fa3"
+    results = ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-fa3"
     recipe = load_catalogue().get("flash-attn-3")
     runs = {}
     for case, chains, nvcc, threads, gb in (("proof1", (2, 1), 2, 3, 20.0), ("proof2", (2, 1, 1, 1, 1), 5, 6, 41.0),
@@ -357,11 +357,11 @@ def test_flash_attn_3_reduced_builds_what_ran_at_once_and_the_recipes_figure():
 
 
 def test_xformers_0_0_35_builds_what_ran_at_once_and_the_recipes_figures():
-    # xformers 0.0.35 on the H100 (docs/gpu-results/2026-11-27-xformers): xformers._C is 11 small sparse24
+    # xformers 0.0.35 on the H100 (docs/records/gpu-results/2026-11-27-xformers): xformers._C is 11 small sparse24
     # files built against torch's stable ABI (TORCH_STABLE_ONLY: torch/csrc/stable headers, not
     # torch/extension.h), --threads 4 hard-coded. proof1 `9.0a`: 11 nvcc x 1 chain, 5.84 GiB over idle;
     # proof2 `8.0;9.0a;10.0;12.0`: 7 nvcc x 4 chains (MAX_JOBS 7, chosen from the estimate then), 10.84 GiB.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-xformers"
+    results = ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-xformers"
     recipe = load_catalogue().get("xformers")
     h100 = jobs.Host(cpus=16, mem_gb=125.8 * jobs.RAM_SHARE)
     # What the runs printed, with the figures of then (1.0 GB host part per nvcc, 3.0 per thread): 7.5x and
@@ -402,11 +402,11 @@ def test_a_folder_key_gives_every_source_under_it_its_figure():
 
 
 def test_natten_reduced_build_what_ran_at_once_and_the_recipes_figure():
-    # NATTEN 0.21.6 for 9.0 on the H100 (docs/gpu-results/2026-11-27-natten), reduced by a proof-only patch
+    # NATTEN 0.21.6 for 9.0 on the H100 (docs/records/gpu-results/2026-11-27-natten), reduced by a proof-only patch
     # to its 1-D kernels: a CMake build of 88 CUDA files (one chain each, no --threads), NATTEN_N_WORKERS 16:
     # 66.54 GiB over idle. The recipe's 4.0 per thread printed ~80: 1.20x, inside issue 35's band. A full
     # build's files hold many more kernels each (hopper_fna_bwd 73 per file vs 2 here): not measured.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-natten"
+    results = ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-natten"
     recipe = load_catalogue().get("natten")
     profile, measured = recorded("proof1", results, recipe.source_memory_gb)
     assert [(e.module, e.chains, e.threads) for e in profile] == [("libnatten", (1,) * 88, None)]
@@ -420,13 +420,13 @@ def test_natten_reduced_build_what_ran_at_once_and_the_recipes_figure():
 @pytest.mark.parametrize("run, files, label", [("2026-12-01-natten-2d", 104, "na2d"),
                                                ("2026-12-01-natten-3d", 71, "na3d causal")])
 def test_natten_2d_and_3d_reduced_builds_what_ran_at_once_and_the_recipes_figure(run, files, label):
-    # NATTEN 0.21.6 for 9.0 on an H200 (docs/gpu-results/2026-12-01-natten-2d and -3d), each reduced by a proof-only
+    # NATTEN 0.21.6 for 9.0 on an H200 (docs/records/gpu-results/2026-12-01-natten-2d and -3d), each reduced by a proof-only
     # patch to one rank's kernels with the causal masks its gpu_check case runs (2-D: two, 3-D: one), files of the
     # same weight as the 1-D build's (fna bundles, 2 Hopper kernels a file): 71.53 and 66.53 GiB over idle; the
     # recipe's 4.0 per thread printed ~80: 1.12x and 1.20x. The candidate recipe's check (RANKS = (2,) / (3,))
     # passed, a 2 smaller reference window failed it, and the catalogue's check (ranks 1-3) stops at na1d on
     # these builds, as it must.
-    results = ROOT / "docs" / "gpu-results" / run
+    results = ROOT / "docs" / "records" / "gpu-results" / run
     recipe = load_catalogue().get("natten")
     profile, measured = recorded("proof1", results, recipe.source_memory_gb)
     assert [(e.module, e.chains, e.threads) for e in profile] == [("libnatten", (1,) * files, None)]
@@ -447,18 +447,18 @@ _JOBS_OF_OLDER_RUNS = {"2026-11-24/proof1": (8, 8), "2026-11-24/proof2": (16, 4)
 
 def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_figures_now():
     # Issue 35's "done when": the RAM model within 1.25x of the measured peak on every GPU proof row,
-    # never under it by more than 10 %. Every run under docs/gpu-results with a measured peak (an audit,
+    # never under it by more than 10 %. Every run under docs/records/gpu-results with a measured peak (an audit,
     # mem.json), estimated as `imagegen build` does it now: the catalogue recipe's figures for that
     # run's environment (memory_when_env), its per-source figures and host part, the jobs it ran with.
     # A new row lands here by itself; one the model misses fails this test. Block-Sparse-Attention's two
     # H100 runs predate the audit record: test_block_sparse_attn_builds_on_the_h100_and_the_recipes_figures.
     from imagegen.model.recipes import with_memory_for
     cat, seen = load_catalogue(), {}
-    for mem in sorted((ROOT / "docs" / "gpu-results").rglob("mem.json")):
+    for mem in sorted((ROOT / "docs" / "records" / "gpu-results").rglob("mem.json")):
         run = mem.parent
         if run.name == "refused":  # the audit refused it: nothing compiled
             continue
-        rel = run.relative_to(ROOT / "docs" / "gpu-results").as_posix()
+        rel = run.relative_to(ROOT / "docs" / "records" / "gpu-results").as_posix()
         audit = json.loads((run / "audit.json").read_text())
         if (run / "manifest.json").exists():
             (cell,) = json.loads((run / "manifest.json").read_text())["cells"].values()
@@ -481,8 +481,8 @@ def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_fig
     # the 26th: natten's 1-D build at torch 2.14.1 (2026-11-29, fifth session); the 27th and 28th: natten's 2-D and
     # 3-D builds (2026-12-01, each checked by its candidate recipe: RANKS = (2,), (3,))
     assert len(seen) == 28
-    names = {json.loads((ROOT / "docs" / "gpu-results" / r / "manifest.json").read_text())["cells"].popitem()[1]["recipe"]
-             for r in seen if (ROOT / "docs" / "gpu-results" / r / "manifest.json").exists()}
+    names = {json.loads((ROOT / "docs" / "records" / "gpu-results" / r / "manifest.json").read_text())["cells"].popitem()[1]["recipe"]
+             for r in seen if (ROOT / "docs" / "records" / "gpu-results" / r / "manifest.json").exists()}
     assert names == set(cat.names())
 
 
@@ -560,7 +560,7 @@ def test_the_in_build_script_prints_the_audit_estimate(monkeypatch, capsys):
 def test_the_in_build_script_chooses_jobs_with_the_recipes_host_part(monkeypatch):
     # xformers says nvcc_host_gb 0.25 (1.0 is the default): the host's settings and the in-build script's
     # own choice (no MAX_JOBS given: `docker run` of a builder image, or a native build's script) agree.
-    results = ROOT / "docs" / "gpu-results" / "2026-11-27-xformers"
+    results = ROOT / "docs" / "records" / "gpu-results" / "2026-11-27-xformers"
     recipe = load_catalogue().get("xformers")
     profile, _ = recorded("proof1", results, recipe.source_memory_gb)
     host = jobs.Host(cpus=16, mem_gb=12.0)  # little RAM: the host part decides how many jobs fit

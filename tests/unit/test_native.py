@@ -210,7 +210,7 @@ def test_a_refused_audit_stops_the_build_before_it_compiles(tmp_path):
 
 
 def test_audit_native_fetches_a_git_source_then_judges_the_audit(tmp_path):
-    host = Host(tmp_path, audit=json.loads((Path(__file__).resolve().parents[2] / "docs" / "gpu-results" / "2026-11-24"
+    host = Host(tmp_path, audit=json.loads((Path(__file__).resolve().parents[2] / "docs" / "records" / "gpu-results" / "2026-11-24"
                                             / "proof1" / "audit.json").read_text()))
     cell = _sage(host)
     said: list[str] = []

@@ -2,7 +2,7 @@
 the archs whose GPUs sit in arm64 hosts only, and what reaches the Dockerfile and the bake file.
 
 buildx's own reading of an arm64 target is in tests/integration/test_bake_print.py; an arm64 build of
-the fixture under QEMU is recorded in docs/verification.md ("linux/arm64 under QEMU")."""
+the fixture under QEMU is recorded in docs/records/verification.md ("linux/arm64 under QEMU")."""
 
 from __future__ import annotations
 

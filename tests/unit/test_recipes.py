@@ -488,7 +488,7 @@ def test_the_catalogue_fixes_every_version_that_hard_codes_a_standard_or_says_it
 
 
 def test_mamba_ssm_gpu_check_runs_forward_and_backward_in_every_input_dtype():
-    # The H100 run of 2026-11-27 (docs/verification.md): the check that ran there compares the compiled
+    # The H100 run of 2026-11-27 (docs/records/verification.md): the check that ran there compares the compiled
     # forward and backward kernels with the package's reference for fp32, fp16 and bf16 inputs, each
     # tensor by relative error, NaN failing; the former check ran the fp32 forward kernel only.
     check = load_catalogue().get("mamba-ssm").smoke.gpu_check
@@ -500,7 +500,7 @@ def test_mamba_ssm_gpu_check_runs_forward_and_backward_in_every_input_dtype():
 
 
 def test_flash_attn_3_gpu_check_runs_what_the_wheel_was_built_with_against_fp32_attention():
-    # The H100 runs of 2026-11-27 (docs/gpu-results/2026-11-27-fa3): the former check ran one forward
+    # The H100 runs of 2026-11-27 (docs/records/gpu-results/2026-11-27-fa3): the former check ran one forward
     # kernel (bf16, hdim 128, causal) against sdpa with a cosine. This one compares the output and the
     # gradients of q, k and v with attention computed in fp32 for fp16 and bf16, head dims 64/128/256,
     # causal and not, within 2x of PyTorch's own error in the same dtype plus the dtype's rounding floor
@@ -527,7 +527,7 @@ def _calls_of(tree, name):
 
 
 def test_xformers_gpu_check_runs_the_wheels_own_kernels_against_pytorch():
-    # The H100 runs of 2026-11-27 (docs/gpu-results/2026-11-27-xformers): the former check ran only
+    # The H100 runs of 2026-11-27 (docs/records/gpu-results/2026-11-27-xformers): the former check ran only
     # memory_efficient_attention, which in 0.0.35 dispatches to PyTorch's own kernels (aten's
     # _efficient_attention_*, flash), so no kernel the wheel compiled ever ran. This one runs xformers._C's
     # sparse24 ops (what 0.0.34+ compiles): exact where a kernel only selects values (largest_mask_2d on
@@ -554,7 +554,7 @@ def test_xformers_gpu_check_runs_the_wheels_own_kernels_against_pytorch():
 
 
 def test_natten_gpu_check_runs_the_neighborhood_kernels_not_the_self_attention_shortcut():
-    # The H100 run of 2026-11-27 (docs/gpu-results/2026-11-27-natten): the former check called na1d with
+    # The H100 run of 2026-11-27 (docs/records/gpu-results/2026-11-27-natten): the former check called na1d with
     # kernel_size equal to the sequence length, which natten answers with natten.attention (FMHA): no FNA
     # kernel ran although it said cutlass-fna. This one calls na1d/na2d/na3d with windows smaller than the
     # input (odd, so NATTEN's window is centred), causal and not, forward and backward, per backend the GPU
@@ -587,7 +587,7 @@ def test_natten_gpu_check_runs_the_neighborhood_kernels_not_the_self_attention_s
 
 
 def test_flash_attn_gpu_check_runs_forward_and_backward_for_both_dtypes_and_three_head_dims():
-    # The H100 run of 2026-11-27 (docs/verification.md): the check that ran there compares flash_attn_func's
+    # The H100 run of 2026-11-27 (docs/records/verification.md): the check that ran there compares flash_attn_func's
     # output and the gradients of q, k and v with attention computed in fp32, for fp16 and bf16, head dims
     # 64/128/256, causal and not, against PyTorch's own error in the same dtype (flash-attention's test
     # criterion), NaN failing; the former check ran one forward kernel (fp16, hdim 128, causal).

@@ -45,7 +45,7 @@ def test_env_reaches_the_cell_document_and_the_inputs_hash():
 
 def test_the_knobs_that_lighten_each_file_give_the_cell_its_memory_figure():
     # flash-attn-3's memory_when_env: with all five in-file paths turned off, each kernel file takes
-    # less (the H100 runs of docs/verification.md): the cell document (what the in-build script sizes
+    # less (the H100 runs of docs/records/verification.md): the cell document (what the in-build script sizes
     # MAX_JOBS from) carries that figure; four of the five are not enough.
     cell = ["--torch", "2.11", "--cuda", "13.0", "--python", "3.12", "--arch", "9.0a"]
     lite = [f"FLASH_ATTENTION_DISABLE_{k}=TRUE" for k in ("VARLEN", "LOCAL", "APPENDKV", "CLUSTER", "SOFTCAP")]

@@ -292,7 +292,7 @@ def test_an_extension_is_held_only_to_the_archs_its_kernels_target(tmp_path):
 
 
 def test_cli_verify_reads_the_request_the_way_the_recipe_builds_it(tmp_path):
-    # Seed 004's request on the wheel imagegen built on the H100 (docs/gpu-results/2026-11-24):
+    # Seed 004's request on the wheel imagegen built on the H100 (docs/records/gpu-results/2026-11-24):
     # SageAttention compiles 9.0 as sm_90a, and its routed extensions carry only their archs.
     full = fatbin_container("sm_80", "sm_86", "sm_90a", "sm_120", "compute_120")
     wheel = make_wheel(tmp_path, {
@@ -377,7 +377,7 @@ def test_x86_64_code_in_a_wheel_tagged_aarch64_is_a_problem(tmp_path):
 
 
 def test_aarch64_code_passes_under_an_aarch64_tag_and_fails_under_x86_64(tmp_path):
-    # EM_AARCH64 (183): what the arm64 build under QEMU produced (docs/verification.md, linux/arm64)
+    # EM_AARCH64 (183): what the arm64 build under QEMU produced (docs/records/verification.md, linux/arm64)
     arm = retagged(tmp_path, FIXTURE_WHEEL, "manylinux_2_28_aarch64", elf_machine=183)
     assert not [p for p in verify_wheel(arm, parse_arch_list("8.0"), cuobjdump=None).problems if "code, but" in p]
     wrong = retagged(tmp_path / "x", FIXTURE_WHEEL, "linux_x86_64", elf_machine=183) if (tmp_path / "x").mkdir() is None else None

@@ -243,7 +243,7 @@ def pip_wheel_command(py, dist, tree):
     """`pip wheel` as a user would type it. Not `-v` unless IMAGEGEN_BUILD_VERBOSE=1: pip renders every
     line of a verbose build through its console logger in one thread, and a package whose nvcc jobs
     print a lot (SageAttention's ptxas statistics: ~3 MB) then blocks its compilers on a full pipe:
-    +10-17% build time on a 16-core H100 host (docs/verification.md). Without -v pip keeps the
+    +10-17% build time on a 16-core H100 host (docs/records/verification.md). Without -v pip keeps the
     output and prints all of it when the build fails, which is when it is needed."""
     cmd = [py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", dist, tree]
     if os.environ.get("IMAGEGEN_BUILD_VERBOSE", "").lower() in ("1", "true", "yes"):
