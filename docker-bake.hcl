@@ -96,7 +96,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "fc6b32afcd93c785"
+    "io.imagegen.inputs" = "f1be6f57d84af020"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -120,7 +120,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "54d01f57d997ffdb"
+    "io.imagegen.inputs" = "eb1b3e8b39bbb638"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -144,7 +144,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "5b154e40d1a1b56f"
+    "io.imagegen.inputs" = "6698ecbe7f3342d5"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -168,7 +168,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "afac3c68ca820b20"
+    "io.imagegen.inputs" = "8ac68083c6096abd"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -192,7 +192,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "ee5654cbc8bd3344"
+    "io.imagegen.inputs" = "8acd75e7b2bd2509"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -216,7 +216,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "5fcb2e9303ec042c"
+    "io.imagegen.inputs" = "163343e68f3381d7"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -240,7 +240,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "32efd8677946ae61"
+    "io.imagegen.inputs" = "d0513f10d8f86de0"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -264,7 +264,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "496361a636cbec37"
+    "io.imagegen.inputs" = "740148df33bcb8c8"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -288,7 +288,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "be51fbcae5925445"
+    "io.imagegen.inputs" = "f93cdf1e1f847b46"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -310,7 +310,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "9e33fcd7375d21bd"
+    "io.imagegen.inputs" = "36f288ecec98496b"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -332,7 +332,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "ba4314a9343fd5fb"
+    "io.imagegen.inputs" = "378bb3c5f894a6f9"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }
@@ -356,7 +356,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "2a958c6070217d92"
+    "io.imagegen.inputs" = "94a0ca8ff1fa3126"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }

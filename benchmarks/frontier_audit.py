@@ -7,7 +7,7 @@ For every catalogue recipe x pinned version, run
 with one torch venv at a time (CUDA_HOME: the venv's PyPI CUDA toolkit merged into one folder, as the
 `pypi` flavor's builder does), and record the verdict, the header probe's result and the seconds.
 
-    frontier_audit.py sources ROOT            export each pinned version's tree from /work/.mirror
+    frontier_audit.py sources ROOT            export each pinned version's tree from $IMAGEGEN_MIRRORS
                                               (sdist-only versions: ROOT/sdist/*.tar.gz, downloaded first)
     frontier_audit.py cudahome VENV HOME      merge VENV's nvidia/* trees into HOME (hard links)
     frontier_audit.py run ROOT VENV HOME T C OUT.jsonl [recipe[/version] ...]
@@ -36,7 +36,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "imagegen" / "resources" / "recipes"
-MIRRORS = Path("/work/.mirror")
+MIRRORS = Path(os.environ.get("IMAGEGEN_MIRRORS", "mirrors"))  # <owner>+<name>/repo git mirrors
 
 
 def catalogue():

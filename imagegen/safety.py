@@ -283,7 +283,7 @@ def served_folder_url(url: str, what: str, instead: str) -> str:
 
 
 # A build variable (``--env``, a recipe's ``env``) is written into the Dockerfile (ENV), the bake file and the
-# image's history: one named like a credential, or whose value is one, is refused (issue 32).
+# image's history: one named like a credential, or whose value is one, is refused.
 _SECRET_NAME = re.compile(r"(?i)(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
                           r"|COOKIE)")
 # Tokens of the services a build might reach: GitHub, GitLab, Hugging Face, PyPI, npm, Slack, AWS, OpenAI-like.

@@ -106,7 +106,7 @@ MATRIX = Group((
     Opt(("recipes",), nargs="*", help="recipes (default: the config's matrix, else every recipe)"),
     CELLS,
     Opt(("--layout",), help="wheelhouse folders below the output folder, from {package} {short} {version} {torch}"
-        " {cuda} {python} {py} (default: {package}-{version}/torch{torch}/{cuda}; seed 001's:"
+        " {cuda} {python} {py} (default: {package}-{version}/torch{torch}/{cuda}; a team's flash-attn matrix:"
         " fa{version}/torch{torch}/{cuda})"),
 ))
 

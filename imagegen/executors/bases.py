@@ -1,7 +1,7 @@
 """Base images a build can really have: the primary, else the next candidate of the same CUDA.
 
 A cell's base image may come with fallbacks (the manylinux flavor's sameli image, or
-``--base-image CUDA=PRIMARY,FALLBACK``: seed 001's ALT_LINUX_IMAGE_CU*). Before anything is built,
+``--base-image CUDA=PRIMARY,FALLBACK``: a team's flash-attn matrix's ALT_LINUX_IMAGE_CU*). Before anything is built,
 each such cell's candidates are tried in order: an image the engine already has, or one it can pull,
 is taken; the cell is then built on it, its manifest names it (``base_image``) and its notes say why
 the primary was passed over. A cell none of whose candidates can be had fails alone, with every

@@ -234,7 +234,7 @@ def driver_edits(root: Path = Path("/"), ldconfig: Callable[[], str] | None = No
     pairs_nodes = tuple((str(root / node.lstrip("/")), node) for node in nodes)
     # File by file, wherever the driver is: a folder is never mounted, so nothing beside the driver's
     # files (a home folder's ~/.ssh when libcuda.so.1 is found in ~/lib) reaches the build steps given
-    # the device, which run the package's own build code (issue 32, item 4).
+    # the device, which run the package's own build code.
     folder = libcuda.parent
     version, pairs = driver_files(libcuda)
     mounts = [(str(target), f"{CONTAINER_DRIVER_DIR}/lib64/{name}") for target, name in pairs]

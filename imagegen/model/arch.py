@@ -110,7 +110,7 @@ class CudaArch:
 class ArchList:
     """An immutable, sorted list of :class:`CudaArch` with one entry per (major, minor, variant).
 
-    Entries for the same target merge their flags, which is what makes the seed document's
+    Entries for the same target merge their flags, which is what makes a user's
     ``compute_80;sm_80`` come out as ``8.0+PTX``.
     """
 

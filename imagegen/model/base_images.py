@@ -47,7 +47,7 @@ class BaseImage:
     # The torch release preinstalled in ``python`` (None: none, or not known): a cell asking for
     # exactly it (and ``image_torch_cuda``) reuses it instead of downloading torch again.
     image_torch: str | None = None
-    # The images tried, in order, when ``ref`` cannot be pulled (same CUDA; seed 001's ALT_LINUX_IMAGE_CU*):
+    # The images tried, in order, when ``ref`` cannot be pulled (same CUDA; a team's flash-attn matrix's ALT_LINUX_IMAGE_CU*):
     # the manylinux flavor's sameli image, or the later images of --base-image CUDA=PRIMARY,FALLBACK.
     fallbacks: tuple[str, ...] = ()
     deadsnakes: bool = False  # Python must come from the deadsnakes PPA

@@ -163,7 +163,7 @@ def settings_for(memory_per_thread_gb: float, default_threads: int, h: Host, *, 
                  host_gb: float = NVCC_HOST_GB) -> JobSettings:
     """One build's jobs when ``share`` builds run side by side on ``h`` (imagegen_rules.job_settings:
     a 9.0-only build of SageAttention, --threads=8 hard-coded, peaked at ~2.3 GB per job on an H100
-    host, not 8x; a machine with little RAM gets MAX_JOBS=1 and NVCC_THREADS=1, seed 002's OOM
+    host, not 8x; a machine with little RAM gets MAX_JOBS=1 and NVCC_THREADS=1, a Windows user's OOM
     workaround, rather than an OOM kill; an explicit value always wins)."""
     jobs, threads, peak_gb, est = rules.job_settings(
         memory_per_thread_gb, default_threads, max(1, h.cpus // share), h.mem_gb / share, max_jobs=max_jobs,

@@ -1,5 +1,5 @@
 """The wheelhouse layout: the folder a cell's wheels land in below the output folder, as a template
-(default ``{package}-{version}/torch{torch}/{cuda}``; seed 001's team keeps ``fa{version}/torch{torch}/{cuda}``)."""
+(default ``{package}-{version}/torch{torch}/{cuda}``; a team's flash-attn matrix keeps ``fa{version}/torch{torch}/{cuda}``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ MAX_LAYOUT_DEPTH = 8
 
 def validate_layout(template: str, what: str = "--layout") -> str:
     """A wheelhouse layout: a relative folder template of {package} {short} {version} {torch} {cuda}
-    {python} {py} and [A-Za-z0-9._-/] (seed 001's fa{version}/torch{torch}/{cuda}), at most
+    {python} {py} and [A-Za-z0-9._-/] (a team's flash-attn matrix's fa{version}/torch{torch}/{cuda}), at most
     MAX_LAYOUT_DEPTH folders deep. Refused otherwise. The one check of a layout, whichever command
     or config file gives it (imagegen.plan.options, imagegen.plan.config)."""
     hint = f"fields: {', '.join('{' + f + '}' for f in LAYOUT_FIELDS)}; e.g. fa{{version}}/torch{{torch}}/{{cuda}}"

@@ -414,6 +414,6 @@ def with_memory_for(recipe: Recipe, env: Mapping[str, str]) -> Recipe:
 
 
 # --------------------------------------------------------------------------------------------
-# A local project as a recipe (seed 003: a setup.py/pyproject project with its own kernels)
+# A local project as a recipe (a team's own kernels package: a setup.py/pyproject project)
 
 

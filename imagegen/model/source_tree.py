@@ -1,4 +1,4 @@
-"""A local project as a recipe (seed 003: a setup.py/pyproject project with its own kernels).
+"""A local project as a recipe (a team's own kernels package: a setup.py/pyproject project).
 
 Everything is read statically: PKG-INFO, pyproject.toml and setup.cfg as data, setup.py and a
 package's ``__init__.py``/``version.py`` parsed with :mod:`ast`, never imported or run (imagegen runs

@@ -1,6 +1,6 @@
 """The host platform of a cell (--platform): linux/amd64, or linux/arm64 (GH200, GB200, DGX Spark, Jetson),
 built in the image's arm64 variant. Parses the flag, says what each flavor and torch offer on arm64, and gives a
-plan one cell per platform asked for (issue 21)."""
+plan one cell per platform asked for."""
 
 from __future__ import annotations
 

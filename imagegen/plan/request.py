@@ -91,7 +91,7 @@ def matrix(opts: Options, cat: Catalogue) -> MatrixRequest:
     ref, git = opts.ref, opts.git
     if (ref or git) and (sources or len({cat.get(n).name if not looks_like_path(n) else n for n in names}) != 1):
         raise UsageError("--ref/--git name one recipe's source: give exactly one recipe with them")
-    # Several versions (seed 001's FA_VERSIONS="2.8.2 2.8.3"): each recipe's cells at each of them.
+    # Several versions (a team's flash-attn matrix's FA_VERSIONS="2.8.2 2.8.3"): each recipe's cells at each of them.
     versions = one_version_per_source(opts)
     for recipe, version in [recipe_at(cat, n, None, v, opts.fetch, opts.env, ref=ref, git=git, jobs=opts.jobs_fix,
                                       build=opts.build_credentials)
@@ -229,7 +229,7 @@ def local_checkout(recipe: Recipe, version: RecipeVersion, src_dir: Path | None,
 
 def native_cell(opts: Options, recipe: Recipe, version: RecipeVersion, host: HostToolchain) -> Cell:
     """The one cell a native build makes: this host's torch, CUDA and Python, for the --arch list (else
-    the config's, else this host's GPUs: seed 000 builds for the Colab GPU it runs on), or a one-line
+    the config's, else this host's GPUs: a Colab user's fork builds for the Colab GPU it runs on), or a one-line
     error. --torch/--cuda/--python describe the host here: a mismatch is refused instead of building the
     wrong thing."""
     if len(opts.archs) > 1:

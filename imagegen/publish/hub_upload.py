@@ -1,5 +1,5 @@
 """A Hugging Face Hub model repository as a publish destination (``hf:OWNER/REPO[@REVISION][:PATH]``),
-through huggingface_hub.HfApi: seed 004 uploads its wheel there, and pip installs it from
+through huggingface_hub.HfApi: an RTX 5090 user's SageAttention builder uploads its wheel there, and pip installs it from
 ``https://huggingface.co/OWNER/REPO/resolve/REVISION/PATH/<wheel>``.
 
 - What is there: ``get_paths_info`` on the file's path. A wheel is stored with LFS (the Hub keeps

@@ -1,4 +1,4 @@
-"""Windows: the native build of one or many cells as a cmd or PowerShell script (seeds 001 and 002, generated).
+"""Windows: the native build of one or many cells as a cmd or PowerShell script (a team's flash-attn matrix, a Windows user's builds; generated).
 
 The cells come from the planner (imagegen.plan.matrix.windows_plan: expand on a WindowsHost, with the cell's CUDA
 toolkit as nvcc), so a cell the plan rejects (nvcc 12.6 cannot build sm_120, a torch/CUDA pair torch never
@@ -7,7 +7,7 @@ shipped) is refused with the plan's reason, and an arch the package runs from an
 exits non-zero at the end when any failed, and keeps the wheels of those that built.
 
 Per cell the script selects the CUDA toolkit through ``CUDA_PATH_V<major>_<minor>`` (what NVIDIA's
-installer sets; seed 001 picks toolkits the same way), makes a venv with ``py -X.Y`` and installs the
+installer sets; a team's flash-attn matrix picks toolkits the same way), makes a venv with ``py -X.Y`` and installs the
 cell's torch from its index (or uses ``--python-exe`` as it is: its torch is checked, never replaced,
 unless ``--install-torch``), installs the recipe's build requirements, loads Visual Studio's x64 environment (vcvarsall, unless already loaded), sets the recipe's
 variables with ``set "NAME=value"`` (no trailing space can slip into a value) and runs ``pip wheel
@@ -22,7 +22,7 @@ script with the modules it imports (HELPER_MODULES: its own, and the Linux build
 and imagegen_records.py, so that both builds patch, retag and record a wheel one way) and run with the
 cell's Python, so that it is tested on any OS. Every native command's exit code is checked, in both
 shells. Windows machines are often short of RAM for nvcc, so MAX_JOBS and NVCC_THREADS default to 1
-(seed 002's OOM workaround) unless given.
+(a Windows user's OOM workaround) unless given.
 """
 
 from __future__ import annotations
@@ -201,8 +201,8 @@ def _expected(archs: ArchList) -> list[dict]:
 
 
 def build_document(recipe: Recipe, version: RecipeVersion, cells: list[Cell], index_override: str | None = None) -> dict:
-    """What imagegen_windows.py needs to know: the source, the patches, the import test and, per cell,
-    the torch, the toolkit, the local version, the wheelhouse folder and the archs to verify."""
+    """What imagegen_windows.py needs to know: the source and the patches and, per cell, the torch, the
+    toolkit, the local version, the wheelhouse folder, the archs to verify and the modules to import."""
     return {
         "schema": 1,
         "kind": "imagegen-windows-build",
@@ -212,14 +212,14 @@ def build_document(recipe: Recipe, version: RecipeVersion, cells: list[Cell], in
         "version": version.version,
         "source": source_document(recipe, version),
         "patches": [{"name": p.name, "reason": p.reason, "text": p.text} for p in version.patches],
-        "smoke_imports": list(recipe.smoke.imports),
-        "smoke_driver_imports": list(recipe.smoke.driver_imports),
         "extension_archs": {module: sorted({a.cc for a in archs}) for module, archs in version.extensions.items()},
         "cells": [{
             "name": c.name, "torch": c.torch_version, "torch_series": c.torch.series, "cuda": c.cuda.name,
             "cuda_dotted": c.cuda.dotted, "toolkit": str(c.cuda.version), "cuda_path_var": cuda_path_var(c),
             "python": c.python, "torch_index_url": torch_index(c, index_override), "local_version": c.local_version,
             "wheel_dir": c.wheel_dir, "archs": str(c.archs), "expected": _expected(c.expected_archs),
+            # the modules this cell's list builds (Cell.smoke: a routed extension it leaves out is not imported)
+            "smoke_imports": list(c.smoke.imports), "smoke_driver_imports": list(c.smoke.driver_imports),
         } for c in cells],
     }
 

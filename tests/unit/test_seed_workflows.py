@@ -1,5 +1,5 @@
 """Issue 34: seeds 001 and 002 run as their users would, imagegen command by imagegen command, from the seed's
-own values (/work/shared/seeds: 001's build.sh variables, 002's venv, CUDA 12.9 and clone of `main` with local
+own values (the workflows' own READMEs: 001's build.sh variables, 002's venv, CUDA 12.9 and clone of `main` with local
 setup.py fixes). The Windows scripts are parsed (tree-sitter, as tests/unit/test_windows.py does) and the
 helper they embed is taken out of the script itself and run here on Linux, with a stand-in torch and nvcc (as
 tests/unit/test_imagegen_windows.py does).

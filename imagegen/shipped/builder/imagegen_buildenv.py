@@ -84,7 +84,7 @@ def load_host_gb(load):
 
 
 def visible_gpu_archs(cell):
-    """`docker run --gpus all IMAGE` without TORCH_CUDA_ARCH_LIST (seed 004): build for the GPUs the
+    """`docker run --gpus all IMAGE` without TORCH_CUDA_ARCH_LIST (an RTX 5090 user's SageAttention builder): build for the GPUs the
     container sees. Empty when there are none (parse_archs then says what to set)."""
     py = venv_python(cell) if os.path.exists(venv_python(cell)) else sys.executable
     code = ("import torch\nif torch.cuda.is_available():\n"
