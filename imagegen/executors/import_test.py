@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 
 def smoke_test(wheel: Path, cell: Cell, host: HostToolchain, importer: "Importer | None" = None) -> dict:
-    """Import the recipe's modules from the unpacked wheel (see import_test)."""
-    return import_test(wheel, [*cell.recipe.smoke.imports, *cell.recipe.smoke.driver_imports], host.python_exe,
+    """Import the recipe's modules that the cell's arch list builds (Cell.smoke) from the unpacked wheel
+    (see import_test)."""
+    return import_test(wheel, [*cell.smoke.imports, *cell.smoke.driver_imports], host.python_exe,
                        importer=importer)
 
 

@@ -41,6 +41,8 @@ from imagegen.model.arch_rules import nvcc_problems
 from imagegen.model.compat import TorchSeries
 from imagegen.model.cxx_std import judge as judge_std
 from imagegen.model.audit_report import MAX_TEXT, AuditReport, ExtensionAudit, Verdict
+# Which extensions a list builds at all (the smoke test's modules follow the same rule: Cell.smoke).
+from imagegen.shipped.builder.imagegen_rules import routed_builds
 
 # --------------------------------------------------------------------------------------------
 # Judging
@@ -125,7 +127,7 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
                 warnings.append(f"{ext.module}: nvcc is asked for {o.split(':', 1)[1]!r} archs, not the requested list")
         # 3. Requested archs this extension carries, or should.
         for want in requested:
-            if allowed is not None and want.cc not in _ccs(allowed):
+            if allowed is not None and not routed_builds(_ccs(allowed), [want.cc]):
                 continue  # this extension's kernels do not exist for that arch: not missing
             have = _carries(ext, want)
             for label, ok in have.items():
@@ -139,8 +141,8 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
                             " a hard-coded arch list that ignores --arch")
     for want in requested:
         for label, ok_exts in ((lbl, covered.get(lbl, [])) for lbl in _labels(want)):
-            eligible = [e for e in cuda_exts
-                        if extension_archs.get(e.module) is None or want.cc in _ccs(extension_archs[e.module])]
+            eligible = [e for e in cuda_exts if extension_archs.get(e.module) is None
+                        or routed_builds(_ccs(extension_archs[e.module]), [want.cc])]
             missing = [e.module for e in eligible if e.module not in ok_exts]
             if not ok_exts:
                 refusals.append(f"{name}: no extension would carry {label} (requested): the build ignores --arch"

@@ -18,11 +18,11 @@ from packaging.version import Version
 
 from imagegen.model import base_images
 from imagegen.model.arch import ArchList
-from imagegen.model.cell_rules import FLAGS, FixWords, compiled_targets, expected_archs
+from imagegen.model.cell_rules import FLAGS, FixWords, compiled_targets, expected_archs, smoke_for
 from imagegen.model.base_images import BaseImage
 from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.layout import DEFAULT_LAYOUT
-from imagegen.model.recipes import Recipe, RecipeVersion
+from imagegen.model.recipes import Recipe, RecipeVersion, SmokeTest
 
 
 BUILDABLE, REJECTED, SKIPPED = "buildable", "rejected", "skipped"
@@ -49,7 +49,7 @@ class Cell:
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     status: str = BUILDABLE
-    # The wheelhouse layout (validate_layout): seed 001 keeps its team's fa<v>/torch<s>/cu<x>/.
+    # The wheelhouse layout (validate_layout): a team's flash-attn matrix keeps its fa<v>/torch<s>/cu<x>/.
     layout: str = DEFAULT_LAYOUT
     # --offline: no build step reaches a network (RUN --network=none, pip without an index); the
     # source, torch, nvcc and the build requirements all come from the machine and the base image.
@@ -98,6 +98,12 @@ class Cell:
     def expected_archs(self) -> ArchList:
         """What the built .so must carry: the request mapped through the recipe's ``emits``."""
         return expected_archs(self.version, self.archs, self.nvcc)
+
+    @cached_property  # resolved once per cell: every smoke step (the builder's, native, Windows) takes it
+    def smoke(self) -> SmokeTest:
+        """The recipe's smoke test with only the modules this cell's arch list builds (a routed
+        extension the list leaves out, such as SageAttention's _qattn_sm90 for 12.0, is not imported)."""
+        return smoke_for(self.version, self.recipe.smoke, self.expected_archs)
 
     @property
     def gencode_targets(self) -> int:

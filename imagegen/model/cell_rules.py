@@ -5,7 +5,7 @@ which archs a package really compiles for a request."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.version import Version
 
@@ -17,7 +17,7 @@ from imagegen.model.arch_rules import nvcc_problems, torch_problems
 from imagegen.model.base_images import BaseImage
 from imagegen.model.compat import CudaVariant, TorchSeries
 from imagegen.model.cxx_std import CxxStd, judge, standard_year
-from imagegen.model.recipes import Recipe, RecipeVersion, Rule
+from imagegen.model.recipes import Recipe, RecipeVersion, Rule, SmokeTest
 from imagegen.shipped.builder import imagegen_rules as rules
 
 
@@ -54,6 +54,45 @@ def expected_archs(version: RecipeVersion, archs: ArchList, nvcc: Version) -> Ar
         else:
             out.append(a)
     return ArchList(out)
+
+
+def extension_routes(version: RecipeVersion) -> dict[str, list[str]]:
+    """The recipe's per-extension routing as the build applies it: extension module -> the compute
+    capabilities its kernels target (SageAttention 2.2.0: _qattn_sm90 -> 9.0, _qattn_sm89 -> 8.9,
+    9.0, 12.0). A module the recipe does not route takes every arch."""
+    return {module: sorted({a.cc for a in archs}, key=cc_key) for module, archs in version.extensions.items()}
+
+
+def builds_extension(version: RecipeVersion, module: str, expected: ArchList) -> bool:
+    """Does a build whose .so must carry ``expected`` (expected_archs) build ``module`` at all? A
+    routed extension only where one of its ccs is asked for (the package leaves it out otherwise:
+    SageAttention builds _qattn_sm90 only for 9.0); every other one always. The gencode audit
+    judges coverage by this rule and the smoke test imports by it (imagegen_rules.routed_builds)."""
+    route = extension_routes(version).get(module)
+    return route is None or rules.routed_builds(route, [a.cc for a in expected])
+
+
+def smoke_for(version: RecipeVersion, smoke: SmokeTest, expected: ArchList) -> SmokeTest:
+    """``smoke`` with only the modules a build for ``expected`` installs: a routed extension the
+    list leaves out is not imported (SageAttention's ``--arch 12.0+PTX`` has no _qattn_sm90). The
+    plan resolves it once per cell (Cell.smoke); every smoke step takes that."""
+    routes = extension_routes(version)
+    if not routes:
+        return smoke
+    ccs = [a.cc for a in expected]
+    return replace(smoke, imports=tuple(rules.smoke_modules(smoke.imports, routes, ccs)),
+                   driver_imports=tuple(rules.smoke_modules(smoke.driver_imports, routes, ccs)))
+
+
+def routed_smoke_modules(version: RecipeVersion, smoke: SmokeTest) -> list[dict]:
+    """The recipe's smoke modules whose extension it routes (SageAttention's _qattn_sm90: 9.0 only), each
+    with the ccs its kernels target and whether it needs the driver: what the builder's smoke step resolves
+    again, by the same rule, for a build of another list than the planned one (a bake --set, the GPUs
+    `docker run --gpus all` sees; imagegen_check.smoke_lists). Empty where nothing is routed."""
+    routes = extension_routes(version)
+    return [{"module": m, "driver": driver, "ccs": routes[m]}
+            for driver, modules in ((False, smoke.imports), (True, smoke.driver_imports))
+            for m in modules if m in routes]
 
 
 def compiled_targets(version: RecipeVersion, archs: ArchList, nvcc: Version) -> int:

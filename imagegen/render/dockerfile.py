@@ -25,6 +25,7 @@ import jinja2
 from imagegen import __version__, safety
 from imagegen.errors import UnsafeValueError, UsageError
 from imagegen.model.cell import Cell
+from imagegen.model.cell_rules import routed_smoke_modules
 from imagegen.model.recipes import Recipe, RecipeVersion
 from imagegen.render import templating
 from imagegen.shipped.builder import imagegen_rules as rules
@@ -255,8 +256,12 @@ def cell_document(cell: Cell) -> dict:
         "local_version": cell.local_version,
         "log_dir": "/imagegen/logs",
         "work_dir": WORK_DIR,
-        "smoke_imports": list(recipe.smoke.imports),
-        "smoke_driver_imports": list(recipe.smoke.driver_imports),
+        # The modules this cell's arch list builds (Cell.smoke: a routed extension the list leaves out is not
+        # imported); where the recipe routes one, its routes, for a build of another list (bake --set, the GPUs
+        # `docker run --gpus all` sees): imagegen_check.smoke_lists.
+        "smoke_imports": list(cell.smoke.imports),
+        "smoke_driver_imports": list(cell.smoke.driver_imports),
+        **({"smoke_routed": routed} if (routed := routed_smoke_modules(cell.version, cell.recipe.smoke)) else {}),
         # Only when set: every other cell's document (and inputs hash) stays as it was.
         **({"offline": True} if cell.offline else {}),
     }

@@ -376,7 +376,7 @@ def test_smoke_imports_the_wheel_in_a_fresh_venv_that_sees_the_cells_environment
     make_wheel(tmp_path / "dist", module="import jinja2\nX = 1\n")
     doc = doc_for()
     # jinja2 is in this interpreter's (the cell's) environment only: the fresh venv sees it through the .pth
-    doc.update(smoke_imports=["tinypkg", "jinja2"], smoke_driver_imports=[])
+    doc["cells"][0].update(smoke_imports=["tinypkg", "jinja2"], smoke_driver_imports=[])
     code = W.main(["smoke", "--doc", str(write_doc(tmp_path, doc)), "--cell", "sage-2_2_0-torch2_8-cu128-py312",
                    "--dist", str(tmp_path / "dist"), "--venv", str(tmp_path / "smoke")])
     assert code == 0, capsys.readouterr()
@@ -388,7 +388,7 @@ def test_smoke_imports_the_wheel_in_a_fresh_venv_that_sees_the_cells_environment
 def test_smoke_fails_when_a_module_does_not_import(tmp_path, capsys):
     make_wheel(tmp_path / "dist")
     doc = doc_for()
-    doc.update(smoke_imports=["tinypkg", "tinypkg_missing"], smoke_driver_imports=[])
+    doc["cells"][0].update(smoke_imports=["tinypkg", "tinypkg_missing"], smoke_driver_imports=[])
     assert W.main(["smoke", "--doc", str(write_doc(tmp_path, doc)), "--cell", "sage-2_2_0-torch2_8-cu128-py312",
                    "--dist", str(tmp_path / "dist"), "--venv", str(tmp_path / "smoke")]) == 1
     assert "cannot import tinypkg_missing" in capsys.readouterr().err

@@ -15,7 +15,7 @@ import time
 
 import imagegen_rules as rules  # what the recipe reader checked them with
 import imagegen_wheeltools as wheeltools
-from imagegen_records import add_report_to_records
+from imagegen_records import RECORD_SUFFIX, add_report_to_records
 from imagegen_toolchain import fail, log, run, secret_env, venv_python
 
 
@@ -37,7 +37,8 @@ def smoke_test(cell, wheels):
         run([py, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall"] + wheels)
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    modules = list(cell["smoke_imports"]) + list(cell.get("smoke_driver_imports", []))
+    imports, driver_imports = smoke_lists(cell, wheels)
+    modules = imports + driver_imports
     subprocess.call([py, "-c", wheeltools.SMOKE_PROGRAM, out, cell.get("distribution") or ""] + modules, cwd="/")
     with open(out) as fh:
         found = json.load(fh)
@@ -51,6 +52,50 @@ def smoke_test(cell, wheels):
     if failed:
         fail("smoke test failed: cannot import %s" % ", ".join(failed))
     add_report_to_records(wheels, "smoke", {"imports": report, "ok": True})
+
+
+def smoke_lists(cell, wheels):
+    """(imports, driver imports) of the smoke test: the plan's, resolved for the planned arch list
+    (cell.json's smoke_imports/smoke_driver_imports: only the extensions that list builds). A wheel
+    whose build record says it was built for another list (a bake --set, the GPUs `docker run --gpus
+    all` saw) gets the recipe's routed modules (smoke_routed) resolved again for that list, by the rule
+    the plan used (imagegen_rules.smoke_modules), so that the test imports what that list built."""
+    imports, driver_imports = list(cell["smoke_imports"]), list(cell.get("smoke_driver_imports", []))
+    routed = cell.get("smoke_routed") or []
+    ccs = _built_ccs(cell, wheels) if routed else None
+    if ccs is None:
+        return imports, driver_imports
+    for route in routed:
+        names = driver_imports if route["driver"] else imports
+        builds = rules.routed_builds(route["ccs"], ccs)
+        if builds and route["module"] not in names:
+            names.append(route["module"])
+        elif not builds and route["module"] in names:
+            names.remove(route["module"])
+    log("smoke: the wheel was built for %s, not the planned list: importing %s"
+        % (";".join(ccs), ", ".join(imports + driver_imports)))
+    return imports, driver_imports
+
+
+def _built_ccs(cell, wheels):
+    """The ccs the wheels were built for where their build records name another list than the planned
+    one (the ccs the package's knob compiled: the recipe's runs_on applied), else None."""
+    for wheel in wheels:
+        try:
+            with open(wheel + RECORD_SUFFIX, encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        asked, planned = record.get("requested_archs"), record.get("planned_archs")
+        if not (isinstance(asked, str) and asked.strip() and isinstance(planned, str)) or asked == planned:
+            continue
+        try:
+            archs = rules.parse_canonical(asked)
+        except ValueError:
+            continue
+        archs, _ = rules.map_families(archs, (cell.get("knob") or {}).get("runs_on"))
+        return rules.archs_ccs(archs)
+    return None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -154,6 +154,31 @@ def family_note(moved, package=None):
 
 
 # ------------------------------------------------------------------------------------------------
+# Which extensions a list builds: the recipe's per-extension routing (SageAttention's _qattn_sm90 only
+# for 9.0a). The gencode audit judges a build by it, the plan resolves the smoke test's modules by it,
+# and a build for another list than the planned one (a bake --set, the GPUs `docker run --gpus all`
+# sees) resolves them again here.
+
+def routed_builds(route_ccs, ccs):
+    """Does a build for the compute capabilities ``ccs`` ("12.0", ...) build an extension whose
+    kernels target only ``route_ccs``? Only when the two meet: the package leaves it out otherwise
+    (SageAttention builds _qattn_sm90 only for a list with 9.0)."""
+    return any(cc in ccs for cc in route_ccs)
+
+
+def smoke_modules(modules, routes, ccs):
+    """``modules`` (a recipe's smoke imports) that a build for ``ccs`` installs: a routed one
+    (``routes``: module -> the ccs its kernels target) only where routed_builds says so, every
+    other one always."""
+    return [m for m in modules if m not in routes or routed_builds(routes[m], ccs)]
+
+
+def archs_ccs(archs):
+    """The compute capabilities ("9.0", ...) of parse_canonical's tuples."""
+    return ["%d.%d" % (a[0], a[1]) for a in archs]
+
+
+# ------------------------------------------------------------------------------------------------
 # How much to compile at once
 
 def host_facts():

@@ -288,8 +288,11 @@ def cmd_smoke(doc, args):
         fh.write("".join(d + "\n" for d in host.site_dirs()))
     run([py, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "--force-reinstall",
          path])
-    modules = list(doc.get("smoke_imports") or [])
-    driver_modules = list(doc.get("smoke_driver_imports") or [])
+    # the modules this cell's arch list builds, as the plan resolved them (a routed extension the list
+    # leaves out, such as SageAttention's _qattn_sm90 without 9.0, is not imported)
+    cell = cell_of(doc, args.cell)
+    modules = list(cell.get("smoke_imports") or [])
+    driver_modules = list(cell.get("smoke_driver_imports") or [])
     with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
         out_file = os.path.join(tmp, "imports.json")
         rc, text = output_of([py, "-c", wheeltools.SMOKE_PROGRAM, out_file, doc.get("distribution") or ""]
