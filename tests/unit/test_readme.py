@@ -1,6 +1,7 @@
-"""README.md's command lines and output excerpts, checked against the real CLI (issue 37, item 5).
+"""The command lines and output excerpts of README.md and the manual (docs/, not the run records in
+docs/records/), checked against the real CLI.
 
-Every fenced ```console and ```bash block of README.md is read:
+Every fenced ```console and ```bash block of those pages is read:
 
 - In a ```console block a command starts at a ``$ `` prompt; a line ending in ``\\`` continues on the
   next line. The lines after it, up to the next prompt, are its output. ``PS> `` (PowerShell) is a
@@ -50,10 +51,12 @@ import pytest
 from imagegen import cli
 from imagegen.errors import ImagegenError
 from imagegen.model.catalogue import load_catalogue
-from imagegen.plan.matrix import defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# The pages whose commands are checked: the front door and the manual (the generated CLI reference has
+# no command blocks; the run records show what ran then, not what runs now).
+PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if "records" not in p.relative_to(ROOT / "docs").parts)]
 BAKE_FILE = ROOT / "docker-bake.hcl"
 TINY_KERNEL = ROOT / "tests" / "fixtures" / "tiny_kernel"
 
@@ -100,10 +103,12 @@ MODES = [
     ("doctor", _any, PARSE, "probes this host's docker, buildx, nvidia-smi, GPUs and torch"),
     ("cdi-spec", _any, PARSE, "reads this host's GPU device nodes and driver"),
     ("refresh", _any, PARSE, "reads PyPI (network)"),
+    ("setup", _any, PARSE, "installs a Docker engine and buildx on this machine (root, apt)"),
 ]
 
 # Programs of README command lines that are not imagegen: skipped (docker buildx bake is checked below).
-SHELL_PROGRAMS = {"docker", "ls", "pip", "python", "python3", "bash", "powershell", "PS>", "export"}
+SHELL_PROGRAMS = {"docker", "ls", "pip", "python", "python3", "bash", "powershell", "PS>", "export", "git", "pipx",
+                  "uv"}
 
 # Local paths README commands use as projects, made in each command's folder from a test fixture.
 LOCAL_PROJECTS = {"./my-kernels": TINY_KERNEL}
@@ -111,8 +116,8 @@ LOCAL_PROJECTS = {"./my-kernels": TINY_KERNEL}
 
 
 def _failure_codes() -> set[int]:
-    """The exit codes of imagegen's known failures (README's exit-code table); 1 (ImagegenError itself)
-    and 70 (an unexpected exception) are internal errors, never what a README example shows."""
+    """The exit codes of imagegen's known failures (docs/reference/cli.md's exit-code table); 1 (ImagegenError itself)
+    and 70 (an unexpected exception) are internal errors, never what an example shows."""
     codes, todo = set(), [ImagegenError]
     while todo:
         cls = todo.pop()
@@ -126,11 +131,16 @@ FAILURE_CODES = _failure_codes()
 
 @dataclass
 class Command:
-    line: int  # README line number of the command's first line
+    line: int  # line number of the command's first line in its page
     text: str  # as written, continuations joined
     env: dict[str, str]
     words: list[str]  # program and arguments, environment assignments removed
     output: list[str] = field(default_factory=list)
+    page: str = "README.md"  # the page, relative to the repository
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
     @property
     def imagegen_argv(self) -> list[str] | None:
@@ -197,8 +207,9 @@ def fenced_blocks(text: str):
         yield lang, body
 
 
-def readme_commands(text: str | None = None) -> list[Command]:
-    text = README.read_text(encoding="utf-8") if text is None else text
+def readme_commands(text: str | None = None, page: Path = README) -> list[Command]:
+    text = page.read_text(encoding="utf-8") if text is None else text
+    name = page.relative_to(ROOT).as_posix()
     commands: list[Command] = []
     for lang, body in fenced_blocks(text):
         if lang not in ("console", "bash"):
@@ -222,7 +233,7 @@ def readme_commands(text: str | None = None) -> list[Command]:
             if not joined.strip():
                 continue
             if joined.startswith("PS> "):  # PowerShell: not imagegen, never split as a POSIX line
-                current = [Command(number, joined, {}, ["PS>"])]
+                current = [Command(number, joined, {}, ["PS>"], page=name)]
                 commands.extend(current)
                 continue
             current = []
@@ -231,7 +242,7 @@ def readme_commands(text: str | None = None) -> list[Command]:
                 while words and ASSIGNMENT.match(words[0]):
                     name, _, value = words.pop(0).partition("=")
                     env[name] = value
-                current.append(Command(number, joined, env, words))
+                current.append(Command(number, joined, env, words, page=name))
             commands.extend(current)
     return commands
 
@@ -244,12 +255,12 @@ def mode_of(argv: list[str]) -> tuple[str, str]:
     raise AssertionError(f"imagegen {sub}: no row in MODES says whether the test runs it (add one, with why)")
 
 
-COMMANDS = readme_commands()
+COMMANDS = [c for page in PAGES for c in readme_commands(page=page)]
 IMAGEGEN = [c for c in COMMANDS if c.imagegen_argv is not None]
 
 
 def _id(c: Command) -> str:
-    return f"L{c.line}:" + " ".join(c.imagegen_argv or c.words)[:70]
+    return f"{c.page}:{c.line}:" + " ".join(c.imagegen_argv or c.words)[:70]
 
 
 def strict_parser() -> argparse.ArgumentParser:
@@ -271,7 +282,7 @@ def parse_strictly(command: Command) -> argparse.Namespace:
     try:
         return strict_parser().parse_args(command.imagegen_argv)
     except ImagegenError as exc:
-        pytest.fail(f"README.md:{command.line}: {command.text}\n{exc}")
+        pytest.fail(f"{command.where}: {command.text}\n{exc}")
 
 
 def run_main(argv: list[str]) -> tuple[int, str, str]:
@@ -314,7 +325,7 @@ def test_every_subcommand_has_a_mode():
 
 
 def test_every_readme_program_is_imagegen_or_known():
-    unknown = [f"README.md:{c.line}: {c.words[0]}" for c in COMMANDS
+    unknown = [f"{c.where}: {c.words[0]}" for c in COMMANDS
                if c.imagegen_argv is None and Path(c.words[0]).name not in SHELL_PROGRAMS]
     assert not unknown, "classify these programs in SHELL_PROGRAMS (or fix the extraction): " + ", ".join(unknown)
 
@@ -331,13 +342,13 @@ def test_readme_command_runs_as_shown(command: Command, tmp_path, monkeypatch):
             shutil.copytree(fixture, tmp_path / path)
     monkeypatch.chdir(tmp_path)
     code, out, err = run_main(argv)
-    where = f"README.md:{command.line}: {command.text}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+    where = f"{command.where}: {command.text}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
     if any(line.startswith("imagegen: error: ") for line in command.output):
         assert code in FAILURE_CODES, where
     else:
         assert code == 0, where
     missing = shown_lines_missing(command.output, out + "\n" + err)
-    assert not missing, "README output lines the CLI does not print:\n" + "\n".join(missing) + "\n" + where
+    assert not missing, "output lines the CLI does not print:\n" + "\n".join(missing) + "\n" + where
 
 
 @pytest.mark.parametrize("command", [c for c in IMAGEGEN if mode_of(c.imagegen_argv)[0] == PARSE], ids=_id)
@@ -367,7 +378,7 @@ def _bake_file_names() -> tuple[set[str], set[str]]:
 BAKES = [c for c in COMMANDS if c.words[:3] == ["docker", "buildx", "bake"]]
 
 
-@pytest.mark.parametrize("command", BAKES, ids=lambda c: f"L{c.line}:" + " ".join(c.words)[:70])
+@pytest.mark.parametrize("command", BAKES, ids=lambda c: f"{c.where}:" + " ".join(c.words)[:70])
 def test_readme_bake_names_committed_targets(command: Command):
     targets, variables = _bake_file_names()
     names, words = [], iter(command.words[3:])
@@ -376,44 +387,22 @@ def test_readme_bake_names_committed_targets(command: Command):
             next(words, None)
         elif not w.startswith("-"):
             names.append(w)
-    assert set(names) <= targets, f"README.md:{command.line}: not in docker-bake.hcl: {set(names) - targets}"
+    assert set(names) <= targets, f"{command.where}: not in docker-bake.hcl: {set(names) - targets}"
     ours = {n for n in command.env if n.startswith("IMAGEGEN_")}
-    assert ours <= variables, f"README.md:{command.line}: no such bake variable: {ours - variables}"
+    assert ours <= variables, f"{command.where}: no such bake variable: {ours - variables}"
 
 
 def test_readme_has_bake_lines():
     assert len(BAKES) >= 3
 
 
-# --------------------------------------------------------------------------------------------
-# the prose of the default policy says what resources/defaults.yaml holds
-
-
-def _default_policy_paragraph() -> str:
+def test_the_front_door_keeps_its_two_set_up_lines():
+    """On a fresh Debian/Ubuntu machine one line installs imagegen from the clone and runs the headline, and
+    one line runs the tests as CI does (.ci/run calls scripts/test.sh)."""
     text = README.read_text(encoding="utf-8")
-    start = text.index("**One default for every command.**")
-    end = text.index("\n- **", start)
-    return " ".join(text[start:end].split())
-
-
-def test_readme_default_policy_is_defaults_yaml():
-    d = defaults()
-    paragraph = _default_policy_paragraph()
-    assert f"Python {d['python']} " in paragraph
-    assert f"flavor `{d['flavor']}` (else `{' or '.join(d['flavor_fallbacks'])}`" in paragraph
-    assert f"archs `{d['arch']}`" in paragraph
-
-
-def test_readme_default_cell_today_is_what_render_picks(tmp_path, monkeypatch):
-    """The paragraph's example cell (`render sage --arch 12.0+PTX` ... torch X cuY on the Z flavor today)."""
-    paragraph = _default_policy_paragraph()
-    m = re.search(r"`render (\S+) --arch (\S+)`.*?\(torch (\S+) (cu\d+) on the (\w+) flavor today\)", paragraph)
-    assert m, "the paragraph's example cell moved: update this test's pattern"
-    recipe, arch, torch, cuda, flavor = m.groups()
-    monkeypatch.chdir(tmp_path)
-    code, _, err = run_main(["render", recipe, "--arch", arch, "-o", "Dockerfile"])
-    assert code == 0, err
-    assert f" torch {torch} {cuda} " in err and f"[{flavor}]" in err, err
+    assert "python3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/imagegen render sage --arch 12.0+PTX" in text
+    assert "\nbash scripts/test.sh\n" in text
+    assert len(text.splitlines()) <= 260, "README.md is the front door: the details belong in docs/"
 
 
 # --------------------------------------------------------------------------------------------
