@@ -21,7 +21,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report = doctor.run(common.validate_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
     print(report.as_json() if args.json else report.text())
     if report.failed:
-        # Exit 4 (README's table: Docker, buildx or the host toolchain missing or refused), what every
+        # Exit 4 (the exit-code table of docs/reference/cli.md: Docker, buildx or the host toolchain missing or refused), what every
         # check doctor fails is; exit 1 would read as an internal error.
         raise EngineError(f"{len(report.failed)} problem(s): " + "; ".join(f"{c.name}: {c.fix or c.detail}" for c in report.failed))
     return 0

@@ -96,7 +96,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         unnamed = [axis for axis, value in given.items() if not value]
         if devices:
             unnamed = [axis for axis in unnamed if axis == "flavor"]
-            print(f"{opts.flavor}: the axes not named come from its devices' rows (README, Jetson)")
+            print(f"{opts.flavor}: the axes not named come from its devices' rows (each JetPack's CUDA, Python, torch and GPUs)")
         if unnamed:
             print(f"{', '.join(unnamed)} not named: {default_policy(unnamed).split(': ', 1)[1]}")
     if not plan.buildable:

@@ -331,7 +331,7 @@ def policy_clauses() -> dict[str, str]:
 
 
 def default_policy(axes: Sequence[str] = POLICY_AXES) -> str:
-    """The one default policy in a sentence, for ``axes`` (all of them: `--help` and README say it; the
+    """The one default policy in a sentence, for ``axes`` (all of them: `--help` and docs/reference/configuration.md say it; the
     axes a plan left open: its trailer line)."""
     clauses = policy_clauses()
     return "an axis not named takes one value per cell: " + ", ".join(clauses[a] for a in axes)

@@ -97,7 +97,7 @@ class BakeDefinition:
         """``default`` (every target), one group per recipe (``flash-attn``) and one per recipe version
         (``flash-attn-2_8_3``). buildx keeps the last file's group of a name when several files are
         given (``-f a.hcl -f b.hcl``): the version groups, named after what they hold, stay apart, so
-        files of two versions build together by naming them (README: several bake files)."""
+        files of two versions build together by naming them (docs/guide/ci-farm.md: several bake files)."""
         groups: dict[str, list[str]] = {}
         primary = [t for t in self.targets if t.fallback_of is None]
         for t in primary:

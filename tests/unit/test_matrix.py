@@ -504,7 +504,7 @@ def test_the_plans_trailer_names_only_the_axes_it_filled(capsys):
     # Jetson's devices fill the open axes: the trailer says so, not the generic policy.
     main(["plan", "causal-conv1d", "--flavor", "jetson"])
     out = capsys.readouterr().out
-    assert out.splitlines()[-1] == "jetson: the axes not named come from its devices' rows (README, Jetson)"
+    assert out.splitlines()[-1] == "jetson: the axes not named come from its devices' rows (each JetPack's CUDA, Python, torch and GPUs)"
     assert "not named:" not in out
 
 
