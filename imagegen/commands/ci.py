@@ -9,7 +9,7 @@ daemon needed; imagegen.render.bakefiles.print_bake), so the workflow builds exa
 The Windows cells (``--windows RECIPE`` x ``--windows-version`` x ``--windows-torch`` x ``--windows-cuda`` x
 ``--windows-python`` x ``--windows-arch``) are planned by imagegen.plan.matrix.windows_plan, the planner of `imagegen
 plan` and `render --shell`, with the toolkit each job installs as its nvcc. The matrix is taken as given: a
-cell the plan rejects (a torch x CUDA pair torch never shipped, as seed 001's own table has; CUDA 12.6 with arch
+cell the plan rejects (a torch x CUDA pair torch never shipped, as a team's flash-attn matrix has in its own table; CUDA 12.6 with arch
 12.0) is left out, and the command says which and why (on stderr and in the workflow's header); only a matrix
 none of whose cells can build is refused.
 """
@@ -69,6 +69,8 @@ REGISTRY = re.compile(rf"(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]{{1,5}})?
 # Repository path components of an image reference (lower case, as the registry requires).
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 NAMESPACE = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT}){{0,7}}")
+# --push-builders REGISTRY/NAMESPACE: a registry host and a namespace, as the two flags above take them.
+BUILDERS = re.compile(rf"{REGISTRY.pattern}/{NAMESPACE.pattern}")
 RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # A --windows recipe as given (a catalogue name or alias; looked up in the catalogue after this check).
 WINDOWS_RECIPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -154,6 +156,11 @@ def run(args: argparse.Namespace) -> int:
                 if not t.inputs:
                     raise UsageError(f"--skip-published: bake target {t.name} has no io.imagegen.inputs label (a bake file"
                                      " written by an older imagegen): write it again with imagegen bake")
+        if options.builders is not None:
+            for t in targets:
+                if not t.builder:
+                    raise UsageError(f"--push-builders: bake target {t.name} has no io.imagegen.builder label (a bake"
+                                     " file written by an older imagegen): write it again with imagegen bake")
     elif options.skip_published is not None:
         raise UsageError("--skip-published applies to the Linux jobs of a bake file; the Windows jobs always build")
     text = render_workflow(options, targets, cells, left_out=left_out)
@@ -168,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
                         + (f" ({len(left_out)} left out, listed above)" if left_out else ""))
         if options.publish:
             jobs.append("a publish job")
+        if options.builders is not None:
+            jobs.append(f"each Linux job pushing its builder image to {options.builders_shown} and a lock job"
+                        " uploading imagegen.lock")
         print(f"wrote {options.output}: {', '.join(jobs)}", file=sys.stderr)
         if targets:
             for line in build_cost.sizing_lines([(t.name, t.cpu_hours, t.wall_hours) for t in targets],
@@ -194,6 +204,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if namespace not in NAMESPACE_EXPRESSIONS:
         validate_text(namespace, NAMESPACE, "--namespace", "a lower-case image path such as my-org or my-org/wheels,"
                f" or one of {', '.join(NAMESPACE_EXPRESSIONS)}")
+    push_builders, builders = builders_repo(args, registry, namespace, linux)
     runs_on = tuple(validate_text(label, RUNNER_LABEL, "--runs-on label", "runner labels of letters, digits, '.', '_' and '-'")
                     for label in _names(args.runs_on or [DEFAULT_RUNS_ON]))
     if not runs_on:
@@ -253,12 +264,39 @@ def options_from_args(args: argparse.Namespace) -> Options:
     opts = Options(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
                runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish, timeout=timeout,
                skip_published=skip_published,
-               arm64_runs_on=arm64_runs_on,
+               arm64_runs_on=arm64_runs_on, push_builders=push_builders, builders=builders,
                imagegen_from=imagegen_from, linux=linux, windows=windows)
     # The reference buildx will see (an expression stands for a lower-case owner/repo): well formed?
     safety.validate(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF,
                     "cache reference")
     return opts
+
+
+def builders_repo(args: argparse.Namespace, registry: str, namespace: str, linux: bool) -> tuple[str | None, str | None]:
+    """``--push-builders`` as given ('' bare, None absent) and the REGISTRY/NAMESPACE the builder images go to:
+    the flag's value, else the config's registry (where `imagegen pull` and `imagegen lock` look), else
+    --registry/--namespace. Checked like every value that reaches the workflow; its host is the one the
+    workflow logs in to (--registry)."""
+    raw = getattr(args, "push_builders", False)
+    if raw is False:
+        return None, None
+    if not linux:
+        raise UsageError("--push-builders pushes the Linux jobs' builder images: give --bake-file, --targets or --group"
+                         " too (the Windows jobs make no image)")
+    if raw:
+        repo = validate_text(raw, BUILDERS, "--push-builders", "REGISTRY/NAMESPACE such as ghcr.io/my-team or"
+                             " registry.example.com:5000/ml (lower case, no scheme, tag or credentials)")
+    else:
+        from imagegen.plan.config import load_config
+
+        configured = load_config(search_from=Path.cwd()).registry  # validated when the config is read
+        repo = validate_text(configured, BUILDERS, "the config's registry", "REGISTRY/NAMESPACE such as ghcr.io/my-team"
+                             " (a host with a dot or a port)") if configured else f"{registry}/{namespace}"
+    host = repo.split("/", 1)[0]
+    if host != registry:
+        raise UsageError(f"--push-builders: the builder images go to {host} but the workflow logs in to {registry}: give"
+                         f" --registry {host} too (the build cache then goes there as well)")
+    return raw or "", repo
 
 
 def windows_request(args: argparse.Namespace) -> WindowsRequest | None:

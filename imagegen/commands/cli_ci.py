@@ -44,7 +44,8 @@ GITHUB = Command("github", None, "GitHub Actions workflow with a registry cache 
     "Write a GitHub Actions workflow whose matrix is the bake file's targets (read with `docker buildx bake"
     " --print`, so they always match): each job bakes one target on its own runner with a docker-container builder"
     " and a registry cache (<registry>/<namespace>/imagegen-cache:<target>, cache-to mode=max), then uploads the"
-    " target's local output folder as an artifact. With --windows, it also builds on Windows runners, one job per"
+    " target's local output folder as an artifact; with --push-builders it also pushes the target's builder image and"
+    " a last job uploads the lock file of their digests. With --windows, it also builds on Windows runners, one job per"
     " cell of the --windows-* matrix (planned as `imagegen plan` plans it; a cell that cannot build, such as a torch"
     " x CUDA pair torch never shipped, is left out and named); its Linux jobs are then written only when"
     " --bake-file, --targets or --group is given. A target whose base image has a fallback (<target>-fallback in"
@@ -58,6 +59,14 @@ GITHUB = Command("github", None, "GitHub Actions workflow with a registry cache 
         " IMAGEGEN_REGISTRY_PASSWORD)"),
     Opt(("--namespace",), default=DEFAULT_NAMESPACE, help="repository path under the registry (default: the"
         " repository owner, lower-cased at run time)"),
+    # nargs="?" with default False: absent is False, bare is None (argparse's const), a value is the value.
+    Opt(("--push-builders",), nargs="?", default=False, metavar="REGISTRY/NAMESPACE", help="each Linux job also"
+        " pushes its target's builder image (the builder stage, with its Dockerfile's labels) as"
+        " REGISTRY/NAMESPACE/imagegen-<recipe>:<tag>, the reference `imagegen push` gives and `imagegen pull` and"
+        " `imagegen lock` read, records its digest, and a last job uploads imagegen.lock with every pushed digest"
+        " (artifact imagegen-lock). Without a value: the config's registry (pyproject [tool.imagegen] or"
+        " imagegen.toml), else --registry/--namespace. Its host must be --registry's (the one the workflow logs"
+        " in to)"),
     Opt(("--runs-on",), action="append", metavar="LABELS", help="runner labels (comma-separated or repeated;"
         f" default: {DEFAULT_RUNS_ON})"),
     Opt(("--arm64-runs-on",), action="append", metavar="LABELS", help="runner labels of the jobs of linux/arm64"

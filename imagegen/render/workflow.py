@@ -94,6 +94,8 @@ WINDOWS_ACTIONS = {
     "msvc": Action("ilammy/msvc-dev-cmd", "0b201ec74fa43914dc39ae48a89fd1d8cb592756", "v1.13.0"),
 }
 PUBLISH_TIMEOUT_MINUTES = 60
+LOCK_TIMEOUT_MINUTES = 10  # the lock job's: it merges the build jobs' pushed digests into imagegen.lock
+LOCK_JOB = "lock"
 DEFAULT_WINDOWS_RUNS_ON = "windows-2022"
 DEFAULT_WINDOWS_TIMEOUT = 240
 DEFAULT_TIMEOUT = 330  # a Linux build job's: a flash-attn matrix cell on a 4-core hosted runner takes hours
@@ -166,8 +168,18 @@ class Options:
     windows: WindowsRequest | None = None
     timeout: int = DEFAULT_TIMEOUT  # timeout-minutes of each Linux build job
     # --skip-published URL: where the published wheelhouse's folders are read (<folder>/manifest.json); a
-    # cell whose inputs hash is listed there with its wheel is not built again (issue 36 item 3).
+    # cell whose inputs hash is listed there with its wheel is not built again.
     skip_published: str | None = None
+    # --push-builders as given ('' bare: the config's registry, else --registry/--namespace) and the
+    # REGISTRY/NAMESPACE each Linux job pushes its target's builder image to (None: no push).
+    push_builders: str | None = None
+    builders: str | None = None
+
+    @property
+    def builders_shown(self) -> str:
+        """builders for people: an expression shown as the placeholder it stands for."""
+        host, _, namespace = (self.builders or "").partition("/")
+        return f"{host}/{NAMESPACE_EXPRESSIONS.get(namespace, namespace)}"
 
     @property
     def selection(self) -> list[str]:
@@ -200,6 +212,8 @@ class Options:
             parts += ["--registry", self.registry]
         if self.namespace != DEFAULT_NAMESPACE:
             parts += ["--namespace", self.namespace]
+        if self.push_builders is not None:
+            parts += ["--push-builders", *([self.push_builders] if self.push_builders else [])]
         if self.runs_on != (DEFAULT_RUNS_ON,):
             parts += ["--runs-on", ",".join(self.runs_on)]
         if self.arm64_runs_on != (DEFAULT_ARM64_RUNS_ON,):
@@ -360,10 +374,16 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         imagegen_python=IMAGEGEN_PYTHON,
         imagegen_from=options.imagegen_from,
         build_jobs=[part["job"] for part in _parts(targets)] + (["build-windows"] if cells else []),
+        linux_jobs=[part["job"] for part in _parts(targets)],
+        builders=options.builders if targets else None,
+        builders_shown=options.builders_shown,
+        lock_timeout=LOCK_TIMEOUT_MINUTES,
+        lock_job=LOCK_JOB,
         actions={**ACTIONS, **PUBLISH_ACTIONS, **WINDOWS_ACTIONS},
         **_publish_context(options, targets),
     )
-    _self_validate(text, targets, publish=bool(options.publish), cells=cells)
+    _self_validate(text, targets, publish=bool(options.publish), cells=cells,
+                   builders=options.builders is not None and bool(targets))
     return text
 
 
@@ -402,14 +422,15 @@ def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
 
 
 def _self_validate(text: str, targets: list[WorkflowTarget], *, publish: bool = False,
-                   cells: list[WindowsCell] | None = None) -> None:
+                   cells: list[WindowsCell] | None = None, builders: bool = False) -> None:
     """The rendered workflow read back: its jobs, matrices and pins are what was asked, and no ``run:``
     script holds a GitHub expression (values reach the scripts through ``env:`` only)."""
     import yaml
 
     cells = list(cells or [])
     builds = [part["job"] for part in _parts(targets)]
-    want_jobs = builds + (["build-windows"] if cells else []) + (["publish"] if publish else [])
+    build_jobs = builds + (["build-windows"] if cells else [])
+    want_jobs = build_jobs + (["publish"] if publish else []) + ([LOCK_JOB] if builders else [])
     try:
         doc = yaml.safe_load(text)
         jobs = list(doc["jobs"])
@@ -424,8 +445,16 @@ def _self_validate(text: str, targets: list[WorkflowTarget], *, publish: bool = 
         raise ImagegenError("internal error: the rendered workflow's matrix differs from the bake targets")
     if jobs != want_jobs or any("${{" in script for script in scripts):
         raise ImagegenError("internal error: the rendered workflow's jobs or scripts are not what was asked")
-    if publish and needs != (want_jobs[0] if len(want_jobs) == 2 else want_jobs[:-1]):
+    if publish and needs != (build_jobs[0] if len(build_jobs) == 1 else build_jobs):
         raise ImagegenError("internal error: the rendered workflow's publish job does not wait for every build job")
+    if builders:
+        rows = [row for job in builds for row in doc["jobs"][job]["strategy"]["matrix"]["include"]]
+        pushes = [s for job in builds for s in doc["jobs"][job]["steps"] if s.get("id") == "builder"]
+        lock_needs = doc["jobs"][LOCK_JOB]["needs"]
+        if [row.get("builder") for row in rows] != [t.builder for t in targets] or len(pushes) != len(builds) \
+                or lock_needs != (builds[0] if len(builds) == 1 else builds) \
+                or any("secrets." in str(value) for s in pushes for value in (s.get("env") or {}).values()):
+            raise ImagegenError("internal error: the rendered workflow's builder image pushes are not what was asked")
     pinned = {a.ref for a in (*ACTIONS.values(), *PUBLISH_ACTIONS.values(), *WINDOWS_ACTIONS.values())}
     if any(ref not in pinned for ref in uses):
         raise ImagegenError("internal error: the rendered workflow uses an action that is not pinned to its commit")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from imagegen import safety
 from imagegen.errors import NothingToDoError, UnsafeValueError, UsageError
-from imagegen.render.bake import CPU_HOURS_LABEL, WALL_HOURS_LABEL
+from imagegen.plan.registry import IMAGE_NAME
+from imagegen.render.bake import BUILDER_LABEL, CPU_HOURS_LABEL, WALL_HOURS_LABEL
 
 MAX_MATRIX_JOBS = 256  # GitHub's limit for one matrix: more targets are several build jobs
 # The most targets one workflow takes (four matrices: the largest prebuilt collections hold ~850 wheels);
@@ -56,6 +57,9 @@ class WorkflowTarget:
     # recipe's measured build: imagegen.model.build_cost); None where there is no measurement.
     cpu_hours: float | None = None
     wall_hours: float | None = None  # the least wall time of its compile (label io.imagegen.wall-hours)
+    # Its builder image below a registry, imagegen-<recipe>:<tag> (label io.imagegen.builder; empty in a bake
+    # file written before it existed): what --push-builders pushes its builder stage as.
+    builder: str = ""
 
 
 def fallback_targets(printed: dict) -> list[str]:
@@ -115,7 +119,12 @@ def targets_from_print(printed: dict, fallbacks: dict | None = None) -> list[Wor
         wall = str((body.get("labels") or {}).get(WALL_HOURS_LABEL, ""))
         validate_text(wall, CPU_HOURS, f"wall hours of bake target {name}",
                       "a number of hours (imagegen bake writes it)")
+        builder = str((body.get("labels") or {}).get(BUILDER_LABEL, ""))
+        if builder:
+            validate_text(builder, IMAGE_NAME, f"builder image of bake target {name}",
+                          "imagegen-<recipe>:<tag> (imagegen bake writes it)")
         targets.append(WorkflowTarget(name=name, wheels="\n".join(dests), arm64=platforms == ["linux/arm64"],
+                                      builder=builder,
                                       bases=bases, inputs=inputs, cpu_hours=float(hours) if hours else None,
                                       wall_hours=float(wall) if wall else None,
                                       folder="/".join(posixpath.normpath(dests[0]).split("/")[-LAYOUT_DEPTH:])))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -355,3 +356,49 @@ def test_a_fallback_base_image_through_the_real_buildx(tmp_path):
     assert row["bases"] == (f"pytorch/manylinux2_28-builder:cuda12.8 {name}\n"
                             f"sameli/manylinux_2_34_x86_64_cuda_12.8 {name}-fallback")
     _lint(out)
+
+
+def test_the_builder_push_is_accepted_by_buildx_on_the_repository_bake_file(tmp_path):
+    """--push-builders: the push step's bake line, replayed with --print on the repository's own bake file (a
+    stand-in `docker` adds --print and writes the metadata a push would): buildx takes its --set keys and
+    resolves the target's builder stage, tagged as `imagegen push` names it, with every label of the bake
+    target and the creation time. The real push against a registry is tests/integration/test_ci_push_builders.py."""
+    _, doc = generate(tmp_path, "--push-builders")
+    row = doc["jobs"]["build"]["strategy"]["matrix"]["include"][0]
+    target = row["target"]
+    push = steps_by_name(doc)["Push the builder image"]
+    real = shutil.which("docker")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "docker").write_text(
+        f"#!{sys.executable}\nimport json, subprocess, sys\nargs = sys.argv[1:]\n"
+        f"open({str(tmp_path / 'argv')!r}, 'w').write('\\n'.join(args))\n"
+        "meta = args[args.index('--metadata-file') + 1]\n"
+        f"code = subprocess.call([{real!r}, *args, '--print'])\n"
+        f"json.dump({{{target!r}: {{'containerimage.digest': 'sha256:' + '0' * 64}}}}, open(meta, 'w'))\n"
+        "sys.exit(code)\n")
+    (shim / "docker").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
+    values = {"${{ matrix.target }}": target, "${{ matrix.builder }}": row["builder"],
+              "${{ github.repository_owner }}": "Octo-Org"}
+    for key, value in push["env"].items():
+        for expr, sub in values.items():
+            value = value.replace(expr, sub)
+        assert "${{" not in value, value
+        env[key] = value
+    env.update(PATH=f"{shim}{os.pathsep}{env['PATH']}", RUNNER_TEMP=str(tmp_path),
+               GITHUB_OUTPUT=str(tmp_path / "github_output"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary"))
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", push["run"]], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])["target"][target]
+    ref = f"ghcr.io/octo-org/{row['builder']}"  # the owner lower-cased: registries refuse upper case
+    assert got["target"] == "builder" and got["tags"] == [ref]
+    assert _cache(got["output"]) == [{"type": "image", "push": "true"}]
+    want = bake_print(target)["target"][target]
+    created = got["labels"].pop("org.opencontainers.image.created")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", created) and got["labels"] == want["labels"]
+    assert want["labels"]["io.imagegen.builder"] == row["builder"]
+    assert (tmp_path / "github_output").read_text() == f"ref={ref}\ndigest=sha256:{'0' * 64}\n"
+    stage = re.search(r"^FROM \S+ AS builder$", (ROOT / want["context"] / want["dockerfile"]).read_text(), re.M)
+    assert stage, "the bake file's Dockerfile has no builder stage"
