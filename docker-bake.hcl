@@ -96,7 +96,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "f1be6f57d84af020"
+    "io.imagegen.inputs" = "b547249fa1837d85"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -120,7 +120,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "eb1b3e8b39bbb638"
+    "io.imagegen.inputs" = "7ae9571ec1e05480"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -144,7 +144,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "6698ecbe7f3342d5"
+    "io.imagegen.inputs" = "cd59341ba657219f"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -168,7 +168,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "8ac68083c6096abd"
+    "io.imagegen.inputs" = "6230415c0e451110"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -192,7 +192,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "8acd75e7b2bd2509"
+    "io.imagegen.inputs" = "4ec1b195a84d403f"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -216,7 +216,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "163343e68f3381d7"
+    "io.imagegen.inputs" = "b942a93242d76ea7"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -240,7 +240,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "d0513f10d8f86de0"
+    "io.imagegen.inputs" = "bb2c91b8f664176f"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -264,7 +264,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "740148df33bcb8c8"
+    "io.imagegen.inputs" = "9f38d9d7056391d4"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -288,7 +288,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "f93cdf1e1f847b46"
+    "io.imagegen.inputs" = "077ab7d64100468c"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -310,7 +310,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "36f288ecec98496b"
+    "io.imagegen.inputs" = "68a9c47d7473db2a"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -332,7 +332,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "378bb3c5f894a6f9"
+    "io.imagegen.inputs" = "e8f80480efb6bf7b"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }
@@ -356,7 +356,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "94a0ca8ff1fa3126"
+    "io.imagegen.inputs" = "bc9557d25adb0c6b"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }

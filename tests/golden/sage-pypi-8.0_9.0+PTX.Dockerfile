@@ -4,7 +4,7 @@
 #   base    python:3.11-slim-bookworm (pypi flavor)
 #   venv    torch 2.11.0 (cu130) into a venv
 #   patch   sageattention-2.2.0-sm90-fake-name.patch: v2.2.0's sm90_compile.py registers the fake (meta) kernel under the same Python name as the real op, so sageattn on Hopper returns an output ...
-#   patch   sageattention-2.2.0-per-extension-archs.patch: setup.py hands every extension every -gencode pair, so a multi-arch list (seed 004's "8.0 8.6 9.0 12.0+PTX") compiles _qattn_sm90's wgmm...
+#   patch   sageattention-2.2.0-per-extension-archs.patch: setup.py hands every extension every -gencode pair, so a multi-arch list (an RTX 5090 user's SageAttention builder's "8.0 8.6 9.0 12.0+P...
 #
 # Build the builder, then compile into ./out (the GPUs it sees are not needed: it compiles TORCH_CUDA_ARCH_LIST):
 #   docker build -t imagegen-sageattention:2.2.0-torch2.11-cu130-py311 -f Dockerfile .
@@ -106,12 +106,12 @@ ARG NVCC_THREADS=
 ARG IMAGEGEN_BUILD_BUDGET=
 ARG IMAGEGEN_CCACHE_ID=imagegen-ccache
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=8.0;9.0+PTX IMAGEGEN_INPUTS=d36d995562e614ad
+    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=8.0;9.0+PTX IMAGEGEN_INPUTS=f53e0c125260a3a5
 RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},sharing=shared \
     --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=secret,id=imagegen_ccache_remote --mount=type=secret,id=pip_cert --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
-LABEL io.imagegen.archs="8.0;9.0+PTX" io.imagegen.inputs="d36d995562e614ad"
+LABEL io.imagegen.archs="8.0;9.0+PTX" io.imagegen.inputs="f53e0c125260a3a5"
 
 # The wheel installed alone into a fresh copy of base (no source, no build folder) and its modules imported.
 FROM base AS smoke
@@ -123,12 +123,12 @@ RUN python /imagegen/imagegen_build.py smoke --wheels /imagegen/wheelhouse
 FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/d36d995562e614ad.tar /imagegen/resume-in/d36d995562e614ad.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/f53e0c125260a3a5.tar /imagegen/resume-in/f53e0c125260a3a5.tar.json /imagegen/resume/ \
     && echo "the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/d36d995562e614ad.tar /imagegen/resume/d36d995562e614ad.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/f53e0c125260a3a5.tar /imagegen/resume/f53e0c125260a3a5.tar.json /imagegen/resume-out/ \
     && echo "the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM scratch AS resume-state
 COPY --from=resume-out /imagegen/resume-out/ /
@@ -148,7 +148,7 @@ ARG TORCH_CUDA_ARCH_LIST=8.0;9.0+PTX
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_PLANNED_ARCHS=8.0;9.0+PTX IMAGEGEN_INPUTS=d36d995562e614ad
+    IMAGEGEN_PLANNED_ARCHS=8.0;9.0+PTX IMAGEGEN_INPUTS=f53e0c125260a3a5
 VOLUME ["/out"]
 ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]
 CMD ["build", "--out", "/out", "--smoke"]

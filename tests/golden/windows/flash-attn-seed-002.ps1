@@ -424,8 +424,11 @@ def cmd_smoke(doc, args):
         fh.write("".join(d + "\n" for d in host.site_dirs()))
     run([py, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "--force-reinstall",
          path])
-    modules = list(doc.get("smoke_imports") or [])
-    driver_modules = list(doc.get("smoke_driver_imports") or [])
+    # the modules this cell's arch list builds, as the plan resolved them (a routed extension the list
+    # leaves out, such as SageAttention's _qattn_sm90 without 9.0, is not imported)
+    cell = cell_of(doc, args.cell)
+    modules = list(cell.get("smoke_imports") or [])
+    driver_modules = list(cell.get("smoke_driver_imports") or [])
     with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
         out_file = os.path.join(tmp, "imports.json")
         rc, text = output_of([py, "-c", wheeltools.SMOKE_PROGRAM, out_file, doc.get("distribution") or ""]
@@ -1412,6 +1415,11 @@ def _safe_member(name, archive, fail):
    "local_version": "cu128torch2.8",
    "name": "fa2-2_8_3-torch2_8-cu128-py312",
    "python": "3.12",
+   "smoke_driver_imports": [],
+   "smoke_imports": [
+    "flash_attn",
+    "flash_attn_2_cuda"
+   ],
    "toolkit": "12.8",
    "torch": "2.8.0",
    "torch_index_url": "https://download.pytorch.org/whl/cu128",
@@ -1426,11 +1434,6 @@ def _safe_member(name, archive, fail):
  "patches": [],
  "recipe": "flash-attn",
  "schema": 1,
- "smoke_driver_imports": [],
- "smoke_imports": [
-  "flash_attn",
-  "flash_attn_2_cuda"
- ],
  "source": {
   "commit": "060c9188beec3a8b62b33a3bfa6d5d2d44975fab",
   "kind": "git",

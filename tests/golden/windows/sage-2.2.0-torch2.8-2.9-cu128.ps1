@@ -429,8 +429,11 @@ def cmd_smoke(doc, args):
         fh.write("".join(d + "\n" for d in host.site_dirs()))
     run([py, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--no-index", "--force-reinstall",
          path])
-    modules = list(doc.get("smoke_imports") or [])
-    driver_modules = list(doc.get("smoke_driver_imports") or [])
+    # the modules this cell's arch list builds, as the plan resolved them (a routed extension the list
+    # leaves out, such as SageAttention's _qattn_sm90 without 9.0, is not imported)
+    cell = cell_of(doc, args.cell)
+    modules = list(cell.get("smoke_imports") or [])
+    driver_modules = list(cell.get("smoke_driver_imports") or [])
     with tempfile.TemporaryDirectory(prefix="imagegen-smoke-") as tmp:
         out_file = os.path.join(tmp, "imports.json")
         rc, text = output_of([py, "-c", wheeltools.SMOKE_PROGRAM, out_file, doc.get("distribution") or ""]
@@ -1422,6 +1425,14 @@ def _safe_member(name, archive, fail):
    "local_version": "cu128torch2.8",
    "name": "sage-2_2_0-torch2_8-cu128-py312",
    "python": "3.12",
+   "smoke_driver_imports": [
+    "sageattention._qattn_sm90"
+   ],
+   "smoke_imports": [
+    "sageattention",
+    "sageattention._qattn_sm80",
+    "sageattention._fused"
+   ],
    "toolkit": "12.8",
    "torch": "2.8.0",
    "torch_index_url": "https://download.pytorch.org/whl/cu128",
@@ -1453,6 +1464,14 @@ def _safe_member(name, archive, fail):
    "local_version": "cu128torch2.9",
    "name": "sage-2_2_0-torch2_9-cu128-py312",
    "python": "3.12",
+   "smoke_driver_imports": [
+    "sageattention._qattn_sm90"
+   ],
+   "smoke_imports": [
+    "sageattention",
+    "sageattention._qattn_sm80",
+    "sageattention._fused"
+   ],
    "toolkit": "12.8",
    "torch": "2.9.1",
    "torch_index_url": "https://download.pytorch.org/whl/cu128",
@@ -1481,20 +1500,12 @@ def _safe_member(name, archive, fail):
   },
   {
    "name": "sageattention-2.2.0-per-extension-archs.patch",
-   "reason": "setup.py hands every extension every -gencode pair, so a multi-arch list (seed 004's \"8.0 8.6 9.0 12.0+PTX\") compiles _qattn_sm90's wgmma kernels for sm_80/86/120 and ptxas fails; upstream cannot build that wheel. Each extension now gets only the archs its kernels target (the `extensions` table below), so the list builds into one wheel.",
+   "reason": "setup.py hands every extension every -gencode pair, so a multi-arch list (an RTX 5090 user's SageAttention builder's \"8.0 8.6 9.0 12.0+PTX\") compiles _qattn_sm90's wgmma kernels for sm_80/86/120 and ptxas fails; upstream cannot build that wheel. Each extension now gets only the archs its kernels target (the `extensions` table below), so the list builds into one wheel.",
    "text": "diff --git a/setup.py b/setup.py\nindex ab569e9..9d3b574 100644\n--- a/setup.py\n+++ b/setup.py\n@@ -138,6 +138,9 @@ if not SKIP_CUDA_BUILD:\n             \"CUDA 12.8 or higher is required for compute capability 12.0.\")\n \n     # Add target compute capabilities to NVCC flags.\n+    # imagegen: collect each arch's -gencode pair instead of adding it to NVCC_FLAGS, so that every\n+    # extension gets only the archs its kernels can target (see nvcc_flags_for below).\n+    GENCODES = []\n     for capability in compute_capabilities:\n         if capability.startswith(\"8.0\"):\n             HAS_SM80 = True\n@@ -156,9 +159,25 @@ if not SKIP_CUDA_BUILD:\n             num = \"120\"\n         else:\n             continue\n-        NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]\n+        gencode = [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]\n         if capability.endswith(\"+PTX\"):\n-            NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=compute_{num}\"]\n+            gencode += [\"-gencode\", f\"arch=compute_{num},code=compute_{num}\"]\n+        GENCODES.append((num, gencode))\n+\n+    def nvcc_flags_for(nums=None):\n+        \"\"\"NVCC_FLAGS plus the -gencode pairs of the archs in ``nums`` (None: every requested arch).\n+\n+        imagegen patch: upstream hands every extension every pair, so a multi-arch list such as\n+        \"8.0 8.6 9.0 12.0+PTX\" compiled _qattn_sm90's wgmma kernels for sm_80/sm_86/sm_120 (ptxas:\n+        \"Instruction 'wgmma.fence' not supported on .target 'sm_120'\") and the fp8 kernels of\n+        _qattn_sm89 for sm_80/sm_86. Sorted, so the flags do not follow set order.\n+        _qattn_sm89 (fp8 mma) takes sm_89 and newer, _qattn_sm90 (wgmma) sm_90a only.\n+        \"\"\"\n+        flags = list(NVCC_FLAGS)\n+        for num, gencode in sorted(GENCODES, key=lambda g: (int(g[0].rstrip(\"af\")), g[0])):\n+            if nums is None or num in nums:\n+                flags += gencode\n+        return flags\n \n     # Fused kernels and QAttn variants\n     from torch.utils.cpp_extension import CUDAExtension\n@@ -171,7 +190,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/pybind_sm80.cpp\",\n                     \"csrc/qattn/qk_int_sv_f16_cuda_sm80.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for()},\n             )\n         )\n \n@@ -189,7 +208,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/sm89_qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf.cu\",\n                     \"csrc/qattn/sm89_qk_int8_sv_f8_accum_f16_fuse_v_scale_attn_inst_buf.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for({\"89\", \"90a\", \"120\"})},\n             )\n         )\n \n@@ -201,7 +220,7 @@ if not SKIP_CUDA_BUILD:\n                     \"csrc/qattn/pybind_sm90.cpp\",\n                     \"csrc/qattn/qk_int_sv_f8_cuda_sm90.cu\",\n                 ],\n-                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+                extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for({\"90a\"})},\n                 extra_link_args=['-lcuda'],\n             )\n         )\n@@ -210,7 +229,7 @@ if not SKIP_CUDA_BUILD:\n         CUDAExtension(\n             name=\"sageattention._fused\",\n             sources=[\"csrc/fused/pybind.cpp\", \"csrc/fused/fused.cu\"],\n-            extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": NVCC_FLAGS},\n+            extra_compile_args={\"cxx\": CXX_FLAGS, \"nvcc\": nvcc_flags_for()},\n         )\n     )\n \n"
   }
  ],
  "recipe": "sageattention",
  "schema": 1,
- "smoke_driver_imports": [
-  "sageattention._qattn_sm90"
- ],
- "smoke_imports": [
-  "sageattention",
-  "sageattention._qattn_sm80",
-  "sageattention._fused"
- ],
  "source": {
   "commit": "eb615cf6cf4d221338033340ee2de1c37fbdba4a",
   "kind": "git",
