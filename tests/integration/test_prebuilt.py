@@ -3,7 +3,8 @@
 machine's push finds the unchanged layers as a user's second push does): lock a base image to its digest, push a builder image, remove it
 locally, pull it back and run it to get the wheel, which compiles to the same .so bytes as a bake
 build of the same cell; a wrong password, a missing image and an unreachable registry each give one
-clear line; the lock file pins what was pushed.
+clear line; the lock file pins what was pushed. The registry comes from the project's config line
+(`registry = "HOST/ml"` under [tool.imagegen]): push, lock and pull are given no --registry.
 
 Needs the engine and base image of test_engine_build.py, plus scripts/install-registry.sh (all
 provided by scripts/test.sh as root). Fails, never skips, when a part is missing.
@@ -85,6 +86,10 @@ def project(registry, tmp_path_factory):
     if shutil.which("docker") is None or run("docker", "image", "inspect", LOCAL_BASE, cwd=ROOT).returncode != 0:
         pytest.fail(f"the Docker engine and {LOCAL_BASE} are required: run scripts/test.sh as root")
     root = tmp_path_factory.mktemp("prebuilt")
+    # The team's one line of config: push, pull and lock below take the registry from it (no --registry),
+    # and a --registry flag still wins (test_missing_image_fails_clearly_or_falls_back_to_a_local_build).
+    (root / "pyproject.toml").write_text(f'[project]\nname = "team-kernels"\n\n[tool.imagegen]\n'
+                                         f'registry = "{registry.host}/ml"\n')
     base = registry.ref("imagegen-test/python", "3.11-bookworm")
     assert registry.docker("tag", LOCAL_BASE, base).returncode == 0
     pushed = registry.docker("push", base, timeout=900)
@@ -119,8 +124,7 @@ def locked(project, registry):
 
 @pytest.fixture(scope="module")
 def pushed(project, locked, registry):
-    proc = run(IMAGEGEN, "push", *CELL, "--base-image", project["base"], "--registry", project["ns"],
-               cwd=project["root"], env=project["env"])
+    proc = run(IMAGEGEN, "push", *CELL, "--base-image", project["base"], cwd=project["root"], env=project["env"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ref = f"{project['ns']}/imagegen-tiny-kernel:0.1.0-torch2.11-cu130-py311-pypi"
     yield {"proc": proc, "ref": ref, "lock": json.loads((project["root"] / "imagegen.lock").read_text())}
@@ -130,6 +134,7 @@ def pushed(project, locked, registry):
 def test_lock_pins_the_base_image_to_the_registry_digest(project, locked, registry):
     repo, tag = "imagegen-test/python", "3.11-bookworm"
     assert locked["base_images"] == {project["base"]: f"{project['base']}@{registry.manifest_digest(repo, tag)}"}
+    assert locked["builder_images"] == {}  # the config's registry has no builder image yet: nothing to pin
     # render (and bake/build/pull) read the lock file from the current folder: FROM image@sha256.
     proc = run(IMAGEGEN, "render", *CELL, "--base-image", project["base"], cwd=project["root"])
     assert proc.returncode == 0, proc.stderr
@@ -150,11 +155,24 @@ def test_push_writes_a_deterministic_reference_labels_and_the_pushed_digest(proj
     assert "io.imagegen.archs" not in labels  # the builder image is arch-neutral
 
 
+def test_lock_with_only_the_config_line_pins_the_pushed_builder_image(project, pushed, registry):
+    # A teammate's `imagegen lock`: no --registry, the builder image's digest read from the registry (not pulled).
+    ref = pushed["ref"]
+    proc = run(IMAGEGEN, "lock", *CELL, "--base-image", project["base"], cwd=project["root"], env=project["env"])
+    assert proc.returncode == 0, proc.stderr
+    repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    digest = registry.manifest_digest(repo, tag)
+    assert f"{ref} -> {digest}" in proc.stderr
+    lock = json.loads((project["root"] / "imagegen.lock").read_text())
+    assert lock["builder_images"] == pushed["lock"]["builder_images"] == {ref: f"{ref}@{digest}"}
+    assert lock["base_images"] == pushed["lock"]["base_images"]
+
+
 def test_pull_of_the_pushed_image_gives_the_same_so_as_a_bake_build(project, pushed, registry):
     root, env = project["root"], project["env"]
     # Not in the local engine any more: pull must fetch it (by the digest in the lock file).
     assert registry.docker("rmi", pushed["ref"]).returncode == 0
-    pulled = run(IMAGEGEN, "pull", *CELL, "--base-image", project["base"], "--registry", project["ns"],
+    pulled = run(IMAGEGEN, "pull", *CELL, "--base-image", project["base"],
                  "--out", str(root / "pulled"), "--work", str(root / "work-pull"), "--gpus", "none", cwd=root, env=env)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     assert f"pulled {pushed['lock']['builder_images'][pushed['ref']]}" in pulled.stderr
