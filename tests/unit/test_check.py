@@ -226,6 +226,19 @@ def test_a_module_that_does_not_import_fails_before_the_check(tmp_path):
     assert "did not run: " in proc.stderr and "`import demo_kernel.gone` failed: ModuleNotFoundError" in proc.stderr
 
 
+def test_a_routed_extension_the_wheels_list_left_out_is_not_imported(tmp_path):
+    # SageAttention's _qattn_sm90 is built only for a list with 9.0: a 12.0+PTX wheel has none, and its
+    # check must not fail on it. A module the recipe does not route must still import (test above).
+    wheel = demo_wheel(tmp_path)
+    d = recipe_dir(tmp_path, PASSING, imports="demo_kernel, demo_kernel._hopper")
+    text = (d / "demo-kernel.yaml").read_text()
+    (d / "demo-kernel.yaml").write_text(text.replace('    archs: ["8.0", "9.0"]\n', '    archs: ["8.0", "9.0"]\n'
+                                                     '    extensions:\n      demo_kernel._hopper: {archs: ["9.0"]}\n'))
+    proc = imagegen("check", wheel, "--recipe-dir", d, "--json", env={"PYTHONPATH": str(fake_torch(tmp_path, cuda=True))})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["imports"] == {"demo_kernel": "ok"}
+
+
 # ---------------------------------------------------------------------------- bad input, CLI
 
 
