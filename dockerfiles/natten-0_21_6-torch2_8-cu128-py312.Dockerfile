@@ -37,13 +37,12 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked --mount=type=cache,t
 # The source at its commit, beside the torch install
 # (a source that cannot be fetched fails at once). No hook or config of the tree runs; credentials come only from the netrc secret.
 FROM os AS fetch
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_*.py /imagegen/
 COPY natten-0_21_6-torch2_8-cu128-py312/ /imagegen/
 RUN --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_build.py fetch --source-only
 
-FROM os AS base
+FROM os AS toolchain
 LABEL org.opencontainers.image.title="imagegen builder for natten 0.21.6" \
       org.opencontainers.image.source="https://natten.org" org.opencontainers.image.version="0.21.6" \
       org.opencontainers.image.revision="4472b95f46f55a8ba2c5f9869eba252bbf5a22f5" org.opencontainers.image.base.name="runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404" \
@@ -52,7 +51,6 @@ LABEL org.opencontainers.image.title="imagegen builder for natten 0.21.6" \
       io.imagegen.python="3.12" io.imagegen.flavor="runpod"
 # torch 2.8.0 (cu128) in the venv /opt/imagegen/venv, asserted: the image's own torch, reused.
 # No recipe in this step: every package built for this torch x CUDA x Python on this base shares the layer.
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
 {
@@ -68,14 +66,15 @@ IMAGEGEN_TOOLCHAIN_JSON
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_*.py /imagegen/
 COPY natten-0_21_6-torch2_8-cu128-py312/ /imagegen/
 # Build requirements (torch pinned: nothing may move it).
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     python /imagegen/imagegen_build.py pip install setuptools wheel packaging 'cmake>=3.26' torch==2.8.0
-# hadolint ignore=DL3022
+
+# The toolchain with the fetched, patched source: every later stage starts here.
+FROM toolchain AS base
 COPY --from=fetch /imagegen/src /imagegen/src
 # The base image goes into each wheel's build record (beside the wheel: `imagegen collect` reads it).
 ARG BASE_IMAGE

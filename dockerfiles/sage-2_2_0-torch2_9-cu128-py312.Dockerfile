@@ -39,7 +39,6 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked --mount=type=cache,t
 # The source at its commit, then each patch of ./sage-2_2_0-torch2_9-cu128-py312/patches/, beside the torch install
 # (a source that cannot be fetched fails at once). No hook or config of the tree runs; credentials come only from the netrc secret.
 FROM os AS fetch
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_*.py /imagegen/
 COPY sage-2_2_0-torch2_9-cu128-py312/ /imagegen/
 RUN --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
@@ -47,7 +46,7 @@ RUN --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount
 RUN /usr/bin/python3.12 /imagegen/imagegen_build.py patch sageattention-2.2.0-sm90-fake-name.patch \
     && /usr/bin/python3.12 /imagegen/imagegen_build.py patch sageattention-2.2.0-per-extension-archs.patch
 
-FROM os AS base
+FROM os AS toolchain
 LABEL org.opencontainers.image.title="imagegen builder for sageattention 2.2.0" \
       org.opencontainers.image.source="https://github.com/thu-ml/SageAttention" org.opencontainers.image.version="2.2.0" \
       org.opencontainers.image.revision="eb615cf6cf4d221338033340ee2de1c37fbdba4a" org.opencontainers.image.base.name="runpod/pytorch:1.0.2-cu1281-torch291-ubuntu2404" \
@@ -56,7 +55,6 @@ LABEL org.opencontainers.image.title="imagegen builder for sageattention 2.2.0" 
       io.imagegen.python="3.12" io.imagegen.flavor="runpod"
 # torch 2.9.1 (cu128) in the venv /opt/imagegen/venv, asserted: the image's own torch, reused.
 # No recipe in this step: every package built for this torch x CUDA x Python on this base shares the layer.
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
 {
@@ -72,14 +70,15 @@ IMAGEGEN_TOOLCHAIN_JSON
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     /usr/bin/python3.12 /imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_*.py /imagegen/
 COPY sage-2_2_0-torch2_9-cu128-py312/ /imagegen/
 # Build requirements (torch pinned: nothing may move it).
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     python /imagegen/imagegen_build.py pip install setuptools wheel ninja packaging psutil torch==2.9.1
-# hadolint ignore=DL3022
+
+# The toolchain with the fetched, patched source: every later stage starts here.
+FROM toolchain AS base
 COPY --from=fetch /imagegen/src /imagegen/src
 # The base image goes into each wheel's build record (beside the wheel: `imagegen collect` reads it).
 ARG BASE_IMAGE

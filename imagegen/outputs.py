@@ -84,6 +84,9 @@ def output_folder(path: str | os.PathLike, what: str) -> Path:
     if resolved == Path(resolved.anchor) or resolved == home or text in SYSTEM_FOLDERS or _in_system_tree(resolved):
         raise UsageError(f"{what} {shown(os.fspath(path), 200)} is the filesystem root, your home folder or a system"
                          " folder: give a folder of its own")
+    if os.path.lexists(path) and not os.path.isdir(path):  # a file, a fifo, a device, a dangling link
+        raise UsageError(f"{what} {shown(os.fspath(path), 200)}: exists and is not a folder; give a folder (new or"
+                         " existing)")
     return Path(path)
 
 

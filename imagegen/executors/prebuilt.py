@@ -30,7 +30,7 @@ from imagegen.executors import gpu_access
 from imagegen.executors.bake_run import bake_data, bake_variables, netrc_secret, new_run_dir
 from imagegen.model import jobs
 from imagegen.model.cell import DEFAULT_PLATFORM, Cell, Plan
-from imagegen.plan.registry import (ImageMissing, Lock, RegistryError, builder_inputs, explain, image_labels, image_ref,
+from imagegen.plan.registry import (ImageMissing, Lock, RegistryError, explain, image_labels, image_ref,
                                     registry_host)
 from imagegen.render.bake import absolute_contexts, build_definition, to_json
 from imagegen.render.dockerfile import cell_document, inputs_hash
@@ -41,6 +41,17 @@ if TYPE_CHECKING:
 
 Say = Callable[[str], None]
 CCACHE_VOLUME = "imagegen-ccache"
+
+
+def builder_inputs(cell: Cell) -> str:
+    """What decides a builder image's content: the cell document (no arch) and the base image (its label
+    io.imagegen.inputs, whether `imagegen push` or the CI workflow's push step pushed it)."""
+    import hashlib
+
+    doc = cell_document(cell)
+    payload = json.dumps({"cell": doc, "base": cell.base.ref if cell.base else None, "imagegen": __version__},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def say_on_stderr(message: str) -> None:

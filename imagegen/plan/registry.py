@@ -66,20 +66,6 @@ def image_ref(cell: Cell, registry: str) -> str:
     return safety.validate(f"{registry}/{image_name(cell)}", safety.IMAGE_REF, "builder image reference")
 
 
-def builder_inputs(cell: Cell) -> str:
-    """What decides a builder image's content: the cell document (no arch) and the base image (its label
-    io.imagegen.inputs, whether `imagegen push` or the CI workflow's push step pushed it)."""
-    import hashlib
-
-    from imagegen import __version__
-    from imagegen.render.dockerfile import cell_document
-
-    doc = cell_document(cell)
-    payload = json.dumps({"cell": doc, "base": cell.base.ref if cell.base else None, "imagegen": __version__},
-                         sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
 def image_labels(cell: Cell, inputs: str, created: str, version: str) -> dict[str, str]:
     """OCI labels of a pushed builder image (the Dockerfile's own labels describe the cell; these
     add what only the push knows)."""

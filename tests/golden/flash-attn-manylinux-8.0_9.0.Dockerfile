@@ -31,13 +31,12 @@ RUN missing=""; for p in git; do rpm -q "$p" >/dev/null 2>&1 || missing="$missin
 # The source at its commit, beside the torch install
 # (a source that cannot be fetched fails at once). No hook or config of the tree runs; credentials come only from the netrc secret.
 FROM os AS fetch
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_*.py /imagegen/
 COPY fa2-2_8_3-torch2_8-cu128-py311/ /imagegen/
 RUN --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     /opt/python/cp311-cp311/bin/python /imagegen/imagegen_build.py fetch --source-only
 
-FROM os AS base
+FROM os AS toolchain
 LABEL org.opencontainers.image.title="imagegen builder for flash-attn 2.8.3" \
       org.opencontainers.image.source="https://github.com/Dao-AILab/flash-attention" org.opencontainers.image.version="2.8.3" \
       org.opencontainers.image.revision="060c9188beec3a8b62b33a3bfa6d5d2d44975fab" org.opencontainers.image.base.name="pytorch/manylinux2_28-builder:cuda12.8" \
@@ -46,7 +45,6 @@ LABEL org.opencontainers.image.title="imagegen builder for flash-attn 2.8.3" \
       io.imagegen.python="3.11" io.imagegen.flavor="manylinux"
 # torch 2.8.0 (cu128) in the venv /opt/imagegen/venv, asserted.
 # No recipe in this step: every package built for this torch x CUDA x Python on this base shares the layer.
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_toolchain.py /imagegen/
 COPY <<'IMAGEGEN_TOOLCHAIN_JSON' /imagegen/toolchain.json
 {
@@ -62,14 +60,15 @@ IMAGEGEN_TOOLCHAIN_JSON
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     /opt/python/cp311-cp311/bin/python /imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json
-# hadolint ignore=DL3022
 COPY --from=imagegen-scripts imagegen_*.py /imagegen/
 COPY fa2-2_8_3-torch2_8-cu128-py311/ /imagegen/
 # Build requirements (torch pinned: nothing may move it).
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     --mount=type=secret,id=pip_cert --mount=type=secret,id=pip_index_url --mount=type=secret,id=netrc \
     python /imagegen/imagegen_build.py pip install setuptools wheel ninja packaging psutil torch==2.8.0
-# hadolint ignore=DL3022
+
+# The toolchain with the fetched, patched source: every later stage starts here.
+FROM toolchain AS base
 COPY --from=fetch /imagegen/src /imagegen/src
 # The base image goes into each wheel's build record (beside the wheel: `imagegen collect` reads it).
 ARG BASE_IMAGE

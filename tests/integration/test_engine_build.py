@@ -224,14 +224,14 @@ def test_plain_docker_build_of_a_rendered_dockerfile(first_build, workspace):
 
 def test_plain_docker_build_with_no_named_context_at_all(first_build, workspace):
     """Seed 004's own command, `docker build -t NAME -f Dockerfile .`, in the folder render wrote: no
-    --build-context of any kind. The toolchain and build requirements (stage base: every script, the
+    --build-context of any kind. The toolchain and build requirements (stage toolchain: every script, the
     cell, no source) build from the folder alone; stdout's render says what it needs instead."""
     root = workspace["root"] / "plain-build"
     proc = sh(IMAGEGEN, "render", "--source", str(FIXTURES / "tiny_kernel"), *CELL, "-o", str(root / "Dockerfile"))
     assert proc.returncode == 0, proc.stderr
     tag = f"imagegen-plain-build:{uuid.uuid4().hex[:8]}"
     proc = sh("docker", "build", "--progress", "plain", "--secret", f"id=pip_cert,src={workspace['ca']}",
-              "--target", "base", "-t", tag, "-f", "Dockerfile", ".", cwd=root)
+              "--target", "toolchain", "-t", tag, "-f", "Dockerfile", ".", cwd=root)
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]
         listed = sh("docker", "run", "--rm", "--entrypoint", "ls", tag, "/imagegen").stdout.split()
@@ -240,7 +240,7 @@ def test_plain_docker_build_with_no_named_context_at_all(first_build, workspace)
         sh("docker", "image", "rm", "-f", tag)
     # Without the folder, the failure names the stage that needs it.
     shutil.rmtree(root / "imagegen-scripts")
-    proc = sh("docker", "build", "--progress", "plain", "--target", "base", "-f", "Dockerfile", ".", cwd=root)
+    proc = sh("docker", "build", "--progress", "plain", "--target", "toolchain", "-f", "Dockerfile", ".", cwd=root)
     assert proc.returncode != 0 and "imagegen-scripts" in proc.stderr
     stdout = sh(IMAGEGEN, "render", "--source", str(FIXTURES / "tiny_kernel"), *CELL).stdout
     assert f"# Written to stdout: it builds only beside ./imagegen-scripts/ and ./{TINY}/" in stdout
@@ -386,7 +386,7 @@ def netrc_build(first_build, private_git, workspace):
     (pre / "Dockerfile.pre").write_text("".join(lines[:cut + 1]))
     tags = {"pre": f"imagegen-netrc-pre:{uid}", **{s: f"imagegen-netrc-{s}:{uid}" for s in SCANNED_STAGES}}
     try:
-        proc = sh("docker", "buildx", "build", "--progress", "plain", "--target", "base", "-f", "Dockerfile.pre",
+        proc = sh("docker", "buildx", "build", "--progress", "plain", "--target", "toolchain", "-f", "Dockerfile.pre",
                   "--secret", f"id=pip_cert,src={workspace['ca']}", "--output", f"type=docker,name={tags['pre']}", ".",
                   cwd=pre)
         assert proc.returncode == 0, proc.stderr[-3000:]

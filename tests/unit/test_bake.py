@@ -148,11 +148,14 @@ def test_a_fallback_base_image_is_a_target_of_its_own_in_no_group(tmp_path):
                                                "io.imagegen.fallbacks": fallback.name,
                                                "io.imagegen.inputs": primary.inputs,
                                                "io.imagegen.cpu-hours": "4.63",  # fa2's 9.0 (runner sizing)
-                                               "io.imagegen.wall-hours": "0.35"}
+                                               "io.imagegen.wall-hours": "0.35",
+                                               # its builder image below a team's registry (ci github --push-builders)
+                                               "io.imagegen.builder": "imagegen-flash-attn:2.8.3-torch2.8-cu128-py312-manylinux"}
     # the primary's inputs hash, as its Dockerfile's label says it (ci github --skip-published reads it)
     assert f'io.imagegen.inputs="{primary.inputs}"' in d.dockerfiles[f"dockerfiles/{primary.name}.Dockerfile"]
     assert targets[fallback.name]["labels"] == {"io.imagegen.cell": primary.name,
-                                                "io.imagegen.base-image": "sameli/manylinux_2_34_x86_64_cuda_12.8"}
+                                                "io.imagegen.base-image": "sameli/manylinux_2_34_x86_64_cuda_12.8",
+                                                "io.imagegen.builder": targets[primary.name]["labels"]["io.imagegen.builder"]}
     assert B.fallback_target("t", 1) == "t-fallback" and B.fallback_target("t", 2) == "t-fallback2"
 
 

@@ -35,7 +35,8 @@ def test_committed_generated_files_match_a_fresh_generation():
         path = ROOT / rel
         assert path.exists(), f"{rel} missing: run `imagegen bake --repo`"
         assert path.read_text() == text, f"{rel} is stale or hand-edited: run `imagegen bake --repo`"
-    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "dockerfiles").glob("*")} | \
+    # every file under dockerfiles/: each cell's Dockerfile and its folder of files (cell.json, patches/)
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "dockerfiles").rglob("*") if not p.is_dir()} | \
               {str(p.relative_to(ROOT)) for p in (ROOT / "bake").glob("*.json")}
     assert on_disk <= set(files), f"orphan generated files: {sorted(on_disk - set(files))}"
 

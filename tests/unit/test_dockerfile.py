@@ -76,10 +76,11 @@ def check_structure(text: str, cell) -> None:
     assert (scripts.value[0], scripts.value[-1]) == ("scratch", "imagegen-scripts")
     assert [(n, c.value) for n, c in cmds if scripts.start_line < c.start_line < froms[0].start_line] == [
         ("COPY", ("imagegen-scripts/", "/"))]
-    assert [f.value[-1] for f in froms] == ["os", "fetch", "base", "audit", "audit-report", "compile", "smoke",
-                                            "resume-in", "resume-out", "resume-state", "buildlog", "wheels", "builder"]
-    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "os", "os", "base", "scratch", "base", "base",
-                                           "os", "os", "scratch", "scratch", "scratch", "base"]
+    assert [f.value[-1] for f in froms] == ["os", "fetch", "toolchain", "base", "audit", "audit-report", "compile",
+                                            "smoke", "resume-in", "resume-out", "resume-state", "buildlog", "wheels",
+                                            "builder"]
+    assert [f.value[0] for f in froms] == ["${BASE_IMAGE}", "os", "os", "toolchain", "base", "scratch", "base",
+                                           "base", "os", "os", "scratch", "scratch", "scratch", "base"]
 
     def stage(name):
         i = [f.value[-1] for f in froms].index(name)

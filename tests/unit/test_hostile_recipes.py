@@ -256,8 +256,12 @@ def test_a_symlink_inside_the_recipe_directory_is_fine(tmp_path):
     (d / "patches").mkdir()
     (d / "patches" / "real.patch").write_text("--- a\n+++ b\n")
     (d / "patches" / "x.patch").symlink_to("real.patch")
-    code, out, err = render(d)
-    assert code == 0 and err == "" and "+++ b" in out
+    code, out, err = render(d, tmp_path / "out" / "Dockerfile")
+    assert code == 0 and out == "", err
+    # The patch is written beside the Dockerfile as a file (its text, not a link), and the Dockerfile names it.
+    (written,) = (tmp_path / "out").glob("*/patches/x.patch")
+    assert not written.is_symlink() and written.read_text() == "--- a\n+++ b\n"
+    assert "patch x.patch" in (tmp_path / "out" / "Dockerfile").read_text()
 
 
 def test_a_recipe_file_symlinked_to_a_host_file_is_refused(tmp_path):
@@ -588,7 +592,10 @@ def _snapshot(root: Path) -> dict[str, tuple]:
 
 
 def _instructions(text: str) -> list[str]:
-    return [c.cmd.upper() for c in dockerfile.parse_string(text)]
+    """The Dockerfile's instructions, less the one RUN that applies the recipe's patches by file name (a
+    recipe with patches has it, the clean one has none)."""
+    return [c.cmd.upper() for c in dockerfile.parse_string(text)
+            if not (c.cmd.upper() == "RUN" and "/imagegen/imagegen_build.py patch " in c.value[0])]
 
 
 _CLEAN: list[list[str]] = []
@@ -630,9 +637,13 @@ def test_fuzz_hostile_recipe_directories(case):
             os.chdir(cwd)
         after = _snapshot(root)
         written = {k for k in after if k not in before or after[k] != before[k]}
-        # render -o writes the Dockerfile and imagegen's own scripts beside it, nothing else
+        # render -o writes the Dockerfile, imagegen's own scripts and the cell's files beside it, nothing else
+        cell_dir = "out/demo-1_0-torch2_8-cu128-py312"
+        patches = {f"{cell_dir}/patches", *(f"{cell_dir}/patches/{p.name}" for p in (d / "patches").glob("*"))} \
+            if (d / "patches").is_dir() else set()
         assert written <= {"out/Dockerfile", "out/imagegen-scripts", *(f"out/imagegen-scripts/{name}" for name in
-                                                                       builder_files())}, written
+                                                                       builder_files()),
+                           cell_dir, f"{cell_dir}/cell.json", *patches}, written
         for (code, out, err), command in zip(results, ("plan", "render")):
             assert "Traceback (most recent call last)" not in err and "internal error" not in err, err[-2000:]
             if code != 0:

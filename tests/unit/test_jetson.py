@@ -45,11 +45,12 @@ def test_every_recipe_for_orin_renders_parses_and_lints(name, tmp_path):
     assert cell.platform == "linux/arm64" and cell.name.endswith("-arm64")
     assert cell.base.ref == "nvcr.io/nvidia/l4t-jetpack:r36.4.0"
     assert cell.torch_index_url == "https://pypi.jetson-ai-lab.io/jp6/cu126"
-    text = render_dockerfile(cell).dockerfile
+    rendered = render_dockerfile(cell)
+    text = rendered.dockerfile
     check_structure(text, cell)
     assert [f for f in run_hadolint(text, tmp_path) if f["level"] in ("error", "warning")] == []
     assert "python3.10-venv" in text and "python3.10-dev" in text  # Ubuntu's interpreter, as the cuda flavor
-    doc = json.loads(text.split("<<'IMAGEGEN_CELL_JSON' /cell.json\n", 1)[1].split("\nIMAGEGEN_CELL_JSON", 1)[0])
+    doc = json.loads(rendered.files[f"{cell.name}/cell.json"])
     assert doc["torch"]["index_url"] == "https://pypi.jetson-ai-lab.io/jp6/cu126"
     assert doc["base_python"] == "/usr/bin/python3.10" and doc["toolkit"] == {"kind": "image"}
 

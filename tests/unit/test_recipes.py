@@ -71,10 +71,14 @@ def test_unknown_recipe_is_one_line_with_the_known_names():
     assert "unknown recipe 'sagee'" in str(err.value) and "sageattention" in str(err.value)
 
 
-def _render(recipe) -> str:
+def _rendered(recipe):
     cell = make_cell(recipe, recipe.version(None), "2.8", "12.8", "3.12", parse_arch_list("9.0"), "cuda")
     assert cell.buildable, cell.problems
-    return render_dockerfile(cell).dockerfile
+    return render_dockerfile(cell)
+
+
+def _render(recipe) -> str:
+    return _rendered(recipe).dockerfile
 
 
 def _heredoc_json(cmds, dest: str) -> dict:
@@ -83,16 +87,19 @@ def _heredoc_json(cmds, dest: str) -> dict:
     return json.loads(doc)
 
 
-def _cell_doc(cmds) -> dict:
-    """The cell document the Dockerfile hands the build script (the IMAGEGEN_CELL_JSON heredoc)."""
-    return _heredoc_json(cmds, "/cell.json")
+def cell_file(files: dict[str, str]) -> dict:
+    """The cell document a rendered Dockerfile copies from its build context (<cell>/cell.json, one of
+    Rendered.files), as the build script reads it."""
+    (name,) = [k for k in files if k.endswith("/cell.json")]
+    return json.loads(files[name])
 
 
 def _up_to_toolchain(text: str) -> str:
     """The Dockerfile up to and including the RUN that installs the toolchain (torch, CUDA)."""
     run = "/imagegen/imagegen_toolchain.py --cell /imagegen/toolchain.json\n"
-    os_stage = text[text.index("FROM ${BASE_IMAGE} AS os"):text.index("# --- fetch")]
-    return os_stage + text[text.index("FROM os AS base"):text.index(run) + len(run)]
+    start = text.index("FROM ${BASE_IMAGE} AS os")
+    os_stage = text[start:text.index("\n\n", start)]  # up to the fetch stage's comment
+    return os_stage + text[text.index("FROM os AS toolchain"):text.index(run) + len(run)]
 
 
 def test_every_recipe_shares_the_toolchain_layer_of_its_torch_cuda_and_python():
@@ -132,9 +139,9 @@ def test_hostile_free_text_stays_inside_comments(tmp_path):
 
 
 def test_values_reach_the_build_only_as_json(tmp_path):
-    text = _render(load_recipe_file(write(tmp_path, GOOD)))
-    cmds = dockerfile.parse_string(text)
-    doc = _cell_doc(cmds)
+    rendered = _rendered(load_recipe_file(write(tmp_path, GOOD)))
+    cmds = dockerfile.parse_string(rendered.dockerfile)
+    doc = cell_file(rendered.files)
     assert doc["env"] == {"DEMO_FLAG": "1"} and doc["force_env"] == {"DEMO_FORCE_BUILD": "TRUE"}
     # No recipe value appears in a RUN instruction.
     for c in cmds:
@@ -142,16 +149,19 @@ def test_values_reach_the_build_only_as_json(tmp_path):
             assert "DEMO" not in " ".join(c.value)
 
 
-def test_patch_text_with_a_delimiter_line_cannot_end_the_heredoc(tmp_path):
+def test_patch_text_with_a_delimiter_line_stays_a_file_of_its_own(tmp_path):
     (tmp_path / "patches").mkdir()
     (tmp_path / "patches" / "x.patch").write_text("IMAGEGEN_CELL_JSON\nRUN id\nIMAGEGEN_BUILD_PY\n")
     text = GOOD.replace('    archs: ["8.0", "9.0"]', '    archs: ["8.0", "9.0"]\n    patches: [{file: x.patch, reason: test}]')
     assert text != GOOD
-    out = _render(load_recipe_file(write(tmp_path, text)))
-    cmds = dockerfile.parse_string(out)
+    rendered = _rendered(load_recipe_file(write(tmp_path, text)))
+    cmds = dockerfile.parse_string(rendered.dockerfile)
     assert not any(c.cmd.upper() == "RUN" and c.value == ("id",) for c in cmds)
-    doc = _cell_doc(cmds)
-    assert doc["patches"][0]["text"].startswith("IMAGEGEN_CELL_JSON\n")
+    # The patch is a file of the build context, byte for byte; the Dockerfile names it only by its file name.
+    doc = cell_file(rendered.files)
+    assert doc["patches"][0]["file"] == "patches/x.patch" and "text" not in doc["patches"][0]
+    (patch,) = [v for k, v in rendered.files.items() if k.endswith("/patches/x.patch")]
+    assert patch == "IMAGEGEN_CELL_JSON\nRUN id\nIMAGEGEN_BUILD_PY\n" and "RUN id" not in rendered.dockerfile
 
 
 def test_hostile_base_image_is_refused():

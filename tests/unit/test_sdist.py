@@ -102,19 +102,23 @@ def test_fetch_sdist_where_there_is_none_is_one_line(tmp_path):
     assert code == 2 and "invalid choice" in err
 
 
-def test_render_and_plan_carry_the_sdist_and_its_pin():
+def test_render_and_plan_carry_the_sdist_and_its_pin(tmp_path):
     version = load_catalogue().get("causal-conv1d").version("1.6.1")
-    code, out, err = run("render", "causal-conv1d", "--fetch", "sdist", *CELL)
+    code, out, err = run("render", "causal-conv1d", "--fetch", "sdist", *CELL, "-o", str(tmp_path / "sdist" / "Dockerfile"))
     assert code == 0, err
-    assert f"#   source   {version.sdist.url} (sha256 {version.sdist.sha256})" in out
-    doc = json.loads(next(line for line in out.splitlines() if line.startswith('{"base_python"') and '"source"' in line))
+    out = (tmp_path / "sdist" / "Dockerfile").read_text()
+    assert f"#   source  {version.sdist.url}\n" in out  # its sha256 is the cell file's, checked below
+    (cell_file,) = (tmp_path / "sdist").glob("*/cell.json")
+    doc = json.loads(cell_file.read_text())
     assert doc["source"] == {"kind": "sdist", "url": version.sdist.url, "ref": "causal_conv1d-1.6.1.tar.gz",
                              "commit": None, "submodules": False, "subdir": "", "sha256": version.sdist.sha256}
     # The fetch step sees the package index (a PyPI mirror) as well as the CA bundle.
     fetch = out[out.index("FROM os AS fetch"):out.index("imagegen_build.py fetch")]
     assert "id=pip_cert" in fetch and "id=pip_index_url" in fetch
-    git_code, git_out, _ = run("render", "causal-conv1d", *CELL)
-    assert git_code == 0 and '"kind":"git"' in git_out and version.commit in git_out
+    git_code, _, _ = run("render", "causal-conv1d", *CELL, "-o", str(tmp_path / "git" / "Dockerfile"))
+    (cell_file,) = (tmp_path / "git").glob("*/cell.json")
+    git = json.loads(cell_file.read_text())["source"]
+    assert git_code == 0 and git["kind"] == "git" and git["commit"] == version.commit
 
 
 @pytest.mark.parametrize("shell", ["powershell", "cmd"])

@@ -4,9 +4,9 @@ the Windows scripts); the variables imagegen sets itself are refused, each with 
 
 from __future__ import annotations
 
+import json
 import re
 
-import dockerfile
 import pytest
 
 from imagegen.executors.prebuilt import env_args
@@ -14,36 +14,39 @@ from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.catalogue import load_catalogue
 from imagegen.plan.matrix import make_cell
 from tests.unit.test_cli import run
-from tests.unit.test_recipes import _cell_doc
 
 CELL = ["--torch", "2.9", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
 
 
-def cell_document(text: str) -> dict:
-    return _cell_doc(dockerfile.parse_string(text))
+def rendered(tmp_path, *argv: str) -> tuple[str, dict]:
+    """`imagegen render ARGV -o DIR/Dockerfile`: the Dockerfile and the cell document beside it
+    (<cell>/cell.json, what the build script reads)."""
+    out = tmp_path / f"r{len(list(tmp_path.glob('r*')))}"
+    code, _, err = run("render", *argv, "-o", str(out / "Dockerfile"))
+    assert code == 0, err
+    (doc,) = out.glob("*/cell.json")
+    return (out / "Dockerfile").read_text(), json.loads(doc.read_text())
 
 
 def inputs_label(text: str) -> str:
     return re.search(r'io\.imagegen\.inputs="([0-9a-f]+)"', text).group(1)
 
 
-def test_env_reaches_the_cell_document_and_the_inputs_hash():
-    code, plain, err = run("render", "fa2", *CELL)
-    assert code == 0, err
-    code, out, err = run("render", "fa2", *CELL, "--env", "FLASH_ATTENTION_DISABLE_BACKWARD=TRUE",
-                         "--env", "NVCC_APPEND_FLAGS=-lineinfo")
-    assert code == 0, err
-    env = cell_document(out)["env"]
+def test_env_reaches_the_cell_document_and_the_inputs_hash(tmp_path):
+    plain, plain_doc = rendered(tmp_path, "fa2", *CELL)
+    out, doc = rendered(tmp_path, "fa2", *CELL, "--env", "FLASH_ATTENTION_DISABLE_BACKWARD=TRUE",
+                        "--env", "NVCC_APPEND_FLAGS=-lineinfo")
+    env = doc["env"]
     assert env["FLASH_ATTENTION_DISABLE_BACKWARD"] == "TRUE" and env["NVCC_APPEND_FLAGS"] == "-lineinfo"
     assert {k: v for k, v in env.items() if k not in ("FLASH_ATTENTION_DISABLE_BACKWARD", "NVCC_APPEND_FLAGS")} \
-        == cell_document(plain)["env"]  # the recipe's own stay
+        == plain_doc["env"]  # the recipe's own stay
     # Another build, another wheel: the up-to-date check must not take the plain one for it.
     assert inputs_label(out) != inputs_label(plain)
     # Only as JSON: no RUN, ENV or ARG instruction carries it.
     assert not any(ln.startswith(("RUN", "ENV", "ARG")) and "NVCC_APPEND_FLAGS" in ln for ln in out.splitlines())
 
 
-def test_the_knobs_that_lighten_each_file_give_the_cell_its_memory_figure():
+def test_the_knobs_that_lighten_each_file_give_the_cell_its_memory_figure(tmp_path):
     # flash-attn-3's memory_when_env: with all five in-file paths turned off, each kernel file takes
     # less (the H100 runs of docs/records/verification.md): the cell document (what the in-build script sizes
     # MAX_JOBS from) carries that figure; four of the five are not enough.
@@ -51,9 +54,7 @@ def test_the_knobs_that_lighten_each_file_give_the_cell_its_memory_figure():
     lite = [f"FLASH_ATTENTION_DISABLE_{k}=TRUE" for k in ("VARLEN", "LOCAL", "APPENDKV", "CLUSTER", "SOFTCAP")]
     figures = {}
     for name, env in (("plain", []), ("four", lite[:4]), ("lite", lite)):
-        code, out, err = run("render", "flash-attn-3", *cell, *[a for e in env for a in ("--env", e)])
-        assert code == 0, err
-        doc = cell_document(out)
+        _, doc = rendered(tmp_path, "flash-attn-3", *cell, *[a for e in env for a in ("--env", e)])
         figures[name] = (doc["memory_per_thread_gb"], doc["memory_per_thread_gb_max"])
     assert figures == {"plain": (6.0, 6.0), "four": (6.0, 6.0), "lite": (3.3, 3.3)}
 
@@ -66,8 +67,8 @@ def test_env_reaches_bake_and_the_windows_scripts(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = run("bake", "sage", *CELL, "--env", "SAGE_DEBUG=1", "-f", "docker-bake.json")
     assert code == 0, err
-    (rendered,) = (tmp_path / "dockerfiles").glob("*.Dockerfile")
-    assert cell_document(rendered.read_text())["env"]["SAGE_DEBUG"] == "1"
+    (doc,) = (tmp_path / "dockerfiles").glob("*/cell.json")
+    assert json.loads(doc.read_text())["env"]["SAGE_DEBUG"] == "1"
     code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "powershell", "--env", "SAGE_DEBUG=a,b")
     assert code == 0 and "'SAGE_DEBUG' = 'a,b'" in out, err  # the cell's Env, set before pip wheel
     code, out, err = run("render", "sage", "--arch", "9.0", "--shell", "cmd", "--env", "SAGE_DEBUG=a,b")
