@@ -5,3 +5,6 @@ Data flow: request -> plan (validated cells) -> render (Dockerfile, bake) -> exe
 """
 
 __version__ = "0.1.0"
+# The name pip installs imagegen by (PyPI's "imagegen" is another project); the command and this
+# package are imagegen.
+DISTRIBUTION = "imagegen-wheels"

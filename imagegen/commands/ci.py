@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from imagegen import safety
+from imagegen import DISTRIBUTION, __version__, safety
 from imagegen.model.cell_rules import FixWords
 from imagegen.errors import CompatError, UsageError, bounded
 from imagegen.model import build_cost
@@ -88,16 +88,23 @@ _VERSION_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+]{0,31}")
 _ARCH_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._;:+, -]{0,199}")
 
 
-def pypi_imagegen(requirement: str) -> bool:
-    """Whether pip could take ``requirement`` as PyPI's 'imagegen' (another project): a requirement by
-    name with no URL, whatever follows a '#' (pip reads `` #...`` as a comment in a requirements file,
-    and no name goes on past one), in any spelling of the name (``IMAGEGEN``, ``imagegen[publish]>=1``)."""
+def requirement_problem(requirement: str) -> str | None:
+    """Why pip, given ``requirement``, would not install this imagegen (the distribution imagegen-wheels), or
+    None. By the name 'imagegen' alone pip takes PyPI's 'imagegen', another project, whatever follows a '#'
+    (pip reads `` #...`` as a comment in a requirements file, and no name goes on past one), in any spelling
+    of the name (``IMAGEGEN``, ``imagegen[publish]>=1``); with a URL, pip refuses the project there, whose
+    metadata says imagegen-wheels. ``imagegen-wheels[publish]>=1``, a URL under that name, a path: None."""
     head = requirement.split("#", 1)[0].strip()
     try:
         parsed = Requirement(head)
     except InvalidRequirement:
-        return False  # a path or a URL (./tools/imagegen, git+https://...): not a name pip looks up
-    return parsed.url is None and canonicalize_name(parsed.name) == "imagegen"
+        return None  # a path or a URL (./tools/imagegen, git+https://...): not a name pip looks up
+    if canonicalize_name(parsed.name) != "imagegen":
+        return None
+    if parsed.url is None:
+        return "would install PyPI's 'imagegen', another project"
+    return (f"names 'imagegen', but the project at {parsed.url} is the distribution {DISTRIBUTION} (pip refuses a"
+            " URL whose metadata has another name)")
 
 
 def validate_timeout(minutes: int, flag: str) -> int:
@@ -238,28 +245,23 @@ def options_from_args(args: argparse.Namespace) -> Options:
         raise UsageError(f"--publish {wheelhouse_dests[0]} holds the wheelhouse as served: give --skip-published URL"
                          " too, the URL that prefix is served at, whose index the publish job merges with this run's"
                          " (imagegen index --merge) and whose published cells the build jobs skip")
+    # How the publish job and the Windows jobs install imagegen: this release of imagegen-wheels from PyPI
+    # (Options.publish_requirement, windows_requirement), or what --imagegen-from names.
     imagegen_from = getattr(args, "imagegen_from", None)
-    if publish and imagegen_from is None:
-        raise UsageError("--publish needs --imagegen-from REQUIREMENT: how the publish job installs imagegen (e.g."
-                         " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0'; PyPI's 'imagegen' is"
-                         " another project)")
-    if windows is not None and imagegen_from is None:
-        raise UsageError("--windows needs --imagegen-from REQUIREMENT: how the Windows jobs install imagegen (e.g."
-                         " 'imagegen @ git+https://github.com/ORG/imagegen@v0.1.0'; PyPI's 'imagegen' is another"
-                         " project)")
     if imagegen_from is not None:
         if not publish and windows is None:
             raise UsageError("--imagegen-from is for the publish job and the Windows jobs: give --publish DEST or"
                              " --windows RECIPE too")
         validate_text(imagegen_from, REQUIREMENT, "--imagegen-from", "a pip requirement such as"
-               " 'imagegen[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
+               f" '{DISTRIBUTION}[publish] @ git+https://github.com/ORG/imagegen@TAG' (no quotes, $, ; or braces)")
         safety.no_credentials(imagegen_from, "--imagegen-from", "keep imagegen's source public, in the repository"
                               " itself (a path such as ./tools/imagegen), or reachable with the job's own token")
-        if pypi_imagegen(imagegen_from):
+        problem = requirement_problem(imagegen_from)
+        if problem:
             # By name alone pip would install PyPI's 'imagegen', another project, into the job that
-            # holds the publish secrets.
-            raise UsageError(f"--imagegen-from {imagegen_from!r} would install PyPI's 'imagegen', another project:"
-                             " name this one by URL or path, e.g. 'imagegen[publish] @"
+            # holds the publish secrets; by URL it would refuse the project's own name.
+            raise UsageError(f"--imagegen-from {imagegen_from!r} {problem}: name this one {DISTRIBUTION}, e.g."
+                             f" '{DISTRIBUTION}[publish]=={__version__}', '{DISTRIBUTION}[publish] @"
                              " git+https://github.com/ORG/imagegen@TAG' or './tools/imagegen'")
     opts = Options(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
                runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish, timeout=timeout,

@@ -20,7 +20,7 @@ _WHICH_TARGETS = Group((
 _WINDOWS_JOBS = Group((
     Opt(("--windows",), action="append", metavar="RECIPES", help="add Windows jobs building these recipes"
         " (catalogue names or aliases, at their default version unless --windows-version; comma-separated or"
-        " repeated); needs --windows-torch, --windows-cuda and --imagegen-from"),
+        " repeated); needs --windows-torch and --windows-cuda"),
     Opt(("--windows-version",), action="append", metavar="VERSIONS", help="recipe versions of the Windows cells,"
         " each recipe's cells at each (comma-separated or repeated, e.g. 2.8.2,2.8.3; default: the recipe's default"
         " version)"),
@@ -87,15 +87,16 @@ GITHUB = Command("github", None, "GitHub Actions workflow with a registry cache 
         " publish` uploads those to DEST (as imagegen publish --to takes it; repeatable), with the credentials from"
         " the repository's secrets"),
     Opt(("--imagegen-from",), metavar="REQUIREMENT", help="with --publish or --windows: how the publish job and the"
-        " Windows jobs install imagegen, a pip requirement such as 'imagegen[publish] @"
-        " git+https://github.com/ORG/imagegen@v0.1.0' or a path in the repository (required: PyPI's 'imagegen' is"
-        " another project)"),
+        " Windows jobs install imagegen, a pip requirement such as 'imagegen-wheels[publish] @"
+        " git+https://github.com/ORG/imagegen@v0.1.0' or a path in the repository (default: the imagegen-wheels"
+        " release of this imagegen from PyPI, with its publish extra in the publish job; PyPI's 'imagegen' is"
+        " another project and is refused)"),
     Opt(("-o", "--output"), type=path_text, default=DEFAULT_OUTPUT,
         help=f"workflow file to write, - for stdout (default:"
         f" {DEFAULT_OUTPUT})"),
 ), epilog=("example: imagegen ci github --windows sage --windows-torch 2.8 --windows-cuda 12.8 --windows-python 3.12"
-           " --windows-arch '8.0;9.0;12.0' --imagegen-from 'imagegen @ git+https://github.com/ORG/imagegen@TAG'"
-           " (Windows jobs only; add --group default for the bake file's Linux jobs too)"))
+           " --windows-arch '8.0;9.0;12.0' (Windows jobs only, each installing this imagegen-wheels release; add"
+           " --group default for the bake file's Linux jobs too)"))
 
 CI = Command("ci", "ci.run", "write a CI workflow that builds the bake matrix on CI runners",
              "Write a CI workflow that builds every target of a bake file, one runner per target.",

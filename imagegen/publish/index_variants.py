@@ -37,8 +37,8 @@ def variant_support() -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name != "variantlib" and not (exc.name or "").startswith("variantlib."):
             raise
-        raise PublishError("wheel variants need variantlib, which is not installed: pip install 'imagegen[publish]'"
-                           " (or imagegen index --no-variants)") from None
+        raise PublishError("wheel variants need variantlib, which is not installed: pip install"
+                           " 'imagegen-wheels[publish]' (or imagegen index --no-variants)") from None
     return variants
 
 

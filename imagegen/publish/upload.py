@@ -117,7 +117,7 @@ def connect(dest: Dest, env: Mapping[str, str], *, write: bool, out: Path | None
 
 
 def missing_library(package: str) -> PublishError:
-    return PublishError(f"{package} is not installed: pip install 'imagegen[publish]'")
+    return PublishError(f"{package} is not installed: pip install 'imagegen-wheels[publish]'")
 
 
 # --------------------------------------------------------------------------------------------

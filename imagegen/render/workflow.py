@@ -16,20 +16,21 @@ With ``--publish DEST`` (repeatable) a ``publish`` job follows the builds, on ta
 only. Each build job then uploads its exported tree (the wheels and, beside each, its build record
 ``<wheel>.imagegen.json``) below the wheelhouse's top folder, so that the publish job's one merged download
 is the wheelhouse layout ``<pkg>-<ver>/torch<X.Y>/cu<XYZ>/``. It installs imagegen from ``--imagegen-from``
-(a pip requirement: the PyPI name ``imagegen`` belongs to another project, so the workflow never guesses
-it), runs ``imagegen collect`` (which verifies each wheel against its record) and then ``imagegen publish
---to DEST ...`` with the destinations' credentials from the repository's secrets (PUBLISH_ENV), passed
-through ``env:`` of the publish step only.
+(a pip requirement or a path), else this release of the distribution imagegen-wheels with its publish extra
+(the PyPI name ``imagegen`` belongs to another project, which ci.py refuses), runs ``imagegen collect``
+(which verifies each wheel against its record) and then ``imagegen publish --to DEST ...`` with the
+destinations' credentials from the repository's secrets (PUBLISH_ENV), passed through ``env:`` of the
+publish step only.
 
 Each Windows job (``runs-on: windows-2022`` unless ``--windows-runs-on``) sets up the cell's Python (and a
 separate 3.12 for imagegen itself), the CUDA toolkit with Jimver/cuda-toolkit (NVIDIA's network installer:
 the cell's full toolkit version, WINDOWS_TOOLKITS, and the sub-packages a torch extension build needs,
-WINDOWS_CUDA_PACKAGES) and MSVC with ilammy/msvc-dev-cmd (x64); installs imagegen from ``--imagegen-from``;
-writes the cell's script with ``imagegen render RECIPE --version V --shell powershell --torch T --cuda C
---python P --arch A -o build.ps1`` and runs it. The script writes the wheels (each with its build record)
-below ``wheelhouse/`` and its logs in ``wheelhouse/logs/``: the job uploads the first as
-``wheels-windows-<cell>`` (so that the publish job's merged download lays them beside the Linux ones) and
-the logs as ``logs-windows-<cell>``, also when the build failed.
+WINDOWS_CUDA_PACKAGES) and MSVC with ilammy/msvc-dev-cmd (x64); installs imagegen from ``--imagegen-from``
+(else this release of imagegen-wheels); writes the cell's script with ``imagegen render RECIPE --version V
+--shell powershell --torch T --cuda C --python P --arch A -o build.ps1`` and runs it. The script writes the
+wheels (each with its build record) below ``wheelhouse/`` and its logs in ``wheelhouse/logs/``: the job
+uploads the first as ``wheels-windows-<cell>`` (so that the publish job's merged download lays them beside
+the Linux ones) and the logs as ``logs-windows-<cell>``, also when the build failed.
 
 Every job has a ``timeout-minutes`` below a hosted runner's 6 h (MAX_TIMEOUT_MINUTES), so that a build that
 runs long stops on its own terms and the ``if: always()`` steps still run. The matrix values, the
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from imagegen import __version__, safety
+from imagegen import DISTRIBUTION, __version__, safety
 from imagegen.errors import CompatError, ImagegenError, UsageError, bounded, printable
 from imagegen.render import templating
 from imagegen.render.workflow_targets import MAX_MATRIX_JOBS, WorkflowTarget, wheelhouse_of
@@ -174,6 +175,17 @@ class Options:
     # REGISTRY/NAMESPACE each Linux job pushes its target's builder image to (None: no push).
     push_builders: str | None = None
     builders: str | None = None
+
+    @property
+    def publish_requirement(self) -> str:
+        """What the publish job installs imagegen from: --imagegen-from, else this release of imagegen-wheels
+        with its publish extra (the clients of every destination)."""
+        return self.imagegen_from or f"{DISTRIBUTION}[publish]=={__version__}"
+
+    @property
+    def windows_requirement(self) -> str:
+        """What the Windows jobs install imagegen from: --imagegen-from, else this release of imagegen-wheels."""
+        return self.imagegen_from or f"{DISTRIBUTION}=={__version__}"
 
     @property
     def builders_shown(self) -> str:
@@ -372,7 +384,8 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         # one comment line each: printable, no line break (a reason names catalogue values and checked flags)
         left_out=[bounded(printable(line), 400) for line in left_out or []],
         imagegen_python=IMAGEGEN_PYTHON,
-        imagegen_from=options.imagegen_from,
+        publish_requirement=options.publish_requirement,
+        windows_requirement=options.windows_requirement,
         build_jobs=[part["job"] for part in _parts(targets)] + (["build-windows"] if cells else []),
         linux_jobs=[part["job"] for part in _parts(targets)],
         builders=options.builders if targets else None,

@@ -33,7 +33,7 @@ def workflow(tmp_path_factory) -> dict:
     for argv in (["bake", *CELL, "-f", "bake.json"],
                  ["ci", "github", "-o", "wf.yml", "--bake-file", "bake.json", "--skip-published",
                   "http://127.0.0.1:1/whl", "--publish", "s3://bucket/whl", "--imagegen-from",
-                  "imagegen[publish] @ git+https://github.com/octo/imagegen@v0.1.0"]):
+                  "imagegen-wheels[publish] @ git+https://github.com/octo/imagegen@v0.1.0"]):
         proc = subprocess.run([IMAGEGEN, *argv], cwd=root, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load((root / "wf.yml").read_text())

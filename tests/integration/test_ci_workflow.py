@@ -181,7 +181,7 @@ def test_publish_through_the_real_cli(tmp_path):
     out = tmp_path / "wf.yml"
     exe = Path(sys.executable).parent / "imagegen"
     proc = subprocess.run([str(exe), "ci", "github", "--group", "natten", "--publish", "hf:octo/wheels",
-                           "--imagegen-from", "imagegen[publish] @ git+https://github.com/octo/imagegen@v0.1.0",
+                           "--imagegen-from", "imagegen-wheels[publish] @ git+https://github.com/octo/imagegen@v0.1.0",
                            "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load(out.read_text())
@@ -194,7 +194,7 @@ def test_publish_through_the_real_cli(tmp_path):
 
 
 WINDOWS = ["--windows", "sage", "--windows-torch", "2.8", "--windows-cuda", "12.8", "--windows-arch", "8.0;9.0",
-           "--imagegen-from", "imagegen @ git+https://github.com/octo/imagegen@v0.1.0"]
+           "--imagegen-from", "imagegen-wheels @ git+https://github.com/octo/imagegen@v0.1.0"]
 
 
 def _lint(path: Path) -> None:

@@ -249,7 +249,7 @@ def test_the_farm_end_to_end_stop_resume_publish_index_and_pip_by_cuda_variant(t
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([IMAGEGEN, "ci", "github", "--bake-file", "farm.hcl", "-o", "wf.yml", "--skip-published",
                            served["url"], "--publish", "s3://farm/whl", "--imagegen-from",
-                           "imagegen[publish] @ git+https://example.invalid/imagegen@v1"],
+                           "imagegen-wheels[publish] @ git+https://example.invalid/imagegen@v1"],
                           cwd=farm, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     import yaml

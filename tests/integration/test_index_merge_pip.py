@@ -43,7 +43,7 @@ def workflow(tmp_path: Path, monkeypatch, url: str) -> dict:
     """The steps of the workflow ci github writes for this bucket: the publish job's and the build job's check."""
     monkeypatch.setattr(ci_command, "print_bake", bake_print_stand_in.print_bake)
     _, doc = generate(tmp_path, "--skip-published", url, "--publish", f"s3://{BUCKET}/{PREFIX},layout=wheelhouse",
-                      "--imagegen-from", "imagegen[publish] @ git+https://github.com/octo/imagegen@v0.1.0")
+                      "--imagegen-from", "imagegen-wheels[publish] @ git+https://github.com/octo/imagegen@v0.1.0")
     publish = {s["name"]: s for s in doc["jobs"]["publish"]["steps"]}
     check = next(s for s in doc["jobs"]["build"]["steps"] if s["name"] == "Already published?")
     return {"index": publish["Index"], "publish": publish["Publish"], "check": check}

@@ -22,7 +22,7 @@ from tests.unit import bake_print_stand_in as stand_in
 from tests.unit.test_workflow import _tool
 from tests.workflow_cli import imagegen, parser
 
-REQUIREMENT = "imagegen @ git+https://github.com/octo/imagegen@v0.1.0"
+REQUIREMENT = "imagegen-wheels @ git+https://github.com/octo/imagegen@v0.1.0"
 SAGE = ["--windows", "sage", "--windows-torch", "2.8", "--imagegen-from", REQUIREMENT]
 
 

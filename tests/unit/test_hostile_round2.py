@@ -83,9 +83,9 @@ CELL = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "9.0"]
     (["publish", "wh", "--to", f"pypi:https://__token__:{TOKEN}@upload.example.invalid/legacy/", "--dry-run"], None),
     (["refresh", "--index-url", f"http://u:{TOKEN}@127.0.0.1:9/simple/", "--dry-run"], None),
     (["ci", "github", "--publish", f"pypi:https://__token__:{TOKEN}@upload.pypi.org/legacy/",
-      "--imagegen-from", "imagegen[publish] @ git+https://github.com/ORG/imagegen@v0.1.0"], "carries a credential"),
+      "--imagegen-from", "imagegen-wheels[publish] @ git+https://github.com/ORG/imagegen@v0.1.0"], "carries a credential"),
     (["ci", "github", "--windows", "sage", "--windows-torch", "2.8", "--windows-cuda", "12.8", "--windows-python", "3.12",
-      "--windows-arch", "8.0", "--imagegen-from", f"imagegen @ git+https://u:{TOKEN}@github.com/ORG/imagegen@v1"],
+      "--windows-arch", "8.0", "--imagegen-from", f"imagegen-wheels @ git+https://u:{TOKEN}@github.com/ORG/imagegen@v1"],
      "carries a credential"),
 ])
 def test_a_token_in_any_url_flag_reaches_no_output_and_no_file(argv, refusal, tmp_path, monkeypatch, capsys):

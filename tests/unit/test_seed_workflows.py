@@ -31,7 +31,7 @@ from tests.unit.test_windows import parse_errors
 from tests.workflow_cli import imagegen
 
 HERE_PY = "%d.%d" % sys.version_info[:2]
-REQUIREMENT = "imagegen @ git+https://github.com/ORG/imagegen@v0.1.0"
+REQUIREMENT = "imagegen-wheels @ git+https://github.com/ORG/imagegen@v0.1.0"
 
 # Seed 001's build.sh, its full matrix: FA_VERSIONS, TORCH_SERIES, CUDA_SETS, PY_LINUX / PY_WIN and
 # TORCH_CUDA_ARCH_LIST as the seed writes them (space-separated lists, 126 for CUDA 12.6, cp312 for Python).

@@ -226,4 +226,4 @@ def test_lines_and_dicts():
 
 
 def test_a_missing_client_library_names_the_extra():
-    assert str(upload.missing_library("boto3")) == "boto3 is not installed: pip install 'imagegen[publish]'"
+    assert str(upload.missing_library("boto3")) == "boto3 is not installed: pip install 'imagegen-wheels[publish]'"

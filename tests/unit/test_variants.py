@@ -526,10 +526,10 @@ def test_variants_without_variantlib_are_one_line_and_write_nothing(tmp_path, ca
         monkeypatch.setitem(sys.modules, name, None)  # importing it fails as if it were not installed
     monkeypatch.delitem(sys.modules, "imagegen.publish.variants")
     monkeypatch.delattr(imagegen.publish, "variants")
-    with pytest.raises(PublishError, match="pip install 'imagegen\\[publish\\]'"):
+    with pytest.raises(PublishError, match="pip install 'imagegen-wheels\\[publish\\]'"):
         index.write_index(out, variants=True, say=_quiet)
     assert not (out / "simple").exists()
     assert cli.main(["index", str(out), "--variants"]) == 9
     assert capsys.readouterr().err == ("imagegen: error: wheel variants need variantlib, which is not installed: pip"
-                                       " install 'imagegen[publish]' (or imagegen index --no-variants)\n")
+                                       " install 'imagegen-wheels[publish]' (or imagegen index --no-variants)\n")
     assert cli.main(["index", str(out)]) == 0  # the plain index needs no variantlib

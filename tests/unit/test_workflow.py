@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imagegen import __version__
 from imagegen.errors import EngineError, ImagegenError, UnsafeValueError, UsageError
 from imagegen.render import bakefiles
 from imagegen.commands import ci as command
@@ -271,7 +272,7 @@ def test_more_targets_than_one_matrix_holds_are_several_build_jobs(tmp_path, mon
 # The publish job (--publish)
 
 
-REQUIREMENT = "imagegen[publish] @ git+https://github.com/octo/imagegen@v0.1.0"
+REQUIREMENT = "imagegen-wheels[publish] @ git+https://github.com/octo/imagegen@v0.1.0"
 DESTS = {"pypi:": "pypi:https://upload.pypi.org/legacy/", "hf:": "hf:octo/sage-wheels@main:cu128",
          "github:": "github:octo/wheels@v0.1.0", "s3://": "s3://wheels-bucket/cu128/"}
 PUBLISH = [a for d in DESTS.values() for a in ("--publish", d)] + ["--imagegen-from", REQUIREMENT]
@@ -512,7 +513,6 @@ def _cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     (["--publish", "s3://b/`id`", "--imagegen-from", "imagegen"], "--publish"),
     (["--publish", "ftp://host/x", "--imagegen-from", "imagegen"], "--publish"),
     (["--publish", "", "--imagegen-from", "imagegen"], "--publish"),
-    (["--publish", "hf:octo/wheels"], "--publish needs --imagegen-from"),
     (["--imagegen-from", "imagegen"], "give --publish DEST or --windows RECIPE too"),
     (["--publish", "hf:octo/wheels", "--imagegen-from", "x ${{ secrets.HF_TOKEN }}"], "--imagegen-from"),
     (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen'; id; '"], "--imagegen-from"),
@@ -524,6 +524,9 @@ def _cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen"], "PyPI's 'imagegen', another project"),
     (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen[publish]==0.1.0"], "PyPI's 'imagegen', another project"),
     (["--publish", "hf:octo/wheels", "--imagegen-from", "IMAGEGEN >= 1"], "PyPI's 'imagegen', another project"),
+    # By URL under the old name: pip refuses the project there, whose metadata says imagegen-wheels.
+    (["--publish", "hf:octo/wheels", "--imagegen-from", "imagegen[publish] @ git+https://github.com/octo/imagegen@v1"],
+     "names 'imagegen', but the project at git+https://github.com/octo/imagegen@v1 is the distribution imagegen-wheels"),
 ])
 def test_hostile_publish_options_through_the_real_cli(argv, needle, tmp_path):
     # Refused before `docker buildx bake --print`: the unit suite's docker guard fails a test that reaches
@@ -534,6 +537,38 @@ def test_hostile_publish_options_through_the_real_cli(argv, needle, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("imagegen: error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert needle in proc.stderr and proc.stdout == "" and not out.exists()
+
+
+def test_the_publish_job_installs_this_imagegen_wheels_release_by_default(tmp_path, actionlint):
+    # imagegen's distribution is imagegen-wheels: without --imagegen-from the job installs the release that
+    # wrote the workflow, with the publish extra (the destinations' clients), and the regenerate line names none.
+    text, doc = generate(tmp_path, "--publish", DESTS["hf:"])
+    assert _job_steps(doc, "publish")["Install imagegen"]["env"] == {
+        "IMAGEGEN_REQUIREMENT": f"imagegen-wheels[publish]=={__version__}"}
+    assert "--imagegen-from" not in text and "imagegen-wheels[publish]" not in _job_steps(doc, "publish")[
+        "Install imagegen"]["run"]
+    _lint(actionlint, tmp_path / "imagegen.yml")
+
+
+@pytest.mark.parametrize("requirement", [
+    "imagegen-wheels[publish]>=1", "IMAGEGEN_WHEELS[publish] >= 0.1", "imagegen.wheels==0.1.0",
+    "imagegen-wheels[publish] @ git+https://github.com/octo/imagegen@v0.1.0", "./tools/imagegen[publish]",
+    "imagegen-wheels[publish]==0.1.0 # the release the team tested",
+])
+def test_a_requirement_naming_imagegen_wheels_is_taken_as_given(requirement, tmp_path):
+    _, doc = generate(tmp_path, "--publish", DESTS["hf:"], "--imagegen-from", requirement)
+    assert _job_steps(doc, "publish")["Install imagegen"]["env"] == {"IMAGEGEN_REQUIREMENT": requirement}
+
+
+@pytest.mark.parametrize("requirement, problem", [
+    ("imagegen", "PyPI's 'imagegen'"), ("Imagegen[publish]>=0.1", "PyPI's 'imagegen'"),
+    ("IMAGEGEN==0.2 #x", "PyPI's 'imagegen'"), ("imagegen-wheels #x", None), ("imagegenwheels", None),
+    ("imagegen @ https://example.invalid/imagegen.tar.gz", "is the distribution imagegen-wheels"),
+    ("imagegen-wheels @ https://example.invalid/imagegen.tar.gz", None), ("./imagegen", None),
+])
+def test_which_requirements_are_not_this_imagegen(requirement, problem):
+    found = command.requirement_problem(requirement)
+    assert (found is None) if problem is None else (problem in found), found
 
 
 def _targets(*dests: str) -> list:

@@ -111,7 +111,7 @@ def test_without_the_flag_the_workflow_is_what_it_was(tmp_path):
 def test_a_named_registry_with_publish_and_several_runners(tmp_path, actionlint):
     text, doc = generate(tmp_path, "--push-builders", "ghcr.io/my-team/builders", "--group", "sageattention",
                          "--runs-on", "self-hosted,linux,x64", "--publish", "hf:octo/wheels",
-                         "--imagegen-from", "imagegen @ git+https://github.com/octo/imagegen@v0.1.0")
+                         "--imagegen-from", "imagegen-wheels @ git+https://github.com/octo/imagegen@v0.1.0")
     assert list(doc["jobs"]) == ["build", "publish", ci.LOCK_JOB]
     assert doc["jobs"]["publish"]["needs"] == "build" and doc["jobs"][ci.LOCK_JOB]["needs"] == "build"
     assert doc["jobs"][ci.LOCK_JOB]["runs-on"] == ["self-hosted", "linux", "x64"]
@@ -238,7 +238,7 @@ def test_windows_jobs_alone_push_no_builder_image(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     code, _, err = imagegen("ci", "github", "--output", str(tmp_path / "wf.yml"), "--push-builders", "--windows", "sage",
                             "--windows-torch", "2.8", "--windows-cuda", "12.8",
-                            "--imagegen-from", "imagegen @ git+https://github.com/octo/imagegen@v0.1.0")
+                            "--imagegen-from", "imagegen-wheels @ git+https://github.com/octo/imagegen@v0.1.0")
     assert code == 2 and "--push-builders pushes the Linux jobs' builder images" in err, err
 
 

