@@ -74,6 +74,13 @@ def _build_native(args: argparse.Namespace, cat: Catalogue, opts: options.Option
                                                  audit=not args.no_audit)))
         return 0
     out = opts.out
+    if not args.flat and not args.force:  # the same inputs' wheel in the wheelhouse, intact: nothing to compile
+        reused = native.up_to_date(cell, host, out=Path(out), work=args.work, src_dir=args.src_dir)
+        if reused is not None:
+            print(reused.line(), file=sys.stderr)
+            _last_mile(args, out, [], True)  # repaired when it was built; the index brought up to date
+            print(reused.wheel)
+            return 0
     if not args.flat:
         from imagegen.wheelhouse import manifest as wheelhouse
         refused = wheelhouse.replacement_refused(Path(out), cell, force=args.force,

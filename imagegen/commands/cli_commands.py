@@ -58,7 +58,8 @@ PLAN = Command("plan", "planning.cmd_plan", "expand the matrix and explain every
     " build and why not."), (
     MATRIX,
     JSON,
-    Opt(("--only",), choices=("buildable", "rejected", "skipped"), help="show only cells with this status"),
+    Opt(("--only",), choices=("buildable", "unchecked", "rejected", "skipped"), help="show only cells with this"
+        " status (buildable includes unchecked: a local tree or fork planned on assumed facts, which --audit checks)"),
     Opt(("--audit",), action="store_true", help="run each buildable cell's own build with stand-in compilers"
         " (nothing compiles) and show what it would really compile: SASS/PTX per extension and the nvcc flags;"
         " refuse what would fail, warn about missing or unrequested archs. Runs in each cell's builder image on the"
@@ -68,8 +69,8 @@ PLAN = Command("plan", "planning.cmd_plan", "expand the matrix and explain every
         " index, the PyPI CUDA toolkit, the build requirements) for the cell's platform and Python with uv,"
         " metadata only, building nothing: refuse a cell whose installs do not resolve or whose torch is a CPU-only"
         " build there (torch < 2.11 on linux/arm64 from PyPI). Needs uv (pip install uv)"),
-    Opt(("--native",), action="store_true", help="with --audit: audit the build on this host (its Python, torch and"
-        " nvcc), as `imagegen build --native` would run it"),
+    Opt(("--native",), action="store_true", help="plan the one cell `imagegen build --native` would build on this"
+        " host (its Python, torch and nvcc), unaudited; with --audit, audit that build here"),
     NATIVE_PYTHON_EXE,
     Opt(("--src-dir",), type=local_path, help="with --native: an existing checkout (default: clone into --work)"),
     Opt(("--work",), type=local_path, help="with --audit: where sources and logs go (default: .imagegen)"),

@@ -19,10 +19,24 @@ from imagegen.model.cell import BUILDABLE, DEFAULT_PLATFORM, Plan
 from imagegen.plan.matrix import default_policy, device_rows
 
 
-def _cell_record(cell) -> dict:
+# What plan calls a buildable cell whose facts are assumed, not read: a local tree, a fork or a changed
+# checkout (RecipeVersion.unchecked) that no audit has checked. It builds as a buildable cell does (plan's exit
+# code and `build` are the same); `plan --audit` reads what it compiles.
+UNCHECKED = "unchecked"
+
+
+def plan_status(cell, *, audited: bool = False) -> str:
+    """A cell's status as plan shows it: ``unchecked`` for a buildable cell of a tree nobody audited."""
+    return UNCHECKED if cell.status == BUILDABLE and cell.version.unchecked and not audited else cell.status
+
+
+def _cell_record(cell, *, audited: bool = False) -> dict:
+    unchecked = plan_status(cell, audited=audited) == UNCHECKED
     return {
         "name": cell.name,
-        "status": cell.status,
+        "status": plan_status(cell, audited=audited),
+        # Why the facts are unchecked, and what the tree's setup.py names (read without running it).
+        "unchecked": cell.version.unchecked if unchecked else None,
         "recipe": cell.recipe.name,
         "version": cell.version.version,
         "torch": cell.torch_version,
@@ -32,7 +46,8 @@ def _cell_record(cell) -> dict:
         "archs": str(cell.archs),
         # What was asked; "archs" is what the package compiles for it (flash-attn: 8.6 -> 8.0).
         "requested_archs": str(cell.requested_archs),
-        "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE else None,
+        # The recipe's claim of what the wheel carries: not made for a tree nobody checked.
+        "expected_archs": str(cell.expected_archs) if cell.status == BUILDABLE and not unchecked else None,
         "flavor": cell.flavor,
         "base_image": cell.base.ref if cell.base else None,
         # where pip gets torch: None for PyPI, the PyTorch index of the CUDA variant, a JetPack's own
@@ -46,22 +61,37 @@ def _cell_record(cell) -> dict:
 
 
 def _print_plan(plan: Plan, only: str | None) -> None:
-    cells = [c for c in plan.cells if only is None or c.status == only]
+    # --only buildable: every cell that can build, unchecked ones too; --only unchecked: those alone.
+    cells = [c for c in plan.cells if only is None or c.status == only or plan_status(c) == only]
     # A PLATFORM column once a cell is not linux/amd64 (--platform): the same cell for two platforms
     # would otherwise read as one row twice.
     platforms = any(c.platform != DEFAULT_PLATFORM for c in cells)
     rows = [("STATUS", "RECIPE", "VERSION", "TORCH", "CUDA", "PY", *(("PLATFORM",) if platforms else ()), "ARCHS", "WHY")]
     for c in cells:
         why = "; ".join(c.problems) if c.problems else "; ".join(
-            ([f"{c.base.ref}: {c.torch_from_text()}"] if c.base else []) + list(c.notes))
-        rows.append((c.status, c.recipe.name, c.version.version, c.torch.series, c.cuda.name, c.python,
+            ([c.version.unchecked] if plan_status(c) == UNCHECKED else [])
+            + ([f"{c.base.ref}: {c.torch_from_text()}"] if c.base else []) + list(c.notes))
+        rows.append((plan_status(c), c.recipe.name, c.version.version, c.torch.series, c.cuda.name, c.python,
                      *((c.platform,) if platforms else ()), str(c.archs), why))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     out = sys.stdout
     for r in rows:
         out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1] + "\n")
-    out.write(f"\n{len(plan.buildable)} buildable, {len(plan.rejected)} rejected, {len(plan.skipped)} skipped"
+    unchecked = sum(plan_status(c) == UNCHECKED for c in plan.cells)
+    about = f" ({unchecked} of them unchecked: `imagegen plan --audit` checks them)" if unchecked else ""
+    out.write(f"\n{len(plan.buildable)} buildable{about}, {len(plan.rejected)} rejected, {len(plan.skipped)} skipped"
               f" of {len(plan.cells)} cells\n")
+
+
+def _plan_json(plan: Plan, **extra) -> None:
+    """plan --json: each cell's record and the counts ("buildable" counts every cell that can build,
+    "unchecked" those of them no audit has checked)."""
+    json.dump({**extra, "cells": [_cell_record(c) for c in plan.cells],
+               "summary": {"buildable": len(plan.buildable),
+                           "unchecked": sum(plan_status(c) == UNCHECKED for c in plan.cells),
+                           "rejected": len(plan.rejected), "skipped": len(plan.skipped), "total": len(plan.cells)}},
+              sys.stdout, indent=2)
+    sys.stdout.write("\n")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -72,20 +102,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise UsageError("--resolve goes with a plain plan, not --audit (plan --resolve first, then --audit)")
         work = output_folder(args.work or Path(".imagegen"), "--work")
         return _plan_audit(args, common.resolved(args, config), cat, work)
-    for flag, value in (("--native", args.native), ("--python-exe", args.python_exe), ("--src-dir", args.src_dir),
-                        ("--work", args.work)):
+    if args.native:
+        return _plan_native(args, common.resolved(args, config), cat)
+    for flag, value in (("--python-exe", args.python_exe), ("--src-dir", args.src_dir), ("--work", args.work)):
         if value:
-            raise UsageError(f"{flag} goes with --audit (plan the host's build with `imagegen plan --audit --native`)")
+            raise UsageError(f"{flag} goes with --native (plan the host's build with `imagegen plan --native`)")
     opts = common.resolved(args, config)
     plan = request.planned(opts, cat, common.lock(args))
     if args.resolve:
         from imagegen.plan.resolve import with_resolution
         plan = with_resolution(plan)
     if args.json:
-        json.dump({"cells": [_cell_record(c) for c in plan.cells],
-                   "summary": {"buildable": len(plan.buildable), "rejected": len(plan.rejected),
-                               "skipped": len(plan.skipped), "total": len(plan.cells)}}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _plan_json(plan)
     else:
         _print_plan(plan, args.only)
         # The axes the default policy filled; a flavor whose images each serve one device (jetson) fills
@@ -101,6 +129,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"{', '.join(unnamed)} not named: {default_policy(unnamed).split(': ', 1)[1]}")
     if not plan.buildable:
         raise NothingToDoError("no cell of this matrix can build; the reasons are listed above")
+    return 0
+
+
+NOT_AUDITED_NATIVE = ("not audited: `imagegen plan --audit --native` runs its build with stand-in compilers on this"
+                      " host to check what it compiles")
+
+
+def _plan_native(args: argparse.Namespace, opts: options.Options, cat: Catalogue) -> int:
+    """plan --native without --audit: the one cell `imagegen build --native` would build on this host (its
+    Python, torch and nvcc, checked against each other and the archs: a cell this host cannot build is
+    the same one-line refusal, exit 3), planned from facts alone, and saying so. Nothing is fetched or run
+    but the host's probe."""
+    if args.work:
+        raise UsageError("--work goes with --audit (a plan without it fetches and writes nothing)")
+    if args.resolve:
+        raise UsageError("--resolve plans container cells (a native build uses this host's torch as it is)")
+    cell, host = common.native_cell(args, cat, opts)
+    plan = Plan(cells=[cell])
+    if args.json:
+        _plan_json(plan, host=host.describe(), audited=False)
+        return 0
+    _print_plan(plan, args.only)
+    print(f"this host: {host.describe()}")
+    print(NOT_AUDITED_NATIVE)
     return 0
 
 
@@ -127,7 +179,7 @@ def _plan_audit(args: argparse.Namespace, opts: options.Options, cat: Catalogue,
         audited = [(o.cell, o.verdict, o.error + (f" (log: {o.log})" if o.log else ""))
                    for o in buildx_audit.audit(plan, work=work, say=lambda m: print(m, file=sys.stderr, flush=True))]
     if args.json:
-        records = [{"cell": _cell_record(cell), "audit": verdict.as_dict() if verdict else None,
+        records = [{"cell": _cell_record(cell, audited=verdict is not None), "audit": verdict.as_dict() if verdict else None,
                     **({"error": error} if verdict is None else {})} for cell, verdict, error in audited]
         json.dump(records[0] if args.native else records, sys.stdout, indent=2)
         sys.stdout.write("\n")

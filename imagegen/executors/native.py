@@ -6,7 +6,8 @@ recipe's environment (arch knob, force-build, local version, MAX_JOBS/NVCC_THREA
 `pip wheel --no-build-isolation`, retag. Before anything compiles, the host's torch, its CUDA and
 nvcc are checked against each other and against the requested archs, with the same one-line
 reasons as `imagegen plan`. The wheel is verified like a bake build's (SASS/PTX per arch, install +
-import from the unpacked wheel with the host's torch) and copied atomically into the output folder.
+import from the unpacked wheel with the host's torch) and copied atomically into the output folder. A
+re-run of the same request finds that wheel there (up_to_date) and compiles nothing, as an engine build.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -29,6 +31,7 @@ from imagegen.model.cell import Cell, Finisher, HostToolchain
 from imagegen.render.bake import COMPILE_CACHE_VARIABLE
 from imagegen.render.dockerfile import builder_files, cell_document, inputs_hash
 from imagegen.shipped.builder import imagegen_resume as resume
+from imagegen.wheelhouse import manifest as wheelhouse
 
 if TYPE_CHECKING:
     from imagegen.model.audit_report import Verdict
@@ -154,6 +157,31 @@ def audit_native(cell: Cell, host: HostToolchain, *, work: Path, max_jobs: int |
     if cell.recipe.source_kind != "local":  # stdout to stderr: `plan --audit --json` prints only JSON
         _run_step(cell, host, script, cell_file, env, work, "fetch", stdout=sys.stderr)
     return _audit(cell, host, script, cell_file, env, work, say, skip="plan it without --audit")
+
+
+def up_to_date(cell: Cell, host: HostToolchain, *, out: Path, work: Path, src_dir: Path | None = None) -> "Reused | None":
+    """The wheel an earlier native build of exactly these inputs put in the wheelhouse ``out``, still as it
+    was (the rule of every executor, wheelhouse.up_to_date: the manifest entry's inputs hash is the one this
+    build would record, and the wheel's sha256 is the one recorded); None where the cell is to be built (no
+    such entry, other inputs, a wheel changed, truncated or gone). Nothing is written or run but the
+    inputs hash (a local tree's content is read), so a re-run of the same request takes seconds."""
+    doc = _document(cell, host, work.resolve(), src_dir)
+    inputs = inputs_hash(cell, doc)
+    wheel = wheelhouse.up_to_date(out, cell, inputs)
+    return Reused(wheel=wheel, inputs=inputs) if wheel is not None else None
+
+
+@dataclass(frozen=True)
+class Reused:
+    """A wheel a native build takes as it is instead of compiling (up_to_date)."""
+
+    wheel: Path
+    inputs: str  # the inputs hash the manifest entry and this build share
+
+    def line(self) -> str:
+        """The one line a build says when it reuses the wheel: which, and why."""
+        return (f"up to date: {self.wheel}: built from the same inputs ({self.inputs}) and still the file its"
+                f" manifest's sha256 records, so nothing is compiled (--force rebuilds it)")
 
 
 def build_native(cell: Cell, host: HostToolchain, *, out: Path, work: Path, finish: Finisher,

@@ -333,3 +333,40 @@ def base_problems(base: BaseImage, cuda: CudaVariant, archs: ArchList | None = N
             f" (nvcc's major must equal torch's CUDA major); use a CUDA {cuda.major}.x image or --cuda {base.nvcc.major}.x"
         )
     return out
+
+
+_CODE = re.compile(r"(sm|compute)_(\d+)(\d)([af]?)")
+
+
+def stated_flag_notes(version: RecipeVersion, series: TorchSeries, nvcc: Version, requested: ArchList, *,
+                      msvc: bool = False) -> list[str]:
+    """What an unchecked tree's setup.py states (RecipeVersion.stated), judged against one cell: a -std
+    below what the cell's torch headers compile under, a -gencode target the cell's nvcc no longer has, and
+    the requested archs its fixed list leaves out. Warnings, not refusals: the flags are read from string
+    constants (a branch that never runs would name them too); `imagegen plan --audit` runs the build."""
+    stated = version.stated
+    if stated is None:
+        return []
+    out = []
+    minimum = series.min_cxx_std(msvc)
+    for n in stated.cxx_std:
+        if CxxStd(standard_year(n), f"-std=c++{n}").below(minimum):
+            out.append(f"warning: its setup.py passes -std=c++{n} and torch {series.series}'s headers need"
+                       f" C++{minimum}: that build fails unless the flag goes (torch then picks the standard)")
+    targets = []
+    for code in stated.gencode:
+        m = _CODE.fullmatch(code)
+        if m is None:
+            continue
+        arch = CudaArch(int(m.group(2)), int(m.group(3)), m.group(4), sass=m.group(1) == "sm",
+                        ptx=m.group(1) == "compute")
+        targets.append(arch)
+        if nvcc_problems(ArchList([arch]), nvcc):
+            out.append(f"warning: its setup.py names -gencode {code}, which the nvcc of CUDA {nvcc} cannot"
+                       f" compile: that build fails unless the target goes")
+    if targets:
+        missing = [a for a in requested if not any(t.cc == a.cc and t.variant == a.variant and t.sass for t in targets)]
+        if missing:
+            out.append(f"warning: its setup.py hard-codes its -gencode list, whatever --arch asks:"
+                       f" {', '.join(f'sm_{a.code}' for a in missing)} not among them")
+    return out

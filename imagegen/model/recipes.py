@@ -136,6 +136,22 @@ class Sdist:
 
 
 @dataclass(frozen=True)
+class BuildFlags:
+    """The nvcc targets and C++ standard a tree's setup.py states as string constants, read with ast, never
+    run (source_tree.build_flags): what a plan can say of the tree before an audit (a list computed at build
+    time, or chosen by an ``if``, is not known here; the gencode audit runs the build and knows)."""
+
+    gencode: tuple[str, ...] = ()  # sm_80, compute_90: every code= target named, in order, once
+    cxx_std: tuple[int, ...] = ()  # 17 for -std=c++17
+
+    def said(self) -> str:
+        """What its setup.py names, for a plan's note ("" where it names neither)."""
+        parts = ([f"-gencode {', '.join(self.gencode)}"] if self.gencode else []) + [
+            f"-std=c++{n}" for n in self.cxx_std]
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True)
 class RecipeVersion:
     """One pinned version of a package: the source ref and what that ref supports."""
 
@@ -175,6 +191,12 @@ class RecipeVersion:
     by_torch: tuple[TorchFacts, ...] = ()
     # Which by_torch entry a cell's version took its facts from ("" where none applies).
     torch_rules: str = ""
+    # Where these facts are not the source's own but assumed for a tree nobody checked (a local project, a
+    # fork, a changed checkout): what the plan says of it until `plan --audit` reads what it compiles.
+    unchecked: str = ""
+    # What such a tree's setup.py states as string constants (source_tree.build_flags): the plan judges
+    # them against each cell (a -std below its torch's, a -gencode its nvcc dropped or the list leaves out).
+    stated: BuildFlags | None = None
 
     @property
     def pinned_ref(self) -> str:

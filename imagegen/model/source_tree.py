@@ -24,7 +24,7 @@ from imagegen.errors import ImagegenError, RecipeError, UsageError
 from imagegen.model.arch import ArchList
 from imagegen.model.arch_parse import parse_arch_list
 from imagegen.model.recipe_reader import MAX_PATCH_BYTES, quoted, shown_path
-from imagegen.model.recipes import ArchKnob, Recipe, RecipeVersion, SmokeTest
+from imagegen.model.recipes import ArchKnob, BuildFlags, Recipe, RecipeVersion, SmokeTest
 
 ASSUMED_VERSION = "0.0.0"
 # Where a tree's version is read from, in this order (what an "assumed" message lists).
@@ -95,7 +95,7 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
     rv = RecipeVersion(
         version=version, ref="", commit=None, archs=all_archs, emits={}, env={}, patches=(),
         min_cuda_by_arch={}, arch=knob, notes="local source tree", source_version=facts.version,
-        resolved="; ".join(said),
+        resolved="; ".join(said), **unaudited(root),
     )
     return Recipe(
         name=safe_name, aliases=(), description=f"local project at {root}",
@@ -109,6 +109,46 @@ def recipe_from_source_tree(path: Path, *, archs_hint: ArchList | None = None) -
         memory_per_thread_gb=2.0, default_nvcc_threads=4, links_libcuda=False, abi3=False,
         smoke=SmokeTest(imports=modules), obsolete_patches=(), path=str(root),
     )
+
+
+# What a setup.py's own string constants say it compiles: -gencode's code= targets (arch=compute_80,code=sm_80;
+# code=[sm_90a,compute_90a]) and a hard-coded -std=c++17 (or MSVC's /std:c++17).
+_GENCODE = re.compile(r"arch=compute_(\d+[a-z]?),code=\[?((?:(?:sm|compute)_\d+[a-z]?,?)+)\]?")
+_CXX_STD = re.compile(r"^[-/]std[:=]c\+\+(\d\d)$")
+
+
+def build_flags(root: Path) -> BuildFlags:
+    """The -gencode targets and -std a tree's setup.py names in its string constants (BuildFlags); none for a
+    tree without a setup.py that parses (comments and computed strings are not read)."""
+    text = _read_text(root, Path("setup.py"), MAX_PATCH_BYTES) if (root / "setup.py").is_file() else None
+    module = _parse(text) if text is not None else None
+    if module is None:
+        return BuildFlags()
+    gencode: dict[str, None] = {}
+    stds: dict[int, None] = {}
+    for node in ast.walk(module):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or len(node.value) > 400:
+            continue
+        for m in _GENCODE.finditer(node.value.replace(" ", "")):
+            for code in m.group(2).split(","):
+                if code:
+                    gencode.setdefault(code, None)
+        std = _CXX_STD.match(node.value.strip())
+        if std:
+            stds.setdefault(int(std.group(1)), None)
+    return BuildFlags(gencode=tuple(gencode), cxx_std=tuple(stds))
+
+
+def unaudited(root: Path) -> dict:
+    """A tree nobody audited (a team's own package, a fork, a changed checkout), as RecipeVersion fields:
+    ``unchecked``, what a plan says of it (its facts are unchecked, with what its setup.py names, never the
+    recipe's list), and ``stated``, those flags (build_flags), which the plan judges against each cell."""
+    flags = build_flags(root)
+    said = flags.said()
+    read = (f"its setup.py names {said}, read without running it" if said else
+            "its setup.py names no -gencode target or -std that imagegen reads without running it")
+    return {"unchecked": f"unaudited: what this tree compiles is unchecked; {read}; `imagegen plan --audit` checks it",
+            "stated": flags}
 
 
 def assumed_note(root: Path) -> str:

@@ -25,6 +25,7 @@ from imagegen.model.cell_rules import (
     recipe_problems,
     rule_problems,
     runs_on_device,
+    stated_flag_notes,
     torch_cuda_problems,
 )
 from imagegen.errors import CompatError, NoBaseImage
@@ -104,7 +105,11 @@ def _cell(recipe: Recipe, version: RecipeVersion, series: TorchSeries, torch_ver
         if base.deadsnakes:
             notes.append(f"Python {python} comes from the deadsnakes PPA on this Ubuntu image")
     problems += base_problem
-    if version.arch.style == "fixed" and not problems:
+    # The recipe's list, said only of the recipe's own source: a tree nobody checked (a fork) may compile
+    # another (version.unchecked says what the plan knows of it).
+    if version.unchecked:
+        notes += stated_flag_notes(version, series, nvcc, requested, msvc=_msvc(base))
+    if version.arch.style == "fixed" and not problems and not version.unchecked:
         notes.append(f"{recipe.name} compiles a fixed arch list: {version.arch.fixed_for(nvcc)}")
     index = None
     try:

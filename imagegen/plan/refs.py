@@ -285,12 +285,18 @@ def at_ref(recipe: Recipe, ref: str | None, git: str | None, declared: str | Non
     # "+" would not do: the label names wheelhouse folders and bake outputs (safety.LOCAL_PATH)
     label = f"{said}-g{commit[:8]}"
     safety.validate(label, safety.VERSION_LABEL, "version label")
+    # A fork is the recipe's package as someone changed it: the recipe's facts are assumed for it, unchecked.
+    unchecked = (f"unaudited: what this fork compiles is unchecked (the recipe's facts for {facts.version} are"
+                 " assumed; a git source is read only when its build fetches it): `imagegen plan --audit` checks it"
+                 if forked else "")
     version = replace(facts, version=label, ref=ref, commit=commit, sdist=None, source_version=said,
-                      resolved=_note(ref, commit, how, facts))
+                      resolved=_note(ref, commit, how, facts), unchecked=unchecked)
     if url.startswith("file://"):
+        from imagegen.model.source_tree import unaudited
+
         tree = export_commit(Path(url[len("file://"):]), commit, recipe.name)
         recipe = replace(recipe, source_kind="local", source_path=tree, source_url=None, submodules=False)
-        version = replace(version, ref="", commit=None,
+        version = replace(version, ref="", commit=None, **unaudited(tree),
                           resolved=f"{version.resolved}; exported from {url} to {tree} (no submodules)")
     return recipe, version
 
@@ -390,7 +396,7 @@ def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | 
     knob, force-build and local-version variables, patches, routing) for the tree's version. The
     catalogue's pin itself (HEAD at the pinned commit, no changes) is returned as it is. ``tree``: the
     tree already read as a recipe (source_tree.recipe_from_source_tree), where the caller has it."""
-    from imagegen.model.source_tree import VERSION_PLACES, recipe_from_source_tree
+    from imagegen.model.source_tree import VERSION_PLACES, recipe_from_source_tree, unaudited
 
     root = root.expanduser().resolve()
     head, dirty = checkout_head(root)
@@ -420,4 +426,5 @@ def at_tree(recipe: Recipe, version: RecipeVersion, root: Path, declared: str | 
     local = replace(recipe, source_kind="local", source_path=root, source_url=None, submodules=False)
     label = f"{said}-local"
     safety.validate(label, safety.VERSION_LABEL, "version label")
-    return local, replace(facts, version=label, ref="", commit=None, sdist=None, source_version=said, resolved=resolved)
+    return local, replace(facts, version=label, ref="", commit=None, sdist=None, source_version=said, resolved=resolved,
+                          **unaudited(root))

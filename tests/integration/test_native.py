@@ -112,6 +112,60 @@ def test_native_build_into_the_wheelhouse_keeps_its_log_and_manifest(torch_venv,
     assert entry["audit"]["verdict"] == "ok"
 
 
+def test_a_native_rerun_of_the_same_request_reuses_its_wheel_until_it_changes_or_force(torch_venv, tmp_path,
+                                                                                         first_build, shared_ccache):
+    # A Colab user who re-runs the build cell waited the whole compile again (the fixture: 27.8 s, then
+    # 30.1 s). The wheelhouse's manifest says which inputs built the wheel and its sha256: the same request
+    # again takes the wheel as it is, in seconds; a wheel changed since is built again, as is one --force asks.
+    import hashlib
+    import time
+
+    assert first_build["proc"].returncode == 0, first_build["proc"].stderr[-3000:]
+    out, work = tmp_path / "wh", tmp_path / "work"
+    argv = [IMAGEGEN, "build", "--native", "--source", TINY, "--arch", "8.0", "--python-exe",
+            torch_venv / "bin" / "python", "--out", out, "--work", work]
+    proc = sh(*argv, env=shared_ccache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheel = Path(proc.stdout.strip().splitlines()[-1])
+    manifest = wheel.parent / "manifest.json"
+
+    def entry() -> dict:
+        (only,) = json.loads(manifest.read_text())["cells"].values()
+        return only
+
+    first = entry()
+    stat, data = wheel.stat(), wheel.read_bytes()
+    shutil.rmtree(work)  # its logs and build files: a re-run that compiled anything would make them again
+    t0 = time.monotonic()
+    proc = sh(*argv, env=shared_ccache)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seconds < 2, seconds
+    assert proc.stdout.strip().splitlines()[-1] == str(wheel)
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (f"up to date: {wheel}: built from the same inputs ({first['inputs']}) and still the file its"
+                    " manifest's sha256 records, so nothing is compiled (--force rebuilds it)")
+    assert not work.exists()  # no build log, no cell file, no dist folder
+    assert (wheel.stat().st_ino, wheel.stat().st_mtime_ns, wheel.read_bytes()) == (stat.st_ino, stat.st_mtime_ns, data)
+    assert entry() == first
+
+    # One byte of the wheel changed since its build: not the wheel the manifest records, so built again.
+    wheel.write_bytes(data[:200] + bytes([data[200] ^ 0xFF]) + data[201:])
+    proc = sh(*argv, env=shared_ccache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "up to date" not in proc.stderr and "building tiny-kernel 0.1.0" in proc.stderr
+    assert (work / "logs" / "build.log").is_file()
+    rebuilt = entry()
+    assert rebuilt["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest() and rebuilt["built_at"] >= first["built_at"]
+
+    # --force: built again although the wheel is the one recorded.
+    before = wheel.stat().st_ino
+    proc = sh(*argv, "--force", env=shared_ccache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "up to date" not in proc.stderr and "building tiny-kernel 0.1.0" in proc.stderr
+    assert wheel.stat().st_ino != before and entry()["inputs"] == first["inputs"]
+
+
 TINY_PATCH = """\
 diff --git a/tiny_kernel/__init__.py b/tiny_kernel/__init__.py
 --- a/tiny_kernel/__init__.py

@@ -149,6 +149,48 @@ def test_force_and_flat_let_a_native_build_go_on_to_the_compile(tmp_path, monkey
     assert handed[1]["verbose_build"] is True
 
 
+def _wheel_of_these_inputs(tmp_path: Path, py: str, out: Path, work: Path) -> Path:
+    """The wheelhouse entry an earlier native build of sage for 9.0 on the stand-in host would have
+    left in ``out`` (collect.place: the wheel, its sha256 and the inputs hash the build computes)."""
+    from imagegen.render.dockerfile import inputs_hash
+    from imagegen.wheelhouse import collect
+    from tests.unit.command_helpers import WHEEL
+
+    args = parse("build", "--native", "sage", "--arch", "9.0", "--python-exe", py, "--work", work)
+    cell, host = native_cell(args, load_catalogue())
+    inputs = inputs_hash(cell, native._document(cell, host, work.resolve(), None))
+    return collect.place(out, cell, WHEEL, inputs=inputs, record={})
+
+
+def test_a_native_rerun_of_the_same_request_reuses_its_wheel_and_compiles_nothing(tmp_path, capsys):
+    py = fake_host(tmp_path)
+    out, work = tmp_path / "wh", tmp_path / "w"
+    wheel = _wheel_of_these_inputs(tmp_path, py, out, work)
+    before = wheel.stat()
+    # build_native is `never` here: a compile would fail the test; no work folder is made.
+    assert build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--out", out, "--work", work) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"{wheel}\n"
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"up to date: {wheel}: built from the same inputs (") and line.endswith("(--force rebuilds it)")
+    assert not work.exists() and wheel.stat().st_mtime_ns == before.st_mtime_ns
+
+
+def test_a_native_rerun_builds_again_with_force_flat_or_a_changed_wheel(tmp_path, monkeypatch, capsys):
+    py = fake_host(tmp_path)
+    out, work = tmp_path / "wh", tmp_path / "w"
+    wheel = _wheel_of_these_inputs(tmp_path, py, out, work)
+    handed: list[dict] = []
+    monkeypatch.setattr(native, "build_native", lambda cell, host, **kw: handed.append(kw) or kw["out"] / "new.whl")
+    argv = ["--native", "sage", "--arch", "9.0", "--python-exe", py, "--work", work]
+    assert build(*argv, "--out", out, "--force") == 0  # --force: built again, as a container build does
+    assert build(*argv, "--out", out, "--flat") == 0  # --flat keeps no manifest to tell what a wheel was built from
+    wheel.write_bytes(wheel.read_bytes()[:-1])  # truncated since its build: the sha256 differs
+    assert build(*argv, "--out", out) == 0
+    assert [(k["out"], k["flat"]) for k in handed] == [(out, False), (out, True), (out, False)]
+    assert "up to date" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag, value", [("--max-jobs", "0"), ("--max-jobs", "5000"), ("--nvcc-threads", "0")])
 def test_a_native_build_checks_the_job_limits_like_a_container_build(tmp_path, flag, value):
     py = fake_host(tmp_path)

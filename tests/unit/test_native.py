@@ -314,3 +314,71 @@ def test_print_env_that_the_script_cannot_compute_is_a_build_error(tmp_path):
     cell = _tiny(host)
     with pytest.raises(BuildError, match=r"^could not compute the build environment: Traceback .*boom$"):
         native.build_env_native(cell, host.toolchain, work=tmp_path / "work")
+
+
+# ------------------------------------------------------------------- a re-run of the same request
+
+
+def _built(tmp_path, archs: str = "8.0;9.0+PTX"):
+    """A native build of the tiny fixture into tmp_path/out (stand-in compile): host, cell, out, work, wheel."""
+    host = Host(tmp_path)
+    cell = _tiny(host, archs)
+    out, work = tmp_path / "out", tmp_path / "work"
+    wheel = native.build_native(cell, host.toolchain, out=out, work=work, finish=finish, audit=False, say=lambda m: None)
+    return host, cell, out, work, wheel
+
+
+def test_a_wheel_built_from_the_same_inputs_is_reused_and_says_why(tmp_path):
+    host, cell, out, work, wheel = _built(tmp_path)
+    reused = native.up_to_date(cell, host.toolchain, out=out, work=work)
+    assert reused is not None and reused.wheel == wheel
+    entry = wheelhouse.read_manifest(wheel.parent)["cells"][cell.name]
+    assert reused.inputs == entry["inputs"]  # the hash the build recorded, computed again the same way
+    assert reused.line() == (f"up to date: {wheel}: built from the same inputs ({entry['inputs']}) and still the file"
+                             " its manifest's sha256 records, so nothing is compiled (--force rebuilds it)")
+    # Only the inputs hash is computed: no in-build script ran, and --work was not written to again.
+    calls = len(host.calls())
+    before = sorted(p for p in work.rglob("*"))
+    native.up_to_date(cell, host.toolchain, out=out, work=work)
+    assert len(host.calls()) == calls and sorted(work.rglob("*")) == before
+
+
+@pytest.mark.parametrize("change", ["tampered", "truncated", "removed"])
+def test_a_wheel_changed_since_its_build_is_not_reused(tmp_path, change):
+    host, cell, out, work, wheel = _built(tmp_path)
+    data = wheel.read_bytes()
+    if change == "tampered":  # same size, one byte different
+        wheel.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    elif change == "truncated":
+        wheel.write_bytes(data[: len(data) // 2])
+    else:
+        wheel.unlink()
+    assert native.up_to_date(cell, host.toolchain, out=out, work=work) is None
+
+
+def test_other_inputs_are_not_the_wheel_built(tmp_path):
+    host, cell, out, work, _ = _built(tmp_path)
+    # Another arch list, another work folder (where the build's logs and tree go), another host Python.
+    assert native.up_to_date(_tiny(host, "8.0"), host.toolchain, out=out, work=work) is None
+    assert native.up_to_date(cell, host.toolchain, out=out, work=tmp_path / "elsewhere") is None
+    other = HostToolchain(python_exe=str(tmp_path / "other-python"), python="3.11", torch="2.11.0", torch_cuda="13.0",
+                          cuda_home=None, nvcc=Version("13.0"), gpus=())
+    assert native.up_to_date(cell, other, out=out, work=work) is None
+    assert native.up_to_date(cell, host.toolchain, out=tmp_path / "empty", work=work) is None
+
+
+def test_a_local_tree_edited_since_the_build_is_built_again(tmp_path):
+    import shutil
+
+    from imagegen.model.source_tree import recipe_from_source_tree
+
+    tree = tmp_path / "tiny_kernel"
+    shutil.copytree(FIXTURES / "tiny_kernel", tree)
+    host = Host(tmp_path)
+    recipe = recipe_from_source_tree(tree)
+    cell = preflight(recipe, recipe.version(None), parse_arch_list("8.0;9.0+PTX"), host.toolchain)
+    out, work = tmp_path / "out", tmp_path / "work"
+    native.build_native(cell, host.toolchain, out=out, work=work, finish=finish, audit=False, say=lambda m: None)
+    assert native.up_to_date(cell, host.toolchain, out=out, work=work) is not None
+    (tree / "csrc" / "extra.cu").write_text("// a new kernel\n")
+    assert native.up_to_date(cell, host.toolchain, out=out, work=work) is None

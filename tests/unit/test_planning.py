@@ -44,7 +44,8 @@ def test_plan_json_records_what_was_asked_and_what_the_package_compiles(capsys):
         ("flash-attn", "2.8.3", "2.8.0", "cu128", "3.12")
     assert cell["wheel_dir"] == "flash-attn-2.8.3/torch2.8/cu128" and cell["base_image"].startswith("runpod/pytorch:")
     assert cell["torch_from"] == "image"  # runpod's torch 2.8.0 cu128 in its Python 3.12: reused
-    assert data["summary"] == {"buildable": 1, "rejected": 0, "skipped": 0, "total": 1}
+    assert data["summary"] == {"buildable": 1, "unchecked": 0, "rejected": 0, "skipped": 0, "total": 1}
+    assert cell["status"] == "buildable" and cell["unchecked"] is None  # a catalogue pin: the recipe's facts
 
 
 def test_plan_json_of_a_matrix_that_cannot_build_is_printed_then_refused(capsys):
@@ -74,11 +75,90 @@ def test_plan_table_is_aligned_and_only_filters_rows_not_the_summary(capsys):
     assert lines[-2] == "1 buildable, 1 rejected, 0 skipped of 2 cells"
 
 
-@pytest.mark.parametrize("flag", [["--native"], ["--python-exe", "python3"], ["--src-dir", "src"], ["--work", "w"]])
-def test_plan_refuses_the_audit_flags_without_audit(flag, capsys):
-    with pytest.raises(UsageError, match=f"^{flag[0]} goes with --audit"):
+@pytest.mark.parametrize("flag", [["--python-exe", "python3"], ["--src-dir", "src"], ["--work", "w"]])
+def test_plan_refuses_the_host_flags_without_native(flag, capsys):
+    with pytest.raises(UsageError, match=f"^{flag[0]} goes with --native \\(plan the host's build with `imagegen plan"
+                                         " --native`\\)"):
         plan("sage", *CELL, *flag)
     assert capsys.readouterr().out == ""
+
+
+def test_plan_native_without_audit_is_the_hosts_cell_and_says_it_is_unaudited(tmp_path, capsys):
+    # `plan R --native` was refused unless --audit: the host's cell, planned from facts (nothing fetched or run).
+    py = fake_host(tmp_path)
+    assert plan("sage", "--native", "--arch", "9.0", "--python-exe", py) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:7] == ["buildable", "sageattention", "2.2.0", "2.8", "cu128", "3.12", "9.0"]
+    assert lines[-3] == "1 buildable, 0 rejected, 0 skipped of 1 cells"
+    assert lines[-2].startswith("this host: Python 3.12, torch 2.8.0 (CUDA 12.8)")
+    assert lines[-1] == planning.NOT_AUDITED_NATIVE
+    assert plan("sage", "--native", "--arch", "9.0", "--python-exe", py, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["audited"] is False and data["host"].startswith("Python 3.12, torch 2.8.0")
+    (cell,) = data["cells"]
+    assert (cell["status"], cell["torch_from"], cell["base_image"]) == ("buildable", "host", "native")
+    assert not list(tmp_path.glob(".imagegen*"))  # no work folder: nothing fetched
+    # A cell this host cannot build is the same one-line refusal as `build --native` (exit 3).
+    with pytest.raises(CompatError, match="^cannot build sageattention 2.2.0 .*: sageattention 2.2.0 does not support"
+                                          " sm_70") as info:
+        plan("sage", "--native", "--arch", "7.0", "--python-exe", py)
+    assert info.value.exit_code == 3
+    for flag in (["--work", "w"], ["--resolve"]):
+        with pytest.raises(UsageError, match=f"^{flag[0]} goes with|^{flag[0]} plans container cells"):
+            plan("sage", "--native", "--arch", "9.0", "--python-exe", py, *flag)
+
+
+HARDCODED = FIXTURES / "hardcoded_gencode"  # a team's own kernels: -gencode sm_70, sm_80, sm_86 in setup.py
+
+
+def test_plan_of_a_local_tree_says_its_facts_are_unchecked_and_what_its_setup_py_names(capsys):
+    # A team's package that hard-codes compute_70 was called "buildable" without an audit.
+    assert plan("--source", HARDCODED, *CELL) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:2] == ["unchecked", "hardcoded-gencode"]
+    why = lines[1][lines[0].index("WHY"):]
+    assert why.startswith("unaudited: what this tree compiles is unchecked; its setup.py names -gencode sm_70, sm_80,"
+                          " sm_86, read without running it; `imagegen plan --audit` checks it; runpod/pytorch:")
+    assert lines[-2] == ("1 buildable (1 of them unchecked: `imagegen plan --audit` checks them), 0 rejected, 0 skipped"
+                         " of 1 cells")
+    assert plan("--source", HARDCODED, *CELL, "--json") == 0  # exit 0, as for a buildable cell
+    data = json.loads(capsys.readouterr().out)
+    (cell,) = data["cells"]
+    assert cell["status"] == "unchecked" and cell["unchecked"] == why.split("; runpod/")[0]
+    assert cell["expected_archs"] is None and cell["archs"] == "9.0"  # what is asked; no claim of what it compiles
+    assert data["summary"] == {"buildable": 1, "unchecked": 1, "rejected": 0, "skipped": 0, "total": 1}
+    # --only buildable keeps it (it can build); --only unchecked shows only such cells.
+    for only, shown in (("buildable", 1), ("unchecked", 1), ("rejected", 0)):
+        assert plan("--source", HARDCODED, *CELL, "--only", only) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 1 + shown + 3
+
+
+# A Colab user's fork of Block-Sparse-Attention 0.0.1: the recipe's 0.0.1 compiles a fixed 8.0;9.0, the fork sm_80 only.
+FORK_SETUP = """from setuptools import setup
+cc_flag = ["-gencode", "arch=compute_80,code=sm_80"]  # the fork dropped sm_90
+setup(name="block_sparse_attn", version="0.0.1", ext_modules=[], extra={"nvcc": ["-O3", "-std=c++17", *cc_flag]})
+"""
+
+
+def test_plan_of_a_fork_claims_the_trees_arch_list_not_the_recipes(tmp_path, capsys):
+    fork = tmp_path / "Block-Sparse-Attention"
+    fork.mkdir()
+    (fork / "setup.py").write_text(FORK_SETUP)
+    assert plan("--source", fork, *CELL[:6], "--arch", "8.0", "--json") == 0
+    (cell,) = json.loads(capsys.readouterr().out)["cells"]
+    assert cell["recipe"] == "block-sparse-attn" and cell["version"] == "0.0.1-local" and cell["status"] == "unchecked"
+    assert "its setup.py names -gencode sm_80 and -std=c++17, read without running it" in cell["unchecked"]
+    assert not any("fixed arch list" in n for n in cell["notes"]) and cell["expected_archs"] is None
+    # The catalogue's own 0.0.1 (its pinned source) still says the recipe's list.
+    assert plan("bsa", "--version", "0.0.1", *CELL[:6], "--arch", "8.0", "--json") == 0
+    (pinned,) = json.loads(capsys.readouterr().out)["cells"]
+    assert pinned["status"] == "buildable" and "block-sparse-attn compiles a fixed arch list: 8.0;9.0" in pinned["notes"]
+    # natively, on this host, with --src-dir on the fork: the host's cell, unchecked, and unaudited
+    py = fake_host(tmp_path)
+    assert plan("bsa", "--native", "--src-dir", fork, "--arch", "8.0", "--python-exe", py) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:3] == ["unchecked", "block-sparse-attn", "0.0.1-local"] and "sm_80 and -std" in lines[1]
+    assert lines[-1] == planning.NOT_AUDITED_NATIVE
 
 
 @pytest.mark.parametrize("flag", [["--python-exe", "python3"], ["--src-dir", "src"]])
@@ -231,3 +311,30 @@ def test_plan_says_where_each_cells_torch_comes_from(capsys):
                 "--base-image", "my/image:1") == 0
     row = capsys.readouterr().out.splitlines()[1]
     assert row.endswith("my/image:1: torch 2.11.0 (cu130): the image's own if it has exactly that, else into a venv")
+
+
+TEAM_SETUP = """from setuptools import setup
+nvcc_flags = ["-O3", "-std=c++17", "-gencode=arch=compute_70,code=sm_70", "-gencode=arch=compute_80,code=sm_80"]
+setup(name="team-kernels", version="0.2.0", ext_modules=[], extra={"nvcc": nvcc_flags})
+"""
+
+
+@pytest.mark.parametrize("cell, says", [
+    # the newest torch: C++20 headers, and CUDA 13's nvcc has no sm_70; 9.0 is not in the list
+    (["--torch", "2.15", "--arch", "9.0"], ["-std=c++17 and torch 2.15's headers need C++20",
+                                            "-gencode sm_70, which the nvcc of CUDA 13.2 cannot compile",
+                                            "whatever --arch asks: sm_90 not among them"]),
+    # torch 2.11 on CUDA 12.8 compiles C++17 and sm_70, and 8.0 is in the list: nothing to warn of
+    (["--torch", "2.11", "--cuda", "12.8", "--arch", "8.0"], []),
+])
+def test_plan_of_a_local_tree_judges_what_its_setup_py_states_against_each_cell(tmp_path, capsys, cell, says):
+    # A team's own kernels package hard-codes compute_70 and -std=c++17: at torch 2.15 its build fails,
+    # and the plan says why before anything compiles (a warning: the flags are read, not run).
+    tree = tmp_path / "team-kernels"
+    tree.mkdir()
+    (tree / "setup.py").write_text(TEAM_SETUP)
+    assert plan("--source", tree, "--python", "3.12", "--flavor", "cuda", *cell, "--json") == 0
+    (record,) = json.loads(capsys.readouterr().out)["cells"]
+    assert record["status"] == "unchecked"
+    warnings = [n for n in record["notes"] if n.startswith("warning: its setup.py")]
+    assert len(warnings) == len(says) and all(any(s in w for w in warnings) for s in says), warnings

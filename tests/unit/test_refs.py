@@ -165,6 +165,9 @@ def test_a_fork_is_the_recipe_at_another_url(tmp_path, server):
     fork = srv.url("demo.git").replace("127.0.0.1", "localhost")  # another URL, the same repository
     forked, v = refs.at_ref(recipe, None, f"{fork}@v1.2.0", None)
     assert forked.source_url == fork and forked.name == "demo" and v.commit == shas["v1.2.0"]
+    # the recipe's facts, assumed for a repository nobody has read: the plan says they are unchecked
+    assert v.unchecked.startswith("unaudited: what this fork compiles is unchecked (the recipe's facts for 1.2.0")
+    assert refs.at_ref(recipe, None, f"{srv.url('demo.git')}@v1.2.0", None)[1].unchecked == ""  # the recipe's own
     # The fork's main at the pinned commit is still a fork: never mistaken for the catalogue's pin.
     _, v = refs.at_ref(recipe, None, f"{fork}@main", None)
     assert v.version == f"1.3.0.dev0-g{shas['main'][:8]}"
@@ -195,8 +198,9 @@ def test_plan_and_render_build_the_ref(tmp_path, server, capsys, monkeypatch):
     assert main(["render", "demo", "--ref", "v1.2.0", "-o", "Dockerfile", *cell]) == 0
     text = (tmp_path / "Dockerfile").read_text()
     # the build fetches the resolved commit, from the recipe's URL
-    assert f'"commit":"{shas["v1.2.0"]}","kind":"git","ref":"{shas["v1.2.0"]}"' in text
-    assert f'"url":"{srv.url("demo.git")}"' in text and "imagegen render demo --ref v1.2.0" in text
+    source = _cell_file(tmp_path)["source"]
+    assert (source["commit"], source["kind"], source["ref"]) == (shas["v1.2.0"], "git", shas["v1.2.0"])
+    assert source["url"] == srv.url("demo.git") and "imagegen render demo --ref v1.2.0" in text
     capsys.readouterr()
     assert main(["plan", "demo", "demo", "--ref", "v1.2.0", *cell]) == 0  # one recipe, named twice
     code = main(["plan", "demo", "sage", "--ref", "v1.2.0", *cell])
@@ -355,7 +359,8 @@ def test_a_local_repository_is_resolved_exported_and_built_as_a_local_tree(tmp_p
     assert main(["plan", "tiny", "--git", f"file://{repo}@v0.1.0", "--json", *cell]) == 0
     (c,) = json.loads(capsys.readouterr().out)["cells"]
     tree = tmp_path / "cache" / "imagegen" / "sources" / f"tiny-{commit[:16]}"
-    assert c["status"] == "buildable" and c["version"] == f"0.1.0-g{commit[:8]}"
+    assert c["status"] == "unchecked" and c["version"] == f"0.1.0-g{commit[:8]}"  # another repository than the recipe's
+    assert c["unchecked"].startswith("unaudited: what this tree compiles is unchecked; its setup.py names")
     assert f"exported from file://{repo} to {tree}" in c["notes"][0] and "by_version[0]" in c["notes"][0]
     assert (tree / "setup.py").read_text() == (repo / "setup.py").read_text() and not (tree / ".git").exists()
     assert (tree / ".imagegen-export").read_text().strip() == commit
@@ -363,7 +368,7 @@ def test_a_local_repository_is_resolved_exported_and_built_as_a_local_tree(tmp_p
     monkeypatch.chdir(tmp_path)
     assert main(["render", "tiny", "--git", f"file://{repo}@v0.1.0", "-o", "Dockerfile", *cell]) == 0
     text = (tmp_path / "Dockerfile").read_text()
-    assert '"kind":"local"' in text and "COPY --from=source" in text
+    assert _cell_file(tmp_path)["source"]["kind"] == "local" and "COPY --from=source" in text
     # an unknown ref, a relative or hostile path: one line each
     for value, words in ((f"file://{repo}@v9", "has no branch or tag"), ("file://relative/x@v1", "not a repository URL"),
                          (f"file://{repo}/../x@v0.1.0", "not a repository URL")):
@@ -387,8 +392,11 @@ def test_seed_000s_fork_is_its_init_version_not_a_refused_0_0_0(tmp_path, capsys
     cell = ["--torch", "2.8", "--cuda", "12.8", "--python", "3.12", "--arch", "8.0", "--json"]
     assert main(["plan", str(fork), *cell]) == 0
     (c,) = json.loads(capsys.readouterr().out)["cells"]
-    assert c["recipe"] == "block-sparse-attn" and c["version"] == "0.0.1-local" and c["status"] == "buildable"
+    # planned with 0.0.1's rules, but nobody has read what this tree compiles: unchecked until an audit
+    assert c["recipe"] == "block-sparse-attn" and c["version"] == "0.0.1-local" and c["status"] == "unchecked"
     assert "version 0.0.1) is built as a local tree with the rules of block-sparse-attn 0.0.1" in c["notes"][0]
+    assert c["unchecked"].startswith("unaudited: what this tree compiles is unchecked; its setup.py names no -gencode")
+    assert not any("fixed arch list" in n for n in c["notes"]) and c["expected_archs"] is None  # not the recipe's list
     recipe = load_catalogue().get("bsa")
     local, v = refs.at_tree(recipe, recipe.version(None), fork, None)
     assert v.version == "0.0.1-local" and v.source_version == "0.0.1"
@@ -430,8 +438,9 @@ def test_a_local_package_is_named_by_its_wheels_version_and_installs_its_build_r
     monkeypatch.chdir(tmp_path)
     assert main(["render", str(root), "-o", "Dockerfile", *cell]) == 0
     text = (tmp_path / "Dockerfile").read_text()
-    assert ('"build_requires":["wheel","ninja","packaging","setuptools>=64","pybind11>=2.6","numpy>=1.21.0"]'
-            in text) and '"version":"0.3.0"' in text
+    doc = _cell_file(tmp_path)
+    assert doc["build_requires"] == ["wheel", "ninja", "packaging", "setuptools>=64", "pybind11>=2.6", "numpy>=1.21.0"]
+    assert doc["version"] == "0.3.0" and "pybind11>=2.6" in text  # the visible pip install names them too
 
 
 def test_a_local_package_with_no_stated_version_warns_and_takes_version(tmp_path, capsys):
@@ -448,3 +457,9 @@ def test_a_local_package_with_no_stated_version_warns_and_takes_version(tmp_path
     assert json.loads(out.out)["cells"][0]["version"] == "0.3.0" and "warning" not in out.err
     assert main(["plan", str(root), "--version", "x!y", *cell]) == 2
     assert capsys.readouterr().err.startswith("imagegen: error: --version 'x!y': not a PEP 440 version")
+
+
+def _cell_file(folder) -> dict:
+    """The cell document `render -o folder/Dockerfile` wrote beside it (<cell>/cell.json)."""
+    (path,) = folder.glob("*/cell.json")
+    return json.loads(path.read_text())
