@@ -18,8 +18,9 @@ from typing import Callable, Iterable, Mapping
 from imagegen import interrupt
 from imagegen.errors import BakeFailed, EngineError
 
-NO_DOCKER = ("the docker CLI is not installed: install Docker with the buildx plugin (scripts/install-engine.sh"
-             " does it on Debian; imagegen doctor says what is missing), or build without Docker: imagegen build --native")
+NO_DOCKER = ("the docker CLI is not installed: install Docker with the buildx plugin (sudo imagegen setup engine"
+             " does it on Debian and Ubuntu; imagegen doctor says what is missing), or build without Docker: imagegen"
+             " build --native")
 
 
 def no_engine(detail: str) -> str:

@@ -88,6 +88,11 @@ class EngineError(ImagegenError, exit_code=4):
     """No usable container engine / buildx, or the engine refused a request."""
 
 
+class SetupError(EngineError, exit_code=4):
+    """`imagegen setup` cannot set this machine up: not root, not a Debian or Ubuntu machine, or its
+    script failed (it said why)."""
+
+
 class BuildError(ImagegenError, exit_code=5):
     """A build ran and failed."""
 

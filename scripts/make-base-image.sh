@@ -48,8 +48,8 @@ fi
 docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/install-engine.sh first)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap)"
 
-# shellcheck source=lib/debian-mirror.sh
-. "$(dirname "$0")/lib/debian-mirror.sh"
+# shellcheck source=../imagegen/resources/setup/lib/debian-mirror.sh
+. "$(dirname "$0")/../imagegen/resources/setup/lib/debian-mirror.sh"
 KEYRING=()
 # Ubuntu's archive key, from its own keyring package (Debian bookworm has none), fetched over HTTPS at a
 # pinned sha256 (noble's ubuntu-keyring 2023.11.28.1): debootstrap checks every Release file against it.

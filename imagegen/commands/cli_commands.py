@@ -198,6 +198,19 @@ CDI_SPEC = Command("cdi-spec", "checking.cmd_cdi_spec", "write a CDI spec for th
         help="write to this file (e.g. /etc/cdi/imagegen-nvidia.json) instead of stdout"),
 ))
 
+SETUP = Command("setup", "setup.cmd_setup", "set up Docker with buildx, a local registry or QEMU on Debian/Ubuntu"
+                " (root)", (
+    "Set up what builds in containers need on a Debian or Ubuntu machine with the scripts shipped in imagegen:"
+    " engine installs a Docker engine, the buildx plugin and the docker client where there is none, and starts"
+    " dockerd (Ubuntu's from its own archive; Debian's from Debian 13's, which has buildx); registry installs Debian's docker-registry and htpasswd, a registry of this"
+    " machine's own, its packaged service left stopped; qemu registers qemu-user-static with binfmt_misc, for"
+    " linux/arm64 build steps on an x86_64 machine. Each is idempotent (what is there already is kept) and needs"
+    " root: run as another user, it says how to re-run with sudo and runs nothing."), (
+    Opt(("part",), choices=("engine", "registry", "qemu"), help="what to set up: engine, registry or qemu"),
+    Opt(("--print",), action="store_true", help="print the script instead of running it (root not needed): what"
+        " would run, with the helper it sources written in, to read first or to save and run with bash"),
+))
+
 REFRESH = Command("refresh", "planning.cmd_refresh", "add new torch series and CUDA toolkits from PyPI to your"
                   " compatibility tables", (
     "Read PyPI (torch's wheels and their metadata, cuda-toolkit) and add what imagegen's tables lack: new torch"
@@ -342,5 +355,5 @@ PUBLISH = Command("publish", "publishing.cmd_publish", "upload a wheelhouse's ve
 ))
 
 
-COMMANDS = (RENDER, PLAN, BAKE, BUILD, VERIFY, CHECK, DOCTOR, CDI_SPEC, REFRESH, RECIPES, ARCHS, PUSH, PULL, LOCK,
-            COLLECT, INDEX, REPAIR, PUBLISH, CI)
+COMMANDS = (RENDER, PLAN, BAKE, BUILD, VERIFY, CHECK, DOCTOR, SETUP, CDI_SPEC, REFRESH, RECIPES, ARCHS, PUSH, PULL,
+            LOCK, COLLECT, INDEX, REPAIR, PUBLISH, CI)

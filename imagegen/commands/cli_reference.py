@@ -26,7 +26,7 @@ EXIT_MEANINGS = {
     1: "an internal error (a bug: please report it)",
     2: "a flag, config file, recipe or arch list that cannot be used as given",
     3: "no cell of the request can build (the plan says why)",
-    4: "Docker, buildx or the host toolchain is missing or refused",
+    4: "Docker, buildx or the host toolchain is missing or refused, or `imagegen setup` could not set them up",
     5: "a build failed (the cells that succeeded keep their wheels)",
     6: "a wheel lacks what was asked, its GPU check failed, or its build record cannot be taken",
     7: "a registry or lock file problem (NoPlatformImage: an image without the platform a cell needs)",

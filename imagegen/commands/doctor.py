@@ -160,12 +160,12 @@ def diagnose_engine(report: Report) -> None:
     server = _docker("version", "--format", "{{.Server.Version}}")
     if server is None or server.returncode != 0:
         last = (server.stderr.strip().splitlines() or ["no answer"])[-1] if server else "no answer"
-        report.add("docker engine", FAIL, f"not reachable: {last}", "start the daemon (dockerd), or build with --native")
+        report.add("docker engine", FAIL, f"not reachable: {last}", "start the daemon (sudo imagegen setup engine starts it), or build with --native")
     else:
         report.add("docker engine", OK, f"server {server.stdout.strip()}")
     bx = _docker("buildx", "version")
     if bx is None or bx.returncode != 0:
-        report.add("buildx", FAIL, "the buildx plugin is missing", "install docker-buildx (scripts/install-engine.sh)")
+        report.add("buildx", FAIL, "the buildx plugin is missing", "install docker-buildx (sudo imagegen setup engine)")
         return
     words = bx.stdout.split()
     report.add("buildx", OK, " ".join(words[1:2]) if len(words) > 1 else bx.stdout.strip())

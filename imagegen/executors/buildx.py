@@ -151,7 +151,7 @@ def runnable_platforms(cells: list[Cell], builders: Sequence[str], results: dict
             keep.append(c)
             continue
         error = (f"the builder cannot run {c.platform} build steps (it offers {', '.join(sorted(offered or ())) or 'none'}):"
-                 " register QEMU for it (scripts/install-qemu.sh, or `docker run --privileged --rm tonistiigi/binfmt"
+                 " register QEMU for it (sudo imagegen setup qemu, or `docker run --privileged --rm tonistiigi/binfmt"
                  " --install arm64`), or build on an arm64 node (--builder)")
         results[c.name] = CellResult(c, "refused", error=error)
     return keep

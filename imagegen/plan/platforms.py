@@ -82,7 +82,7 @@ def platform_problems(cell: Cell) -> tuple[list[str], list[str]]:
                          f" cannot run on them; add --platform {only[0]}")
     if arm:
         notes.append("linux/arm64: built in the image's arm64 variant, natively on an arm64 builder or under QEMU"
-                     " (scripts/install-qemu.sh; slow: nvcc runs emulated)")
+                     " (sudo imagegen setup qemu; slow: nvcc runs emulated)")
     return problems, notes
 
 

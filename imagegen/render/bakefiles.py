@@ -163,7 +163,7 @@ def print_bake(file: Path, cwd: Path, targets: list[str] | None = None, env: dic
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         if "is not a docker command" in proc.stderr or "unknown flag: --print" in proc.stderr:
-            raise EngineError("docker buildx is not installed: install the buildx plugin (scripts/install-engine.sh)")
+            raise EngineError("docker buildx is not installed: install the buildx plugin (sudo imagegen setup engine)")
         raise EngineError(f"docker buildx bake --print rejected {file}: {last}")
     return json.loads(proc.stdout)
 

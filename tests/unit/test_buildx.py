@@ -208,7 +208,7 @@ def test_a_refused_cache_export_stops_the_build_before_baking(tmp_path, bake, mo
 
 
 # `docker buildx inspect` of the docker driver here (buildx 0.13.1): before and after QEMU's binfmt
-# handler for aarch64 was registered (scripts/install-qemu.sh).
+# handler for aarch64 was registered (imagegen setup qemu).
 INSPECT_NO_QEMU = """Name:          default
 Driver:        docker
 Last Activity: 2026-11-25 17:12:02 +0000 UTC
@@ -251,7 +251,7 @@ def test_an_arm64_cell_the_builder_cannot_run_fails_before_anything_builds(monke
         assert kept == [PY311]  # the amd64 cell builds as before
         assert results[arm.name].status == "refused"  # not a failed build (issue 32, item 16)
         assert "cannot run linux/arm64 build steps" in results[arm.name].error
-        assert "install-qemu.sh" in results[arm.name].error
+        assert "imagegen setup qemu" in results[arm.name].error
 
 
 def test_amd64_cells_alone_ask_the_builder_nothing(monkeypatch):

@@ -1,4 +1,5 @@
-# Sourced by scripts/install-engine.sh and scripts/make-base-image.sh (never hard-code a mirror host).
+# Sourced by install-engine.sh and install-registry.sh beside it and by a clone's scripts/make-base-image.sh
+# (never hard-code a mirror host).
 # mirror_uri [SUITE]: the URI of this machine's own Debian mirror: the debian.sources stanza whose
 # Suites holds SUITE (default: this release's codename; not -security / -updates), else the first
 # URIs line; /etc/apt/sources.list as a fallback. Prints it, or returns 1.
