@@ -10,7 +10,8 @@ Every fenced ```console and ```bash block of those pages is read:
   read without its indentation.
 - A command line is cut at an unquoted ``#`` that starts a word (a comment, as bash reads it), then
   split into words with shlex and into commands at ``&&``, ``||``, ``|``, ``;`` and ``&``. Leading
-  ``NAME=VALUE`` words are environment assignments. A command whose program is ``imagegen`` (or a path
+  ``NAME=VALUE`` words are environment assignments, and a leading ``sudo`` (with its options) is left
+  out: ``sudo ~/.local/bin/imagegen setup engine`` is an imagegen command. A command whose program is ``imagegen`` (or a path
   ending in ``/imagegen``, or ``python -m imagegen``) is checked; ``docker buildx bake`` is checked
   against the committed docker-bake.hcl (its targets, groups and ``IMAGEGEN_*`` variables); the other
   programs of SHELL_PROGRAMS are not imagegen and are skipped, and any other program fails the test
@@ -103,6 +104,7 @@ MODES = [
     ("doctor", _any, PARSE, "probes this host's docker, buildx, nvidia-smi, GPUs and torch"),
     ("cdi-spec", _any, PARSE, "reads this host's GPU device nodes and driver"),
     ("refresh", _any, PARSE, "reads PyPI (network)"),
+    ("setup", _has("--print"), RUN, "prints the shipped set-up script, runs nothing"),
     ("setup", _any, PARSE, "installs a Docker engine and buildx on this machine (root, apt)"),
 ]
 
@@ -240,8 +242,12 @@ def readme_commands(text: str | None = None, page: Path = README) -> list[Comman
             for words in split_commands(joined):
                 env = {}
                 while words and ASSIGNMENT.match(words[0]):
-                    name, _, value = words.pop(0).partition("=")
-                    env[name] = value
+                    var, _, value = words.pop(0).partition("=")
+                    env[var] = value
+                if words and words[0] == "sudo":  # root runs the command that follows
+                    words.pop(0)
+                    while words and words[0].startswith("-"):
+                        words.pop(0)
                 current.append(Command(number, joined, env, words, page=name))
             commands.extend(current)
     return commands
@@ -423,6 +429,9 @@ def test_reader_handles_shell_lines():
         "  ```bash",
         "  .venv/bin/imagegen archs 'a#b' \"x\\\" #y\" && ls \\# # c",
         "  ```",
+        "```bash",
+        "sudo -E ~/.local/bin/imagegen setup engine   # root",
+        "```",
     ])
     got = [(c.line, c.env, c.words, c.output) for c in readme_commands(text)]
     assert got == [
@@ -434,7 +443,9 @@ def test_reader_handles_shell_lines():
         (7, {}, ["PS>"], ["not output of the collect"]),
         (11, {}, [".venv/bin/imagegen", "archs", "a#b", 'x" #y'], []),
         (11, {}, ["ls", "#"], []),
+        (14, {}, ["~/.local/bin/imagegen", "setup", "engine"], []),
     ]
+    assert [c.page for c in readme_commands(text)] == ["README.md"] * 9  # an assignment does not rename the page
 
 
 def test_excerpt_convention():
