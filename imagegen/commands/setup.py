@@ -82,8 +82,13 @@ def cmd_setup(args: argparse.Namespace) -> int:
     if missing:
         raise SetupError(f"imagegen setup {part} needs a Debian or Ubuntu machine: no {' or '.join(missing)} on PATH"
                          " (elsewhere install Docker with buildx from your distribution, then run imagegen doctor)")
-    proc = subprocess.run(["bash", str(script_path(part))], stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise SetupError(f"imagegen setup {part} failed ({name} exited {proc.returncode}): the lines above say why"
+    code = run_script(script_path(part))
+    if code != 0:
+        raise SetupError(f"imagegen setup {part} failed ({name} exited {code}): the lines above say why"
                          f" (imagegen setup {part} --print shows the script)")
     return 0
+
+
+def run_script(path: Path) -> int:
+    """Run a shipped script with bash, its output on this terminal and nothing on its stdin; its exit code."""
+    return subprocess.run(["bash", str(path)], stdin=subprocess.DEVNULL).returncode

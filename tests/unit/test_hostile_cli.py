@@ -565,6 +565,7 @@ def _base(command: tuple[str, ...], wheel: str) -> list[str]:
         ("repair",): ["repair", wheel],
         ("publish",): ["publish", "o", "--to", "pypi:http://127.0.0.1:1/"],
         ("cdi-spec",): ["cdi-spec"],
+        ("setup",): ["setup", "engine", "--print"],  # prints, runs nothing (and running is stubbed)
     }[command]
 
 
@@ -672,6 +673,7 @@ def _stubs():
     from imagegen.executors import buildx_audit, native
     from imagegen.publish import upload
     from imagegen.commands import ci as workflow
+    from imagegen.commands import setup
     from imagegen.render import bakefiles
     from tests.unit import bake_print_stand_in
 
@@ -683,7 +685,7 @@ def _stubs():
                         (registry, "lock_bases"), (registry, "probe"), (native, "build_native"),
                         (native, "audit_native"), (doctor, "diagnose_engine"), (check, "probe_gpu"),
                         (refs, "resolve_commit"), (refresh, "refresh"), (repairing, "repair_wheel"),
-                        (repairing, "repair_in_wheelhouse"), (upload, "connect")):
+                        (repairing, "repair_in_wheelhouse"), (upload, "connect"), (setup, "run_script")):
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, reached)
     # `ci github` reads the bake file through the pure stand-in for `docker buildx bake --print`
