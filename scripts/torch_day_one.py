@@ -60,6 +60,7 @@ def timed(argv: list[str], log: Path) -> dict:
         err.write(("$ " + " ".join(argv) + "\n").encode())
         err.flush()
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, check=False)
+        err.write(proc.stdout)  # the log holds both (stdout is also kept for the JSON steps)
     return {"argv": argv, "exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 1),
             "cpu_s": round(_cpu() - cpu0, 1), "machine_cpu_s": round(_machine_cpu() - machine0, 1),
             "stdout": proc.stdout.decode("utf-8", "replace")}
@@ -135,10 +136,11 @@ class Runbook:
                 continue
             built = self.run("build", recipe, [*IMAGEGEN, "build", *per, "--out", str(self.out), "--work",
                                                str(self.work / recipe)])
-            lines = [ln for ln in built["stdout"].splitlines() if ln.endswith(".whl")]
-            if built["exit"] != 0 or not lines:
-                continue
-            wheels[recipe] = Path(lines[-1])
+            wheel = self.built_wheel(cells, recipe, built["stdout"])
+            if built["exit"] == 0 and wheel is not None:
+                wheels[recipe] = wheel
+            elif built["exit"] == 0:
+                self.failed.setdefault(recipe, "build: no wheel in the wheelhouse's manifest")
         for recipe, wheel in wheels.items():
             if "verify" in steps and self.run("verify", recipe, [*IMAGEGEN, "verify", str(wheel), "--arch",
                                                                 a.arch])["exit"] != 0:
@@ -154,6 +156,23 @@ class Runbook:
             self.run("index", None, [*IMAGEGEN, "index", str(self.out)])
         self.summary(names, wheels)
         return 0 if names and not self.failed else 1
+
+    def built_wheel(self, cells: list[dict], recipe: str, stdout: str) -> Path | None:
+        """The wheel a build of ``recipe``'s cell left: the path a native build prints, else the one the
+        manifest of its wheelhouse folder records for the cell (an engine build's)."""
+        # a native build prints the path; a build's summary rows end with it (CELL  STATE  -  PATH)
+        printed = [ln.split()[-1] for ln in stdout.splitlines() if ln.endswith(".whl")]
+        if printed:
+            return Path(printed[-1])
+        for c in cells:
+            if c["recipe"] != recipe:
+                continue
+            try:
+                entry = json.loads((self.out / c["wheel_dir"] / "manifest.json").read_text())["cells"][c["name"]]
+            except (OSError, ValueError, KeyError):
+                return None
+            return self.out / c["wheel_dir"] / entry["wheel"]
+        return None
 
     def summary(self, names: list[str], wheels: dict[str, Path]) -> None:
         """The figures per recipe, and the builds' estimate on a 16-core host and a hosted-runner farm."""
