@@ -85,8 +85,7 @@ def output_folder(path: str | os.PathLike, what: str) -> Path:
         raise UsageError(f"{what} {shown(os.fspath(path), 200)} is the filesystem root, your home folder or a system"
                          " folder: give a folder of its own")
     if os.path.lexists(path) and not os.path.isdir(path):  # a file, a fifo, a device, a dangling link
-        raise UsageError(f"{what} {shown(os.fspath(path), 200)}: exists and is not a folder; give a folder (new or"
-                         " existing)")
+        raise UsageError(f"{what} {shown(os.fspath(path), 200)}: not a folder")
     return Path(path)
 
 

@@ -122,5 +122,5 @@ def test_a_dry_run_creates_no_release(tmp_path, github):
 
 def test_a_missing_pygithub_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "github", None)
-    with pytest.raises(PublishError, match=r"^PyGithub is not installed: pip install 'imagegen\[publish\]'$"):
+    with pytest.raises(PublishError, match=r"^PyGithub is not installed: pip install 'imagegen-wheels\[publish\]'$"):
         github_upload.connect(parse_destination(DEST), {"GITHUB_TOKEN": TOKEN}, write=True)

@@ -137,7 +137,7 @@ def test_a_dry_run_reads_anonymously_without_a_token(tmp_path, hub):
 
 def test_a_missing_huggingface_hub_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    with pytest.raises(PublishError, match=r"^huggingface_hub is not installed: pip install 'imagegen\[publish\]'"):
+    with pytest.raises(PublishError, match=r"^huggingface_hub is not installed: pip install 'imagegen-wheels\[publish\]'"):
         hub_upload.connect(parse_destination(f"hf:{REPO}"), {"HF_TOKEN": TOKEN}, write=True)
 
 

@@ -187,5 +187,5 @@ def test_index_files_reads_pep_503_links():
 
 def test_a_missing_twine_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "twine.settings", None)
-    with pytest.raises(PublishError, match=r"^twine is not installed: pip install 'imagegen\[publish\]'$"):
+    with pytest.raises(PublishError, match=r"^twine is not installed: pip install 'imagegen-wheels\[publish\]'$"):
         pypi_upload.connect(parse_destination("pypi:https://upload.pypi.org/legacy/"), ENV, write=True)

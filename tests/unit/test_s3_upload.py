@@ -124,7 +124,7 @@ def test_refused_keys_fail_the_destination_and_the_secret_is_not_shown(tmp_path)
 
 def test_a_missing_boto3_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(PublishError, match=r"^boto3 is not installed: pip install 'imagegen\[publish\]'$"):
+    with pytest.raises(PublishError, match=r"^boto3 is not installed: pip install 'imagegen-wheels\[publish\]'$"):
         s3_upload.connect(parse_destination(f"s3://{BUCKET}"), {}, write=False)
 
 
