@@ -149,6 +149,13 @@ class RefusedError(ImagegenError, exit_code=10):
     the fix is a flag (--out, --force) or the builder."""
 
 
+class NotReusableError(ImagegenError, exit_code=11):
+    """A wheel built for one torch that `imagegen reuse` found unusable with another: a symbol the
+    target torch does not export, a torch library it lacks, a failed import or GPU check, a torch pin or
+    Python tag of another release. Nothing was placed; the fix is a rebuild for that torch."""
+    max_chars = 700
+
+
 # Internal signals, never shown as they are: each caller turns them into a user error or a plan reason.
 
 

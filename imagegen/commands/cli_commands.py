@@ -177,6 +177,33 @@ CHECK = Command("check", "checking.cmd_check", "run the recipe's numerical GPU c
     COMMON,
 ))
 
+REUSE = Command("reuse", "reusing.cmd_reuse", "check whether a wheel built for one torch works with another (no build)", (
+    "Before rebuilding a wheel for a new torch, check the one built for an earlier torch against it: each"
+    " extension's undefined symbols against what that torch's libraries export (each missing one said demangled,"
+    " with the library it was expected from), its Requires-Dist and Python tag, then, with --python-exe, an import"
+    " of its modules with that torch (unpacked into a temporary folder, under the time limit) and the recipe's GPU"
+    " check where a GPU is here (else said skipped, never a pass). Exit 0: reusable; 11: not reusable; 2: bad"
+    " input. With --into, a reusable wheel is placed in that wheelhouse's folder for the torch it was checked"
+    " against, its manifest entry marked reused_from (the index shows it so)."), (
+    Opt(("wheel",), type=local_path, help="the wheel built for an earlier torch"),
+    Opt(("--torch",), metavar="X.Y.Z", help="the torch release to check against (default: whichever the given"
+        " install has); it must be the one --python-exe or --torch-wheel has"),
+    Opt(("--python-exe",), type=path_text, metavar="EXE", help="an environment's interpreter with that torch: its"
+        " libraries are read, and the wheel is imported (and GPU-checked) with it"),
+    Opt(("--torch-wheel",), type=local_path, metavar="PATH", help="instead of --python-exe: a torch wheel file, or a"
+        " folder of one unpacked, whose libraries are read (symbols only: nothing is imported)"),
+    Opt(("--built-with",), type=local_path, metavar="PATH", help="the torch the wheel was built with (a wheel file or"
+        " a folder of one unpacked): a symbol its libraries export is one the new torch must export too"),
+    Opt(("--into",), type=local_path, metavar="WHEELHOUSE", help="place a reusable wheel in this wheelhouse, in the"
+        " folder of the torch it was checked against, marked reused_from in its manifest"),
+    Opt(("--recipe",), help="recipe whose gpu_check to run (default: the one for the wheel's distribution)"),
+    Opt(("--no-gpu-check",), action="store_true", help="skip the recipe's GPU check even where a GPU is here"),
+    Opt(("--timeout",), type=float, default=600.0, help="seconds the whole check may take (default: 600)"),
+    JSON.but(help="print the result as JSON"),
+    CONFIG,
+    RECIPE_DIR,
+))
+
 DOCTOR = Command("doctor", "checking.cmd_doctor", "check this machine: torch, nvcc, GPUs, Docker/buildx, disk, RAM", (
     "Check what this machine can build and say how to fix each problem: Python, torch and its CUDA, nvcc and"
     " CUDA_HOME (nvcc's major must equal torch's CUDA major), GPUs and their archs, the Docker engine and buildx"
@@ -355,5 +382,5 @@ PUBLISH = Command("publish", "publishing.cmd_publish", "upload a wheelhouse's ve
 ))
 
 
-COMMANDS = (RENDER, PLAN, BAKE, BUILD, VERIFY, CHECK, DOCTOR, SETUP, CDI_SPEC, REFRESH, RECIPES, ARCHS, PUSH, PULL,
+COMMANDS = (RENDER, PLAN, BAKE, BUILD, VERIFY, CHECK, REUSE, DOCTOR, SETUP, CDI_SPEC, REFRESH, RECIPES, ARCHS, PUSH, PULL,
             LOCK, COLLECT, INDEX, REPAIR, PUBLISH, CI)

@@ -36,6 +36,8 @@ EXIT_MEANINGS = {
     10: "a cell was refused, nothing replaced: its wheel would replace one built for other archs (before the"
         " build, or at placement when another build placed one meanwhile: `--out` elsewhere or `--force`), or"
         " the builder cannot run its platform",
+    11: "`imagegen reuse`: the wheel is not reusable with that torch (a symbol it needs is gone, a torch library"
+        " is missing, its import or GPU check failed, or its metadata pins another torch): rebuild it for that torch",
 }
 
 HEADER = """# Command-line reference

@@ -236,6 +236,30 @@ def record_entries(folder: Path, entries: dict[str, dict]) -> None:
         _write_json_atomic(folder / MANIFEST, manifest)
 
 
+def place_reused(folder: Path, wheel: Path, cell: str, entry: dict) -> Path:
+    """Place ``wheel``, built for another torch and found reusable with this folder's (imagegen reuse), in
+    the cell folder ``folder`` and record ``entry`` (which carries ``reused_from``) as the manifest's
+    entry of ``cell``, under the folder's lock. Refused, nothing written, when a different file of that
+    name is there already; the same bytes are only recorded again."""
+    with placing(folder):
+        dest = folder / wheel.name
+        if dest.is_symlink() or (dest.exists() and not dest.is_file()):
+            raise RefusedError(f"{shown(dest, 300)} is not a regular file: the reused wheel is not placed")
+        digest = sha256(wheel)
+        if dest.is_file() and sha256(dest) != digest:
+            raise RefusedError(f"{shown(dest, 300)} is another wheel of the same name: the reused wheel is not placed"
+                               " (remove that one, or give another wheelhouse)")
+        if not dest.is_file():
+            _place(wheel, dest, replace=False,
+                   refusal=f"{shown(dest, 300)} appeared while the reused wheel was placed: not replaced")
+        manifest = read_manifest(folder)
+        manifest["schema"] = 1
+        manifest["cells"][cell] = {**entry, "wheel": dest.name, "sha256": digest,
+                                   "placed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _write_json_atomic(folder / MANIFEST, manifest)
+    return dest
+
+
 def replace_wheel(folder: Path, old: str, old_sha256: str, new: Path, *, record: dict) -> Path:
     """Swap the wheel ``old`` of the cell folder ``folder`` for ``new`` (a finished wheel on the same
     file system, e.g. in a hidden folder inside ``folder``) and point every manifest entry that lists
