@@ -227,10 +227,12 @@ def local_checkout(recipe: Recipe, version: RecipeVersion, src_dir: Path | None,
     return refs.at_tree(recipe, version, Path(src_dir), wanted)
 
 
-def native_cell(opts: Options, recipe: Recipe, version: RecipeVersion, host: HostToolchain) -> Cell:
+def native_cell(opts: Options, recipe: Recipe, version: RecipeVersion, host: HostToolchain, *,
+                say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Cell:
     """The one cell a native build makes: this host's torch, CUDA and Python, for the --arch list (else
-    the config's, else this host's GPUs: a Colab user's fork builds for the Colab GPU it runs on), or a one-line
-    error. --torch/--cuda/--python describe the host here: a mismatch is refused instead of building the
+    the config's, else this host's GPUs: a Colab user's fork builds for the Colab GPU it runs on, else the
+    default list, said in one line on stderr: a GPU-less runtime would otherwise build the default silently),
+    or a one-line error. --torch/--cuda/--python describe the host here: a mismatch is refused instead of building the
     wrong thing."""
     if len(opts.archs) > 1:
         raise UsageError("--native takes one --arch list")
@@ -240,7 +242,11 @@ def native_cell(opts: Options, recipe: Recipe, version: RecipeVersion, host: Hos
                 raise UsageError(f"--{axis} {asked} asked, but this host has {have}: a native build uses the host's;"
                                  " install the one you want, or build in a container")
     archs = one_arch_list(opts, gpus=host.ccs)
-    return dataclasses.replace(preflight(recipe, version, archs, host), layout=opts.layout)
+    cell = preflight(recipe, version, archs, host)
+    if opts.arch_configured is None and not host.ccs:
+        say(f"no GPU seen on this host (nvidia-smi lists none): building for the default arch list {archs}"
+            " instead; choose with --arch (e.g. --arch 7.5 for a T4, --arch 9.0 for an H100)")
+    return dataclasses.replace(cell, layout=opts.layout)
 
 
 def same_value(flag: str, asked: str, have: str | None) -> bool:

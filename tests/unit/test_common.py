@@ -207,3 +207,19 @@ def test_native_cell_preflight_says_what_to_install(tmp_path, cat):
     with pytest.raises(CompatError, match="sm_120 needs CUDA >= 12.8"):
         native_cell(parse("build", "--native", "sage", "--arch", "12.0", "--python-exe", old_nvcc), cat)
     assert not os.path.exists(tmp_path / ".imagegen")  # nothing prepared for a cell that cannot build
+
+
+def test_a_native_build_with_no_gpu_and_no_arch_says_which_list_it_builds(tmp_path, cat, monkeypatch, capsys):
+    from imagegen import engine
+    py = fake_host(tmp_path)
+    monkeypatch.setattr(engine, "gpus", lambda: ())  # a GPU-less runtime (Colab's CPU one)
+    cell, _ = native_cell(parse("build", "--native", "--source", TINY, "--python-exe", py), cat)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert str(cell.archs) == str(defaults()["arch"])
+    assert len(err) == 1 and "no GPU seen" in err[0] and str(cell.archs) in err[0] and "--arch" in err[0]
+    # --arch given, or a GPU seen: nothing to say.
+    native_cell(parse("build", "--native", "--source", TINY, "--arch", "7.5", "--python-exe", py), cat)
+    assert "no GPU" not in capsys.readouterr().err
+    monkeypatch.setattr(engine, "gpus", lambda: ("Tesla T4 (7.5)",))
+    cell, _ = native_cell(parse("build", "--native", "--source", TINY, "--python-exe", py), cat)
+    assert str(cell.archs) == "7.5" and "no GPU" not in capsys.readouterr().err
