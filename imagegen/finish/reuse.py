@@ -46,8 +46,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from imagegen import untrusted
-from imagegen.errors import (BuildError, GpuCheckError, ImagegenError, NoGpuError, NotReusableError, RecipeError,
-                             Unreadable, UsageError)
+from imagegen.errors import (BuildError, GpuCheckError, NoGpuError, NotReusableError, RecipeError, Unreadable,
+                             UsageError)
 from imagegen.finish.symbols import ElfLinks, demangle, read_links
 from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import shown
@@ -445,6 +445,25 @@ def _own_libraries(site: Path) -> dict[str, Path]:
     return found
 
 
+# Without the torch it was built with: the library a missing symbol most likely came from, by its namespace.
+_NAMESPACE_LIBRARY = (("c10::cuda::", "libc10_cuda.so"), ("c10::", "libc10.so"), ("at::cuda::", "libtorch_cuda.so"),
+                      ("THP", "libtorch_python.so"), ("torch::autograd::python", "libtorch_python.so"),
+                      ("torch::python::", "libtorch_python.so"), ("pybind11::", "libtorch_python.so"),
+                      ("torch::", "libtorch_cpu.so"), ("at::", "libtorch_cpu.so"))
+
+
+def _by_namespace(demangled: str, needed: list[str]) -> str:
+    """``libc10_cuda.so, by its namespace`` where the extension needs that library; else the torch
+    libraries it needs."""
+    name = re.sub(r"^(?:typeinfo for |typeinfo name for |vtable for |TLS init function for |TLS wrapper function for"
+                  r" |guard variable for |non-virtual thunk to )", "", demangled)
+    name = re.sub(r"^(?:[A-Za-z_][\w:<>, *&]*? )?(?=[A-Za-z_][\w]*::)", "", name, count=1)  # a return type
+    for prefix, library in _NAMESPACE_LIBRARY:
+        if name.startswith(prefix) and library in needed:
+            return f"{library}, by its namespace"
+    return ", ".join(needed) or "torch"
+
+
 def check_symbols(site: Path, extensions: list[Path], target: TorchLibs, source: TorchLibs | None, *,
                   deadline: Deadline, reader: str = "auto") -> list[ExtensionReport]:
     """Each extension under ``site`` (the unpacked wheel) judged against ``target``'s libraries; see
@@ -484,7 +503,7 @@ def check_symbols(site: Path, extensions: list[Path], target: TorchLibs, source:
             if version is not None and not TORCH_LIBRARY.fullmatch(version):
                 continue  # versioned: libc, libstdc++, libcudart ... name their own versions; torch's do not
             candidates.append(symbol)
-        if candidates and any(s not in target_exports for s in candidates):
+        if any(not TORCH_NAMESPACE.search(c) for c in candidates):
             other_exports = set()
             for name in others:
                 lib = system.links(name)
@@ -494,16 +513,13 @@ def check_symbols(site: Path, extensions: list[Path], target: TorchLibs, source:
                     other_exports |= lib.exports
         judged: list[str] = []
         for symbol in candidates:
-            if symbol in target_exports:
-                if source is None or any(symbol in lib.exports for lib in source_libs.values()) \
-                        or TORCH_NAMESPACE.search(symbol):
-                    judged.append(symbol)
-                continue
-            if other_exports is not None and symbol in other_exports:
-                continue  # libstdc++'s std::string, which torch 2.11's libraries happened to export too
             if TORCH_NAMESPACE.search(symbol):
-                judged.append(symbol)
+                judged.append(symbol)  # c10::, at::, torch::, caffe2:: anywhere in it: only torch provides that
+            elif other_exports is not None and symbol in other_exports:
+                continue  # libstdc++'s std::string, which torch 2.11's libraries happened to export too
             elif source is not None and any(symbol in lib.exports for lib in source_libs.values()):
+                judged.append(symbol)
+            elif symbol in target_exports:
                 judged.append(symbol)
             elif torch_needed and not report.unknown:
                 judged.append(symbol)  # nothing it needs provides it, and it needs torch
@@ -513,8 +529,9 @@ def check_symbols(site: Path, extensions: list[Path], target: TorchLibs, source:
         for symbol in missing:
             origin = next((f"{name} (torch {source.public or '?'})" for name, lib in source_libs.items()
                            if symbol in lib.exports), None) if source is not None else None
-            report.missing.append(Missing(symbol=symbol, demangled=names.get(symbol, symbol),
-                                          expected_from=origin or ", ".join(torch_needed) or "torch"))
+            demangled = names.get(symbol, symbol)
+            report.missing.append(Missing(symbol=symbol, demangled=demangled,
+                                          expected_from=origin or _by_namespace(demangled, torch_needed)))
         reports.append(report)
     return reports
 
@@ -831,7 +848,7 @@ def place_reused(result: ReuseResult, wheel: Path, out: Path, *, catalogue: Cata
         base = {"recipe": recipe_name, "version": version, "cuda": cuda, "python": python,
                 "verify": verify_wheel(wheel, None).as_dict()}
     entry = {**{k: v for k, v in base.items() if k not in ("log", "inputs", "gpu_check", "smoke")},
-             "inputs": f"reused:{digest}", "torch": result.target, "reused_from": result.reused_from()}
+             "inputs": f"reused:{digest}", "torch": target, "reused_from": result.reused_from()}
     dest = collect.place_reused(folder, wheel, cell, entry)
     result.placed = str(dest)
     return dest

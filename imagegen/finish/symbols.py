@@ -50,10 +50,10 @@ def check_time(deadline: Deadline, what: str) -> None:
 
 def has_pyelftools() -> bool:
     try:
-        import elftools.elf.elffile  # noqa: F401
+        from elftools.elf.elffile import ELFFile
     except ImportError:
         return False
-    return True
+    return ELFFile is not None
 
 
 def read_links(path: Path, *, deadline: Deadline, reader: str = "auto") -> ElfLinks:

@@ -32,6 +32,9 @@ class IndexedWheel:
     # is here; the page gives the metadata file's sha256, when the served page did.
     served: bool = False
     served_metadata_sha256: str | None = None
+    # Built for another torch and found reusable with this one (imagegen reuse: the manifest entry's
+    # reused_from), as the pages say it: "built for torch 2.11, checked against torch 2.14.1".
+    reused: str | None = None
 
     @property
     def metadata_path(self) -> Path:
@@ -73,7 +76,11 @@ def wheel_anchor(wheel: IndexedWheel, prefix: str | None, up: str) -> str:
     # PEP 714's name, and PEP 658's for the pip releases before it.
     if wheel.metadata_sha256 is not None:
         attributes["data-core-metadata"] = attributes["data-dist-info-metadata"] = f"sha256={wheel.metadata_sha256}"
-    return anchor(href(wheel, prefix, up), wheel.path.name, attributes)
+    if wheel.reused is None:
+        return anchor(href(wheel, prefix, up), wheel.path.name, attributes)
+    # A reused wheel says so beside its link (pip reads the anchors only).
+    attributes["data-imagegen-reused"] = wheel.reused
+    return anchor(href(wheel, prefix, up), wheel.path.name, attributes) + f" (reused: {html.escape(wheel.reused)})"
 
 
 def anchor(href: str, text: str, attributes: dict[str, str] | None = None) -> str:
@@ -128,6 +135,8 @@ def project_json(project: str, files: list[IndexedWheel], prefix: str | None,
                 entry["core-metadata"] = entry["dist-info-metadata"] = {"sha256": file.metadata_sha256}
             if file.requires_python is not None:
                 entry["requires-python"] = file.requires_python
+            if file.reused is not None:  # PEP 691: a key with a leading underscore is the index's own
+                entry["_imagegen_reused"] = file.reused
         entries.append(entry)
     versions = sorted({w.version for w in files})
     return json_bytes({"meta": {"api-version": API_VERSION}, "name": project,

@@ -5,6 +5,7 @@ kept when it is a valid specifier."""
 
 from __future__ import annotations
 
+import dataclasses
 import email.parser
 import os
 import re
@@ -56,10 +57,14 @@ def indexable(out: Path, verified: list[VerifiedWheel], problems: list[str]) -> 
     for verified_wheel in verified:
         path = verified_wheel.path
         name = path.name
+        reused = reused_text(verified_wheel.entry)
         if name in by_name:
             if by_name[name].sha256 != verified_wheel.sha256:
                 problems.append(f"{shown(path)}: another wheel of the same name is indexed"
                                 f" ({shown(by_name[name].path)}); left out")
+            elif reused is not None:  # the same wheel in the folder of the torch it was built for and a reused one
+                known = by_name[name].reused
+                by_name[name] = dataclasses.replace(by_name[name], reused=f"{known}; {reused}" if known else reused)
             continue
         if not WHEEL_FILE_NAME.fullmatch(name):
             problems.append(f"{shown(path)}: not a wheel file name an index can list; left out")
@@ -78,8 +83,21 @@ def indexable(out: Path, verified: list[VerifiedWheel], problems: list[str]) -> 
         python = requires_python(metadata, path, problems)
         by_name[name] = IndexedWheel(path=path, url_path=url_path(out, path),
                                      project=project, version=version, sha256=verified_wheel.sha256, size=size,
-                                     requires_python=python, metadata=metadata)
+                                     requires_python=python, metadata=metadata, reused=reused)
     return list(by_name.values())
+
+
+def reused_text(entry: dict) -> str | None:
+    """What the pages say of a wheel its manifest entry marks ``reused_from`` (imagegen reuse), or None:
+    ``built for torch 2.11, checked against torch 2.14.1``; only versions reach the page."""
+    reused = entry.get("reused_from")
+    if not isinstance(reused, dict):
+        return None
+
+    def version(key: str) -> str:
+        value = reused.get(key)
+        return value if isinstance(value, str) and re.fullmatch(r"[0-9][0-9A-Za-z.+]{0,40}", value) else "?"
+    return f"built for torch {version('torch')}, checked against torch {version('checked_against')}"
 
 
 def core_metadata(wheel: Path, project: str) -> tuple[bytes, int]:

@@ -35,6 +35,7 @@ EXIT_CODES = {
     "CompatError": 3, "NothingToDoError": 3, "EngineError": 4, "BuildError": 5, "VerifyError": 6,
     "GpuCheckError": 6, "RegistryError": 7, "LockFileError": 7, "ImageMissing": 7, "NoPlatformImage": 7, "NoGpuError": 8,
     "PublishError": 9, "BuildRecordError": 6, "NoVariant": 9, "RefusedError": 10, "SetupError": 4,
+    "NotReusableError": 11,
 }
 
 

@@ -43,3 +43,14 @@ def test_the_json_page_says_the_same_as_pep_691_and_700():
     assert entry["url"] == "../../demo/demo-1.0-py3-none-any.whl" and entry["size"] == 123
     assert entry["hashes"] == {"sha256": "ab" * 32} and entry["requires-python"] == ">=3.9"
     assert entry["core-metadata"] == entry["dist-info-metadata"] == {"sha256": _wheel().metadata_sha256}
+
+
+def test_a_reused_wheel_is_marked_beside_its_link_and_in_the_json():
+    import dataclasses
+    wheel = dataclasses.replace(_wheel(), reused="built for torch 2.11, checked against torch <2.14>")
+    text = pages.find_links_html([wheel], None).decode()
+    assert 'data-imagegen-reused="built for torch 2.11, checked against torch &lt;2.14&gt;"' in text
+    assert "</a> (reused: built for torch 2.11, checked against torch &lt;2.14&gt;)<br>" in text
+    assert json.loads(pages.project_json("demo", [wheel], None))["files"][0]["_imagegen_reused"].startswith("built")
+    plain = pages.find_links_html([_wheel()], None).decode()
+    assert "reused" not in plain

@@ -79,3 +79,12 @@ def test_a_wheel_is_read_without_following_a_symlink_or_blocking_on_a_fifo(tmp_p
     os.mkfifo(fifo)
     with pytest.raises(Unreadable, match="not a regular file"):
         index_wheels.core_metadata(fifo, "fifo")
+
+
+def test_a_reused_wheel_is_said_so_with_versions_only():
+    # imagegen reuse's manifest entry; anything but a version (a page's markup, a script) is shown as "?"
+    entry = {"reused_from": {"torch": "2.11", "checked_against": "2.14.1", "symbols": "ok"}}
+    assert index_wheels.reused_text(entry) == "built for torch 2.11, checked against torch 2.14.1"
+    hostile = {"reused_from": {"torch": "<script>", "checked_against": "2.14.1\" onclick=\"x"}}
+    assert index_wheels.reused_text(hostile) == "built for torch ?, checked against torch ?"
+    assert index_wheels.reused_text({"reused_from": "2.11"}) is None and index_wheels.reused_text({}) is None
