@@ -320,8 +320,18 @@ COLLECT = Command("collect", "collecting.cmd_collect", "verify and record the wh
     " `imagegen ci github`. Each such wheel has a build record beside it (<wheel>.imagegen.json); a wheel whose"
     " sha256 and passed smoke test match its record and whose .so files carry the SASS/PTX its requested archs"
     " need (as its recipe compiles them) is recorded in its folder's manifest.json, which `imagegen index` and"
-    " `imagegen publish` read. Exit 6 when a wheel fails; it is left out, the others are recorded."), (
-    Opt(("out",), type=local_path, help="the folder the builds exported to (searched for build records)"),
+    " `imagegen publish` read. Exit 6 when a wheel fails; it is left out, the others are recorded. A wheel"
+    " imagegen did not build (an RTX 5090 user's own SageAttention wheel): `imagegen collect WHEEL... --external"
+    " --arch LIST --out WHEELHOUSE` verifies its SASS/PTX against --arch, reads its tags, records its sha256 and"
+    " marks it external in WHEELHOUSE's manifest.json (no smoke test: there is no build record)."), (
+    Opt(("out",), nargs="+", type=local_path, metavar="OUT",
+        help="the folder the builds exported to (searched for build records); with --external, the wheel files"),
+    Opt(("--external",), action="store_true", help="take wheels imagegen did not build: verify each against --arch"
+        " and record it, flat in --out, as external"),
+    Opt(("--arch",), help="with --external: the archs the wheels must carry, e.g. '12.0' (an RTX 5090) or"
+        " '8.0;9.0a+PTX'"),
+    Opt(("--out",), dest="wheelhouse", type=local_path, metavar="WHEELHOUSE", help="with --external: the wheelhouse"
+        " folder the wheels are copied into (flat) and recorded in (made if missing)"),
     Opt(("--strict",), action="store_true", help="fail a wheel whose extensions carry archs not requested"),
     RECIPE_DIR.but(help="extra directory of recipe YAML files (repeatable), for wheels of your own recipes"),
     CONFIG,

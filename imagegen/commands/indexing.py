@@ -26,6 +26,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     print(f"indexed {result.wheels} wheel{'s' if result.wheels != 1 else ''} of {len(result.projects)}"
           f" project{'s' if len(result.projects) != 1 else ''} ({names}) in {shown(result.out)}"
           f" ({len(result.written)} files written, {len(result.removed)} removed)")
+    for name in result.external:
+        print(f"  external: {name} (built outside imagegen; its SASS/PTX verified by imagegen collect --external)")
     if result.merged is not None:
         merged = result.merged
         what = (f"{len(merged['wheels'])} served wheel{'s' if len(merged['wheels']) != 1 else ''}"

@@ -140,6 +140,9 @@ class HubRepo(Destination):
         description = (f"sha256 {wheel.sha256}; built by imagegen: {entry.get('recipe')} {entry.get('version')},"
                        f" torch {entry.get('torch')}, {entry.get('cuda')}, Python {entry.get('python')},"
                        f" archs {entry.get('archs')}")
+        if entry.get("external") is True:
+            description = (f"sha256 {wheel.sha256}; built outside imagegen (external): {entry.get('recipe')}"
+                           f" {entry.get('version')}, SASS/PTX verified by imagegen for archs {entry.get('archs')}")
         for _ in range(COMMIT_TRIES):
             head = self._call(self.api.repo_info, self.dest.repo_id, revision=self.dest.revision).sha
             if self.find(wheel, revision=head) is not None:

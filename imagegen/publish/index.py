@@ -77,6 +77,7 @@ from imagegen.publish.index_variants import (has_variants, is_variant_file, is_v
                                              variant_support, write_variants)
 from imagegen.publish.index_wheels import indexable
 from imagegen.safety import os_reason
+from imagegen.wheelhouse.external import is_external
 from imagegen.wheelhouse.manifest import MANIFEST, MAX_WALK_DEPTH, read_manifest, verified_wheels
 
 SIMPLE = "simple"
@@ -112,6 +113,7 @@ class IndexResult:
     variants: dict[str, list[str]] = field(default_factory=dict)  # project -> its variant wheels and variants.json
     cuda: dict[str, list[str]] = field(default_factory=dict)  # CUDA variant (cu130) -> the projects its index lists
     merged: dict | None = None  # --merge: what the served index gave (index_merge.Served.as_dict) and the manifests
+    external: list[str] = field(default_factory=list)  # indexed wheels imagegen did not build (collect --external)
 
     @property
     def wheels(self) -> int:
@@ -124,7 +126,7 @@ class IndexResult:
                 "written": [str(p) for p in self.written], "removed": [str(p) for p in self.removed],
                 "problems": self.problems, "variants": self.variants,
                 "cuda": {cuda: {"simple": str(self.out / cuda / SIMPLE) + "/", "projects": projects}
-                         for cuda, projects in self.cuda.items()}, "merged": self.merged}
+                         for cuda, projects in self.cuda.items()}, "merged": self.merged, "external": self.external}
 
 
 def write_index(out: Path, *, base_url: str | None = None, variants: bool | None = None,
@@ -269,8 +271,10 @@ def _write_locked(out: Path, prefix: str | None, say: Say, variants: bool | None
     for item in sorted([*variant_wheels, *variant_files], key=lambda f: (f.project, f.path.name)):
         variant_names.setdefault(item.project, []).append(item.path.name)
     merged = None if served is None else {**served.as_dict(), "manifests": [str(p) for p in manifests]}
+    external = sorted({w.path.name for w in local if is_external(entries.get(w.path))})
     return IndexResult(out=out, base_url=prefix, projects=names, written=written, removed=removed, problems=problems,
-                       variants=variant_names, cuda={cuda: list(p) for cuda, p in by_cuda.items()}, merged=merged)
+                       variants=variant_names, cuda={cuda: list(p) for cuda, p in by_cuda.items()}, merged=merged,
+                       external=external)
 
 
 def _served_wheels(out: Path, local: list[IndexedWheel], served: merge.Served,

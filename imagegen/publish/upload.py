@@ -58,6 +58,7 @@ from imagegen.errors import PublishError, UsageError, bounded, printable
 # the parsed forms from here.
 from imagegen.model.destinations import Dest, GithubDest, HubDest, PypiDest, S3Dest, parse_destination  # noqa: F401
 from imagegen.safety import redact
+from imagegen.wheelhouse.external import is_external
 from imagegen.wheelhouse.manifest import VerifiedWheel, verified_wheels
 
 # --------------------------------------------------------------------------------------------
@@ -133,13 +134,14 @@ class Outcome:
     sha256: str
     status: str  # uploaded | would-upload | skipped | refused | failed
     detail: str = ""
+    external: bool = False  # a wheel imagegen did not build (collect --external)
 
     def as_dict(self) -> dict:
         return {"dest": self.dest, "wheel": self.wheel, "sha256": self.sha256, "status": self.status,
-                "detail": self.detail}
+                "detail": self.detail, **({"external": True} if self.external else {})}
 
     def line(self) -> str:
-        return f"{self.status.replace('-', ' '):<12} {self.wheel} -> {self.dest}" + (
+        return f"{self.status.replace('-', ' '):<12} {self.wheel}{' [external]' if self.external else ''} -> {self.dest}" + (
             f" ({self.detail})" if self.detail else "")
 
 
@@ -257,7 +259,8 @@ def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, st
         broken = _expired(limit)
     for wheel in wheels:
         if broken:
-            outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, FAILED, broken))
+            outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, FAILED, broken,
+                                    is_external(wheel.entry)))
             continue
         limit = deadline_seconds(env, 0 if dry_run else wheel.path.stat().st_size)
         with untrusted.connections_within(limit) as watch:
@@ -269,7 +272,8 @@ def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, st
             status, detail = FAILED, _expired(limit)
             target.unusable = target.unusable or detail
         broken = _redact(target.unusable, secrets)
-        outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, status, _redact(detail, secrets)))
+        outcomes.append(Outcome(dest.text, wheel.path.name, wheel.sha256, status, _redact(detail, secrets),
+                                is_external(wheel.entry)))
     if isinstance(dest, S3Dest) and dest.wheelhouse:
         outcomes.append(_publish_served(dest, None if broken else target, out, wheels, outcomes, env=env,
                                         dry_run=dry_run, secrets=secrets))

@@ -241,17 +241,28 @@ def place_reused(folder: Path, wheel: Path, cell: str, entry: dict) -> Path:
     the cell folder ``folder`` and record ``entry`` (which carries ``reused_from``) as the manifest's
     entry of ``cell``, under the folder's lock. Refused, nothing written, when a different file of that
     name is there already; the same bytes are only recorded again."""
+    return _place_recorded(folder, wheel, cell, entry, "the reused wheel")
+
+
+def place_external(folder: Path, wheel: Path, cell: str, entry: dict) -> Path:
+    """Place ``wheel``, built outside imagegen and verified by `imagegen collect --external`, in the
+    wheelhouse folder ``folder`` (the wheel itself when it is there already) and record ``entry`` (which
+    carries ``external: true``) as the manifest's entry ``cell``; refused as place_reused is."""
+    return _place_recorded(folder, wheel, cell, entry, "the external wheel")
+
+
+def _place_recorded(folder: Path, wheel: Path, cell: str, entry: dict, what: str) -> Path:
     with placing(folder):
         dest = folder / wheel.name
         if dest.is_symlink() or (dest.exists() and not dest.is_file()):
-            raise RefusedError(f"{shown(dest, 300)} is not a regular file: the reused wheel is not placed")
+            raise RefusedError(f"{shown(dest, 300)} is not a regular file: {what} is not placed")
         digest = sha256(wheel)
         if dest.is_file() and sha256(dest) != digest:
-            raise RefusedError(f"{shown(dest, 300)} is another wheel of the same name: the reused wheel is not placed"
+            raise RefusedError(f"{shown(dest, 300)} is another wheel of the same name: {what} is not placed"
                                " (remove that one, or give another wheelhouse)")
         if not dest.is_file():
             _place(wheel, dest, replace=False,
-                   refusal=f"{shown(dest, 300)} appeared while the reused wheel was placed: not replaced")
+                   refusal=f"{shown(dest, 300)} appeared while {what} was placed: not replaced")
         manifest = read_manifest(folder)
         manifest["schema"] = 1
         manifest["cells"][cell] = {**entry, "wheel": dest.name, "sha256": digest,
