@@ -312,8 +312,8 @@ def multipart_fields(request: Request) -> dict[str, tuple[str | None, bytes]]:
 
 
 class FakeHub(RecordingServer):
-    """Model repositories with branches, commits and LFS objects. Writes need ``token``; reads of a
-    public repository need none; a wrong token is a 401, as on the Hub. ``race`` = (path, bytes) makes
+    """Model repositories with branches, commits and LFS objects. Writes (repository creation too) need
+    ``token``; reads of a public repository need none; a wrong token is a 401, as on the Hub. ``race`` = (path, bytes) makes
     the next commit lose to one of that file that lands first (another uploader's), as in a race."""
 
     def __init__(self, token: str) -> None:
@@ -323,6 +323,8 @@ class FakeHub(RecordingServer):
         self.lfs: dict[str, bytes] = {}  # oid (sha256) -> bytes
         self.commits: list[dict] = []  # every commit made: repo, revision, header, operations
         self.race: tuple[str, bytes] | None = None  # (path, bytes) committed by "someone else" before our commit
+        self.created: list[dict] = []  # every repository create_repo made: repo and the payload's other fields
+        self.not_yours: set[str] = set()  # owners (users, organizations) the token may not create repositories under
 
     def add_repo(self, repo_id: str, files: dict[str, bytes] | None = None, branch: str = "main",
                  in_git: dict[str, bytes] | None = None) -> None:
@@ -366,9 +368,21 @@ class FakeHub(RecordingServer):
                          {"X-Error-Message": "Invalid credentials in Authorization header"})
         # The LFS PUT goes to the storage URL the batch answer gave (presigned on the Hub): no token.
         writing = "/preupload/" in request.path or "/commit/" in request.path \
-            or request.path.endswith("/info/lfs/objects/batch")
+            or request.path.endswith("/info/lfs/objects/batch") or request.path == "/api/repos/create"
         if writing and auth is None:
             return Reply(401, {"error": "Unauthorized"})
+        if request.method == "POST" and request.path == "/api/repos/create":  # huggingface_hub's create_repo
+            body = json.loads(request.body)
+            repo_id = f"{body.get('organization')}/{body.get('name')}"
+            if body.get("type") not in (None, "model"):
+                return Reply(400, {"error": "only model repositories here"})
+            if body.get("organization") in self.not_yours:
+                return Reply(403, {"error": "You don't have the rights to create a model under this namespace"})
+            if repo_id in self.repos:
+                return Reply(409, {"error": "You already created this model repo", "url": f"{self.base}/{repo_id}"})
+            self.add_repo(repo_id)
+            self.created.append({"repo": repo_id, **{k: v for k, v in body.items() if k not in ("name", "organization")}})
+            return Reply(200, {"url": f"{self.base}/{repo_id}", "name": repo_id})
         if request.method == "PUT" and request.path.startswith("/lfs-upload/"):
             oid = request.path.rsplit("/", 1)[1]
             if sha256(request.body) != oid:

@@ -388,6 +388,8 @@ PUBLISH = Command("publish", "publishing.cmd_publish", "upload a wheelhouse's ve
         " endpoint, e.g. pypi:https://upload.pypi.org/legacy/), hf:OWNER/REPO[@REVISION][:PATH],"
         " github:OWNER/REPO@TAG, s3://BUCKET[/PREFIX] (repeatable)"),
     Opt(("--dry-run",), action="store_true", help="say what would be uploaded or skipped; upload nothing"),
+    Opt(("--create",), action="store_true", help="create an hf: repository that does not exist yet (a public model"
+        " repository, as the Hub makes one; one that exists is used as it is); a dry run creates nothing"),
     JSON,
 ))
 

@@ -21,7 +21,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         is_dir = False
     if not is_dir:
         raise UsageError(f"{shown(args.out)}: no such wheelhouse folder (imagegen build --out writes one)")
-    report = publish(args.out, args.to, dry_run=args.dry_run)
+    report = publish(args.out, args.to, dry_run=args.dry_run, create=args.create)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

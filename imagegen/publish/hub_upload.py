@@ -13,8 +13,10 @@ through huggingface_hub.HfApi: an RTX 5090 user's SageAttention builder uploads 
   even when hf_xet is installed: one upload path, the one the tests replay request by request and the
   one huggingface_hub itself takes without hf_xet (the Hub documents Xet-backed repositories as still
   taking LFS uploads; not tried here); Xet's chunk deduplication saves little on a compressed wheel.
-- The repository must exist (``hf repo create OWNER/REPO``): creating one would choose its visibility
-  for the user.
+- The repository must exist (``hf repo create OWNER/REPO``), unless ``--create`` asks for it: then
+  ``create_repo(exist_ok=True)`` makes it (a model repository, public as the Hub makes one by default)
+  before anything is read, and one that exists already is used as it is. Without the flag nothing is
+  created, since creating one chooses its visibility for the user. A dry run creates nothing.
 - Credentials: HF_TOKEN, else the token file ``huggingface-cli login`` / ``hf auth login`` stored
   (``HF_TOKEN_PATH``, else ``$HF_HOME/token``, else ``$XDG_CACHE_HOME/huggingface/token`` or
   ~/.cache/huggingface/token, as huggingface_hub finds it): a regular file of at most 4 KiB holding one
@@ -85,7 +87,7 @@ def hub_token(env: Mapping[str, str]) -> tuple[str | None, str]:
     return token, where
 
 
-def connect(dest: HubDest, env: Mapping[str, str], *, write: bool) -> HubRepo:
+def connect(dest: HubDest, env: Mapping[str, str], *, write: bool, create: bool = False) -> HubRepo:
     try:
         from huggingface_hub import HfApi
     except ImportError:
@@ -103,8 +105,11 @@ def connect(dest: HubDest, env: Mapping[str, str], *, write: bool) -> HubRepo:
     # token=False: huggingface_hub looks for no token of its own (hub_token found the one to use, or none).
     api = HfApi(endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"), token=token or False,
                 library_name="imagegen")
-    return HubRepo(dest, api, token_name=where or "HF_TOKEN",
+    repo = HubRepo(dest, api, token_name=where or "HF_TOKEN",
                    secrets=(token,) if token and where != "HF_TOKEN" else ())
+    if create and write:
+        repo.create()
+    return repo
 
 
 class HubRepo(Destination):
@@ -113,6 +118,11 @@ class HubRepo(Destination):
         self.api = api
         self.token_name = token_name  # HF_TOKEN, or "the token in ~/.cache/huggingface/token"
         self.secrets = secrets  # a token read from the login's file: redacted like HF_TOKEN's value
+
+    def create(self) -> None:
+        """--create: the model repository made if it is not there (create_repo with exist_ok: one that
+        exists is left as it is). Refused creation (no write access to the owner) ends the destination."""
+        self._call(self.api.create_repo, self.dest.repo_id, repo_type="model", exist_ok=True)
 
     def find(self, wheel: VerifiedWheel, revision: str | None = None) -> Found | None:
         from huggingface_hub.hf_api import RepoFile
@@ -174,7 +184,7 @@ class HubRepo(Destination):
 
         if isinstance(exc, RepositoryNotFoundError):
             return self.give_up(f"no model repository {self.dest.repo_id}, or {self.token_name} may not read it (create it"
-                                f" with `hf repo create {self.dest.repo_id}`)")
+                                f" with `hf repo create {self.dest.repo_id}`, or publish --create)")
         if isinstance(exc, RevisionNotFoundError):
             return self.give_up(f"{self.dest.repo_id} has no branch {self.dest.revision} (create it, or name"
                                 " another after @)")

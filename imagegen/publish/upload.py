@@ -11,8 +11,8 @@ exit 2):
   https://pypi.org/simple/ (test.pypi.org's for TestPyPI), else to the upload URL with a final
   ``legacy/`` replaced by ``simple/`` (pypiserver, warehouse); other servers (devpi:
   ``,simple=https://host/user/index/+simple/``) name it.
-- ``hf:OWNER/REPO[@REVISION][:PATH]``: a Hugging Face Hub model repository (that exists), on branch
-  REVISION (default main), in folder PATH (default the top).
+- ``hf:OWNER/REPO[@REVISION][:PATH]``: a Hugging Face Hub model repository (that exists, or that
+  ``--create`` creates), on branch REVISION (default main), in folder PATH (default the top).
 - ``github:OWNER/REPO@TAG``: the assets of the release of TAG (created when there is none).
 - ``s3://BUCKET[/PREFIX][,layout=wheelhouse]``: objects under PREFIX.
 
@@ -108,12 +108,15 @@ class Destination:
 MODULES = {PypiDest: "pypi_upload", HubDest: "hub_upload", GithubDest: "github_upload", S3Dest: "s3_upload"}
 
 
-def connect(dest: Dest, env: Mapping[str, str], *, write: bool, out: Path | None = None) -> Target:
+def connect(dest: Dest, env: Mapping[str, str], *, write: bool, out: Path | None = None, create: bool = False) -> Target:
     """The destination's module (imported only now: each brings a client library) connected to it; an S3
-    bucket is told the wheelhouse ``out`` (with layout=wheelhouse, a wheel's key is its path below it)."""
+    bucket is told the wheelhouse ``out`` (with layout=wheelhouse, a wheel's key is its path below it); a
+    Hub repository is created first with ``create`` (--create) when writing."""
     module = importlib.import_module(f"imagegen.publish.{MODULES[type(dest)]}")
     if isinstance(dest, S3Dest):
         return module.connect(dest, env, write=write, out=out)
+    if isinstance(dest, HubDest):
+        return module.connect(dest, env, write=write, create=create)
     return module.connect(dest, env, write=write)
 
 
@@ -199,12 +202,17 @@ SECRET_VARIABLES = ("TWINE_PASSWORD", "HF_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_AC
 MAX_DETAIL = 300
 
 
-def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping[str, str] | None = None) -> Report:
+def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping[str, str] | None = None,
+            create: bool = False) -> Report:
     """Upload the verified wheels of ``out`` to every destination of ``to`` (all parsed before any is
-    contacted), or with ``dry_run`` say what would be done. Never raises for one wheel or destination:
-    their failures are in the report."""
+    contacted), or with ``dry_run`` say what would be done. ``create`` (--create): a Hub repository of ``to``
+    that does not exist yet is created (huggingface_hub's create_repo, exist_ok). Never raises for one wheel
+    or destination: their failures are in the report."""
     env = os.environ if env is None else env
     dests = [parse_destination(text) for text in to]
+    if create and not any(isinstance(d, HubDest) for d in dests):
+        raise UsageError("--create makes a Hugging Face Hub repository: give an hf:OWNER/REPO destination (a GitHub"
+                         " release is created without it; an index or a bucket must exist)")
     deadline_seconds(env)  # a malformed $IMAGEGEN_PUBLISH_DEADLINE is said before anything is read
     report = Report(dry_run=dry_run)
     wheels = _unique_names(verified_wheels(Path(out), problems=report.problems), report.problems)
@@ -213,7 +221,8 @@ def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping
                            " folder's manifest.json; publish uploads only those)")
     secrets = [v for name in SECRET_VARIABLES if (v := env.get(name))]
     for dest in dests:
-        report.outcomes += _publish_to(dest, wheels, env=env, dry_run=dry_run, secrets=secrets, out=Path(out))
+        report.outcomes += _publish_to(dest, wheels, env=env, dry_run=dry_run, secrets=secrets, out=Path(out),
+                                       create=create)
     return report
 
 
@@ -235,7 +244,7 @@ def _unique_names(wheels: list[VerifiedWheel], problems: list[str]) -> list[Veri
 
 
 def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, str], dry_run: bool,
-                secrets: list[str], out: Path) -> list[Outcome]:
+                secrets: list[str], out: Path, create: bool = False) -> list[Outcome]:
     outcomes: list[Outcome] = []
     if not wheels:
         return outcomes
@@ -251,7 +260,7 @@ def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, st
         try:
             if broken:
                 raise PublishError(broken)
-            target = connect(dest, env, write=not dry_run, out=out)
+            target = connect(dest, env, write=not dry_run, out=out, **({"create": True} if create else {}))
             secrets = secrets + list(target.secrets)
         except Exception as exc:  # PublishError, or a client library's own error that its module did not foresee
             broken = _redact(_reason(exc), secrets)

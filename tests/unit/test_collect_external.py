@@ -142,17 +142,20 @@ def test_index_and_publish_take_it_and_say_it_is_external(tmp_path, monkeypatch)
         assert code == 0 and out.startswith(f"skipped      {WHEEL.name} [external] -> pypi:")
 
 
-def test_the_hub_commit_says_the_wheel_was_built_outside_imagegen(tmp_path, monkeypatch):
+def test_publish_create_makes_the_hub_repository_and_the_commit_says_external(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
     assert external(tmp_path)[0] == 0
-    with FakeHub("hf_extTOKEN0123456789") as hub:
-        hub.add_repo("rtx5090/sage-wheels")
+    with FakeHub("hf_extTOKEN0123456789") as hub:  # no repository yet: --create makes it
         monkeypatch.setenv("HF_ENDPOINT", hub.base)
         monkeypatch.setenv("HF_TOKEN", "hf_extTOKEN0123456789")
-        code, out, err = imagegen("publish", tmp_path / "sage-wheels", "--to", "hf:rtx5090/sage-wheels")
+        monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token-file"))
+        code, _, _ = imagegen("publish", tmp_path / "sage-wheels", "--to", "hf:rtx5090/sage-wheels")
+        assert code == 9 and hub.created == []
+        code, out, err = imagegen("publish", tmp_path / "sage-wheels", "--to", "hf:rtx5090/sage-wheels", "--create")
         assert code == 0, err
+        assert [c["repo"] for c in hub.created] == ["rtx5090/sage-wheels"]
         assert out.startswith(f"uploaded     {WHEEL.name} [external] -> hf:rtx5090/sage-wheels")
         [commit] = hub.commits
         assert f"built outside imagegen (external): tiny-kernel 0.1.0+cu130torch2.11, SASS/PTX verified by imagegen" \

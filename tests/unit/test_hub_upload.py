@@ -115,7 +115,7 @@ def test_the_same_name_landing_first_is_never_overwritten(tmp_path, hub, same):
 
 @pytest.mark.parametrize("target, token, detail", [
     ("hf:octo/missing", TOKEN, "no model repository octo/missing, or HF_TOKEN may not read it (create it with"
-                               " `hf repo create octo/missing`)"),
+                               " `hf repo create octo/missing`, or publish --create)"),
     (f"hf:{REPO}@dev", TOKEN, f"{REPO} has no branch dev (create it, or name another after @)"),
     (f"hf:{REPO}", "hf_wrong", f"the Hub refused HF_TOKEN (HTTP 401): it needs write access to {REPO}"),
     (f"hf:{REPO}", None, "no Hugging Face token: set HF_TOKEN, or run `huggingface-cli login` (it stores one in"
@@ -203,3 +203,60 @@ def test_a_token_file_that_is_not_one_fails_in_one_line_without_its_content(tmp_
     assert secret not in outcome.detail and "\n" not in outcome.detail and hub.requests == []
     (dry,) = publish(tmp_path / "out", [f"hf:{REPO}"], env=e, dry_run=True).outcomes
     assert dry.status == "would-upload"  # a dry run reads anonymously
+
+
+# --------------------------------------------------------------------------------------------
+# publish --create: a repository that does not exist yet (an RTX 5090 user's first upload)
+
+
+def test_create_makes_the_missing_repository_then_uploads(tmp_path, hub):
+    wheel = wheelhouse(tmp_path / "out")
+    report = publish(tmp_path / "out", ["hf:octo/new-wheels:cu130"], env=env(hub), create=True)
+    (outcome,) = report.outcomes
+    assert outcome.status == "uploaded", outcome.detail
+    assert hub.created == [{"repo": "octo/new-wheels", "type": "model"}]  # no visibility chosen: the Hub's default
+    assert hub.file("octo/new-wheels", f"cu130/{wheel.name}") == wheel.read_bytes()
+    create = hub.seen("POST", "/api/repos/create")[0]
+    assert create.headers["authorization"] == f"Bearer {TOKEN}"
+    assert [(r.method, r.path) for r in hub.requests][:2] == [("POST", "/api/repos/create"),
+                                                               ("POST", "/api/models/octo/new-wheels/paths-info/main")]
+
+
+def test_create_leaves_an_existing_repository_as_it_is(tmp_path, hub):
+    wheel = wheelhouse(tmp_path / "out")
+    hub.add_repo(REPO, {"README.md": b"mine"})
+    (outcome,) = publish(tmp_path / "out", [f"hf:{REPO}"], env=env(hub), create=True).outcomes
+    assert outcome.status == "uploaded" and hub.created == []
+    assert hub.file(REPO, "README.md") == b"mine" and hub.file(REPO, wheel.name) == wheel.read_bytes()
+    assert len(hub.seen("POST", "/api/repos/create")) == 1  # answered 409: there already
+
+
+def test_without_create_a_missing_repository_is_not_made(tmp_path, hub):
+    wheelhouse(tmp_path / "out")
+    (outcome,) = publish(tmp_path / "out", ["hf:octo/new-wheels"], env=env(hub)).outcomes
+    assert outcome.status == "failed" and "publish --create" in outcome.detail
+    assert hub.created == [] and not hub.seen("POST", "/api/repos/create")
+
+
+def test_a_dry_run_creates_nothing(tmp_path, hub):
+    wheelhouse(tmp_path / "out")
+    (outcome,) = publish(tmp_path / "out", ["hf:octo/new-wheels"], env=env(hub), dry_run=True, create=True).outcomes
+    assert outcome.status == "failed" and hub.created == [] and not hub.seen("POST", "/api/repos/create")
+
+
+def test_create_refused_under_another_owner_is_one_line(tmp_path, hub):
+    wheelhouse(tmp_path / "out")
+    hub.not_yours.add("someone")
+    (outcome,) = publish(tmp_path / "out", ["hf:someone/wheels"], env=env(hub), create=True).outcomes
+    # create_repo with exist_ok asks whether it exists after a 403: it does not, so the 403 stands.
+    assert (outcome.status, outcome.detail) == ("failed", "the Hub refused HF_TOKEN (HTTP 403): it needs write access"
+                                                          " to someone/wheels")
+    assert hub.created == [] and TOKEN not in outcome.detail
+
+
+def test_create_needs_a_hub_destination(tmp_path):
+    from imagegen.errors import UsageError
+
+    wheelhouse(tmp_path / "out")
+    with pytest.raises(UsageError, match=r"^--create makes a Hugging Face Hub repository"):
+        publish(tmp_path / "out", ["pypi:http://127.0.0.1:1/legacy/"], create=True)
