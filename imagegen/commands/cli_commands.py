@@ -387,7 +387,10 @@ PUBLISH = Command("publish", "publishing.cmd_publish", "upload a wheelhouse's ve
     Opt(("--to",), required=True, action="append", metavar="DEST", help="pypi:URL (a PyPI-compatible upload"
         " endpoint, e.g. pypi:https://upload.pypi.org/legacy/), hf:OWNER/REPO[@REVISION][:PATH],"
         " github:OWNER/REPO@TAG, s3://BUCKET[/PREFIX] (repeatable)"),
-    Opt(("--dry-run",), action="store_true", help="say what would be uploaded or skipped; upload nothing"),
+    Opt(("--dry-run",), action="store_true", help="list what would be uploaded where, contacting no destination"
+        " (works offline, needs no credentials); upload nothing"),
+    Opt(("--check",), action="store_true", help="a dry run that reads what each destination holds (with the"
+        " credentials if set, else anonymously), so says what would be skipped or refused; upload nothing"),
     Opt(("--create",), action="store_true", help="create an hf: repository that does not exist yet (a public model"
         " repository, as the Hub makes one; one that exists is used as it is); a dry run creates nothing"),
     JSON,

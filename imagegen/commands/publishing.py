@@ -21,7 +21,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         is_dir = False
     if not is_dir:
         raise UsageError(f"{shown(args.out)}: no such wheelhouse folder (imagegen build --out writes one)")
-    report = publish(args.out, args.to, dry_run=args.dry_run, create=args.create)
+    dry_run = args.dry_run or args.check
+    report = publish(args.out, args.to, dry_run=dry_run, create=args.create, offline=not args.check)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -30,7 +31,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             print(outcome.line())
         for problem in report.problems:
             print(f"{'refused':<12} {problem}")
-        print(f"{'dry run: ' if args.dry_run else ''}{report.summary()}", file=sys.stderr)
+        print(f"{'dry run: ' if dry_run else ''}{report.summary()}", file=sys.stderr)
     failures, problems = report.failures, report.problems
     if failures or problems:
         counts = [f"{len(failures)} refused or failed"] * bool(failures) \

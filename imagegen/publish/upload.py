@@ -39,8 +39,10 @@ Credentials come from the environment only, never from the command line: TWINE_U
 TWINE_PASSWORD or a netrc entry (PyPI-compatible), HF_TOKEN or the token `huggingface-cli login` stored
 (and HF_ENDPOINT), GITHUB_TOKEN (and
 GITHUB_API_URL), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (and AWS_ENDPOINT_URL,
-AWS_REGION). A dry run reads what is there (with the credentials if they are set, anonymously if not)
-and uploads nothing. Every message a destination or its client library gives is stripped of the
+AWS_REGION). A dry run (``dry_run``, `publish --dry-run`) contacts no destination (``offline``): it lists
+the verified wheels each destination would be given, and works with no network and no credentials; a
+checking dry run (``offline=False``, `publish --check`) reads what is there (with the credentials if they
+are set, anonymously if not), so says what would be skipped or refused, and uploads nothing. Every message a destination or its client library gives is stripped of the
 secret values before it is shown.
 """
 
@@ -203,11 +205,12 @@ MAX_DETAIL = 300
 
 
 def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping[str, str] | None = None,
-            create: bool = False) -> Report:
+            create: bool = False, offline: bool = False) -> Report:
     """Upload the verified wheels of ``out`` to every destination of ``to`` (all parsed before any is
     contacted), or with ``dry_run`` say what would be done. ``create`` (--create): a Hub repository of ``to``
-    that does not exist yet is created (huggingface_hub's create_repo, exist_ok). Never raises for one wheel
-    or destination: their failures are in the report."""
+    that does not exist yet is created (huggingface_hub's create_repo, exist_ok). ``offline`` (with
+    ``dry_run``): no destination is contacted, no client library imported; every wheel would be uploaded.
+    Never raises for one wheel or destination: their failures are in the report."""
     env = os.environ if env is None else env
     dests = [parse_destination(text) for text in to]
     if create and not any(isinstance(d, HubDest) for d in dests):
@@ -221,6 +224,9 @@ def publish(out: Path, to: Sequence[str], *, dry_run: bool = False, env: Mapping
                            " folder's manifest.json; publish uploads only those)")
     secrets = [v for name in SECRET_VARIABLES if (v := env.get(name))]
     for dest in dests:
+        if dry_run and offline:
+            report.outcomes += _offline(dest, wheels, Path(out))
+            continue
         report.outcomes += _publish_to(dest, wheels, env=env, dry_run=dry_run, secrets=secrets, out=Path(out),
                                        create=create)
     return report
@@ -286,6 +292,27 @@ def _publish_to(dest: Dest, wheels: list[VerifiedWheel], *, env: Mapping[str, st
     if isinstance(dest, S3Dest) and dest.wheelhouse:
         outcomes.append(_publish_served(dest, None if broken else target, out, wheels, outcomes, env=env,
                                         dry_run=dry_run, secrets=secrets))
+    return outcomes
+
+
+NOT_CONTACTED = "not checked: a dry run contacts no destination; --check reads what is there"
+
+
+def _offline(dest: Dest, wheels: list[VerifiedWheel], out: Path) -> list[Outcome]:
+    """A dry run's outcomes at ``dest`` without contacting it: each wheel would be uploaded (whether one is
+    there already is not known), then, for a wheelhouse bucket, the files it is served with."""
+    outcomes = [Outcome(dest.text, w.path.name, w.sha256, WOULD_UPLOAD, NOT_CONTACTED, is_external(w.entry))
+                for w in wheels]
+    if wheels and isinstance(dest, S3Dest) and dest.wheelhouse:
+        from imagegen.publish.served_files import served_files
+        try:
+            files = served_files(out, wheels)
+        except PublishError as exc:
+            outcomes = [Outcome(dest.text, w.path.name, w.sha256, FAILED, str(exc), is_external(w.entry))
+                        for w in wheels]
+            return outcomes + [Outcome(dest.text, SERVED, "", FAILED, "not uploaded: no index to serve the wheels with")]
+        outcomes.append(Outcome(dest.text, SERVED, "", WOULD_UPLOAD, f"{len(files)} file{'s' if len(files) != 1 else ''}"
+                                f" to write or leave unchanged at s3://{dest.bucket}/{dest.prefix} ({NOT_CONTACTED})"))
     return outcomes
 
 

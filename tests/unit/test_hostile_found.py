@@ -227,7 +227,7 @@ def test_publish_to_a_dripping_or_silent_index_ends_within_its_deadline(kind, dr
                "TWINE_PASSWORD": TOKEN, "NETRC": str(tmp_path / "none")}
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "imagegen", "publish", str(tmp_path / "wh"), "--to",
-                               f"pypi:http://127.0.0.1:{server.server_address[1]}/legacy/", *(["--dry-run"] if dry else [])],
+                               f"pypi:http://127.0.0.1:{server.server_address[1]}/legacy/", *(["--check"] if dry else [])],
                               capture_output=True, text=True, env=env, timeout=120)
         took = time.monotonic() - t0
     finally:

@@ -51,16 +51,22 @@ def test_one_line_per_wheel_and_a_summary(tmp_path, index, capsys):
     captured = capsys.readouterr()
     assert captured.out == f"uploaded     {wheel.name} -> {to} ({index.base}/simple/tiny-kernel/)\n"
     assert captured.err == "1 uploaded\n"
-    assert publish(tmp_path / "out", "--to", to, "--dry-run") == 0
+    assert publish(tmp_path / "out", "--to", to, "--check") == 0  # a dry run that reads what is there
     captured = capsys.readouterr()
     assert captured.out == f"skipped      {wheel.name} -> {to} (already there, same sha256)\n"
     assert captured.err == "dry run: 1 skipped\n"
+    before = len(index.requests)
+    assert publish(tmp_path / "out", "--to", to, "--dry-run") == 0  # contacts nothing, so cannot know
+    captured = capsys.readouterr()
+    assert captured.out == (f"would upload {wheel.name} -> {to} (not checked: a dry run contacts no destination;"
+                            " --check reads what is there)\n")
+    assert captured.err == "dry run: 1 would upload\n" and len(index.requests) == before
 
 
 def test_json(tmp_path, index, capsys):
     wheel = wheelhouse(tmp_path / "out")
     to = f"pypi:{index.base}/legacy/"
-    assert publish(tmp_path / "out", "--to", to, "--json", "--dry-run") == 0
+    assert publish(tmp_path / "out", "--to", to, "--json", "--check") == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"dry_run": True, "problems": [], "outcomes": [
         {"dest": to, "wheel": wheel.name, "sha256": sha256(wheel.read_bytes()), "status": "would-upload",
@@ -128,3 +134,38 @@ def test_the_client_libraries_load_only_when_a_destination_needs_them():
              "print(sorted(m for m in clients if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "[]\n", proc.stderr
+
+
+def test_a_dry_run_works_offline_and_contacts_no_destination(tmp_path, monkeypatch):
+    """Every kind of destination, on hosts that do not resolve, with no credentials: a dry run lists what
+    it would upload where and exits 0, having opened no connection and asked no resolver."""
+    import socket
+
+    wheel = wheelhouse(tmp_path / "out")
+    (tmp_path / "out" / "simple").mkdir()
+    (tmp_path / "out" / "simple" / "index.html").write_text("<html></html>")  # layout=wheelhouse needs an index
+    for name in ("TWINE_USERNAME", "TWINE_PASSWORD", "HF_TOKEN", "GITHUB_TOKEN", "AWS_ACCESS_KEY_ID",
+                 "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.nowhere.invalid")
+    monkeypatch.setenv("GITHUB_API_URL", "https://github.nowhere.invalid/api/v3")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://s3.nowhere.invalid")
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    contacted: list = []
+
+    def refuse(*args, **kwargs):
+        contacted.append(args[:2])
+        raise OSError("a dry run must not touch the network")
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    dests = ["pypi:https://upload.nowhere.invalid/legacy/", "hf:rtx5090/sage-wheels", "github:octo/wheels@v1",
+             "s3://wheels/sage,layout=wheelhouse"]
+    code, out, err = imagegen("publish", tmp_path / "out", *(a for d in dests for a in ("--to", d)), "--dry-run")
+    assert (code, contacted) == (0, []), err
+    lines = out.splitlines()
+    assert [line.split(" -> ")[1].split(" (")[0] for line in lines] == dests + [dests[-1]]
+    assert all(line.startswith(f"would upload {wheel.name} -> ") for line in lines[:4])
+    assert lines[4].startswith("would upload index, manifests and metadata -> s3://wheels/sage,layout=wheelhouse (2"
+                               " files to write or leave unchanged at s3://wheels/sage/")
+    assert err == "dry run: 5 would upload\n"
