@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -21,6 +22,7 @@ from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.outputs import shown
 from imagegen.plan import options, request
 from imagegen.plan.config import Config, load_config
+from imagegen.shipped.builder import imagegen_rules as rules
 
 
 def flags(args: argparse.Namespace) -> options.Flags:
@@ -98,16 +100,19 @@ def ca_bundle(value: str | None) -> str | None:
 
 def compile_cache(value: str | None) -> str | None:
     """``--compile-cache URL`` (or $IMAGEGEN_COMPILE_CACHE): a ccache remote storage URL, redis:// or
-    http://, checked; its credential, if any, is never shown."""
+    http://, checked and returned as ccache takes it (its password percent-encoded, said in one line);
+    its user, password, query and fragment are never shown."""
     if value is None or not value.strip():
         return None
-    if not safety.COMPILE_CACHE_URL.fullmatch(value):
-        # (every message is redacted on its way out: the hint names the password's place in words, as a
-        # "PASSWORD@" would be hidden too)
-        raise UsageError(f"--compile-cache {shown(safety.redact(value))}: give redis://HOST:PORT[/DB] (a password"
-                         " before HOST, ending in '@') or"
-                         " http://HOST:PORT/PATH (ccache's remote storage; no spaces or quotes)")
-    return value
+    try:
+        url, _, note = rules.compile_cache_url(value)
+    except ValueError as exc:
+        raise UsageError(f"--compile-cache {rules.compile_cache_redacted(value)}: {exc}; give redis://HOST:PORT[/DB]"
+                         " (a password before HOST, ending in '@') or http://HOST:PORT/PATH (ccache's remote storage)"
+                         ) from None
+    if note:
+        print(f"imagegen: --compile-cache: {note}", file=sys.stderr)
+    return url
 
 
 def validate_cache_specs(values: Sequence[str]) -> list[str]:

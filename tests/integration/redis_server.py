@@ -30,7 +30,9 @@ class Redis:
     def keys(self) -> int:
         """How many keys the server holds (DBSIZE)."""
         with socket.create_connection((self.host, self.port), timeout=10) as s:
-            s.sendall(f"AUTH {self.password}\r\nDBSIZE\r\n".encode())
+            # RESP arrays: a password of any bytes ('/', '+', '=', '@', a space) reaches the server whole
+            s.sendall(f"*2\r\n$4\r\nAUTH\r\n${len(self.password.encode())}\r\n{self.password}\r\n"
+                      "*1\r\n$6\r\nDBSIZE\r\n".encode())
             data = b""
             while data.count(b"\r\n") < 2:
                 data += s.recv(4096)
@@ -38,14 +40,15 @@ class Redis:
 
 
 @contextlib.contextmanager
-def redis_server(host: str, folder: Path) -> Iterator[Redis]:
+def redis_server(host: str, folder: Path, password: str | None = None) -> Iterator[Redis]:
+    """``password``: the server's own (requirepass); default a random hex one."""
     server = shutil.which("redis-server")
     if server is None:
         pytest.fail("redis-server is required (scripts/test.sh installs Debian's redis-server)")
     with socket.socket() as s:
         s.bind((host, 0))
         port = s.getsockname()[1]
-    redis = Redis(host, port, secrets.token_hex(16))
+    redis = Redis(host, port, password or secrets.token_hex(16))
     proc = subprocess.Popen([server, "--port", str(port), "--bind", host, "--requirepass", redis.password, "--save", "",
                              "--appendonly", "no", "--dir", str(folder)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -265,7 +265,8 @@ def test_a_native_build_hands_the_compile_cache_to_the_compile_and_needs_ccache(
         build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--no-audit", "--flat", "--compile-cache", url)
     assert str(info.value).startswith("--compile-cache needs ccache on PATH") and "s3cret" not in str(info.value)
     monkeypatch.setattr(building.shutil, "which", lambda name: "/usr/bin/ccache")
-    with pytest.raises(UsageError, match=r"^--compile-cache redis://\*\*\*@127.0.0.1:6379/x y: give redis://HOST:PORT"
+    with pytest.raises(UsageError, match=r"^--compile-cache redis://\*\*\*@127.0.0.1:6379/x y: a space, quote, '\|' or"
+                                         r" other character ccache cannot take after the host; give redis://HOST:PORT"
                                          r"\[/DB\] \(a password before HOST, ending in '@'\) or http://HOST:PORT/PATH"):
         build("--native", "sage", "--arch", "9.0", "--python-exe", py, "--flat", "--compile-cache",
               "redis://s3cret@127.0.0.1:6379/x y")

@@ -158,8 +158,8 @@ B = builder_module("imagegen_ccache_compile_cache", CCACHE)
 
 
 @pytest.mark.parametrize("url, shown", [("redis://s3cret@10.0.0.5:6379", "redis://10.0.0.5:6379"),
-                                        ("redis://default:s3cret@cache:6379/2", "redis://cache:6379"),
-                                        ("http://cache.example:8080/ccache", "http://cache.example:8080")])
+                                        ("redis://default:s3cret@cache:6379/2", "redis://cache:6379/2"),
+                                        ("http://cache.example:8080/ccache", "http://cache.example:8080/ccache")])
 def test_the_build_reads_the_remote_from_its_secret_and_logs_it_without_the_password(tmp_path, monkeypatch, url, shown):
     monkeypatch.setattr(B, "SECRETS", str(tmp_path))
     (tmp_path / B.rules.COMPILE_CACHE_SECRET).write_text(url + "\n")

@@ -52,21 +52,34 @@ def use_ccache(env, work, py, relative_paths=False):
 
 
 def compile_cache_remote():
-    """The compile cache's remote storage URL: from its secret in an image, else (a native build) from
-    the variable imagegen set for this script. Empty, absent or malformed: None."""
+    """The compile cache's remote storage URL as ccache takes it (its password percent-encoded): from
+    its secret in an image, else (a native build) from the variable imagegen set for this script.
+    Empty or absent: None. One ccache cannot take (a CI secret imagegen never checked): None, and a
+    line in the log that shows it redacted."""
     try:
         with open(os.path.join(SECRETS, rules.COMPILE_CACHE_SECRET), encoding="utf-8") as fh:
             value = fh.read(1024).strip()
     except (OSError, ValueError):
         value = os.environ.get(rules.COMPILE_CACHE_VARIABLE, "").strip()
-    return value if rules.COMPILE_CACHE_URL.fullmatch(value) else None  # as imagegen checked it
+    if not value:
+        return None
+    try:
+        url, _, note = rules.compile_cache_url(value)
+    except ValueError as exc:
+        log("compile cache %s not used: %s" % (rules.compile_cache_redacted(value), exc))
+        return None
+    if note:
+        log("compile cache: %s" % note)
+    return url
 
 
 def remote_shown(url):
-    """The remote storage for the log: its scheme and host, never a credential."""
-    scheme, _, rest = url.partition("://")
-    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
-    return "%s://%s" % (scheme, host)
+    """The remote storage for the log: scheme://host[:port][/path], never its user, password, query
+    or fragment."""
+    try:
+        return rules.compile_cache_url(url)[1]
+    except ValueError:
+        return rules.compile_cache_redacted(url).split("***@")[-1]
 
 
 def report_ccache(stats_log, log_dir):

@@ -43,6 +43,90 @@ PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,-]+\])?(
 COMPILE_CACHE_SECRET = "imagegen_ccache_remote"
 COMPILE_CACHE_VARIABLE = "IMAGEGEN_CCACHE_REMOTE"
 COMPILE_CACHE_URL = re.compile(r"(redis|http)://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{1,400}")
+_CACHE_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
+# what may follow the host unencoded (path, query, fragment): no space, quote, '|' (ccache's separators)
+_CACHE_REST = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]{0,400}")
+_USERINFO_SAFE = "-._~!$&'()*+,;="  # sub-delims stay as they are; '/', ':', '@', '%', '#', ' ', '|' ... are encoded
+
+
+def compile_cache_url(value):
+    """A compile cache's remote storage URL as ccache takes it: ``(url, shown, note)``.
+
+    ``url`` is the value with its user and password percent-encoded (a password from `openssl rand
+    -base64` holds '/', '+', '='; one may hold '@' or ':': the userinfo ends at the LAST '@'), and a
+    password with a ':' but no user given as user 'default' (ccache would split it at the ':');
+    ``shown`` is scheme://host[:port][/path], never the userinfo, query or fragment; ``note`` says, in
+    one line, what was encoded ('' when nothing). ValueError (a message without the value) when ccache
+    cannot take it."""
+    value = value.strip()
+    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("too long or holds a control character")
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("redis", "http"):
+        raise ValueError("not a redis:// or http:// URL")
+    userinfo, at, hostpart = rest.rpartition("@")
+    if not at:
+        userinfo, hostpart = None, rest
+    cut = min([i for i in (hostpart.find("/"), hostpart.find("?"), hostpart.find("#")) if i >= 0] or [len(hostpart)])
+    authority, tail = hostpart[:cut], hostpart[cut:]
+    host, port = authority, ""
+    m = re.fullmatch(r"(.*?)(?::([0-9]*))?", authority) if not authority.endswith("]") else None
+    if m:
+        host, port = m.group(1), m.group(2) or ""
+    if not _CACHE_HOST.fullmatch(host):
+        raise ValueError("no host (or a host with characters a host name cannot hold)")
+    if port and not 0 < int(port) < 65536:
+        raise ValueError("port %s is not between 1 and 65535" % port)
+    if not _CACHE_REST.fullmatch(tail):
+        raise ValueError("a space, quote, '|' or other character ccache cannot take after the host")
+    path = re.split(r"[?#]", tail, 1)[0]
+    if scheme == "redis":
+        if path == "/":
+            tail, path = tail[1:], ""
+        if path and not re.fullmatch(r"/[0-9]{1,5}", path):
+            raise ValueError("a redis URL's path is its database number (redis://HOST:PORT/0)")
+    elif not path:
+        path = tail = "/" + tail  # http://HOST:PORT is http://HOST:PORT/
+    shown = "%s://%s%s%s" % (scheme, host, ":" + port if port else "", path)
+    note, userpart = "", ""
+    if userinfo is not None:
+        from urllib.parse import quote, unquote
+
+        user, colon, password = userinfo.partition(":")
+        user, password = unquote(user), unquote(password)
+        if not colon:  # redis://PASSWORD@HOST
+            if scheme == "http":
+                raise ValueError("an http URL's credential is USER:PASSWORD before the host")
+            user, password = "", user
+        if not password:
+            raise ValueError("an empty password before '@'")
+        if ":" in user:
+            raise ValueError("a user name with a ':'")
+        if scheme == "redis" and not user and ":" in password:
+            user = "default"  # ccache reads a lone PASSWORD with a ':' as USER:PASSWORD
+        encoded = (quote(user, safe=_USERINFO_SAFE) + ":" if user or scheme == "http" else "") + quote(
+            password, safe=_USERINFO_SAFE)
+        if encoded != userinfo:
+            note = "the password was percent-encoded for ccache (its '/', '@', ':' and the like)"
+        userpart = encoded + "@"
+    url = "%s://%s%s%s" % (scheme, userpart, authority, tail)
+    return url, shown, note
+
+
+def compile_cache_redacted(value):
+    """A compile cache value for a message, whatever it holds: its user and password as ***, no query
+    or fragment, one line, short."""
+    value = re.sub(r"[\x00-\x1f\x7f]+", " ", value.strip())
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        scheme, rest = "", value
+    userinfo, at, hostpart = rest.rpartition("@")
+    hostpart = hostpart if at else rest
+    for mark in "?#":
+        if mark in hostpart:
+            hostpart = hostpart.split(mark, 1)[0] + mark + "***"
+    shown = (scheme + sep if sep else "") + ("***@" if at else "") + hostpart
+    return shown if len(shown) <= 120 else shown[:117] + "..."
 UNKNOWN_RAM_GB = 8.0  # /proc/meminfo unreadable: assume a small machine rather than risk an OOM kill
 
 # ------------------------------------------------------------------------------------------------
