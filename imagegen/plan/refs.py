@@ -223,6 +223,10 @@ def resolve_commit(url: str, ref: str, build: BuildCredentials | None = None) ->
     out = proc.stdout[:MAX_LS_REMOTE_BYTES].decode("utf-8", "replace")
     if proc.returncode != 0:
         host = urlsplit(url).hostname or "HOST"
+        said = proc.stderr[:1 << 16].decode("utf-8", "replace")
+        if wheeltools.unreachable(said):
+            raise UsageError(f"cannot resolve {ref} at {url}: {safety.redact(wheeltools.cannot_reach(host, said))}"
+                             " (offline, give the full commit)")
         hint = ("it needs git credentials" if as_build is None else "give --netrc FILE with its credential"
                 if as_build.netrc is None else f"the --netrc file has no working entry for {host}")
         raise UsageError(f"cannot resolve {ref} at {url}: git ls-remote failed: {_stderr_tail(proc)}"

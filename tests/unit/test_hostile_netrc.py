@@ -12,6 +12,7 @@ layers and history) is tests/integration/test_engine_build.py's."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -203,10 +204,35 @@ def test_the_fetch_step_fetches_with_the_netrc_secret_and_says_what_it_lacks_wit
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and last.startswith(f"[imagegen] error: cannot fetch {commit} from {srv.url('tiny.git')}")
     assert "the build has no credential for it: give imagegen build --netrc FILE (machine 127.0.0.1" in last
+    assert "127.0.0.1 wants credentials" in last and "cannot reach" not in last  # the host's 401, said as one
     proc = _fetch_step(tmp_path / "wrong", srv.url("tiny.git"), commit, _netrc(tmp_path / "wrong-netrc", token="nope"))
     assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].endswith(
         "the netrc secret has no working entry for 127.0.0.1")
     assert TOKEN not in proc.stdout + proc.stderr
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://nonexistent.invalid/tiny.git", "cannot reach nonexistent.invalid (DNS: "),
+    ("http://127.0.0.1:{port}/tiny.git", "cannot reach 127.0.0.1 (connection: "),
+])
+def test_a_git_host_the_fetch_step_cannot_reach_is_the_networks_failure_not_a_credentials(tmp_path, url, says):
+    url = url.format(port=_closed_port())
+    proc = _fetch_step(tmp_path / "step", url, "0" * 40, None)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and last.startswith(f"[imagegen] error: cannot fetch {'0' * 40} from {url}")
+    assert says in last and "check the network or a proxy" in last and "netrc" not in last
+
+
+def test_a_ref_on_a_host_that_cannot_be_reached_says_so_not_credentials(home):
+    with pytest.raises(UsageError) as info:
+        refs.resolve_commit("http://nonexistent.invalid/tiny.git", "v0.1.0")
+    assert "cannot reach nonexistent.invalid (DNS: " in str(info.value) and "credentials" not in str(info.value)
 
 
 def test_a_failed_steps_own_error_is_the_cells_error(tmp_path):

@@ -13,6 +13,7 @@ import hashlib
 import http.server
 import io
 import json
+import socket
 import subprocess
 import sys
 import tarfile
@@ -255,7 +256,7 @@ def tar_gz(members: dict[str, bytes], *, links: dict[str, str] | None = None, to
 class Files:
     """A real HTTP server on loopback serving ``files`` (path -> bytes); it records what was asked."""
 
-    def __init__(self, files: dict[str, bytes]):
+    def __init__(self, files: dict[str, bytes | int]):
         self.files, self.asked = files, []
 
     def __enter__(self) -> "Files":
@@ -265,6 +266,10 @@ class Files:
             def do_GET(self):  # noqa: N802
                 asked.append(self.path)
                 body = files.get(self.path)
+                if isinstance(body, int):  # a status of its own (401: a private index without credentials)
+                    self.send_response(body)
+                    self.end_headers()
+                    return
                 self.send_response(200 if body is not None else 404)
                 self.end_headers()
                 if body is not None:
@@ -337,6 +342,31 @@ def test_the_package_index_given_to_the_build_is_asked_first(tmp_path):
 def test_an_unreachable_source_is_one_clear_failure(tmp_path):
     proc = fetch(tmp_path, "http://127.0.0.1:9/demo-1.0.tar.gz", "0" * 64)
     assert proc.returncode != 0 and "cannot download demo-1.0.tar.gz" in proc.stderr and "127.0.0.1:9" in proc.stderr
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://nonexistent.invalid/demo-1.0.tar.gz", "cannot reach nonexistent.invalid (DNS: "),
+    ("http://127.0.0.1:{port}/demo-1.0.tar.gz", "cannot reach 127.0.0.1 (connection: "),
+])
+def test_a_host_not_reached_is_named_the_networks_failure_not_a_credentials(tmp_path, url, says):
+    proc = fetch(tmp_path, url.format(port=_closed_port()), "0" * 64)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and says in last and "check the network or a proxy" in last
+    assert "netrc" not in last and "credential" not in last
+
+
+def test_a_401_from_the_host_is_named_a_credentials_failure(tmp_path):
+    with Files({"/packages/demo-1.0.tar.gz": 401}) as server:
+        proc = fetch(tmp_path, server.url + "/packages/demo-1.0.tar.gz", "0" * 64)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "HTTP 401: 127.0.0.1 wants credentials: give imagegen build --netrc FILE" in last
+    assert "cannot reach" not in last
 
 
 @pytest.mark.parametrize("archive, words", [

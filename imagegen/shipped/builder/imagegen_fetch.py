@@ -39,7 +39,8 @@ def cmd_fetch(cell, args):
 
         wheeltools.fetch_git(src, dest, git=lambda args, reading=True: git_cmd(dest, args, env, reading=reading),
                              run=lambda cmd, check=True: run(cmd, env=env, check=check), head=head, fail=fail, log=log,
-                             fetch_failed=lambda rc: fetch_failure(src, env, rc))
+                             fetch=lambda cmd: run_said(cmd, env),
+                             fetch_failed=lambda rc, said: fetch_failure(src, env, rc, said))
     elif src["kind"] == "sdist":
         sdist.fetch_sdist(src, cell.get("distribution") or cell["recipe"], dest, env, log, fail)
     elif not os.path.isdir(dest):
@@ -64,19 +65,44 @@ def patches_the_copy(cell):
     return cell["source"]["kind"] == "local" or bool(cell.get("patch_copy"))
 
 
-def fetch_failure(src, env, rc):
-    """Why a git fetch failed, in one line: an http(s) repository gets credentials only from the netrc
+MAX_SAID_BYTES = 1 << 16  # what run_said keeps of a command's stderr (all of it still reaches the log)
+
+
+def run_said(cmd, env):
+    """Run ``cmd`` as run() does, its stderr passed on to the log as it comes and kept (the last
+    MAX_SAID_BYTES): (exit status, that text)."""
+    log("$ " + " ".join(cmd))
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except OSError as exc:
+        return 127, str(exc)
+    kept = b""
+    for line in proc.stderr:
+        sys.stderr.buffer.write(line)
+        sys.stderr.flush()
+        kept = (kept + line)[-MAX_SAID_BYTES:]
+    return proc.wait(), kept.decode("utf-8", "replace")
+
+
+def fetch_failure(src, env, rc, said=""):
+    """Why a git fetch failed, in one line: a host that cannot be reached (DNS, a refused or timed-out
+    connection) is the network's; otherwise an http(s) repository gets credentials only from the netrc
     secret (imagegen build --netrc FILE), none from the host it was planned on."""
     from urllib.parse import urlsplit
 
     what = "cannot fetch %s from %s (git exit %d)" % (src["ref"], src["url"], rc)
+    host = urlsplit(src["url"]).hostname if "://" in src["url"] else src["url"].partition("@")[2].partition(":")[0]
+    host = host or "HOST"
+    if wheeltools.unreachable(said):
+        return what + ": " + wheeltools.cannot_reach(host, said)
     if not src["url"].startswith(("https://", "http://")):
         return what
-    host = urlsplit(src["url"]).hostname or "HOST"
+    # Refused outright (401/403, git would have prompted): credentials; else (a 404...) maybe a private one.
+    lead = "%s wants credentials" % host if wheeltools.auth_refused(said) else "if it is private"
     if env.get("NETRC") and os.path.isfile(env["NETRC"]):
-        return what + ": if it is private, the netrc secret has no working entry for %s" % host
-    return (what + ": if it is private, the build has no credential for it: give imagegen build --netrc FILE"
-            " (machine %s login USER password TOKEN)" % host)
+        return what + ": %s, the netrc secret has no working entry for %s" % (lead, host)
+    return (what + ": %s, the build has no credential for it: give imagegen build --netrc FILE"
+            " (machine %s login USER password TOKEN)" % (lead, host))
 
 
 def git_fetch_env(env, dest):

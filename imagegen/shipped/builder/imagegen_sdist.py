@@ -39,7 +39,7 @@ def fetch_sdist(src, project, dest, env, log, fail):
         try:
             data = download(url, env)
         except Exception as exc:  # every way a download fails: said, then the next place is tried
-            errors.append("%s: %s" % (url.split("@")[-1], exc))
+            errors.append("%s: %s" % (url.split("@")[-1], download_failure(url, exc, env)))
             continue
         digest = hashlib.sha256(data).hexdigest()
         if digest != src["sha256"]:
@@ -72,6 +72,25 @@ def sdist_urls(url, filename, project, env, log):
             log("the package index has no page for %s (%s): using %s" % (project, exc, url.split("@")[-1]))
     urls.append(url)
     return urls
+
+
+def download_failure(url, exc, env):
+    """Why downloading ``url`` failed, in words that name the fix: a host not reached (DNS, a refused
+    or timed-out connection) is the network's; an HTTP 401/403 wants credentials (the netrc secret,
+    or user:password in a private index's URL); anything else as Python said it."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or "HOST"
+    code = getattr(exc, "code", None)
+    if code in (401, 403):
+        had = bool(urlsplit(url).username is not None or (env.get("NETRC") and os.path.isfile(env["NETRC"])))
+        return ("HTTP %d: %s wants credentials%s: give imagegen build --netrc FILE (machine %s login USER"
+                " password TOKEN), or a private index's user:password in its URL"
+                % (code, host, ", and the ones given were refused" if had else "", host))
+    said = "%s %s" % (exc, getattr(exc, "reason", "") or "")
+    if code is None and wheeltools.unreachable(said):
+        return wheeltools.cannot_reach(host, str(getattr(exc, "reason", None) or exc))
+    return str(exc)
 
 
 def download(url, env, limit=MAX_SDIST_BYTES):

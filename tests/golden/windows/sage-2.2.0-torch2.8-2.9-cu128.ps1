@@ -834,7 +834,59 @@ def apply_patch(patch, dest, log, fail, broken_hint):
         fail("patch %s neither applies to the source in %s nor is already in it: %s" % (patch["name"], dest, broken_hint))
 
 
-def fetch_git(src, dest, git, run, head, fail, log, fetch_failed=None, keep_lf=False, elsewhere=""):
+# ------------------------------------------------------------------------------------------------
+# why a fetch failed: the network, or credentials. A host that cannot be resolved or connected to is
+# no credential problem (a Colab runtime offline, a proxy not set): naming --netrc there sends the
+# user after the wrong fix. The words are git's (curl's) and Python's (urllib, socket) in the C locale.
+
+_UNREACHABLE_WORDS = (
+    ("DNS", ("could not resolve host", "couldn't resolve host", "could not resolve proxy", "name or service not known",
+             "temporary failure in name resolution", "nodename nor servname", "no address associated",
+             "name resolution", "getaddrinfo failed", "unknown host", "errno -2", "errno -3", "errno -5")),
+    ("connection", ("connection refused", "failed to connect", "couldn't connect", "could not connect",
+                    "connection timed out", "timed out", "network is unreachable", "no route to host",
+                    "connection reset", "errno 111", "errno 101", "errno 113")),
+)
+_AUTH_WORDS = ("authentication failed", "could not read username", "could not read password",
+               "terminal prompts disabled", "returned error: 401", "returned error: 403", "http error 401",
+               "http error 403", "unauthorized", "forbidden", "invalid username or password")
+
+
+def unreachable(said):
+    """'DNS' or 'connection' when ``said`` (what git or Python said of a failed fetch) says the host
+    could not be reached at all; None otherwise (it answered: a refusal, a missing repository...)."""
+    low = (said or "").lower()
+    for kind, words in _UNREACHABLE_WORDS:
+        if any(w in low for w in words):
+            return kind
+    return None
+
+
+def auth_refused(said):
+    """Whether ``said`` says the host answered and wants (other) credentials: HTTP 401/403, git's
+    "Authentication failed" or "could not read Username" (it would have prompted)."""
+    low = (said or "").lower()
+    return any(w in low for w in _AUTH_WORDS)
+
+
+def cannot_reach(host, said):
+    """The one-line reason for a host that cannot be reached, with what to check."""
+    kind = unreachable(said) or "connection"
+    return "cannot reach %s (%s: %s): check the network or a proxy (HTTPS_PROXY)" % (
+        host, "DNS" if kind == "DNS" else "connection", _said_line(said))
+
+
+def _said_line(said):
+    """The line of ``said`` that names the failure, at most 200 characters."""
+    lines = [l.strip() for l in (said or "").splitlines() if l.strip()]
+    picked = next((l for l in lines if unreachable(l)), lines[-1] if lines else "no answer")
+    for prefix in ("fatal: ", "error: "):
+        if picked.lower().startswith(prefix):
+            picked = picked[len(prefix):]
+    return picked[:200]
+
+
+def fetch_git(src, dest, git, run, head, fail, log, fetch_failed=None, keep_lf=False, elsewhere="", fetch=None):
     """The recipe's pinned git source in ``dest``, for both build paths (the Linux builder's fetch step,
     the Windows helper's). A checkout already there must be at the pinned commit; a tree without .git is
     taken as given (the log says its pin cannot be checked); anything else is fetched: the pinned ref,
@@ -845,7 +897,9 @@ def fetch_git(src, dest, git, run, head, fail, log, fetch_failed=None, keep_lf=F
     returns the exit status); ``head()``: HEAD's commit, or None when git cannot read it; ``fail(msg,
     code=1)`` stops the step; ``fetch_failed(rc)``: the one line for a failed fetch; ``keep_lf``: the
     tree keeps LF line ends (Windows: the recipe's patches are LF, and `git apply` refuses a CRLF tree);
-    ``elsewhere``: what else the user can do about a checkout at another commit."""
+    ``elsewhere``: what else the user can do about a checkout at another commit; ``fetch(cmd)``: runs
+    the fetch itself and returns (exit status, what git said on stderr), and then ``fetch_failed(rc,
+    said)`` gets git's words too (a host not reached is told apart from a refused credential)."""
     pinned = src.get("commit")
     if os.path.isdir(os.path.join(dest, ".git")):
         at = head()
@@ -865,10 +919,17 @@ def fetch_git(src, dest, git, run, head, fail, log, fetch_failed=None, keep_lf=F
     if keep_lf:
         run(git(["config", "core.autocrlf", "false"]))
     run(git(["remote", "add", "origin", src["url"]]))
-    rc = run(git(["fetch", "--depth", "1", "origin", src["ref"]], reading=False), check=False)
-    if rc != 0:
-        fail(fetch_failed(rc) if fetch_failed else "cannot fetch %s from %s (git exit %d)" % (src["ref"], src["url"], rc),
-             rc or 1)
+    cmd = git(["fetch", "--depth", "1", "origin", src["ref"]], reading=False)
+    if fetch is not None:
+        rc, said = fetch(cmd)
+        if rc != 0:
+            fail(fetch_failed(rc, said) if fetch_failed else "cannot fetch %s from %s (git exit %d)"
+                 % (src["ref"], src["url"], rc), rc or 1)
+    else:
+        rc = run(cmd, check=False)
+        if rc != 0:
+            fail(fetch_failed(rc) if fetch_failed else "cannot fetch %s from %s (git exit %d)"
+                 % (src["ref"], src["url"], rc), rc or 1)
     run(git(["checkout", "-q", "FETCH_HEAD"]))
     at = head() or "?"
     if pinned and not at.startswith(pinned):
@@ -1274,7 +1335,7 @@ def fetch_sdist(src, project, dest, env, log, fail):
         try:
             data = download(url, env)
         except Exception as exc:  # every way a download fails: said, then the next place is tried
-            errors.append("%s: %s" % (url.split("@")[-1], exc))
+            errors.append("%s: %s" % (url.split("@")[-1], download_failure(url, exc, env)))
             continue
         digest = hashlib.sha256(data).hexdigest()
         if digest != src["sha256"]:
@@ -1307,6 +1368,25 @@ def sdist_urls(url, filename, project, env, log):
             log("the package index has no page for %s (%s): using %s" % (project, exc, url.split("@")[-1]))
     urls.append(url)
     return urls
+
+
+def download_failure(url, exc, env):
+    """Why downloading ``url`` failed, in words that name the fix: a host not reached (DNS, a refused
+    or timed-out connection) is the network's; an HTTP 401/403 wants credentials (the netrc secret,
+    or user:password in a private index's URL); anything else as Python said it."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or "HOST"
+    code = getattr(exc, "code", None)
+    if code in (401, 403):
+        had = bool(urlsplit(url).username is not None or (env.get("NETRC") and os.path.isfile(env["NETRC"])))
+        return ("HTTP %d: %s wants credentials%s: give imagegen build --netrc FILE (machine %s login USER"
+                " password TOKEN), or a private index's user:password in its URL"
+                % (code, host, ", and the ones given were refused" if had else "", host))
+    said = "%s %s" % (exc, getattr(exc, "reason", "") or "")
+    if code is None and wheeltools.unreachable(said):
+        return wheeltools.cannot_reach(host, str(getattr(exc, "reason", None) or exc))
+    return str(exc)
 
 
 def download(url, env, limit=MAX_SDIST_BYTES):
