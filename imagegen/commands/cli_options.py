@@ -107,7 +107,8 @@ MATRIX = Group((
     CELLS,
     Opt(("--layout",), help="wheelhouse folders below the output folder, from {package} {short} {version} {torch}"
         " {cuda} {python} {py} (default: {package}-{version}/torch{torch}/{cuda}; a team's flash-attn matrix:"
-        " fa{version}/torch{torch}/{cuda})"),
+        " fa{version}/torch{torch}/{cuda}; '.' or '': flat, every wheel directly in the output folder beside one"
+        " manifest.json)"),
 ))
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """The wheelhouse layout: the folder a cell's wheels land in below the output folder, as a template
-(default ``{package}-{version}/torch{torch}/{cuda}``; a team's flash-attn matrix keeps ``fa{version}/torch{torch}/{cuda}``)."""
+(default ``{package}-{version}/torch{torch}/{cuda}``; a team's flash-attn matrix keeps ``fa{version}/torch{torch}/{cuda}``).
+``.`` (or an empty layout) is flat: every wheel directly in the output folder, beside its one manifest.json, as an
+RTX 5090 user's ``sage-wheels/*.whl`` are (wheel names differ by their local version, ``+cu128torch2.8``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import string
 from imagegen.errors import UsageError
 
 DEFAULT_LAYOUT = "{package}-{version}/torch{torch}/{cuda}"
+FLAT = "."  # wheels directly in the output folder
 LAYOUT_FIELDS = ("package", "short", "version", "torch", "cuda", "python", "py")
 # How many folders deep a layout may go: as deep as every reader of a wheelhouse walks (`index`,
 # `publish`, `collect`, `build`'s up-to-date check: imagegen.wheelhouse.manifest.MAX_WALK_DEPTH is this one
@@ -20,7 +23,10 @@ def validate_layout(template: str, what: str = "--layout") -> str:
     """A wheelhouse layout: a relative folder template of {package} {short} {version} {torch} {cuda}
     {python} {py} and [A-Za-z0-9._-/] (a team's flash-attn matrix's fa{version}/torch{torch}/{cuda}), at most
     MAX_LAYOUT_DEPTH folders deep. Refused otherwise. The one check of a layout, whichever command
-    or config file gives it (imagegen.plan.options, imagegen.plan.config)."""
+    or config file gives it (imagegen.plan.options, imagegen.plan.config). ``.`` and ``""`` are the flat
+    layout, returned as FLAT (``out / "."`` is ``out``)."""
+    if template in ("", FLAT):
+        return FLAT
     hint = f"fields: {', '.join('{' + f + '}' for f in LAYOUT_FIELDS)}; e.g. fa{{version}}/torch{{torch}}/{{cuda}}"
     if not isinstance(template, str) or not 1 <= len(template) <= 200 \
             or not re.fullmatch(r"[A-Za-z0-9._/{}-]+", template):
@@ -38,7 +44,8 @@ def validate_layout(template: str, what: str = "--layout") -> str:
         raise UsageError(f"{what} {template!r}: a brace belongs to a {{field}} only, not to a folder name ({hint})")
     parts = template.split("/")
     if template.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise UsageError(f"{what} {template!r}: a relative folder below the output folder (no /, . or .. parts)")
+        raise UsageError(f"{what} {template!r}: a relative folder below the output folder (no /, . or .. parts;"
+                         " '.' alone is flat: the wheels directly in the output folder)")
     if len(parts) > MAX_LAYOUT_DEPTH:
         raise UsageError(f"{what} {template!r}: {len(parts)} folders deep, deeper than the {MAX_LAYOUT_DEPTH} that"
                          " index, publish and collect look into: the wheels would be built, then never found")

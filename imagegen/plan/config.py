@@ -146,7 +146,7 @@ def load_config(path: Path | None = None, *, search_from: Path | None = None) ->
     layout = section.get("layout")
     if layout is not None:
         try:
-            validate_layout(layout, f"{where}.layout")
+            layout = validate_layout(layout, f"{where}.layout")  # "" and "." are FLAT
         except UsageError as exc:
             raise ConfigError(str(exc)) from None
     offline = section.get("offline", False)

@@ -201,7 +201,7 @@ def build_definition(plan: Plan, *, out_dir: str, dockerfiles_dir: str = "docker
         rendered = render_dockerfile(cell, command=command, inputs=(inputs or {}).get(name), files_dir=name)
         dockerfiles[path] = rendered.dockerfile
         dockerfiles.update({f"{dockerfiles_dir}/{rel}": text for rel, text in rendered.files.items()})
-        out = f"{out_dir}/{cell.wheel_dir}"
+        out = out_dir if cell.wheel_dir == "." else f"{out_dir}/{cell.wheel_dir}"  # "." : the flat layout
         safety.validate(out, safety.LOCAL_PATH, "output folder")
         contexts = {SCRIPTS_CONTEXT: scripts}
         if cell.recipe.source_kind == "local" and cell.recipe.source_path is not None:
