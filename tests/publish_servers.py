@@ -313,8 +313,9 @@ def multipart_fields(request: Request) -> dict[str, tuple[str | None, bytes]]:
 
 class FakeHub(RecordingServer):
     """Model repositories with branches, commits and LFS objects. Writes (repository creation too) need
-    ``token``; reads of a public repository need none; a wrong token is a 401, as on the Hub. ``race`` = (path, bytes) makes
-    the next commit lose to one of that file that lands first (another uploader's), as in a race."""
+    ``token``; reads of a public repository need none; a wrong token is a 401, as on the Hub. ``race`` =
+    (path, bytes) makes the next commit lose to one of that file that lands first (another uploader's), as
+    in a race."""
 
     def __init__(self, token: str) -> None:
         super().__init__()
@@ -381,7 +382,8 @@ class FakeHub(RecordingServer):
             if repo_id in self.repos:
                 return Reply(409, {"error": "You already created this model repo", "url": f"{self.base}/{repo_id}"})
             self.add_repo(repo_id)
-            self.created.append({"repo": repo_id, **{k: v for k, v in body.items() if k not in ("name", "organization")}})
+            rest = {k: v for k, v in body.items() if k not in ("name", "organization")}
+            self.created.append({"repo": repo_id, **rest})
             return Reply(200, {"url": f"{self.base}/{repo_id}", "name": repo_id})
         if request.method == "PUT" and request.path.startswith("/lfs-upload/"):
             oid = request.path.rsplit("/", 1)[1]

@@ -144,7 +144,8 @@ def _collect_external(args: argparse.Namespace) -> int:
             placed = collect.place_external(into, wheel, external.cell_key(wheel),
                                             external.entry(wheel, archs, expected, report))
         except OSError as exc:
-            raise UsageError(f"--out {shown(into)}: cannot write there ({exc.strerror or exc.__class__.__name__})") from None
+            why = exc.strerror or exc.__class__.__name__
+            raise UsageError(f"--out {shown(into)}: cannot write there ({why})") from None
         result.update(status="recorded external", placed=str(placed), tags=list(report.tags),
                       warnings=list(report.warnings))
     failed = [r for r in results if r["status"] == "failed"]

@@ -42,8 +42,8 @@ GITHUB_API_URL), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (
 AWS_REGION). A dry run (``dry_run``, `publish --dry-run`) contacts no destination (``offline``): it lists
 the verified wheels each destination would be given, and works with no network and no credentials; a
 checking dry run (``offline=False``, `publish --check`) reads what is there (with the credentials if they
-are set, anonymously if not), so says what would be skipped or refused, and uploads nothing. Every message a destination or its client library gives is stripped of the
-secret values before it is shown.
+are set, anonymously if not), so says what would be skipped or refused, and uploads nothing. Every
+message a destination or its client library gives is stripped of the secret values before it is shown.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ class Destination:
 MODULES = {PypiDest: "pypi_upload", HubDest: "hub_upload", GithubDest: "github_upload", S3Dest: "s3_upload"}
 
 
-def connect(dest: Dest, env: Mapping[str, str], *, write: bool, out: Path | None = None, create: bool = False) -> Target:
+def connect(dest: Dest, env: Mapping[str, str], *, write: bool, out: Path | None = None,
+            create: bool = False) -> Target:
     """The destination's module (imported only now: each brings a client library) connected to it; an S3
     bucket is told the wheelhouse ``out`` (with layout=wheelhouse, a wheel's key is its path below it); a
     Hub repository is created first with ``create`` (--create) when writing."""
@@ -146,7 +147,8 @@ class Outcome:
                 "detail": self.detail, **({"external": True} if self.external else {})}
 
     def line(self) -> str:
-        return f"{self.status.replace('-', ' '):<12} {self.wheel}{' [external]' if self.external else ''} -> {self.dest}" + (
+        wheel = f"{self.wheel} [external]" if self.external else self.wheel
+        return f"{self.status.replace('-', ' '):<12} {wheel} -> {self.dest}" + (
             f" ({self.detail})" if self.detail else "")
 
 
@@ -310,9 +312,11 @@ def _offline(dest: Dest, wheels: list[VerifiedWheel], out: Path) -> list[Outcome
         except PublishError as exc:
             outcomes = [Outcome(dest.text, w.path.name, w.sha256, FAILED, str(exc), is_external(w.entry))
                         for w in wheels]
-            return outcomes + [Outcome(dest.text, SERVED, "", FAILED, "not uploaded: no index to serve the wheels with")]
-        outcomes.append(Outcome(dest.text, SERVED, "", WOULD_UPLOAD, f"{len(files)} file{'s' if len(files) != 1 else ''}"
-                                f" to write or leave unchanged at s3://{dest.bucket}/{dest.prefix} ({NOT_CONTACTED})"))
+            return outcomes + [Outcome(dest.text, SERVED, "", FAILED,
+                                       "not uploaded: no index to serve the wheels with")]
+        count = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+        outcomes.append(Outcome(dest.text, SERVED, "", WOULD_UPLOAD, f"{count} to write or leave unchanged at"
+                                f" s3://{dest.bucket}/{dest.prefix} ({NOT_CONTACTED})"))
     return outcomes
 
 

@@ -48,7 +48,8 @@ def test_an_external_wheel_is_verified_copied_flat_and_recorded_as_such(tmp_path
     assert "smoke test (import)" in entry["not_checked"]
     assert (entry["archs"], entry["expected_archs"], entry["cuda"], entry["torch"], entry["python"]) == (
         ARCHS, ARCHS, "cu130", "2.11", "3.11")
-    assert entry["verify"]["ok"] is True and entry["verify"]["extensions"][0]["archs"] == ["sm_80", "sm_90", "compute_90"]
+    assert entry["verify"]["ok"] is True
+    assert entry["verify"]["extensions"][0]["archs"] == ["sm_80", "sm_90", "compute_90"]
     # Again: the same bytes are recorded again, nothing copied twice.
     assert external(tmp_path)[0] == 0 and len(wheelhouse.verified_wheels(house)) == 1
 

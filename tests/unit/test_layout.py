@@ -26,7 +26,8 @@ def test_good_layouts_are_kept(good):
     ("/abs/{package}", "relative folder"), ("a/../{package}", "relative folder"), ("a//b", "relative folder"),
     ("{nope}", "unknown field {nope}"), ("{}", "unknown field"), ("{0}", "unknown field {0}"),
     ("{version!r}", "use letters"), ("{version:>9}", "use letters"), ("a b", "use letters"), ("$(id)", "use letters"),
-    ("{version", "unbalanced"), ("./", "relative folder"), ("./{package}", "relative folder"), ("x" * 201, "use letters"),
+    ("{version", "unbalanced"), ("./", "relative folder"), ("./{package}", "relative folder"),
+    ("x" * 201, "use letters"),
 ])
 def test_bad_layouts_are_one_line(bad, words):
     with pytest.raises(UsageError, match=words.replace("{", r"\{").replace("(", r"\(")):
