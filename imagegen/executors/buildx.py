@@ -227,6 +227,7 @@ def _compile_cells(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | 
                     error = f"{logs.errors[c.name]} ({error})"
                 if not ok and logs.bake_error and c.name not in logs.failed:
                     error = f"bake failed before building: {logs.bake_error}"
+                error = bases.not_pulled(c, [logs.bake_error, *logs.tail(c.name)]) or error
                 results[c.name] = CellResult(c, "failed", log=logs.folder / f"{c.name}.log",
                                              seconds=time.time() - started[c.name], error=error,
                                              log_tail=logs.tail(c.name), audit=verdicts.get(c.name))

@@ -14,6 +14,7 @@ from imagegen import interrupt
 from imagegen.errors import ImagegenError
 from imagegen.executors.bake_log import AUDIT_SUFFIX, TargetLogs
 from imagegen.executors.bake_run import Run, prepare_run, run_bake
+from imagegen.executors.bases import not_pulled
 from imagegen.model.cell import Cell, Plan
 from imagegen.model.cell import CellResult
 
@@ -33,6 +34,7 @@ class AuditOutcome:
     error: str = ""
     log: Path | None = None
     log_tail: list[str] = field(default_factory=list)
+    base_missing: bool = False  # the base image could not be pulled: skipping the audit would not help
 
 
 def audit(plan: Plan, *, work: Path, builder: str | None = None, ca_bundle: str | None = None,
@@ -86,7 +88,10 @@ def _audit_cells(cells: list[Cell], run: Run, logs: TargetLogs, builder: str | N
                 error = logs.errors.get(c.name) or ("bake failed before building: " + logs.bake_error
                                                     if logs.bake_error and c.name not in logs.failed else
                                                     "its builder image or the audit step failed")
-                outcomes[c.name] = AuditOutcome(c, None, error=error, log=log, log_tail=logs.tail(c.name))
+                tail = logs.tail(c.name)
+                missing = not_pulled(c, [logs.bake_error, *tail])
+                outcomes[c.name] = AuditOutcome(c, None, error=missing or error, log=log, log_tail=tail,
+                                                base_missing=missing is not None)
             else:
                 say(f"[{c.name}] audit cancelled by a failing neighbour; queued again on its own")
                 queue.append(c)
@@ -121,5 +126,6 @@ def audit_gate(todo: list[Cell], run: Run, logs: TargetLogs, builder: str | None
                                          audit=a.verdict.as_dict())
         else:
             results[c.name] = CellResult(c, "failed", log=a.log, log_tail=a.log_tail,
-                                         error=f"the gencode audit could not run: {a.error} (--no-audit skips it)")
+                                         error=a.error if a.base_missing else
+                                         f"the gencode audit could not run: {a.error} (--no-audit skips it)")
     return passed

@@ -123,3 +123,36 @@ def test_the_gate_lets_passed_cells_through_and_fails_the_others_with_the_reason
     assert results[third.name].error == ("the gencode audit could not run: its builder image or the audit step failed"
                                          " (--no-audit skips it)")
     assert results[third.name].audit is None and results[third.name].log == tmp_path / "logs" / f"{third.name}.log"
+
+
+# BuildKit's own lines (docker buildx bake, docker driver) when FROM's image cannot be pulled.
+_BAKE_LAST = ("ERROR: failed to solve: {ref}: failed to resolve source metadata for docker.io/{ref}: failed to do request:"
+              " Head \"https://registry-1.docker.io/v2/{ref}\": dial tcp: lookup registry-1.docker.io on 10.0.0.53:53:"
+              " no such host")
+_VERTEX = ["#3 [{name} internal] load metadata for docker.io/{ref}",
+           "#3 ERROR: failed to do request: Head \"https://registry-1.docker.io/v2/x\": dial tcp: lookup"
+           " registry-1.docker.io: no such host"]
+
+
+def test_a_base_image_that_cannot_be_pulled_is_named_with_the_fixes_that_apply():
+    from imagegen.executors.bases import not_pulled
+    ref = PY311.base.ref
+    for lines in ([_BAKE_LAST.format(ref=ref)], [line.format(name=PY311.name, ref=ref) for line in _VERTEX]):
+        said = not_pulled(PY311, lines)
+        assert said is not None and said.startswith(f"the base image {ref.removeprefix('docker.io/')} cannot be pulled (")
+        assert "no such host" in said and "--flavor" in said and "--base-image" in said and "imagegen lock" in said
+        assert "--no-audit" not in said
+    # Another image (the Dockerfile frontend's), or another failure: not the base image's.
+    assert not_pulled(PY311, [_BAKE_LAST.format(ref="docker/dockerfile:1.7")]) is None
+    assert not_pulled(PY311, ["ERROR: failed to solve: process did not complete successfully"]) is None
+
+
+def test_the_gate_says_a_base_image_cannot_be_pulled_without_suggesting_no_audit(tmp_path, bake):
+    bake.bake_error = _BAKE_LAST.format(ref=PY311.base.ref)
+    run = prepare_run([PY311], tmp_path / "work")
+    logs = TargetLogs(tmp_path / "logs", [PY311.name])
+    results: dict = {}
+    assert buildx_audit.audit_gate([PY311], run, logs, None, results, {}, lambda m: None) == []
+    logs.close()
+    error = results[PY311.name].error
+    assert "cannot be pulled" in error and "--no-audit" not in error and "--base-image" in error
