@@ -18,7 +18,8 @@ from imagegen.outputs import shown
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from imagegen.commands import doctor
-    report = doctor.run(common.validate_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine)
+    report = doctor.run(common.validate_exe(args.python_exe, "--python-exe"), Path.cwd(), engine=not args.no_engine,
+                        build=not args.no_build)
     print(report.as_json() if args.json else report.text())
     if report.failed:
         # Exit 4 (the exit-code table of docs/reference/cli.md: Docker, buildx or the host toolchain missing or refused), what every

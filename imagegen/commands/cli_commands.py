@@ -210,6 +210,8 @@ DOCTOR = Command("doctor", "checking.cmd_doctor", "check this machine: torch, nv
     " (a real bake matrix with local export is tried), disk, RAM/cores and the job settings builds would use."), (
     Opt(("--python-exe",), type=path_text, help="the interpreter whose torch to check (default: this one)"),
     Opt(("--no-engine",), action="store_true", help="skip the Docker checks"),
+    Opt(("--no-build",), action="store_true", help="check the engine and buildx without building the tiny probe"
+        " image (a 2-target bake matrix exported locally, nothing pulled; said before it runs)"),
     JSON,
 ))
 

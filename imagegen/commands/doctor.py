@@ -4,7 +4,7 @@ Diagnoses, each with its fix: Python; torch and its CUDA; nvcc and CUDA_HOME, an
 equals torch's CUDA major; the GPUs and their compute capability (what --arch to ask for); the CMake a
 native build would run (the venv's first) against the catalogue's CMake builds' requirement; the
 Docker engine and buildx, and whether a bake matrix and a local export really work here (a tiny
-bake run, no registry needed); how containers can be given the GPUs (toolkit, CDI, or the device
+bake run, no registry needed, said on stderr before it runs; --no-build skips it); how containers can be given the GPUs (toolkit, CDI, or the device
 nodes and driver libraries by hand); disk; RAM, cores and the job settings builds would use.
 """
 
@@ -151,7 +151,14 @@ def diagnose_build_tools(report: Report, python_exe: str) -> None:
         report.add("cmake", OK, f"{have} ({exe}): enough for {wanted}")
 
 
-def diagnose_engine(report: Report) -> None:
+PROBE_BAKE_TIMEOUT = 120  # seconds the probe bake may take (a few, where the engine works)
+PROBE_SKIPPED = "skipped (--no-build): buildx bake's matrix and local export were not tried"
+
+
+def diagnose_engine(report: Report, *, build: bool = True,
+                    say=lambda m: print(m, file=sys.stderr, flush=True)) -> None:
+    """The Docker engine and buildx; with ``build``, a tiny probe bake on the engine (said on stderr
+    first, since it builds on the user's engine: --no-build skips it)."""
     if not shutil.which("docker"):
         from imagegen.engine import NO_DOCKER
         what, _, fix = NO_DOCKER.partition(": ")
@@ -171,13 +178,19 @@ def diagnose_engine(report: Report) -> None:
     report.add("buildx", OK, " ".join(words[1:2]) if len(words) > 1 else bx.stdout.strip())
     if server is None or server.returncode != 0:
         return
+    if not build:
+        report.add("bake matrix + local export", WARN, PROBE_SKIPPED, "run imagegen doctor without --no-build to try it")
+        return
     # A bake matrix (buildx >= 0.11) and a local export, end to end, with nothing to pull.
+    say(f"doctor: building a tiny probe image on the engine (a few seconds, at most {PROBE_BAKE_TIMEOUT} s);"
+        " --no-build skips it")
     with tempfile.TemporaryDirectory(prefix="imagegen-doctor-") as tmp:
         bake = {"target": {"probe": {"name": "probe-${n}", "matrix": {"n": ["a", "b"]},
                                      "dockerfile-inline": "FROM scratch\nCOPY <<EOF /ok\nok\nEOF\n",
                                      "output": ["type=local,dest=out/${n}"]}}}
         (Path(tmp) / "probe.json").write_text(json.dumps(bake))
-        proc = _docker("buildx", "bake", "-f", "probe.json", "--progress", "plain", "probe", timeout=120, cwd=Path(tmp))
+        proc = _docker("buildx", "bake", "-f", "probe.json", "--progress", "plain", "probe", timeout=PROBE_BAKE_TIMEOUT,
+                       cwd=Path(tmp))
         exported = sorted(p.relative_to(tmp).as_posix() for p in Path(tmp, "out").rglob("*") if p.is_file()) \
             if Path(tmp, "out").exists() else []
     if proc is not None and proc.returncode == 0 and exported == ["out/a/ok", "out/b/ok"]:
@@ -274,11 +287,11 @@ def diagnose_machine(report: Report, root: Path) -> None:
                    "" if s.max_jobs * s.nvcc_threads > 1 else "little RAM: builds will be slow but will not be OOM-killed")
 
 
-def run(python_exe: str | None = None, root: Path | None = None, engine: bool = True) -> Report:
+def run(python_exe: str | None = None, root: Path | None = None, engine: bool = True, build: bool = True) -> Report:
     report = Report()
     diagnose_build_tools(report, diagnose_toolchain(report, python_exe))
     if engine:
-        diagnose_engine(report)
+        diagnose_engine(report, build=build)
         diagnose_container_gpus(report)
         diagnose_build_gpus(report)
     diagnose_machine(report, root or Path.cwd())

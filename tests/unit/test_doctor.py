@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from imagegen import cli
 from imagegen.commands import doctor
 from imagegen.engine import NO_DOCKER
 
@@ -190,6 +191,25 @@ def test_a_working_engine_with_a_bake_matrix_and_local_export(tmp_path, bare_pat
     assert bake == "buildx bake -f probe.json --progress plain probe"
     assert Path(where.removeprefix("in ")).parent == tmp_path.resolve()  # a temporary folder of its own...
     assert list(tmp_path.glob("imagegen-doctor-*")) == []  # ...removed afterwards
+
+
+def test_the_probe_bake_is_said_before_it_runs_and_no_build_skips_it(tmp_path, bare_path, monkeypatch, capsys):
+    calls = _docker(bare_path, tmp_path, monkeypatch, HEALTHY_DOCKER.replace("{export}", BOTH))
+    said: list[tuple[str, bool]] = []
+    doctor.diagnose_engine(doctor.Report(), say=lambda m: said.append((m, "buildx bake" in calls.read_text())))
+    [(line, baked_already)] = said
+    assert line.startswith("doctor: building a tiny probe image on the engine (") and line.endswith("--no-build skips it")
+    assert not baked_already and "buildx bake" in calls.read_text()
+    # The command: the line on stderr (stdout keeps the report); --no-build checks the engine, bakes nothing.
+    calls.write_text("")
+    assert cli.main(["doctor", "--no-build"]) in (0, 4)
+    out, err = capsys.readouterr()
+    assert "buildx bake" not in calls.read_text() and "buildx version" in calls.read_text()
+    assert "probe image" not in err and doctor.PROBE_SKIPPED in out
+    cli.main(["doctor"])
+    out, err = capsys.readouterr()
+    assert "doctor: building a tiny probe image on the engine" in err and "probe image" not in out
+    assert "buildx bake" in calls.read_text()
 
 
 def test_a_bake_that_does_not_export_both_targets_fails_with_what_to_do(tmp_path, bare_path, monkeypatch):
