@@ -144,3 +144,188 @@ def test_a_real_ccache_shares_objects_through_a_real_redis_with_a_hard_password(
         for i, text in enumerate(texts):
             assert piece not in text, (piece, i)
     assert "frag" not in logged.out
+
+
+# --------------------------------------------------------------------------------------------
+# 2. the sdist fetch: an overall deadline, and only https links (http to loopback) from a mirror's page
+
+import http.server  # noqa: E402
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from tests.unit.builder_script import BUILDER  # noqa: E402
+
+SDIST = BUILDER / "imagegen_sdist.py"
+
+
+class Trickle:
+    """A real server on loopback that answers one byte a second: after its headers (``head``) or from
+    its first byte on (the status line itself trickles)."""
+
+    def __init__(self, head: bool):
+        self.head, self.conns = head, []
+
+    def __enter__(self) -> "Trickle":
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"
+        try:
+            conn.recv(65536)
+            if self.head:
+                conn.sendall(head)
+                head = b""
+            for byte in head + b"x" * 100000:
+                if self.stop.is_set():
+                    return
+                conn.sendall(bytes([byte]) if isinstance(byte, int) else byte)
+                time.sleep(1)
+        except OSError:
+            pass
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+class Failed(Exception):
+    pass
+
+
+def _fetch_in_process(tmp_path, url, env, deadline=None, monkeypatch=None):
+    """The build's fetch_sdist itself (a fresh copy of the shipped module), its log and its one failure line."""
+    mod = builder_module("imagegen_sdist_round3_%d" % time.monotonic_ns(), SDIST)
+    if deadline:
+        monkeypatch.setattr(mod, "DOWNLOAD_DEADLINE_S", deadline)
+        monkeypatch.setattr(mod, "PAGE_DEADLINE_S", deadline)
+    logged = []
+
+    def fail(msg, code=1):
+        raise Failed(msg)
+
+    src = {"url": url, "ref": "demo-1.0.tar.gz", "sha256": "0" * 64}
+    return mod, logged, lambda: mod.fetch_sdist(src, "Demo_Pkg", str(tmp_path / "src"), env, logged.append, fail)
+
+
+@pytest.mark.parametrize("head", [True, False], ids=["the-body-trickles", "the-status-line-trickles"])
+def test_a_server_that_sends_a_byte_a_second_fails_the_download_within_its_deadline(tmp_path, monkeypatch, head):
+    with Trickle(head) as server:
+        _, _, run = _fetch_in_process(tmp_path, server.url + "/demo-1.0.tar.gz", {}, deadline=3, monkeypatch=monkeypatch)
+        started = time.monotonic()
+        with pytest.raises(Failed) as info:
+            run()
+        took = time.monotonic() - started
+    msg = str(info.value)
+    assert took < 8, took  # 3 s and the watchdog's second, not 100000 s
+    assert "\n" not in msg and msg.startswith("cannot download demo-1.0.tar.gz: http://127.0.0.1:") and \
+        "no whole answer within 3 s" in msg, msg
+
+
+def test_a_mirror_page_in_the_deadline_too_then_the_recipe_url(tmp_path, monkeypatch):
+    # PIP_INDEX_URL's page trickles: the page read ends within its deadline, the recipe's URL is used
+    data = tar_gz_demo()
+    with Trickle(True) as mirror, _files({"/demo-1.0.tar.gz": data}) as origin:
+        mod, logged, run = _fetch_in_process(tmp_path, origin.url + "/demo-1.0.tar.gz",
+                                             {"PIP_INDEX_URL": mirror.url + "/simple"}, deadline=2,
+                                             monkeypatch=monkeypatch)
+        started = time.monotonic()
+        with pytest.raises(Failed, match="not the pinned"):  # it downloaded the recipe's file (our pin is zeros)
+            run()
+        assert time.monotonic() - started < 7
+    assert any("no whole answer within 2 s" in line for line in logged), logged
+
+
+def tar_gz_demo() -> bytes:
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        info = tarfile.TarInfo("demo-1.0/setup.py")
+        info.size = 7
+        tf.addfile(info, io.BytesIO(b"# demo\n"))
+    return buf.getvalue()
+
+
+def _files(files):
+    from tests.unit.test_sdist import Files
+    return Files(files)
+
+
+@pytest.mark.parametrize("link", ["file://{fifo}", "ftp://127.0.0.1:{port}/demo-1.0.tar.gz",
+                                  "http://198.51.100.7/demo-1.0.tar.gz"])
+def test_a_mirror_page_linking_a_fifo_or_ftp_is_not_followed(tmp_path, monkeypatch, link):
+    # A mirror's page links the sdist at file:///.../demo-1.0.tar.gz, a FIFO (opening it blocks until a
+    # writer comes: the build hung), at ftp://, or at plain http:// off loopback: none is opened; the
+    # recipe's own URL is used.
+    import hashlib
+
+    (tmp_path / "fifo").mkdir()
+    fifo = tmp_path / "fifo" / "demo-1.0.tar.gz"
+    os.mkfifo(fifo)
+    data = tar_gz_demo()
+    with _files({"/files/demo-1.0.tar.gz": data}) as origin:
+        href = link.format(fifo=fifo, port=origin.server.server_address[1])
+        page = f'<html><a href="{href}#sha256=x">demo-1.0.tar.gz</a></html>'.encode()
+        origin.files["/simple/demo-pkg/"] = page
+        mod, logged, run = _fetch_in_process(tmp_path, origin.url + "/files/demo-1.0.tar.gz",
+                                             {"PIP_INDEX_URL": origin.url + "/simple"})
+        src = {"url": origin.url + "/files/demo-1.0.tar.gz", "ref": "demo-1.0.tar.gz",
+               "sha256": hashlib.sha256(data).hexdigest()}
+        done = {}
+        worker = threading.Thread(target=lambda: done.setdefault("ok", mod.fetch_sdist(
+            src, "Demo_Pkg", str(tmp_path / "src"), {"PIP_INDEX_URL": origin.url + "/simple"}, logged.append,
+            lambda m, c=1: done.setdefault("failed", m))), daemon=True)
+        worker.start()
+        worker.join(20)
+        hung = worker.is_alive()
+        if hung:  # the fetch opened the FIFO: a writer lets it go
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+            worker.join(10)
+    assert not hung, "the fetch opened the FIFO the mirror's page linked"
+    assert "failed" not in done, done
+    assert (tmp_path / "src" / "setup.py").read_bytes() == b"# demo\n"
+    assert any("link to demo-1.0.tar.gz is not followed (only https:// links are followed" in line
+               for line in logged), logged
+    assert origin.asked == ["/simple/demo-pkg/", "/files/demo-1.0.tar.gz"]
+
+
+def test_a_redirect_to_ftp_is_not_followed(tmp_path):
+    mod = builder_module("imagegen_sdist_round3_redirect", SDIST)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(302)
+            self.send_header("Location", "ftp://127.0.0.1:9/demo-1.0.tar.gz")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(Exception) as info:
+            mod.download(f"http://127.0.0.1:{server.server_address[1]}/demo-1.0.tar.gz", {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "redirect not followed: only https:// links are followed, not ftp://" in str(info.value)

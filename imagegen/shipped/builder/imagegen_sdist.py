@@ -16,6 +16,10 @@ SDIST_MARKER = ".imagegen-sdist"  # in an unpacked sdist: the sha256 of the arch
 MAX_SDIST_BYTES = 1 << 30  # the largest CUDA-extension sdists are tens of MB; more is not an sdist
 MAX_UNPACKED_BYTES = 8 << 30  # what its members may add up to once unpacked (a compressed bomb is refused)
 MAX_MEMBERS = 200000
+# The whole of one download, connect to last byte: a server that stalls or sends a byte a second fails
+# the download in this time, not a socket timeout's per read (the sdist's tens of MB take seconds).
+DOWNLOAD_DEADLINE_S = 600
+PAGE_DEADLINE_S = 120  # a mirror's project page
 
 
 def fetch_sdist(src, project, dest, env, log, fail):
@@ -61,12 +65,18 @@ def sdist_urls(url, filename, project, env, log):
     if index and "pypi.org/simple" not in index:
         page_url = index.rstrip("/") + "/" + wheeltools.project_name(project) + "/"
         try:
-            page = download(page_url, env, limit=16 << 20).decode("utf-8", "replace")
+            page = download(page_url, env, limit=16 << 20, deadline_s=PAGE_DEADLINE_S).decode("utf-8", "replace")
             for href in re.findall(r'href=["\']([^"\']+)["\']', page):
                 target = href.split("#", 1)[0]
                 if target.rsplit("/", 1)[-1] == filename:
                     from urllib.parse import urljoin
-                    urls.append(urljoin(page_url, target.replace("&amp;", "&")))
+                    link = urljoin(page_url, target.replace("&amp;", "&"))
+                    why = not_followed(link, page_url)
+                    if why:  # file://, ftp://, plain http elsewhere: never opened (a FIFO there would hang the build)
+                        log("the package index's link to %s is not followed (%s): using %s" % (
+                            filename, why, url.split("@")[-1]))
+                    else:
+                        urls.append(link)
                     break
         except Exception as exc:
             log("the package index has no page for %s (%s): using %s" % (project, exc, url.split("@")[-1]))
@@ -93,11 +103,82 @@ def download_failure(url, exc, env):
     return str(exc)
 
 
-def download(url, env, limit=MAX_SDIST_BYTES):
-    """The body of ``url`` (at most ``limit`` bytes), with the CA bundle the build was given and
-    the user:password of the URL, if any, as basic auth (a private index)."""
+def _loopback(host):
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def not_followed(url, origin):
+    """Why a link (on a mirror's page, or a redirect) from ``origin`` is not followed, '' when it is:
+    https:// only, plain http:// to loopback or to the origin's own http host and port (a LAN mirror's
+    relative links); never file://, ftp:// or any other scheme (a local file, a FIFO, a device)."""
+    from urllib.parse import urlsplit
+
+    parts, start = urlsplit(url), urlsplit(origin)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        return "only https:// links are followed, not %s://" % (scheme or "a scheme-less")
+    if not parts.hostname:
+        return "no host"
+    if scheme == "https":
+        return ""
+    if scheme == "http" and (_loopback(parts.hostname) or (start.scheme.lower() == "http" and (
+            parts.hostname, parts.port) == (start.hostname, start.port))):
+        return ""
+    return "only https:// links are followed (plain http:// to loopback or the page's own host)"
+
+
+def download(url, env, limit=MAX_SDIST_BYTES, deadline_s=None):
+    """The body of ``url`` (at most ``limit`` bytes, all of it within ``deadline_s`` seconds: else
+    TimeoutError), with the CA bundle the build was given and the user:password of the URL, if any,
+    as basic auth (a private index). http:// and https:// only; a redirect goes where a link may
+    (``not_followed``), without the credential when it leaves the host."""
+    import threading
+    import time
+    from urllib.parse import urlsplit
+
+    deadline_s = deadline_s or DOWNLOAD_DEADLINE_S
+    if urlsplit(url).scheme.lower() not in ("http", "https") or not urlsplit(url).hostname:
+        raise ValueError("not an http:// or https:// URL")
+    sockets, result = [], {}
+    end = time.monotonic() + deadline_s
+
+    def work():
+        try:
+            result["data"] = _download(url, env, limit, end, sockets, deadline_s)
+        except BaseException as exc:  # handed to the caller below
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, name="imagegen-download", daemon=True)
+    worker.start()
+    worker.join(deadline_s + 1)
+    if worker.is_alive():
+        for sock in list(sockets):  # unblock the worker's read: it ends instead of waiting on the server
+            try:
+                sock.shutdown(2)
+            except OSError:
+                pass
+        raise TimeoutError(_late(deadline_s))
+    if "error" in result:
+        raise result["error"]
+    return result["data"]
+
+
+def _late(deadline_s):
+    return "no whole answer within %d s (the server stalls or trickles)" % deadline_s
+
+
+def _download(url, env, limit, end, sockets, deadline_s):
     import base64
+    import http.client
     import ssl
+    import time
     import urllib.request
     from urllib.parse import urlsplit, urlunsplit
 
@@ -119,12 +200,56 @@ def download(url, env, limit=MAX_SDIST_BYTES):
             headers["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
     cafile = env.get("PIP_CERT") or env.get("SSL_CERT_FILE")
     context = ssl.create_default_context(cafile=cafile if cafile and os.path.isfile(cafile) else None)
+
+    def kept(cls):
+        class Kept(cls):
+            def connect(self):
+                cls.connect(self)
+                sockets.append(self.sock)
+        return Kept
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(kept(http.client.HTTPConnection), req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(kept(http.client.HTTPSConnection), req, context=context)
+
+    class Redirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, hdrs, newurl):
+            why = not_followed(newurl, req.full_url)
+            if why:
+                raise urllib.error.HTTPError(newurl, code, "redirect not followed: %s" % why, hdrs, fp)
+            new = urllib.request.HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, hdrs, newurl)
+            if new is not None and urlsplit(newurl).netloc != urlsplit(req.full_url).netloc:
+                for name in ("Authorization", "authorization"):  # the credential stays with its host
+                    new.headers.pop(name, None)
+                    new.unredirected_hdrs.pop(name, None)
+            return new
+
+    import urllib.error
+
+    # no FileHandler, FTPHandler or DataHandler: only http and https are ever opened
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), Http(), Https(),
+                    urllib.request.HTTPDefaultErrorHandler(), Redirect(), urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(handler)
     request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=120, context=context) as resp:
-        data = resp.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError("larger than %d bytes" % limit)
-    return data
+    timeout = max(1.0, min(120.0, end - time.monotonic()))
+    chunks, size = [], 0
+    with opener.open(request, timeout=timeout) as resp:
+        while True:
+            if time.monotonic() > end:
+                raise TimeoutError(_late(deadline_s))
+            chunk = resp.read1(1 << 16) if hasattr(resp, "read1") else resp.read(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise ValueError("larger than %d bytes" % limit)
+    return b"".join(chunks)
 
 
 def unpack_sdist(data, filename, dest, fail):
