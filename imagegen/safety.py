@@ -213,8 +213,9 @@ def os_reason(exc: BaseException) -> str:
 
 # scheme://USERINFO@ (userinfo holds no '/', '?', '#' or '@'; git@host:path has no scheme and
 # names a user, not a secret, so it is not matched); also scheme:/USERINFO@, what a URL becomes as a
-# path (str(Path("https://u:TOKEN@h/x")) is "https:/u:TOKEN@h/x").
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}:/{1,3})([^/?#@\s'\"<>]+)@")
+# path (str(Path("https://u:TOKEN@h/x")) is "https:/u:TOKEN@h/x"). Not file:///PATH: its authority is
+# empty, so `file:///srv@v2.2.0` is the repository /srv at v2.2.0, not a user "srv".
+_USERINFO = re.compile(r"(?i)\b(?!file:///)([a-z][a-z0-9+.-]{0,30}:/{1,3})([^/?#@\s'\"<>]+)@")
 # Query parameters that carry a secret (?access_token=..., &X-Amz-Signature=..., ?sig=...).
 _SECRET_PARAM = re.compile(
     r"(?i)([?&;](?:access_token|private_token|token|auth|password|passwd|pwd|secret|client_secret|api_key|apikey"

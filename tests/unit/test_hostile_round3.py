@@ -329,3 +329,50 @@ def test_a_redirect_to_ftp_is_not_followed(tmp_path):
         server.shutdown()
         server.server_close()
     assert "redirect not followed: only https:// links are followed, not ftp://" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. a repository at a top-level path: file:///srv@v2.2.0 is /srv at v2.2.0, not a user "srv"
+
+
+@pytest.mark.parametrize("url", ["file:///srv@v2.2.0", "file:///srv", "file:////srv@v1", "file:///opt@main"])
+def test_a_top_level_file_url_carries_no_credential(url):
+    from imagegen import safety
+    assert not safety.has_credentials(url) and safety.redact(url) == url
+
+
+@pytest.mark.parametrize("url", ["file://user:pw@host/srv@v1", "https:///u:tok@host/x", "https://u:tok@h/srv@v1"])
+def test_a_credential_is_still_found_beside_it(url):
+    from imagegen import safety
+    assert safety.has_credentials(url) and "tok" not in safety.redact(url) and "pw@" not in safety.redact(url)
+
+
+def test_plan_of_a_top_level_repository_reaches_git_with_its_path_shown(tmp_path, capsys, monkeypatch):
+    # one not there: git's own reason, the path unmasked, not "carries a credential"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    missing = "/imagegen-no-such-repo-%d" % os.getpid()
+    code = main(["plan", "flash-attn", "--git", f"file://{missing}@v2.2.0", "--torch", "2.8", "--cuda", "12.8",
+                 "--python", "3.12", "--arch", "9.0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "carries a credential" not in err and "***" not in err, err
+    assert f"cannot resolve v2.2.0 at file://{missing}: git ls-remote failed: fatal: '{missing}' does not appear" in err, err
+
+
+@pytest.mark.skipif(not os.access("/", os.W_OK), reason="a top-level repository needs a writable / (root in CI)")
+def test_a_real_top_level_repository_is_resolved_and_exported(tmp_path, capsys, monkeypatch):
+    import json
+
+    from tests.git_server import tiny_kernel_repo
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo, commit = tiny_kernel_repo(tmp_path)
+    top = Path("/imagegen-round3-%d" % os.getpid())
+    top.symlink_to(repo)  # /NAME, one segment: what file:///srv is
+    try:
+        recipes = Path(__file__).parents[1] / "fixtures" / "tiny_git_recipe"
+        assert main(["plan", "tiny", "--git", f"file://{top}@v0.1.0", "--json", "--torch", "2.11", "--cuda", "13.0",
+                     "--python", "3.11", "--arch", "8.0", "--flavor", "pypi", "--recipe-dir", str(recipes)]) == 0
+    finally:
+        top.unlink()
+    (c,) = json.loads(capsys.readouterr().out)["cells"]
+    assert c["version"] == f"0.1.0-g{commit[:8]}" and f"exported from file://{top} to " in c["notes"][0], c
