@@ -124,7 +124,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # compiles of the others, and the unit tests, one by one, fill in at the end. The grouping is this
 # scheduler's own (xdist's loadgroup renames node ids, which pytest 9.2 no longer lets it do).
 SHARED_GROUPS = {"test_audit": "torch-venv", "test_failfast": "torch-venv", "test_native": "torch-venv",
-                 "test_repair": "torch-venv", "test_engine_bases": "torch-image", "test_engine_offline": "torch-image"}
+                 "test_repair": "torch-venv", "test_reuse_torch": "torch-venv",
+                 "test_engine_bases": "torch-image", "test_engine_offline": "torch-image"}
 # Measured on a fresh machine (benchmarks/RESULTS.md): test_prebuilt ~11 min (its 8.8 GB push and pull),
 # test_engine_catalogue ~9 (a real package's cold compile: last, it was the run's tail), the torch image
 # group ~6, torch-venv ~4.5, test_builders ~4, test_engine_build ~3.

@@ -24,6 +24,8 @@ def cmd_reuse(args: argparse.Namespace) -> int:
     into: Path | None = args.into
     if into is not None:
         safety.wheelhouse_folder(into, "--into", UsageError)
+        if args.wheel.is_file():
+            reuse.require_placeable(args.wheel)  # before the check: where it would go must be known
     config = None
     try:
         config = common.config(args)

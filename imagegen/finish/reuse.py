@@ -459,7 +459,7 @@ def _by_namespace(demangled: str, needed: list[str]) -> str:
                   r" |guard variable for |non-virtual thunk to )", "", demangled)
     name = re.sub(r"^(?:[A-Za-z_][\w:<>, *&]*? )?(?=[A-Za-z_][\w]*::)", "", name, count=1)  # a return type
     for prefix, library in _NAMESPACE_LIBRARY:
-        if name.startswith(prefix) and library in needed:
+        if name.startswith(prefix) and (library in needed or not needed):
             return f"{library}, by its namespace"
     return ", ".join(needed) or "torch"
 
@@ -721,7 +721,7 @@ def _requirements(facts: WheelFacts, target: TorchLibs, result: ReuseResult) -> 
 def _import_and_gpu(wheel: Path, exe: str, result: ReuseResult, *, python_ok: bool, catalogue: Catalogue | None,
                     recipe: str | None, deadline: Deadline, gpu: bool) -> None:
     """The import (and, where a GPU is here, the recipe's gpu_check) with ``exe``'s torch."""
-    from imagegen.executors.import_test import Importer, import_test, wheel_modules
+    from imagegen.executors.import_test import Importer, wheel_modules
     from imagegen.finish import check
 
     if not python_ok:
@@ -751,18 +751,45 @@ def _import_and_gpu(wheel: Path, exe: str, result: ReuseResult, *, python_ok: bo
     timer.start()
     try:
         with importer:
-            result.imports = import_test(wheel, modules, exe, importer=importer)
+            raw = importer.run(wheel, modules)
+            # A library that torch.ops.load_library loads (torchvision's _C.so) is no Python module: it is
+            # loaded as torch loads it, every symbol bound now, with the same torch imported first.
+            libraries = {m: _module_file(importer.tmp / "site", m) for m, got in raw.items() if NOT_A_MODULE in got}
+            loaded = _load_libraries(exe, {m: p for m, p in libraries.items() if p}, cwd=importer.tmp,
+                                     deadline=deadline) if libraries else {}
     except BuildError as exc:
         why = f"not finished within the {deadline.seconds:.0f} s the check may take" if expired.is_set() else str(exc)
         result.import_status, result.import_note = "failed", why[:500]
         result.problems.append(f"import with torch {probe.torch}: {why[:400]}")
+        raw = None
     finally:
         timer.cancel()
-    if result.import_status != "failed":
-        skipped = [m for m, got in (result.imports or {}).items() if got != "ok"]
-        result.import_status = "skipped" if skipped else "ok"
-        result.import_note = (f"{len(skipped)} of {len(modules)} modules need a GPU driver" if skipped
-                              else f"{len(modules)} modules imported with torch {probe.torch}")
+    if raw is not None:
+        result.imports, failed = {}, []
+        for module, got in raw.items():
+            if module in libraries:
+                got = loaded.get(module, "not found in the unpacked wheel")
+                shown_as = "ok (a library torch loads, not a Python module: loaded as torch.ops.load_library does)" \
+                    if got == "ok" else got
+            else:
+                shown_as = got
+            if got == "ok":
+                result.imports[module] = shown_as
+            elif re.search(r"libcuda\.so|CUDA driver|NVIDIA driver", got):
+                result.imports[module] = f"skipped: needs a GPU driver ({got[:160]})"
+            else:
+                result.imports[module] = shown_as[:300]
+                failed.append(module)
+        skipped = [m for m, got in result.imports.items() if got.startswith("skipped")]
+        if failed:
+            first = failed[0]
+            result.import_status = "failed"
+            result.import_note = f"`import {first}` failed: {result.imports[first][:400]}"
+            result.problems.append(f"import with torch {probe.torch}: {result.import_note}")
+        else:
+            result.import_status = "skipped" if skipped else "ok"
+            result.import_note = (f"{len(skipped)} of {len(modules)} modules need a GPU driver" if skipped
+                                  else f"{len(modules)} modules imported with torch {probe.torch}")
     if not gpu:
         result.gpu_note = "not asked (--no-gpu-check)"
         return
@@ -792,6 +819,50 @@ def _import_and_gpu(wheel: Path, exe: str, result: ReuseResult, *, python_ok: bo
     result.gpu_output = got.output[:20]
 
 
+# What Python says of a shared object that is no extension module (a library torch.ops.load_library loads).
+NOT_A_MODULE = "dynamic module does not define module export function"
+
+_LOADER = r"""
+import ctypes, json, sys
+try:
+    import torch
+except ImportError:
+    pass
+out = {}
+for module, path in json.loads(sys.argv[1]).items():
+    try:
+        ctypes.CDLL(path)
+        out[module] = "ok"
+    except OSError as exc:
+        out[module] = "OSError: %s" % exc
+print("IMAGEGEN-LOADED " + json.dumps(out))
+"""
+
+
+def _module_file(site: Path, module: str) -> str | None:
+    """The shared object of extension module ``module`` in the unpacked wheel (torchvision._C -> .../_C.so)."""
+    *parts, name = module.split(".")
+    folder = site.joinpath(*parts)
+    found = sorted(folder.glob(f"{name}.so")) + sorted(folder.glob(f"{name}.*.so"))
+    return str(found[0]) if found else None
+
+
+def _load_libraries(exe: str, paths: dict[str, str], *, cwd: Path, deadline: Deadline) -> dict[str, str]:
+    """Each library loaded by ``exe`` after its torch, as torch.ops.load_library loads one (ctypes: every
+    symbol bound at once): module -> "ok" or the loader's error."""
+    from imagegen.finish import check
+
+    if not paths:
+        return {}
+    rc, out, err = check._run([exe, "-c", _LOADER, json.dumps(paths)], cwd=cwd,
+                              timeout=max(1.0, min(deadline.left(), 300.0)))
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("IMAGEGEN-LOADED ")), None)
+    try:
+        return json.loads(line[len("IMAGEGEN-LOADED "):]) if line else {}
+    except ValueError:
+        return {}
+
+
 def require_reusable(result: ReuseResult) -> None:
     if not result.reusable:
         raise NotReusableError(f"{result.wheel} is not reusable with torch {public_version(result.target) or '?'}: "
@@ -810,17 +881,13 @@ def place_reused(result: ReuseResult, wheel: Path, out: Path, *, catalogue: Cata
     where there is one with its sha256; else from what its name says."""
     from imagegen.model.layout import DEFAULT_LAYOUT
     from imagegen.wheelhouse import collect
-    from imagegen.wheelhouse.manifest import read_manifest, sha256
+    from imagegen.wheelhouse.manifest import sha256
 
     if not result.reusable:
         raise NotReusableError(f"{result.wheel} is not reusable: not placed in {shown(out, 200)}")
     facts = wheel_facts(wheel)
     digest = sha256(wheel)
-    base: dict = {}
-    for entry in read_manifest(wheel.parent)["cells"].values():
-        if isinstance(entry, dict) and entry.get("wheel") == wheel.name and entry.get("sha256") == digest:
-            base = dict(entry)
-            break
+    base = _own_entry(wheel, digest)
     recipe_name, short = facts.distribution, facts.distribution
     if catalogue is not None:
         want = canonicalize_name(facts.distribution)
@@ -829,10 +896,7 @@ def place_reused(result: ReuseResult, wheel: Path, out: Path, *, catalogue: Cata
             recipe_name = found[0].name
             short = min((found[0].name, *found[0].aliases), key=len)
     recipe_name = base.get("recipe") if isinstance(base.get("recipe"), str) else recipe_name
-    cuda = base.get("cuda") if isinstance(base.get("cuda"), str) else facts.cuda
-    if cuda is None:
-        raise UsageError(f"--into: {shown(wheel.name, 200)} does not say its CUDA (no cuXYZ in its local version, no"
-                         " manifest entry beside it): not placed")
+    cuda = require_placeable(wheel, facts, base)
     python = base.get("python") if isinstance(base.get("python"), str) else _python_of(facts)
     version = base.get("version") if isinstance(base.get("version"), str) else public_version(facts.version)
     target = public_version(result.target) or "?"
@@ -852,6 +916,30 @@ def place_reused(result: ReuseResult, wheel: Path, out: Path, *, catalogue: Cata
     dest = collect.place_reused(folder, wheel, cell, entry)
     result.placed = str(dest)
     return dest
+
+
+def _own_entry(wheel: Path, digest: str) -> dict:
+    """The manifest entry of ``wheel`` in its own folder (a wheelhouse's cell folder), with its sha256; else {}."""
+    from imagegen.wheelhouse.manifest import read_manifest
+
+    for entry in read_manifest(wheel.parent)["cells"].values():
+        if isinstance(entry, dict) and entry.get("wheel") == wheel.name and entry.get("sha256") == digest:
+            return dict(entry)
+    return {}
+
+
+def require_placeable(wheel: Path, facts: WheelFacts | None = None, base: dict | None = None) -> str:
+    """The CUDA of the wheelhouse folder ``wheel`` would go to (--into), or a UsageError saying why it
+    cannot be told: asked before the check runs."""
+    from imagegen.wheelhouse.manifest import sha256
+
+    facts = facts or wheel_facts(wheel)
+    base = _own_entry(wheel, sha256(wheel)) if base is None else base
+    cuda = base.get("cuda") if isinstance(base.get("cuda"), str) else facts.cuda
+    if cuda is None or not re.fullmatch(r"cu[0-9]{2,4}", cuda):
+        raise UsageError(f"--into: {shown(wheel.name, 200)} does not say its CUDA (no cuXYZ in its local version, no"
+                         " manifest entry beside it): cannot tell which wheelhouse folder it goes to")
+    return cuda
 
 
 def _python_of(facts: WheelFacts) -> str | None:

@@ -75,13 +75,14 @@ class Extension:
 
 def extension(folder: Path, torch: Path, *, calls: tuple[str, ...] = ("alpha", "beta"), needs_cuda: bool = False,
               weak: bool = True, own: bool = False, requires: str | None = None,
-              local: str = "cu130torch2.11", python: str = PY, name: str = "pkg") -> Extension:
+              local: str = "cu130torch2.11", python: str = PY, name: str = "pkg", ops: bool = False) -> Extension:
     """A Python extension module ``pkg._ext`` linked against ``torch``'s libc10.so (and libtorch_cuda.so
     with ``needs_cuda``), calling what ``calls`` names: alpha (c10::alpha()), beta (a C function),
     dispose (std::string::_M_dispose, bound to the stand-in's copy), own (c10::own(), which the wheel's own
     libown.so defines; ``own`` bundles it); ``weak``: also a weak reference to a symbol nobody defines.
-    Packed as ``pkg-0.1.0+<local>-<python>-<python>-linux_x86_64.whl`` with ``requires`` as its
-    Requires-Dist."""
+    ``ops``: also ``pkg/_ops.so``, a library as torch.ops.load_library loads (torchvision's _C.so): no
+    Python module, calling c10::alpha(). Packed as ``pkg-0.1.0+<local>-<python>-<python>-linux_x86_64.whl``
+    with ``requires`` as its Requires-Dist."""
     folder.mkdir(parents=True, exist_ok=True)
     lib = torch / "torch" / "lib"
     include = sysconfig.get_paths()["include"]
@@ -107,12 +108,17 @@ def extension(folder: Path, torch: Path, *, calls: tuple[str, ...] = ("alpha", "
         (folder / "own.cpp").write_text("namespace c10 { int own() { return 5; } }\n")
         gcc("-shared", "-fPIC", "-Wl,-soname,libown.so", "-o", folder / "libown.so", folder / "own.cpp", cwd=folder)
         libs += ["-L", folder, "-lown", "-Wl,-rpath,$ORIGIN"]
+    if ops:
+        (folder / "ops.cpp").write_text("namespace c10 { int alpha(); }\nint registered() { return c10::alpha(); }\n")
+        gcc("-shared", "-fPIC", "-o", folder / "_ops.so", folder / "ops.cpp", "-L", lib, "-lc10", cwd=folder)
     so = folder / f"_ext{EXT_SUFFIX}"
     # Linked as torch's extensions are (undefined symbols allowed: a newer torch's stand-in may lack them).
     gcc("-shared", "-fPIC", "-I", include, "-o", so, src, *libs, "-Wl,--allow-shlib-undefined", cwd=folder)
     files = {f"{name}/__init__.py": b"from . import _ext\n", f"{name}/_ext{EXT_SUFFIX}": so.read_bytes()}
     if own:
         files[f"{name}/libown.so"] = (folder / "libown.so").read_bytes()
+    if ops:
+        files[f"{name}/_ops.so"] = (folder / "_ops.so").read_bytes()
     version = f"0.1.0+{local}" if local else "0.1.0"
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + (f"Requires-Dist: {requires}\n" if requires else "")
     wheel = folder / f"{name}-{version}-{python}-{python}-linux_x86_64.whl"

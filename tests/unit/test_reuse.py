@@ -126,6 +126,20 @@ def test_imported_with_the_target_torch_the_real_loader_agrees(tmp_path, ext, to
     assert result.gpu_note == "not run: the import failed"
 
 
+def test_a_library_torch_loads_is_loaded_as_torch_loads_it(tmp_path, torches, monkeypatch):
+    # torchvision's _C.so is no Python module (torch.ops.load_library loads it): Python's "does not define
+    # module export function" is no failure; the library is loaded with every symbol bound instead.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    ops = fx.extension(tmp_path / "ops", torches["old"], calls=("beta",), ops=True)
+    good = check_reuse(ops.wheel, torch=None, python_exe=str(fx.venv_with(tmp_path / "good", torches["same"])))
+    assert good.reusable, good.problems
+    assert good.imports["pkg._ops"].startswith("ok (a library torch loads, not a Python module")
+    bad = check_reuse(ops.wheel, torch=None, python_exe=str(fx.venv_with(tmp_path / "bad", torches["no-alpha"])))
+    assert bad.imports["pkg._ext"] == "ok"  # the module itself needs beta() only
+    assert "undefined symbol: _ZN3c105alphaEv" in bad.imports["pkg._ops"]  # the loader's own word
+    assert bad.import_status == "failed" and bad.symbols == "failed"
+
+
 def test_bad_input_is_one_line(tmp_path, ext, torches):
     cases = [
         (dict(torch=None), "give the torch to check against"),

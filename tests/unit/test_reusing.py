@@ -95,3 +95,10 @@ def test_bad_input_is_one_line_and_exit_2(made, tmp_path, argv, message):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = proc.stderr.splitlines()
     assert line.startswith("imagegen: error: ") and message in line, line
+
+
+def test_into_asks_for_the_wheels_cuda_before_checking(made, tmp_path):
+    plain = fx.extension(tmp_path / "plain", made["old"], calls=("alpha",), local="")  # pkg-0.1.0: no cuXYZ
+    proc = imagegen("reuse", plain.wheel, "--torch-wheel", made["old"], "--into", tmp_path / "wh", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "does not say its CUDA" in proc.stderr and len(proc.stderr.splitlines()) == 1
