@@ -93,7 +93,8 @@ CELL_OPTIONS = (
     Opt(("--fetch",), choices=FETCH_KINDS, help="where the source comes from: git (default) or the version's sdist"
         " pinned by sha256 (PyPI, where the git host cannot be reached)"),
     Opt(("--source",), type=local_path, many=" (repeatable)", help="build a local project tree (setup.py /"
-        " pyproject.toml) as a recipe{many}"),
+        " pyproject.toml) as a recipe{many}; after a recipe name (sage --source TREE): that recipe built from the"
+        " tree, one cell, with the recipe's rules for the tree's version"),
     Opt(("--platform",), metavar="PLATFORM", many="; a list builds one cell per platform", help="the host platform"
         " the wheel is for: linux/amd64 (default) or linux/arm64 (GH200, GB200, DGX Spark, Jetson; built in the"
         " image's arm64 variant, under QEMU on an x86_64 builder){many}"),

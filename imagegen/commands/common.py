@@ -176,7 +176,8 @@ def native_cell(args: argparse.Namespace, cat: Catalogue, opts: options.Options)
     if getattr(args, "platform", None):
         raise UsageError("--platform goes with a container build, not --native (a native build makes a wheel for"
                          " this host's platform)")
-    if len(args.recipes) + len(sources) != 1:
+    if len(args.recipes) > 1 or len(sources) > 1 or not (args.recipes or sources):
+        # NAME --source TREE is one: that recipe, built from that tree (request.recipe_from_tree)
         raise UsageError("--native builds one recipe (or one --source) at a time, for this host's torch")
     host = host_toolchain.probe(validate_exe(args.python_exe, "--python-exe"))
     cell = request.native_request(opts, cat, args.recipes[0] if args.recipes else None, sources[0] if sources else None,

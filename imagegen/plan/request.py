@@ -7,6 +7,7 @@ through ``planned``; a native build's one cell, planned for this host's toolchai
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from imagegen.model.catalogue import Catalogue
 from imagegen.model import compat
 from imagegen.model.cell import BUILDABLE, Cell, HostToolchain, MatrixRequest, Plan
 from imagegen.model.recipes import JOB_FLAGS, Recipe, RecipeVersion, fetched_from, with_env, with_memory_for
-from imagegen.model.source_tree import looks_like_path, recipe_from_source_tree, with_declared_version
+from imagegen.model.source_tree import looks_like_path, read_tree, recipe_from_source_tree, with_declared_version
 from imagegen.outputs import shown
 from imagegen.plan import refs
 from imagegen.plan.matrix import (
@@ -47,7 +48,8 @@ def recipe_at(cat: Catalogue, name: str | None, source: Path | None, wanted_vers
     asked: a pinned version, --ref/--git resolved to a commit, or a tree's own; with the user's --env on
     top of the version's."""
     if source is not None and name is not None:
-        raise UsageError(f"name a recipe ({shown(name, 60)}) or give --source {shown(source, 60)}, not both")
+        # "this recipe, from this tree": the tree's one cell, with the recipe's knowledge (as a fork's --src-dir)
+        return with_build_env(*recipe_from_tree(cat, name, source, wanted_version), env or {}, jobs)
     if source is None and name is not None and looks_like_path(name):
         source = Path(name)
     if source is not None:
@@ -74,6 +76,32 @@ def recipe_at(cat: Catalogue, name: str | None, source: Path | None, wanted_vers
     return with_build_env(recipe, version, env or {}, jobs)
 
 
+def recipe_from_tree(cat: Catalogue, name: str, source: Path, wanted_version: str | None) -> tuple[Recipe, RecipeVersion]:
+    """``NAME --source TREE``: the recipe ``name`` built from the tree (refs.at_tree: a local tree with that
+    recipe's arch knob, patches and variables for the tree's version), one cell. A tree that states another
+    project's name is refused in one line, saying which to give."""
+    if looks_like_path(name):
+        raise UsageError(f"{shown(name, 60)} and --source {shown(source, 60)} are two trees: give one tree per"
+                         " --source, or name the recipe the tree is (NAME --source TREE)")
+    recipe = cat.get(name)
+    tree = recipe_from_source_tree(source)
+
+    def key(text: str) -> str:
+        return re.sub(r"[-_.]+", "-", text).lower()
+
+    # A project name the tree states (not its folder's, which is all a name read from nowhere is) that is
+    # not this recipe's: another package, not a fork of this one.
+    root = tree.source_path or source
+    stated = read_tree(root).name != root.name  # read_tree falls back to the folder's name, as it is
+    if stated and key(tree.name) not in {key(n) for n in (recipe.name, recipe.distribution, *recipe.aliases)}:
+        other = cat.by_distribution(tree.distribution)
+        instead = f"`{other.name} --source TREE`" if other is not None else "the tree alone (--source TREE)"
+        theirs = "" if key(recipe.distribution) == key(recipe.name) else f" ({recipe.distribution})"
+        raise UsageError(f"--source {shown(source, 60)} is the project {tree.name}, not {recipe.name}{theirs}:"
+                         f" give {instead}, or name the recipe the tree is a copy of")
+    return refs.at_tree(recipe, recipe.version(None), source, wanted_version, tree=tree)
+
+
 def with_build_env(recipe: Recipe, version: RecipeVersion, env: Mapping[str, str],
                    jobs: tuple[str, str]) -> tuple[Recipe, RecipeVersion]:
     """The user's --env on top of the version's, and the recipe's memory figure for that environment."""
@@ -87,6 +115,14 @@ def matrix(opts: Options, cat: Catalogue) -> MatrixRequest:
     sources = list(opts.sources)
     names = list(opts.recipes) or ([] if sources else cat.names())
     pairs, seen = [], set()
+    if names and sources:
+        # NAME --source TREE: that recipe, from that tree, one cell (not the catalogue's cell and the tree's).
+        if len(names) != 1 or len(sources) != 1:
+            raise UsageError("a recipe name with --source means that recipe built from that tree: give one of each"
+                             " (NAME --source TREE), or the trees alone (--source TREE ...)")
+        names, sources, named_tree = [], [], (names[0], sources[0])
+    else:
+        named_tree = None
     # A recipe named twice (sage SAGE sageattention) or one project given twice is built once.
     ref, git = opts.ref, opts.git
     if (ref or git) and (sources or len({cat.get(n).name if not looks_like_path(n) else n for n in names}) != 1):
@@ -96,7 +132,9 @@ def matrix(opts: Options, cat: Catalogue) -> MatrixRequest:
     for recipe, version in [recipe_at(cat, n, None, v, opts.fetch, opts.env, ref=ref, git=git, jobs=opts.jobs_fix,
                                       build=opts.build_credentials)
                             for n in names for v in versions] \
-            + [recipe_at(cat, None, source, versions[0], opts.fetch, opts.env, jobs=opts.jobs_fix) for source in sources]:
+            + [recipe_at(cat, None, source, versions[0], opts.fetch, opts.env, jobs=opts.jobs_fix) for source in sources] \
+            + ([recipe_at(cat, named_tree[0], named_tree[1], versions[0], opts.fetch, opts.env, jobs=opts.jobs_fix)]
+               if named_tree else []):
         key = (recipe.name, version.version, str(recipe.source_path) if recipe.source_path else None)
         if key not in seen:
             seen.add(key)

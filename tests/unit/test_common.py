@@ -187,7 +187,8 @@ def test_native_cell_is_the_hosts_build_of_one_recipe(tmp_path, cat):
 @pytest.mark.parametrize("argv, says", [
     (["sage", "fa2"], "--native builds one recipe"),
     ([], "--native builds one recipe"),
-    (["sage", "--source", str(TINY)], "--native builds one recipe"),
+    (["sage", "--source", str(TINY)], "is the project tiny-kernel, not sageattention: give the tree alone"),
+    (["sage", "--source", str(TINY), "--source", str(TINY)], "--native builds one recipe"),
     (["sage", "--arch", "8.0", "--arch", "9.0"], "--native takes one --arch list"),
     (["sage", "--torch", "2.9"], "--torch 2.9 asked, but this host has 2.8.0"),
     (["sage", "--cuda", "13.0"], "--cuda 13.0 asked, but this host has 12.8"),

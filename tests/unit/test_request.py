@@ -64,8 +64,36 @@ def test_matrix_recipes_come_from_the_flags_then_source_then_config_then_the_cat
     assert [r.name for r, _ in request.matrix(common.resolved(parse("plan", "natten"), config), cat).recipes] == ["natten"]
     everything = request.matrix(common.resolved(parse("plan"), Config()), cat)
     assert sorted(r.name for r, _ in everything.recipes) == sorted(cat.names())
-    both = request.matrix(common.resolved(parse("plan", "sage", "--source", TINY), Config()), cat)
-    assert [r.name for r, _ in both.recipes] == ["sageattention", "tiny-kernel"]
+    # A name with --source is that recipe from that tree (test_a_recipe_name_with_a_source_tree_is_one_cell):
+    # a tree of another project is refused, not planned beside the catalogue's cell.
+    with pytest.raises(UsageError, match="is the project tiny-kernel, not sageattention"):
+        request.matrix(common.resolved(parse("plan", "sage", "--source", TINY), Config()), cat)
+
+
+def _sage_tree(root, name_line='name="sageattention",'):
+    """A copy of SageAttention 2.2.0 as a user has it (a fork, an unpacked sdist): its setup.py only."""
+    root.mkdir()
+    (root / "setup.py").write_text(f'from setuptools import setup\nsetup({name_line} version="2.2.0")\n')
+    return root
+
+
+@pytest.mark.parametrize("name_line", ['name="sageattention",', "name=NAME,"], ids=["named", "name-unread"])
+def test_a_recipe_name_with_a_source_tree_is_one_cell_the_trees(tmp_path, cat, name_line):
+    tree = _sage_tree(tmp_path / "my-sage-fork", name_line)
+    args = parse("plan", "sage", "--source", tree, *CELL)
+    m = request.matrix(common.resolved(args, Config()), cat)
+    [(recipe, version)] = m.recipes
+    assert (recipe.name, recipe.source_kind, recipe.source_path) == ("sageattention", "local", tree.resolve())
+    assert version.version == "2.2.0-local" and version.patches  # the recipe's knowledge, its patches too
+    [cell] = planned(args).cells
+    assert cell.status == BUILDABLE and cell.recipe.source_path == tree.resolve()
+
+
+@pytest.mark.parametrize("argv", [["sage", "fa2", "--source", "{tree}"], ["sage", "--source", "{tree}", "--source", str(TINY)]])
+def test_names_and_trees_that_do_not_pair_are_refused_saying_which_to_give(tmp_path, cat, argv):
+    tree = _sage_tree(tmp_path / "fork")
+    with pytest.raises(UsageError, match="give one of each .NAME --source TREE., or the trees alone"):
+        request.matrix(common.resolved(parse("plan", *[a.format(tree=tree) for a in argv]), Config()), cat)
 
 
 def test_planned_has_each_cell_once_and_pins_locked_bases(tmp_path, cat):
