@@ -29,7 +29,7 @@ run the audit (in the builder image, or this host's Python for a native build) a
 from __future__ import annotations
 
 import re
-
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.version import Version
@@ -58,13 +58,15 @@ def _fmt(v: Version) -> str:
 
 def judge(report: AuditReport, *, recipe_name: str, version_label: str, requested: ArchList, nvcc: Version,
           extension_archs: Mapping[str, ArchList] | None = None, force_hint: str | None = None,
-          torch: TorchSeries | None = None) -> Verdict:
+          torch: TorchSeries | None = None, own_build: str | None = None) -> Verdict:
     """Judge what the build would compile (``report``) against the request.
 
     ``requested``: what the built .so must carry (the request mapped through the recipe's ``emits``
     and arch families: plan.Cell.expected_archs). ``extension_archs``: the recipe's per-extension
     arch knowledge. ``nvcc``: the toolkit the build uses. ``torch``: the series whose headers every
-    compile includes, to judge each extension's C++ standard against (None: not judged).
+    compile includes, to judge each extension's C++ standard against (None: not judged). ``own_build``:
+    the file of a user's own tree that sets its flags (setup.py), where no recipe of imagegen's exists to
+    fix: the fix texts name the edit to that file instead of a recipe fix.
     """
     name = f"{recipe_name} {version_label}"
     extension_archs = extension_archs or {}
@@ -78,8 +80,8 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
         return Verdict(report, tuple(refusals), tuple(warnings), tuple(notes))
     # The C++ standard of each extension against torch's headers first: a probe failing on that same
     # standard (torch's #error) then only confirms it, and says so in a note instead of a second refusal.
-    std_refused = _judge_std(report, torch, refusals, warnings) if torch is not None else set()
-    _judge_probe(report, refusals, warnings, notes, std_refused)
+    std_refused = _judge_std(report, torch, refusals, warnings, own_build) if torch is not None else set()
+    _judge_probe(report, refusals, warnings, notes, std_refused, own_build)
     _judge_link(report, refusals)
     _judge_includes(report, refusals, warnings)
     cuda_exts = [e for e in report.extensions if e.compiles_cuda]
@@ -95,12 +97,14 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
     for ext in cuda_exts:
         targets = ext.targets
         # 1. nvcc must support every target it is handed.
-        bad_nvcc = []
+        bad_nvcc: dict[str, list[str]] = {}
         for t in targets:
             for p in nvcc_problems(ArchList([t]), nvcc):
-                bad_nvcc.append(p)
-        for p in dict.fromkeys(bad_nvcc):
-            refusals.append(f"{ext.module}: the build hands nvcc {_fmt(nvcc)} a target it cannot compile: {p}")
+                bad_nvcc.setdefault(p, []).append(str_target(t))
+        for p, named in bad_nvcc.items():
+            flags = ", ".join(f"-gencode arch=compute_{t_code(t)},code={t}" for t in dict.fromkeys(named))
+            edit = f": drop {flags} from {own_build}" if own_build else ""
+            refusals.append(f"{ext.module}: the build hands nvcc {_fmt(nvcc)} a target it cannot compile: {p}{edit}")
         # 2. The recipe's knowledge of what this extension's kernels can target.
         allowed = extension_archs.get(ext.module)
         if allowed is not None:
@@ -138,7 +142,8 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
         extra = [str_target(t) for t in targets if not _requested(t, requested)]
         if extra:
             warnings.append(f"{ext.module} compiles {', '.join(dict.fromkeys(extra))}, not requested:"
-                            " a hard-coded arch list that ignores --arch")
+                            " a hard-coded arch list that ignores --arch"
+                            + (f" (edit {own_build}: leave the -gencode flags to TORCH_CUDA_ARCH_LIST)" if own_build else ""))
     for want in requested:
         for label, ok_exts in ((lbl, covered.get(lbl, [])) for lbl in _labels(want)):
             eligible = [e for e in cuda_exts if extension_archs.get(e.module) is None
@@ -146,7 +151,9 @@ def judge(report: AuditReport, *, recipe_name: str, version_label: str, requeste
             missing = [e.module for e in eligible if e.module not in ok_exts]
             if not ok_exts:
                 refusals.append(f"{name}: no extension would carry {label} (requested): the build ignores --arch"
-                                f" for it; it compiles {_all_targets(cuda_exts) or 'nothing'}")
+                                f" for it; it compiles {_all_targets(cuda_exts) or 'nothing'}"
+                                + (f" (edit {own_build}: add {label}, or leave the -gencode flags to"
+                                   " TORCH_CUDA_ARCH_LIST)" if own_build else ""))
             elif missing:
                 warnings.append(f"{', '.join(missing)} would not carry {label} (requested); "
                                 f"{', '.join(ok_exts)} would")
@@ -162,9 +169,12 @@ _TOOLKIT_PARTS = {"cusparse.h": "cusparse", "cublas_v2.h": "cublas", "cublasLt.h
                   "nvToolsExt.h": "nvtx", "cudss.h": "cudss"}
 
 
-def probe_fix(error: str) -> str:
-    """What to do about a header probe's first error line ("" when it says nothing we know)."""
+def probe_fix(error: str, own_build: str | None = None) -> str:
+    """What to do about a header probe's first error line ("" when it says nothing we know); ``own_build``:
+    the file of a user's own tree to edit (judge)."""
     m = _NEEDS_STD.search(error)
+    if m and own_build:
+        return f"edit {own_build}: build with -std=c++{m.group(1)} (or drop its -std flag: torch then picks the standard)"
     if m:
         return (f"build with -std=c++{m.group(1)} (a recipe fix: by_torch patch, or the package's release that picks"
                 " the standard from torch)")
@@ -179,7 +189,8 @@ def probe_fix(error: str) -> str:
     return ""
 
 
-def _judge_std(report: AuditReport, torch: TorchSeries, refusals: list[str], warnings: list[str]) -> set[str]:
+def _judge_std(report: AuditReport, torch: TorchSeries, refusals: list[str], warnings: list[str],
+               own_build: str | None = None) -> set[str]:
     """Every extension includes torch's headers (host-only ones too): a standard they #error under fails
     the build at its first compile. One line per standard, naming the extensions that use it; returns
     the refused extensions."""
@@ -191,7 +202,11 @@ def _judge_std(report: AuditReport, torch: TorchSeries, refusals: list[str], war
     for exts in by_std.values():
         modules = [e.module for e in exts]
         what = modules[0] if len(modules) == 1 else f"{', '.join(modules)}: each"
-        found = judge_std(what, exts[0].lowest_std, torch)
+        std = exts[0].lowest_std
+        # A user's own tree: the edit to its file (no recipe of imagegen's to fix); else the default fix.
+        fix = (f"edit {own_build}: {std.flag} -> -std=c++{torch.min_cxx_std(False)} (or drop it: torch then picks"
+               " the standard)" if own_build else "")
+        found = judge_std(what, std, torch, fix=fix)
         if found is None:
             continue
         if found.kind == "refuse":
@@ -259,7 +274,7 @@ def _judge_includes(report: AuditReport, refusals: list[str], warnings: list[str
 
 
 def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], notes: list[str],
-                 std_refused: set[str] = frozenset()) -> None:
+                 std_refused: set[str] = frozenset(), own_build: str | None = None) -> None:
     """Refuse each extension whose header probe failed, one line per failure (extensions that share a
     flag set share the line); note probes that could not run. nvcc's probe includes
     ATen/cuda/CUDAContext.h: an error there (a toolkit without cusparse.h) is a warning when the
@@ -274,7 +289,7 @@ def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], 
             elif p.ok is None:
                 not_run.setdefault((p.compiler, p.error), []).append(ext.module)
     for (compiler, error), modules in failed.items():
-        fix = probe_fix(error)
+        fix = probe_fix(error, own_build)
         what = ", ".join(dict.fromkeys(modules))
         if _NEEDS_STD.search(error) and set(modules) <= std_refused:
             notes.append(f"header probe with {compiler} for {what} confirms the standard: {error}")
@@ -301,6 +316,11 @@ def _judge_probe(report: AuditReport, refusals: list[str], warnings: list[str], 
 
 def str_target(t: CudaArch) -> str:
     return t.sm if t.sass else t.compute
+
+
+def t_code(target: str) -> str:
+    """sm_70 / compute_70 -> 70."""
+    return target.split("_", 1)[-1]
 
 
 def _labels(want: CudaArch) -> list[str]:
@@ -357,17 +377,28 @@ def _best_error(lines: Sequence[str]) -> str:
     return (useful[-1] if useful else (lines[-1] if lines else "no output"))[:MAX_TEXT]
 
 
+def own_build_file(recipe: Any) -> str | None:
+    """The file that sets a user's own tree's build flags (setup.py, else pyproject.toml), when ``recipe``
+    is such a tree (--source on a project no recipe knows: source_tree.recipe_from_source_tree names the
+    recipe by the tree's path); None for a catalogue recipe, a fork of one included (its recipe is fixed)."""
+    root = recipe.source_path
+    if recipe.source_kind != "local" or root is None or recipe.path != str(root):
+        return None
+    tree = Path(root) / (recipe.subdir or "")
+    return next((f for f in ("setup.py", "pyproject.toml") if (tree / f).is_file()), "its build files")
+
+
 def judge_cell(report: AuditReport, cell: Any) -> Verdict:
     """judge() with everything taken from a plan cell."""
     force = ", ".join(f"{k}={v}" for k, v in cell.recipe.force_env.items())
     hint = f"the recipe sets {force}" if force else "a CUDA build usually needs FORCE_CUDA=1 or the package's force-build variable"
     return judge(report, recipe_name=cell.recipe.name, version_label=cell.version.version, requested=cell.expected_archs,
                  nvcc=Version(_fmt(Version(str(cell.nvcc)))), extension_archs=cell.version.extensions, force_hint=hint,
-                 torch=cell.torch)
+                 torch=cell.torch, own_build=own_build_file(cell.recipe))
 
 
 def refuse(cell: Any, verdict: Verdict) -> CompatError:
     return CompatError(f"cannot build {cell.describe()}: the gencode audit refuses it: " + "; ".join(verdict.refusals))
 
 
-__all__ = ["cmake_fix", "judge", "judge_cell", "link_fix", "probe_fix", "refuse"]
+__all__ = ["cmake_fix", "judge", "judge_cell", "link_fix", "own_build_file", "probe_fix", "refuse"]

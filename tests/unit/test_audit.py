@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from imagegen.model.audit import judge
+from imagegen.model.audit import judge, probe_fix
 
 from imagegen.model.audit_report import AuditReport
 from imagegen.model import compat
@@ -458,3 +458,60 @@ def test_judge_cell_judges_against_the_cells_own_torch():
     for torch, ok in (("2.11", True), ("2.14", False)):
         cell = make_cell(fa, fa.version(None), torch, "13.0", "3.12", parse_arch_list("9.0"), "runpod")
         assert judge_cell(report, cell).ok is ok, torch
+
+
+# ------------------------------------------------------------------- a user's own tree: its own edit
+
+
+def _planned_cell(tmp_path, monkeypatch, *argv):
+    from imagegen.commands import common
+    from imagegen.model.catalogue import load_catalogue
+    from imagegen.plan import request
+    from imagegen.plan.config import Config
+    from tests.unit.command_helpers import parse
+    monkeypatch.chdir(tmp_path)  # no project config or lock file of the checkout
+    args = parse("plan", *argv, "--cuda", "13.0", "--python", "3.12", "--arch", "9.0", "--flavor", "pypi")
+    [cell] = request.planned(common.resolved(args, Config()), load_catalogue(), common.lock(args)).cells
+    return cell
+
+
+def _own_tree(root, std="-std=c++17"):
+    root.mkdir()
+    (root / "setup.py").write_text("from setuptools import setup\nsetup(name='my-kernels', version='1.0')\n"
+                                   f"# nvcc flags: {std}\n")
+    return root
+
+
+def test_the_audit_of_a_users_own_tree_names_the_edit_to_its_setup_py_not_a_recipe_fix(tmp_path, monkeypatch):
+    from imagegen.model.audit import judge_cell
+    tree = _own_tree(tmp_path / "my-kernels")
+    cell = _planned_cell(tmp_path, monkeypatch, "--source", tree, "--torch", "2.14")
+    v = judge_cell(std_report(*UPSTREAM_2_8_3), cell)
+    assert v.refusals == ("flash_attn_2_cuda compiles with -std=c++17 but torch 2.14's headers require C++20 or"
+                          " later: edit setup.py: -std=c++17 -> -std=c++20 (or drop it: torch then picks the standard)",)
+    # The header probe's own failure on the standard says the same edit.
+    assert probe_fix("error: #error C++20 or later compatible compiler is required", "setup.py").startswith(
+        "edit setup.py: build with -std=c++20")
+
+
+def test_the_audit_of_a_users_tree_with_a_hard_coded_gencode_names_the_flag_to_drop(tmp_path, monkeypatch):
+    from imagegen.model.audit import judge_cell
+    # The fixture's own list (sm_70, sm_80, sm_86), what the audit of its build records on CUDA 13.
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "hardcoded_gencode"
+    cell = _planned_cell(tmp_path, monkeypatch, "--source", fixture, "--torch", "2.11")
+    v = judge_cell(report(("hardcoded_gencode._C", ["sm_70", "sm_80", "sm_86"], [])), cell)
+    [dropped] = [r for r in v.refusals if "sm_70 was dropped in CUDA 13.0" in r]
+    assert dropped.endswith(": drop -gencode arch=compute_70,code=sm_70 from setup.py")
+    assert any("no extension would carry sm_90 (requested)" in r and "(edit setup.py: add sm_90" in r for r in v.refusals)
+    assert not any("by_torch" in r or "recipe" in r for r in v.refusals)
+
+
+def test_a_catalogue_recipe_and_a_fork_of_one_keep_the_recipe_fix(tmp_path, monkeypatch):
+    from imagegen.model.audit import judge_cell
+    fork = tmp_path / "my-flash-attn"
+    fork.mkdir()
+    (fork / "setup.py").write_text("from setuptools import setup\nsetup(name='flash_attn', version='2.8.3')\n")
+    for argv in (["fa2", "--version", "2.8.3"], ["--source", fork]):
+        cell = _planned_cell(tmp_path, monkeypatch, *argv, "--torch", "2.14")
+        v = judge_cell(std_report(*UPSTREAM_2_8_3), cell)
+        assert any("use a recipe fix (by_torch patch)" in r for r in v.refusals), (argv, v.refusals)
