@@ -3,8 +3,10 @@ renders it) for a bake file's targets and, with ``--windows``, a matrix of Windo
 
 Every value is checked here before it reaches the workflow (registry, namespace, runner labels, bake file,
 target and group names, output folders, publish destinations, the requirement, the Windows recipes and
-matrix, the timeouts). The Linux matrix is read from the bake file with ``docker buildx bake --print`` (no
-daemon needed; imagegen.render.bakefiles.print_bake), so the workflow builds exactly what bake would.
+matrix, the timeouts). The Linux matrix is read from the bake file by imagegen itself (a JSON bake file, or
+HCL as imagegen writes it: imagegen.render.bake_read), so no docker is needed to write the workflow; where
+the docker CLI with buildx is there, ``docker buildx bake --print`` reads it too and both must agree, so
+the workflow builds exactly what bake would.
 
 The Windows cells (``--windows RECIPE`` x ``--windows-version`` x ``--windows-torch`` x ``--windows-cuda`` x
 ``--windows-python`` x ``--windows-arch``) are planned by imagegen.plan.matrix.windows_plan, the planner of `imagegen
@@ -31,7 +33,7 @@ from imagegen.errors import CompatError, UsageError, bounded
 from imagegen.model import build_cost
 from imagegen.model.destinations import parse_destination
 from imagegen.outputs import resolve_target, write_output
-from imagegen.render.bakefiles import print_bake
+from imagegen.render.bake_read import read_bake
 from imagegen.render.workflow import (
     CELL_VALUE,
     DEFAULT_ARM64_RUNS_ON,
@@ -145,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     root = Path.cwd()
     _validate_top_folder(root)
-    # The Windows cells first: a matrix none of whose cells can build stops here, before buildx runs.
+    # The Windows cells first: a matrix none of whose cells can build stops here, before the bake file is read.
     cells, left_out = windows_cells(options.windows, root) if options.windows else ([], [])
     for line in left_out:
         print(f"imagegen: left out of the Windows jobs: {line}", file=sys.stderr)
@@ -155,9 +157,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--bake-file {options.bake_file}: no such file in {root} (write it with `imagegen bake"
                              " --repo` or `imagegen bake -f FILE`, and run imagegen ci github in the repository's top"
                              " folder)")
-        printed = print_bake(Path(options.bake_file), root, targets=options.selection)
+        # Read by imagegen itself (no docker needed to write a YAML file) and, where the docker CLI with buildx
+        # is there, checked against `docker buildx bake --print` (imagegen.render.bake_read).
+        printed = read_bake(Path(options.bake_file), root, targets=options.selection)
         names = fallback_targets(printed)  # in no group: printed by name
-        targets = targets_from_print(printed, print_bake(Path(options.bake_file), root, targets=names) if names else None)
+        targets = targets_from_print(printed, read_bake(Path(options.bake_file), root, targets=names) if names else None)
         if options.skip_published is not None:
             for t in targets:
                 if not t.inputs:

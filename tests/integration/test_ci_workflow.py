@@ -402,3 +402,58 @@ def test_the_builder_push_is_accepted_by_buildx_on_the_repository_bake_file(tmp_
     assert (tmp_path / "github_output").read_text() == f"ref={ref}\ndigest=sha256:{'0' * 64}\n"
     stage = re.search(r"^FROM \S+ AS builder$", (ROOT / want["context"] / want["dockerfile"]).read_text(), re.M)
     assert stage, "the bake file's Dockerfile has no builder stage"
+
+
+# --------------------------------------------------------------------------------------------
+# No docker: imagegen reads the bake file itself, and writes the workflow buildx's reading gives
+
+
+def _ci_stdout(cwd: Path, path: str, *argv: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "imagegen"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGEGEN_")}
+    return subprocess.run([str(exe), "ci", "github", *argv, "-o", "-"], cwd=cwd, env={**env, "PATH": path},
+                          capture_output=True, text=True, timeout=120)
+
+
+def _without_docker(tmp_path: Path) -> str:
+    """A PATH with git and no docker."""
+    bin_dir = tmp_path / "no-docker-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "git").symlink_to(shutil.which("git"))
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("bake_argv, ci_argv", [
+    (None, ()),  # the repository's own docker-bake.hcl, written by imagegen bake --repo
+    (["fa2", "--torch", "2.8", "--cuda", "12.8", "--arch", "8.0", "--flavor", "manylinux"], ()),  # fallbacks
+    (["fa2", "--version", "2.8.2,2.8.3", "--torch", "2.7,2.8", "--cuda", "12.6,12.8", "--python", "3.10,3.12",
+      "--arch", "8.0;9.0", "-f", "fa.json"], ("--bake-file", "fa.json", "--group", "flash-attn-2_8_2")),
+    (["sage", "--torch", "2.8", "--cuda", "12.8", "--arch", "9.0", "--platform", "arm64"], ()),
+])
+def test_without_docker_the_workflow_is_the_one_buildx_reading_gives(tmp_path, bake_argv, ci_argv):
+    cwd = ROOT
+    if bake_argv is not None:
+        cwd = tmp_path / "repo"
+        cwd.mkdir()
+        bake = subprocess.run([str(Path(sys.executable).parent / "imagegen"), "bake", *bake_argv], cwd=cwd,
+                              capture_output=True, text=True, timeout=300)
+        assert bake.returncode == 0, bake.stderr
+    with_docker = _ci_stdout(cwd, os.environ["PATH"], *ci_argv)
+    assert with_docker.returncode == 0, with_docker.stderr
+    without = _ci_stdout(cwd, _without_docker(tmp_path), *ci_argv)
+    assert without.returncode == 0, without.stderr
+    assert without.stdout == with_docker.stdout and "docker" not in without.stderr
+
+
+def test_without_docker_a_hand_written_hcl_is_one_line_and_buildx_reads_it(tmp_path):
+    (tmp_path / "docker-bake.hcl").write_text(
+        'variable "OUT" {\n  default = "wheelhouse/x-1.0/torch2.8/cu128"\n}\n'
+        'target "x" {\n  context = "."\n  output = ["type=local,dest=${OUT}"]\n}\n', encoding="utf-8")
+    without = _ci_stdout(tmp_path, _without_docker(tmp_path), "--targets", "x")
+    assert without.returncode == 2 and without.stderr.count("\n") == 1 and not without.stdout
+    assert "give its JSON form" in without.stderr and "install the buildx plugin" in without.stderr
+    assert "--native" not in without.stderr
+    with_docker = _ci_stdout(tmp_path, os.environ["PATH"], "--targets", "x")  # buildx evaluates ${OUT}
+    assert with_docker.returncode == 0, with_docker.stderr
+    (row,) = yaml.safe_load(with_docker.stdout)["jobs"]["build"]["strategy"]["matrix"]["include"]
+    assert row["wheels"] == "wheelhouse/x-1.0/torch2.8/cu128"

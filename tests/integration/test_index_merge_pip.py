@@ -41,7 +41,7 @@ AWS = {"AWS_ACCESS_KEY_ID": "AKIDMERGE", "AWS_SECRET_ACCESS_KEY": "merge-test-SE
 
 def workflow(tmp_path: Path, monkeypatch, url: str) -> dict:
     """The steps of the workflow ci github writes for this bucket: the publish job's and the build job's check."""
-    monkeypatch.setattr(ci_command, "print_bake", bake_print_stand_in.print_bake)
+    monkeypatch.setattr("imagegen.render.bakefiles.print_bake", bake_print_stand_in.print_bake)
     _, doc = generate(tmp_path, "--skip-published", url, "--publish", f"s3://{BUCKET}/{PREFIX},layout=wheelhouse",
                       "--imagegen-from", "imagegen-wheels[publish] @ git+https://github.com/octo/imagegen@v0.1.0")
     publish = {s["name"]: s for s in doc["jobs"]["publish"]["steps"]}

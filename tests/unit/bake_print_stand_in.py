@@ -8,31 +8,22 @@ tests/integration/test_bake_print.py and tests/integration/test_ci_workflow.py."
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
 from imagegen.errors import EngineError
-from imagegen.model.catalogue import load_catalogue
-from imagegen.plan.matrix import defaults
-from imagegen.render.bake import build_definition
-from imagegen.render.bakefiles import REPO_SCRIPTS, repo_plan
+from imagegen.render.bake_read import load_definition
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@functools.lru_cache(maxsize=1)
-def _repo_definition() -> str:
-    definition = build_definition(repo_plan(load_catalogue()), out_dir=defaults()["repo"]["out"], root=ROOT,
-                                  scripts=REPO_SCRIPTS)
-    return json.dumps(definition.as_dict())
 
 
 def _definition(path: Path, file: Path) -> dict:
     if path.suffix == ".json":
         return json.loads(path.read_text(encoding="utf-8"))
     if path.read_text(encoding="utf-8") == (ROOT / "docker-bake.hcl").read_text(encoding="utf-8"):
-        return json.loads(_repo_definition())
+        # The file as it is (its inputs hashes those of the commit that wrote it), read as buildx reads it:
+        # tests/integration/test_ci_workflow.py proves imagegen's reader and buildx's agree on it.
+        return load_definition(path)
     # Like a machine without the buildx plugin: `imagegen bake` writes the file and warns.
     raise EngineError("docker buildx is not installed: the unit tests' stand-in for `bake --print` reads"
                       " JSON bake files and the repository's docker-bake.hcl only")

@@ -31,7 +31,7 @@ def _here(tmp_path, monkeypatch):
     """A folder that is no git checkout, with the stand-in for `bake --print` in both readers."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(bakefiles, "print_bake", stand_in.print_bake)
-    monkeypatch.setattr(ci, "print_bake", stand_in.print_bake)
+    monkeypatch.setattr("imagegen.render.bakefiles.print_bake", stand_in.print_bake)
 
 
 def lint(path: Path) -> None:

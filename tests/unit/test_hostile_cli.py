@@ -690,7 +690,7 @@ def _stubs():
         setattr(owner, name, reached)
     # `ci github` reads the bake file through the pure stand-in for `docker buildx bake --print`
     # (tests/integration/test_ci_workflow.py runs hostile input through the real buildx).
-    for owner in (workflow, bakefiles):
+    for owner in (bakefiles,):
         saved.append((owner, "print_bake", owner.print_bake))
         owner.print_bake = bake_print_stand_in.print_bake
     try:

@@ -221,7 +221,7 @@ smoke: {{imports: [demo]}}
 
 @pytest.fixture
 def in_checkout(monkeypatch):
-    monkeypatch.setattr(ci, "print_bake", stand_in.print_bake)
+    monkeypatch.setattr("imagegen.render.bakefiles.print_bake", stand_in.print_bake)
     monkeypatch.chdir(ROOT)
 
 

@@ -45,7 +45,7 @@ SEED_TABLE = {"2.6": {"cu126"}, "2.7": {"cu126", "cu128"}, "2.8": {"cu126", "cu1
 def _here(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(bakefiles, "print_bake", stand_in.print_bake)
-    monkeypatch.setattr(ci, "print_bake", stand_in.print_bake)
+    monkeypatch.setattr("imagegen.render.bakefiles.print_bake", stand_in.print_bake)
 
 
 def ok(result) -> tuple[str, str]:

@@ -32,7 +32,7 @@ PUSH_STEPS = ["Push the builder image", "Upload the builder image's digest"]
 
 @pytest.fixture(autouse=True)
 def no_buildx(monkeypatch):
-    monkeypatch.setattr(command, "print_bake", stand_in.print_bake)
+    monkeypatch.setattr("imagegen.render.bakefiles.print_bake", stand_in.print_bake)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_several_build_jobs_all_feed_the_lock_job(tmp_path, monkeypatch):
     printed = {"target": {f"t{i:03d}": {"output": [f"type=local,dest=wheelhouse/p-{i}/torch2.8/cu128"],
                                         "labels": {"io.imagegen.builder": f"imagegen-p:{i}-torch2.8-cu128-py312"}}
                           for i in range(300)}}
-    monkeypatch.setattr(command, "print_bake", lambda *a, **k: printed)
+    monkeypatch.setattr(command, "read_bake", lambda *a, **k: printed)
     _, doc = generate(tmp_path, "--push-builders")
     assert list(doc["jobs"]) == ["build", "build-2", ci.LOCK_JOB]
     assert doc["jobs"][ci.LOCK_JOB]["needs"] == ["build", "build-2"]
@@ -223,7 +223,7 @@ def test_a_hostile_or_wrong_registry_is_one_line_and_nothing_is_written(value, n
 
 def test_a_bake_file_without_the_builder_label_or_with_a_hostile_one_is_refused(tmp_path, monkeypatch):
     printed = {"target": {"t1": {"output": ["type=local,dest=wheelhouse/p-1/torch2.8/cu128"]}}}
-    monkeypatch.setattr(command, "print_bake", lambda *a, **k: printed)
+    monkeypatch.setattr(command, "read_bake", lambda *a, **k: printed)
     monkeypatch.chdir(ROOT)
     code, _, err = imagegen("ci", "github", "--output", str(tmp_path / "wf.yml"), "--push-builders")
     assert code == 2 and "bake target t1 has no io.imagegen.builder label" in err and "imagegen bake" in err, err

@@ -47,7 +47,7 @@ def bake_print(monkeypatch):
         calls.append(args)
         return stand_in.print_bake(*args, **kwargs)
 
-    monkeypatch.setattr(command, "print_bake", print_bake)
+    monkeypatch.setattr(command, "read_bake", print_bake)
     return calls
 
 
