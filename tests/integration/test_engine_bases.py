@@ -117,7 +117,14 @@ def test_the_netrc_secret_was_mounted_in_the_toolchain_step_and_no_layer_holds_i
     assert any(re.search(rf"^{step} DONE ", text, re.M) for step, _ in runs), runs
     assert build["layers_before"] is not None, "the layer scan reads overlay2's layer folders"
     needles = [build["token"].encode(), str(build["netrc"]).encode()]
-    found, layers = find_in_layers_made_since(build["layers_before"], needles)
+    # what the build did put in a layer (the source step's copy of the tree): the scan must see it, so an
+    # empty result is a clean build, not a scan that read nothing (other workers' builds add and remove
+    # layers meanwhile: image_scan rescans or drops what vanished, and shows any other grep error)
+    seen = b'CUDAExtension("tiny_kernel._C"'
+    assert seen in (FIXTURES / "tiny_kernel" / "setup.py").read_bytes()
+    found, layers = find_in_layers_made_since(build["layers_before"], [*needles, seen])
+    assert seen in found, (layers, found)
+    found.discard(seen)
     assert layers >= 4 and not found, (layers, found)  # toolchain, deps, source, compile, smoke at least
     for path in [*build["work"].rglob("*"), *build["out"].rglob("*")]:
         if path.is_file():

@@ -376,3 +376,85 @@ def test_a_real_top_level_repository_is_resolved_and_exported(tmp_path, capsys, 
         top.unlink()
     (c,) = json.loads(capsys.readouterr().out)["cells"]
     assert c["version"] == f"0.1.0-g{commit[:8]}" and f"exported from file://{top} to " in c["notes"][0], c
+
+
+# --------------------------------------------------------------------------------------------
+# 4. the engine tests' layer scan (tests/integration/image_scan.py): layers another build adds or removes
+# mid-scan are tolerated, grep's errors are never hidden, and a planted secret is still found
+
+
+def _layers(tmp_path: Path, secret: bytes) -> tuple[Path, Path]:
+    a, b = tmp_path / "layer-a" / "diff", tmp_path / "layer-b" / "diff"
+    (a / "usr" / "lib").mkdir(parents=True)
+    (b / "opt").mkdir(parents=True)
+    (a / "usr" / "lib" / "x.so").write_bytes(b"\x7fELF" + b"\0" * 4096 + secret + b"\0" * 100)
+    (b / "opt" / "readme").write_bytes(b"nothing here\n")
+    os.mkfifo(b / "opt" / "fifo")  # never opened (-D skip): the scan does not hang on it
+    return a, b
+
+
+def test_the_layer_scan_finds_a_planted_secret(tmp_path):
+    from tests.integration import image_scan
+
+    secret = b"imagegen-planted-" + os.urandom(8).hex().encode()
+    a, b = _layers(tmp_path, secret)
+    assert image_scan._grep([a, b], [secret, b"absent-needle"]) == ({secret}, set())
+    assert image_scan._grep([b], [secret]) == (set(), set())
+
+
+def test_a_layer_that_vanished_before_grep_reads_it_is_dropped_not_a_failure(tmp_path):
+    # What another worker's build does: a layer folder listed as made since the build began is removed
+    # before grep gets to it. grep says "No such file or directory" and exits 2 (the CI failure was
+    # `AssertionError: b''`: --no-messages had hidden that line); the secret in the layer still there is found.
+    from tests.integration import image_scan
+
+    secret = b"imagegen-planted-" + os.urandom(8).hex().encode()
+    a, b = _layers(tmp_path, secret)
+    gone = tmp_path / "layer-c" / "diff"
+    found, vanished = image_scan._grep([a, gone, b], [secret])
+    assert found == {secret} and vanished == {gone}
+
+
+def test_files_vanishing_mid_scan_are_scanned_again(tmp_path):
+    # a real race: a thread deletes a layer's files (a layer being removed) while grep walks them
+    from tests.integration import image_scan
+
+    secret = b"imagegen-planted-" + os.urandom(8).hex().encode()
+    a, b = _layers(tmp_path, secret)
+    churn = tmp_path / "layer-d" / "diff"
+    churn.mkdir(parents=True)
+    for i in range(3000):
+        (churn / f"f{i}").write_bytes(b"x" * 512)
+    stop = threading.Event()
+
+    def remove():
+        for p in sorted(churn.iterdir(), reverse=True):
+            if stop.is_set():
+                return
+            p.unlink()
+        churn.rmdir()
+
+    remover = threading.Thread(target=remove)
+    remover.start()
+    try:
+        found, vanished = image_scan._grep([churn, a, b], [secret])
+    finally:
+        stop.set()
+        remover.join()
+    assert found == {secret} and vanished <= {churn}
+
+
+def test_any_other_grep_error_fails_the_scan_with_greps_own_line(tmp_path, monkeypatch):
+    from tests.integration import image_scan
+
+    a, b = _layers(tmp_path, b"s3cret-x")
+    fake = tmp_path / "grep"  # a grep that hits a read error (what a failing disk gives)
+    fake.write_text("#!/bin/sh\necho 'grep: /var/lib/docker/overlay2/x/diff/y: Input/output error' >&2\nexit 2\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(image_scan, "GREP", str(fake))
+    with pytest.raises(AssertionError, match="Input/output error"):
+        image_scan._grep([a, b], [b"s3cret-x"])
+    # and a "vanished" file that is still there is no vanishing: also grep's line, not a pass
+    fake.write_text(f"#!/bin/sh\necho 'grep: {b}/opt/readme: No such file or directory' >&2\nexit 2\n")
+    with pytest.raises(AssertionError, match="No such file or directory"):
+        image_scan._grep([a, b], [b"s3cret-x"])
