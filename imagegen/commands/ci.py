@@ -19,6 +19,9 @@ none of whose cells can build is refused.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -46,7 +49,12 @@ from imagegen.render.workflow import (
     MAX_TIMEOUT_MINUTES,
     NAMESPACE_EXPRESSIONS,
     RUNNER_LIMIT_MINUTES,
+    DEFAULT_BRANCH,
+    DEFAULT_TAG,
+    FILTER,
+    TRIGGER_WORDS,
     Options,
+    Triggers,
     WindowsCell,
     WindowsRequest,
     render_workflow,
@@ -174,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
                                      " file written by an older imagegen): write it again with imagegen bake")
     elif options.skip_published is not None:
         raise UsageError("--skip-published applies to the Linux jobs of a bake file; the Windows jobs always build")
+    if not options.triggers.given:
+        options = dataclasses.replace(options, triggers=default_triggers(options, root, printed if options.linux else None))
     text = render_workflow(options, targets, cells, left_out=left_out)
     write_output(text, options.output, what="workflow file")
     if options.output != "-":
@@ -267,7 +277,11 @@ def options_from_args(args: argparse.Namespace) -> Options:
             raise UsageError(f"--imagegen-from {imagegen_from!r} {problem}: name this one {DISTRIBUTION}, e.g."
                              f" '{DISTRIBUTION}[publish]=={__version__}', '{DISTRIBUTION}[publish] @"
                              " git+https://github.com/ORG/imagegen@TAG' or './tools/imagegen'")
-    opts = Options(bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
+    triggers = parse_triggers(getattr(args, "on", None))
+    if publish and triggers.given and not (triggers.dispatch or triggers.tags or triggers.push_all):
+        raise UsageError("--publish: the publish job runs on a tag push or a manual run, and --on gives neither: add"
+                         f" --on dispatch or --on tag:{DEFAULT_TAG}")
+    opts = Options(triggers=triggers, bake_file=bake_file, targets=targets, group=group, registry=registry, namespace=namespace,
                runs_on=runs_on, max_parallel=args.max_parallel, output=output, publish=publish, timeout=timeout,
                skip_published=skip_published,
                arm64_runs_on=arm64_runs_on, push_builders=push_builders, builders=builders,
@@ -276,6 +290,92 @@ def options_from_args(args: argparse.Namespace) -> Options:
     safety.validate(f"{opts.cache_repo_shown.replace('<', '').replace('>', '')}:tag", safety.IMAGE_REF,
                     "cache reference")
     return opts
+
+
+def parse_triggers(values: list[str] | None) -> Triggers:
+    """``--on`` (repeatable; None: the default, which default_triggers completes): each a word of
+    TRIGGER_WORDS, its patterns checked as GitHub filters of plain characters."""
+    if values is None:
+        return Triggers()
+    dispatch = push_all = pr = False
+    branches: list[str] = []
+    tags: list[str] = []
+    paths: list[str] = []
+    given: list[str] = []
+    for raw in values:
+        spec = raw.strip()
+        kind, sep, value = spec.partition(":")
+        if spec in ("dispatch", "push", "pr"):
+            dispatch, push_all, pr = dispatch or spec == "dispatch", push_all or spec == "push", pr or spec == "pr"
+        elif sep and kind in ("tag", "branch", "paths"):
+            items = [v for v in value.split(",") if v] if kind == "paths" else [value] if value else []
+            if not items:
+                raise UsageError(f"--on {kind}: give a pattern after the colon, e.g. --on {kind}:"
+                                 + {"tag": DEFAULT_TAG, "branch": DEFAULT_BRANCH, "paths": "docker-bake.hcl"}[kind])
+            for item in items:
+                validate_text(item, FILTER, f"--on {kind}", "a GitHub filter pattern of letters, digits and . _ - / * +"
+                              " ? [ ] (a leading ! negates)")
+                if kind == "paths" and (item.lstrip("!").startswith("/") or ".." in item.split("/")):
+                    raise UsageError(f"--on paths:{item}: give paths relative to the repository's top folder")
+                bucket = {"tag": tags, "branch": branches, "paths": paths}[kind]
+                if item not in bucket:
+                    bucket.append(item)
+        else:
+            shown = bounded(repr(safety.redact(spec)), 80)
+            raise UsageError(f"--on {shown}: give one of {', '.join(TRIGGER_WORDS)}")
+        if spec not in given:
+            given.append(spec)
+    if push_all and (branches or tags):
+        raise UsageError("--on push runs on every push already: leave out --on branch:/tag: (or --on push)")
+    if paths and not (branches or pr):
+        raise UsageError("--on paths: filters branch pushes and pull requests (GitHub reads no paths for a tag): give"
+                         f" --on branch:{DEFAULT_BRANCH} or --on pr too")
+    return Triggers(dispatch=dispatch, push_all=push_all, branches=tuple(branches), tags=tuple(tags), paths=tuple(paths),
+                    pr=pr, given=tuple(given))
+
+
+def default_branch(root: Path) -> str:
+    """The checkout's default branch (origin/HEAD's), else main."""
+    try:
+        env = wheeltools.git_env(str(root))
+        proc = subprocess.run(wheeltools.git_cmd(str(root), ["symbolic-ref", "--quiet", "--short",
+                                                             "refs/remotes/origin/HEAD"], env=env),
+                              env=env, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired, wheeltools.UnsafeTree):
+        return DEFAULT_BRANCH
+    name = proc.stdout.strip().removeprefix("origin/") if proc.returncode == 0 else ""
+    return name if name and FILTER.fullmatch(name) and not name.startswith("!") else DEFAULT_BRANCH
+
+
+def default_triggers(options: Options, root: Path, printed: dict | None) -> Triggers:
+    """The default `on:`: a manual run, tags v*, and pushes to the default branch that touch what the builds
+    are made of: the bake file, the folders its targets build from (their contexts) and the workflow file."""
+    paths: list[str] = []
+
+    def add(path: str, folder: bool) -> None:
+        rel = posixpath.normpath(path.replace(os.sep, "/"))
+        if rel.startswith(("/", "../")) or rel == ".." or "://" in path or ":" in rel:
+            return  # outside the checkout, a URL or another target: no file of the repository
+        glob = "**" if rel == "." else f"{rel}/**" if folder else rel
+        if not FILTER.fullmatch(glob) or glob.startswith("!"):
+            raise UsageError(f"the default triggers would filter on {rel!r}, which is not a plain path: give --on"
+                             f" dispatch --on tag:{DEFAULT_TAG} --on branch:{DEFAULT_BRANCH} --on paths:GLOBS")
+        if glob not in paths:
+            paths.append(glob)
+
+    if printed is not None:
+        add(options.bake_file, folder=False)
+        for body in (printed.get("target") or {}).values():
+            for context in [body.get("context") or ".", *(body.get("contexts") or {}).values()]:
+                add(str(context), folder=True)
+    if options.output != "-":
+        try:
+            add(os.path.relpath(Path(options.output).resolve(), root.resolve()), folder=False)
+        except ValueError:
+            pass  # another drive
+    if "**" in paths:
+        paths = []  # a target built from the whole checkout: every push to the branch
+    return Triggers(dispatch=True, tags=(DEFAULT_TAG,), branches=(default_branch(root),), paths=tuple(paths))
 
 
 def builders_repo(args: argparse.Namespace, registry: str, namespace: str, linux: bool) -> tuple[str | None, str | None]:

@@ -79,6 +79,11 @@ GITHUB = Command("github", None, "GitHub Actions workflow with a registry cache 
         " imagegen index makes servable, with each <pkg>-<ver>/torch<X.Y>/cu<XYZ>/manifest.json): each Linux job"
         " first reads its cell's entry there and builds nothing when the same inputs hash is published with its"
         " wheel (a run with nothing changed builds nothing and says so)"),
+    Opt(("--on",), action="append", metavar="TRIGGER", help="when the workflow runs (repeatable): dispatch (a manual"
+        " run), tag:PATTERN (a tag push, e.g. tag:v*), branch:PATTERN (a push to it), paths:GLOB[,GLOB] (only the"
+        " branch pushes and pull requests touching these), pr (pull requests), push (every push). Default: dispatch,"
+        " tag:v* and pushes to the default branch touching the bake file, the folders its targets build from or"
+        " the workflow file"),
     Opt(("--max-parallel",), type=int, help="most jobs at once, in each of the Linux and the Windows matrix"
         " (default: as many as GitHub allows)"),
     _WINDOWS_JOBS,

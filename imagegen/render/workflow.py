@@ -149,6 +149,49 @@ PUBLISH_ENV = {
 
 
 # --------------------------------------------------------------------------------------------
+# Triggers (`on:`)
+
+# A branch or tag filter and a paths filter as GitHub reads them (glob characters; a leading '!' negates):
+# no quotes, spaces, '$', braces, ':' or '\\', so no YAML or GitHub expression reaches `on:`.
+FILTER = re.compile(r"!?[A-Za-z0-9._*+?\[\]-][A-Za-z0-9._/*+?\[\]-]{0,199}")
+DEFAULT_TAG = "v*"
+DEFAULT_BRANCH = "main"
+TRIGGER_WORDS = ("dispatch", "push", "pr", "tag:PATTERN", "branch:PATTERN", "paths:GLOB[,GLOB]")
+
+
+@dataclass(frozen=True)
+class Triggers:
+    """The workflow's `on:`: ``--on`` as given (``given``, for the command line), or the default: a manual
+    run, tags v*, and pushes to the default branch that touch the bake file, its Dockerfiles or the
+    workflow itself (a farm's builds are hours; every push to every branch is not when to run them)."""
+
+    dispatch: bool = True
+    push_all: bool = False  # `push`: every push to any branch or tag
+    branches: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()  # filters branch pushes and pull requests (GitHub ignores it for tags)
+    pr: bool = False
+    given: tuple[str, ...] = ()  # the --on values as given; empty: the default
+
+    @property
+    def push(self) -> bool:
+        return self.push_all or bool(self.branches or self.tags)
+
+    def describe(self) -> str:
+        parts = ["a manual run"] if self.dispatch else []
+        if self.push_all:
+            parts.append("every push")
+        if self.tags:
+            parts.append(f"tags {', '.join(self.tags)}")
+        if self.branches:
+            parts.append(f"pushes to {', '.join(self.branches)}" + (" touching " + ", ".join(self.paths)
+                                                                    if self.paths else ""))
+        if self.pr:
+            parts.append("pull requests" + (" touching " + ", ".join(self.paths) if self.paths else ""))
+        return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
 # Options
 
 
@@ -175,6 +218,7 @@ class Options:
     # REGISTRY/NAMESPACE each Linux job pushes its target's builder image to (None: no push).
     push_builders: str | None = None
     builders: str | None = None
+    triggers: Triggers = Triggers(tags=(DEFAULT_TAG,), branches=(DEFAULT_BRANCH,))
 
     @property
     def publish_requirement(self) -> str:
@@ -236,6 +280,8 @@ class Options:
             parts += ["--timeout", str(self.timeout)]
         if self.skip_published is not None:
             parts += ["--skip-published", self.skip_published]
+        for spec in self.triggers.given:
+            parts += ["--on", spec]
         if self.windows is not None:
             parts += self.windows.command()
         for dest in self.publish:
@@ -393,10 +439,11 @@ def render_workflow(options: Options, targets: list[WorkflowTarget], cells: list
         lock_timeout=LOCK_TIMEOUT_MINUTES,
         lock_job=LOCK_JOB,
         actions={**ACTIONS, **PUBLISH_ACTIONS, **WINDOWS_ACTIONS},
+        triggers=options.triggers,
         **_publish_context(options, targets),
     )
     _self_validate(text, targets, publish=bool(options.publish), cells=cells,
-                   builders=options.builders is not None and bool(targets))
+                   builders=options.builders is not None and bool(targets), triggers=options.triggers)
     return text
 
 
@@ -435,7 +482,8 @@ def _publish_context(options: Options, targets: list[WorkflowTarget]) -> dict:
 
 
 def _self_validate(text: str, targets: list[WorkflowTarget], *, publish: bool = False,
-                   cells: list[WindowsCell] | None = None, builders: bool = False) -> None:
+                   cells: list[WindowsCell] | None = None, builders: bool = False,
+                   triggers: Triggers | None = None) -> None:
     """The rendered workflow read back: its jobs, matrices and pins are what was asked, and no ``run:``
     script holds a GitHub expression (values reach the scripts through ``env:`` only)."""
     import yaml
@@ -452,8 +500,19 @@ def _self_validate(text: str, targets: list[WorkflowTarget], *, publish: bool = 
         scripts = [s.get("run", "") for job in doc["jobs"].values() for s in job["steps"]]
         uses = [s["uses"] for job in doc["jobs"].values() for s in job["steps"] if "uses" in s]
         needs = doc["jobs"]["publish"]["needs"] if publish else None
+        on = doc["on"] or {}
     except Exception as exc:  # a template bug, not the user's
         raise ImagegenError(f"internal error: the rendered workflow does not parse: {exc}") from None
+    if triggers is not None:
+        want_on = {"push": {k: list(v) for k, v in (("branches", triggers.branches), ("tags", triggers.tags),
+                                                     ("paths", triggers.paths if triggers.branches else ()))
+                            if v and not triggers.push_all} or None} if triggers.push else {}
+        if triggers.pr:
+            want_on["pull_request"] = {"paths": list(triggers.paths)} if triggers.paths else None
+        if triggers.dispatch:
+            want_on["workflow_dispatch"] = None
+        if on != want_on:
+            raise ImagegenError("internal error: the rendered workflow's triggers are not what was asked")
     if targets and matrix != [t.name for t in targets]:
         raise ImagegenError("internal error: the rendered workflow's matrix differs from the bake targets")
     if jobs != want_jobs or any("${{" in script for script in scripts):
