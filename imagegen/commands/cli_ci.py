@@ -41,8 +41,8 @@ _WINDOWS_JOBS = Group((
    " arch list, planned as `imagegen plan` plans them; the cells it rejects are left out and named")
 
 GITHUB = Command("github", None, "GitHub Actions workflow with a registry cache per target", (
-    "Write a GitHub Actions workflow whose matrix is the bake file's targets (read with `docker buildx bake"
-    " --print`, so they always match): each job bakes one target on its own runner with a docker-container builder"
+    "Write a GitHub Actions workflow whose matrix is the bake file's targets (read by imagegen, so no docker is"
+    " needed, and checked against `docker buildx bake --print` where buildx is there): each job bakes one target on its own runner with a docker-container builder"
     " and a registry cache (<registry>/<namespace>/imagegen-cache:<target>, cache-to mode=max), then uploads the"
     " target's local output folder as an artifact; with --push-builders it also pushes the target's builder image and"
     " a last job uploads the lock file of their digests. With --windows, it also builds on Windows runners, one job per"

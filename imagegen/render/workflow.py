@@ -2,8 +2,9 @@
 Windows cells): Linux jobs that spread a bake file's targets over runners, Windows jobs per planned cell, and
 a publish job.
 
-The Linux matrix is the bake file's own targets, read with ``docker buildx bake --print``, so the workflow
-builds exactly what ``docker buildx bake`` would: one job per target (bake alone sends every target to one
+The Linux matrix is the bake file's own targets, as ``docker buildx bake --print`` reads them (imagegen
+reads the file itself and checks buildx agrees where it is there: imagegen.render.bake_read), so the
+workflow builds exactly what ``docker buildx bake`` would: one job per target (bake alone sends every target to one
 builder node). Each job builds on a docker-container builder (the default docker driver cannot export a
 cache) with a registry cache per target, ``<registry>/<namespace>/imagegen-cache:<target>``, imported with
 ``cache-from`` and exported with ``cache-to ... mode=max`` through ``--set``, and uploads the target's local
@@ -31,6 +32,9 @@ WINDOWS_CUDA_PACKAGES) and MSVC with ilammy/msvc-dev-cmd (x64); installs imagege
 wheels (each with its build record) below ``wheelhouse/`` and its logs in ``wheelhouse/logs/``: the job
 uploads the first as ``wheels-windows-<cell>`` (so that the publish job's merged download lays them beside
 the Linux ones) and the logs as ``logs-windows-<cell>``, also when the build failed.
+
+The workflow runs on what ``--on`` gives (Triggers), by default a manual run, tags ``v*`` and pushes to the
+default branch touching the bake file, its targets' build folders or the workflow itself.
 
 Every job has a ``timeout-minutes`` below a hosted runner's 6 h (MAX_TIMEOUT_MINUTES), so that a build that
 runs long stops on its own terms and the ``if: always()`` steps still run. The matrix values, the
