@@ -124,7 +124,9 @@ def listed(value, flag: str) -> tuple[str, ...]:
         out.extend(parts)
     if not isinstance(value, (list, tuple)) and len(out) > 1:
         raise UsageError(f"{flag} takes one value here, not a list ({', '.join(out[:4])}): this command builds"
-                         " one cell; plan, bake and build take lists")
+                         " one cell; plan, bake and build take lists, and for Windows `imagegen ci github --windows"
+                         " RECIPE` takes them as --windows-version, --windows-torch, --windows-cuda and --windows-python"
+                         " (one job per cell)")
     return tuple(out)
 
 

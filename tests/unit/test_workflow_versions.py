@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from imagegen.cli import build_parser, main
 from imagegen.errors import CompatError, UsageError
@@ -217,3 +218,18 @@ def test_print_env_with_a_failed_audit_is_an_error_not_exit_0(tmp_path, monkeypa
     code, out, err = run(capsys, "build", "--native", "--source", TINY, "--arch", "9.0", "--python-exe", py,
                          "--print-env", "--work", tmp_path / "w")
     assert code != 0 and out == "" and "the audit refused it" in err and err.count("\n") == 1
+
+
+def test_a_windows_script_of_one_version_names_the_windows_matrix_that_takes_several(capsys, tmp_path, monkeypatch):
+    # A team's flash-attn matrix: render --shell writes one cell's script; the Windows jobs take the versions.
+    code, out, err = run(capsys, "render", "flash-attn", "--shell", "powershell", "--version", "2.8.2,2.8.3",
+                         "--torch", "2.8", "--cuda", "12.8")
+    assert code == 2 and not out and err.count("\n") == 1 and "--windows-version" in err, err
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "ci", "github", "--windows", "flash-attn", "--windows-version", "2.8.2,2.8.3",
+                         "--windows-torch", "2.6,2.7,2.8", "--windows-cuda", "126,128,129", "--windows-python",
+                         "cp310,cp311,cp312", "--windows-arch", "80;86;89;90", "-o", "-")
+    assert code == 0, err
+    rows = yaml.safe_load(out)["jobs"]["build-windows"]["strategy"]["matrix"]["include"]
+    assert len(rows) == 36 and {r["version"] for r in rows} == {"2.8.2", "2.8.3"}
+    assert len({(r["version"], r["torch"], r["cuda"], r["python"]) for r in rows}) == 36  # one job per cell
