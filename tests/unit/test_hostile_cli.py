@@ -672,7 +672,6 @@ def _stubs():
     from imagegen.executors import buildx as execute
     from imagegen.executors import buildx_audit, native
     from imagegen.publish import upload
-    from imagegen.commands import ci as workflow
     from imagegen.commands import setup
     from imagegen.render import bakefiles
     from tests.unit import bake_print_stand_in
