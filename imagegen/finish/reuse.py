@@ -712,7 +712,7 @@ def _requirements(facts: WheelFacts, target: TorchLibs, result: ReuseResult) -> 
             fits = True
         if not fits:
             result.problems.append(f"its METADATA requires {facts.torch_requirement}: pip would replace torch"
-                                   f" {target.public} to install it")
+                                   f" {target.public} to install it (pip install --no-deps would not)")
     if not python_fits(facts, target.python):
         result.problems.append(f"it is a wheel for {', '.join(facts.pythons)}, and the torch checked against is for"
                                f" Python {target.python}")
