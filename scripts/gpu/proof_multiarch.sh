@@ -152,7 +152,7 @@ case $cmd in
     done
     setsid nohup bash "$here/scripts/gpu/proof_multiarch.sh" run "$@" > "$results/run.log" 2>&1 < /dev/null &
     sleep 2
-    wait_for "$out" 540
+    wait_for "$out" "${PROOF_WAIT:-540}"  # PROOF_WAIT: less when the same call did other work first
     ;;
   run) run_all "$@" ;;
   wait) wait_for "$1" "${2:-540}" ;;

@@ -479,8 +479,9 @@ def test_every_recorded_h100_build_is_within_issue_35s_band_with_the_recipes_fig
         assert 0.9 * measured <= est.gb <= 1.25 * measured, (rel, name, est.gb, measured)
     # every catalogue recipe has a row (block-sparse-attn's first: torch 2.14.1 on an H200, 2026-11-29);
     # the 26th: natten's 1-D build at torch 2.14.1 (2026-11-29, fifth session); the 27th and 28th: natten's 2-D and
-    # 3-D builds (2026-12-01, each checked by its candidate recipe: RANKS = (2,), (3,))
-    assert len(seen) == 28
+    # 3-D builds (2026-12-01, each checked by its candidate recipe: RANKS = (2,), (3,)); the 29th and 30th:
+    # SageAttention and mamba-ssm at torch 2.15.0 on an H200 (2026-12-02: 1.21x and 1.04x)
+    assert len(seen) == 30
     names = {json.loads((ROOT / "docs" / "records" / "gpu-results" / r / "manifest.json").read_text())["cells"].popitem()[1]["recipe"]
              for r in seen if (ROOT / "docs" / "records" / "gpu-results" / r / "manifest.json").exists()}
     assert names == set(cat.names())
