@@ -96,7 +96,7 @@ target "bsa-0_0_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "b547249fa1837d85"
+    "io.imagegen.inputs" = "aee87ab1f1b44d2e"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -120,7 +120,7 @@ target "bsa-0_0_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "bsa-0_0_2_post1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-block-sparse-attn:0.0.2.post1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "7ae9571ec1e05480"
+    "io.imagegen.inputs" = "eea34738b946cb97"
     "io.imagegen.cpu-hours" = "5.19"
     "io.imagegen.wall-hours" = "0.14"
   }
@@ -144,7 +144,7 @@ target "causal-conv1d-1_6_1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "cd59341ba657219f"
+    "io.imagegen.inputs" = "7eb10a77fac0fa5b"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -168,7 +168,7 @@ target "causal-conv1d-1_6_1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "causal-conv1d-1_6_1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-causal-conv1d:1.6.1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "6230415c0e451110"
+    "io.imagegen.inputs" = "bddeb26116c84ccf"
     "io.imagegen.cpu-hours" = "0.42"
     "io.imagegen.wall-hours" = "0.12"
   }
@@ -192,7 +192,7 @@ target "fa2-2_8_3-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "4ec1b195a84d403f"
+    "io.imagegen.inputs" = "6c9d492c9987d8de"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -216,7 +216,7 @@ target "fa2-2_8_3-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "fa2-2_8_3-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-flash-attn:2.8.3-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "b942a93242d76ea7"
+    "io.imagegen.inputs" = "cf57a772cc62bdd4"
     "io.imagegen.cpu-hours" = "13.89"
     "io.imagegen.wall-hours" = "0.35"
   }
@@ -240,7 +240,7 @@ target "mamba-2_3_2_post1-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "bb2c91b8f664176f"
+    "io.imagegen.inputs" = "bc5df47bf706fd49"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -264,7 +264,7 @@ target "mamba-2_3_2_post1-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "mamba-2_3_2_post1-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-mamba-ssm:2.3.2.post1-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "9f38d9d7056391d4"
+    "io.imagegen.inputs" = "19dfaa11856867bd"
     "io.imagegen.cpu-hours" = "5.76"
     "io.imagegen.wall-hours" = "0.15"
   }
@@ -288,7 +288,7 @@ target "natten-0_21_6-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "077ab7d64100468c"
+    "io.imagegen.inputs" = "60a738bc74ec2917"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -310,7 +310,7 @@ target "natten-0_21_6-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "natten-0_21_6-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-natten:0.21.6-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "68a9c47d7473db2a"
+    "io.imagegen.inputs" = "888abe9a162debd0"
   }
   contexts = {
     imagegen-scripts = "./imagegen/shipped/builder"
@@ -332,7 +332,7 @@ target "sage-2_2_0-torch2_8-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_8-cu128-py312"
     "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.8-cu128-py312"
-    "io.imagegen.inputs" = "e8f80480efb6bf7b"
+    "io.imagegen.inputs" = "5dac4df7254369ca"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }
@@ -356,7 +356,7 @@ target "sage-2_2_0-torch2_9-cu128-py312" {
   labels = {
     "io.imagegen.cell" = "sage-2_2_0-torch2_9-cu128-py312"
     "io.imagegen.builder" = "imagegen-sageattention:2.2.0-torch2.9-cu128-py312"
-    "io.imagegen.inputs" = "bc9557d25adb0c6b"
+    "io.imagegen.inputs" = "da40f2493f5912fd"
     "io.imagegen.cpu-hours" = "1.23"
     "io.imagegen.wall-hours" = "0.08"
   }

@@ -99,12 +99,12 @@ ARG NVCC_THREADS=
 ARG IMAGEGEN_BUILD_BUDGET=
 ARG IMAGEGEN_CCACHE_ID=imagegen-ccache
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=b942a93242d76ea7
+    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=cf57a772cc62bdd4
 RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},sharing=shared \
     --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=secret,id=imagegen_ccache_remote --mount=type=secret,id=pip_cert --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
-LABEL io.imagegen.archs="8.0;9.0;12.0" io.imagegen.inputs="b942a93242d76ea7"
+LABEL io.imagegen.archs="8.0;9.0;12.0" io.imagegen.inputs="cf57a772cc62bdd4"
 
 # The wheel installed alone into a fresh copy of base (no source, no build folder) and its modules imported.
 FROM base AS smoke
@@ -116,12 +116,12 @@ RUN python /imagegen/imagegen_build.py smoke --wheels /imagegen/wheelhouse
 FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/b942a93242d76ea7.tar /imagegen/resume-in/b942a93242d76ea7.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/cf57a772cc62bdd4.tar /imagegen/resume-in/cf57a772cc62bdd4.tar.json /imagegen/resume/ \
     && echo "the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/b942a93242d76ea7.tar /imagegen/resume/b942a93242d76ea7.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/cf57a772cc62bdd4.tar /imagegen/resume/cf57a772cc62bdd4.tar.json /imagegen/resume-out/ \
     && echo "the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM scratch AS resume-state
 COPY --from=resume-out /imagegen/resume-out/ /
@@ -141,7 +141,7 @@ ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=b942a93242d76ea7
+    IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=cf57a772cc62bdd4
 VOLUME ["/out"]
 ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]
 CMD ["build", "--out", "/out", "--smoke"]

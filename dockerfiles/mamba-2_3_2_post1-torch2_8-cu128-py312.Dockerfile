@@ -101,12 +101,12 @@ ARG NVCC_THREADS=
 ARG IMAGEGEN_BUILD_BUDGET=
 ARG IMAGEGEN_CCACHE_ID=imagegen-ccache
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=bb2c91b8f664176f
+    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=bc5df47bf706fd49
 RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},sharing=shared \
     --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=secret,id=imagegen_ccache_remote --mount=type=secret,id=pip_cert --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
-LABEL io.imagegen.archs="8.0;9.0;12.0" io.imagegen.inputs="bb2c91b8f664176f"
+LABEL io.imagegen.archs="8.0;9.0;12.0" io.imagegen.inputs="bc5df47bf706fd49"
 
 # The wheel installed alone into a fresh copy of base (no source, no build folder) and its modules imported.
 FROM base AS smoke
@@ -118,12 +118,12 @@ RUN python /imagegen/imagegen_build.py smoke --wheels /imagegen/wheelhouse
 FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/bb2c91b8f664176f.tar /imagegen/resume-in/bb2c91b8f664176f.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/bc5df47bf706fd49.tar /imagegen/resume-in/bc5df47bf706fd49.tar.json /imagegen/resume/ \
     && echo "the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/bb2c91b8f664176f.tar /imagegen/resume/bb2c91b8f664176f.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/bc5df47bf706fd49.tar /imagegen/resume/bc5df47bf706fd49.tar.json /imagegen/resume-out/ \
     && echo "the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM scratch AS resume-state
 COPY --from=resume-out /imagegen/resume-out/ /
@@ -143,7 +143,7 @@ ARG TORCH_CUDA_ARCH_LIST=8.0;9.0;12.0
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=bb2c91b8f664176f
+    IMAGEGEN_PLANNED_ARCHS=8.0;9.0;12.0 IMAGEGEN_INPUTS=bc5df47bf706fd49
 VOLUME ["/out"]
 ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]
 CMD ["build", "--out", "/out", "--smoke"]

@@ -192,3 +192,8 @@ class HTTPStatusError(Unreadable):
 
 class Stopped(KeyboardInterrupt):
     """imagegen got SIGINT/SIGTERM/SIGHUP: handled like Ctrl-C (exit 130, "interrupted")."""
+
+
+class BakeReadError(Exception):
+    """imagegen cannot read this bake file itself (buildx may): render.bake_read's signal to its caller, which
+    turns it into a one-line error or asks buildx; never shown as it is."""

@@ -75,6 +75,8 @@ def output_folder(path: str | os.PathLike, what: str) -> Path:
     """``path``, a folder imagegen writes into (``repair --out``, ``bake --dockerfiles``, ``--work``),
     when it is not the filesystem root, the home folder or a system folder; else a UsageError."""
     _depth(what, os.fspath(path))
+    if "\x00" in os.fspath(path):  # no file system takes it (realpath would raise)
+        raise UsageError(f"{what} {shown(os.fspath(path), 200)}: a path cannot hold a NUL byte")
     resolved = Path(os.path.realpath(os.fspath(path)))
     text = resolved.as_posix()
     try:

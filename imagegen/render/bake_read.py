@@ -22,7 +22,7 @@ import json
 import re
 from pathlib import Path
 
-from imagegen.errors import EngineError, UsageError
+from imagegen.errors import BakeReadError, EngineError, UsageError
 
 # What the workflow reads of a target (imagegen.render.workflow_targets.targets_from_print): these must be
 # literal values.
@@ -30,10 +30,6 @@ USED_KEYS = ("output", "platforms", "labels")
 # Bake features imagegen never writes: a file using them is read by buildx only.
 UNSUPPORTED_KEYS = ("inherits", "matrix", "name")
 BLOCKS = ("variable", "group", "target")
-
-
-class BakeReadError(Exception):
-    """imagegen cannot read this bake file itself (buildx may)."""
 
 
 class Expr(str):

@@ -104,12 +104,12 @@ ARG NVCC_THREADS=
 ARG IMAGEGEN_BUILD_BUDGET=
 ARG IMAGEGEN_CCACHE_ID=imagegen-ccache
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=9.0 IMAGEGEN_INPUTS=a5839c8a9f4c181d
+    IMAGEGEN_BUILD_BUDGET=${IMAGEGEN_BUILD_BUDGET} IMAGEGEN_PLANNED_ARCHS=9.0 IMAGEGEN_INPUTS=9b75ad1b5c14090b
 RUN --mount=type=cache,target=/root/.cache/ccache,id=${IMAGEGEN_CCACHE_ID},sharing=shared \
     --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared \
     --mount=type=secret,id=imagegen_ccache_remote --mount=type=secret,id=pip_cert --mount=type=secret,id=imagegen_jobs \
     python /imagegen/imagegen_build.py build --out /imagegen/wheelhouse
-LABEL io.imagegen.archs="9.0" io.imagegen.inputs="a5839c8a9f4c181d"
+LABEL io.imagegen.archs="9.0" io.imagegen.inputs="9b75ad1b5c14090b"
 
 # The wheel installed alone into a fresh copy of base (no source, no build folder) and its modules imported.
 FROM base AS smoke
@@ -130,12 +130,12 @@ RUN --network=none --device=nvidia.com/gpu=all \
 FROM os AS resume-in
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared --mount=type=bind,from=resume,target=/imagegen/resume-in \
-    cp /imagegen/resume-in/a5839c8a9f4c181d.tar /imagegen/resume-in/a5839c8a9f4c181d.tar.json /imagegen/resume/ \
+    cp /imagegen/resume-in/9b75ad1b5c14090b.tar /imagegen/resume-in/9b75ad1b5c14090b.tar.json /imagegen/resume/ \
     && echo "the stopped build's state is in the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM os AS resume-out
 ARG IMAGEGEN_RESUME_NONCE=
 RUN --mount=type=cache,target=/imagegen/resume,id=imagegen-resume,sharing=shared mkdir -p /imagegen/resume-out \
-    && cp /imagegen/resume/a5839c8a9f4c181d.tar /imagegen/resume/a5839c8a9f4c181d.tar.json /imagegen/resume-out/ \
+    && cp /imagegen/resume/9b75ad1b5c14090b.tar /imagegen/resume/9b75ad1b5c14090b.tar.json /imagegen/resume-out/ \
     && echo "the stopped build's state is out of the builder (${IMAGEGEN_RESUME_NONCE})"
 FROM scratch AS resume-state
 COPY --from=resume-out /imagegen/resume-out/ /
@@ -156,7 +156,7 @@ ARG TORCH_CUDA_ARCH_LIST=9.0
 ARG MAX_JOBS=
 ARG NVCC_THREADS=
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} MAX_JOBS=${MAX_JOBS} NVCC_THREADS=${NVCC_THREADS} \
-    IMAGEGEN_PLANNED_ARCHS=9.0 IMAGEGEN_INPUTS=a5839c8a9f4c181d
+    IMAGEGEN_PLANNED_ARCHS=9.0 IMAGEGEN_INPUTS=9b75ad1b5c14090b
 VOLUME ["/out"]
 ENTRYPOINT ["/opt/imagegen/venv/bin/python", "/imagegen/imagegen_build.py"]
 CMD ["build", "--out", "/out", "--smoke"]

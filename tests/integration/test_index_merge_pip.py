@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from imagegen.commands import ci as ci_command
 from imagegen.wheelhouse import collect
 from tests.publish_servers import BucketSite, MotoS3, rebuilt
 from tests.unit import bake_print_stand_in

@@ -566,6 +566,7 @@ def _base(command: tuple[str, ...], wheel: str) -> list[str]:
         ("publish",): ["publish", "o", "--to", "pypi:http://127.0.0.1:1/"],
         ("cdi-spec",): ["cdi-spec"],
         ("setup",): ["setup", "engine", "--print"],  # prints, runs nothing (and running is stubbed)
+        ("reuse",): ["reuse", wheel, "--torch", "2.11.0", "--no-gpu-check"],
     }[command]
 
 

@@ -23,7 +23,6 @@ from imagegen.executors import gpu_access
 from imagegen.model.layout import validate_layout
 from imagegen.errors import UsageError
 from imagegen.publish import index
-from imagegen.commands import ci
 from tests.unit import bake_print_stand_in as stand_in
 from tests.unit.command_helpers import fake_host
 from tests.unit.executor_fixtures import WHEEL, temp_files_under

@@ -104,6 +104,7 @@ MODES = [
     ("doctor", _any, PARSE, "probes this host's docker, buildx, nvidia-smi, GPUs and torch"),
     ("cdi-spec", _any, PARSE, "reads this host's GPU device nodes and driver"),
     ("refresh", _any, PARSE, "reads PyPI (network)"),
+    ("reuse", _any, PARSE, "needs a built wheel and another torch's libraries (an environment or a torch wheel)"),
     ("setup", _has("--print"), RUN, "prints the shipped set-up script, runs nothing"),
     ("setup", _any, PARSE, "installs a Docker engine and buildx on this machine (root, apt)"),
 ]

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagegen.commands import ci
 from imagegen.render import bakefiles
 from imagegen.render import workflow as render
 from imagegen.render.windows import HELPER_MODULES

@@ -15,11 +15,14 @@ import yaml
 from imagegen.commands import ci as command
 from imagegen.errors import UsageError
 from tests.unit import bake_print_stand_in as stand_in
-from tests.unit.test_workflow import _lint, actionlint  # noqa: F401,F811 (a fixture)
+from tests.unit import test_workflow
+from tests.unit.test_workflow import _lint
 from tests.workflow_cli import generate, imagegen, parser
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_PATHS = ["docker-bake.hcl", "dockerfiles/**", "imagegen/shipped/builder/**"]
+
+actionlint = test_workflow.actionlint  # the fixture, shared with test_workflow
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,7 @@ import pytest
 
 from imagegen import cli
 from imagegen.publish.index import write_index
+from imagegen.wheelhouse import external as external_wheels
 from imagegen.wheelhouse import manifest as wheelhouse
 from tests.publish_servers import FakeHub, FakeIndex, rebuilt
 from tests.unit.executor_fixtures import WHEEL, pure_wheel
@@ -162,3 +163,12 @@ def test_publish_create_makes_the_hub_repository_and_the_commit_says_external(tm
         assert f"built outside imagegen (external): tiny-kernel 0.1.0+cu130torch2.11, SASS/PTX verified by imagegen" \
                f" for archs {ARCHS}" in commit["header"]["description"]
         assert hub.file("rtx5090/sage-wheels", WHEEL.name) == WHEEL.read_bytes()
+
+
+def test_an_external_entry_is_keyed_by_its_file_and_marked_only_by_a_true_flag():
+    from pathlib import Path
+
+    key = external_wheels.cell_key(Path("sageattention-2.2.0+cu128torch2.8-cp312-cp312-linux_x86_64.whl"))
+    assert key == "external-sageattention-2_2_0_cu128torch2_8-cp312-cp312-linux_x86_64"
+    assert external_wheels.is_external({"external": True})
+    assert not any(external_wheels.is_external(e) for e in (None, {}, {"external": "true"}, {"external": 1}, ["external"]))
