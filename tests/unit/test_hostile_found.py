@@ -19,6 +19,7 @@ docs/security.md ("The fresh campaign") has the campaign's figures."""
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -391,10 +392,12 @@ def test_an_empty_value_is_refused(command, flag, tmp_path, monkeypatch, capsys)
     assert "got an empty one" in one_line(code, err)
 
 
-def test_an_empty_layout_and_an_empty_archs_cuda_are_refused(tmp_path, monkeypatch, capsys):
+def test_an_empty_layout_is_flat_and_an_empty_archs_cuda_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, _, err = run(["plan", "sage", *CELL, "--layout", ""], capsys)
-    assert "--layout ''" in one_line(code, err)
+    # --layout '' is the flat wheelhouse (as --layout .): every wheel directly in --out
+    code, out, err = run(["plan", "sage", *CELL, "--layout", "", "--json"], capsys)
+    assert code == 0, err
+    assert [c["wheel_dir"] for c in json.loads(out)["cells"]] == ["."]
     for flag in ("--cuda", "--torch"):
         code, _, err = run(["archs", "9.0", flag, ""], capsys)
         assert "got an empty one" in one_line(code, err)

@@ -88,8 +88,9 @@ def test_unknown_refs_short_commits_and_unreachable_hosts_are_one_line(server):
         refs.resolve_commit(srv.url("demo.git"), shas["main"][:10])
     with pytest.raises(UsageError, match="git ls-remote failed"):
         refs.resolve_commit(srv.url("missing.git"), "main")
-    with pytest.raises(UsageError, match="git ls-remote failed"):
-        refs.resolve_commit("http://127.0.0.1:9/demo.git", "main")  # nothing listens on port 9
+    # nothing listens on port 9: a network failure, named as one (not as missing credentials)
+    with pytest.raises(UsageError, match=r"cannot reach 127\.0\.0\.1 \(connection: .*check the network or a proxy"):
+        refs.resolve_commit("http://127.0.0.1:9/demo.git", "main")
 
 
 @pytest.mark.parametrize("value, expected", [
