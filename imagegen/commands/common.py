@@ -161,7 +161,9 @@ def validate_exe(value: str | None, flag: str) -> str | None:
         raise UsageError(f"{flag} {shown(value, 80)}: not a file")
     if not os.access(exe, os.X_OK):
         raise UsageError(f"{flag} {shown(value, 80)}: not executable (permission denied)")
-    return value
+    # A relative path made absolute (the audit and build run it from their own folders), not resolved: a
+    # venv's python is a link, and it must stay the venv's.
+    return os.path.abspath(value) if exe == value else value
 
 
 def native_cell(args: argparse.Namespace, cat: Catalogue, opts: options.Options):

@@ -224,3 +224,16 @@ def test_a_native_build_with_no_gpu_and_no_arch_says_which_list_it_builds(tmp_pa
     monkeypatch.setattr(engine, "gpus", lambda: ("Tesla T4 (7.5)",))
     cell, _ = native_cell(parse("build", "--native", "--source", TINY, "--python-exe", py), cat)
     assert str(cell.archs) == "7.5" and "no GPU" not in capsys.readouterr().err
+
+
+def test_a_relative_interpreter_path_is_made_absolute_and_a_venv_link_is_kept(tmp_path, monkeypatch):
+    # `plan --audit --native --python-exe .venv/bin/python` ran the audit from its work folder, where the
+    # relative path led nowhere (FileNotFoundError); the link a venv's python is must stay the venv's.
+    real = tmp_path / "python3.12"
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    assert common.validate_exe("venv/bin/python", "--python-exe") == str(tmp_path / "venv" / "bin" / "python")
+    assert common.validate_exe(str(real), "--python-exe") == str(real)
