@@ -32,7 +32,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked --mount=type=cache,t
     if [ -z "$missing" ]; then echo "the OS packages are all there"; \
     elif ! { rm -f /etc/apt/apt.conf.d/docker-clean && apt-get update \
              && apt-get install -y --no-install-recommends $missing; }; then \
-        if [ "$missing" = " ccache" ]; then echo "warning: ccache cannot be installed: building without it"; \
+        if [ "$missing" = " ccache" ]; then echo "imagegen: warning: ccache cannot be installed: building without it"; \
         else echo "cannot install$missing" >&2; exit 1; fi; \
     fi
 
