@@ -16,8 +16,7 @@ from imagegen import safety
 from imagegen.wheelhouse import collect
 from imagegen.wheelhouse import records
 from imagegen.commands import common
-from imagegen.errors import BuildRecordError, ImagegenError, UsageError, VerifyError, printable
-from imagegen.model.catalogue import Catalogue
+from imagegen.errors import BuildRecordError, UsageError, VerifyError, printable
 from imagegen.outputs import shown
 from imagegen.wheelhouse.manifest import read_manifest
 
@@ -49,7 +48,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
             if bare else ""
         raise UsageError(f"no build record (*.whl.imagegen.json) under {shown(out)}{hint}: it is written by builder"
                          " images of this imagegen version, beside each wheel that passed its smoke test")
-    cat = _catalogue(args)
+    # the recipes say how each package compiles a request; without them a wheel is held to it as written
+    cat = common.optional_catalogue(args, common.config(args))
     results: list[dict] = []
     by_folder: dict[Path, dict[str, dict]] = {}
     manifests: dict[Path, dict] = {}  # each folder's manifest, read once
@@ -123,7 +123,8 @@ def _collect_external(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {shown(into)}: {exc.strerror or 'not a usable path'}") from None
     safety.wheelhouse_folder(into, "--out", UsageError)
-    cat = _catalogue(args)
+    # the recipes say how each package compiles a request; without them a wheel is held to it as written
+    cat = common.optional_catalogue(args, common.config(args))
     results: list[dict] = []
     for wheel in args.out:
         result: dict = {"wheel": str(wheel), "external": True}
@@ -169,13 +170,3 @@ def _collect_external(args: argparse.Namespace) -> int:
     return 0
 
 
-def _catalogue(args: argparse.Namespace) -> Catalogue | None:
-    """The recipes that say how each package compiles a request; without them a wheel is held to its
-    request as written (a broken user recipe dir is the user's error, said as such)."""
-    config = common.config(args)
-    try:
-        return common.catalogue(args, config)
-    except ImagegenError:
-        if args.recipe_dir:
-            raise
-        return None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from imagegen import safety
-from imagegen.errors import UsageError
+from imagegen.errors import ImagegenError, UsageError
 from imagegen.model.catalogue import Catalogue, load_catalogue
 from imagegen.outputs import shown
 from imagegen.plan import options, request
@@ -42,6 +42,17 @@ def config(args: argparse.Namespace) -> Config:
 
 def catalogue(args: argparse.Namespace, config: Config) -> Catalogue:
     return load_catalogue(tuple(config.recipe_dirs) + tuple(args.recipe_dir))
+
+
+def optional_catalogue(args: argparse.Namespace, config: Config) -> Catalogue | None:
+    """The recipes, for a command that also runs without them (collect, verify, reuse): None where they do not
+    load, except that a broken --recipe-dir is the user's error, said as such."""
+    try:
+        return catalogue(args, config)
+    except ImagegenError:
+        if args.recipe_dir:
+            raise
+        return None
 
 
 def lock(args: argparse.Namespace):

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from imagegen.commands import common
 from imagegen.errors import ImagegenError, UsageError
-from imagegen.model.catalogue import Catalogue
 from imagegen.outputs import shown
 
 
@@ -32,7 +31,8 @@ def cmd_reuse(args: argparse.Namespace) -> int:
     except ImagegenError:
         if args.config or args.recipe_dir:
             raise
-    cat = _catalogue(args, config)
+    # the recipes name the gpu_check and a wheelhouse folder; a check runs without them
+    cat = None if config is None else common.optional_catalogue(args, config)
     result = reuse.check_reuse(args.wheel, torch=args.torch, python_exe=exe, torch_wheel=args.torch_wheel,
                                source_torch=args.built_with, catalogue=cat, recipe=args.recipe, timeout=args.timeout,
                                gpu=not args.no_gpu_check)
@@ -50,10 +50,6 @@ def cmd_reuse(args: argparse.Namespace) -> int:
     return 0
 
 
-def _catalogue(args: argparse.Namespace, config) -> Catalogue | None:
-    """The recipes (for the gpu_check and a wheelhouse folder's name); a check runs without them."""
-    if config is None:
-        return None
     try:
         return common.catalogue(args, config)
     except ImagegenError:
